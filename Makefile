@@ -1,0 +1,39 @@
+# One command to run the bot, one to test it; each sets itself up on a fresh machine.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: run test lint bench migrate doctor console clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/kioku run
+
+migrate: $(STAMP)
+	$(BIN)/kioku migrate
+
+doctor: $(STAMP)
+	$(BIN)/kioku doctor
+
+console: $(STAMP)
+	$(BIN)/kioku console
+
+lint: $(STAMP)
+	$(BIN)/ruff check bot tests benchmarks migrations
+	$(BIN)/ruff format --check bot tests benchmarks migrations
+	$(BIN)/mypy bot
+
+test: lint
+	$(BIN)/pytest -q
+
+bench: $(STAMP)
+	@for f in benchmarks/*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
