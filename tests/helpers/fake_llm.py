@@ -1,1 +1,596 @@
-"""Placeholder; being written."""
+"""A scripted OpenAI-compatible HTTP server for tests.
+
+Why a real server rather than mocking the ``openai`` client: the bot talks to the model through
+``openai.AsyncOpenAI``, and the behaviours worth testing (error classes, ``retry-after``
+handling, timeouts, refused connections, streamed tool-call deltas) live inside that client's
+HTTP and parsing layers. Serving canned answers over real HTTP on 127.0.0.1 exercises all of it,
+while each test still decides exactly what "the model" says, in order.
+
+Typical use::
+
+    async def test_something(llm: ScriptedLLM) -> None:
+        llm.reply_tool_calls([("remember", {"fact": "likes tea"})]).reply_text("Noted!")
+        client = openai_client(llm)
+        ...
+        assert llm.tool_names() == ["remember"]
+
+The module is registered as a pytest plugin from ``tests/conftest.py``, so the ``llm`` fixture is
+available to every test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import re
+import socket
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Self
+
+import openai
+import pytest_asyncio
+from aiohttp import web
+
+__all__ = [
+    "DEFAULT_MODEL_ID",
+    "ScriptedLLM",
+    "ToolCallSpec",
+    "llm",
+    "openai_client",
+    "refused_base_url",
+]
+
+DEFAULT_MODEL_ID = "test-model"
+
+ToolCallSpec = tuple[str, Mapping[str, Any] | str]
+"""``(name, arguments)``: a dict is JSON-encoded, a str is sent verbatim (for malformed JSON)."""
+
+
+# --------------------------------------------------------------------------------------------
+# Queued replies. Private: tests build them through the ``ScriptedLLM.reply_*`` methods.
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Text:
+    text: str
+    finish_reason: str
+    delay: float
+
+
+@dataclass(frozen=True)
+class _ToolCalls:
+    calls: tuple[tuple[str, str, str], ...]  # (id, name, raw arguments)
+    content: str | None
+    delay: float
+
+
+@dataclass(frozen=True)
+class _Error:
+    status: int
+    message: str
+    error_type: str
+    code: str | None
+    headers: Mapping[str, str]
+    delay: float
+
+
+@dataclass(frozen=True)
+class _Disconnect:
+    delay: float
+
+
+_Reply = _Text | _ToolCalls | _Error | _Disconnect
+
+
+@dataclass
+class _Recorded:
+    """One chat-completions request as the server saw it."""
+
+    body: dict[str, Any]
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------------------------
+# Helpers
+# --------------------------------------------------------------------------------------------
+
+
+def _rough_tokens(text: str) -> int:
+    """A crude token estimate (~4 chars per token): tests only need plausible, non-zero usage."""
+    return max(1, (len(text) + 3) // 4) if text else 0
+
+
+def _split_text(text: str) -> list[str]:
+    """Split text into several stream pieces (word-wise, whitespace kept) that join back exactly.
+
+    A single word is halved so that even short replies arrive in more than one chunk, which is
+    what real servers do and what reassembly code must cope with.
+    """
+    pieces = re.findall(r"\S+\s*|\s+", text)
+    if len(pieces) == 1 and len(text) > 1:
+        mid = len(text) // 2
+        pieces = [text[:mid], text[mid:]]
+    return pieces
+
+
+def _split_arguments(arguments: str, parts: int = 3) -> list[str]:
+    """Cut a tool-call argument string into ``parts`` roughly equal slices (none empty)."""
+    if not arguments:
+        return [""]
+    size = max(1, -(-len(arguments) // parts))
+    return [arguments[i : i + size] for i in range(0, len(arguments), size)]
+
+
+def _prompt_text(body: Mapping[str, Any]) -> str:
+    """Flatten the request messages to text, only to estimate prompt tokens."""
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        return ""
+    return json.dumps(messages, ensure_ascii=False)
+
+
+def refused_base_url() -> str:
+    """Return a ``/v1`` base URL on 127.0.0.1 where nothing is listening.
+
+    Binds an ephemeral port, reads it and closes the socket, so a connection attempt is refused
+    (rather than hanging, as an unroutable address would). Another process could grab the port
+    in between, but that is vanishingly unlikely within one test.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}/v1"
+
+
+# --------------------------------------------------------------------------------------------
+# The server
+# --------------------------------------------------------------------------------------------
+
+
+class ScriptedLLM:
+    """An OpenAI-compatible chat-completions server that answers from a per-test script.
+
+    Each ``POST /v1/chat/completions`` consumes the next queued reply, in order. When the queue
+    is empty the server answers ``fallback_text`` and counts it in ``unscripted``, so a test can
+    assert the bot made no calls beyond those it scripted. Every request body and its headers
+    are recorded for assertions about prompts and offered tools.
+
+    Reply methods return ``self`` so a script reads as one chain.
+    """
+
+    def __init__(
+        self,
+        *,
+        model_id: str = DEFAULT_MODEL_ID,
+        fallback_text: str = "ok",
+        host: str = "127.0.0.1",
+    ) -> None:
+        self.model_id = model_id
+        self.fallback_text = fallback_text
+        self.host = host
+        self.unscripted = 0
+        self._queue: deque[_Reply] = deque()
+        self._recorded: list[_Recorded] = []
+        self._call_ids = itertools.count(1)
+        self._completion_ids = itertools.count(1)
+        self._runner: web.AppRunner | None = None
+        self._port: int | None = None
+        # Set on stop() so that replies sleeping in a delay return at once instead of keeping
+        # the server (and the test) alive until the delay runs out.
+        self._closing = asyncio.Event()
+
+    # ---- lifecycle -------------------------------------------------------------------------
+
+    async def start(self) -> Self:
+        """Bind 127.0.0.1 on a free port and start serving."""
+        if self._runner is not None:
+            raise RuntimeError("ScriptedLLM already started")
+        self._closing = asyncio.Event()
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self._handle_chat)
+        app.router.add_get("/v1/models", self._handle_models)
+        # handler_cancellation: a client that gives up (timeout) cancels the handler, so no
+        # sleeping handler outlives the request; a short shutdown_timeout keeps stop() fast.
+        runner = web.AppRunner(
+            app, access_log=None, handler_cancellation=True, shutdown_timeout=0.5
+        )
+        await runner.setup()
+        site = web.TCPSite(runner, self.host, 0)
+        try:
+            await site.start()
+        except BaseException:
+            await runner.cleanup()
+            raise
+        self._runner = runner
+        self._port = int(runner.addresses[0][1])
+        return self
+
+    async def stop(self) -> None:
+        """Stop serving and drop open connections. Safe to call twice."""
+        self._closing.set()
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            await runner.cleanup()
+
+    async def __aenter__(self) -> Self:
+        return await self.start()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    @property
+    def port(self) -> int:
+        """The bound TCP port (only once started)."""
+        if self._port is None:
+            raise RuntimeError("ScriptedLLM not started")
+        return self._port
+
+    @property
+    def base_url(self) -> str:
+        """What to hand to ``openai.AsyncOpenAI(base_url=...)``."""
+        return f"http://{self.host}:{self.port}/v1"
+
+    # ---- scripting -------------------------------------------------------------------------
+
+    def reply_text(self, text: str, *, finish_reason: str = "stop", delay: float = 0.0) -> Self:
+        """Queue a plain assistant text answer.
+
+        ``finish_reason`` can be set to e.g. ``"length"`` to simulate a truncated answer.
+        """
+        self._queue.append(_Text(text=text, finish_reason=finish_reason, delay=delay))
+        return self
+
+    def reply_tool_calls(
+        self,
+        calls: Sequence[ToolCallSpec],
+        content: str | None = None,
+        *,
+        delay: float = 0.0,
+    ) -> Self:
+        """Queue an answer that calls tools; ids are generated (``call_1``, ``call_2``, ...).
+
+        Arguments given as a dict are JSON-encoded; a str is sent verbatim, which is how tests
+        feed the bot malformed or truncated JSON.
+        """
+        if not calls:
+            raise ValueError("reply_tool_calls needs at least one call")
+        built = tuple(
+            (
+                f"call_{next(self._call_ids)}",
+                name,
+                args if isinstance(args, str) else json.dumps(dict(args), ensure_ascii=False),
+            )
+            for name, args in calls
+        )
+        self._queue.append(_ToolCalls(calls=built, content=content, delay=delay))
+        return self
+
+    def reply_error(
+        self,
+        status: int,
+        message: str = "scripted error",
+        headers: Mapping[str, str] | None = None,
+        *,
+        error_type: str | None = None,
+        code: str | None = None,
+        delay: float = 0.0,
+    ) -> Self:
+        """Queue an HTTP error with an OpenAI-style body ``{"error": {"message", "type", ...}}``.
+
+        E.g. ``reply_error(429, headers={"retry-after": "2"})`` or ``reply_error(500)``.
+        """
+        if error_type is None:
+            error_type = {
+                400: "invalid_request_error",
+                401: "authentication_error",
+                404: "not_found_error",
+                429: "rate_limit_exceeded",
+            }.get(status, "server_error" if status >= 500 else "api_error")
+        self._queue.append(
+            _Error(
+                status=status,
+                message=message,
+                error_type=error_type,
+                code=code,
+                headers=dict(headers or {}),
+                delay=delay,
+            )
+        )
+        return self
+
+    def reply_disconnect(self, *, delay: float = 0.0) -> Self:
+        """Queue a reply that closes the connection without sending any response."""
+        self._queue.append(_Disconnect(delay=delay))
+        return self
+
+    def reply_delay(self, seconds: float, text: str | None = None) -> Self:
+        """Queue a text answer sent only after ``seconds`` (to trip client timeouts).
+
+        Shorthand for ``reply_text(text or fallback_text, delay=seconds)``; every ``reply_*``
+        method also takes ``delay=``.
+        """
+        return self.reply_text(self.fallback_text if text is None else text, delay=seconds)
+
+    @property
+    def pending(self) -> int:
+        """How many scripted replies have not been consumed yet."""
+        return len(self._queue)
+
+    def reset(self) -> None:
+        """Forget the script and the recordings (configuration such as ``fallback_text`` stays)."""
+        self._queue.clear()
+        self._recorded.clear()
+        self.unscripted = 0
+        self._call_ids = itertools.count(1)
+
+    # ---- recordings ------------------------------------------------------------------------
+
+    @property
+    def requests(self) -> list[dict[str, Any]]:
+        """Parsed JSON bodies of every chat-completions request, oldest first."""
+        return [r.body for r in self._recorded]
+
+    @property
+    def headers(self) -> list[dict[str, str]]:
+        """Headers of every chat-completions request (lower-cased names), oldest first."""
+        return [r.headers for r in self._recorded]
+
+    @property
+    def last_request(self) -> dict[str, Any]:
+        """The most recent request body; raises ``LookupError`` if none was made."""
+        return self.request(-1)
+
+    def request(self, i: int = -1) -> dict[str, Any]:
+        """Request body number ``i`` (negative indexes count from the latest)."""
+        try:
+            return self._recorded[i].body
+        except IndexError:
+            raise LookupError(
+                f"no request #{i}: the fake LLM received {len(self._recorded)} request(s)"
+            ) from None
+
+    def messages(self, i: int = -1) -> list[dict[str, Any]]:
+        """The ``messages`` list sent in request ``i``."""
+        messages = self.request(i).get("messages", [])
+        return list(messages) if isinstance(messages, list) else []
+
+    def tool_names(self, i: int = -1) -> list[str]:
+        """Names of the tools offered in request ``i``, in order; empty if none were offered."""
+        return [name for name, _ in self._tools(i)]
+
+    def tool_schema(self, name: str, i: int = -1) -> dict[str, Any]:
+        """The JSON-schema ``parameters`` of tool ``name`` as offered in request ``i``."""
+        for tool_name, spec in self._tools(i):
+            if tool_name == name:
+                params = spec.get("parameters", {})
+                return dict(params) if isinstance(params, Mapping) else {}
+        raise KeyError(f"tool {name!r} not offered in request #{i}; offered: {self.tool_names(i)}")
+
+    def _tools(self, i: int) -> list[tuple[str, Mapping[str, Any]]]:
+        tools = self.request(i).get("tools") or []
+        out: list[tuple[str, Mapping[str, Any]]] = []
+        for tool in tools:
+            if not isinstance(tool, Mapping):
+                continue
+            # Function tools nest under "function"; custom tools carry the name at top level.
+            spec = tool.get("function", tool)
+            if isinstance(spec, Mapping) and isinstance(spec.get("name"), str):
+                out.append((spec["name"], spec))
+        return out
+
+    # ---- HTTP handlers ---------------------------------------------------------------------
+
+    async def _handle_models(self, request: web.Request) -> web.Response:
+        return web.json_response(
+            {
+                "object": "list",
+                "data": [
+                    {"id": self.model_id, "object": "model", "created": 0, "owned_by": "tests"}
+                ],
+            }
+        )
+
+    async def _handle_chat(self, request: web.Request) -> web.StreamResponse:
+        try:
+            body = await request.json()
+        except ValueError:
+            return self._error_response(400, "request body is not valid JSON", "invalid_json")
+        if not isinstance(body, dict):
+            return self._error_response(400, "request body must be a JSON object", "invalid_json")
+        self._recorded.append(
+            _Recorded(body=body, headers={k.lower(): v for k, v in request.headers.items()})
+        )
+
+        if self._queue:
+            reply = self._queue.popleft()
+        else:
+            self.unscripted += 1
+            reply = _Text(text=self.fallback_text, finish_reason="stop", delay=0.0)
+
+        if reply.delay > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._closing.wait(), timeout=reply.delay)
+            if self._closing.is_set():
+                return await self._drop(request)
+
+        if isinstance(reply, _Disconnect):
+            return await self._drop(request)
+        if isinstance(reply, _Error):
+            return self._error_response(
+                reply.status, reply.message, reply.error_type, reply.code, reply.headers
+            )
+        model = str(body.get("model") or self.model_id)
+        if body.get("stream"):
+            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+            return await self._stream(request, reply, model, body, include_usage)
+        return web.json_response(self._completion(reply, model, body))
+
+    @staticmethod
+    def _error_response(
+        status: int,
+        message: str,
+        error_type: str,
+        code: str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> web.Response:
+        payload = {"error": {"message": message, "type": error_type, "param": None, "code": code}}
+        return web.json_response(payload, status=status, headers=dict(headers or {}))
+
+    @staticmethod
+    async def _drop(request: web.Request) -> web.StreamResponse:
+        """Abort the TCP connection before any response bytes are written."""
+        transport = request.transport
+        if transport is not None:
+            transport.abort()
+        # Nothing reaches the client: the transport is gone. aiohttp just needs a return value.
+        return web.Response(status=204)
+
+    def _completion(
+        self, reply: _Text | _ToolCalls, model: str, body: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        message: dict[str, Any] = {"role": "assistant", "refusal": None}
+        if isinstance(reply, _Text):
+            message["content"] = reply.text
+            finish_reason = reply.finish_reason
+            completion_text = reply.text
+        else:
+            message["content"] = reply.content
+            message["tool_calls"] = [
+                {"id": cid, "type": "function", "function": {"name": name, "arguments": args}}
+                for cid, name, args in reply.calls
+            ]
+            finish_reason = "tool_calls"
+            completion_text = (reply.content or "") + "".join(n + a for _, n, a in reply.calls)
+        return {
+            "id": f"chatcmpl-{next(self._completion_ids)}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": message,
+                    "finish_reason": finish_reason,
+                    "logprobs": None,
+                }
+            ],
+            "usage": self._usage(body, completion_text),
+        }
+
+    @staticmethod
+    def _usage(body: Mapping[str, Any], completion_text: str) -> dict[str, int]:
+        prompt = _rough_tokens(_prompt_text(body))
+        completion = _rough_tokens(completion_text)
+        return {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+        }
+
+    async def _stream(
+        self,
+        request: web.Request,
+        reply: _Text | _ToolCalls,
+        model: str,
+        body: Mapping[str, Any],
+        include_usage: bool,
+    ) -> web.StreamResponse:
+        """Answer as server-sent events of ``chat.completion.chunk`` objects, then ``[DONE]``."""
+        response = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        )
+        await response.prepare(request)
+        completion_id = f"chatcmpl-{next(self._completion_ids)}"
+        created = int(time.time())
+
+        def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
+            return {
+                "id": completion_id,
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": model,
+                "choices": [
+                    {"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}
+                ],
+            }
+
+        chunks: list[dict[str, Any]] = [chunk({"role": "assistant", "content": ""})]
+        if isinstance(reply, _Text):
+            text = reply.text
+            finish_reason = reply.finish_reason
+            chunks += [chunk({"content": piece}) for piece in _split_text(text)]
+            completion_text = text
+        else:
+            finish_reason = "tool_calls"
+            completion_text = reply.content or ""
+            chunks += [chunk({"content": piece}) for piece in _split_text(completion_text)]
+            for index, (cid, name, args) in enumerate(reply.calls):
+                completion_text += name + args
+                chunks.append(
+                    chunk(
+                        {
+                            "tool_calls": [
+                                {
+                                    "index": index,
+                                    "id": cid,
+                                    "type": "function",
+                                    "function": {"name": name, "arguments": ""},
+                                }
+                            ]
+                        }
+                    )
+                )
+                chunks += [
+                    chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
+                    for piece in _split_arguments(args)
+                ]
+        chunks.append(chunk({}, finish_reason))
+        if include_usage:
+            for c in chunks:
+                c["usage"] = None
+            usage_chunk = chunk({})
+            usage_chunk["choices"] = []
+            usage_chunk["usage"] = self._usage(body, completion_text)
+            chunks.append(usage_chunk)
+
+        for c in chunks:
+            await response.write(f"data: {json.dumps(c, ensure_ascii=False)}\n\n".encode())
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
+
+
+# --------------------------------------------------------------------------------------------
+# pytest glue
+# --------------------------------------------------------------------------------------------
+
+
+def openai_client(llm: ScriptedLLM, **kwargs: Any) -> openai.AsyncOpenAI:
+    """A real ``AsyncOpenAI`` client aimed at ``llm``; retries off unless ``max_retries`` given.
+
+    Retries default to 0 so a scripted error surfaces immediately instead of consuming further
+    queued replies (and sleeping between attempts).
+    """
+    kwargs.setdefault("api_key", "test")
+    kwargs.setdefault("base_url", llm.base_url)
+    kwargs.setdefault("max_retries", 0)
+    return openai.AsyncOpenAI(**kwargs)
+
+
+@pytest_asyncio.fixture
+async def llm() -> AsyncIterator[ScriptedLLM]:
+    """A started ``ScriptedLLM`` for one test, stopped afterwards."""
+    async with ScriptedLLM() as server:
+        yield server

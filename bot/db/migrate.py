@@ -1,0 +1,69 @@
+"""Schema migrations through Alembic, on the bot's own engine.
+
+Several shard processes may start at once against one PostgreSQL, so the upgrade runs
+under a transaction-level advisory lock: the first process migrates, the others wait and
+then find nothing to do.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import text
+from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+# An arbitrary constant shared by every Kioku process ("kioku" in ASCII).
+MIGRATION_LOCK_ID = 0x6B696F6B75
+
+
+def migrations_dir() -> Path:
+    """Where the Alembic scripts are: ``KIOKU_MIGRATIONS_DIR``, the checkout, or the cwd."""
+    override = os.environ.get("KIOKU_MIGRATIONS_DIR")
+    if override:
+        return Path(override)
+    beside_package = Path(__file__).resolve().parents[2] / "migrations"
+    if beside_package.is_dir():
+        return beside_package
+    return Path.cwd() / "migrations"
+
+
+def alembic_config(connection: Connection | None = None) -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(migrations_dir()))
+    if connection is not None:
+        config.attributes["connection"] = connection
+    return config
+
+
+def head_revision() -> str | None:
+    return ScriptDirectory.from_config(alembic_config()).get_current_head()
+
+
+async def current_revision(engine: AsyncEngine) -> str | None:
+    """The revision the database is at (``None`` when never migrated)."""
+
+    def read(connection: Connection) -> str | None:
+        return MigrationContext.configure(connection).get_current_revision()
+
+    async with engine.connect() as connection:
+        return await connection.run_sync(read)
+
+
+async def upgrade(engine: AsyncEngine) -> tuple[str | None, str | None]:
+    """Upgrade to head; return (revision before, revision after). Idempotent."""
+
+    def run(connection: Connection) -> tuple[str | None, str | None]:
+        connection.execute(text("SELECT pg_advisory_xact_lock(:id)"), {"id": MIGRATION_LOCK_ID})
+        before = MigrationContext.configure(connection).get_current_revision()
+        command.upgrade(alembic_config(connection), "head")
+        after = MigrationContext.configure(connection).get_current_revision()
+        return before, after
+
+    async with engine.begin() as connection:
+        return await connection.run_sync(run)

@@ -1,0 +1,147 @@
+"""``kioku doctor``: check configuration, database, migrations and the LLM endpoint.
+
+Prints one row per check and exits non-zero when any check fails, so it can serve as a
+container health check or a CI smoke test.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import openai
+from sqlalchemy import text
+
+from bot.config import Settings
+from bot.db.engine import Database, describe_url
+from bot.db.migrate import current_revision, head_revision
+from bot.llm.client import make_client
+
+DOCTOR_TIMEOUT_SECONDS = 15.0
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    detail: str
+
+
+async def doctor(settings: Settings) -> int:
+    """Run every check, print the table, return the exit code."""
+    checks: list[Check] = [
+        Check(
+            "config",
+            True,
+            f"model {settings.model} via {settings.provider} at "
+            f"{settings.openai_base_url or 'api.openai.com'}",
+        ),
+        Check(
+            "discord token",
+            settings.discord_token is not None,
+            "set" if settings.discord_token is not None else "DISCORD_TOKEN is not set",
+        ),
+    ]
+    database = Database(settings)
+    try:
+        checks.extend(await _database_checks(database))
+    finally:
+        await database.close()
+    checks.extend(await _llm_checks(settings))
+    print(render_table(checks))
+    return 0 if all(check.ok for check in checks) else 1
+
+
+async def _database_checks(database: Database) -> list[Check]:
+    try:
+        await database.start()
+        started = time.perf_counter()
+        async with database.engine.connect() as connection:
+            version = (await connection.execute(text("SHOW server_version"))).scalar_one()
+        elapsed_ms = (time.perf_counter() - started) * 1000
+    except Exception as exc:  # any failure is the finding
+        return [Check("database", False, f"unreachable: {exc.__class__.__name__}: {exc}")]
+    assert database.url is not None
+    checks = [
+        Check(
+            "database",
+            True,
+            f"PostgreSQL {version}, {describe_url(database.url)} ({elapsed_ms:.0f} ms)",
+        )
+    ]
+    current, head = await current_revision(database.engine), head_revision()
+    checks.append(
+        Check(
+            "migrations",
+            current == head,
+            f"at {current}"
+            if current == head
+            else f"at {current}, head is {head}: run kioku migrate",
+        )
+    )
+    return checks
+
+
+async def _llm_checks(settings: Settings) -> list[Check]:
+    client = make_client(settings, max_retries=0).with_options(timeout=DOCTOR_TIMEOUT_SECONDS)
+    try:
+        return [
+            await _timed("llm endpoint", lambda: _list_models(client, settings.model)),
+            await _timed("llm tool call", lambda: _tiny_tool_call(client, settings.model)),
+        ]
+    finally:
+        await client.close()
+
+
+async def _timed(name: str, probe: Callable[[], Awaitable[str]]) -> Check:
+    started = time.perf_counter()
+    try:
+        detail = await probe()
+    except openai.APIError as exc:
+        return Check(name, False, f"{exc.__class__.__name__}: {exc}")
+    except Exception as exc:
+        return Check(name, False, f"{exc.__class__.__name__}: {exc}")
+    return Check(name, True, f"{detail} ({(time.perf_counter() - started) * 1000:.0f} ms)")
+
+
+async def _list_models(client: openai.AsyncOpenAI, model: str) -> str:
+    page = await client.models.list()
+    names = [item.id for item in page.data]
+    listed = "listed" if model in names else "not listed (may still work)"
+    return f"reachable, {len(names)} models, {model} {listed}"
+
+
+async def _tiny_tool_call(client: openai.AsyncOpenAI, model: str) -> str:
+    response = await client.chat.completions.create(
+        model=model,
+        messages=[{"role": "user", "content": "Call the ping tool with word set to 'pong'."}],
+        tools=[
+            {
+                "type": "function",
+                "function": {
+                    "name": "ping",
+                    "description": "Health check.",
+                    "parameters": {
+                        "type": "object",
+                        "properties": {"word": {"type": "string"}},
+                        "required": ["word"],
+                    },
+                },
+            }
+        ],
+        max_tokens=32,
+    )
+    calls = response.choices[0].message.tool_calls or []
+    if not calls:
+        raise RuntimeError("the model answered without calling the tool (no tool support?)")
+    return "the model called the tool"
+
+
+def render_table(checks: list[Check]) -> str:
+    width = max(len(check.name) for check in checks)
+    lines = [f"{'check':<{width}}  status  detail", f"{'-' * width}  ------  ------"]
+    for check in checks:
+        status = "ok" if check.ok else "FAIL"
+        lines.append(f"{check.name:<{width}}  {status:<6}  {check.detail}")
+    return "\n".join(lines)

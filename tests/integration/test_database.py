@@ -1,0 +1,152 @@
+"""The database harness, the schema contract and the migrations."""
+
+from __future__ import annotations
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from sqlalchemy import func, select, text
+
+from bot.db.engine import Database
+from bot.db.migrate import current_revision, head_revision, upgrade
+from bot.db.models import Base, GuildSettings
+from tests.helpers.database import count_statements
+
+# The database contract of ARCHITECTURE.md: every table and column it names.
+CONTRACT: dict[str, set[str]] = {
+    "guild_settings": {
+        "guild_id",
+        "short_term_memory_enabled",
+        "refresh_cadence",
+        "render_mode",
+        "crude_message_count",
+        "tool_description_override",
+        "nudge_override",
+        "updated_at",
+    },
+    "stm_categories": {"id", "guild_id", "position", "slug", "label", "description"},
+    "short_term_memories": {
+        "id",
+        "scope_kind",
+        "guild_id",
+        "user_id",
+        "channel_id",
+        "parent_channel_id",
+        "summary",
+        "categories",
+        "turns_since_refresh",
+        "last_refreshed_turn",
+        "covered_through_message_id",
+        "covered_through_hash",
+        "contributor_ids",
+        "origin",
+        "origin_detail",
+        "actor_user_id",
+        "source_message_id",
+        "version",
+        "created_at",
+        "updated_at",
+    },
+    "stm_events": {
+        "id",
+        "event",
+        "scope_kind",
+        "guild_id",
+        "user_id",
+        "channel_id",
+        "origin",
+        "actor_user_id",
+        "message_id",
+        "chars_before",
+        "chars_after",
+        "created_at",
+    },
+    "long_term_memories": {
+        "id",
+        "user_id",
+        "guild_id",
+        "content",
+        "origin",
+        "origin_detail",
+        "source_message_id",
+        "created_at",
+        "updated_at",
+    },
+    "user_settings": {"user_id", "cross_context_memory"},
+}
+
+
+async def test_information_schema_has_every_contract_table_and_column(db: Database) -> None:
+    async with db.engine.connect() as connection:
+        rows = await connection.execute(
+            text(
+                "SELECT table_name, column_name, data_type FROM information_schema.columns "
+                "WHERE table_schema = current_schema()"
+            )
+        )
+        found: dict[str, dict[str, str]] = {}
+        for table, column, data_type in rows:
+            found.setdefault(table, {})[column] = data_type
+    for table, columns in CONTRACT.items():
+        assert table in found, f"missing table {table}"
+        missing = columns - set(found[table])
+        assert not missing, f"{table} lacks {sorted(missing)}"
+    # Discord ids are bigint, timestamps timestamptz.
+    assert found["short_term_memories"]["channel_id"] == "bigint"
+    assert found["short_term_memories"]["contributor_ids"] == "ARRAY"
+    assert found["short_term_memories"]["categories"] == "jsonb"
+    assert found["stm_events"]["created_at"] == "timestamp with time zone"
+    assert "summary" not in found["stm_events"] and "content" not in found["stm_events"]
+
+
+async def test_stm_scope_key_is_unique_even_with_null_guild(db: Database) -> None:
+    insert = text(
+        "INSERT INTO short_term_memories (scope_kind, guild_id, user_id, channel_id, origin) "
+        "VALUES ('user', NULL, 7, 9, 'model_tool')"
+    )
+    async with db.engine.begin() as connection:
+        await connection.execute(insert)
+    with pytest.raises(Exception, match="uq_short_term_memories_scope_key"):
+        async with db.engine.begin() as connection:
+            await connection.execute(insert)
+
+
+async def test_models_and_migrations_do_not_drift(db: Database) -> None:
+    async with db.engine.connect() as connection:
+        diff = await connection.run_sync(
+            lambda sync: compare_metadata(
+                MigrationContext.configure(sync, opts={"compare_type": True}), Base.metadata
+            )
+        )
+    assert diff == []
+
+
+async def test_upgrade_is_idempotent(db: Database) -> None:
+    head = head_revision()
+    assert head is not None
+    assert await current_revision(db.engine) == head
+    assert await upgrade(db.engine) == (head, head)
+
+
+@pytest.mark.parametrize("attempt", [1, 2])
+async def test_each_test_starts_with_empty_tables(db: Database, attempt: int) -> None:
+    # Run twice: if the harness did not clean between tests, the second run sees 2 rows.
+    async with db.sessions() as session:
+        assert await session.scalar(select(func.count()).select_from(GuildSettings)) == 0
+        session.add(GuildSettings(guild_id=1))
+        await session.commit()
+        assert await session.scalar(select(func.count()).select_from(GuildSettings)) == 1
+
+
+async def test_statement_counter_counts_what_the_engine_sends(db: Database) -> None:
+    with count_statements(db.engine) as counter:
+        async with db.engine.connect() as connection:
+            await connection.execute(text("SELECT 1"))
+            await connection.execute(text("SELECT 2"))
+    assert [s.strip() for s in counter.statements if s.startswith("SELECT")][-2:] == [
+        "SELECT 1",
+        "SELECT 2",
+    ]
+    with count_statements(db.engine) as idle:
+        pass
+    assert idle.count == 0
