@@ -10,15 +10,25 @@ is allowed (see :func:`format_validation_error`).
 from __future__ import annotations
 
 import os
+import re
 import typing
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import annotated_types
-from pydantic import AliasChoices, BaseModel, Field, SecretStr, ValidationError, field_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+)
 from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
+    DotEnvSettingsSource,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     TomlConfigSettingsSource,
@@ -32,7 +42,13 @@ LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
 DEFAULT_CONFIG_FILE = Path("config/kioku.toml")
 
 
-class StmSettings(BaseModel):
+class Section(BaseModel):
+    """A ``[section]`` of the file; a misspelt key is an error, not silently ignored."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class StmSettings(Section):
     """Short-term memory knobs (SPEC §2–§5). Per-guild values are defaults for new guilds."""
 
     enabled: bool = True
@@ -51,7 +67,7 @@ class StmSettings(BaseModel):
     janitor_interval_hours: Annotated[float, Field(gt=0, le=24 * 30)] = 24.0
 
 
-class LlmSettings(BaseModel):
+class LlmSettings(Section):
     """How the tool loop talks to the OpenAI-compatible endpoint."""
 
     timeout_seconds: Annotated[float, Field(gt=0, le=600)] = 60.0
@@ -62,7 +78,7 @@ class LlmSettings(BaseModel):
     max_reply_tokens: Annotated[int, Field(ge=16, le=32_768)] = 1024
 
 
-class LongTermSettings(BaseModel):
+class LongTermSettings(Section):
     """Long-term (explicit) memory limits (SPEC §6)."""
 
     recall_char_budget: Annotated[int, Field(ge=0, le=20_000)] = 1200
@@ -70,7 +86,7 @@ class LongTermSettings(BaseModel):
     max_fact_chars: Annotated[int, Field(ge=20, le=1500)] = 500
 
 
-class DatabaseSettings(BaseModel):
+class DatabaseSettings(Section):
     """Connection pool sizing; the URL itself is the top-level ``DATABASE_URL``."""
 
     pool_size: Annotated[int, Field(ge=1, le=200)] = 5
@@ -139,12 +155,35 @@ class Settings(BaseSettings):
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         config_file = Path(os.environ.get("KIOKU_CONFIG", str(DEFAULT_CONFIG_FILE)))
         toml = TomlConfigSettingsSource(settings_cls, toml_file=config_file)
-        # Order is precedence: explicit arguments, then environment, then the file.
-        return (init_settings, env_settings, toml)
+        dotenv = _KnownKeysOnly(
+            settings_cls,
+            DotEnvSettingsSource(settings_cls, env_file=os.environ.get("KIOKU_ENV_FILE", ".env")),
+        )
+        # Order is precedence: explicit arguments, environment, .env, then the file.
+        return (init_settings, env_settings, dotenv, toml)
 
     @property
     def embedded_database(self) -> bool:
         return self.database_url is None
+
+
+class _KnownKeysOnly(PydanticBaseSettingsSource):
+    """A ``.env`` source that ignores variables meant for others (e.g. ``POSTGRES_*``,
+    which docker compose reads from the same file)."""
+
+    def __init__(self, settings_cls: type[BaseSettings], inner: PydanticBaseSettingsSource):
+        super().__init__(settings_cls)
+        self._inner = inner
+        self._known = set(settings_cls.model_fields)
+        for field in settings_cls.model_fields.values():
+            if isinstance(field.validation_alias, AliasChoices):
+                self._known.update(str(choice) for choice in field.validation_alias.choices)
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return self._inner.get_field_value(field, field_name)
+
+    def __call__(self) -> dict[str, Any]:
+        return {key: value for key, value in self._inner().items() if key in self._known}
 
 
 def async_database_url(raw: str) -> URL:
@@ -212,8 +251,12 @@ def format_validation_error(exc: ValidationError) -> str:
     return "\n".join(lines)
 
 
+_URL_CREDENTIALS = re.compile(r"(?<=://)[^/@\s]*@")
+
+
 def _short_repr(value: Any) -> str:
-    text = repr(value)
+    # A URL's credentials never reach the terminal (or a log collector reading it).
+    text = _URL_CREDENTIALS.sub("***@", repr(value))
     return text if len(text) <= 80 else text[:77] + "..."
 
 
