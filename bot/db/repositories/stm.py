@@ -1,0 +1,257 @@
+"""Short-term memory rows and their audit events.
+
+Every function takes an ``AsyncSession`` and leaves transaction control to the caller,
+so "both keys and their events in one transaction" is the caller's ``session.begin()``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import ColumnElement, and_, delete, func, literal_column, or_, select
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from bot.db.models import ShortTermMemory, StmEvent
+from bot.memory.model import Marker, Provenance, ScopeKey, StmEntry
+
+ZERO: ColumnElement[int] = literal_column("0")
+# The conflict target must repeat the unique index's expressions exactly.
+SCOPE_KEY_ELEMENTS: list[Any] = [
+    ShortTermMemory.scope_kind,
+    func.coalesce(ShortTermMemory.guild_id, ZERO),
+    func.coalesce(ShortTermMemory.user_id, ZERO),
+    ShortTermMemory.channel_id,
+]
+
+
+@dataclass(frozen=True, slots=True)
+class EventRecord:
+    """One ``stm_events`` row: what happened, never the memory text."""
+
+    event: str
+    key: ScopeKey | None = None
+    origin: str | None = None
+    actor_user_id: int | None = None
+    message_id: int | None = None
+    chars_before: int | None = None
+    chars_after: int | None = None
+    guild_id: int | None = None
+    channel_id: int | None = None
+
+
+def _key_filter(key: ScopeKey) -> ColumnElement[bool]:
+    return and_(
+        ShortTermMemory.scope_kind == key.kind,
+        func.coalesce(ShortTermMemory.guild_id, ZERO) == (key.guild_id or 0),
+        func.coalesce(ShortTermMemory.user_id, ZERO) == (key.user_id or 0),
+        ShortTermMemory.channel_id == key.channel_id,
+    )
+
+
+def _row_values(entry: StmEntry) -> dict[str, Any]:
+    key, provenance, marker = entry.key, entry.provenance, entry.marker
+    return {
+        "scope_kind": key.kind,
+        "guild_id": key.guild_id,
+        "user_id": key.user_id,
+        "channel_id": key.channel_id,
+        "parent_channel_id": entry.parent_channel_id,
+        "summary": entry.summary,
+        "categories": dict(entry.categories),
+        "turns_since_refresh": entry.turns_since_refresh,
+        "last_refreshed_turn": entry.last_refreshed_turn,
+        "covered_through_message_id": marker.message_id if marker else None,
+        "covered_through_hash": marker.content_hash if marker else None,
+        "contributor_ids": list(entry.contributor_ids),
+        "origin": provenance.origin if provenance else "model_tool",
+        "origin_detail": provenance.detail if provenance else None,
+        "actor_user_id": provenance.actor_user_id if provenance else None,
+        "source_message_id": provenance.source_message_id if provenance else None,
+        "version": entry.version,
+        "updated_at": entry.updated_at,
+    }
+
+
+def entry_from_row(row: ShortTermMemory) -> StmEntry:
+    marker = (
+        Marker(row.covered_through_message_id, row.covered_through_hash or "")
+        if row.covered_through_message_id is not None
+        else None
+    )
+    return StmEntry(
+        key=ScopeKey(
+            "server" if row.scope_kind == "server" else "user",
+            row.channel_id,
+            row.guild_id,
+            row.user_id,
+        ),
+        updated_at=row.updated_at,
+        parent_channel_id=row.parent_channel_id,
+        summary=row.summary,
+        categories={str(k): str(v) for k, v in (row.categories or {}).items()},
+        turns_since_refresh=row.turns_since_refresh,
+        last_refreshed_turn=row.last_refreshed_turn,
+        marker=marker,
+        contributor_ids=list(row.contributor_ids or ()),
+        provenance=Provenance(
+            row.origin,  # type: ignore[arg-type]  # constrained by the writers
+            row.origin_detail,
+            row.actor_user_id,
+            row.source_message_id,
+        ),
+        version=row.version,
+    )
+
+
+async def upsert_entries(session: AsyncSession, entries: Sequence[StmEntry]) -> int:
+    """Insert or update each entry's row unless the row already has a newer version.
+
+    Returns the number of rows written; a row skipped because it is newer is not
+    counted (a replayed, stale write must never overwrite a newer one).
+    """
+    written = 0
+    for entry in entries:
+        values = _row_values(entry)
+        base = insert(ShortTermMemory).values(**values)
+        excluded = base.excluded
+        statement = base.on_conflict_do_update(
+            index_elements=SCOPE_KEY_ELEMENTS,
+            set_={
+                name: getattr(excluded, name)
+                for name in values
+                if name not in ("scope_kind", "guild_id", "user_id", "channel_id")
+            },
+            where=ShortTermMemory.version < excluded.version,
+        ).returning(ShortTermMemory.id)
+        result = await session.execute(statement)
+        written += len(result.all())
+    return written
+
+
+async def load_entry(session: AsyncSession, key: ScopeKey) -> StmEntry | None:
+    row = await session.scalar(select(ShortTermMemory).where(_key_filter(key)))
+    return entry_from_row(row) if row is not None else None
+
+
+async def recent_server_entries(
+    session: AsyncSession, guild_id: int, *, since: datetime, limit: int
+) -> list[StmEntry]:
+    """The guild's most recently updated channel memories (hydrating "other channels")."""
+    rows = await session.scalars(
+        select(ShortTermMemory)
+        .where(
+            ShortTermMemory.scope_kind == "server",
+            ShortTermMemory.guild_id == guild_id,
+            ShortTermMemory.updated_at >= since,
+        )
+        .order_by(ShortTermMemory.updated_at.desc())
+        .limit(limit)
+    )
+    return [entry_from_row(row) for row in rows]
+
+
+async def recent_user_entries(
+    session: AsyncSession, user_id: int, *, since: datetime, limit: int
+) -> list[StmEntry]:
+    """A user's most recent memories made in servers (for opted-in DM recall)."""
+    rows = await session.scalars(
+        select(ShortTermMemory)
+        .where(
+            ShortTermMemory.scope_kind == "user",
+            ShortTermMemory.user_id == user_id,
+            ShortTermMemory.guild_id.is_not(None),
+            ShortTermMemory.updated_at >= since,
+        )
+        .order_by(ShortTermMemory.updated_at.desc())
+        .limit(limit)
+    )
+    return [entry_from_row(row) for row in rows]
+
+
+async def delete_channel(session: AsyncSession, channel_id: int) -> int:
+    """Delete every scope's row of a channel; return how many."""
+    result = await session.execute(
+        delete(ShortTermMemory)
+        .where(ShortTermMemory.channel_id == channel_id)
+        .returning(ShortTermMemory.id)
+    )
+    return len(result.all())
+
+
+@dataclass(frozen=True, slots=True)
+class UserRowsDeleted:
+    user_rows: int
+    contributed_rows: int
+
+
+async def delete_user(session: AsyncSession, user_id: int) -> UserRowsDeleted:
+    """Delete the user's own rows and every other row derived from their messages
+    (server rows, and other users' rows of the same conversation)."""
+    user_rows = await session.execute(
+        delete(ShortTermMemory)
+        .where(ShortTermMemory.scope_kind == "user", ShortTermMemory.user_id == user_id)
+        .returning(ShortTermMemory.id)
+    )
+    contributed = await session.execute(
+        delete(ShortTermMemory)
+        .where(
+            or_(
+                ShortTermMemory.contributor_ids.contains([user_id]),
+                ShortTermMemory.actor_user_id == user_id,
+            ),
+        )
+        .returning(ShortTermMemory.id)
+    )
+    return UserRowsDeleted(len(user_rows.all()), len(contributed.all()))
+
+
+async def delete_older_than(session: AsyncSession, cutoff: datetime) -> int:
+    result = await session.execute(
+        delete(ShortTermMemory)
+        .where(ShortTermMemory.updated_at < cutoff)
+        .returning(ShortTermMemory.id)
+    )
+    return len(result.all())
+
+
+async def add_events(session: AsyncSession, events: Sequence[EventRecord]) -> None:
+    for record in events:
+        key = record.key
+        session.add(
+            StmEvent(
+                event=record.event,
+                scope_kind=key.kind if key else None,
+                guild_id=key.guild_id if key else record.guild_id,
+                user_id=key.user_id if key else None,
+                channel_id=key.channel_id if key else record.channel_id,
+                origin=record.origin,
+                actor_user_id=record.actor_user_id,
+                message_id=record.message_id,
+                chars_before=record.chars_before,
+                chars_after=record.chars_after,
+            )
+        )
+    await session.flush()
+
+
+async def delete_events_of_user(session: AsyncSession, user_id: int) -> int:
+    result = await session.execute(
+        delete(StmEvent)
+        .where(or_(StmEvent.user_id == user_id, StmEvent.actor_user_id == user_id))
+        .returning(StmEvent.id)
+    )
+    return len(result.all())
+
+
+async def recent_events(session: AsyncSession, guild_id: int, limit: int = 20) -> list[StmEvent]:
+    rows = await session.scalars(
+        select(StmEvent)
+        .where(StmEvent.guild_id == guild_id)
+        .order_by(StmEvent.id.desc())
+        .limit(limit)
+    )
+    return list(rows)

@@ -1,0 +1,279 @@
+"""The ``update_short_term_memory`` tool: its per-guild schema and argument parsing.
+
+The schema depends on the guild's configuration (SPEC §3): summary mode takes one
+``summary`` string; category mode takes one optional string per category slug (at least
+one). Parsing validates the model's raw JSON and raises ``ToolArgumentError`` with a
+message the model can act on; it never truncates or sanitizes (``memory.service`` does,
+to 1500 characters, before storing).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from bot.memory.model import SUMMARY_SLUG, Category, GuildConfig
+
+STM_TOOL_NAME = "update_short_term_memory"
+STM_VALUE_MAX_CHARS = 1500
+MAX_RAW_ARGUMENT_BYTES = 64 * 1024
+MAX_VALUE_BYTES = 64 * 1024
+
+DEFAULT_TOOL_DESCRIPTION = (
+    "Silently update your short-term memory of this conversation. The user never sees "
+    "this call; do not mention it. What you send REPLACES the running summary, so write "
+    "the complete, current memory: durable facts, decisions made, preferences stated, and "
+    "open threads or questions still pending. Drop small talk and anything no longer true. "
+    f"Keep each value under {STM_VALUE_MAX_CHARS} characters (longer text is cut). "
+    "Call it at most once per turn, ideally after answering."
+)
+
+_SUMMARY_PROPERTY_DESCRIPTION = (
+    "The complete new summary of this conversation (replaces the previous one)."
+)
+_CATEGORY_SUFFIX = " Omit to keep its current value; an empty string clears it."
+
+
+@dataclass(frozen=True)
+class StmUpdate:
+    """What the model asked to store.
+
+    Summary mode: ``summary`` is set, ``categories`` is ``None``. Category mode:
+    ``categories`` holds only the slugs the model gave (``""`` clears that one) and
+    ``summary`` is ``None``.
+    """
+
+    summary: str | None = None
+    categories: dict[str, str] | None = None
+
+
+class ToolArgumentError(ValueError):
+    """The model's arguments were refused; ``str()`` tells the model how to fix them."""
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+def _summary_description(config: GuildConfig) -> str:
+    # A guild whose only category is ``summary`` is in summary mode: use its wording.
+    if len(config.categories) == 1 and config.categories[0].description.strip():
+        return f"{config.categories[0].description.strip()} (replaces the previous summary)"
+    return _SUMMARY_PROPERTY_DESCRIPTION
+
+
+def _category_description(category: Category) -> str:
+    return f"{category.label}: {category.description}{_CATEGORY_SUFFIX}"
+
+
+def stm_tool_definition(config: GuildConfig) -> dict[str, Any]:
+    """The Chat Completions tool definition for ``config``'s guild."""
+    parameters: dict[str, Any]
+    if not config.category_mode:
+        parameters = {
+            "type": "object",
+            "properties": {
+                SUMMARY_SLUG: {
+                    "type": "string",
+                    "description": _summary_description(config),
+                    "maxLength": STM_VALUE_MAX_CHARS,
+                }
+            },
+            "required": [SUMMARY_SLUG],
+            "additionalProperties": False,
+        }
+    else:
+        ordered = sorted(config.categories, key=lambda category: category.position)
+        parameters = {
+            "type": "object",
+            "properties": {
+                category.slug: {
+                    "type": "string",
+                    "description": _category_description(category),
+                    "maxLength": STM_VALUE_MAX_CHARS,
+                }
+                for category in ordered
+            },
+            "minProperties": 1,
+            "additionalProperties": False,
+        }
+    override = config.tool_description_override
+    description = override.strip() if override and override.strip() else DEFAULT_TOOL_DESCRIPTION
+    return {
+        "type": "function",
+        "function": {
+            "name": STM_TOOL_NAME,
+            "description": description,
+            "parameters": parameters,
+        },
+    }
+
+
+def _json_type(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return "string"
+
+
+def _quoted(names: list[str]) -> str:
+    """``"a", "b"``: JSON-quoted (ASCII-safe), long names and long lists shortened."""
+    shown = [name if len(name) <= 40 else name[:40] + "..." for name in names[:10]]
+    text = ", ".join(json.dumps(name, ensure_ascii=True) for name in shown)
+    return text if len(names) <= 10 else f"{text} and {len(names) - 10} more"
+
+
+def _utf8_size(text: str) -> int:
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise ToolArgumentError(
+                f"field {_quoted([key])} appears more than once; give each field once", key
+            )
+        result[key] = value
+    return result
+
+
+def _example(config: GuildConfig) -> str:
+    if not config.category_mode:
+        return '{"summary": "..."}'
+    slug = sorted(config.categories, key=lambda category: category.position)[0].slug
+    return json.dumps({slug: "..."})
+
+
+def _load_object(raw: str | None, config: GuildConfig) -> dict[str, Any]:
+    example = _example(config)
+    if raw is None or not raw.strip():
+        raise ToolArgumentError(f"no arguments were given; send a JSON object like {example}")
+    size = _utf8_size(raw)
+    if size > MAX_RAW_ARGUMENT_BYTES:
+        raise ToolArgumentError(
+            f"arguments are too large ({size} bytes, at most {MAX_RAW_ARGUMENT_BYTES}); "
+            f"send only the memory text, each value under {STM_VALUE_MAX_CHARS} characters"
+        )
+    try:
+        value = json.loads(raw, object_pairs_hook=_reject_duplicates)
+    except json.JSONDecodeError as exc:
+        if exc.pos >= len(raw.rstrip()) or exc.msg.startswith("Unterminated string"):
+            raise ToolArgumentError(
+                "arguments are truncated JSON (the text ends before the JSON is complete); "
+                f"send one complete JSON object like {example}"
+            ) from None
+        raise ToolArgumentError(
+            f"arguments are not valid JSON ({exc.msg} at line {exc.lineno} column "
+            f"{exc.colno}); send one JSON object like {example}"
+        ) from None
+    except ToolArgumentError:
+        raise
+    except RecursionError:
+        raise ToolArgumentError(
+            f"arguments are nested too deeply; send one flat JSON object like {example}"
+        ) from None
+    except ValueError as exc:  # e.g. an integer literal with thousands of digits
+        raise ToolArgumentError(
+            f"arguments are not usable JSON ({exc}); send one JSON object like {example}"
+        ) from None
+    if not isinstance(value, dict):
+        raise ToolArgumentError(
+            f"arguments must be a JSON object, got a JSON {_json_type(value)}; "
+            f"send one JSON object like {example}"
+        )
+    return value
+
+
+def _check_text(field: str, value: object) -> str:
+    """``value`` as a string, or ToolArgumentError naming ``field``'s problem."""
+    name = _quoted([field])
+    if not isinstance(value, str):
+        hint = '; use "" to clear it' if value is None and field != SUMMARY_SLUG else ""
+        raise ToolArgumentError(
+            f"field {name} must be a string, got {_json_type(value)}{hint}", field
+        )
+    if "\x00" in value:
+        raise ToolArgumentError(
+            f"field {name} contains a NUL character (\\u0000); send plain text without it",
+            field,
+        )
+    if any("\ud800" <= char <= "\udfff" for char in value):
+        raise ToolArgumentError(
+            f"field {name} contains a lone surrogate (an unpaired \\ud800-\\udfff escape), "
+            "which is not valid Unicode; send plain text",
+            field,
+        )
+    size = _utf8_size(value)
+    if size > MAX_VALUE_BYTES:
+        raise ToolArgumentError(
+            f"field {name} is too large ({size} bytes); keep it under "
+            f"{STM_VALUE_MAX_CHARS} characters",
+            field,
+        )
+    return value
+
+
+def _parse_summary(payload: dict[str, Any]) -> StmUpdate:
+    problems: list[str] = []
+    extra = sorted(key for key in payload if key != SUMMARY_SLUG)
+    if SUMMARY_SLUG not in payload:
+        problems.append('missing required field "summary" (the new summary text, a string)')
+    if extra:
+        plural = "s" if len(extra) > 1 else ""
+        problems.append(
+            f'unexpected field{plural} {_quoted(extra)}; this tool takes only "summary"'
+        )
+    if problems:
+        field = extra[0] if extra and SUMMARY_SLUG in payload else SUMMARY_SLUG
+        raise ToolArgumentError("; ".join(problems), field)
+    summary = _check_text(SUMMARY_SLUG, payload[SUMMARY_SLUG])
+    if not summary.strip():
+        raise ToolArgumentError(
+            'field "summary" is empty; an empty memory is not accepted: give the new summary '
+            "text (the whole running summary, durable facts and open threads included)",
+            SUMMARY_SLUG,
+        )
+    return StmUpdate(summary=summary)
+
+
+def _parse_categories(payload: dict[str, Any], config: GuildConfig) -> StmUpdate:
+    valid = [c.slug for c in sorted(config.categories, key=lambda category: category.position)]
+    if not payload:
+        raise ToolArgumentError(
+            f"no categories given; send at least one of {_quoted(valid)} as a string"
+        )
+    unknown = [key for key in payload if key not in valid]
+    if unknown:
+        plural = "s" if len(unknown) > 1 else ""
+        raise ToolArgumentError(
+            f"unknown field{plural} {_quoted(unknown)}; the valid categories are {_quoted(valid)}",
+            unknown[0],
+        )
+    categories = {slug: _check_text(slug, value) for slug, value in payload.items()}
+    if not any(value.strip() for value in categories.values()):
+        raise ToolArgumentError(
+            "every category given is empty; give at least one non-empty category "
+            '("" only clears the categories you list, omitted ones keep their value)'
+        )
+    return StmUpdate(categories=categories)
+
+
+def parse_stm_arguments(raw: str | None, config: GuildConfig) -> StmUpdate:
+    """Validate the model's raw JSON arguments for ``config``'s guild.
+
+    Raises ``ToolArgumentError`` (and nothing else) with a message naming the field,
+    the problem and what is expected. Values are returned as given (not truncated).
+    """
+    payload = _load_object(raw, config)
+    if not config.category_mode:
+        return _parse_summary(payload)
+    return _parse_categories(payload, config)

@@ -1,0 +1,151 @@
+"""The STM cache: a bounded cachetools TLRU cache with secondary indexes.
+
+Expiry is measured from an entry's last update: 24 h when its summary text is non-empty,
+12 h otherwise (category-only entries included). Because the TTL is computed from
+``entry.updated_at`` (wall clock) rather than from the moment of insertion, an entry
+hydrated from a row older than its TTL is already expired and is never cached "fresh".
+
+Prompt assembly needs "the other channels of this guild" and DMs need "this user's
+memories elsewhere" without scanning 50,000 entries, so the cache keeps small indexes
+by guild, by user and by channel, maintained on every insert, removal, eviction and
+expiry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from cachetools import TLRUCache
+
+from bot.memory.clock import Clock
+from bot.memory.model import ScopeKey, StmEntry
+
+
+class _TLRU(TLRUCache[ScopeKey, StmEntry]):
+    """TLRUCache that reports every removal (delete, LRU eviction, expiry)."""
+
+    def __init__(
+        self,
+        maxsize: int,
+        ttu: Callable[[ScopeKey, StmEntry, float], float],
+        timer: Callable[[], float],
+        on_remove: Callable[[ScopeKey], None],
+    ) -> None:
+        super().__init__(maxsize, ttu, timer)
+        self._on_remove = on_remove
+
+    def __delitem__(self, key: ScopeKey) -> None:
+        try:
+            super().__delitem__(key)
+        finally:
+            self._on_remove(key)
+
+    def expire(self, time: Any = None) -> Any:
+        expired = super().expire(time)
+        for key, _ in expired:
+            self._on_remove(key)
+        return expired
+
+
+class StmCache:
+    """Bounded, TTL'd STM entries keyed by :class:`ScopeKey`."""
+
+    def __init__(
+        self, *, maxsize: int, ttl_summary_s: float, ttl_empty_s: float, clock: Clock
+    ) -> None:
+        self._clock = clock
+        self._ttl_summary = ttl_summary_s
+        self._ttl_empty = ttl_empty_s
+        self._data = _TLRU(maxsize, self._expires_at, clock.monotonic, self._unindex)
+        self._by_guild: dict[int, set[ScopeKey]] = {}
+        self._by_user: dict[int, set[ScopeKey]] = {}
+        self._by_channel: dict[int, set[ScopeKey]] = {}
+
+    def ttl_for(self, entry: StmEntry) -> float:
+        return self._ttl_summary if entry.has_summary else self._ttl_empty
+
+    def _expires_at(self, key: ScopeKey, entry: StmEntry, now_monotonic: float) -> float:
+        age = (self._clock.now() - entry.updated_at).total_seconds()
+        return now_monotonic + self.ttl_for(entry) - max(0.0, age)
+
+    def is_expired(self, entry: StmEntry) -> bool:
+        """Whether an entry (e.g. one just read from its row) is past its TTL."""
+        return (self._clock.now() - entry.updated_at).total_seconds() >= self.ttl_for(entry)
+
+    def get(self, key: ScopeKey) -> StmEntry | None:
+        return self._data.get(key)
+
+    def __contains__(self, key: ScopeKey) -> bool:
+        return key in self._data
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def put(self, entry: StmEntry) -> None:
+        """Insert or re-insert ``entry`` (re-inserting restarts its TTL from ``updated_at``)."""
+        key = entry.key
+        self._data[key] = entry
+        if key not in self._data:  # already expired: TLRUCache refused it
+            return
+        if key.kind == "server" and key.guild_id is not None:
+            self._by_guild.setdefault(key.guild_id, set()).add(key)
+        if key.user_id is not None:
+            self._by_user.setdefault(key.user_id, set()).add(key)
+        self._by_channel.setdefault(key.channel_id, set()).add(key)
+
+    def pop(self, key: ScopeKey) -> StmEntry | None:
+        entry = self._data.get(key)
+        if key in self._data:
+            del self._data[key]
+        else:
+            self._unindex(key)
+        return entry
+
+    def _unindex(self, key: ScopeKey) -> None:
+        for index, value in (
+            (self._by_guild, key.guild_id if key.kind == "server" else None),
+            (self._by_user, key.user_id),
+            (self._by_channel, key.channel_id),
+        ):
+            if value is None:
+                continue
+            keys = index.get(value)
+            if keys is not None:
+                keys.discard(key)
+                if not keys:
+                    del index[value]
+
+    def _live(self, keys: Iterable[ScopeKey]) -> Iterator[StmEntry]:
+        data = self._data
+        for key in list(keys):
+            entry = data.get(key)
+            if entry is not None:
+                yield entry
+
+    def server_entries_of_guild(self, guild_id: int) -> list[StmEntry]:
+        """Live server-scope entries of a guild (for "other channels" in the prompt)."""
+        return list(self._live(self._by_guild.get(guild_id, ())))
+
+    def entries_of_user(self, user_id: int) -> list[StmEntry]:
+        """Live user-scope entries of a user (for cross-context recall in DMs)."""
+        return [e for e in self._live(self._by_user.get(user_id, ())) if e.key.kind == "user"]
+
+    def keys_of_channel(self, channel_id: int) -> list[ScopeKey]:
+        return list(self._by_channel.get(channel_id, ()))
+
+    def keys_of_user(self, user_id: int) -> list[ScopeKey]:
+        return list(self._by_user.get(user_id, ()))
+
+    def entries(self) -> Iterator[StmEntry]:
+        """Every live entry (a scan: only for rare operations such as forgetting a user)."""
+        for key in list(self._data):
+            entry = self._data.get(key)
+            if entry is not None:
+                yield entry
+
+    def clear(self) -> None:
+        self._data.clear()
+        self._by_guild.clear()
+        self._by_user.clear()
+        self._by_channel.clear()

@@ -1,0 +1,180 @@
+"""Does a message explicitly ask the bot to remember (or forget) something long-term?
+
+When it does, the turn is reserved for long-term memory tools and the STM tool is not
+offered (SPEC §3 guards, §6 long-term memory).
+
+The rule. A message is split into clauses at ``. ! ? ; ,`` and line breaks (code blocks,
+inline code and ``>`` quote lines are ignored first: quoted words are not requests). A
+clause counts when, at its START, after optional address words, it holds a memory verb
+in the IMPERATIVE:
+
+* address words (any number): the bot's mention ``<@id>`` (any mention when the bot id
+  is unknown), the bot's name (``kioku``), interjections (``hey``, ``ok``, ``also``,
+  ``btw``, ``and``…);
+* then optionally a request marker: ``please``/``pls``/``kindly``, ``can/could/would/
+  will you``, ``I want/need/'d like you to``, ``make sure to``;
+* then a memory verb, matched as whole words (``misremembered``, ``unforgettable``,
+  ``forgetting``, ``remembering`` never count).
+
+Bare imperatives (no request marker and no bot mention/name) are held to a stricter
+form, because "remember…" in chat is usually reminiscence, not an instruction:
+
+* ``remember`` / ``don't forget`` must be followed by ``that``, ``:``, ``this``,
+  ``my``, ``I``/``I'm``, ``we``/``our``, ``it``, ``for later``, ``the following``…
+  — ``Remember when…``, ``Remember the Alamo``, ``Don't forget to vote`` do not count;
+* ``forget`` must be followed by ``that``, ``what``, ``about`` (not ``about it``),
+  ``my``, ``everything``, ``this``… — ``Forget it`` does not count;
+* the clause must not be a question (``Remember that party?``).
+
+Always (with or without a marker): ``remember`` followed by ``when``, ``how``, ``if``,
+``back``, ``the time``… never counts (it asks to reminisce or recall). ``memorize`` /
+``memorise``, ``keep in mind``, ``make/take a note``, ``note (this) down``, ``write this
+down``, ``commit/add/save/store this to memory`` count at clause start. ``note that``
+counts only when addressed to the bot (mention/name or ``can you``…): a bare or
+``please note that…`` is the announcement idiom. Subjects other than an address
+(``I remember that``, ``I can't remember the title``, ``do you remember``) never count.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+_DEFAULT_BOT_NAMES = ("kioku",)
+
+_CODE_BLOCK = re.compile(r"```.*?(?:```|$)", re.DOTALL)
+_INLINE_CODE = re.compile(r"`[^`\n]*`")
+_QUOTE_LINE = re.compile(r"^\s*>.*$", re.MULTILINE)
+# Clause text and the character that ended it ("" at the end of the message).
+_CLAUSE = re.compile(r"([^.!?;,\n]*)([.!?;,\n]|$)")
+_MENTION = re.compile(r"<@[!&]?(\d+)>")
+_APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'", "\u02bc": "'", "`": "'"})
+
+_INTERJECTIONS = r"hey|hi|hello|yo|ok|okay|oh|ah|and|also|btw|so|now|lol|alright|well|but|oi|bot"
+_REQUEST = (
+    r"(?:please|pls|plz|kindly"
+    r"|(?:can|could|would|will)\s+(?:you|u)"
+    r"|i\s+(?:want|need)\s+you\s+to|i(?:'d|\s+would)\s+like\s+you\s+to"
+    r"|make\s+sure\s+(?:to|you)|try\s+to)"
+)
+# "please note that…" is an announcement idiom: "please" does not make "note" a request.
+_POLITE_ONLY = re.compile(r"(?:please|pls|plz|kindly)(?:\s+|$)")
+
+_REMEMBER_NEVER = (
+    r"(?!\s+(?:when|how|if|whether|back|the\s+(?:time|day|days|night|way)|those|who|why"
+    r"|where|what\s+(?:happened|it\s+was|it's)|anything|nothing)\b)"
+)
+_BARE_REMEMBER_OBJECT = (
+    r"(?:\s*[:\u2014\u2013-]|\s+(?:that|this|these|my|mine|i|i'm|im|i've|i'll|i'd|we"
+    r"|we're|our|us|it|it's|for\s+(?:later|next\s+time|the\s+future|future)"
+    r"|(?:the\s+)?following|forever|always)\b)"
+)
+_BARE_FORGET_OBJECT = (
+    r"(?:\s*[:\u2014\u2013-]|\s+(?:that|this|these|what|about\s+(?!it\b)|my|everything"
+    r"|all|anything|i|i'm|i've|we|our|the\s+(?:thing|fact|part|stuff))\b)"
+)
+_DONT = r"(?:don't|dont|do\s+not)"
+_ALWAYS = (
+    r"(?:memori[sz]e\b|keep\s+(?:(?:this|that|it)\s+)?in\s+mind\b"
+    r"|(?:make|take)\s+(?:a\s+)?note\b|note\s+(?:(?:this|that|it)\s+)?down\b"
+    r"|(?:write|jot)\s+(?:this|that|it)\s+down\b"
+    r"|(?:commit|add|save|store|put)\s+(?:this|that|it)\s+(?:to|in|into)\s+"
+    r"(?:your\s+)?(?:long[\s-]?term\s+)?memory\b)"
+)
+
+_BARE = re.compile(
+    rf"(?:remember{_REMEMBER_NEVER}{_BARE_REMEMBER_OBJECT}"
+    rf"|{_DONT}\s+forget{_BARE_REMEMBER_OBJECT}"
+    rf"|forget{_BARE_FORGET_OBJECT}"
+    rf"|{_ALWAYS})"
+)
+_ADDRESSED = re.compile(
+    rf"(?:remember\b{_REMEMBER_NEVER}|{_DONT}\s+forget\b|forget\b|{_ALWAYS}|note\s+that\b)"
+)
+_BOT_REQUEST = re.compile(rf"{_REQUEST}\s+(?:please\s+)?")
+_INTERJECTION = re.compile(rf"(?:{_INTERJECTIONS})\b[\s:!-]*")
+_NAME_TAIL = r"\b[\s:!-]*"
+
+
+def _prepare(text: str) -> str:
+    text = _CODE_BLOCK.sub(" ", text)
+    text = _INLINE_CODE.sub(" ", text)
+    text = _QUOTE_LINE.sub(" ", text)
+    text = text.replace("<@!", "<@")  # the legacy nickname mention holds a "!"
+    return text.translate(_APOSTROPHES).lower()
+
+
+def _strip_address(
+    clause: str, bot_user_id: int | None, names: re.Pattern[str] | None
+) -> tuple[str, bool, bool]:
+    """Drop leading mentions, bot names and interjections.
+
+    Returns the rest, whether the bot was addressed, and whether another user was
+    (a leading mention of someone else when the bot's id is known).
+    """
+    rest = clause.lstrip()
+    addressed = False
+    while rest:
+        mention = _MENTION.match(rest)
+        if mention is not None:
+            if bot_user_id is not None and int(mention.group(1)) != bot_user_id:
+                return rest, addressed, True
+            addressed = True
+            rest = rest[mention.end() :].lstrip(" :!-")
+            continue
+        name = names.match(rest) if names is not None else None
+        if name is not None:
+            addressed = True
+            rest = rest[name.end() :]
+            continue
+        interjection = _INTERJECTION.match(rest)
+        if interjection is not None:
+            rest = rest[interjection.end() :]
+            continue
+        break
+    return rest, addressed, False
+
+
+def _verb_matches(rest: str, addressed: bool, question: bool) -> bool:
+    request = _BOT_REQUEST.match(rest)
+    if request is not None:
+        polite_only = _POLITE_ONLY.fullmatch(request.group(0)) is not None
+        rest = rest[request.end() :]
+        if polite_only and not addressed and rest.startswith("note"):
+            return False  # "please note that…": an announcement, not a request
+        return _ADDRESSED.match(rest) is not None
+    if addressed:
+        return _ADDRESSED.match(rest) is not None
+    return not question and _BARE.match(rest) is not None
+
+
+def explicit_long_term_intent(
+    text: str,
+    *,
+    bot_user_id: int | None = None,
+    bot_names: Sequence[str] = _DEFAULT_BOT_NAMES,
+) -> bool:
+    """True when ``text`` explicitly asks the bot to remember or forget something.
+
+    ``bot_user_id``, when known, makes only the bot's own mention an address (a clause
+    that starts by mentioning someone else is addressed to them); ``bot_names`` are the
+    names a user may call the bot by (``kioku, remember that…``). See the module doc for
+    the full rule.
+    """
+    alternatives = "|".join(re.escape(n.strip().lower()) for n in bot_names if n.strip())
+    names = re.compile(rf"(?:{alternatives}){_NAME_TAIL}") if alternatives else None
+    carried = False  # "hey kioku, remember …": the address is its own clause
+    for match in _CLAUSE.finditer(_prepare(text)):
+        clause, end = match.group(1), match.group(2)
+        rest, addressed, elsewhere = _strip_address(clause, bot_user_id, names)
+        if elsewhere:
+            carried = False
+            continue
+        addressed = addressed or carried
+        if not rest.strip():
+            carried = addressed and end == ","
+            continue
+        carried = False
+        if _verb_matches(rest, addressed, end == "?"):
+            return True
+    return False

@@ -1,0 +1,150 @@
+"""The memory core's vocabulary: keys, entries, raw messages, guild configuration.
+
+Nothing here knows about Discord or the database; cogs translate Discord objects into
+these, repositories translate rows into them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Literal
+
+ScopeKind = Literal["server", "user"]
+Origin = Literal["model_tool", "summarizer", "admin", "user_command", "import"]
+RenderMode = Literal["crude_summary", "supersede"]
+
+SUMMARY_SLUG = "summary"
+MAX_CATEGORIES = 5
+
+
+@dataclass(frozen=True, slots=True)
+class ScopeKey:
+    """Identifies one STM entry: ``server:{guild}:{channel}`` or ``user:{user}:{channel}``.
+
+    A user key made in a guild keeps its guild id, so recall elsewhere can tell which
+    guild a memory came from; in DMs ``guild_id`` is ``None``.
+    """
+
+    kind: ScopeKind
+    channel_id: int
+    guild_id: int | None = None
+    user_id: int | None = None
+
+    @classmethod
+    def server(cls, guild_id: int, channel_id: int) -> ScopeKey:
+        return cls("server", channel_id, guild_id, None)
+
+    @classmethod
+    def user(cls, user_id: int, channel_id: int, guild_id: int | None = None) -> ScopeKey:
+        return cls("user", channel_id, guild_id, user_id)
+
+    def __str__(self) -> str:
+        if self.kind == "server":
+            return f"server:{self.guild_id}:{self.channel_id}"
+        return f"user:{self.user_id}:{self.channel_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class RawMessage:
+    """One Discord message as the prompt sees it (never persisted)."""
+
+    message_id: int
+    author_id: int
+    author_name: str
+    content: str
+    created_at: datetime
+    is_bot: bool = False
+
+    def line(self) -> str:
+        """The gatherer's ``Name: text`` form."""
+        return f"{self.author_name}: {self.content}"
+
+
+def message_hash(author_id: int, content: str) -> str:
+    """sha256 of a message's author id and content: the marker's fingerprint."""
+    return hashlib.sha256(f"{author_id}:{content}".encode()).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class Marker:
+    """The last message a summary covers."""
+
+    message_id: int
+    content_hash: str
+
+    @classmethod
+    def of(cls, message: RawMessage) -> Marker:
+        return cls(message.message_id, message_hash(message.author_id, message.content))
+
+
+@dataclass(frozen=True, slots=True)
+class Provenance:
+    """How a memory got in: origin, detail (model name, command), actor, source message."""
+
+    origin: Origin
+    detail: str | None = None
+    actor_user_id: int | None = None
+    source_message_id: int | None = None
+
+
+@dataclass(slots=True)
+class StmEntry:
+    """One short-term memory (cache entry and row). Mutated only by ``memory.service``."""
+
+    key: ScopeKey
+    updated_at: datetime
+    parent_channel_id: int | None = None
+    summary: str = ""
+    categories: dict[str, str] = field(default_factory=dict)
+    turns_since_refresh: int = 0
+    last_refreshed_turn: int = 0
+    marker: Marker | None = None
+    contributor_ids: list[int] = field(default_factory=list)
+    provenance: Provenance | None = None
+    # 0 means never persisted; every successful write increments it.
+    version: int = 0
+
+    @property
+    def has_summary(self) -> bool:
+        return bool(self.summary.strip())
+
+    @property
+    def has_content(self) -> bool:
+        return self.has_summary or any(value.strip() for value in self.categories.values())
+
+    def chars(self) -> int:
+        """Size of the stored text (for audit events, which never hold the text)."""
+        return len(self.summary) + sum(len(value) for value in self.categories.values())
+
+
+@dataclass(frozen=True, slots=True)
+class Category:
+    """An admin-defined STM category."""
+
+    position: int
+    slug: str
+    label: str
+    description: str
+
+
+@dataclass(frozen=True, slots=True)
+class GuildConfig:
+    """A guild's STM configuration (``guild_settings`` + ``stm_categories``)."""
+
+    guild_id: int | None
+    stm_enabled: bool = True
+    refresh_cadence: int = 5
+    render_mode: RenderMode = "crude_summary"
+    crude_message_count: int = 6
+    tool_description_override: str | None = None
+    nudge_override: str | None = None
+    categories: tuple[Category, ...] = ()
+
+    @property
+    def category_mode(self) -> bool:
+        """Summary mode: no categories, or the single category ``summary``."""
+        return bool(self.categories) and not (
+            len(self.categories) == 1 and self.categories[0].slug == SUMMARY_SLUG
+        )

@@ -1,0 +1,317 @@
+"""Prompt assembly (SPEC §5): memory, other channels, long-term facts and the nudge.
+
+Pure and fast: it runs on every turn, so it sticks to plain string operations, builds
+each note once and never copies entries. The caller has already decided what may be
+shown (privacy of other channels, DM opt-in, the long-term budget); this module only
+decides how.
+
+Memory text is data the model wrote earlier, never instructions. Every piece of stored
+or user-written text that goes into a system note is fenced in
+``<memory …>…</memory>`` and defused first, so nothing inside can close the fence.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from bot.memory.gather import messages_after_marker
+from bot.memory.model import GuildConfig, RawMessage, StmEntry
+
+# Each stored value (the summary or one category) is truncated to this many characters.
+VALUE_LIMIT = 1500
+TOOL_NAME = "update_short_term_memory"
+NEW_MESSAGES_PLACEHOLDER = "{new_messages}"
+THIS_CHANNEL = "this channel"
+LONG_TERM_HEADING = "Facts the user asked you to remember:"
+SUMMARY_LABEL = "Summary"
+
+_FENCE_CLOSE = "</memory>"
+# Stands in for "<" wherever stored text spells a memory tag, so it can never open or
+# close a fence.
+_DEFUSED_LT = "‹"
+_MEMORY_TAG = re.compile(r"<(?=[\s/]*memory)", re.IGNORECASE)
+
+
+@dataclass(frozen=True, slots=True)
+class OtherChannel:
+    """Another channel's memory, already privacy-filtered by the caller."""
+
+    label: str  # e.g. "#general", or in DMs "#general in My Server"
+    entry: StmEntry | None
+    window: Sequence[RawMessage]  # its recent raw messages, oldest first
+
+
+@dataclass(frozen=True, slots=True)
+class PromptInput:
+    """Everything one turn's prompt is built from."""
+
+    now: datetime
+    config: GuildConfig
+    bot_user_id: int
+    entry: StmEntry | None  # this channel's memory
+    # This channel's recent raw messages, oldest first, the triggering message last.
+    window: Sequence[RawMessage]
+    # Other channels of the guild or, in DMs, the server memories the user opted into.
+    others: Sequence[OtherChannel] = ()
+    raw_window: int = 50
+    min_raw_tail: int = 4
+    max_others: int = 3
+    nudge_new_messages: int | None = None  # set when the cadence is due
+    long_term_notes: Sequence[str] = ()  # facts to recall, already budgeted
+    is_dm: bool = False
+
+
+@dataclass(slots=True)
+class AssembledPrompt:
+    """System notes (each one system message after the persona) and the chat history."""
+
+    system_notes: list[str]
+    history: list[dict[str, str]]
+
+
+def relative_time(then: datetime, now: datetime) -> str:
+    """``just now``, ``5 min ago``, ``3 h ago``, ``1 day ago``, ``2 days ago``.
+
+    Rounds down; a time in the future (clock skew) is ``just now``. A naive datetime
+    is taken as UTC when the other one is aware.
+    """
+    if (then.tzinfo is None) != (now.tzinfo is None):
+        if then.tzinfo is None:
+            then = then.replace(tzinfo=UTC)
+        else:
+            now = now.replace(tzinfo=UTC)
+    seconds = int((now - then).total_seconds())
+    if seconds < 60:
+        return "just now"
+    if seconds < 3600:
+        return f"{seconds // 60} min ago"
+    if seconds < 86400:
+        return f"{seconds // 3600} h ago"
+    days = seconds // 86400
+    return "1 day ago" if days == 1 else f"{days} days ago"
+
+
+def _defuse(text: str) -> str:
+    """``text`` with every ``<`` that starts a memory tag (``<memory``, ``</memory``,
+    ``< / MEMORY``…) replaced by ``‹``; anything else is left as written."""
+    # Plain containment checks settle almost every text; the regex only runs on text
+    # that has both a "<" and the word, where it beats splitting by hand.
+    if "<" not in text or "memory" not in text.lower():
+        return text
+    return _MEMORY_TAG.sub(_DEFUSED_LT, text)
+
+
+def _attr(value: str) -> str:
+    """A caller-given label (channel and server names are user-chosen) made safe to sit
+    inside a double-quoted fence attribute."""
+    if not any(char in value for char in '"<>\n\r'):
+        return value
+    return (
+        value.replace('"', "'")
+        .replace("<", _DEFUSED_LT)
+        .replace(">", "›")
+        .replace("\r", " ")
+        .replace("\n", " ")
+    )
+
+
+def _slug_label(slug: str) -> str:
+    return slug.replace("_", " ").replace("-", " ").strip().capitalize() or slug
+
+
+def _category_items(entry: StmEntry, config: GuildConfig) -> list[tuple[str, str]]:
+    """The entry's non-empty categories as (label, value): the guild's categories in
+    their order, then any the guild no longer defines (labelled from the slug), so a
+    configuration change never hides what was written."""
+    values = entry.categories
+    if not values:
+        return []
+    items: list[tuple[str, str]] = []
+    seen: set[str] = set()
+    for category in config.categories:
+        value = values.get(category.slug)
+        seen.add(category.slug)
+        if value and value.strip():
+            items.append((category.label, value))
+    if not seen.issuperset(values):
+        for slug, value in values.items():
+            if slug not in seen and value.strip():
+                items.append((_slug_label(slug), value))
+    return items
+
+
+def render_memory_text(entry: StmEntry, config: GuildConfig, *, with_sizes: bool = False) -> str:
+    """The distilled text of one entry: its non-empty categories (labelled, in the
+    guild's order) in preference to its summary; ``""`` when it holds nothing.
+
+    ``with_sizes`` adds each value's size against the limit (``Decisions (120/1500
+    chars)``), which the model needs for its own memory only. The text is not defused:
+    fence it with the module's notes, or defuse it before showing it to a model.
+    """
+    items = _category_items(entry, config)
+    if items:
+        if with_sizes:
+            blocks = [
+                f"{label} ({len(value)}/{VALUE_LIMIT} chars):\n{value.strip()}"
+                for label, value in items
+            ]
+        else:
+            blocks = [f"{label}:\n{value.strip()}" for label, value in items]
+        return "\n\n".join(blocks)
+    if not entry.has_summary:
+        return ""
+    summary = entry.summary
+    if with_sizes:
+        return f"{SUMMARY_LABEL} ({len(summary)}/{VALUE_LIMIT} chars):\n{summary.strip()}"
+    return summary.strip()
+
+
+def _this_channel_note(entry: StmEntry, config: GuildConfig, now: datetime) -> str:
+    updated = relative_time(entry.updated_at, now)
+    text = _defuse(render_memory_text(entry, config, with_sizes=True))
+    return (
+        f"Your short-term memory of this conversation, which you maintain with "
+        f"{TOOL_NAME} (limit {VALUE_LIMIT} chars per field; updated {updated}). "
+        f"Messages it already covers may be left out of the chat history.\n"
+        f'<memory source="{THIS_CHANNEL}" updated="{updated}">\n{text}\n{_FENCE_CLOSE}'
+    )
+
+
+def _history(inp: PromptInput) -> list[dict[str, str]]:
+    window = inp.window
+    count = len(window)
+    raw_window = max(inp.raw_window, 0)
+    entry = inp.entry
+    if entry is not None and entry.has_content:
+        # The window is oldest first and ids are time-ordered, so what the marker does
+        # not cover is a suffix of it.
+        uncovered = len(messages_after_marker(window, entry.marker))
+        shown = min(max(uncovered, inp.min_raw_tail), raw_window)
+    else:
+        shown = raw_window
+    start = max(count - shown, 0)
+    bot_id = inp.bot_user_id
+    history: list[dict[str, str]] = []
+    for index in range(start, count):
+        message = window[index]
+        if message.author_id == bot_id:
+            # Some providers reject an empty assistant message (e.g. an embed-only post).
+            if message.content:
+                history.append({"role": "assistant", "content": message.content})
+        else:
+            history.append({"role": "user", "content": f"{message.author_name}: {message.content}"})
+    return history
+
+
+def _raw_block(label: str, messages: Sequence[RawMessage]) -> str:
+    lines = "\n".join(_defuse(f"{message.author_name}: {message.content}") for message in messages)
+    noun = "message" if len(messages) == 1 else "messages"
+    return (
+        f"The last {len(messages)} {noun} in {label}:\n"
+        f'<memory source="{label}" kind="recent messages">\n{lines}\n{_FENCE_CLOSE}'
+    )
+
+
+def _other_note(other: OtherChannel, inp: PromptInput, activity: datetime) -> str | None:
+    config = inp.config
+    label = _attr(other.label)
+    entry = other.entry
+    distilled = (
+        _defuse(render_memory_text(entry, config))
+        if entry is not None and entry.has_content
+        else ""
+    )
+    raw_count = max(config.crude_message_count, 0)
+    show_raw = config.render_mode == "crude_summary" or not distilled
+    window = other.window
+    raw = window[max(len(window) - raw_count, 0) :] if show_raw and raw_count else ()
+    if not distilled and not raw:
+        return None
+    where = "a server the user shares with you" if inp.is_dm else "another channel of this server"
+    when = relative_time(activity, inp.now)
+    parts: list[str] = []
+    if distilled:
+        parts.append(
+            f"Memory from {label} ({where}), for context only:\n"
+            f'<memory source="{label}" updated="{when}">\n{distilled}\n{_FENCE_CLOSE}'
+        )
+    else:
+        parts.append(f"No memory yet from {label} ({where}); last message {when}.")
+    if raw:
+        parts.append(_raw_block(label, raw))
+    return "\n".join(parts)
+
+
+def _other_notes(inp: PromptInput) -> list[str]:
+    if inp.max_others <= 0 or not inp.others:
+        return []
+    ranked: list[tuple[datetime, int, OtherChannel]] = []
+    for position, other in enumerate(inp.others):
+        entry = other.entry
+        if entry is not None and entry.has_content:
+            activity = entry.updated_at
+        elif other.window:
+            activity = max(message.created_at for message in other.window)
+        else:
+            continue
+        # -position: among equal times the caller's order wins (reverse sort below).
+        ranked.append((activity, -position, other))
+    ranked.sort(key=lambda item: (item[0], item[1]), reverse=True)
+    notes: list[str] = []
+    for activity, _, other in ranked:
+        note = _other_note(other, inp, activity)
+        if note is not None:
+            notes.append(note)
+            if len(notes) == inp.max_others:
+                break
+    return notes
+
+
+def _long_term_note(facts: Sequence[str]) -> str | None:
+    lines = [
+        "- " + _defuse(" ".join(fact.split())) for fact in facts if fact and not fact.isspace()
+    ]
+    if not lines:
+        return None
+    body = "\n".join(lines)
+    return f'{LONG_TERM_HEADING}\n<memory source="long-term memory">\n{body}\n{_FENCE_CLOSE}'
+
+
+def nudge_text(new_messages: int, override: str | None = None) -> str:
+    """The cadence nudge: update the memory after answering, naming how much is new.
+
+    ``override`` (the guild's ``nudge_override``) replaces the default wording; its
+    ``{new_messages}`` becomes the count and any other braces are left alone.
+    """
+    if override:
+        return override.replace(NEW_MESSAGES_PLACEHOLDER, str(new_messages))
+    noun = "new message" if new_messages == 1 else "new messages"
+    return (
+        f"Memory upkeep: {new_messages} {noun} since the memory was last updated. "
+        f"First answer the user as usual; AFTER answering, call {TOOL_NAME} to fold what "
+        f"matters into your short-term memory (keep what is still relevant, drop what is "
+        f"stale, stay within the limit). Do not mention this to the user."
+    )
+
+
+def assemble(inp: PromptInput) -> AssembledPrompt:
+    """The system notes and chat history for one turn (SPEC §5).
+
+    Notes, in order: this channel's memory, other channels' memories (most recently
+    active first, at most ``max_others``), long-term facts, the nudge last.
+    """
+    notes: list[str] = []
+    entry = inp.entry
+    if entry is not None and entry.has_content:
+        notes.append(_this_channel_note(entry, inp.config, inp.now))
+    notes.extend(_other_notes(inp))
+    if inp.long_term_notes:
+        long_term = _long_term_note(inp.long_term_notes)
+        if long_term is not None:
+            notes.append(long_term)
+    if inp.nudge_new_messages is not None:
+        notes.append(nudge_text(inp.nudge_new_messages, inp.config.nudge_override))
+    return AssembledPrompt(system_notes=notes, history=_history(inp))

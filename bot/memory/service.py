@@ -1,0 +1,646 @@
+"""The memory service: the one path through which STM is read, written and deleted.
+
+Write order (SPEC §3): sanitize → mutate the live cache entries (server and user keys)
+→ persist both rows and their audit events in one transaction → the turn is marked so
+at most one update succeeds per turn. A write that cannot be persisted is never
+reported as saved: with a spool it is queued durably ("saved, pending sync"), without
+one the cache is rolled back and the write is rejected.
+
+Deletion cannot be undone by a turn that was already running: every channel has an
+epoch, bumped by a clear, and a write whose turn started in an older epoch is refused.
+Writes and clears of one channel are serialised by a per-channel lock, so a clear never
+interleaves with a write's database round trip.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import weakref
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import timedelta
+from typing import Any, Literal, Protocol
+
+from cachetools import LRUCache
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from bot.config import Settings
+from bot.db.repositories import guilds as guild_repo
+from bot.db.repositories import stm as stm_repo
+from bot.db.repositories.stm import EventRecord
+from bot.memory.cache import StmCache
+from bot.memory.clock import Clock, SystemClock
+from bot.memory.gather import count_new_messages, messages_after_marker
+from bot.memory.model import (
+    Category,
+    GuildConfig,
+    Marker,
+    Provenance,
+    RawMessage,
+    ScopeKey,
+    StmEntry,
+)
+from bot.memory.prompt import OtherChannel, PromptInput
+from bot.memory.sanitize import sanitize_value
+from bot.memory.singleflight import SingleFlight
+from bot.memory.turn import REASON_CLEARED, TurnState
+from bot.memory.window import WindowCache
+
+log = logging.getLogger(__name__)
+
+DB_TIMEOUT_SECONDS = 5.0
+OTHER_CHANNEL_HYDRATE_LIMIT = 10
+
+
+class MemoryUnavailable(RuntimeError):
+    """The database refused or timed out; the message is safe to show a user."""
+
+
+class WriteSpool(Protocol):
+    """Durable queue for writes the database refused (see ``memory.spool``)."""
+
+    def append(self, entries: Sequence[StmEntry]) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class WriteResult:
+    """What the tool tells the model: ``saved``, ``saved, pending sync`` or a rejection."""
+
+    status: Literal["saved", "saved, pending sync", "rejected"]
+    reason: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status != "rejected"
+
+    def __str__(self) -> str:
+        return f"rejected: {self.reason}" if self.status == "rejected" else self.status
+
+
+def rejected(reason: str) -> WriteResult:
+    return WriteResult("rejected", reason)
+
+
+@dataclass(frozen=True, slots=True)
+class ClearReceipt:
+    rows: int
+    cache_entries: int
+
+
+@dataclass(frozen=True, slots=True)
+class ForgetReceipt:
+    user_rows: int
+    contributed_rows: int
+    long_term: int
+    events: int
+    cache_entries: int
+    raw_messages: int
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedTurn:
+    turn: TurnState
+    prompt: PromptInput
+    entry: StmEntry
+
+
+# Returns the label to show for another channel's memory, or None when it may not be
+# shown here (more private than the current channel, or no longer visible).
+LabelFor = Callable[[StmEntry], str | None]
+
+
+class MemoryService:
+    """Owns the STM cache, raw windows, guild configuration cache and the write path."""
+
+    def __init__(
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        settings: Settings,
+        *,
+        clock: Clock | None = None,
+        spool: WriteSpool | None = None,
+    ) -> None:
+        stm = settings.stm
+        self._sessions = sessions
+        self.settings = settings
+        self.clock: Clock = clock or SystemClock()
+        self.spool = spool
+        self.cache = StmCache(
+            maxsize=stm.cache_max_entries,
+            ttl_summary_s=stm.ttl_summary_hours * 3600,
+            ttl_empty_s=stm.ttl_empty_hours * 3600,
+            clock=self.clock,
+        )
+        self.windows = WindowCache(per_channel=stm.raw_window)
+        self.defaults = GuildConfig(
+            guild_id=None,
+            stm_enabled=stm.enabled,
+            refresh_cadence=stm.refresh_cadence,
+            render_mode=stm.render_mode,
+            crude_message_count=stm.crude_message_count,
+        )
+        self._configs: LRUCache[int, GuildConfig] = LRUCache(10_000)
+        self._opt_ins: LRUCache[int, bool] = LRUCache(50_000)
+        self._guilds_hydrated: LRUCache[int, bool] = LRUCache(10_000)
+        self._users_hydrated: LRUCache[int, bool] = LRUCache(50_000)
+        self._entry_flight: SingleFlight[ScopeKey, StmEntry] = SingleFlight()
+        self._config_flight: SingleFlight[int, GuildConfig] = SingleFlight()
+        self._misc_flight: SingleFlight[tuple[str, int], None] = SingleFlight()
+        self._epochs: dict[int, int] = {}
+        # Channels whose rows a clear could not delete yet: never hydrate them back.
+        self._tombstones: set[int] = set()
+        self._locks: weakref.WeakValueDictionary[int, asyncio.Lock] = weakref.WeakValueDictionary()
+
+    # ----------------------------------------------------------------- reading
+
+    def epoch(self, channel_id: int) -> int:
+        return self._epochs.get(channel_id, 0)
+
+    def _lock(self, channel_id: int) -> asyncio.Lock:
+        lock = self._locks.get(channel_id)
+        if lock is None:
+            lock = self._locks[channel_id] = asyncio.Lock()
+        return lock
+
+    async def guild_config(self, guild_id: int | None) -> GuildConfig:
+        """The guild's STM configuration (cached; DMs use the operator's defaults)."""
+        if guild_id is None:
+            return self.defaults
+        config = self._configs.get(guild_id)
+        if config is not None:
+            return config
+        return await self._config_flight.run(guild_id, lambda: self._load_config(guild_id))
+
+    async def _load_config(self, guild_id: int) -> GuildConfig:
+        async with self._sessions() as session:
+            config = await guild_repo.load_guild_config(session, guild_id, self.defaults)
+        self._configs[guild_id] = config
+        return config
+
+    def invalidate_guild(self, guild_id: int) -> None:
+        self._configs.pop(guild_id, None)
+
+    async def entry(self, key: ScopeKey, *, parent_channel_id: int | None = None) -> StmEntry:
+        """The live entry for ``key``: from the cache, else hydrated from its row
+        (single-flight), else a new empty one. Never returns an expired memory."""
+        cached = self.cache.get(key)
+        if cached is not None:
+            return cached
+        return await self._entry_flight.run(key, lambda: self._hydrate(key, parent_channel_id))
+
+    async def _hydrate(self, key: ScopeKey, parent_channel_id: int | None) -> StmEntry:
+        epoch = self.epoch(key.channel_id)
+        row: StmEntry | None = None
+        if key.channel_id not in self._tombstones:
+            async with self._sessions() as session:
+                row = await stm_repo.load_entry(session, key)
+        if self.epoch(key.channel_id) != epoch:
+            row = None  # cleared while we were reading: what we read is gone
+        entry = self._fresh(key, parent_channel_id)
+        if row is not None:
+            if self.cache.is_expired(row):
+                # Keep only the version so the next write still supersedes the row.
+                entry.version = row.version
+            else:
+                entry = row
+        existing = self.cache.get(key)
+        if existing is not None:  # a write landed while we were loading
+            return existing
+        self.cache.put(entry)
+        return entry
+
+    def _fresh(self, key: ScopeKey, parent_channel_id: int | None) -> StmEntry:
+        return StmEntry(key=key, updated_at=self.clock.now(), parent_channel_id=parent_channel_id)
+
+    async def _hydrate_guild_once(self, guild_id: int) -> None:
+        """Load a guild's recent channel memories once, for "other channels" after a
+        restart (no bulk pre-load at start-up; one query per guild, on first use)."""
+        if guild_id in self._guilds_hydrated:
+            return
+
+        async def load() -> None:
+            since = self.clock.now() - timedelta(hours=self.settings.stm.ttl_summary_hours)
+            async with self._sessions() as session:
+                rows = await stm_repo.recent_server_entries(
+                    session, guild_id, since=since, limit=OTHER_CHANNEL_HYDRATE_LIMIT
+                )
+            self._adopt(rows)
+            self._guilds_hydrated[guild_id] = True
+
+        await self._misc_flight.run(("guild", guild_id), load)
+
+    async def _hydrate_user_once(self, user_id: int) -> None:
+        if user_id in self._users_hydrated:
+            return
+
+        async def load() -> None:
+            since = self.clock.now() - timedelta(hours=self.settings.stm.ttl_summary_hours)
+            async with self._sessions() as session:
+                rows = await stm_repo.recent_user_entries(
+                    session, user_id, since=since, limit=OTHER_CHANNEL_HYDRATE_LIMIT
+                )
+            self._adopt(rows)
+            self._users_hydrated[user_id] = True
+
+        await self._misc_flight.run(("user", user_id), load)
+
+    def _adopt(self, rows: Sequence[StmEntry]) -> None:
+        for row in rows:
+            if row.key in self.cache or row.key.channel_id in self._tombstones:
+                continue
+            if not self.cache.is_expired(row):
+                self.cache.put(row)
+
+    async def cross_context_opt_in(self, user_id: int) -> bool:
+        cached = self._opt_ins.get(user_id)
+        if cached is not None:
+            return cached
+
+        async def load() -> None:
+            async with self._sessions() as session:
+                self._opt_ins[user_id] = await guild_repo.cross_context_opt_in(session, user_id)
+
+        await self._misc_flight.run(("opt-in", user_id), load)
+        return self._opt_ins.get(user_id, False)
+
+    async def set_cross_context_opt_in(self, user_id: int, enabled: bool) -> None:
+        async with self._sessions() as session, session.begin():
+            await guild_repo.set_cross_context_opt_in(session, user_id, enabled)
+        self._opt_ins[user_id] = enabled
+
+    # ------------------------------------------------------------------- turns
+
+    async def prepare_turn(
+        self,
+        *,
+        channel_id: int,
+        user_id: int,
+        guild_id: int | None,
+        bot_user_id: int,
+        parent_channel_id: int | None = None,
+        source_message_id: int | None = None,
+        explicit_long_term_intent: bool = False,
+        provider_allows_stm: bool = True,
+        model: str | None = None,
+        label_for: LabelFor | None = None,
+        long_term_notes: Sequence[str] = (),
+    ) -> PreparedTurn:
+        """Everything a turn needs before calling the model. On a warm cache this makes
+        no database query."""
+        config = await self.guild_config(guild_id)
+        turn = TurnState(
+            channel_id=channel_id,
+            user_id=user_id,
+            guild_id=guild_id,
+            config=config,
+            epoch=self.epoch(channel_id),
+            parent_channel_id=parent_channel_id,
+            source_message_id=source_message_id,
+            explicit_long_term_intent=explicit_long_term_intent,
+            provider_allows_stm=provider_allows_stm,
+            model=model,
+        )
+        entry = await self.entry(turn.channel_key, parent_channel_id=parent_channel_id)
+        window = self.windows.get(channel_id)
+        if window:
+            turn.marker = Marker.of(window[-1])
+        others = await self._other_channels(turn, label_for) if label_for else []
+        stm = self.settings.stm
+        nudge = None
+        if turn.stm_block_reason() is None and entry.turns_since_refresh >= config.refresh_cadence:
+            nudge = count_new_messages(window, entry.marker)
+        prompt = PromptInput(
+            now=self.clock.now(),
+            config=config,
+            bot_user_id=bot_user_id,
+            entry=entry,
+            window=window,
+            others=others,
+            raw_window=stm.raw_window,
+            min_raw_tail=stm.min_raw_tail,
+            max_others=stm.other_channels,
+            nudge_new_messages=nudge,
+            long_term_notes=long_term_notes,
+            is_dm=guild_id is None,
+        )
+        return PreparedTurn(turn, prompt, entry)
+
+    async def _other_channels(self, turn: TurnState, label_for: LabelFor) -> list[OtherChannel]:
+        limit = self.settings.stm.other_channels
+        if limit == 0:
+            return []
+        if turn.guild_id is not None:
+            await self._hydrate_guild_once(turn.guild_id)
+            candidates = [
+                e
+                for e in self.cache.server_entries_of_guild(turn.guild_id)
+                if e.key.channel_id != turn.channel_id and e.has_content
+            ]
+        else:
+            if not await self.cross_context_opt_in(turn.user_id):
+                return []
+            await self._hydrate_user_once(turn.user_id)
+            candidates = [
+                e
+                for e in self.cache.entries_of_user(turn.user_id)
+                if e.key.guild_id is not None and e.has_content
+            ]
+        candidates.sort(key=lambda e: e.updated_at, reverse=True)
+        others: list[OtherChannel] = []
+        for candidate in candidates:
+            label = label_for(candidate)
+            if label is None:
+                continue
+            others.append(
+                OtherChannel(label, candidate, self.windows.get(candidate.key.channel_id))
+            )
+            if len(others) == limit:
+                break
+        return others
+
+    def record_bot_turn(self, turn: TurnState) -> None:
+        """Count a finished bot turn toward the cadence (cache only; persisted with the
+        next write, so a restart may forget at most the turns since that write)."""
+        if turn.stm_updated:
+            return
+        entry = self.cache.get(turn.channel_key)
+        if entry is not None and self.epoch(turn.channel_id) == turn.epoch:
+            entry.turns_since_refresh += 1
+
+    def observe_message(self, channel_id: int, message: RawMessage) -> None:
+        self.windows.append(channel_id, message)
+
+    # ------------------------------------------------------------------ writing
+
+    async def update_stm(
+        self,
+        turn: TurnState,
+        *,
+        summary: str | None = None,
+        categories: Mapping[str, str] | None = None,
+        origin: Literal["model_tool", "summarizer", "admin", "user_command", "import"] = (
+            "model_tool"
+        ),
+        marker: Marker | None = None,
+    ) -> WriteResult:
+        """Apply one STM update for ``turn`` (guards, sanitize, merge, write through)."""
+        if origin == "model_tool":
+            reason = turn.stm_block_reason()
+            if reason is not None:
+                return rejected(reason)
+        change = self._sanitized_change(turn.config, summary, categories)
+        if isinstance(change, WriteResult):
+            return change
+        new_summary, new_categories = change
+        provenance = Provenance(
+            origin,
+            turn.model if origin in ("model_tool", "summarizer") else None,
+            turn.user_id,
+            turn.source_message_id,
+        )
+        async with self._lock(turn.channel_id):
+            entries = [
+                await self.entry(key, parent_channel_id=turn.parent_channel_id)
+                for key in turn.write_keys
+            ]
+            # Checked after the awaits above, with no await until the cache is mutated.
+            if self.epoch(turn.channel_id) != turn.epoch:
+                return rejected(REASON_CLEARED)
+            if origin == "model_tool" and turn.stm_updated:
+                return rejected("short-term memory was already updated this turn")
+            contributors = self._contributors(turn, entries[0], marker or turn.marker)
+            before = [replace(e, categories=dict(e.categories)) for e in entries]
+            now = self.clock.now()
+            for entry in entries:
+                if new_summary is not None:
+                    entry.summary = new_summary
+                if new_categories is not None:
+                    for slug, value in new_categories.items():
+                        if value:
+                            entry.categories[slug] = value
+                        else:
+                            entry.categories.pop(slug, None)
+                entry.marker = marker or turn.marker or entry.marker
+                entry.contributor_ids = sorted(set(entry.contributor_ids) | contributors)
+                entry.provenance = provenance
+                entry.version += 1
+                entry.updated_at = now
+                entry.turns_since_refresh = 0
+                entry.last_refreshed_turn += 1
+                self.cache.put(entry)  # re-insert: the TTL restarts from this update
+            events = [
+                EventRecord(
+                    "update",
+                    key=after.key,
+                    origin=origin,
+                    actor_user_id=turn.user_id,
+                    message_id=turn.source_message_id,
+                    chars_before=old.chars(),
+                    chars_after=after.chars(),
+                )
+                for old, after in zip(before, entries, strict=True)
+            ]
+            result = await self._persist(entries, events, before)
+            if result.ok and origin == "model_tool":
+                turn.stm_updated = True
+            return result
+
+    def _sanitized_change(
+        self,
+        config: GuildConfig,
+        summary: str | None,
+        categories: Mapping[str, str] | None,
+    ) -> tuple[str | None, dict[str, str] | None] | WriteResult:
+        if (summary is None) == (categories is None):
+            return rejected("give either a summary or categories")
+        if summary is not None:
+            if config.category_mode:
+                return rejected("this server uses categories; give category values instead")
+            clean = sanitize_value(summary)
+            if not clean:
+                return rejected("the summary is empty after removing unsafe content")
+            return clean, None
+        assert categories is not None
+        known = {c.slug for c in config.categories}
+        if not config.category_mode:
+            return rejected("this server uses a single summary; give `summary` instead")
+        unknown = sorted(set(categories) - known)
+        if unknown:
+            return rejected(f"unknown categories {unknown}; valid: {sorted(known)}")
+        cleaned = {
+            slug: sanitize_value(value) if value else "" for slug, value in categories.items()
+        }
+        if not cleaned or not any(cleaned.values()):
+            return rejected("give at least one non-empty category value")
+        return None, cleaned
+
+    def _contributors(
+        self, turn: TurnState, channel_entry: StmEntry, marker: Marker | None
+    ) -> set[int]:
+        """Whose messages this memory is derived from: the triggering user and every
+        human author of the messages it newly covers (for ``/forget-me``)."""
+        contributors = {turn.user_id}
+        window = self.windows.get(turn.channel_id)
+        for message in messages_after_marker(window, channel_entry.marker):
+            if marker is not None and message.message_id > marker.message_id:
+                break
+            if not message.is_bot:
+                contributors.add(message.author_id)
+        return contributors
+
+    async def _persist(
+        self, entries: Sequence[StmEntry], events: Sequence[EventRecord], before: Sequence[StmEntry]
+    ) -> WriteResult:
+        try:
+            async with asyncio.timeout(DB_TIMEOUT_SECONDS):
+                async with self._sessions() as session, session.begin():
+                    await stm_repo.upsert_entries(session, entries)
+                    await stm_repo.add_events(session, events)
+        except Exception as exc:  # any database failure: the write must not be lost
+            log.warning(
+                "STM write for %s failed: %s",
+                ", ".join(str(e.key) for e in entries),
+                exc.__class__.__name__,
+            )
+            if self.spool is not None:
+                try:
+                    self.spool.append(entries)
+                    return WriteResult("saved, pending sync")
+                except OSError:
+                    log.exception("STM spool append failed")
+            for old in before:  # never report or keep what was not saved
+                self.cache.put(old)
+            return rejected("the memory could not be saved right now (database unavailable)")
+        return WriteResult("saved")
+
+    async def admin_edit(
+        self,
+        *,
+        guild_id: int | None,
+        channel_id: int,
+        actor_user_id: int,
+        summary: str | None = None,
+        categories: Mapping[str, str] | None = None,
+    ) -> WriteResult:
+        """``/stm edit``: an admin replaces the channel's memory (origin ``admin``)."""
+        turn = TurnState(
+            channel_id=channel_id,
+            user_id=actor_user_id,
+            guild_id=guild_id,
+            config=await self.guild_config(guild_id),
+            epoch=self.epoch(channel_id),
+        )
+        return await self.update_stm(turn, summary=summary, categories=categories, origin="admin")
+
+    # ----------------------------------------------------------------- deleting
+
+    async def clear_channel(
+        self, channel_id: int, *, guild_id: int | None, actor_user_id: int | None
+    ) -> ClearReceipt:
+        """``/refresh``: wipe the channel's STM in every scope, cache and rows.
+
+        Raises :class:`MemoryUnavailable` if the rows could not be deleted; the cache is
+        cleared regardless and the channel is never hydrated back from those rows.
+        """
+        async with self._lock(channel_id):
+            self._epochs[channel_id] = self.epoch(channel_id) + 1
+            self._tombstones.add(channel_id)
+            keys = self.cache.keys_of_channel(channel_id)
+            for key in keys:
+                self.cache.pop(key)
+            self.windows.clear(channel_id)
+            try:
+                async with asyncio.timeout(DB_TIMEOUT_SECONDS):
+                    async with self._sessions() as session, session.begin():
+                        rows = await stm_repo.delete_channel(session, channel_id)
+                        await stm_repo.add_events(
+                            session,
+                            [
+                                EventRecord(
+                                    "refresh",
+                                    guild_id=guild_id,
+                                    channel_id=channel_id,
+                                    actor_user_id=actor_user_id,
+                                )
+                            ],
+                        )
+            except Exception as exc:
+                log.warning("clearing channel %s failed: %s", channel_id, exc.__class__.__name__)
+                raise MemoryUnavailable("the database is unavailable; try again shortly") from exc
+            self._tombstones.discard(channel_id)
+            return ClearReceipt(rows=rows, cache_entries=len(keys))
+
+    async def forget_user(self, user_id: int) -> ForgetReceipt:
+        """``/forget-me``: delete every memory derived from the user's messages."""
+        affected = {key.channel_id for key in self.cache.keys_of_user(user_id)}
+        affected |= {e.key.channel_id for e in self.cache.entries() if user_id in e.contributor_ids}
+        for channel_id in affected:
+            self._epochs[channel_id] = self.epoch(channel_id) + 1
+        dropped = 0
+        for key in self.cache.keys_of_user(user_id):
+            self.cache.pop(key)
+            dropped += 1
+        for entry in list(self.cache.entries()):
+            if user_id in entry.contributor_ids or (
+                entry.provenance is not None and entry.provenance.actor_user_id == user_id
+            ):
+                self.cache.pop(entry.key)
+                dropped += 1
+        raw = self.windows.forget_author(user_id)
+        self._opt_ins.pop(user_id, None)
+        try:
+            async with asyncio.timeout(DB_TIMEOUT_SECONDS * 2):
+                async with self._sessions() as session, session.begin():
+                    rows = await stm_repo.delete_user(session, user_id)
+                    long_term = await guild_repo.delete_long_term_of_user(session, user_id)
+                    await guild_repo.delete_user_settings(session, user_id)
+                    events = await stm_repo.delete_events_of_user(session, user_id)
+                    # The audit trail keeps that a deletion happened, not who asked.
+                    await stm_repo.add_events(session, [EventRecord("forget")])
+        except Exception as exc:
+            log.warning("forgetting a user failed: %s", exc.__class__.__name__)
+            raise MemoryUnavailable("the database is unavailable; try again shortly") from exc
+        return ForgetReceipt(
+            user_rows=rows.user_rows,
+            contributed_rows=rows.contributed_rows,
+            long_term=long_term,
+            events=events,
+            cache_entries=dropped,
+            raw_messages=raw,
+        )
+
+    async def purge_expired_rows(self) -> int:
+        """The janitor's pass: delete rows not updated within the retention period."""
+        cutoff = self.clock.now() - timedelta(days=self.settings.stm.retention_days)
+        async with self._sessions() as session, session.begin():
+            deleted = await stm_repo.delete_older_than(session, cutoff)
+            if deleted:
+                await stm_repo.add_events(session, [EventRecord("expire")])
+        return deleted
+
+    # ------------------------------------------------------------ configuration
+
+    async def update_guild_settings(
+        self, guild_id: int, actor_user_id: int, **changes: Any
+    ) -> GuildConfig:
+        async with self._sessions() as session, session.begin():
+            await guild_repo.update_guild_settings(session, guild_id, self.defaults, changes)
+            await stm_repo.add_events(
+                session,
+                [EventRecord("settings", guild_id=guild_id, actor_user_id=actor_user_id)],
+            )
+        self.invalidate_guild(guild_id)
+        return await self.guild_config(guild_id)
+
+    async def set_categories(
+        self, guild_id: int, actor_user_id: int, categories: Sequence[Category]
+    ) -> GuildConfig:
+        async with self._sessions() as session, session.begin():
+            await guild_repo.replace_categories(session, guild_id, categories)
+            await stm_repo.add_events(
+                session,
+                [EventRecord("categories", guild_id=guild_id, actor_user_id=actor_user_id)],
+            )
+        self.invalidate_guild(guild_id)
+        return await self.guild_config(guild_id)

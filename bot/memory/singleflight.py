@@ -1,0 +1,36 @@
+"""Concurrent callers asking for the same missing key share one load."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Hashable
+from typing import Generic, TypeVar
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+
+class SingleFlight(Generic[K, V]):
+    """Caches the in-flight task per key, so N concurrent misses make one query."""
+
+    def __init__(self) -> None:
+        self._inflight: dict[K, asyncio.Future[V]] = {}
+
+    @property
+    def inflight(self) -> int:
+        return len(self._inflight)
+
+    async def run(self, key: K, load: Callable[[], Awaitable[V]]) -> V:
+        future = self._inflight.get(key)
+        if future is None:
+            future = asyncio.ensure_future(load())
+            self._inflight[key] = future
+            future.add_done_callback(self._forget(key))
+        # shield: one caller being cancelled must not cancel the load the others await.
+        return await asyncio.shield(future)
+
+    def _forget(self, key: K) -> Callable[[asyncio.Future[V]], None]:
+        def done(_future: asyncio.Future[V]) -> None:
+            self._inflight.pop(key, None)
+
+        return done

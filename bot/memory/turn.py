@@ -1,0 +1,71 @@
+"""Per-turn state: what the guards of SPEC §3 look at, captured when the turn starts."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+from bot.memory.model import GuildConfig, Marker, ScopeKey
+
+_turn_ids = itertools.count(1)
+
+REASON_DISABLED = "short-term memory is disabled in this server"
+REASON_EXPLICIT_INTENT = (
+    "the user asked for long-term memory this turn; use the long-term memory tools instead"
+)
+REASON_PROVIDER = "the current model provider cannot maintain short-term memory"
+REASON_ALREADY_UPDATED = "short-term memory was already updated this turn (at most once per turn)"
+REASON_CLEARED = "the channel's memory was cleared during this turn; nothing was saved"
+
+
+@dataclass(slots=True)
+class TurnState:
+    """One bot turn in one channel. The tool loop and the memory service share it."""
+
+    channel_id: int
+    user_id: int
+    guild_id: int | None
+    config: GuildConfig
+    epoch: int
+    parent_channel_id: int | None = None
+    source_message_id: int | None = None
+    # The newest message the model sees this turn: a summary written now covers it.
+    marker: Marker | None = None
+    explicit_long_term_intent: bool = False
+    provider_allows_stm: bool = True
+    model: str | None = None
+    stm_updated: bool = False
+    turn_id: int = field(default_factory=lambda: next(_turn_ids))
+
+    @property
+    def is_dm(self) -> bool:
+        return self.guild_id is None
+
+    @property
+    def channel_key(self) -> ScopeKey:
+        """The key whose memory this channel's prompt shows."""
+        if self.guild_id is None:
+            return ScopeKey.user(self.user_id, self.channel_id)
+        return ScopeKey.server(self.guild_id, self.channel_id)
+
+    @property
+    def write_keys(self) -> tuple[ScopeKey, ...]:
+        """Keys one STM update writes: server and user in a guild, user in a DM."""
+        if self.guild_id is None:
+            return (ScopeKey.user(self.user_id, self.channel_id),)
+        return (
+            ScopeKey.server(self.guild_id, self.channel_id),
+            ScopeKey.user(self.user_id, self.channel_id, self.guild_id),
+        )
+
+    def stm_block_reason(self) -> str | None:
+        """Why the STM tool is neither offered nor accepted this turn (``None``: allowed)."""
+        if not self.config.stm_enabled:
+            return REASON_DISABLED
+        if self.explicit_long_term_intent:
+            return REASON_EXPLICIT_INTENT
+        if not self.provider_allows_stm:
+            return REASON_PROVIDER
+        if self.stm_updated:
+            return REASON_ALREADY_UPDATED
+        return None

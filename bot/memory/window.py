@@ -1,0 +1,98 @@
+"""Recent raw messages per channel (never persisted).
+
+Kept apart from the STM entries on purpose: an STM entry expires 12–24 h after its last
+*memory* update, but the live conversation in that channel must not vanish with it.
+Bounded per channel (``raw_window``) and in the number of channels (LRU).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import replace
+
+from cachetools import LRUCache
+
+from bot.memory.model import RawMessage
+
+
+class WindowCache:
+    """The last ``per_channel`` messages of up to ``max_channels`` channels."""
+
+    def __init__(self, *, per_channel: int, max_channels: int = 10_000) -> None:
+        self._per_channel = per_channel
+        self._windows: LRUCache[int, deque[RawMessage]] = LRUCache(max_channels)
+        # Channels whose history has been back-filled once (or that need none).
+        self._primed: LRUCache[int, bool] = LRUCache(max_channels)
+
+    def get(self, channel_id: int) -> Sequence[RawMessage]:
+        window = self._windows.get(channel_id)
+        return tuple(window) if window is not None else ()
+
+    def is_primed(self, channel_id: int) -> bool:
+        return channel_id in self._primed
+
+    def prime(self, channel_id: int, history: Sequence[RawMessage]) -> None:
+        """Seed a cold channel from history (oldest first); messages seen live are kept."""
+        window = self._windows.get(channel_id)
+        known = {m.message_id for m in window} if window is not None else set()
+        merged = sorted(
+            [m for m in history if m.message_id not in known] + list(window or ()),
+            key=lambda m: m.message_id,
+        )
+        self._windows[channel_id] = deque(merged[-self._per_channel :], maxlen=self._per_channel)
+        self._primed[channel_id] = True
+
+    def append(self, channel_id: int, message: RawMessage) -> None:
+        window = self._windows.get(channel_id)
+        if window is None:
+            window = self._windows[channel_id] = deque(maxlen=self._per_channel)
+        if window and window[-1].message_id >= message.message_id:
+            if any(m.message_id == message.message_id for m in window):
+                return  # a duplicate delivery
+            window.append(message)
+            ordered = sorted(window, key=lambda m: m.message_id)
+            window.clear()
+            window.extend(ordered)
+            return
+        window.append(message)
+
+    def edit(self, channel_id: int, message_id: int, content: str) -> bool:
+        window = self._windows.get(channel_id)
+        if window is None:
+            return False
+        for index, message in enumerate(window):
+            if message.message_id == message_id:
+                window[index] = replace(message, content=content)
+                return True
+        return False
+
+    def delete(self, channel_id: int, message_id: int) -> bool:
+        window = self._windows.get(channel_id)
+        if window is None:
+            return False
+        for message in window:
+            if message.message_id == message_id:
+                window.remove(message)
+                return True
+        return False
+
+    def clear(self, channel_id: int) -> None:
+        """Forget a channel's messages; it counts as primed so history is not re-fetched
+        from before the clear (the caller's ``/refresh`` marker bounds any back-fill)."""
+        self._windows.pop(channel_id, None)
+        self._primed[channel_id] = True
+
+    def forget_author(self, author_id: int) -> int:
+        """Drop every message by ``author_id`` from every window; return how many."""
+        removed = 0
+        for channel_id in list(self._windows.keys()):
+            window = self._windows.get(channel_id)
+            if window is None:
+                continue
+            kept = [m for m in window if m.author_id != author_id]
+            removed += len(window) - len(kept)
+            if len(kept) != len(window):
+                window.clear()
+                window.extend(kept)
+        return removed

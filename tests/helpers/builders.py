@@ -1,0 +1,80 @@
+"""Small builders shared by tests: a movable clock, raw messages, a memory service."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from bot.config import Settings
+from bot.memory.model import RawMessage
+from bot.memory.service import MemoryService, WriteSpool
+
+EPOCH = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
+GUILD = 111_111_111_111_111_111
+CHANNEL = 222_222_222_222_222_222
+OTHER_CHANNEL = 222_222_222_222_222_333
+ALICE = 333_333_333_333_333_001
+BOB = 333_333_333_333_333_002
+BOT = 999_999_999_999_999_999
+
+_message_ids = itertools.count(500_000_000_000_000_000)
+
+
+class ManualClock:
+    """A clock tests move by hand (cache TTLs are hours long)."""
+
+    def __init__(self, start: datetime = EPOCH) -> None:
+        self._now = start
+        self._mono = 1_000.0
+
+    def now(self) -> datetime:
+        return self._now
+
+    def monotonic(self) -> float:
+        return self._mono
+
+    def advance(self, **delta: float) -> None:
+        step = timedelta(**delta)
+        self._now += step
+        self._mono += step.total_seconds()
+
+
+class RealTimeClock(ManualClock):
+    """Wall time for code that measures itself (benchmarks)."""
+
+    def now(self) -> datetime:
+        return datetime.now(UTC)
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+
+def message(
+    author_id: int = ALICE,
+    content: str = "hello",
+    *,
+    name: str | None = None,
+    message_id: int | None = None,
+    is_bot: bool = False,
+    at: datetime = EPOCH,
+) -> RawMessage:
+    return RawMessage(
+        message_id=message_id if message_id is not None else next(_message_ids),
+        author_id=author_id,
+        author_name=name or {ALICE: "Alice", BOB: "Bob", BOT: "Kioku"}.get(author_id, "User"),
+        content=content,
+        created_at=at,
+        is_bot=is_bot,
+    )
+
+
+def make_service(
+    sessions: async_sessionmaker[AsyncSession],
+    settings: Settings,
+    clock: ManualClock | None = None,
+    spool: WriteSpool | None = None,
+) -> MemoryService:
+    return MemoryService(sessions, settings, clock=clock or ManualClock(), spool=spool)

@@ -1,0 +1,547 @@
+"""The STM core on real PostgreSQL: seed 003's behaviours and SPEC's improvements."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from sqlalchemy import event, func, select, text
+from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
+
+from bot.config import Settings
+from bot.db.engine import Database
+from bot.db.models import LongTermMemory, ShortTermMemory, StmEvent
+from bot.db.repositories import stm as stm_repo
+from bot.memory.model import Category, ScopeKey
+from bot.memory.service import MemoryService
+from bot.memory.turn import (
+    REASON_ALREADY_UPDATED,
+    REASON_CLEARED,
+    REASON_DISABLED,
+    REASON_EXPLICIT_INTENT,
+    REASON_PROVIDER,
+    TurnState,
+)
+from tests.helpers.builders import (
+    ALICE,
+    BOB,
+    BOT,
+    CHANNEL,
+    GUILD,
+    OTHER_CHANNEL,
+    ManualClock,
+    make_service,
+    message,
+)
+from tests.helpers.database import count_statements
+from tests.helpers.fake_llm import refused_base_url
+
+SERVER_KEY = ScopeKey.server(GUILD, CHANNEL)
+ALICE_KEY = ScopeKey.user(ALICE, CHANNEL, GUILD)
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def service(db: Database, settings: Settings, clock: ManualClock) -> MemoryService:
+    return make_service(db.sessions, settings, clock)
+
+
+async def start_turn(
+    service: MemoryService,
+    *,
+    user: int = ALICE,
+    channel: int = CHANNEL,
+    guild: int | None = GUILD,
+    **options: Any,
+) -> TurnState:
+    prepared = await service.prepare_turn(
+        channel_id=channel,
+        user_id=user,
+        guild_id=guild,
+        bot_user_id=BOT,
+        model="test-model",
+        **options,
+    )
+    return prepared.turn
+
+
+async def rows(db: Database) -> list[ShortTermMemory]:
+    async with db.sessions() as session:
+        return list(
+            await session.scalars(select(ShortTermMemory).order_by(ShortTermMemory.scope_kind))
+        )
+
+
+async def use_categories(service: MemoryService, *labels: str) -> None:
+    await service.set_categories(
+        GUILD,
+        ALICE,
+        [Category(i, label.lower(), label, f"{label} so far") for i, label in enumerate(labels)],
+    )
+
+
+# --------------------------------------------------------------------- writing
+
+
+async def test_update_writes_server_and_user_rows_with_provenance(
+    service: MemoryService, db: Database
+) -> None:
+    trigger = message(ALICE, "we picked Friday")
+    service.observe_message(CHANNEL, trigger)
+    turn = await start_turn(service, source_message_id=trigger.message_id)
+    result = await service.update_stm(turn, summary="Team picked Friday for the launch.")
+    assert str(result) == "saved"
+    server, user = await rows(db)
+    assert (server.scope_kind, server.guild_id, server.user_id) == ("server", GUILD, None)
+    assert (user.scope_kind, user.guild_id, user.user_id) == ("user", GUILD, ALICE)
+    for row in (server, user):
+        assert row.channel_id == CHANNEL
+        assert row.summary == "Team picked Friday for the launch."
+        assert row.origin == "model_tool"
+        assert row.origin_detail == "test-model"
+        assert row.actor_user_id == ALICE
+        assert row.source_message_id == trigger.message_id
+        assert row.version == 1
+        assert row.covered_through_message_id == trigger.message_id
+        expected_hash = hashlib.sha256(f"{ALICE}:we picked Friday".encode()).hexdigest()
+        assert row.covered_through_hash == expected_hash
+        assert row.contributor_ids == [ALICE]
+
+
+async def test_each_write_increments_the_version(service: MemoryService, db: Database) -> None:
+    for n in range(3):
+        turn = await start_turn(service)
+        assert (await service.update_stm(turn, summary=f"version {n}")).ok
+    assert [row.version for row in await rows(db)] == [3, 3]
+
+
+async def test_cache_is_mutated_before_the_row_is_written(
+    service: MemoryService, db: Database
+) -> None:
+    seen_in_cache: list[str] = []
+
+    def on_statement(*args: Any) -> None:
+        if "INSERT INTO short_term_memories" in str(args[2]):
+            entry = service.cache.get(SERVER_KEY)
+            seen_in_cache.append(entry.summary if entry else "<missing>")
+
+    event.listen(db.engine.sync_engine, "before_cursor_execute", on_statement)
+    try:
+        turn = await start_turn(service)
+        await service.update_stm(turn, summary="new text")
+    finally:
+        event.remove(db.engine.sync_engine, "before_cursor_execute", on_statement)
+    assert seen_in_cache and all(summary == "new text" for summary in seen_in_cache)
+
+
+async def test_update_resets_the_cadence_counters(service: MemoryService, db: Database) -> None:
+    for _ in range(3):
+        service.record_bot_turn(await start_turn(service))
+    assert (await service.entry(SERVER_KEY)).turns_since_refresh == 3
+    turn = await start_turn(service)
+    await service.update_stm(turn, summary="reset")
+    entry = await service.entry(SERVER_KEY)
+    assert (entry.turns_since_refresh, entry.last_refreshed_turn) == (0, 1)
+    server = (await rows(db))[0]
+    assert (server.turns_since_refresh, server.last_refreshed_turn) == (0, 1)
+    service.record_bot_turn(turn)  # the updating turn itself does not count
+    assert entry.turns_since_refresh == 0
+
+
+async def test_at_most_one_successful_update_per_turn(service: MemoryService, db: Database) -> None:
+    turn = await start_turn(service)
+    assert (await service.update_stm(turn, summary="first")).ok
+    second = await service.update_stm(turn, summary="second")
+    assert str(second) == f"rejected: {REASON_ALREADY_UPDATED}"
+    assert [row.summary for row in await rows(db)] == ["first", "first"]
+
+
+async def test_a_rejected_update_does_not_use_up_the_turn(service: MemoryService) -> None:
+    turn = await start_turn(service)
+    assert not (await service.update_stm(turn, summary="\x00\x01")).ok
+    assert (await service.update_stm(turn, summary="real text")).ok
+
+
+async def test_values_are_sanitized_before_storage(service: MemoryService, db: Database) -> None:
+    token = "MTA4NzY1NDMyMTA5ODc2NTQzMg.GhJkLm.abcdefghijklmnopqrstuvwxyz0123456789AB"
+    text_in = "Plan {secret_plan} for {user_name}\x00; bot token " + token + " " + "x" * 3000
+    turn = await start_turn(service)
+    assert (await service.update_stm(turn, summary=text_in)).ok
+    stored = (await rows(db))[0].summary
+    assert "{secret_plan}" not in stored and "secret_plan" in stored
+    assert "{user_name}" in stored
+    assert "\x00" not in stored
+    assert token not in stored
+    assert len(stored) <= 1500
+
+
+async def test_each_change_adds_audit_events_without_memory_text(
+    service: MemoryService, db: Database
+) -> None:
+    turn = await start_turn(service)
+    await service.update_stm(turn, summary="private words about Friday")
+    async with db.sessions() as session:
+        events = list(await session.scalars(select(StmEvent)))
+    assert [(e.event, e.scope_kind) for e in events] == [("update", "server"), ("update", "user")]
+    assert all(e.chars_before == 0 and e.chars_after == 26 for e in events)
+    async with db.engine.connect() as connection:
+        dump = (await connection.execute(text("SELECT stm_events::text FROM stm_events"))).all()
+    assert not any("Friday" in row[0] for row in dump)
+
+
+# ------------------------------------------------------------------ categories
+
+
+async def test_category_update_merges_omitted_and_clears_empty(
+    service: MemoryService, db: Database
+) -> None:
+    await use_categories(service, "Decisions", "Todo", "People")
+    turn = await start_turn(service)
+    await service.update_stm(turn, categories={"decisions": "ship Friday", "todo": "write docs"})
+    turn = await start_turn(service)
+    result = await service.update_stm(turn, categories={"todo": "", "people": "Alice leads"})
+    assert result.ok
+    assert (await service.entry(SERVER_KEY)).categories == {
+        "decisions": "ship Friday",
+        "people": "Alice leads",
+    }
+    assert (await rows(db))[0].categories == {"decisions": "ship Friday", "people": "Alice leads"}
+
+
+@pytest.mark.parametrize(
+    ("payload", "fragment"),
+    [
+        ({"nope": "x"}, "unknown categories ['nope']"),
+        ({"todo": ""}, "at least one non-empty"),
+        ({}, "at least one non-empty"),
+    ],
+)
+async def test_bad_category_payloads_are_rejected_and_store_nothing(
+    service: MemoryService, db: Database, payload: dict[str, str], fragment: str
+) -> None:
+    await use_categories(service, "Decisions", "Todo")
+    turn = await start_turn(service)
+    result = await service.update_stm(turn, categories=payload)
+    assert not result.ok and fragment in str(result)
+    assert await rows(db) == []
+
+
+async def test_summary_in_category_mode_is_rejected(service: MemoryService, db: Database) -> None:
+    await use_categories(service, "Decisions", "Todo")
+    turn = await start_turn(service)
+    assert "uses categories" in str(await service.update_stm(turn, summary="x"))
+    assert await rows(db) == []
+
+
+# ---------------------------------------------------------------------- guards
+
+
+async def test_guard_stm_disabled_by_the_guild(service: MemoryService, db: Database) -> None:
+    await service.update_guild_settings(GUILD, ALICE, short_term_memory_enabled=False)
+    turn = await start_turn(service)
+    assert turn.stm_block_reason() == REASON_DISABLED
+    assert str(await service.update_stm(turn, summary="x")) == f"rejected: {REASON_DISABLED}"
+    assert await rows(db) == []
+
+
+async def test_guard_explicit_long_term_intent(service: MemoryService, db: Database) -> None:
+    turn = await start_turn(service, explicit_long_term_intent=True)
+    result = await service.update_stm(turn, summary="x")
+    assert str(result) == f"rejected: {REASON_EXPLICIT_INTENT}"
+    assert await rows(db) == []
+
+
+async def test_guard_provider_excluded(service: MemoryService, db: Database) -> None:
+    turn = await start_turn(service, provider_allows_stm=False)
+    assert str(await service.update_stm(turn, summary="x")) == f"rejected: {REASON_PROVIDER}"
+    assert await rows(db) == []
+
+
+# ------------------------------------------------------------- cache and TTLs
+
+
+async def test_summary_entry_expires_24h_after_its_last_update(
+    service: MemoryService, clock: ManualClock
+) -> None:
+    await service.update_stm(await start_turn(service), summary="kept a day")
+    clock.advance(hours=23, minutes=59)
+    assert service.cache.get(SERVER_KEY) is not None
+    clock.advance(minutes=2)
+    assert service.cache.get(SERVER_KEY) is None
+
+
+async def test_category_only_entry_expires_after_12h(
+    service: MemoryService, clock: ManualClock
+) -> None:
+    await use_categories(service, "Decisions", "Todo")
+    await service.update_stm(await start_turn(service), categories={"todo": "docs"})
+    clock.advance(hours=11, minutes=59)
+    assert service.cache.get(SERVER_KEY) is not None
+    clock.advance(minutes=2)
+    assert service.cache.get(SERVER_KEY) is None
+
+
+async def test_ttl_is_measured_from_the_last_update(
+    service: MemoryService, clock: ManualClock
+) -> None:
+    await service.update_stm(await start_turn(service), summary="first")
+    clock.advance(hours=20)
+    await service.update_stm(await start_turn(service), summary="second")
+    clock.advance(hours=20)
+    entry = service.cache.get(SERVER_KEY)
+    assert entry is not None and entry.summary == "second"
+
+
+async def test_a_new_instance_hydrates_the_memory_with_no_raw_messages(
+    service: MemoryService, db: Database, settings: Settings, clock: ManualClock
+) -> None:
+    service.observe_message(CHANNEL, message(ALICE, "hi"))
+    await service.update_stm(await start_turn(service), summary="remembered")
+    restarted = make_service(db.sessions, settings, clock)
+    entry = await restarted.entry(SERVER_KEY)
+    assert entry.summary == "remembered" and entry.version == 1
+    assert restarted.windows.get(CHANNEL) == ()
+
+
+async def test_a_row_older_than_its_ttl_hydrates_as_expired(
+    service: MemoryService, db: Database, settings: Settings, clock: ManualClock
+) -> None:
+    await service.update_stm(await start_turn(service), summary="stale by tomorrow")
+    clock.advance(hours=25)
+    restarted = make_service(db.sessions, settings, clock)
+    entry = await restarted.entry(SERVER_KEY)
+    assert entry.summary == "" and not entry.has_content
+    # ... yet the next write still supersedes the old row.
+    assert (await restarted.update_stm(await start_turn(restarted), summary="fresh")).ok
+    assert [row.version for row in await rows(db)] == [2, 2]
+
+
+async def test_concurrent_misses_share_one_hydration_query(
+    service: MemoryService, db: Database
+) -> None:
+    with count_statements(db.engine) as counter:
+        entries = await asyncio.gather(*(service.entry(SERVER_KEY) for _ in range(20)))
+    loads = [s for s in counter.statements if "FROM short_term_memories" in s]
+    assert len(loads) == 1
+    assert all(entry is entries[0] for entry in entries)
+
+
+async def test_a_warm_turn_makes_zero_database_queries(
+    service: MemoryService, db: Database
+) -> None:
+    service.observe_message(CHANNEL, message(ALICE, "hello"))
+    await service.update_stm(await start_turn(service), summary="warm")
+    await start_turn(service, user=BOB, label_for=lambda e: "#other")  # the first turn loads
+    with count_statements(db.engine) as counter:
+        for user in (ALICE, BOB):
+            turn = await start_turn(service, user=user, label_for=lambda e: "#other")
+            service.record_bot_turn(turn)
+    assert counter.count == 0, counter.statements
+
+
+async def test_guild_settings_are_cached_and_invalidated_on_change(
+    service: MemoryService, db: Database
+) -> None:
+    assert (await service.guild_config(GUILD)).refresh_cadence == 5
+    with count_statements(db.engine) as counter:
+        await service.guild_config(GUILD)
+    assert counter.count == 0
+    await service.update_guild_settings(GUILD, ALICE, refresh_cadence=9)
+    assert (await service.guild_config(GUILD)).refresh_cadence == 9
+
+
+async def test_stale_version_never_overwrites_a_newer_row(
+    service: MemoryService, db: Database
+) -> None:
+    await service.update_stm(await start_turn(service), summary="v1")
+    stale = replace(await service.entry(SERVER_KEY), summary="stale", version=1)
+    await service.update_stm(await start_turn(service), summary="v2")
+    async with db.sessions() as session, session.begin():
+        assert await stm_repo.upsert_entries(session, [stale]) == 0
+    assert (await rows(db))[0].summary == "v2"
+
+
+# ------------------------------------------------------------------- faults
+
+
+async def test_database_failure_is_never_reported_as_saved(
+    service: MemoryService, db: Database
+) -> None:
+    await service.update_stm(await start_turn(service), summary="before the outage")
+    turn = await start_turn(service)
+    broken = create_async_engine(
+        refused_base_url().replace("http://", "postgresql+asyncpg://u:p@") + "db"
+    )
+    service._sessions = async_sessionmaker(broken)
+    try:
+        result = await service.update_stm(turn, summary="during the outage")
+    finally:
+        await broken.dispose()
+    assert str(result).startswith("rejected: the memory could not be saved")
+    assert service.cache.get(SERVER_KEY) is not None
+    assert service.cache.get(SERVER_KEY).summary == "before the outage"  # type: ignore[union-attr]
+    assert [row.summary for row in await rows(db)] == ["before the outage"] * 2
+    assert not turn.stm_updated
+
+
+# ----------------------------------------------------------------- deletion
+
+
+async def test_clear_channel_wipes_every_scope_in_cache_and_rows(
+    service: MemoryService, db: Database
+) -> None:
+    service.observe_message(CHANNEL, message(ALICE, "hi"))
+    await service.update_stm(await start_turn(service), summary="to be wiped")
+    receipt = await service.clear_channel(CHANNEL, guild_id=GUILD, actor_user_id=BOB)
+    assert (receipt.rows, receipt.cache_entries) == (2, 2)
+    assert await rows(db) == []
+    assert SERVER_KEY not in service.cache and ALICE_KEY not in service.cache
+    assert service.windows.get(CHANNEL) == ()
+    async with db.sessions() as session:
+        events = [e.event for e in await session.scalars(select(StmEvent))]
+    assert events[-1] == "refresh"
+
+
+async def test_a_turn_started_before_a_clear_cannot_write_back(
+    service: MemoryService, db: Database
+) -> None:
+    await service.update_stm(await start_turn(service), summary="old")
+    turn = await start_turn(service)
+    await service.clear_channel(CHANNEL, guild_id=GUILD, actor_user_id=BOB)
+    result = await service.update_stm(turn, summary="resurrected?")
+    assert str(result) == f"rejected: {REASON_CLEARED}"
+    assert await rows(db) == []
+    assert not (await service.entry(SERVER_KEY)).has_content
+
+
+async def test_a_clear_racing_a_write_always_ends_empty(
+    service: MemoryService, db: Database
+) -> None:
+    turn = await start_turn(service)
+    await asyncio.gather(
+        service.update_stm(turn, summary="racing"),
+        service.clear_channel(CHANNEL, guild_id=GUILD, actor_user_id=BOB),
+    )
+    assert await rows(db) == []
+    assert not (await service.entry(SERVER_KEY)).has_content
+
+
+async def test_forget_user_deletes_everything_derived_from_them(
+    service: MemoryService, db: Database
+) -> None:
+    service.observe_message(CHANNEL, message(BOB, "Bob's idea"))
+    service.observe_message(CHANNEL, message(ALICE, "Alice agrees"))
+    await service.update_stm(await start_turn(service), summary="Bob had an idea")
+    await service.update_stm(await start_turn(service, channel=OTHER_CHANNEL), summary="Alice only")
+    async with db.sessions() as session, session.begin():
+        session.add(LongTermMemory(user_id=BOB, content="Bob likes tea", origin="user_command"))
+    receipt = await service.forget_user(BOB)
+    # Bob's message was covered by the channel's memory: the server row and Alice's
+    # copy of that conversation go too.
+    assert (receipt.contributed_rows, receipt.long_term, receipt.raw_messages) == (2, 1, 1)
+    remaining = await rows(db)
+    assert {(r.scope_kind, r.channel_id) for r in remaining} == {
+        ("server", OTHER_CHANNEL),
+        ("user", OTHER_CHANNEL),
+    }
+    assert all(BOB not in r.contributor_ids for r in remaining)
+    async with db.sessions() as session:
+        assert await session.scalar(select(func.count()).select_from(LongTermMemory)) == 0
+        bob_events = await session.scalar(
+            select(func.count())
+            .select_from(StmEvent)
+            .where((StmEvent.user_id == BOB) | (StmEvent.actor_user_id == BOB))
+        )
+    assert bob_events == 0
+    assert SERVER_KEY not in service.cache
+    assert all(m.author_id != BOB for m in service.windows.get(CHANNEL))
+
+
+async def test_forget_user_removes_their_own_rows(service: MemoryService, db: Database) -> None:
+    await service.update_stm(await start_turn(service, user=BOB), summary="Bob's channel talk")
+    receipt = await service.forget_user(BOB)
+    assert (receipt.user_rows, receipt.contributed_rows) == (1, 1)
+    assert await rows(db) == []
+
+
+async def test_janitor_deletes_rows_past_retention_only(
+    service: MemoryService, db: Database, clock: ManualClock
+) -> None:
+    await service.update_stm(await start_turn(service), summary="old")
+    clock.advance(days=60)
+    await service.update_stm(await start_turn(service, channel=OTHER_CHANNEL), summary="newer")
+    clock.advance(days=31)
+    assert await service.purge_expired_rows() == 2
+    assert {r.channel_id for r in await rows(db)} == {OTHER_CHANNEL}
+
+
+# ------------------------------------------------------------- turn context
+
+
+async def test_nudge_is_due_at_the_cadence_and_counts_new_messages(
+    service: MemoryService,
+) -> None:
+    await service.update_guild_settings(GUILD, ALICE, refresh_cadence=2)
+    service.observe_message(CHANNEL, message(ALICE, "one"))
+    await service.update_stm(await start_turn(service), summary="covers one")
+    for text_ in ("two", "three", "four"):
+        service.observe_message(CHANNEL, message(BOB, text_))
+    prepared = await service.prepare_turn(
+        channel_id=CHANNEL, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT
+    )
+    assert prepared.prompt.nudge_new_messages is None
+    service.record_bot_turn(prepared.turn)
+    service.record_bot_turn(prepared.turn)
+    prepared = await service.prepare_turn(
+        channel_id=CHANNEL, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT
+    )
+    assert prepared.prompt.nudge_new_messages == 3
+
+
+async def test_other_channels_are_shown_only_when_the_caller_allows(
+    service: MemoryService,
+) -> None:
+    await service.update_stm(await start_turn(service, channel=OTHER_CHANNEL), summary="public")
+    private = OTHER_CHANNEL + 1
+    await service.update_stm(await start_turn(service, channel=private), summary="secret")
+    labels = {OTHER_CHANNEL: "#general", private: None}
+    prepared = await service.prepare_turn(
+        channel_id=CHANNEL,
+        user_id=ALICE,
+        guild_id=GUILD,
+        bot_user_id=BOT,
+        label_for=lambda entry: labels[entry.key.channel_id],
+    )
+    assert [(o.label, o.entry.summary) for o in prepared.prompt.others if o.entry] == [
+        ("#general", "public")
+    ]
+
+
+async def test_dm_shows_server_memories_only_after_opt_in(
+    service: MemoryService, db: Database, settings: Settings, clock: ManualClock
+) -> None:
+    await service.update_stm(await start_turn(service), summary="server talk")
+    dm_channel = 777
+
+    async def dm_others(svc: MemoryService) -> list[str]:
+        prepared = await svc.prepare_turn(
+            channel_id=dm_channel,
+            user_id=ALICE,
+            guild_id=None,
+            bot_user_id=BOT,
+            label_for=lambda entry: "#general in Guild",
+        )
+        return [o.entry.summary for o in prepared.prompt.others if o.entry]
+
+    assert await dm_others(service) == []
+    await service.set_cross_context_opt_in(ALICE, True)
+    assert await dm_others(service) == ["server talk"]
+    # After a restart too (the user's rows are hydrated once, on first use).
+    assert await dm_others(make_service(db.sessions, settings, clock)) == ["server talk"]
