@@ -117,7 +117,9 @@ def create_engine(url: URL, settings: Settings) -> AsyncEngine:
         url,
         pool_size=settings.database.pool_size,
         max_overflow=settings.database.max_overflow,
-        pool_pre_ping=True,
+        # No pre-ping: it costs a round trip per checkout on the hot write path. A
+        # connection that died with the server fails once, SQLAlchemy then invalidates
+        # the pool, and the write path treats that failure like any other.
         connect_args={
             "timeout": settings.database.connect_timeout_seconds,
             "server_settings": {"application_name": "kioku"},

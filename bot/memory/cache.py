@@ -58,7 +58,9 @@ class StmCache:
         self._ttl_summary = ttl_summary_s
         self._ttl_empty = ttl_empty_s
         self._data = _TLRU(maxsize, self._expires_at, clock.monotonic, self._unindex)
-        self._by_guild: dict[int, set[ScopeKey]] = {}
+        # Insertion-ordered (a dict used as an ordered set): the last key is the guild's
+        # most recently updated channel, so "the 3 most recent" never scans the guild.
+        self._by_guild: dict[int, dict[ScopeKey, None]] = {}
         self._by_user: dict[int, set[ScopeKey]] = {}
         self._by_channel: dict[int, set[ScopeKey]] = {}
 
@@ -89,7 +91,9 @@ class StmCache:
         if key not in self._data:  # already expired: TLRUCache refused it
             return
         if key.kind == "server" and key.guild_id is not None:
-            self._by_guild.setdefault(key.guild_id, set()).add(key)
+            recency = self._by_guild.setdefault(key.guild_id, {})
+            recency.pop(key, None)
+            recency[key] = None
         if key.user_id is not None:
             self._by_user.setdefault(key.user_id, set()).add(key)
         self._by_channel.setdefault(key.channel_id, set()).add(key)
@@ -103,6 +107,7 @@ class StmCache:
         return entry
 
     def _unindex(self, key: ScopeKey) -> None:
+        index: dict[int, Any]
         for index, value in (
             (self._by_guild, key.guild_id if key.kind == "server" else None),
             (self._by_user, key.user_id),
@@ -112,7 +117,10 @@ class StmCache:
                 continue
             keys = index.get(value)
             if keys is not None:
-                keys.discard(key)
+                if isinstance(keys, dict):
+                    keys.pop(key, None)
+                else:
+                    keys.discard(key)
                 if not keys:
                     del index[value]
 
@@ -123,9 +131,12 @@ class StmCache:
             if entry is not None:
                 yield entry
 
-    def server_entries_of_guild(self, guild_id: int) -> list[StmEntry]:
-        """Live server-scope entries of a guild (for "other channels" in the prompt)."""
-        return list(self._live(self._by_guild.get(guild_id, ())))
+    def server_entries_of_guild(self, guild_id: int) -> Iterator[StmEntry]:
+        """Live server-scope entries of a guild, most recently updated first (lazily, so
+        a caller that needs three reads three)."""
+        recency = self._by_guild.get(guild_id)
+        if recency:
+            yield from self._live(reversed(list(recency)))
 
     def entries_of_user(self, user_id: int) -> list[StmEntry]:
         """Live user-scope entries of a user (for cross-context recall in DMs)."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any, Literal, Protocol
@@ -246,7 +246,7 @@ class MemoryService:
         await self._misc_flight.run(("user", user_id), load)
 
     def _adopt(self, rows: Sequence[StmEntry]) -> None:
-        for row in rows:
+        for row in sorted(rows, key=lambda r: r.updated_at):
             if row.key in self.cache or row.key.channel_id in self._tombstones:
                 continue
             if not self.cache.is_expired(row):
@@ -330,25 +330,23 @@ class MemoryService:
         limit = self.settings.stm.other_channels
         if limit == 0:
             return []
+        candidates: Iterable[StmEntry]
         if turn.guild_id is not None:
             await self._hydrate_guild_once(turn.guild_id)
-            candidates = [
-                e
-                for e in self.cache.server_entries_of_guild(turn.guild_id)
-                if e.key.channel_id != turn.channel_id and e.has_content
-            ]
+            candidates = self.cache.server_entries_of_guild(turn.guild_id)
         else:
             if not await self.cross_context_opt_in(turn.user_id):
                 return []
             await self._hydrate_user_once(turn.user_id)
-            candidates = [
-                e
-                for e in self.cache.entries_of_user(turn.user_id)
-                if e.key.guild_id is not None and e.has_content
-            ]
-        candidates.sort(key=lambda e: e.updated_at, reverse=True)
+            candidates = sorted(
+                (e for e in self.cache.entries_of_user(turn.user_id) if e.key.guild_id),
+                key=lambda e: e.updated_at,
+                reverse=True,
+            )
         others: list[OtherChannel] = []
         for candidate in candidates:
+            if candidate.key.channel_id == turn.channel_id or not candidate.has_content:
+                continue
             label = label_for(candidate)
             if label is None:
                 continue
@@ -357,6 +355,7 @@ class MemoryService:
             )
             if len(others) == limit:
                 break
+        others.sort(key=lambda o: o.entry.updated_at if o.entry else self.clock.now(), reverse=True)
         return others
 
     def record_bot_turn(self, turn: TurnState) -> None:

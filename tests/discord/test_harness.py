@@ -51,6 +51,19 @@ class ChatCog(commands.Cog):
         if isinstance(ref and ref.resolved, discord.Message) and ref.resolved.author.id == me.id:
             await message.channel.send("thanks for replying")
 
+    @commands.Cog.listener()
+    async def on_reaction_add(self, reaction: discord.Reaction, user: discord.abc.User) -> None:
+        if user.bot:
+            return
+        await reaction.message.add_reaction("✅")
+        await reaction.message.channel.send(f"{user.id} reacted {reaction.emoji}")
+
+    @commands.command(name="history")
+    async def history(self, ctx: commands.Context) -> None:
+        seen = [m.content async for m in ctx.channel.history(limit=3)]
+        sent = await ctx.send("draft")
+        await sent.edit(content=" | ".join(seen))
+
     @commands.command(name="menu")
     async def menu(self, ctx: commands.Context) -> None:
         await ctx.send("pick one", view=ConfirmView())
@@ -244,6 +257,21 @@ async def test_thread_and_dm_messages_reach_the_bot(env: DpytestEnv) -> None:
     assert (await env.member.create_dm()).id == dm.id
 
 
+async def test_history_edits_and_reactions_round_trip(env: DpytestEnv) -> None:
+    await env.send("first")
+    await env.send("second")
+    await env.send("!history")
+    summary = env.last_sent()
+    assert summary.content == "draft"
+    assert summary.edits and summary.message.content == "!history | second | first"
+
+    await env.react(summary.message, "👍")
+    assert env.last_sent().content == f"{env.member.id} reacted 👍"
+    stored = env.message_payload(summary.message.id)
+    assert stored is not None
+    assert {r["emoji"]["name"]: r["me"] for r in stored["reactions"]} == {"👍": False, "✅": True}
+
+
 # -- world ------------------------------------------------------------------------------------
 
 
@@ -293,6 +321,11 @@ async def test_private_channel_is_really_private(env: DpytestEnv) -> None:
     assert not hidden.permissions_for(env.guild.me).view_channel
     with pytest.raises(discord.Forbidden):
         await hidden.send("should not be possible")
+
+    await env.set_overwrite(private, outsider, discord.PermissionOverwrite(view_channel=True))
+    assert private.permissions_for(outsider).view_channel
+    await env.set_overwrite(private, outsider, None)
+    assert not private.permissions_for(outsider).view_channel
 
 
 async def test_member_kinds_have_the_expected_permissions(env: DpytestEnv) -> None:

@@ -452,7 +452,11 @@ def _install_dpytest_patches() -> None:
 
 @dataclass
 class SentMessage:
-    """A message the bot sent through ``Messageable.send`` (channel, thread or DM)."""
+    """A message the bot sent through ``Messageable.send`` (channel, thread or DM).
+
+    ``message`` is the cached ``discord.Message`` (kept up to date by MESSAGE_UPDATE echoes);
+    ``payload`` the JSON discord.py sent; ``edits`` the bodies of later ``Message.edit`` calls.
+    """
 
     message: discord.Message
     payload: dict[str, Any]
@@ -467,7 +471,8 @@ class SentMessage:
 
     @property
     def content(self) -> str:
-        return self.message.content
+        """Content as first sent (``message.content`` follows later edits)."""
+        return self.payload.get("content") or ""
 
     @property
     def embeds(self) -> list[discord.Embed]:
@@ -865,6 +870,25 @@ class DpytestEnv:
         await self.run_parser(self.state.parse_channel_create, data)
         return guild.get_channel(int(data["id"]))  # type: ignore[return-value]
 
+    async def set_overwrite(
+        self,
+        channel: discord.abc.GuildChannel,
+        target: discord.Member | discord.Role,
+        overwrite: discord.PermissionOverwrite | None,
+    ) -> None:
+        """Set (or with ``None`` remove) one permission overwrite via CHANNEL_UPDATE.  (dpytest's
+        ``set_permission_overrides`` writes ``"role"``/``"member"`` overwrite types, which
+        discord.py 2.x silently ignores.)"""
+        raw = [
+            _overwrite_payload(t, *ow.pair())
+            for t, ow in channel.overwrites.items()
+            if t.id != target.id
+        ]
+        if overwrite is not None:
+            raw.append(_overwrite_payload(target, *overwrite.pair()))
+        data = {**_channel_payload(channel), "permission_overwrites": raw}
+        await self.run_parser(self.state.parse_channel_update, data)
+
     async def create_category(
         self, name: str, *, guild: discord.Guild | None = None
     ) -> discord.CategoryChannel:
@@ -1189,9 +1213,72 @@ class DpytestEnv:
         )
         return self._message_obj(data, channel)
 
-    async def react(self, message: discord.Message, emoji: str, user: discord.abc.User) -> None:
-        """A member adds a reaction (dpytest backend), waiting for handlers."""
-        await self.run_parser(dpy_backend.add_reaction, message, user, emoji)
+    def _reaction_event(
+        self, channel_id: int, message_id: int, emoji: str, user_id: int, add: bool
+    ) -> None:
+        """Emit MESSAGE_REACTION_ADD/REMOVE (dpytest's payloads lack ``type`` for 2.7) and
+        keep the stored message's ``reactions`` in step."""
+        partial = discord.PartialEmoji.from_str(emoji).to_dict()
+        data = self._messages.get(int(message_id))
+        event: dict[str, Any] = {
+            "message_id": str(message_id),
+            "channel_id": str(channel_id),
+            "user_id": str(user_id),
+            "emoji": partial,
+            "type": 0,
+            "burst": False,
+            "burst_colors": [],
+        }
+        guild = None
+        if data is not None:
+            event["message_author_id"] = str(data["author"]["id"])
+            if data.get("guild_id"):
+                guild = self.state._get_guild(int(data["guild_id"]))
+                event["guild_id"] = str(data["guild_id"])
+            is_me = int(user_id) == self.bot.user.id  # type: ignore[union-attr]
+            reactions = data.setdefault("reactions", [])
+            entry = next((r for r in reactions if r["emoji"] == partial), None)
+            if add:
+                if entry is None:
+                    entry = {"emoji": partial, "count": 0, "me": False, "count_details": {}}
+                    reactions.append(entry)
+                entry["count"] += 1
+                entry["count_details"] = {"normal": entry["count"], "burst": 0}
+                entry["me"] = entry["me"] or is_me
+            elif entry is not None:
+                entry["count"] -= 1
+                entry["count_details"] = {"normal": entry["count"], "burst": 0}
+                entry["me"] = entry["me"] and not is_me
+                if entry["count"] <= 0:
+                    reactions.remove(entry)
+        if add and guild is not None:
+            member = guild.get_member(int(user_id))
+            if member is not None:
+                event["member"] = _member_payload(member)
+        parser = (
+            self.state.parse_message_reaction_add
+            if add
+            else self.state.parse_message_reaction_remove
+        )
+        with _tracked():
+            parser(event)
+
+    async def react(
+        self, message: discord.Message, emoji: str, user: discord.abc.User | None = None
+    ) -> None:
+        """``user`` (default: first member) adds a reaction; waits for the handlers."""
+        user = user or self.member
+        await self.run_parser(
+            self._reaction_event, message.channel.id, message.id, emoji, user.id, True
+        )
+
+    async def unreact(
+        self, message: discord.Message, emoji: str, user: discord.abc.User | None = None
+    ) -> None:
+        user = user or self.member
+        await self.run_parser(
+            self._reaction_event, message.channel.id, message.id, emoji, user.id, False
+        )
 
     def sent_to(self, channel: Any) -> list[SentMessage]:
         return [s for s in self.sent if s.message.channel.id == channel.id]
@@ -1408,6 +1495,27 @@ class DpytestEnv:
         except KeyError:
             raise _not_found("Unknown Attachment") from None
 
+    async def _http_add_reaction(self, channel_id: int, message_id: int, emoji: str) -> None:
+        self._reaction_event(channel_id, message_id, emoji, self.bot.user.id, True)  # type: ignore[union-attr]
+
+    async def _http_remove_own_reaction(self, channel_id: int, message_id: int, emoji: str) -> None:
+        self._reaction_event(channel_id, message_id, emoji, self.bot.user.id, False)  # type: ignore[union-attr]
+
+    async def _http_remove_reaction(
+        self, channel_id: int, message_id: int, emoji: str, member_id: int
+    ) -> None:
+        self._reaction_event(channel_id, message_id, emoji, member_id, False)
+
+    async def _http_clear_reactions(self, channel_id: int, message_id: int) -> None:
+        data = self._messages.get(int(message_id))
+        event = {"message_id": str(message_id), "channel_id": str(channel_id)}
+        if data is not None:
+            data["reactions"] = []
+            if data.get("guild_id"):
+                event["guild_id"] = str(data["guild_id"])
+        with _tracked():
+            self.state.parse_message_reaction_remove_all(event)
+
     def _command_payloads(self, payload: list[dict[str, Any]], guild_id: int | None) -> list[Any]:
         out = []
         for cmd in payload:
@@ -1455,6 +1563,10 @@ class DpytestEnv:
             "start_private_message",
             "send_typing",
             "get_from_cdn",
+            "add_reaction",
+            "remove_own_reaction",
+            "remove_reaction",
+            "clear_reactions",
             "bulk_upsert_global_commands",
             "bulk_upsert_guild_commands",
             "get_global_commands",

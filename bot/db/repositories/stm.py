@@ -107,29 +107,31 @@ def entry_from_row(row: ShortTermMemory) -> StmEntry:
     )
 
 
-async def upsert_entries(session: AsyncSession, entries: Sequence[StmEntry]) -> int:
-    """Insert or update each entry's row unless the row already has a newer version.
+def _build_upsert() -> Any:
+    base = insert(ShortTermMemory)
+    excluded = base.excluded
+    key_columns = {"scope_kind", "guild_id", "user_id", "channel_id"}
+    updated = [c.name for c in ShortTermMemory.__table__.columns if c.name not in key_columns]
+    return base.on_conflict_do_update(
+        index_elements=SCOPE_KEY_ELEMENTS,
+        set_={name: excluded[name] for name in updated if name not in ("id", "created_at")},
+        where=ShortTermMemory.version < excluded.version,
+    ).returning(ShortTermMemory.id)
 
-    Returns the number of rows written; a row skipped because it is newer is not
-    counted (a replayed, stale write must never overwrite a newer one).
-    """
-    written = 0
-    for entry in entries:
-        values = _row_values(entry)
-        base = insert(ShortTermMemory).values(**values)
-        excluded = base.excluded
-        statement = base.on_conflict_do_update(
-            index_elements=SCOPE_KEY_ELEMENTS,
-            set_={
-                name: getattr(excluded, name)
-                for name in values
-                if name not in ("scope_kind", "guild_id", "user_id", "channel_id")
-            },
-            where=ShortTermMemory.version < excluded.version,
-        ).returning(ShortTermMemory.id)
-        result = await session.execute(statement)
-        written += len(result.all())
-    return written
+
+# Built once: the write path runs on every STM update, and re-building (and re-compiling)
+# an ON CONFLICT statement per call costs more than the database round trip.
+_UPSERT = _build_upsert()
+
+
+async def upsert_entries(session: AsyncSession, entries: Sequence[StmEntry]) -> int:
+    """Insert or update each entry's row unless the row already has a newer version,
+    in one statement. Returns the number of rows written; a row skipped because it is
+    newer is not counted (a replayed, stale write must never overwrite a newer one)."""
+    if not entries:
+        return 0
+    result = await session.execute(_UPSERT, [_row_values(entry) for entry in entries])
+    return len(result.all())
 
 
 async def load_entry(session: AsyncSession, key: ScopeKey) -> StmEntry | None:
@@ -219,23 +221,26 @@ async def delete_older_than(session: AsyncSession, cutoff: datetime) -> int:
 
 
 async def add_events(session: AsyncSession, events: Sequence[EventRecord]) -> None:
+    if not events:
+        return
+    rows = []
     for record in events:
         key = record.key
-        session.add(
-            StmEvent(
-                event=record.event,
-                scope_kind=key.kind if key else None,
-                guild_id=key.guild_id if key else record.guild_id,
-                user_id=key.user_id if key else None,
-                channel_id=key.channel_id if key else record.channel_id,
-                origin=record.origin,
-                actor_user_id=record.actor_user_id,
-                message_id=record.message_id,
-                chars_before=record.chars_before,
-                chars_after=record.chars_after,
-            )
+        rows.append(
+            {
+                "event": record.event,
+                "scope_kind": key.kind if key else None,
+                "guild_id": key.guild_id if key else record.guild_id,
+                "user_id": key.user_id if key else None,
+                "channel_id": key.channel_id if key else record.channel_id,
+                "origin": record.origin,
+                "actor_user_id": record.actor_user_id,
+                "message_id": record.message_id,
+                "chars_before": record.chars_before,
+                "chars_after": record.chars_after,
+            }
         )
-    await session.flush()
+    await session.execute(insert(StmEvent), rows)
 
 
 async def delete_events_of_user(session: AsyncSession, user_id: int) -> int:

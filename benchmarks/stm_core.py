@@ -1,0 +1,216 @@
+"""STM core figures (issue: short-term memory core).
+
+Prints, in one run, on an embedded PostgreSQL in a temporary folder:
+- prompt assembly (``prepare_turn`` + ``assemble``) median and p99 in µs, with 100,000
+  entries in the cache;
+- hydrate-on-miss p99 in ms with 1,000,000 rows in ``short_term_memories``;
+- sustained STM updates/s (each writes the server and the user row and two audit events
+  in one transaction) and their p99 latency in ms.
+
+Usage: ``python benchmarks/stm_core.py [--entries 100000] [--rows 1000000]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import statistics
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from sqlalchemy import text
+
+from bot.config import load_settings
+from bot.db.engine import Database
+from bot.db.migrate import upgrade
+from bot.memory.model import RawMessage, ScopeKey, StmEntry
+from bot.memory.prompt import assemble
+from bot.memory.service import MemoryService
+from bot.memory.turn import TurnState
+
+BOT_ID = 1
+SUMMARY = ("The team agreed to ship on Friday; Alice owns the docs, Bob the release. " * 20)[:1500]
+
+
+class WallClock:
+    def now(self) -> datetime:
+        return datetime.now(UTC)
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+
+def percentile(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def fill_cache(service: MemoryService, entries: int, guilds: int) -> list[tuple[int, int]]:
+    """``entries`` server entries spread over ``guilds`` guilds, windows on a few."""
+    now = service.clock.now()
+    channels: list[tuple[int, int]] = []
+    per_guild = entries // guilds
+    for g in range(guilds):
+        guild_id = 10_000 + g
+        for c in range(per_guild):
+            channel_id = guild_id * 1_000 + c
+            service.cache.put(
+                StmEntry(
+                    key=ScopeKey.server(guild_id, channel_id),
+                    updated_at=now - timedelta(minutes=c),
+                    summary=SUMMARY,
+                    version=1,
+                )
+            )
+            channels.append((guild_id, channel_id))
+    return channels
+
+
+def add_window(service: MemoryService, channel_id: int, count: int = 50) -> None:
+    now = service.clock.now()
+    for i in range(count):
+        service.observe_message(
+            channel_id,
+            RawMessage(
+                message_id=channel_id * 100 + i,
+                author_id=BOT_ID if i % 2 else 2 + i % 5,
+                author_name="Kioku" if i % 2 else f"user{i % 5}",
+                content=f"message number {i} about the launch plan and who does what",
+                created_at=now,
+                is_bot=bool(i % 2),
+            ),
+        )
+
+
+async def bench_assembly(service: MemoryService, entries: int) -> tuple[float, float]:
+    channels = fill_cache(service, entries, guilds=1_000)
+    sample = random.Random(1).sample(channels, 200)
+    for _, channel_id in sample:
+        add_window(service, channel_id)
+    for guild_id, _ in sample:
+        service._guilds_hydrated[guild_id] = True  # measured warm: no database on this path
+        service._configs[guild_id] = service.defaults
+
+    def label(entry: StmEntry) -> str:
+        return f"#c{entry.key.channel_id % 1000}"
+
+    timings: list[float] = []
+    for round_ in range(60):
+        for guild_id, channel_id in sample:
+            started = time.perf_counter()
+            prepared = await service.prepare_turn(
+                channel_id=channel_id,
+                user_id=7,
+                guild_id=guild_id,
+                bot_user_id=BOT_ID,
+                label_for=label,
+            )
+            assemble(prepared.prompt)
+            if round_ >= 10:
+                timings.append((time.perf_counter() - started) * 1e6)
+    return statistics.median(timings), percentile(timings, 0.99)
+
+
+async def bench_hydrate(database: Database, service: MemoryService, rows: int) -> float:
+    async with database.engine.begin() as connection:
+        await connection.execute(
+            text(
+                "INSERT INTO short_term_memories (scope_kind, guild_id, channel_id, summary, "
+                "origin, version, updated_at) "
+                "SELECT 'server', 1 + n / 100, 5000000 + n, :summary, 'model_tool', 1, now() "
+                "FROM generate_series(1, :rows) AS n"
+            ),
+            {"summary": SUMMARY[:600], "rows": rows},
+        )
+        await connection.execute(text("ANALYZE short_term_memories"))
+    rng = random.Random(2)
+    timings: list[float] = []
+    for i in range(1_200):
+        n = rng.randint(1, rows)
+        key = ScopeKey.server(1 + n // 100, 5_000_000 + n)
+        service.cache.pop(key)
+        started = time.perf_counter()
+        entry = await service.entry(key)
+        elapsed = (time.perf_counter() - started) * 1e3
+        assert entry.has_summary, "hydration found nothing"
+        if i >= 200:
+            timings.append(elapsed)
+    return percentile(timings, 0.99)
+
+
+async def bench_upserts(service: MemoryService, updates: int, workers: int) -> tuple[float, float]:
+    latencies: list[float] = []
+    queue: asyncio.Queue[int] = asyncio.Queue()
+    for i in range(updates):
+        queue.put_nowait(i)
+
+    async def worker(w: int) -> None:
+        while not queue.empty():
+            i = queue.get_nowait()
+            channel_id = 9_000_000 + (i % 100)
+            turn = TurnState(
+                channel_id=channel_id,
+                user_id=100 + w,
+                guild_id=77,
+                config=service.defaults,
+                epoch=service.epoch(channel_id),
+            )
+            started = time.perf_counter()
+            result = await service.update_stm(turn, summary=f"{SUMMARY[:800]} #{i}")
+            latencies.append((time.perf_counter() - started) * 1e3)
+            assert result.ok, str(result)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker(w) for w in range(workers)))
+    elapsed = time.perf_counter() - started
+    return updates / elapsed, percentile(latencies, 0.99)
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--entries", type=int, default=100_000)
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--updates", type=int, default=3_000)
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory(prefix="kioku-bench-") as folder:
+        settings = load_settings(
+            database_url=None,
+            data_dir=Path(folder),
+            stm={"cache_max_entries": args.entries + 10_000},
+            database={"pool_size": 10, "max_overflow": 0},
+        )
+        database = Database(settings)
+        await database.start()
+        try:
+            await upgrade(database.engine)
+            service = MemoryService(database.sessions, settings, clock=WallClock())
+            asm_median, asm_p99 = await bench_assembly(service, args.entries)
+            hydrate_p99 = await bench_hydrate(database, service, args.rows)
+            rate, upsert_p99 = await bench_upserts(service, args.updates, workers=8)
+        finally:
+            await database.close()
+
+    rows = [
+        ("prompt assembly median", f"{asm_median:.0f} µs", "", f"{args.entries:,} cached"),
+        ("prompt assembly p99", f"{asm_p99:.0f} µs", "≤ 200 µs", _met(asm_p99 <= 200)),
+        ("hydrate-on-miss p99", f"{hydrate_p99:.2f} ms", "≤ 5 ms", _met(hydrate_p99 <= 5)),
+        ("STM updates/s", f"{rate:,.0f}", "", "2 rows + 2 events per update"),
+        ("row upserts/s", f"{2 * rate:,.0f}", "≥ 1,000", _met(2 * rate >= 1000)),
+        ("update p99", f"{upsert_p99:.1f} ms", "", "8 concurrent writers, 100 channels"),
+    ]
+    width = max(len(r[0]) for r in rows)
+    print(f"{'figure':<{width}}  {'value':>10}  {'budget':<9}  note")
+    for name, value, budget, note in rows:
+        print(f"{name:<{width}}  {value:>10}  {budget:<9}  {note}")
+
+
+def _met(ok: bool) -> str:
+    return "met" if ok else "NOT MET"
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
