@@ -13,10 +13,13 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from bot.llm.tools.base import ToolOutcome
 from bot.memory.model import SUMMARY_SLUG, Category, GuildConfig
+from bot.memory.sanitize import MAX_VALUE_CHARS as STM_VALUE_MAX_CHARS
+from bot.memory.service import MemoryService
+from bot.memory.turn import TurnState
 
 STM_TOOL_NAME = "update_short_term_memory"
-STM_VALUE_MAX_CHARS = 1500
 MAX_RAW_ARGUMENT_BYTES = 64 * 1024
 MAX_VALUE_BYTES = 64 * 1024
 
@@ -277,3 +280,20 @@ def parse_stm_arguments(raw: str | None, config: GuildConfig) -> StmUpdate:
     if not config.category_mode:
         return _parse_summary(payload)
     return _parse_categories(payload, config)
+
+
+async def run_stm_tool(
+    service: MemoryService, turn: TurnState, raw_arguments: str | None
+) -> ToolOutcome:
+    """Execute one call of the tool for ``turn``: guards, parsing, then the memory
+    service's write path. The outcome's text is exactly what the model reads:
+    ``saved``, ``saved, pending sync`` or ``rejected: <reason>``."""
+    reason = turn.stm_block_reason()
+    if reason is not None:
+        return ToolOutcome.error(f"rejected: {reason}")
+    try:
+        update = parse_stm_arguments(raw_arguments, turn.config)
+    except ToolArgumentError as exc:
+        return ToolOutcome.error(f"rejected: {exc}")
+    result = await service.update_stm(turn, summary=update.summary, categories=update.categories)
+    return ToolOutcome(str(result), ok=result.ok)

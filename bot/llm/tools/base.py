@@ -1,0 +1,18 @@
+"""What every tool returns to the tool loop."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class ToolOutcome:
+    """The text the model reads as the tool's result, and whether it was an error
+    (consecutive errors end the turn)."""
+
+    content: str
+    ok: bool
+
+    @classmethod
+    def error(cls, message: str) -> ToolOutcome:
+        return cls(message, ok=False)
