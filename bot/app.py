@@ -12,21 +12,43 @@ from collections.abc import Coroutine
 from typing import Any
 
 import discord
+import openai
 from discord.ext import commands
 
 from bot.config import Settings
 from bot.db.engine import Database
 from bot.db.migrate import upgrade
+from bot.llm.client import make_client
+from bot.memory.clock import Clock, SystemClock
+from bot.memory.janitor import run_janitor
+from bot.memory.service import MemoryService
+from bot.turn import TurnRunner
 
 log = logging.getLogger(__name__)
 
-EXTENSIONS: tuple[str, ...] = ()
+EXTENSIONS: tuple[str, ...] = (
+    "bot.cogs.chat",
+    "bot.cogs.refresh",
+    "bot.cogs.stm",
+    "bot.cogs.privacy",
+)
 
 
 class KiokuBot(commands.Bot):
     """The bot. Services hang off it so cogs reach them through ``self.bot``."""
 
-    def __init__(self, settings: Settings, *, database: Database | None = None) -> None:
+    memory: MemoryService
+    llm: openai.AsyncOpenAI
+    turns: TurnRunner
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        database: Database | None = None,
+        clock: Clock | None = None,
+        janitor: bool = True,
+    ) -> None:
         intents = discord.Intents.default()
         intents.message_content = True
         super().__init__(
@@ -37,13 +59,25 @@ class KiokuBot(commands.Bot):
             owner_ids=set(settings.owner_ids) or None,
         )
         self.settings = settings
+        # A database handed in (tests, `kioku console`) belongs to the caller.
+        self._owns_database = database is None
         self.database = database or Database(settings)
+        self.clock: Clock = clock or SystemClock()
+        self._janitor = janitor
         self._background: set[asyncio.Task[Any]] = set()
 
     async def setup_hook(self) -> None:
+        from bot.cogs.errors import install_error_handler
+
         await self.database.start()
+        self.memory = MemoryService(self.database.sessions, self.settings, clock=self.clock)
+        self.llm = make_client(self.settings)
+        self.turns = TurnRunner(self.memory, self.llm, self.settings)
+        install_error_handler(self.tree)
         for extension in EXTENSIONS:
             await self.load_extension(extension)
+        if self._janitor:
+            self.spawn(run_janitor(self.memory), name="janitor")
 
     def spawn(self, coro: Coroutine[Any, Any, Any], *, name: str) -> asyncio.Task[Any]:
         """Run ``coro`` in the background, keep a reference, and log its failure."""
@@ -66,12 +100,21 @@ class KiokuBot(commands.Bot):
         try:
             await super().close()
         finally:
-            await self.database.close()
+            if hasattr(self, "llm"):
+                await self.llm.close()
+            if self._owns_database:
+                await self.database.close()
 
 
-def build_bot(settings: Settings, *, database: Database | None = None) -> KiokuBot:
+def build_bot(
+    settings: Settings,
+    *,
+    database: Database | None = None,
+    clock: Clock | None = None,
+    janitor: bool = True,
+) -> KiokuBot:
     """The bot, wired but not connected (tests attach it to dpytest instead)."""
-    return KiokuBot(settings, database=database)
+    return KiokuBot(settings, database=database, clock=clock, janitor=janitor)
 
 
 async def migrate_database(database: Database) -> tuple[str | None, str | None]:

@@ -4,4 +4,5 @@ pytest_plugins = [
     "tests.helpers.database",
     "tests.helpers.fake_llm",
     "tests.helpers.discord_harness",
+    "tests.helpers.bot",
 ]

@@ -79,6 +79,10 @@ class GuildSettings(Base):
     )
     tool_description_override: Mapped[str | None] = mapped_column(Text)
     nudge_override: Mapped[str | None] = mapped_column(Text)
+    # Channels where the bot answers every message, not only mentions and replies.
+    always_on_channel_ids: Mapped[list[int]] = mapped_column(
+        ARRAY(BigInteger), nullable=False, server_default=text("'{}'::bigint[]")
+    )
     updated_at: Mapped[datetime] = _updated_at()
 
 

@@ -141,6 +141,7 @@ class GuildConfig:
     tool_description_override: str | None = None
     nudge_override: str | None = None
     categories: tuple[Category, ...] = ()
+    always_on_channels: frozenset[int] = frozenset()
 
     @property
     def category_mode(self) -> bool:

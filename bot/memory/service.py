@@ -26,6 +26,7 @@ from cachetools import LRUCache
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from bot.config import Settings
+from bot.db.models import StmEvent
 from bot.db.repositories import guilds as guild_repo
 from bot.db.repositories import stm as stm_repo
 from bot.db.repositories.stm import EventRecord
@@ -618,6 +619,11 @@ class MemoryService:
                 await stm_repo.add_events(session, [EventRecord("expire")])
         return deleted
 
+    async def recent_events(self, guild_id: int, limit: int = 15) -> list[StmEvent]:
+        """The guild's latest audit events (``/stm history``); they hold no memory text."""
+        async with self._sessions() as session:
+            return await stm_repo.recent_events(session, guild_id, limit)
+
     # ------------------------------------------------------------ configuration
 
     async def update_guild_settings(
@@ -631,6 +637,17 @@ class MemoryService:
             )
         self.invalidate_guild(guild_id)
         return await self.guild_config(guild_id)
+
+    async def set_always_on(
+        self, guild_id: int, channel_id: int, enabled: bool, actor_user_id: int
+    ) -> GuildConfig:
+        """Mark a channel where the bot answers every message (or unmark it)."""
+        config = await self.guild_config(guild_id)
+        channels = set(config.always_on_channels)
+        channels = channels | {channel_id} if enabled else channels - {channel_id}
+        return await self.update_guild_settings(
+            guild_id, actor_user_id, always_on_channel_ids=sorted(channels)
+        )
 
     async def set_categories(
         self, guild_id: int, actor_user_id: int, categories: Sequence[Category]

@@ -36,6 +36,12 @@ def upgrade() -> None:
         sa.Column("tool_description_override", sa.Text(), nullable=True),
         sa.Column("nudge_override", sa.Text(), nullable=True),
         sa.Column(
+            "always_on_channel_ids",
+            postgresql.ARRAY(sa.BigInteger()),
+            server_default=sa.text("'{}'::bigint[]"),
+            nullable=False,
+        ),
+        sa.Column(
             "updated_at",
             sa.DateTime(timezone=True),
             server_default=sa.text("now()"),

@@ -185,6 +185,22 @@ class ScriptedLLM:
         # Set on stop() so that replies sleeping in a delay return at once instead of keeping
         # the server (and the test) alive until the delay runs out.
         self._closing = asyncio.Event()
+        self._arrived = asyncio.Condition()
+        self._gate: asyncio.Event | None = None
+
+    # ---- synchronisation -------------------------------------------------------------------
+
+    async def wait_for_requests(self, count: int) -> None:
+        """Return once ``count`` chat requests have arrived in total (event-driven; a
+        safety timeout turns a hang into a failure)."""
+        async with asyncio.timeout(10), self._arrived:
+            await self._arrived.wait_for(lambda: len(self._recorded) >= count)
+
+    def hold(self) -> asyncio.Event:
+        """Hold every answer until the returned event is set: lets a test act while a
+        turn is in flight (e.g. ``/refresh`` between the request and its tool call)."""
+        self._gate = asyncio.Event()
+        return self._gate
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -412,6 +428,10 @@ class ScriptedLLM:
         self._recorded.append(
             _Recorded(body=body, headers={k.lower(): v for k, v in request.headers.items()})
         )
+        async with self._arrived:
+            self._arrived.notify_all()
+        if self._gate is not None:
+            await self._gate.wait()
 
         if self._queue:
             reply = self._queue.popleft()

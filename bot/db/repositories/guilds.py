@@ -19,6 +19,7 @@ SETTABLE = {
     "crude_message_count",
     "tool_description_override",
     "nudge_override",
+    "always_on_channel_ids",
 }
 
 
@@ -49,6 +50,7 @@ async def load_guild_config(
         tool_description_override=row.tool_description_override,
         nudge_override=row.nudge_override,
         categories=cats,
+        always_on_channels=frozenset(row.always_on_channel_ids or ()),
     )
 
 

@@ -1,0 +1,259 @@
+"""Messages → turns. Thin: translate Discord objects, decide whether to answer, send.
+
+- Every readable message goes into its channel's raw window (edits and deletes follow).
+- The bot answers in DMs always; in servers when mentioned, replied to, or in a channel
+  an admin marked always-on. Bots (itself included) never trigger a turn.
+- Turns in one channel run one after another; different channels run concurrently.
+- A cold channel is back-filled once from history, stopping at the newest ``/refresh``
+  marker, so nothing a refresh removed comes back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import weakref
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import discord
+from discord.ext import commands
+
+from bot.cogs.refresh import REFRESH_MARKER_PREFIX
+from bot.memory.model import RawMessage, StmEntry
+from bot.memory.service import LabelFor
+from bot.turn import TurnRequest
+
+if TYPE_CHECKING:
+    from bot.app import KiokuBot
+
+log = logging.getLogger(__name__)
+
+DISCORD_LIMIT = 2000
+NO_MENTIONS = discord.AllowedMentions.none()
+MessageableChannel = discord.TextChannel | discord.Thread | discord.DMChannel | discord.VoiceChannel
+
+
+def to_raw(message: discord.Message) -> RawMessage:
+    """A Discord message as the memory core sees it: display name, text with mentions
+    resolved, attachment names."""
+    text = message.clean_content
+    if message.attachments:
+        names = ", ".join(a.filename for a in message.attachments)
+        text = f"{text}\n[attachments: {names}]" if text else f"[attachments: {names}]"
+    return RawMessage(
+        message_id=message.id,
+        author_id=message.author.id,
+        author_name=message.author.display_name,
+        content=text,
+        created_at=message.created_at,
+        is_bot=message.author.bot,
+    )
+
+
+def split_reply(text: str, limit: int = DISCORD_LIMIT) -> list[str]:
+    """Split at Discord's limit, preferring paragraph, line, then word boundaries."""
+    chunks: list[str] = []
+    rest = text.strip()
+    while len(rest) > limit:
+        window = rest[:limit]
+        cut = max(window.rfind("\n\n"), window.rfind("\n"))
+        if cut < limit // 2:
+            cut = window.rfind(" ")
+        if cut < limit // 2:
+            cut = limit
+        chunks.append(rest[:cut].rstrip())
+        rest = rest[cut:].lstrip()
+    if rest:
+        chunks.append(rest)
+    return chunks
+
+
+def may_show_elsewhere(current: discord.abc.GuildChannel, other: discord.abc.GuildChannel) -> bool:
+    """Whether ``other``'s memory may appear in ``current``: only if everyone who can read
+    ``current`` can read ``other`` too (never leak a more private channel)."""
+    for role in current.guild.roles:
+        if (
+            current.permissions_for(role).view_channel
+            and not other.permissions_for(role).view_channel
+        ):
+            return False
+    for target in (*current.overwrites, *other.overwrites):
+        if isinstance(target, discord.Member) and (
+            current.permissions_for(target).view_channel
+            and not other.permissions_for(target).view_channel
+        ):
+            return False
+    return True
+
+
+class Chat(commands.Cog):
+    def __init__(self, bot: KiokuBot) -> None:
+        self.bot = bot
+        self._locks: weakref.WeakValueDictionary[int, asyncio.Lock] = weakref.WeakValueDictionary()
+
+    # ------------------------------------------------------------ raw window
+
+    @commands.Cog.listener()
+    async def on_message(self, message: discord.Message) -> None:
+        if message.type not in (discord.MessageType.default, discord.MessageType.reply):
+            return
+        self.bot.memory.observe_message(message.channel.id, to_raw(message))
+        if message.author.bot or not await self._should_answer(message):
+            return
+        await self._answer(message)
+
+    @commands.Cog.listener()
+    async def on_raw_message_edit(self, payload: discord.RawMessageUpdateEvent) -> None:
+        if "content" not in payload.data:
+            return  # an embed resolving, not an edit of the text
+        self.bot.memory.windows.edit(
+            payload.channel_id, payload.message_id, to_raw(payload.message).content
+        )
+
+    @commands.Cog.listener()
+    async def on_raw_message_delete(self, payload: discord.RawMessageDeleteEvent) -> None:
+        self.bot.memory.windows.delete(payload.channel_id, payload.message_id)
+
+    @commands.Cog.listener()
+    async def on_raw_bulk_message_delete(self, payload: discord.RawBulkMessageDeleteEvent) -> None:
+        for message_id in payload.message_ids:
+            self.bot.memory.windows.delete(payload.channel_id, message_id)
+
+    # ----------------------------------------------------------------- turns
+
+    async def _should_answer(self, message: discord.Message) -> bool:
+        me = self.bot.user
+        if me is None:
+            return False
+        if message.guild is None:
+            return True
+        if me in message.mentions:
+            return True
+        reference = message.reference
+        if (
+            reference is not None
+            and isinstance(reference.resolved, discord.Message)
+            and reference.resolved.author.id == me.id
+        ):
+            return True
+        config = await self.bot.memory.guild_config(message.guild.id)
+        return message.channel.id in config.always_on_channels
+
+    def _lock(self, channel_id: int) -> asyncio.Lock:
+        lock = self._locks.get(channel_id)
+        if lock is None:
+            lock = self._locks[channel_id] = asyncio.Lock()
+        return lock
+
+    async def _answer(self, message: discord.Message) -> None:
+        channel = message.channel
+        async with self._lock(channel.id):
+            await self._backfill(channel, before=message)
+            request = self._request(message)
+            async with channel.typing():
+                reply = await self.bot.turns.run(request)
+            sent = await self._send(message, reply.text)
+            for part in sent:
+                self.bot.memory.observe_message(channel.id, to_raw(part))
+
+    async def _backfill(self, channel: discord.abc.Messageable, *, before: discord.Message) -> None:
+        """Seed a cold channel's window once from history, stopping at a refresh marker."""
+        windows = self.bot.memory.windows
+        channel_id = before.channel.id
+        if windows.is_primed(channel_id):
+            return
+        history: list[RawMessage] = []
+        me = self.bot.user
+        try:
+            async for old in channel.history(limit=self.bot.settings.stm.raw_window, before=before):
+                if (
+                    me is not None
+                    and old.author.id == me.id
+                    and old.content.startswith(REFRESH_MARKER_PREFIX)
+                ):
+                    break
+                history.append(to_raw(old))
+        except discord.HTTPException as exc:
+            log.info("no history back-fill for channel %s: %s", channel_id, exc.status)
+        windows.prime(channel_id, list(reversed(history)))
+
+    def _request(self, message: discord.Message) -> TurnRequest:
+        me = self.bot.user
+        assert me is not None
+        channel = message.channel
+        guild = message.guild
+        parent_id = channel.parent_id if isinstance(channel, discord.Thread) else None
+        return TurnRequest(
+            channel_id=channel.id,
+            user_id=message.author.id,
+            message_id=message.id,
+            content=message.content,
+            bot_user_id=me.id,
+            guild_id=guild.id if guild else None,
+            parent_channel_id=parent_id,
+            user_name=message.author.display_name,
+            bot_name=me.display_name,
+            channel_name=f"#{channel.name}"
+            if isinstance(channel, discord.abc.GuildChannel | discord.Thread)
+            else "a direct message",
+            guild_name=guild.name if guild else None,
+            label_for=self._labeler(message),
+        )
+
+    def _labeler(self, message: discord.Message) -> LabelFor:
+        guild = message.guild
+        if guild is None:
+            bot = self.bot
+
+            def dm_label(entry: StmEntry) -> str | None:
+                other_guild = bot.get_guild(entry.key.guild_id or 0)
+                channel = (
+                    other_guild.get_channel_or_thread(entry.key.channel_id) if other_guild else None
+                )
+                if other_guild is None or channel is None:
+                    return None
+                return f"#{channel.name} in {other_guild.name}"
+
+            return dm_label
+        current = message.channel
+        base = current.parent if isinstance(current, discord.Thread) else current
+        if not isinstance(base, discord.abc.GuildChannel):
+            return lambda entry: None
+
+        def guild_label(entry: StmEntry) -> str | None:
+            other = guild.get_channel_or_thread(entry.key.channel_id)
+            if other is None:
+                return None
+            if isinstance(other, discord.Thread):
+                if other.type is discord.ChannelType.private_thread or other.parent is None:
+                    return None
+                other_base: discord.abc.GuildChannel = other.parent
+            else:
+                other_base = other
+            if not may_show_elsewhere(base, other_base):
+                return None
+            return f"#{other.name}"
+
+        return guild_label
+
+    async def _send(self, message: discord.Message, text: str) -> Sequence[discord.Message]:
+        sent: list[discord.Message] = []
+        for index, chunk in enumerate(split_reply(text) or ["…"]):
+            try:
+                if index == 0:
+                    sent.append(
+                        await message.reply(
+                            chunk, allowed_mentions=NO_MENTIONS, mention_author=False
+                        )
+                    )
+                else:
+                    sent.append(await message.channel.send(chunk, allowed_mentions=NO_MENTIONS))
+            except discord.HTTPException as exc:
+                log.warning("could not send a reply in %s: %s", message.channel.id, exc.status)
+                break
+        return sent
+
+
+async def setup(bot: KiokuBot) -> None:
+    await bot.add_cog(Chat(bot))

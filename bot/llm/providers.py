@@ -1,0 +1,240 @@
+"""What each kind of OpenAI-compatible provider can do, as far as Kioku cares.
+
+The table answers two questions for the configured ``provider`` (SPEC §3, §8): can the
+tool loop offer tools at all (``tool_calling``), and may the short-term-memory tool be
+offered (``stm_allowed``)? STM needs tool calling and enough context for its overhead
+(the summary, the tool schema and the tool round trip), so providers with less than
+:data:`MIN_STM_CONTEXT_TOKENS` of context are excluded even if they can call tools.
+
+``context_tokens`` is a conservative default for the provider's usual models; local
+servers (Ollama, LM Studio, llama.cpp, vLLM) really depend on how the model was loaded,
+which the ``notes`` say. Unknown names get a generic entry that assumes tool calling.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+__all__ = [
+    "GENERIC",
+    "MIN_STM_CONTEXT_TOKENS",
+    "PROVIDERS",
+    "ProviderCaps",
+    "capabilities",
+]
+
+MIN_STM_CONTEXT_TOKENS = 8192
+"""Below this context size the memory-management overhead crowds out the conversation."""
+
+
+@dataclass(frozen=True)
+class ProviderCaps:
+    """One provider's capabilities. ``stm_allowed`` is derived by :func:`_caps`: tool
+    calling and at least :data:`MIN_STM_CONTEXT_TOKENS` of context."""
+
+    name: str
+    tool_calling: bool
+    context_tokens: int
+    stm_allowed: bool
+    notes: str
+
+
+def _caps(name: str, *, tool_calling: bool, context_tokens: int, notes: str) -> ProviderCaps:
+    return ProviderCaps(
+        name=name,
+        tool_calling=tool_calling,
+        context_tokens=context_tokens,
+        stm_allowed=tool_calling and context_tokens >= MIN_STM_CONTEXT_TOKENS,
+        notes=notes,
+    )
+
+
+GENERIC = _caps(
+    "generic",
+    tool_calling=True,
+    context_tokens=MIN_STM_CONTEXT_TOKENS,
+    notes="Generic OpenAI-compatible endpoint: tool calling and at least 8k tokens of "
+    "context are assumed.",
+)
+
+_ENTRIES: tuple[ProviderCaps, ...] = (
+    _caps(
+        "openai",
+        tool_calling=True,
+        context_tokens=128_000,
+        notes="Native function calling.",
+    ),
+    _caps(
+        "azure",
+        tool_calling=True,
+        context_tokens=128_000,
+        notes="Azure OpenAI: the model name is the deployment name; function calling as "
+        "OpenAI for the deployed model.",
+    ),
+    _caps(
+        "ollama",
+        tool_calling=True,
+        context_tokens=8192,
+        notes="Tool calling only with models whose template supports tools (e.g. Llama 3.1+, "
+        "Qwen 2.5+, Mistral). The context is num_ctx, which may default lower: set "
+        "OLLAMA_CONTEXT_LENGTH (or num_ctx) to at least 8192.",
+    ),
+    _caps(
+        "vllm",
+        tool_calling=True,
+        context_tokens=32_768,
+        notes="Tool calling needs --enable-auto-tool-choice and a matching "
+        "--tool-call-parser; context is the served model's --max-model-len.",
+    ),
+    _caps(
+        "lmstudio",
+        tool_calling=True,
+        context_tokens=8192,
+        notes="Tool calling depends on the loaded model; the context length is chosen when "
+        "the model is loaded (use at least 8192).",
+    ),
+    _caps(
+        "llamacpp",
+        tool_calling=True,
+        context_tokens=8192,
+        notes="llama.cpp server: start it with --jinja for tool calling and -c 8192 or more.",
+    ),
+    _caps(
+        "localai",
+        tool_calling=True,
+        context_tokens=8192,
+        notes="Tool calling depends on the model configuration; context is the model's "
+        "context_size.",
+    ),
+    _caps(
+        "litellm",
+        tool_calling=True,
+        context_tokens=32_768,
+        notes="LiteLLM proxy: capabilities are those of the model it routes to.",
+    ),
+    _caps(
+        "openrouter",
+        tool_calling=True,
+        context_tokens=128_000,
+        notes="Depends on the routed model; choose one listed with tool support.",
+    ),
+    _caps(
+        "groq",
+        tool_calling=True,
+        context_tokens=128_000,
+        notes="Function calling on the Llama 3.x, Qwen and GPT-OSS models.",
+    ),
+    _caps(
+        "together",
+        tool_calling=True,
+        context_tokens=32_768,
+        notes="Function calling on selected models only (Llama 3.1+, Qwen 2.5, Mistral).",
+    ),
+    _caps(
+        "fireworks",
+        tool_calling=True,
+        context_tokens=32_768,
+        notes="Function calling on selected models (e.g. firefunction, Llama 3.1+, Qwen).",
+    ),
+    _caps(
+        "mistral",
+        tool_calling=True,
+        context_tokens=128_000,
+        notes="La Plateforme: function calling on the current Mistral models.",
+    ),
+    _caps(
+        "deepseek",
+        tool_calling=True,
+        context_tokens=64_000,
+        notes="deepseek-chat supports function calling; deepseek-reasoner may not and "
+        "wraps reasoning in <think> blocks (stripped from replies).",
+    ),
+    _caps(
+        "anthropic",
+        tool_calling=True,
+        context_tokens=200_000,
+        notes="Anthropic's OpenAI SDK compatibility endpoint (or a gateway in front of "
+        "Claude): tool calling supported.",
+    ),
+    _caps(
+        "gemini",
+        tool_calling=True,
+        context_tokens=1_000_000,
+        notes="Google's OpenAI-compatible Gemini endpoint: function calling supported.",
+    ),
+    _caps(
+        "xai",
+        tool_calling=True,
+        context_tokens=131_072,
+        notes="xAI Grok API: function calling supported.",
+    ),
+    _caps(
+        "perplexity",
+        tool_calling=False,
+        context_tokens=127_000,
+        notes="Sonar models answer with web search and take no function tools: STM is off.",
+    ),
+    _caps(
+        "novelai",
+        tool_calling=False,
+        context_tokens=4096,
+        notes="NovelAI's OpenAI-compatible text endpoint: story-completion models with no "
+        "function calling and a few thousand tokens of context (by subscription tier): "
+        "STM is off.",
+    ),
+    GENERIC,
+)
+
+PROVIDERS: Mapping[str, ProviderCaps] = MappingProxyType({caps.name: caps for caps in _ENTRIES})
+"""Known providers by canonical name."""
+
+_ALIASES: Mapping[str, str] = MappingProxyType(
+    {
+        "azure-openai": "azure",
+        "azureopenai": "azure",
+        "lm-studio": "lmstudio",
+        "llama.cpp": "llamacpp",
+        "llama-cpp": "llamacpp",
+        "llama-server": "llamacpp",
+        "together.ai": "together",
+        "togetherai": "together",
+        "together-ai": "together",
+        "mistralai": "mistral",
+        "mistral-ai": "mistral",
+        "claude": "anthropic",
+        "google": "gemini",
+        "x.ai": "xai",
+        "grok": "xai",
+        "fireworks-ai": "fireworks",
+        "openai-compatible": "generic",
+        "custom": "generic",
+    }
+)
+
+
+def _normalize(name: str) -> str:
+    return "-".join(name.strip().lower().replace("_", "-").split())
+
+
+def capabilities(name: str) -> ProviderCaps:
+    """The capabilities of provider ``name`` (case-insensitive; ``_`` and ``-`` alike).
+
+    An unknown name gets the generic entry (tool calling assumed, STM allowed) under that
+    name, with a note saying so.
+    """
+    key = _normalize(name)
+    key = _ALIASES.get(key, key)
+    known = PROVIDERS.get(key)
+    if known is not None:
+        return known
+    shown = key[:64] or "(empty)"
+    return dataclasses.replace(
+        GENERIC,
+        name=shown,
+        notes=f"Unknown provider {shown!r}: treated as a generic OpenAI-compatible endpoint "
+        "(tool calling and at least 8k tokens of context assumed). Set provider to a known "
+        f"name if this is wrong; known: {', '.join(sorted(PROVIDERS))}.",
+    )

@@ -1,0 +1,520 @@
+"""The tool loop: ask the model, run the tools it calls, repeat until it answers in text.
+
+One call of :func:`run_tool_loop` is one turn of the bot's reply (SPEC §3):
+
+* every model call re-reads ``offered()``, so a tool can stop being offered mid-turn (the
+  STM tool after a successful update); ``tools`` is omitted when nothing is offered;
+* every tool call is answered with a ``tool`` message. Calls are routed by name to the
+  registry even when the tool is not offered right now (its own guards refuse it with a
+  message the model can read); unknown names, and tools that raise, get an error result;
+* at most ``max_tool_iterations`` model calls with tools; ``max_consecutive_tool_errors``
+  failed tool calls in a row end the loop early. Either way one last call is made
+  *without* tools so the model can still answer the user;
+* transport problems surface as :class:`LlmUnavailable` carrying a short message safe to
+  show in Discord. Retries (429/5xx/timeouts, honouring ``retry-after``) are the
+  ``openai`` client's own, with ``settings.max_retries``; nothing here retries again.
+
+The reply text has leaked tool-call syntax and ``<think>`` blocks removed
+(:func:`strip_leaked_tool_syntax`). This module imports nothing from Discord or the
+database.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import openai
+
+from bot.config import LlmSettings
+from bot.llm.tools.base import ToolOutcome
+
+__all__ = [
+    "CONFIGURATION_MESSAGE",
+    "FALLBACK_REPLY",
+    "RATE_LIMIT_MESSAGE",
+    "TIMEOUT_MESSAGE",
+    "UNAVAILABLE_MESSAGE",
+    "LlmUnavailable",
+    "LoopResult",
+    "ToolSpec",
+    "run_tool_loop",
+    "strip_leaked_tool_syntax",
+]
+
+log = logging.getLogger(__name__)
+
+TIMEOUT_MESSAGE = "The model took too long to answer. Please try again in a moment."
+RATE_LIMIT_MESSAGE = "The model is busy right now (rate limited). Please try again in a minute."
+UNAVAILABLE_MESSAGE = "I can't reach the language model right now. Please try again later."
+CONFIGURATION_MESSAGE = (
+    "I can't use the language model because of a configuration problem. "
+    "Please contact the bot operator."
+)
+FALLBACK_REPLY = "Sorry, I couldn't finish my answer this time. Please try again."
+"""Returned when the loop stopped early and even the final no-tools call failed."""
+
+STOPPED_MAX_ITERATIONS = "max_iterations"
+STOPPED_TOOL_ERRORS = "too_many_tool_errors"
+
+UnavailableKind = Literal["timeout", "rate_limited", "unavailable", "configuration"]
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """A tool the loop can run: its Chat Completions definition and its executor, which
+    receives the model's raw argument string (possibly malformed, possibly ``None``)."""
+
+    definition: dict[str, Any]
+    run: Callable[[str | None], Awaitable[ToolOutcome]]
+
+
+@dataclass
+class LoopResult:
+    """What one turn produced.
+
+    ``text`` is the cleaned reply; it may be ``""`` (the model said nothing usable) and
+    the caller decides what to show then. ``iterations`` counts model answers received,
+    the final no-tools call included. ``tool_calls`` lists ``(tool name, result content)``
+    in call order; ``errors`` counts failed tool calls; ``stopped`` says why the loop
+    ended early (``"max_iterations"``, ``"too_many_tool_errors"``) or is ``None``.
+    """
+
+    text: str
+    iterations: int
+    tool_calls: list[tuple[str, str]] = field(default_factory=list)
+    errors: int = 0
+    stopped: str | None = None
+
+
+class LlmUnavailable(Exception):
+    """The model could not be used for this turn (after the client's own retries).
+
+    ``user_message`` is short, friendly and safe to post in Discord: it never contains
+    secrets, URLs or response bodies. ``kind`` is one of ``timeout``, ``rate_limited``,
+    ``unavailable``, ``configuration``; ``status`` is the HTTP status when there was one.
+    """
+
+    def __init__(
+        self, kind: UnavailableKind, user_message: str, *, status: int | None = None
+    ) -> None:
+        detail = f" (HTTP {status})" if status is not None else ""
+        super().__init__(f"language model unavailable: {kind}{detail}")
+        self.kind: UnavailableKind = kind
+        self.user_message = user_message
+        self.status = status
+
+
+# --------------------------------------------------------------------------------------------
+# The loop
+# --------------------------------------------------------------------------------------------
+
+
+async def run_tool_loop(
+    client: openai.AsyncOpenAI,
+    *,
+    model: str,
+    messages: list[dict[str, Any]],
+    registry: Mapping[str, ToolSpec],
+    offered: Callable[[], Sequence[str]],
+    settings: LlmSettings,
+    tool_calling: bool = True,
+) -> LoopResult:
+    """Run one turn; see the module docstring. ``messages`` is not modified (the loop
+    works on a copy). Raises :class:`LlmUnavailable` when a model call fails, except the
+    final no-tools call after an early stop, whose failure yields :data:`FALLBACK_REPLY`.
+    """
+    api = client.with_options(max_retries=settings.max_retries)
+    conversation: list[dict[str, Any]] = list(messages)
+    result = LoopResult(text="", iterations=0)
+    interim: list[str] = []  # text the model wrote alongside its tool calls
+    consecutive_errors = 0
+
+    while result.iterations < settings.max_tool_iterations:
+        names = _offered_names(offered, registry) if tool_calling else []
+        message = await _complete(
+            api,
+            model=model,
+            messages=conversation,
+            settings=settings,
+            tools=[registry[name].definition for name in names],
+        )
+        result.iterations += 1
+        calls = _function_calls(message, result.iterations)
+        content = _content_text(getattr(message, "content", None))
+        if not calls:
+            result.text = _final_text(content, interim)
+            return result
+
+        cleaned = strip_leaked_tool_syntax(content)
+        if cleaned:
+            interim.append(cleaned)
+        conversation.append(
+            {
+                "role": "assistant",
+                "content": content or None,
+                "tool_calls": [
+                    {
+                        "id": call.id,
+                        "type": "function",
+                        "function": {"name": call.name, "arguments": call.history_arguments},
+                    }
+                    for call in calls
+                ],
+            }
+        )
+        for call in calls:
+            outcome = await _run_call(registry, call, names)
+            conversation.append(
+                {"role": "tool", "tool_call_id": call.id, "content": outcome.content}
+            )
+            result.tool_calls.append((call.routed_name, outcome.content))
+            if outcome.ok:
+                consecutive_errors = 0
+            else:
+                consecutive_errors += 1
+                result.errors += 1
+        if consecutive_errors >= settings.max_consecutive_tool_errors:
+            result.stopped = STOPPED_TOOL_ERRORS
+            break
+    else:
+        result.stopped = STOPPED_MAX_ITERATIONS
+
+    log.info(
+        "tool loop stopped early (%s) after %d model call(s); asking for a final answer "
+        "without tools",
+        result.stopped,
+        result.iterations,
+    )
+    try:
+        message = await _complete(
+            api, model=model, messages=conversation, settings=settings, tools=[]
+        )
+    except LlmUnavailable as exc:
+        log.warning("final no-tools call failed (%s); using the fallback reply", exc)
+        result.text = "\n\n".join(interim) or FALLBACK_REPLY
+        return result
+    result.iterations += 1
+    # Any tool calls in this answer are ignored: no tools were offered.
+    result.text = _final_text(_content_text(getattr(message, "content", None)), interim)
+    return result
+
+
+def _offered_names(
+    offered: Callable[[], Sequence[str]], registry: Mapping[str, ToolSpec]
+) -> list[str]:
+    names: list[str] = []
+    for name in offered():
+        if name in registry and name not in names:
+            names.append(name)
+        elif name not in registry:
+            log.debug("offered tool %r is not in the registry; not offered", name)
+    return names
+
+
+def _final_text(content: str, interim: Sequence[str]) -> str:
+    """The cleaned final answer; when it is empty, what the model wrote next to its tool
+    calls (some models answer there and then close the turn with nothing)."""
+    text = strip_leaked_tool_syntax(content)
+    return text or "\n\n".join(interim)
+
+
+def _content_text(content: object) -> str:
+    """Message content as text; some servers send a list of ``{"type": "text"}`` parts."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = [
+            part.get("text") if isinstance(part, dict) else getattr(part, "text", None)
+            for part in content
+        ]
+        return "".join(part for part in parts if isinstance(part, str))
+    return ""
+
+
+# --------------------------------------------------------------------------------------------
+# Model calls and their errors
+# --------------------------------------------------------------------------------------------
+
+
+async def _complete(
+    api: openai.AsyncOpenAI,
+    *,
+    model: str,
+    messages: list[dict[str, Any]],
+    settings: LlmSettings,
+    tools: list[dict[str, Any]],
+) -> Any:
+    """One Chat Completions call; returns the first choice's message."""
+    request: dict[str, Any] = {
+        "model": model,
+        "messages": messages,
+        "timeout": settings.timeout_seconds,
+    }
+    if tools:
+        request["tools"] = tools
+    # Only send what is set: some servers reject explicit nulls.
+    if settings.temperature is not None:
+        request["temperature"] = settings.temperature
+    if settings.max_reply_tokens:
+        request["max_tokens"] = settings.max_reply_tokens
+    try:
+        completion = await api.chat.completions.create(**request)
+    except openai.OpenAIError as exc:
+        raise _unavailable(exc) from exc
+    choices = getattr(completion, "choices", None)
+    if not choices or getattr(choices[0], "message", None) is None:
+        log.warning("LLM answer had no choices (%s)", type(completion).__name__)
+        raise LlmUnavailable("unavailable", UNAVAILABLE_MESSAGE)
+    return choices[0].message
+
+
+def _unavailable(exc: openai.OpenAIError) -> LlmUnavailable:
+    """Map a client error to a friendly :class:`LlmUnavailable`; log what the operator
+    needs (error class, status, request id) but never the response body."""
+    status = getattr(exc, "status_code", None)
+    status = status if isinstance(status, int) else None
+    request_id = getattr(exc, "request_id", None)
+    log.warning(
+        "LLM request failed: %s%s%s",
+        type(exc).__name__,
+        f" (HTTP {status})" if status is not None else "",
+        f" request_id={request_id}" if request_id else "",
+    )
+    if isinstance(exc, openai.APITimeoutError):
+        return LlmUnavailable("timeout", TIMEOUT_MESSAGE)
+    if isinstance(exc, openai.RateLimitError) or status == 429:
+        return LlmUnavailable("rate_limited", RATE_LIMIT_MESSAGE, status=status)
+    if status in (401, 403, 404):
+        # Bad key, no access, or a wrong model name / base URL: the operator must act.
+        return LlmUnavailable("configuration", CONFIGURATION_MESSAGE, status=status)
+    return LlmUnavailable("unavailable", UNAVAILABLE_MESSAGE, status=status)
+
+
+# --------------------------------------------------------------------------------------------
+# Tool calls
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Call:
+    id: str
+    name: str  # as the model wrote it (echoed back in the history)
+    routed_name: str  # the registry key it is routed to (or the cleaned name if unknown)
+    arguments: str | None  # raw, exactly as received (what the tool parses)
+    history_arguments: str  # always valid JSON: some servers re-parse the history
+
+
+def _function_calls(message: Any, iteration: int) -> list[_Call]:
+    raw_calls = getattr(message, "tool_calls", None) or []
+    calls: list[_Call] = []
+    for index, raw in enumerate(raw_calls):
+        function = getattr(raw, "function", None)
+        if function is None:  # e.g. a "custom" tool call: route by its name, no arguments
+            function = getattr(raw, "custom", None)
+        name = getattr(function, "name", None)
+        name = name if isinstance(name, str) else ""
+        arguments = getattr(function, "arguments", None)
+        if arguments is not None and not isinstance(arguments, str):
+            # Non-conforming servers sometimes send the arguments as an object.
+            try:
+                arguments = json.dumps(arguments, ensure_ascii=False)
+            except (TypeError, ValueError):
+                arguments = str(arguments)
+        call_id = getattr(raw, "id", None)
+        if not isinstance(call_id, str) or not call_id:
+            call_id = f"call_{iteration}_{index}"
+        calls.append(
+            _Call(
+                id=call_id,
+                name=name,
+                routed_name=_clean_name(name),
+                arguments=arguments,
+                history_arguments=_history_arguments(arguments),
+            )
+        )
+    return calls
+
+
+def _clean_name(name: str) -> str:
+    cleaned = name.strip()
+    return cleaned.removeprefix("functions.")
+
+
+def _history_arguments(arguments: str | None) -> str:
+    if arguments is None or not arguments.strip():
+        return "{}"
+    try:
+        json.loads(arguments)
+    except ValueError:
+        return "{}"
+    return arguments
+
+
+async def _run_call(
+    registry: Mapping[str, ToolSpec], call: _Call, available: Sequence[str]
+) -> ToolOutcome:
+    spec = registry.get(call.routed_name)
+    if spec is None:
+        shown = json.dumps(call.routed_name[:64], ensure_ascii=True)
+        if available:
+            listed = ", ".join(json.dumps(name, ensure_ascii=True) for name in available)
+            return ToolOutcome.error(f"error: unknown tool {shown}; available tools: {listed}")
+        return ToolOutcome.error(
+            f"error: unknown tool {shown}; no tools are available now, answer the user directly"
+        )
+    try:
+        return await spec.run(call.arguments)
+    except Exception as exc:
+        log.warning(
+            "tool %s raised %s; answered as a tool error",
+            call.routed_name,
+            type(exc).__name__,
+            exc_info=True,
+        )
+        return ToolOutcome.error(
+            f"error: the tool {call.routed_name} failed unexpectedly ({type(exc).__name__}); "
+            "do not retry it this turn, answer the user"
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# Cleaning the reply
+# --------------------------------------------------------------------------------------------
+
+_THINK_BLOCK = re.compile(r"<(think|thinking)>.*?</\1>", re.IGNORECASE | re.DOTALL)
+_THINK_ORPHAN_CLOSE = re.compile(r"\A.*</(?:think|thinking)>", re.IGNORECASE | re.DOTALL)
+_THINK_UNCLOSED = re.compile(r"<(?:think|thinking)>.*\Z", re.IGNORECASE | re.DOTALL)
+
+_TAGGED_CALLS = re.compile(
+    "|".join(
+        (
+            # Hermes / Qwen: <tool_call>{...}</tool_call> (unterminated: to the end)
+            r"<tool_calls?>.*?(?:</tool_calls?>|\Z)",
+            # Phi / Granite / Kimi style special tokens
+            r"<\|tool_calls?(?:_section)?(?:_begin)?\|>.*?"
+            r"(?:<\|/tool_calls?\|>|<\|tool_calls?(?:_section)?_end\|>|\Z)",
+            # DeepSeek's full-width special tokens
+            r"<｜tool▁calls?▁begin｜>.*?(?:<｜tool▁calls?▁end｜>|\Z)",
+            # Llama 3.x: <function=name>{...}</function>, and <|python_tag|>{...}
+            r"<function=[^>\n]*>.*?(?:</function>|\Z)",
+            r"<\|python_tag\|>.*\Z",
+        )
+    ),
+    re.IGNORECASE | re.DOTALL,
+)
+_STRAY_TOOL_TOKENS = re.compile(
+    r"<\|/?tool_calls?(?:_section)?(?:_begin|_end)?\|>|</tool_calls?>",
+    re.IGNORECASE,
+)
+
+_MISTRAL_MARKER = "[TOOL_CALLS]"
+_MISTRAL_NAMED = re.compile(r"\s*[\w.\-]+\s*(?:\[CALL_ID\]\s*\w+\s*)?\[ARGS\]\s*")
+
+_FENCE = re.compile(r"```[ \t]*[\w+\-]*[ \t]*\n?(.*?)```", re.DOTALL)
+_BLANK_RUNS = re.compile(r"\n[ \t]*(?:\n[ \t]*)+\n")
+
+_CALL_KEYS = frozenset({"name", "arguments", "parameters", "type", "id", "call_id"})
+_WRAPPER_KEYS = frozenset({"type", "id", "index", "function"})
+
+_decoder = json.JSONDecoder()
+
+
+def strip_leaked_tool_syntax(text: str) -> str:
+    """Remove tool-call syntax some models leak into their text, and reasoning blocks.
+
+    Handles ``<think>…</think>`` (also an unclosed one, and a reply that starts inside
+    a block whose opening tag was in the prompt), ``<tool_call>…</tool_call>``,
+    ``<|tool_call|>…``, ``[TOOL_CALLS]…``, ``<function=name>{…}</function>``,
+    ``<|python_tag|>…``, and a JSON tool call (``{"name": …, "arguments": …}``, a list of
+    them, or the ``{"type": "function", "function": {…}}`` form) standing on its own
+    line(s) or alone in a code fence. Ordinary JSON (without that exact shape) stays.
+    Returns the trimmed text, which may be ``""``: the caller decides what to show.
+    """
+    if not text:
+        return ""
+    text = _THINK_BLOCK.sub("", text)
+    text = _THINK_ORPHAN_CLOSE.sub("", text)
+    text = _THINK_UNCLOSED.sub("", text)
+    text = _TAGGED_CALLS.sub("", text)
+    text = _strip_mistral(text)
+    text = _FENCE.sub(lambda m: "" if _is_tool_call_json(m.group(1)) else m.group(0), text)
+    text = _strip_json_lines(text)
+    text = _STRAY_TOOL_TOKENS.sub("", text)
+    text = _BLANK_RUNS.sub("\n\n", text)
+    return text.strip()
+
+
+def _strip_mistral(text: str) -> str:
+    """``[TOOL_CALLS][{...}]`` or ``[TOOL_CALLS]name[ARGS]{...}``: drop the marker and the
+    JSON after it (everything after it when that JSON is unreadable)."""
+    while True:
+        start = text.find(_MISTRAL_MARKER)
+        if start < 0:
+            return text
+        pos = start + len(_MISTRAL_MARKER)
+        named = _MISTRAL_NAMED.match(text, pos)
+        if named is not None:
+            pos = named.end()
+        while pos < len(text) and text[pos].isspace():
+            pos += 1
+        try:
+            _, end = _decoder.raw_decode(text, pos)
+        except ValueError:
+            end = len(text)
+        text = text[:start] + text[end:]
+
+
+def _strip_json_lines(text: str) -> str:
+    """Drop tool-call JSON values that start a line and end one (nothing else around)."""
+    out: list[str] = []
+    pos = 0
+    length = len(text)
+    while pos < length:
+        line_end = text.find("\n", pos)
+        line_end = length if line_end < 0 else line_end
+        first = pos
+        while first < line_end and text[first] in " \t":
+            first += 1
+        if first < line_end and text[first] in "{[":
+            try:
+                value, end = _decoder.raw_decode(text, first)
+            except ValueError:
+                value, end = None, -1
+            if end > 0:
+                after = text.find("\n", end)
+                after = length if after < 0 else after
+                if not text[end:after].strip() and _looks_like_tool_call(value):
+                    pos = after + 1
+                    continue
+        out.append(text[pos : line_end + 1])
+        pos = line_end + 1
+    return "".join(out)
+
+
+def _is_tool_call_json(body: str) -> bool:
+    try:
+        value = json.loads(body)
+    except ValueError:
+        return False
+    return _looks_like_tool_call(value)
+
+
+def _looks_like_tool_call(value: object) -> bool:
+    if isinstance(value, list):
+        return bool(value) and all(_looks_like_tool_call(item) for item in value)
+    if not isinstance(value, dict):
+        return False
+    function = value.get("function")
+    if isinstance(function, dict) and set(value) <= _WRAPPER_KEYS:
+        value = function
+    keys = set(value)
+    return (
+        isinstance(value.get("name"), str)
+        and ("arguments" in keys or "parameters" in keys)
+        and keys <= _CALL_KEYS
+    )

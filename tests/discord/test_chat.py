@@ -1,0 +1,309 @@
+"""The turn pipeline end to end: Discord message → prompt → scripted LLM → tool → row.
+
+Real parts only: discord.py's state through dpytest, the real ``openai`` client over HTTP
+to the scripted server, the real command tree, embedded PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+from sqlalchemy.engine import URL
+
+from bot.db.engine import Database
+from bot.db.models import ShortTermMemory
+from bot.llm.tools.stm import STM_TOOL_NAME
+from bot.memory.model import Category, ScopeKey
+from bot.memory.turn import REASON_ALREADY_UPDATED, REASON_CLEARED, REASON_DISABLED
+from tests.helpers.bot import KiokuHarness, start_kioku, stop_kioku
+from tests.helpers.fake_llm import ScriptedLLM, refused_base_url
+
+
+def stm_call(summary: str) -> tuple[str, dict[str, Any]]:
+    return (STM_TOOL_NAME, {"summary": summary})
+
+
+async def rows(db: Database) -> list[ShortTermMemory]:
+    async with db.sessions() as session:
+        return list(
+            await session.scalars(select(ShortTermMemory).order_by(ShortTermMemory.scope_kind))
+        )
+
+
+def prompt_text(llm: ScriptedLLM, i: int = -1) -> str:
+    return "\n".join(str(m.get("content") or "") for m in llm.messages(i))
+
+
+def tool_results(llm: ScriptedLLM, i: int = -1) -> list[str]:
+    return [str(m["content"]) for m in llm.messages(i) if m.get("role") == "tool"]
+
+
+async def test_a_mention_gets_an_answer_and_plain_chatter_does_not(kioku: KiokuHarness) -> None:
+    kioku.llm.reply_text("Hello there!")
+    await kioku.env.send("just chatting, not to the bot")
+    assert kioku.llm.requests == []
+    await kioku.env.send("hi", mention_bot=True)
+    reply = kioku.env.last_sent()
+    assert reply.content == "Hello there!"
+    assert reply.allowed_mentions is not None
+    assert reply.allowed_mentions.get("parse") == []
+    # The earlier chatter is part of the prompt's raw history.
+    assert "just chatting, not to the bot" in prompt_text(kioku.llm)
+
+
+async def test_replying_to_the_bot_triggers_a_turn(kioku: KiokuHarness) -> None:
+    kioku.llm.reply_text("first").reply_text("second")
+    await kioku.env.send("hi", mention_bot=True)
+    bot_message = kioku.env.last_sent().message
+    await kioku.env.send("and another thing", reply_to=bot_message)
+    assert len(kioku.llm.requests) == 2
+    assert kioku.env.last_sent().content == "second"
+
+
+async def test_other_bots_never_trigger_a_turn(kioku: KiokuHarness) -> None:
+    other_bot = await kioku.env.create_member("helperbot")
+    other_bot._user.bot = True
+    await kioku.env.send("hello kioku", author=other_bot, mention_bot=True)
+    assert kioku.llm.requests == []
+
+
+async def test_dms_are_always_answered(kioku: KiokuHarness) -> None:
+    kioku.llm.reply_text("Hi in DM")
+    member = kioku.env.member
+    await kioku.env.send("hello", channel=kioku.env.dm_channel(member), author=member)
+    assert kioku.env.last_sent().content == "Hi in DM"
+
+
+async def test_long_replies_are_split_at_discords_limit(kioku: KiokuHarness) -> None:
+    kioku.llm.reply_text(("word " * 900).strip())
+    await kioku.env.send("talk a lot", mention_bot=True)
+    parts = [s.content for s in kioku.env.sent]
+    assert len(parts) == 3 and all(len(p) <= 2000 for p in parts)
+    assert " ".join(parts).split() == ["word"] * 900
+
+
+async def test_the_model_cannot_ping_everyone(kioku: KiokuHarness) -> None:
+    kioku.llm.reply_text("@everyone look! <@&123> @here")
+    await kioku.env.send("say hi to all", mention_bot=True)
+    mentions = kioku.env.last_sent().allowed_mentions
+    assert mentions is not None
+    assert mentions.get("parse") == [] and not mentions.get("roles")
+
+
+async def test_tool_call_stores_memory_and_next_prompt_uses_it_instead_of_raw(
+    db: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path
+) -> None:
+    kioku = await start_kioku(db, llm, pg_url, tmp_path, settings={"stm": {"min_raw_tail": 1}})
+    try:
+        for text in ("the launch is friday", "alice writes the docs", "bob does release"):
+            await kioku.env.send(text)
+        llm.reply_tool_calls([stm_call("Launch Friday; Alice docs; Bob release.")])
+        llm.reply_text("Got it.")
+        trigger = await kioku.env.send("summarise please", mention_bot=True)
+        # The tool is silent: the chat only sees the answer.
+        assert [s.content for s in kioku.env.sent] == ["Got it."]
+        assert tool_results(llm, 1) == ["saved"]
+        server, user = await rows(db)
+        assert server.summary == "Launch Friday; Alice docs; Bob release."
+        assert (server.origin, server.origin_detail) == ("model_tool", "test-model")
+        assert server.actor_user_id == kioku.env.member.id
+        assert server.source_message_id == trigger.id
+        assert server.covered_through_message_id == trigger.id
+        assert user.user_id == kioku.env.member.id
+
+        llm.reply_text("Friday.")
+        await kioku.env.send("when is the launch?", mention_bot=True)
+        prompt = prompt_text(llm)
+        assert "Launch Friday; Alice docs; Bob release." in prompt
+        for covered in ("the launch is friday", "alice writes the docs", "bob does release"):
+            assert covered not in prompt
+        assert "when is the launch?" in prompt
+    finally:
+        await stop_kioku(kioku)
+
+
+async def test_stm_disabled_hides_the_tool_and_rejects_a_forced_call(
+    kioku: KiokuHarness, db: Database
+) -> None:
+    admin = await kioku.env.create_member("admin", kind="admin")
+    await kioku.bot.memory.update_guild_settings(
+        kioku.env.guild.id, admin.id, short_term_memory_enabled=False
+    )
+    kioku.llm.reply_tool_calls([stm_call("sneaky")]).reply_text("ok")
+    await kioku.env.send("hello", mention_bot=True)
+    assert kioku.llm.tool_names(0) == []
+    assert tool_results(kioku.llm, 1) == [f"rejected: {REASON_DISABLED}"]
+    assert await rows(db) == []
+
+
+async def test_remember_that_hides_the_stm_tool_for_the_turn(kioku: KiokuHarness) -> None:
+    kioku.llm.reply_text("I'll remember.").reply_text("hi")
+    await kioku.env.send("remember that my cat is called Miso", mention_bot=True)
+    assert STM_TOOL_NAME not in kioku.llm.tool_names(0)
+    await kioku.env.send("I can't remember the title of that film", mention_bot=True)
+    assert STM_TOOL_NAME in kioku.llm.tool_names(1)
+
+
+async def test_a_second_update_in_one_turn_is_rejected(kioku: KiokuHarness, db: Database) -> None:
+    kioku.llm.reply_tool_calls([stm_call("first")])
+    kioku.llm.reply_tool_calls([stm_call("second")])
+    kioku.llm.reply_text("done")
+    await kioku.env.send("hello", mention_bot=True)
+    assert kioku.llm.tool_names(1) == []  # no longer offered after the update
+    assert tool_results(kioku.llm, 2) == ["saved", f"rejected: {REASON_ALREADY_UPDATED}"]
+    assert [r.summary for r in await rows(db)] == ["first", "first"]
+
+
+async def test_refresh_during_a_turn_cannot_bring_the_memory_back(
+    kioku: KiokuHarness, db: Database
+) -> None:
+    await kioku.bot.memory.admin_edit(
+        guild_id=kioku.env.guild.id,
+        channel_id=kioku.env.channel.id,
+        actor_user_id=kioku.env.member.id,
+        summary="old memory",
+    )
+    moderator = await kioku.env.create_member("mod", kind="moderator")
+    gate = kioku.llm.hold()
+    kioku.llm.reply_tool_calls([stm_call("resurrected memory")]).reply_text("done")
+    turn = asyncio.create_task(kioku.env.send("hello", mention_bot=True))
+    await kioku.llm.wait_for_requests(1)
+    refreshed = await kioku.interactions.slash("refresh", user=moderator)
+    assert not refreshed.command_failed
+    gate.set()
+    await turn
+    assert tool_results(kioku.llm, 1) == [f"rejected: {REASON_CLEARED}"]
+    assert await rows(db) == []
+    key = ScopeKey.server(kioku.env.guild.id, kioku.env.channel.id)
+    assert not (await kioku.bot.memory.entry(key)).has_content
+
+
+async def test_categories_set_by_an_admin_shape_the_next_tool_schema(
+    kioku: KiokuHarness,
+) -> None:
+    await kioku.bot.memory.set_categories(
+        kioku.env.guild.id,
+        kioku.env.member.id,
+        [
+            Category(0, "decisions", "Decisions", "What the group decided"),
+            Category(1, "open_questions", "Open questions", "What is still unresolved"),
+        ],
+    )
+    kioku.llm.reply_text("ok")
+    await kioku.env.send("hello", mention_bot=True)
+    schema = kioku.llm.tool_schema(STM_TOOL_NAME, 0)
+    assert set(schema["properties"]) == {"decisions", "open_questions"}
+    assert "What the group decided" in schema["properties"]["decisions"]["description"]
+
+
+async def test_a_new_bot_instance_answers_with_the_stored_memory(
+    db: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path
+) -> None:
+    first = await start_kioku(db, llm, pg_url, tmp_path)
+    llm.reply_tool_calls([stm_call("The user's project is called Tanuki.")]).reply_text("ok")
+    await first.env.send("my project is Tanuki", mention_bot=True)
+    await stop_kioku(first)
+
+    second = await start_kioku(db, llm, pg_url, tmp_path)
+    try:
+        assert second.env.channel.id == first.env.channel.id
+        llm.reply_text("Tanuki!")
+        await second.env.send("what is my project called?", mention_bot=True)
+        assert "The user's project is called Tanuki." in prompt_text(llm)
+        assert second.env.last_sent().content == "Tanuki!"
+    finally:
+        await stop_kioku(second)
+
+
+@pytest.mark.parametrize(
+    ("script", "fragment"),
+    [
+        pytest.param(lambda llm: llm.reply_error(500, "boom"), "can't reach", id="500"),
+        pytest.param(
+            lambda llm: llm.reply_error(429, "slow down", headers={"retry-after": "0"}),
+            "busy",
+            id="429",
+        ),
+        pytest.param(lambda llm: llm.reply_text("late", delay=3), "too long", id="timeout"),
+    ],
+)
+async def test_llm_faults_get_a_friendly_reply_and_other_channels_keep_working(
+    db: Database,
+    llm: ScriptedLLM,
+    pg_url: URL,
+    tmp_path: Path,
+    script: Any,
+    fragment: str,
+) -> None:
+    kioku = await start_kioku(
+        db, llm, pg_url, tmp_path, settings={"llm": {"max_retries": 0, "timeout_seconds": 1}}
+    )
+    try:
+        other = await kioku.env.create_text_channel("other")
+        script(llm)
+        await kioku.env.send("hello", mention_bot=True)
+        assert fragment in kioku.env.last_sent().content
+        assert await rows(db) == []
+        llm.reply_text("all good here")
+        await kioku.env.send("hello", channel=other, mention_bot=True)
+        assert kioku.env.last_sent().content == "all good here"
+    finally:
+        await stop_kioku(kioku)
+
+
+async def test_unreachable_model_gets_a_friendly_reply(kioku: KiokuHarness, db: Database) -> None:
+    client = kioku.bot.turns.client
+    kioku.bot.turns.client = client.with_options(base_url=refused_base_url())
+    await kioku.env.send("hello", mention_bot=True)
+    assert "can't reach" in kioku.env.last_sent().content
+    assert await rows(db) == []
+
+
+async def test_malformed_tool_arguments_are_answered_as_a_tool_error(
+    kioku: KiokuHarness, db: Database
+) -> None:
+    kioku.llm.reply_tool_calls([(STM_TOOL_NAME, '{"summary": "cut')]).reply_text("sorry")
+    await kioku.env.send("hello", mention_bot=True)
+    (result,) = tool_results(kioku.llm, 1)
+    assert result.startswith("rejected: ") and "JSON" in result
+    assert kioku.env.last_sent().content == "sorry"
+    assert await rows(db) == []
+
+
+async def test_edits_and_deletes_update_the_raw_window(kioku: KiokuHarness) -> None:
+    message = await kioku.env.send("original text")
+    window = kioku.bot.memory.windows
+    edited = dict(kioku.env.message_payload(message.id) or {})
+    edited["content"] = "edited text"
+    await kioku.env.run_parser(kioku.env.state.parse_message_update, edited)
+    assert [m.content for m in window.get(message.channel.id)] == ["edited text"]
+    await kioku.env.run_parser(
+        kioku.env.state.parse_message_delete,
+        {
+            "id": str(message.id),
+            "channel_id": str(message.channel.id),
+            "guild_id": str(kioku.env.guild.id),
+        },
+    )
+    assert window.get(message.channel.id) == ()
+
+
+async def test_private_channel_memory_never_reaches_a_public_channel(
+    kioku: KiokuHarness,
+) -> None:
+    member = kioku.env.member
+    private = await kioku.env.create_text_channel("staff", private=True, allow=(member,))
+    kioku.llm.reply_tool_calls([stm_call("STAFF SECRET: salaries")]).reply_text("ok")
+    await kioku.env.send("note the salaries", channel=private, mention_bot=True)
+    public_other = await kioku.env.create_text_channel("random")
+    kioku.llm.reply_tool_calls([stm_call("random chatter about cats")]).reply_text("ok")
+    await kioku.env.send("cats!", channel=public_other, mention_bot=True)
+    kioku.llm.reply_text("hi")
+    await kioku.env.send("hello", mention_bot=True)
+    prompt = prompt_text(kioku.llm)
+    assert "random chatter about cats" in prompt
+    assert "STAFF SECRET" not in prompt

@@ -1,0 +1,90 @@
+"""The real Kioku bot on dpytest, the test database and the scripted LLM.
+
+``kioku`` gives a :class:`KiokuHarness`: the bot built by ``build_bot`` (its real
+``setup_hook``: memory service, turn runner, cogs, error handler), attached to dpytest
+with deterministic ids, talking to the ``llm`` fixture's server, plus an
+:class:`InteractionHarness` for slash commands. Tables are emptied before each test.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy.engine import URL
+
+from bot.app import KiokuBot, build_bot
+from bot.db.engine import Database
+from tests.helpers.builders import ManualClock
+from tests.helpers.database import make_test_settings
+from tests.helpers.discord_harness import (
+    DEFAULT_BASE_ID,
+    DpytestEnv,
+    InteractionHarness,
+    attach_dpytest,
+    detach,
+)
+from tests.helpers.fake_llm import ScriptedLLM
+
+
+@dataclass
+class KiokuHarness:
+    bot: KiokuBot
+    env: DpytestEnv
+    interactions: InteractionHarness
+    llm: ScriptedLLM
+    clock: ManualClock
+    database: Database
+
+
+async def start_kioku(
+    database: Database,
+    llm: ScriptedLLM,
+    pg_url: URL,
+    data_dir: Path,
+    *,
+    base_id: int | None = DEFAULT_BASE_ID,
+    clock: ManualClock | None = None,
+    members: int = 3,
+    settings: dict[str, Any] | None = None,
+) -> KiokuHarness:
+    """Start the bot; ``settings`` overrides the test defaults (nested sections merge)."""
+    overrides: dict[str, Any] = {
+        "openai_base_url": llm.base_url,
+        "openai_api_key": "test-key",
+        "model": "test-model",
+        "llm": {"max_retries": 0, "timeout_seconds": 5},
+    }
+    for name, value in (settings or {}).items():
+        if isinstance(value, dict) and isinstance(overrides.get(name), dict):
+            overrides[name] = {**overrides[name], **value}
+        else:
+            overrides[name] = value
+    clock = clock or ManualClock()
+    bot = build_bot(
+        make_test_settings(pg_url, data_dir, **overrides),
+        database=database,
+        clock=clock,
+        janitor=False,
+    )
+    env = await attach_dpytest(bot, base_id=base_id, members=members, run_setup_hook=True)
+    return KiokuHarness(bot, env, InteractionHarness(bot), llm, clock, database)
+
+
+async def stop_kioku(harness: KiokuHarness) -> None:
+    harness.interactions.close()
+    await detach(harness.bot)
+
+
+@pytest.fixture
+async def kioku(
+    db: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path
+) -> AsyncIterator[KiokuHarness]:
+    harness = await start_kioku(db, llm, pg_url, tmp_path)
+    try:
+        yield harness
+    finally:
+        await stop_kioku(harness)

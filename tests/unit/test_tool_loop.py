@@ -1,0 +1,559 @@
+"""The tool loop against the scripted OpenAI-compatible server, over real HTTP.
+
+Every test drives a real ``openai.AsyncOpenAI`` client, so error classes, retries,
+``retry-after`` and timeouts are the client's own behaviour, not mocks.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import openai
+import pytest
+
+from bot.config import LlmSettings
+from bot.llm.providers import GENERIC, MIN_STM_CONTEXT_TOKENS, PROVIDERS, capabilities
+from bot.llm.tool_loop import (
+    CONFIGURATION_MESSAGE,
+    FALLBACK_REPLY,
+    RATE_LIMIT_MESSAGE,
+    TIMEOUT_MESSAGE,
+    UNAVAILABLE_MESSAGE,
+    LlmUnavailable,
+    LoopResult,
+    ToolSpec,
+    run_tool_loop,
+    strip_leaked_tool_syntax,
+)
+from bot.llm.tools.base import ToolOutcome
+from tests.helpers.fake_llm import ScriptedLLM, openai_client, refused_base_url
+
+USER: list[dict[str, Any]] = [
+    {"role": "system", "content": "You are Kioku."},
+    {"role": "user", "content": "hi"},
+]
+
+
+def _settings(**overrides: Any) -> LlmSettings:
+    values: dict[str, Any] = {
+        "timeout_seconds": 5.0,
+        "max_retries": 0,
+        "max_tool_iterations": 6,
+        "max_consecutive_tool_errors": 5,
+        "temperature": 0.3,
+        "max_reply_tokens": 256,
+    }
+    values.update(overrides)
+    return LlmSettings(**values)
+
+
+def _definition(name: str) -> dict[str, Any]:
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": f"The {name} tool.",
+            "parameters": {"type": "object", "properties": {"x": {"type": "string"}}},
+        },
+    }
+
+
+class Recorder:
+    """A tool that records the raw arguments it receives and answers a fixed outcome."""
+
+    def __init__(self, name: str, content: str = "saved", ok: bool = True) -> None:
+        self.name = name
+        self.outcome = ToolOutcome(content, ok)
+        self.received: list[str | None] = []
+
+    async def run(self, arguments: str | None) -> ToolOutcome:
+        self.received.append(arguments)
+        return self.outcome
+
+    @property
+    def spec(self) -> ToolSpec:
+        return ToolSpec(definition=_definition(self.name), run=self.run)
+
+
+async def _loop(
+    llm: ScriptedLLM,
+    registry: dict[str, ToolSpec] | None = None,
+    offered: Sequence[str] | None = None,
+    *,
+    client: openai.AsyncOpenAI | None = None,
+    tool_calling: bool = True,
+    **settings: Any,
+) -> LoopResult:
+    registry = registry or {}
+    names = list(registry) if offered is None else list(offered)
+    own = client or openai_client(llm)
+    try:
+        return await run_tool_loop(
+            own,
+            model="test-model",
+            messages=list(USER),
+            registry=registry,
+            offered=lambda: names,
+            settings=_settings(**settings),
+            tool_calling=tool_calling,
+        )
+    finally:
+        await own.close()
+
+
+# --------------------------------------------------------------------------------------------
+# Happy paths
+# --------------------------------------------------------------------------------------------
+
+
+async def test_text_reply(llm: ScriptedLLM) -> None:
+    tool = Recorder("remember")
+    llm.reply_text("Hello there!")
+    result = await _loop(llm, {"remember": tool.spec})
+    assert result == LoopResult(text="Hello there!", iterations=1)
+    request = llm.request(0)
+    assert request["messages"] == USER
+    assert llm.tool_names(0) == ["remember"]
+    assert request["temperature"] == 0.3
+    assert request["max_tokens"] == 256
+    assert "stream" not in request or request["stream"] is False
+    assert tool.received == []
+    assert llm.unscripted == 0
+
+
+async def test_tools_omitted_when_none_offered_or_no_tool_calling(llm: ScriptedLLM) -> None:
+    tool = Recorder("remember")
+    llm.reply_text("one").reply_text("two")
+    assert (await _loop(llm, {"remember": tool.spec}, offered=[])).text == "one"
+    assert (await _loop(llm, {"remember": tool.spec}, tool_calling=False)).text == "two"
+    assert "tools" not in llm.request(0)
+    assert "tools" not in llm.request(1)
+
+
+async def test_tool_call_result_sent_back_as_tool_message(llm: ScriptedLLM) -> None:
+    tool = Recorder("remember", content="saved")
+    llm.reply_tool_calls([("remember", {"x": "likes tea"})]).reply_text("Noted!")
+    result = await _loop(llm, {"remember": tool.spec})
+
+    assert result.text == "Noted!"
+    assert result.iterations == 2
+    assert result.tool_calls == [("remember", "saved")]
+    assert result.errors == 0 and result.stopped is None
+    assert tool.received == ['{"x": "likes tea"}']
+    sent = llm.messages(1)
+    assert sent[: len(USER)] == USER
+    assistant, tool_message = sent[len(USER) :]
+    assert assistant["role"] == "assistant"
+    assert assistant["tool_calls"] == [
+        {
+            "id": "call_1",
+            "type": "function",
+            "function": {"name": "remember", "arguments": '{"x": "likes tea"}'},
+        }
+    ]
+    assert tool_message == {"role": "tool", "tool_call_id": "call_1", "content": "saved"}
+
+
+async def test_parallel_calls_each_answered_in_order(llm: ScriptedLLM) -> None:
+    first, second = Recorder("a", "A done"), Recorder("b", "B done")
+    llm.reply_tool_calls([("a", {"x": "1"}), ("b", {"x": "2"})]).reply_text("Both.")
+    result = await _loop(llm, {"a": first.spec, "b": second.spec})
+    assert result.tool_calls == [("a", "A done"), ("b", "B done")]
+    tail = llm.messages(1)[-2:]
+    assert tail == [
+        {"role": "tool", "tool_call_id": "call_1", "content": "A done"},
+        {"role": "tool", "tool_call_id": "call_2", "content": "B done"},
+    ]
+
+
+async def test_tool_not_offered_after_offered_changes(llm: ScriptedLLM) -> None:
+    offered = ["stm", "remember"]
+
+    async def run_stm(arguments: str | None) -> ToolOutcome:
+        offered.remove("stm")  # e.g. STM was updated: at most once per turn
+        return ToolOutcome("saved", ok=True)
+
+    registry = {
+        "stm": ToolSpec(_definition("stm"), run_stm),
+        "remember": Recorder("remember").spec,
+    }
+    llm.reply_tool_calls([("stm", {"x": "summary"})]).reply_text("Done.")
+    async with openai_client(llm) as client:
+        result = await run_tool_loop(
+            client,
+            model="test-model",
+            messages=list(USER),
+            registry=registry,
+            offered=lambda: offered,
+            settings=_settings(),
+        )
+    assert result.text == "Done."
+    assert llm.tool_names(0) == ["stm", "remember"]
+    assert llm.tool_names(1) == ["remember"]
+
+
+async def test_call_to_tool_not_offered_is_routed_to_its_guard(llm: ScriptedLLM) -> None:
+    guarded = Recorder("stm", content="rejected: already updated this turn", ok=False)
+    llm.reply_tool_calls([("stm", {"x": "again"})]).reply_text("Fine.")
+    result = await _loop(llm, {"stm": guarded.spec}, offered=[])
+    assert guarded.received == ['{"x": "again"}']
+    assert result.tool_calls == [("stm", "rejected: already updated this turn")]
+    assert result.errors == 1
+    assert "tools" not in llm.request(1)
+
+
+async def test_text_written_beside_tool_calls_is_kept_if_final_is_empty(
+    llm: ScriptedLLM,
+) -> None:
+    llm.reply_tool_calls([("remember", {"x": "y"})], content="Tea it is!").reply_text("")
+    result = await _loop(llm, {"remember": Recorder("remember").spec})
+    assert result.text == "Tea it is!"
+
+
+async def test_empty_reply_is_returned_as_empty_text(llm: ScriptedLLM) -> None:
+    llm.reply_text("<think>hmm</think>   ")
+    assert (await _loop(llm)).text == ""
+
+
+# --------------------------------------------------------------------------------------------
+# Tool errors
+# --------------------------------------------------------------------------------------------
+
+
+async def test_unknown_tool_gets_an_error_naming_available_tools(llm: ScriptedLLM) -> None:
+    registry = {"remember": Recorder("remember").spec, "forget": Recorder("forget").spec}
+    llm.reply_tool_calls([("nope", {"x": "1"})]).reply_text("Sorry.")
+    result = await _loop(llm, registry)
+    assert result.errors == 1
+    (name, content), *_ = result.tool_calls
+    assert name == "nope"
+    assert 'unknown tool "nope"' in content
+    assert '"remember"' in content and '"forget"' in content
+    assert llm.messages(1)[-1]["content"] == content
+
+
+async def test_malformed_arguments_reach_the_tool_raw(llm: ScriptedLLM) -> None:
+    tool = Recorder("remember", content="rejected: arguments are truncated JSON", ok=False)
+    llm.reply_tool_calls([("remember", '{"x": "likes te')]).reply_text("Oops.")
+    result = await _loop(llm, {"remember": tool.spec})
+    assert tool.received == ['{"x": "likes te']
+    assert result.tool_calls == [("remember", "rejected: arguments are truncated JSON")]
+    # The history echoes valid JSON so strict servers accept the next request.
+    assistant = llm.messages(1)[-2]
+    assert assistant["tool_calls"][0]["function"]["arguments"] == "{}"
+
+
+async def test_raising_tool_is_answered_as_error_and_logged_without_arguments(
+    llm: ScriptedLLM, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def explode(arguments: str | None) -> ToolOutcome:
+        raise RuntimeError("database went away")
+
+    llm.reply_tool_calls([("boom", {"x": "SECRET-ARGUMENT"})]).reply_text("Hmm.")
+    with caplog.at_level(logging.WARNING, logger="bot.llm.tool_loop"):
+        result = await _loop(llm, {"boom": ToolSpec(_definition("boom"), explode)})
+    assert result.text == "Hmm."
+    assert result.errors == 1
+    content = result.tool_calls[0][1]
+    assert content.startswith("error:") and "failed unexpectedly" in content
+    assert "database went away" not in content
+    records = [r for r in caplog.records if r.levelno == logging.WARNING and "boom" in r.message]
+    assert records and records[0].exc_info is not None
+    assert "SECRET-ARGUMENT" not in caplog.text
+
+
+async def test_five_consecutive_tool_errors_end_the_loop_with_a_final_no_tools_call(
+    llm: ScriptedLLM,
+) -> None:
+    tool = Recorder("stm", content="rejected: bad", ok=False)
+    for _ in range(5):
+        llm.reply_tool_calls([("stm", "{oops")])
+    llm.reply_text("Sorry, I could not save that, but here is your answer.")
+    result = await _loop(llm, {"stm": tool.spec}, max_tool_iterations=10)
+    assert result.stopped == "too_many_tool_errors"
+    assert result.errors == 5
+    assert result.text == "Sorry, I could not save that, but here is your answer."
+    assert len(llm.requests) == 6
+    assert llm.tool_names(4) == ["stm"]
+    assert llm.tool_names(-1) == []
+    assert llm.messages(-1)[-1]["role"] == "tool"
+    assert result.iterations == 6
+    assert llm.unscripted == 0
+
+
+async def test_a_success_resets_the_consecutive_error_count(llm: ScriptedLLM) -> None:
+    bad = Recorder("bad", content="rejected", ok=False)
+    good = Recorder("good", content="saved")
+    llm.reply_tool_calls([("bad", {}), ("bad", {}), ("bad", {}), ("bad", {})])
+    llm.reply_tool_calls([("good", {}), ("bad", {})]).reply_text("Done.")
+    result = await _loop(llm, {"bad": bad.spec, "good": good.spec})
+    assert result.stopped is None
+    assert result.errors == 5
+    assert result.text == "Done."
+
+
+async def test_errors_within_one_batch_count_and_every_call_is_answered(
+    llm: ScriptedLLM,
+) -> None:
+    bad = Recorder("bad", content="rejected", ok=False)
+    llm.reply_tool_calls([("bad", {"x": str(i)}) for i in range(6)]).reply_text("Answer.")
+    result = await _loop(llm, {"bad": bad.spec})
+    assert result.stopped == "too_many_tool_errors"
+    assert len(bad.received) == 6  # the API needs a tool message for every call
+    tool_messages = [m for m in llm.messages(-1) if m["role"] == "tool"]
+    assert len(tool_messages) == 6
+    assert llm.tool_names(-1) == []
+
+
+async def test_max_iterations_then_one_call_without_tools(llm: ScriptedLLM) -> None:
+    tool = Recorder("remember")
+    for i in range(3):
+        llm.reply_tool_calls([("remember", {"x": str(i)})])
+    llm.reply_text("Final answer.")
+    result = await _loop(llm, {"remember": tool.spec}, max_tool_iterations=3)
+    assert result.stopped == "max_iterations"
+    assert result.text == "Final answer."
+    assert result.iterations == 4
+    assert len(tool.received) == 3
+    assert [llm.tool_names(i) for i in range(4)] == [["remember"]] * 3 + [[]]
+    assert llm.unscripted == 0
+
+
+async def test_failed_final_call_returns_a_short_fallback(llm: ScriptedLLM) -> None:
+    tool = Recorder("remember")
+    llm.reply_tool_calls([("remember", {"x": "1"})]).reply_error(500)
+    result = await _loop(llm, {"remember": tool.spec}, max_tool_iterations=1)
+    assert result.stopped == "max_iterations"
+    assert result.text == FALLBACK_REPLY
+    assert result.iterations == 1
+
+
+# --------------------------------------------------------------------------------------------
+# Transport errors → LlmUnavailable
+# --------------------------------------------------------------------------------------------
+
+
+async def test_server_error_is_unavailable_without_the_body(llm: ScriptedLLM) -> None:
+    llm.reply_error(500, "internal failure, key sk-live-123")
+    with pytest.raises(LlmUnavailable) as info:
+        await _loop(llm)
+    assert info.value.kind == "unavailable"
+    assert info.value.status == 500
+    assert info.value.user_message == UNAVAILABLE_MESSAGE
+    assert "sk-live" not in info.value.user_message and "sk-live" not in str(info.value)
+
+
+async def test_rate_limit_with_retry_after_is_retried_by_the_client(llm: ScriptedLLM) -> None:
+    llm.reply_error(429, headers={"retry-after": "0.05"}).reply_text("After the wait.")
+    result = await _loop(llm, max_retries=1)
+    assert result.text == "After the wait."
+    assert len(llm.requests) == 2
+
+
+async def test_persistent_rate_limit_is_unavailable_rate_limited(llm: ScriptedLLM) -> None:
+    llm.reply_error(429, headers={"retry-after-ms": "20"})
+    llm.reply_error(429, headers={"retry-after-ms": "20"})
+    with pytest.raises(LlmUnavailable) as info:
+        await _loop(llm, max_retries=1)
+    assert len(llm.requests) == 2
+    assert info.value.kind == "rate_limited"
+    assert info.value.user_message == RATE_LIMIT_MESSAGE
+    assert "rate limited" in info.value.user_message
+
+
+async def test_timeout_is_unavailable_timeout(llm: ScriptedLLM) -> None:
+    llm.reply_text("too late", delay=3.0)
+    started = time.monotonic()
+    with pytest.raises(LlmUnavailable) as info:
+        await _loop(llm, timeout_seconds=0.3)
+    assert time.monotonic() - started < 2.0
+    assert info.value.kind == "timeout"
+    assert info.value.user_message == TIMEOUT_MESSAGE
+    assert info.value.user_message.startswith("The model took too long to answer")
+
+
+async def test_connection_refused_is_unavailable(llm: ScriptedLLM) -> None:
+    client = openai.AsyncOpenAI(api_key="test", base_url=refused_base_url(), max_retries=0)
+    with pytest.raises(LlmUnavailable) as info:
+        await _loop(llm, client=client)
+    assert info.value.kind == "unavailable"
+    assert info.value.user_message == UNAVAILABLE_MESSAGE
+    assert "127.0.0.1" not in info.value.user_message
+
+
+async def test_dropped_connection_is_unavailable(llm: ScriptedLLM) -> None:
+    llm.reply_disconnect()
+    with pytest.raises(LlmUnavailable) as info:
+        await _loop(llm)
+    assert info.value.kind == "unavailable"
+
+
+@pytest.mark.parametrize("status", [401, 403, 404])
+async def test_auth_and_config_errors_ask_for_the_operator(llm: ScriptedLLM, status: int) -> None:
+    llm.reply_error(status, "Incorrect API key provided: sk-abc***xyz")
+    with pytest.raises(LlmUnavailable) as info:
+        await _loop(llm)
+    assert info.value.kind == "configuration"
+    assert info.value.status == status
+    assert info.value.user_message == CONFIGURATION_MESSAGE
+    assert "operator" in info.value.user_message
+    assert "sk-" not in info.value.user_message
+
+
+async def test_error_mid_turn_raises_unavailable(llm: ScriptedLLM) -> None:
+    tool = Recorder("remember")
+    llm.reply_tool_calls([("remember", {"x": "1"})]).reply_error(503)
+    with pytest.raises(LlmUnavailable) as info:
+        await _loop(llm, {"remember": tool.spec})
+    assert info.value.kind == "unavailable"
+    assert tool.received == ['{"x": "1"}']
+
+
+async def test_leaked_syntax_in_a_real_reply_is_stripped(llm: ScriptedLLM) -> None:
+    llm.reply_text(
+        "<think>The user greets me.</think>Hi there!\n"
+        '<tool_call>{"name": "update_short_term_memory", "arguments": {"summary": "hi"}}'
+        "</tool_call>"
+    )
+    assert (await _loop(llm)).text == "Hi there!"
+
+
+# --------------------------------------------------------------------------------------------
+# strip_leaked_tool_syntax
+# --------------------------------------------------------------------------------------------
+
+CALL = '{"name": "update_short_term_memory", "arguments": {"summary": "likes tea"}}'
+
+LEAKS = [
+    pytest.param(f"Sure!\n<tool_call>\n{CALL}\n</tool_call>", "Sure!", id="hermes"),
+    pytest.param(f"Sure! <tool_call>{CALL}", "Sure!", id="hermes-unterminated"),
+    pytest.param(f"Sure!<|tool_call|>[{CALL}]", "Sure!", id="pipe-token"),
+    pytest.param(f"Sure!<|tool_call|>{CALL}<|/tool_call|> Bye.", "Sure! Bye.", id="pipe-closed"),
+    pytest.param(f"Sure![TOOL_CALLS][{CALL}]", "Sure!", id="mistral-list"),
+    pytest.param(
+        'Sure![TOOL_CALLS]update_short_term_memory[ARGS]{"summary": "tea"} Bye.',
+        "Sure! Bye.",
+        id="mistral-args",
+    ),
+    pytest.param('Sure![TOOL_CALLS]{"name": "x", "argu', "Sure!", id="mistral-truncated"),
+    pytest.param(
+        'Sure!\n<function=update_short_term_memory>{"summary": "tea"}</function>',
+        "Sure!",
+        id="llama-function-tag",
+    ),
+    pytest.param('Sure!<|python_tag|>{"name": "x", "parameters": {}}', "Sure!", id="python-tag"),
+    pytest.param(f"Sure!\n{CALL}", "Sure!", id="bare-json"),
+    pytest.param(f"{CALL}", "", id="bare-json-alone"),
+    pytest.param(f"  {CALL}  \nSure!", "Sure!", id="bare-json-first-line"),
+    pytest.param(
+        'Sure!\n{"type": "function", "function": {"name": "x", "arguments": "{}"}}',
+        "Sure!",
+        id="bare-json-wrapped",
+    ),
+    pytest.param(f"Sure!\n[{CALL}, {CALL}]", "Sure!", id="bare-json-list"),
+    pytest.param(f"Sure!\n```json\n{CALL}\n```", "Sure!", id="fenced-json"),
+    pytest.param(f"Sure! ```json {CALL}```", "Sure!", id="fenced-json-inline"),
+    pytest.param(f"Sure!\n```\n{CALL}\n```\nBye.", "Sure!\n\nBye.", id="fenced-no-lang"),
+    pytest.param(
+        "Sure!<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>x\n"
+        "<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+        "Sure!",
+        id="deepseek-tokens",
+    ),
+    pytest.param("<think>\nplan the answer\n</think>\n\nHello!", "Hello!", id="think"),
+    pytest.param("<THINK>a</THINK>Hi <think>b</think>there", "Hi there", id="think-twice"),
+    pytest.param("plan silently...</think>Hello!", "Hello!", id="think-open-in-prompt"),
+    pytest.param("Hello!<think>and then I will", "Hello!", id="think-unclosed"),
+    pytest.param("<thinking>x</thinking>Hello!", "Hello!", id="thinking"),
+    pytest.param("A\n\n\n\nB", "A\n\nB", id="blank-runs-collapsed"),
+]
+
+KEPT = [
+    pytest.param('```json\n{"name": "Kioku", "age": 2}\n```', id="json-with-name-only"),
+    pytest.param('```json\n{"a": 1, "b": [1, 2]}\n```', id="ordinary-json-fence"),
+    pytest.param('{"a": 1}', id="ordinary-bare-json"),
+    pytest.param(
+        '{"name": "f", "arguments": {}, "description": "a schema"}', id="extra-keys-stay"
+    ),
+    pytest.param('Use {"name": "x", "arguments": {}} inline like this.', id="inline-in-prose"),
+    pytest.param("```python\nprint({'name': 1})\n```", id="python-fence"),
+    pytest.param("I [love] {braces} and <b>tags</b>.", id="brackets"),
+    pytest.param("[1, 2, 3]", id="json-list"),
+    pytest.param("Plain answer.", id="plain"),
+]
+
+
+@pytest.mark.parametrize(("raw", "expected"), LEAKS)
+def test_strip_leaked_tool_syntax(raw: str, expected: str) -> None:
+    assert strip_leaked_tool_syntax(raw) == expected
+
+
+@pytest.mark.parametrize("raw", KEPT)
+def test_strip_leaves_ordinary_content(raw: str) -> None:
+    assert strip_leaked_tool_syntax(raw) == raw
+
+
+def test_strip_trims_and_handles_empty() -> None:
+    assert strip_leaked_tool_syntax("") == ""
+    assert strip_leaked_tool_syntax("  hi \n") == "hi"
+
+
+# --------------------------------------------------------------------------------------------
+# Provider capabilities
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "openai",
+        "azure",
+        "ollama",
+        "vllm",
+        "lmstudio",
+        "openrouter",
+        "groq",
+        "together",
+        "mistral",
+        "deepseek",
+        "anthropic",
+    ],
+)
+def test_known_tool_calling_providers_allow_stm(name: str) -> None:
+    caps = capabilities(name)
+    assert caps.name == name
+    assert caps.tool_calling and caps.stm_allowed
+    assert caps.context_tokens >= MIN_STM_CONTEXT_TOKENS
+    assert caps.notes
+
+
+def test_novelai_is_excluded_from_stm() -> None:
+    caps = capabilities("NovelAI")
+    assert caps.name == "novelai"
+    assert not caps.tool_calling
+    assert caps.context_tokens < MIN_STM_CONTEXT_TOKENS
+    assert not caps.stm_allowed
+
+
+def test_lookup_is_case_insensitive_and_knows_aliases() -> None:
+    assert capabilities("  OpenAI ") is PROVIDERS["openai"]
+    assert capabilities("LM_Studio").name == "lmstudio"
+    assert capabilities("Azure-OpenAI").name == "azure"
+    assert capabilities("llama.cpp").name == "llamacpp"
+
+
+def test_unknown_provider_gets_the_generic_entry() -> None:
+    caps = capabilities("My-Gateway")
+    assert caps.name == "my-gateway"
+    assert caps.tool_calling and caps.stm_allowed
+    assert caps.context_tokens == GENERIC.context_tokens
+    assert "unknown provider" in caps.notes.lower()
+
+
+def test_stm_allowed_is_derived_for_every_entry() -> None:
+    for caps in PROVIDERS.values():
+        expected = caps.tool_calling and caps.context_tokens >= MIN_STM_CONTEXT_TOKENS
+        assert caps.stm_allowed == expected, caps.name
