@@ -12,7 +12,8 @@ import asyncio
 import logging
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
+from typing import TypeVar
 
 import aiohttp
 import discord
@@ -25,6 +26,7 @@ EXIT_FAILURE = 1
 EXIT_CONFIG = 2
 
 log = logging.getLogger("bot")
+T = TypeVar("T")
 
 
 class CliError(Exception):
@@ -41,6 +43,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub.add_parser("run", help="migrate the database, then connect to Discord")
     sub.add_parser("migrate", help="upgrade the database schema (idempotent)")
     sub.add_parser("doctor", help="check configuration, database and LLM endpoint")
+    sub.add_parser("console", help="chat with the bot in this terminal (no Discord)")
+    sub.add_parser("sync", help="publish the slash commands to Discord, then exit")
     args = parser.parse_args(argv)
 
     try:
@@ -54,6 +58,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             from bot.doctor import doctor
 
             return asyncio.run(doctor(settings))
+        if args.command == "console":
+            from bot.console import console
+
+            return asyncio.run(console(settings))
+        if args.command == "sync":
+            return asyncio.run(sync(settings, _token(settings)))
     except SettingsError as exc:
         for line in str(exc).splitlines():
             print(f"kioku: {line}", file=sys.stderr)
@@ -106,14 +116,54 @@ async def _migrate(database: Database) -> tuple[str | None, str | None]:
         raise CliError(f"cannot reach {where}: {exc}") from None
 
 
-def run(settings: Settings) -> int:
-    if settings.discord_token is None or not settings.discord_token.get_secret_value().strip():
+def _token(settings: Settings) -> str:
+    token = settings.discord_token.get_secret_value().strip() if settings.discord_token else ""
+    if not token:
         raise CliError(
             "DISCORD_TOKEN is not set: export it or put it in .env "
             "(see config/example.env; get one at https://discord.com/developers/applications)",
             EXIT_CONFIG,
         )
-    return asyncio.run(_run(settings, settings.discord_token.get_secret_value().strip()))
+    return token
+
+
+def run(settings: Settings) -> int:
+    return asyncio.run(_run(settings, _token(settings)))
+
+
+async def sync(settings: Settings, token: str) -> int:
+    """Publish the command tree (never done in ``on_ready``: it is rate limited)."""
+    from bot.app import build_bot
+
+    database = Database(settings)
+    await _migrate(database)
+    bot = build_bot(settings, database=database, janitor=False)
+    try:
+        async with bot:
+            await _discord_call(bot.login(token))
+            synced = await _discord_call(bot.tree.sync())
+    finally:
+        await database.close()
+    print(f"published {len(synced)} slash commands: {', '.join(sorted(c.name for c in synced))}")
+    return EXIT_OK
+
+
+async def _discord_call(awaitable: Awaitable[T]) -> T:
+    """Await a Discord call, turning the failures an operator can fix into one line."""
+    try:
+        return await awaitable
+    except discord.LoginFailure:
+        raise CliError(
+            "Discord rejected DISCORD_TOKEN (login failed): copy the bot token again from "
+            "https://discord.com/developers/applications"
+        ) from None
+    except discord.PrivilegedIntentsRequired:
+        raise CliError(
+            "enable the Message Content intent for this bot in the Developer Portal "
+            "(Bot → Privileged Gateway Intents)"
+        ) from None
+    except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+        raise CliError(f"cannot reach Discord: {exc.__class__.__name__}: {exc}") from None
 
 
 async def _run(settings: Settings, token: str) -> int:
@@ -129,19 +179,7 @@ async def _run(settings: Settings, token: str) -> int:
         loop.add_signal_handler(signum, lambda: asyncio.ensure_future(bot.close()))
     try:
         async with bot:
-            await bot.start(token)
-    except discord.LoginFailure:
-        raise CliError(
-            "Discord rejected DISCORD_TOKEN (login failed): copy the bot token again from "
-            "https://discord.com/developers/applications"
-        ) from None
-    except discord.PrivilegedIntentsRequired:
-        raise CliError(
-            "enable the Message Content intent for this bot in the Developer Portal "
-            "(Bot → Privileged Gateway Intents)"
-        ) from None
-    except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-        raise CliError(f"cannot reach Discord: {exc.__class__.__name__}: {exc}") from None
+            await _discord_call(bot.start(token))
     finally:
         await database.close()
     return EXIT_OK

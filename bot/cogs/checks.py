@@ -83,4 +83,3 @@ def moderator_only(*, dm_allowed: bool = False) -> Callable[[T], T]:
 def admin_only() -> Callable[[T], T]:
     """Manage Server, guild-only."""
     return _memory_permission("manage_guild", MANAGE_SERVER, dm_allowed=False)
-

@@ -77,7 +77,9 @@ def _cooldown(error: app_commands.CommandOnCooldown) -> str:
 
 
 def _missing_permissions(error: app_commands.MissingPermissions) -> str:
-    names = [p.replace("_", " ").replace("guild", "server").title() for p in error.missing_permissions]
+    names = [
+        p.replace("_", " ").replace("guild", "server").title() for p in error.missing_permissions
+    ]
     return "You need the " + ", ".join(f"**{n}**" for n in names) + " permission to do this."
 
 

@@ -42,9 +42,7 @@ class RefreshCog(commands.Cog):
     def __init__(self, bot: KiokuBot) -> None:
         self.bot = bot
 
-    @app_commands.command(
-        name="refresh", description="Wipe what the bot remembers of this channel"
-    )
+    @app_commands.command(name="refresh", description="Wipe what the bot remembers of this channel")
     @moderator_only(dm_allowed=True)
     async def refresh(self, interaction: discord.Interaction[KiokuBot]) -> None:
         channel_id = interaction.channel_id

@@ -394,12 +394,15 @@ _TAGGED_CALLS = re.compile(
     "|".join(
         (
             # Hermes / Qwen: <tool_call>{...}</tool_call> (unterminated: to the end)
-            r"<tool_calls?>.*?(?:</tool_calls?>|\Z)",
-            # Phi / Granite / Kimi style special tokens
-            r"<\|tool_calls?(?:_section)?(?:_begin)?\|>.*?"
-            r"(?:<\|/tool_calls?\|>|<\|tool_calls?(?:_section)?_end\|>|\Z)",
+            r"<tool_calls>.*?(?:</tool_calls>|\Z)",
+            r"<tool_call>.*?(?:</tool_call>|\Z)",
+            # Kimi, then Phi / Granite style special tokens
+            r"<\|tool_calls_section_begin\|>.*?(?:<\|tool_calls_section_end\|>|\Z)",
+            r"<\|tool_calls_begin\|>.*?(?:<\|tool_calls_end\|>|\Z)",
+            r"<\|tool_calls?(?:_begin)?\|>.*?(?:<\|/tool_calls?\|>|<\|tool_calls?_end\|>|\Z)",
             # DeepSeek's full-width special tokens
-            r"<｜tool▁calls?▁begin｜>.*?(?:<｜tool▁calls?▁end｜>|\Z)",
+            r"<｜tool▁calls▁begin｜>.*?(?:<｜tool▁calls▁end｜>|\Z)",
+            r"<｜tool▁call▁begin｜>.*?(?:<｜tool▁call▁end｜>|\Z)",
             # Llama 3.x: <function=name>{...}</function>, and <|python_tag|>{...}
             r"<function=[^>\n]*>.*?(?:</function>|\Z)",
             r"<\|python_tag\|>.*\Z",

@@ -463,6 +463,17 @@ LEAKS = [
         "Sure!",
         id="deepseek-tokens",
     ),
+    pytest.param(
+        "Sure!<|tool_calls_section_begin|><|tool_call_begin|>functions.x:0"
+        '<|tool_call_argument_begin|>{"a": 1}<|tool_call_end|><|tool_calls_section_end|> Bye.',
+        "Sure! Bye.",
+        id="kimi-tokens",
+    ),
+    pytest.param(
+        f"Sure!<tool_calls><tool_call>{CALL}</tool_call><tool_call>{CALL}</tool_call></tool_calls>",
+        "Sure!",
+        id="nested-tool-calls",
+    ),
     pytest.param("<think>\nplan the answer\n</think>\n\nHello!", "Hello!", id="think"),
     pytest.param("<THINK>a</THINK>Hi <think>b</think>there", "Hi there", id="think-twice"),
     pytest.param("plan silently...</think>Hello!", "Hello!", id="think-open-in-prompt"),
@@ -475,9 +486,7 @@ KEPT = [
     pytest.param('```json\n{"name": "Kioku", "age": 2}\n```', id="json-with-name-only"),
     pytest.param('```json\n{"a": 1, "b": [1, 2]}\n```', id="ordinary-json-fence"),
     pytest.param('{"a": 1}', id="ordinary-bare-json"),
-    pytest.param(
-        '{"name": "f", "arguments": {}, "description": "a schema"}', id="extra-keys-stay"
-    ),
+    pytest.param('{"name": "f", "arguments": {}, "description": "a schema"}', id="extra-keys-stay"),
     pytest.param('Use {"name": "x", "arguments": {}} inline like this.', id="inline-in-prose"),
     pytest.param("```python\nprint({'name': 1})\n```", id="python-fence"),
     pytest.param("I [love] {braces} and <b>tags</b>.", id="brackets"),
