@@ -6,6 +6,7 @@ finally the receipt of what was deleted, so nobody else learns that they asked.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -101,10 +102,9 @@ class ForgetConfirmView(discord.ui.View):
     async def on_timeout(self) -> None:
         if self.origin is None:
             return
-        try:
+        # The message may be gone or the token expired: then there is nothing to tidy.
+        with contextlib.suppress(discord.HTTPException):
             await self.origin.edit_original_response(content=TIMED_OUT, view=None)
-        except discord.HTTPException:
-            pass  # the message is gone or the token expired: nothing to tidy
 
     async def on_error(
         self, interaction: discord.Interaction[Any], error: Exception, item: discord.ui.Item[Any]

@@ -72,8 +72,10 @@ class IntRange(app_commands.Transformer):
         return self.high
 
     async def transform(self, interaction: discord.Interaction[Any], value: Any, /) -> int:
-        if not isinstance(value, int) or isinstance(value, bool) or not (
-            self.low <= value <= self.high
+        if (
+            not isinstance(value, int)
+            or isinstance(value, bool)
+            or not (self.low <= value <= self.high)
         ):
             raise app_commands.TransformerError(value, self.type, self)
         return value
@@ -118,7 +120,9 @@ def describe_write(result: WriteResult) -> str:
     if result.status == "saved":
         return "Saved. The model sees the new memory from its next reply on."
     if result.status == "saved, pending sync":
-        return "Saved, pending sync: the database is unavailable; it will be written when it is back."
+        return (
+            "Saved, pending sync: the database is unavailable; it will be written when it is back."
+        )
     return f"Not saved: {result.reason}."
 
 
@@ -147,9 +151,8 @@ def memory_sections(entry: StmEntry, config: GuildConfig) -> list[str]:
         for category in config.categories:
             sections.append(section(category.label, entry.categories.get(category.slug, "")))
     for slug, value in entry.categories.items():
-        if slug not in defined or not config.category_mode:
-            if value.strip():
-                sections.append(section(f"{slug} (no longer a category)", value))
+        if (slug not in defined or not config.category_mode) and value.strip():
+            sections.append(section(f"{slug} (no longer a category)", value))
     if entry.has_summary:
         label = "Summary (from before categories)" if config.category_mode else "Summary"
         sections.append(section(label, entry.summary))
@@ -204,7 +207,16 @@ def fit_title(text: str) -> str:
 # ----------------------------------------------------------------------- modals
 
 
-class SummaryEditModal(discord.ui.Modal):
+class ReportingModal(discord.ui.Modal):
+    """A modal whose errors get the tree's answers (a modal bypasses ``tree.on_error``)."""
+
+    async def on_error(  # type: ignore[override]  # Modal narrows View's signature
+        self, interaction: discord.Interaction[Any], error: Exception, /
+    ) -> None:
+        await report_error(interaction, error)
+
+
+class SummaryEditModal(ReportingModal):
     """``/stm edit`` in summary mode: one paragraph, prefilled with the summary."""
 
     def __init__(
@@ -233,11 +245,8 @@ class SummaryEditModal(discord.ui.Modal):
         )
         await answer(interaction, describe_write(result))
 
-    async def on_error(self, interaction: discord.Interaction[Any], error: Exception) -> None:
-        await report_error(interaction, error)
 
-
-class CategoryEditModal(discord.ui.Modal):
+class CategoryEditModal(ReportingModal):
     """``/stm edit`` in category mode: one input per category; an empty one clears it."""
 
     def __init__(
@@ -277,11 +286,8 @@ class CategoryEditModal(discord.ui.Modal):
         )
         await answer(interaction, describe_write(result))
 
-    async def on_error(self, interaction: discord.Interaction[Any], error: Exception) -> None:
-        await report_error(interaction, error)
 
-
-class CategoriesModal(discord.ui.Modal):
+class CategoriesModal(ReportingModal):
     """``/stm categories set``: up to five ``label: description`` lines."""
 
     def __init__(self, memory: MemoryService, *, guild_id: int, current: str) -> None:
@@ -306,19 +312,20 @@ class CategoriesModal(discord.ui.Modal):
         except CategoryDefinitionError as error:
             problems = "\n".join(f"• {problem}" for problem in error.problems)
             content = f"Nothing was changed. Please fix:\n{problems}"
-            retry = RetryCategoriesView(self.memory, guild_id=self.guild_id, user_id=interaction.user.id, text=text)
+            retry = RetryCategoriesView(
+                self.memory, guild_id=self.guild_id, user_id=interaction.user.id, text=text
+            )
             await answer(interaction, content[:MESSAGE_LIMIT], view=retry)
             return
         config = await self.memory.set_categories(self.guild_id, interaction.user.id, categories)
         log.info("guild %s set %d STM categories", self.guild_id, len(categories))
         if config.category_mode:
-            head = f"Saved {len(categories)} categories. The model now keeps one field per category:"
+            head = (
+                f"Saved {len(categories)} categories. The model now keeps one field per category:"
+            )
         else:
             head = f"Saved. A single `{SUMMARY_SLUG}` category is the same as summary mode:"
         await answer(interaction, "\n".join([head, *describe_categories(categories)]))
-
-    async def on_error(self, interaction: discord.Interaction[Any], error: Exception) -> None:
-        await report_error(interaction, error)
 
 
 class RetryCategoriesView(discord.ui.View):
@@ -453,10 +460,14 @@ class StmCog(commands.Cog):
         guild_id = self._guild_id(interaction)
         config = await self.memory.guild_config(guild_id)
         if not config.categories:
-            await answer(interaction, "There are no categories; the model already keeps one summary.")
+            await answer(
+                interaction, "There are no categories; the model already keeps one summary."
+            )
             return
         await self.memory.set_categories(guild_id, interaction.user.id, [])
-        await answer(interaction, "Categories cleared: the model keeps one summary per channel again.")
+        await answer(
+            interaction, "Categories cleared: the model keeps one summary per channel again."
+        )
 
     @stm.command(name="settings", description="Show or change this server's memory settings")
     @app_commands.describe(
