@@ -51,10 +51,12 @@ def _option_name(interaction: discord.Interaction[Any], transformer: object) -> 
     command = interaction.command
     if not isinstance(command, app_commands.Command):
         return None
-    for parameter in command.parameters:
-        # The parameter's transformer is the annotation it was declared with.
+    # discord.py keeps no public link from an option to its transformer; each option's
+    # transformer instance is the annotation it was declared with.
+    parameters: dict[str, Any] = getattr(command, "_params", {})
+    for parameter in parameters.values():
         if getattr(parameter, "_annotation", None) is transformer:
-            return parameter.display_name
+            return str(parameter.display_name)
     return None
 
 

@@ -25,6 +25,7 @@ Discord or the database layer.
 
 from __future__ import annotations
 
+import functools
 from typing import Final, TypeVar, cast
 
 import regex
@@ -353,7 +354,55 @@ def _redact(text: str) -> tuple[str, list[str]]:
             kinds.append(reported)
         return replacement
 
-    return _TOKENS.sub(replace, text), kinds
+    tokens = _tokens_for(text)
+    if tokens is None:
+        return text, kinds
+    return tokens.sub(replace, text), kinds
+
+
+# Cheap substring tests that every match of a kind must contain (``None``: always run).
+# Ordinary prose contains none of them, so most values skip the token scan entirely; a
+# value that might hold a secret is scanned with an alternation of only the kinds whose
+# trigger it contains (same alternation order, so the same leftmost matches).
+_TRIGGERS: Final[dict[str, tuple[str, ...] | None]] = {
+    "url_credentials": ("://",),
+    "anthropic_key": ("sk-ant-",),
+    "openai_key": ("sk-",),
+    "github_token": ("gh", "github_pat_"),
+    "gitlab_token": ("glpat-",),
+    "slack_token": ("xox", "xapp-"),
+    "aws_access_key": ("akia", "asia"),
+    "google_api_key": ("aiza",),
+    "npm_token": ("npm_",),
+    "jwt": ("eyj",),
+    "discord_token": (".",),
+    "credential": ("pass", "pwd", "secret", "token", "key", "authorization"),
+    "bearer": ("bearer",),
+}
+_PATTERN_OF: Final = dict(_TOKEN_PATTERNS)
+
+
+@functools.lru_cache(maxsize=256)
+def _compiled_for(kinds: tuple[str, ...]) -> regex.Pattern[str]:
+    return regex.compile("|".join(f"(?P<{kind}>{_PATTERN_OF[kind]})" for kind in kinds))
+
+
+def _tokens_for(text: str) -> regex.Pattern[str] | None:
+    lowered = text.lower()
+    kinds = tuple(
+        kind
+        for kind in _TOKEN_KINDS
+        if (triggers := _TRIGGERS.get(kind)) is None or any(t in lowered for t in triggers)
+    )
+    if not kinds:
+        return None
+    if "discord_token" in kinds and not _DISCORD_SHAPE.search(text):
+        kinds = tuple(kind for kind in kinds if kind != "discord_token")
+    return _compiled_for(kinds) if kinds else None
+
+
+# A Discord bot token's middle segment: six base64url characters between two dots.
+_DISCORD_SHAPE: Final = regex.compile(r"\.[A-Za-z0-9_\-]{6}\.")
 
 
 def _redact_regions(text: str, kinds: list[str]) -> str:

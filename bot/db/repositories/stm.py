@@ -130,7 +130,9 @@ async def upsert_entries(session: AsyncSession, entries: Sequence[StmEntry]) -> 
     newer is not counted (a replayed, stale write must never overwrite a newer one)."""
     if not entries:
         return 0
-    result = await session.execute(_UPSERT, [_row_values(entry) for entry in entries])
+    # Core execution on the session's connection: the ORM's bulk path adds ~1 ms a call.
+    connection = await session.connection()
+    result = await connection.execute(_UPSERT, [_row_values(entry) for entry in entries])
     return len(result.all())
 
 
@@ -240,7 +242,8 @@ async def add_events(session: AsyncSession, events: Sequence[EventRecord]) -> No
                 "chars_after": record.chars_after,
             }
         )
-    await session.execute(insert(StmEvent), rows)
+    connection = await session.connection()
+    await connection.execute(insert(StmEvent), rows)
 
 
 async def delete_events_of_user(session: AsyncSession, user_id: int) -> int:

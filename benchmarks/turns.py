@@ -1,0 +1,127 @@
+"""End-to-end turns/s (issue: the bot).
+
+Each turn goes through discord.py's real state (dpytest), the chat cog, the memory
+service, the real ``openai`` client over HTTP to a zero-latency scripted server, and
+PostgreSQL (embedded, in a temporary folder). Turns run concurrently over 100 channels;
+one turn in five also makes the model call ``update_short_term_memory`` (a database
+write). Prints turns/s and the share of turn time spent in the memory layer
+(``prepare_turn``, prompt assembly, the STM write path, cadence bookkeeping).
+
+Usage: ``python benchmarks/turns.py [--channels 100] [--rounds 5]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bot.app import build_bot
+from bot.config import load_settings
+from bot.db.engine import Database
+from bot.db.migrate import upgrade
+from bot.llm.tools.stm import STM_TOOL_NAME
+from tests.helpers.discord_harness import attach_dpytest, detach
+from tests.helpers.fake_llm import ScriptedLLM
+
+
+class Stopwatch:
+    def __init__(self) -> None:
+        self.seconds = 0.0
+
+    def wrap_async(self, fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+        async def timed(*args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return await fn(*args, **kwargs)
+            finally:
+                self.seconds += time.perf_counter() - started
+
+        return timed
+
+    def wrap(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.seconds += time.perf_counter() - started
+
+        return timed
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--channels", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory(prefix="kioku-bench-") as folder:
+        llm = await ScriptedLLM(fallback_text="Sure — noted.").start()
+        settings = load_settings(
+            database_url=None,
+            data_dir=Path(folder),
+            openai_base_url=llm.base_url,
+            openai_api_key="bench",
+            model="bench-model",
+            llm={"max_retries": 0},
+            database={"pool_size": 10, "max_overflow": 0},
+        )
+        database = Database(settings)
+        await database.start()
+        await upgrade(database.engine)
+        bot = build_bot(settings, database=database, janitor=False)
+        env = await attach_dpytest(bot, text_channels=args.channels, members=3, run_setup_hook=True)
+        memory_time, turn_time = Stopwatch(), Stopwatch()
+        memory = bot.memory
+        memory.prepare_turn = memory_time.wrap_async(memory.prepare_turn)  # type: ignore[method-assign]
+        memory.update_stm = memory_time.wrap_async(memory.update_stm)  # type: ignore[method-assign]
+        memory.record_bot_turn = memory_time.wrap(memory.record_bot_turn)  # type: ignore[method-assign]
+        import bot.turn as turn_module
+
+        turn_module.assemble = memory_time.wrap(turn_module.assemble)  # type: ignore[assignment]
+        bot.turns.run = turn_time.wrap_async(bot.turns.run)  # type: ignore[method-assign]
+
+        async def one_round(n: int) -> None:
+            for i, _ in enumerate(env.channels):
+                if (i + n) % 5 == 0:
+                    llm.reply_tool_calls([(STM_TOOL_NAME, {"summary": f"round {n} notes"})])
+            await asyncio.gather(
+                *(
+                    env.send(
+                        f"message {n}", channel=channel, author=env.members[i % 3], mention_bot=True
+                    )
+                    for i, channel in enumerate(env.channels)
+                )
+            )
+
+        await one_round(-1)  # warm-up: hydration, back-fill, connection pool
+        memory_time.seconds = turn_time.seconds = 0.0
+        llm.reset()
+        started = time.perf_counter()
+        for n in range(args.rounds):
+            await one_round(n)
+        elapsed = time.perf_counter() - started
+        turns = args.rounds * len(env.channels)
+        requests = len(llm.requests)
+        await detach(bot)
+        await database.close()
+        await llm.stop()
+
+    share = memory_time.seconds / turn_time.seconds if turn_time.seconds else 0.0
+    print(f"{'figure':<34} value")
+    print(f"{'turns':<34} {turns} over {args.channels} channels ({requests} LLM requests)")
+    print(f"{'end-to-end turns/s':<34} {turns / elapsed:,.0f}")
+    print(f"{'mean turn latency (ms)':<34} {turn_time.seconds / turns * 1000:.1f}")
+    print(f"{'memory layer share of turn time':<34} {share:.1%}")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,585 @@
+"""The slash commands on the real bot: /refresh, /stm …, /forget-me and the error handler."""
+
+from __future__ import annotations
+
+import logging
+
+import discord
+import pytest
+from sqlalchemy import func, insert, select
+from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
+
+from bot.cogs.errors import GUILD_ONLY, SOMETHING_WENT_WRONG, UNAVAILABLE
+from bot.cogs.privacy import CANCELLED, NOT_YOURS
+from bot.cogs.refresh import REFRESH_MARKER_PREFIX
+from bot.db.models import LongTermMemory, ShortTermMemory, StmCategory, StmEvent
+from bot.memory.model import Category, ScopeKey
+from tests.helpers.bot import KiokuHarness
+from tests.helpers.fake_llm import refused_base_url
+
+SUMMARY = "Team picked Friday for the launch."
+
+
+# ------------------------------------------------------------------- helpers
+
+
+async def seed(
+    kioku: KiokuHarness,
+    *,
+    channel: discord.abc.Snowflake | None = None,
+    author: discord.abc.User | None = None,
+    dm: bool = False,
+    summary: str = SUMMARY,
+    categories: dict[str, str] | None = None,
+) -> None:
+    """Give a channel a memory through the service (origin admin)."""
+    channel_id = (channel or kioku.env.channel).id
+    result = await kioku.bot.memory.admin_edit(
+        guild_id=None if dm else kioku.env.guild.id,
+        channel_id=channel_id,
+        actor_user_id=(author or kioku.env.member).id,
+        summary=None if categories is not None else summary,
+        categories=categories,
+    )
+    assert result.ok, str(result)
+
+
+async def stm_rows(kioku: KiokuHarness, channel_id: int | None = None) -> list[ShortTermMemory]:
+    query = select(ShortTermMemory).order_by(ShortTermMemory.scope_kind)
+    if channel_id is not None:
+        query = query.where(ShortTermMemory.channel_id == channel_id)
+    async with kioku.database.sessions() as session:
+        return list(await session.scalars(query))
+
+
+async def count(kioku: KiokuHarness, model: type[object]) -> int:
+    async with kioku.database.sessions() as session:
+        return int(await session.scalar(select(func.count()).select_from(model)) or 0)
+
+
+async def events(kioku: KiokuHarness) -> list[StmEvent]:
+    async with kioku.database.sessions() as session:
+        return list(await session.scalars(select(StmEvent).order_by(StmEvent.id)))
+
+
+async def use_categories(kioku: KiokuHarness, *labels: str) -> None:
+    await kioku.bot.memory.set_categories(
+        kioku.env.guild.id,
+        kioku.env.member.id,
+        [Category(i, label.lower(), label, f"{label} so far") for i, label in enumerate(labels)],
+    )
+
+
+def markers(kioku: KiokuHarness, channel: object) -> list[str]:
+    return [
+        sent.content
+        for sent in kioku.env.sent_to(channel)
+        if sent.content.startswith(REFRESH_MARKER_PREFIX)
+    ]
+
+
+def break_database(kioku: KiokuHarness) -> None:
+    """Point the memory service at a server that refuses every connection."""
+    dead = create_async_engine(
+        refused_base_url().replace("http://", "postgresql+asyncpg://u:p@") + "db"
+    )
+    kioku.bot.memory._sessions = async_sessionmaker(dead)
+
+
+@pytest.fixture
+async def moderator(kioku: KiokuHarness) -> discord.Member:
+    return await kioku.env.create_member("mod", kind="moderator")
+
+
+@pytest.fixture
+async def admin(kioku: KiokuHarness) -> discord.Member:
+    return await kioku.env.create_member("admin", kind="admin")
+
+
+# ------------------------------------------------------------------ /refresh
+
+
+async def test_refresh_by_a_member_is_refused_and_deletes_nothing(kioku: KiokuHarness) -> None:
+    await seed(kioku)
+    result = await kioku.interactions.slash("refresh", user=kioku.env.member)
+    assert result.ephemeral
+    assert result.content is not None and "**Manage Messages**" in result.content
+    assert [row.summary for row in await stm_rows(kioku)] == [SUMMARY, SUMMARY]
+    entry = await kioku.bot.memory.entry(ScopeKey.server(kioku.env.guild.id, kioku.env.channel.id))
+    assert entry.summary == SUMMARY
+    assert markers(kioku, kioku.env.channel) == []
+
+
+async def test_refresh_by_a_moderator_wipes_cache_and_rows_and_posts_the_marker(
+    kioku: KiokuHarness, moderator: discord.Member
+) -> None:
+    other = await kioku.env.create_text_channel("other")
+    await seed(kioku)
+    await seed(kioku, channel=other)
+    key = ScopeKey.server(kioku.env.guild.id, kioku.env.channel.id)
+    assert kioku.bot.memory.cache.get(key) is not None
+
+    result = await kioku.interactions.slash("refresh", user=moderator)
+
+    assert result.ephemeral
+    assert result.texts()[-1] == (
+        "Memory of this channel wiped: 2 stored memories and 2 cached entries removed."
+    )
+    assert await stm_rows(kioku, kioku.env.channel.id) == []
+    assert len(await stm_rows(kioku, other.id)) == 2  # another channel is untouched
+    assert kioku.bot.memory.cache.get(key) is None
+    assert not (await kioku.bot.memory.entry(key)).has_content  # not hydrated back
+    [marker] = [s for s in kioku.env.sent_to(kioku.env.channel)]
+    assert marker.content.startswith(REFRESH_MARKER_PREFIX)
+    assert moderator.mention in marker.content
+    assert marker.allowed_mentions is not None and marker.allowed_mentions["parse"] == []
+    assert not marker.message.flags.ephemeral
+    [refresh] = [e for e in await events(kioku) if e.event == "refresh"]
+    assert (refresh.channel_id, refresh.actor_user_id) == (kioku.env.channel.id, moderator.id)
+
+
+async def test_refresh_in_a_dm_wipes_the_users_dm_memory(kioku: KiokuHarness) -> None:
+    user = kioku.env.member
+    dm = kioku.env.dm_channel(user)
+    await seed(kioku, channel=dm, dm=True, author=user)
+    await seed(kioku)  # a server memory the DM refresh must not touch
+    assert len(await stm_rows(kioku, dm.id)) == 1
+
+    result = await kioku.interactions.slash("refresh", user=user, dm=True)
+
+    assert result.ephemeral
+    assert result.texts()[-1].startswith("Memory of this channel wiped: 1 stored memory")
+    assert await stm_rows(kioku, dm.id) == []
+    assert len(await stm_rows(kioku, kioku.env.channel.id)) == 2
+    assert len(markers(kioku, dm)) == 1
+
+
+# ------------------------------------------------------------------ /stm show
+
+
+async def test_stm_show_without_memory_says_nothing_yet(kioku: KiokuHarness) -> None:
+    result = await kioku.interactions.slash("stm show")
+    assert result.ephemeral
+    assert result.content == "I don't remember anything in this channel yet."
+
+
+async def test_stm_show_gives_the_summary_with_its_size_age_and_origin(
+    kioku: KiokuHarness, admin: discord.Member
+) -> None:
+    await seed(kioku, author=admin)
+    kioku.clock.advance(minutes=5)
+    result = await kioku.interactions.slash("stm show", user=kioku.env.member)
+    assert result.ephemeral
+    assert result.content == (
+        "**What I remember in this channel**\n"
+        f"Updated 5 min ago by an admin ({admin.mention}).\n"
+        f"**Summary** ({len(SUMMARY)}/1500 chars)\n> {SUMMARY}"
+    )
+
+
+async def test_stm_show_in_category_mode_lists_each_category_with_its_size(
+    kioku: KiokuHarness,
+) -> None:
+    await use_categories(kioku, "Decisions", "Questions")
+    await seed(kioku, categories={"decisions": "Launch on Friday."})
+    result = await kioku.interactions.slash("stm show")
+    assert result.content is not None
+    assert "**Decisions** (17/1500 chars)\n> Launch on Friday." in result.content
+    assert "**Questions** (0/1500 chars)\n*(empty)*" in result.content
+
+
+async def test_stm_show_in_a_dm_shows_the_dm_memory(kioku: KiokuHarness) -> None:
+    user = kioku.env.member
+    await seed(kioku, channel=kioku.env.dm_channel(user), dm=True, author=user, summary="DM notes")
+    await seed(kioku, summary="server notes")
+    result = await kioku.interactions.slash("stm show", user=user, dm=True)
+    assert result.ephemeral
+    assert result.content is not None
+    assert result.content.startswith("**What I remember in our DMs**")
+    assert "> DM notes" in result.content and "server notes" not in result.content
+
+
+async def test_stm_show_splits_long_memories_into_messages_within_discords_limit(
+    kioku: KiokuHarness,
+) -> None:
+    labels = ("One", "Two", "Three", "Four", "Five")
+    await use_categories(kioku, *labels)
+    await seed(kioku, categories={label.lower(): label[0] * 1500 for label in labels})
+    result = await kioku.interactions.slash("stm show")
+    texts = result.texts()
+    assert len(texts) >= 4
+    assert all(len(text) <= 2000 for text in texts)
+    assert all(call.ephemeral for call in result.calls)
+    joined = "\n".join(texts)
+    assert all(f"> {label[0] * 1500}" in joined for label in labels)
+
+
+# ------------------------------------------------------------------ /stm edit
+
+
+async def test_stm_edit_opens_a_prefilled_modal_and_saves_with_origin_admin(
+    kioku: KiokuHarness, admin: discord.Member
+) -> None:
+    await seed(kioku, summary="old summary")
+    opened = await kioku.interactions.slash("stm edit", user=admin)
+    assert opened.modal is not None
+    [field] = opened.modal.text_inputs
+    assert field["value"] == "old summary"
+    assert field["max_length"] == 1500
+
+    saved = await kioku.interactions.submit_modal(opened, {"summary": "new summary"}, user=admin)
+
+    assert saved.ephemeral
+    assert saved.content is not None and saved.content.startswith("Saved.")
+    server = next(r for r in await stm_rows(kioku) if r.scope_kind == "server")
+    assert (server.summary, server.origin, server.actor_user_id) == (
+        "new summary",
+        "admin",
+        admin.id,
+    )
+
+
+async def test_stm_edit_in_category_mode_has_one_prefilled_input_per_category(
+    kioku: KiokuHarness, admin: discord.Member
+) -> None:
+    await use_categories(kioku, "Decisions", "Questions", "People")
+    await seed(kioku, categories={"decisions": "Friday", "people": "Ana, Bo"})
+    opened = await kioku.interactions.slash("stm edit", user=admin)
+    assert opened.modal is not None
+    inputs = {f["custom_id"]: f for f in opened.modal.text_inputs}
+    assert list(inputs) == ["decisions", "questions", "people"]
+    assert [inputs[slug].get("value") for slug in inputs] == ["Friday", None, "Ana, Bo"]
+
+    saved = await kioku.interactions.submit_modal(
+        opened, {"decisions": "Thursday", "questions": "Venue?", "people": ""}, user=admin
+    )
+
+    assert saved.content is not None and saved.content.startswith("Saved.")
+    server = next(r for r in await stm_rows(kioku) if r.scope_kind == "server")
+    assert server.categories == {"decisions": "Thursday", "questions": "Venue?"}
+    assert server.origin == "admin"
+
+
+async def test_stm_edit_reports_a_rejected_write(
+    kioku: KiokuHarness, admin: discord.Member
+) -> None:
+    await use_categories(kioku, "Decisions", "Questions")
+    opened = await kioku.interactions.slash("stm edit", user=admin)
+    saved = await kioku.interactions.submit_modal(opened, {}, user=admin)
+    assert saved.content == "Not saved: give at least one non-empty category value."
+    assert await stm_rows(kioku) == []
+
+
+# ------------------------------------------------------------ /stm categories
+
+
+async def test_stm_categories_set_stores_the_categories_with_slugs(
+    kioku: KiokuHarness, admin: discord.Member
+) -> None:
+    opened = await kioku.interactions.slash("stm categories set", user=admin)
+    assert opened.modal is not None and opened.modal.title == "Memory categories"
+
+    saved = await kioku.interactions.submit_modal(
+        opened,
+        {"categories": "Decisions: what we decided\n\nOpen Questions: what is unsettled"},
+        user=admin,
+    )
+
+    assert saved.ephemeral
+    assert saved.content == (
+        "Saved 2 categories. The model now keeps one field per category:\n"
+        "• **Decisions** → `decisions`: what we decided\n"
+        "• **Open Questions** → `open_questions`: what is unsettled"
+    )
+    config = await kioku.bot.memory.guild_config(kioku.env.guild.id)
+    assert [(c.slug, c.label) for c in config.categories] == [
+        ("decisions", "Decisions"),
+        ("open_questions", "Open Questions"),
+    ]
+
+
+async def test_stm_categories_set_prefills_the_current_categories(
+    kioku: KiokuHarness, admin: discord.Member
+) -> None:
+    await use_categories(kioku, "Decisions", "People")
+    opened = await kioku.interactions.slash("stm categories set", user=admin)
+    assert opened.modal is not None
+    [field] = opened.modal.text_inputs
+    assert field["value"] == "Decisions: Decisions so far\nPeople: People so far"
+
+
+async def test_stm_categories_set_with_bad_lines_lists_every_problem_and_changes_nothing(
+    kioku: KiokuHarness, admin: discord.Member
+) -> None:
+    await use_categories(kioku, "Decisions")
+    opened = await kioku.interactions.slash("stm categories set", user=admin)
+    typed = ": no label\nEmpty:\nPlans: what is next\nplans: twice"
+
+    saved = await kioku.interactions.submit_modal(opened, {"categories": typed}, user=admin)
+
+    assert saved.ephemeral
+    assert saved.content == (
+        "Nothing was changed. Please fix:\n"
+        "• line 1: the label is empty\n"
+        "• line 2: the description is empty\n"
+        "• line 4: the label 'plans' is already used by line 3"
+    )
+    config = await kioku.bot.memory.guild_config(kioku.env.guild.id)
+    assert [c.slug for c in config.categories] == ["decisions"]
+    # "Edit again" reopens the modal with what was typed, so nothing is lost.
+    again = await kioku.interactions.click(saved, label="Edit again", user=admin)
+    assert again.modal is not None
+    assert again.modal.text_inputs[0]["value"] == typed
+
+
+async def test_stm_categories_list_shows_the_categories(
+    kioku: KiokuHarness, admin: discord.Member
+) -> None:
+    empty = await kioku.interactions.slash("stm categories list", user=admin)
+    assert empty.content is not None and empty.content.startswith("No categories")
+    await use_categories(kioku, "Decisions", "People")
+    listed = await kioku.interactions.slash("stm categories list", user=admin)
+    assert listed.ephemeral
+    assert listed.content == (
+        "**Memory categories** (2)\n"
+        "• **Decisions** → `decisions`: Decisions so far\n"
+        "• **People** → `people`: People so far"
+    )
+
+
+async def test_stm_categories_clear_goes_back_to_summary_mode(
+    kioku: KiokuHarness, admin: discord.Member
+) -> None:
+    await use_categories(kioku, "Decisions", "People")
+    result = await kioku.interactions.slash("stm categories clear", user=admin)
+    assert result.content == "Categories cleared: the model keeps one summary per channel again."
+    config = await kioku.bot.memory.guild_config(kioku.env.guild.id)
+    assert config.categories == () and not config.category_mode
+    assert await count(kioku, StmCategory) == 0
+    again = await kioku.interactions.slash("stm categories clear", user=admin)
+    assert again.content == "There are no categories; the model already keeps one summary."
+
+
+# ------------------------------------------------------------- /stm settings
+
+
+async def test_stm_settings_changes_and_shows_the_settings(
+    kioku: KiokuHarness, admin: discord.Member
+) -> None:
+    changed = await kioku.interactions.slash(
+        "stm settings",
+        {"enabled": False, "cadence": 7, "render_mode": "supersede", "raw_messages": 3},
+        user=admin,
+    )
+    assert changed.ephemeral
+    assert changed.content is not None and changed.content.startswith("**Settings updated.**")
+    config = await kioku.bot.memory.guild_config(kioku.env.guild.id)
+    assert (
+        config.stm_enabled,
+        config.refresh_cadence,
+        config.render_mode,
+        config.crude_message_count,
+    ) == (False, 7, "supersede", 3)
+
+    shown = await kioku.interactions.slash("stm settings", user=admin)
+    assert shown.content == (
+        "**Short-term memory settings of this server**\n"
+        "Enabled: **no**\n"
+        "Refresh cadence: every **7** bot turns\n"
+        "Render mode: **supersede: distilled text only, raw messages when there is none**\n"
+        "Raw messages from other channels: **3**\n"
+        "Categories: none (one summary per channel)"
+    )
+    assert [e.event for e in await events(kioku)] == ["settings"]
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "expected"),
+    [
+        ("cadence", 0, "**cadence** must be between 1 and 100 (you gave `0`)."),
+        ("cadence", 101, "**cadence** must be between 1 and 100 (you gave `101`)."),
+        ("raw_messages", 11, "**raw_messages** must be between 1 and 10 (you gave `11`)."),
+    ],
+)
+async def test_stm_settings_out_of_range_is_refused_by_the_transformer(
+    kioku: KiokuHarness, admin: discord.Member, option: str, value: int, expected: str
+) -> None:
+    result = await kioku.interactions.slash("stm settings", {option: value}, user=admin)
+    assert result.ephemeral
+    assert result.content == expected
+    config = await kioku.bot.memory.guild_config(kioku.env.guild.id)
+    assert (config.refresh_cadence, config.crude_message_count) == (5, 6)
+    assert await events(kioku) == []
+
+
+# -------------------------------------------------------------- /stm history
+
+
+async def test_stm_history_shows_events_without_memory_text(
+    kioku: KiokuHarness, admin: discord.Member, moderator: discord.Member
+) -> None:
+    secret_text = "the-launch-codeword-is-pelican"
+    await seed(kioku, author=admin, summary=secret_text)
+    await kioku.interactions.slash("refresh", user=moderator)
+
+    result = await kioku.interactions.slash("stm history", user=admin)
+
+    assert result.ephemeral
+    content = result.content
+    assert content is not None
+    lines = content.splitlines()
+    assert lines[0].startswith("**Last 3 memory events**")
+    refresh, *updates = lines[1:]
+    channel = kioku.env.channel.mention
+    assert refresh.startswith(f"• **refresh** · all scopes · {channel} · <t:")
+    assert refresh.endswith(f"by {moderator.mention}")
+    assert sorted(u.split(" · ")[1] for u in updates) == ["server", "user"]
+    for update in updates:
+        assert update.startswith("• **update** (admin) · ")
+        assert f"0 → {len(secret_text)} chars · by {admin.mention}" in update
+    assert "pelican" not in content
+
+
+async def test_stm_history_without_events_says_so(
+    kioku: KiokuHarness, admin: discord.Member
+) -> None:
+    result = await kioku.interactions.slash("stm history", user=admin)
+    assert result.content == "No memory events recorded in this server yet."
+
+
+# ----------------------------------------------------------------- /forget-me
+
+
+async def seed_user_data(kioku: KiokuHarness, user: discord.Member) -> None:
+    await seed(kioku, author=user)
+    async with kioku.database.sessions() as session, session.begin():
+        await session.execute(
+            insert(LongTermMemory).values(
+                user_id=user.id, guild_id=None, content="likes tea", origin="model_tool"
+            )
+        )
+
+
+async def test_forget_me_confirm_deletes_everything_and_shows_the_receipt(
+    kioku: KiokuHarness,
+) -> None:
+    user = kioku.env.member
+    await seed_user_data(kioku, user)
+    asked = await kioku.interactions.slash("forget-me", user=user)
+    assert asked.ephemeral
+    assert asked.content is not None and asked.content.startswith("**Forget me**")
+    assert [b["label"] for b in asked.response.buttons] == ["Delete my memories", "Cancel"]  # type: ignore[union-attr]
+    assert [b["style"] for b in asked.response.buttons] == [4, 2]  # type: ignore[union-attr]
+
+    done = await kioku.interactions.click(asked, label="Delete my memories", user=user)
+
+    assert done.content == (
+        "**Done.** I deleted everything derived from your messages:\n"
+        "• 1 memory of yours\n"
+        "• 1 shared memory built from your messages\n"
+        "• 1 long-term fact\n"
+        "• 2 audit entries\n"
+        "• 0 cached messages and 2 cached memories"
+    )
+    assert asked.components == []  # the buttons are gone
+    assert await stm_rows(kioku) == []
+    assert await count(kioku, LongTermMemory) == 0
+    assert (
+        kioku.bot.memory.cache.get(ScopeKey.server(kioku.env.guild.id, kioku.env.channel.id))
+        is None
+    )
+
+
+async def test_forget_me_cancel_deletes_nothing(kioku: KiokuHarness) -> None:
+    user = kioku.env.member
+    await seed_user_data(kioku, user)
+    asked = await kioku.interactions.slash("forget-me", user=user)
+
+    cancelled = await kioku.interactions.click(asked, label="Cancel", user=user)
+
+    assert cancelled.content == CANCELLED
+    assert asked.components == []
+    assert len(await stm_rows(kioku)) == 2
+    assert await count(kioku, LongTermMemory) == 1
+
+
+async def test_forget_me_buttons_refuse_another_user(kioku: KiokuHarness) -> None:
+    user = kioku.env.member
+    other = await kioku.env.create_member("other")
+    await seed_user_data(kioku, user)
+    asked = await kioku.interactions.slash("forget-me", user=user)
+
+    refused = await kioku.interactions.click(asked, label="Delete my memories", user=other)
+
+    assert refused.ephemeral and refused.content == NOT_YOURS
+    assert len(await stm_rows(kioku)) == 2
+    assert await count(kioku, LongTermMemory) == 1
+    assert asked.custom_ids  # still there for its owner
+    done = await kioku.interactions.click(asked, label="Delete my memories", user=user)
+    assert done.content is not None and done.content.startswith("**Done.**")
+
+
+async def test_forget_me_works_in_a_dm(kioku: KiokuHarness) -> None:
+    user = kioku.env.member
+    await seed(kioku, channel=kioku.env.dm_channel(user), dm=True, author=user)
+    asked = await kioku.interactions.slash("forget-me", user=user, dm=True)
+    done = await kioku.interactions.click(asked, label="Delete my memories", user=user)
+    assert done.content is not None and "• 1 memory of yours" in done.content
+    assert await stm_rows(kioku) == []
+
+
+# ------------------------------------------------------------- error handler
+
+
+async def test_refresh_with_the_database_down_answers_memory_unavailable(
+    kioku: KiokuHarness, moderator: discord.Member
+) -> None:
+    await seed(kioku)
+    break_database(kioku)
+    result = await kioku.interactions.slash("refresh", user=moderator)
+    assert result.ephemeral
+    assert result.texts() == [UNAVAILABLE]
+    assert markers(kioku, kioku.env.channel) == []
+    assert len(await stm_rows(kioku)) == 2
+
+
+async def test_forget_me_with_the_database_down_answers_memory_unavailable(
+    kioku: KiokuHarness,
+) -> None:
+    user = kioku.env.member
+    await seed_user_data(kioku, user)
+    asked = await kioku.interactions.slash("forget-me", user=user)
+    break_database(kioku)
+    done = await kioku.interactions.click(asked, label="Delete my memories", user=user)
+    assert done.content == UNAVAILABLE
+    assert len(await stm_rows(kioku)) == 2
+
+
+async def test_settings_with_the_database_down_answers_memory_unavailable(
+    kioku: KiokuHarness, admin: discord.Member
+) -> None:
+    break_database(kioku)
+    result = await kioku.interactions.slash("stm settings", {"cadence": 9}, user=admin)
+    assert result.ephemeral
+    assert result.content == UNAVAILABLE
+
+
+async def test_admin_command_in_a_dm_is_guild_only(kioku: KiokuHarness) -> None:
+    result = await kioku.interactions.slash("stm settings", dm=True)
+    assert result.ephemeral and result.content == GUILD_ONLY
+
+
+async def test_unexpected_error_is_logged_and_answered_generically(
+    kioku: KiokuHarness, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def explode(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(kioku.bot.memory, "guild_config", explode)
+    with caplog.at_level(logging.ERROR, logger="bot.cogs.errors"):
+        result = await kioku.interactions.slash("stm show")
+    assert result.ephemeral and result.content == SOMETHING_WENT_WRONG
+    [record] = [r for r in caplog.records if r.name == "bot.cogs.errors"]
+    assert record.levelno == logging.ERROR
+    assert record.exc_info is not None and isinstance(record.exc_info[1], RuntimeError)
+    assert "/stm show failed" in record.getMessage()

@@ -1,0 +1,175 @@
+"""Who may run what (SPEC §7), checked cell by cell on the real bot.
+
+Every command × every kind of user × (server channel, DM). Each cell runs the command
+for real (without Discord's gating, so the bot's own runtime check decides) and
+expects either the command's normal answer or the error handler's refusal. Each cell
+also asks what Discord's gating (``default_permissions``, guild-only) would do: a
+command is never hidden from someone allowed to run it, and a top-level command is
+hidden from exactly those refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import discord
+
+from bot.cogs.checks import MANAGE_MESSAGES, MANAGE_SERVER
+from bot.cogs.errors import GUILD_ONLY
+from tests.helpers.bot import KiokuHarness
+from tests.helpers.discord_harness import InteractionResult
+
+KINDS = ("member", "moderator", "admin", "owner", "operator")
+PLACES = ("guild", "dm")
+
+
+def text_starts(prefix: str) -> Callable[[InteractionResult], bool]:
+    return lambda r: r.modal is None and (r.texts() or [""])[-1].startswith(prefix)
+
+
+def modal_titled(prefix: str) -> Callable[[InteractionResult], bool]:
+    return lambda r: r.modal is not None and r.modal.title.startswith(prefix)
+
+
+def confirm_buttons(r: InteractionResult) -> bool:
+    return (r.content or "").startswith("**Forget me**") and len(r.custom_ids) == 2
+
+
+def memory_shown(r: InteractionResult) -> bool:
+    content = r.content or ""
+    return content.startswith(("I don't remember anything", "**What I remember"))
+
+
+@dataclass(frozen=True)
+class Rule:
+    """``permission``: what a server channel needs (``None``: anyone); ``dm``: whether
+    the command works in a DM; ``answered``: recognises the command's normal answer."""
+
+    permission: str | None
+    dm: bool
+    answered: Callable[[InteractionResult], bool]
+
+
+RULES: dict[str, Rule] = {
+    "refresh": Rule(MANAGE_MESSAGES, True, text_starts("Memory of this channel wiped")),
+    "forget-me": Rule(None, True, confirm_buttons),
+    "stm show": Rule(None, True, memory_shown),
+    "stm edit": Rule(MANAGE_SERVER, False, modal_titled("Memory of")),
+    "stm categories set": Rule(MANAGE_SERVER, False, modal_titled("Memory categories")),
+    "stm categories list": Rule(MANAGE_SERVER, False, text_starts("No categories")),
+    "stm categories clear": Rule(MANAGE_SERVER, False, text_starts("There are no categories")),
+    "stm settings": Rule(MANAGE_SERVER, False, text_starts("**Short-term memory settings")),
+    "stm history": Rule(MANAGE_SERVER, False, lambda r: "memory events" in (r.content or "")),
+}
+
+# What each kind holds in a server channel ("operator": a bot owner from owner_ids,
+# with no permission in the server; "owner": the server's owner, who has them all).
+HOLDS = {
+    "member": set(),
+    "moderator": {MANAGE_MESSAGES},
+    "admin": {MANAGE_SERVER},
+    "owner": {MANAGE_MESSAGES, MANAGE_SERVER},
+    "operator": {MANAGE_MESSAGES, MANAGE_SERVER},
+}
+
+
+def expected_allowed(rule: Rule, kind: str, place: str) -> bool:
+    if place == "dm":
+        return rule.dm
+    return rule.permission is None or rule.permission in HOLDS[kind]
+
+
+def refusal_for(rule: Rule, place: str) -> str:
+    if place == "dm":
+        return GUILD_ONLY
+    return f"You need the **{rule.permission}** permission"
+
+
+@dataclass(frozen=True)
+class Cell:
+    command: str
+    kind: str
+    place: str
+    expected: str
+    got: str
+    hidden: str | None
+
+    def row(self) -> str:
+        return f"/{self.command:<22} {self.kind:<9} {self.place:<5} {self.expected:<7} {self.got}"
+
+
+def outcome(result: InteractionResult, rule: Rule, place: str) -> str:
+    texts = result.texts()
+    if (
+        result.modal is None
+        and result.ephemeral
+        and len(texts) == 1
+        and texts[0].startswith(refusal_for(rule, place))
+    ):
+        return "refused"
+    # A modal is private by nature; every text answer must be ephemeral.
+    if rule.answered(result) and (result.modal is not None or result.ephemeral):
+        return "allowed"
+    return f"unexpected: {texts or result.modal}"
+
+
+async def test_every_command_answers_every_kind_of_user_as_the_spec_says(
+    kioku: KiokuHarness,
+) -> None:
+    env, harness = kioku.env, kioku.interactions
+    users: dict[str, discord.Member] = {
+        "member": env.member,
+        "moderator": await env.create_member("mod", kind="moderator"),
+        "admin": await env.create_member("admin", kind="admin"),
+        "owner": await env.create_member("owner", kind="owner"),
+        "operator": await env.create_member("operator"),
+    }
+    kioku.bot.owner_ids = {users["operator"].id}
+    assert env.guild.owner_id == users["owner"].id
+    tree = kioku.bot.tree
+
+    cells: list[Cell] = []
+    for command, rule in RULES.items():
+        root = tree.get_command(command.split()[0])
+        for kind in KINDS:
+            user = users[kind]
+            for place in PLACES:
+                dm = place == "dm"
+                result = await harness.slash(command, user=user, dm=dm, gate=False)
+                permissions = 0 if dm else env.channel.permissions_for(user).value
+                hidden = harness.block_reason(
+                    root,
+                    guild=None if dm else env.guild,
+                    guild_scoped=False,
+                    permissions=permissions,
+                )
+                allowed = expected_allowed(rule, kind, place)
+                cells.append(
+                    Cell(
+                        command,
+                        kind,
+                        place,
+                        "allowed" if allowed else "refused",
+                        outcome(result, rule, place),
+                        hidden,
+                    )
+                )
+
+    wrong = [c for c in cells if c.expected != c.got]
+    # Discord never hides a command from someone the bot would let run it (its gating
+    # knows nothing of bot owners, so operators are left out) ...
+    hidden_wrongly = [
+        c for c in cells if c.hidden and c.expected == "allowed" and c.kind != "operator"
+    ]
+    # ... and hides a top-level command from everyone the bot would refuse.
+    shown_wrongly = [
+        c for c in cells if " " not in c.command and c.expected == "refused" and c.hidden is None
+    ]
+    table = "\n".join(c.row() for c in cells)
+    print(f"\n{len(cells)} matrix cells checked\n{table}")
+    assert len(cells) == len(RULES) * len(KINDS) * len(PLACES) == 90
+    assert not wrong, "\n".join(c.row() for c in wrong)
+    assert not hidden_wrongly, "\n".join(f"{c.row()} hidden: {c.hidden}" for c in hidden_wrongly)
+    assert not shown_wrongly, "\n".join(c.row() for c in shown_wrongly)
+    assert {c.got for c in cells} == {"allowed", "refused"}
