@@ -151,7 +151,9 @@ def render_memory_text(entry: StmEntry, config: GuildConfig, *, with_sizes: bool
     chars)``), which the model needs for its own memory only. The text is not defused:
     fence it with the module's notes, or defuse it before showing it to a model.
     """
-    items = _category_items(entry, config)
+    # A guild back in summary mode shows the summary; categories left from before are a
+    # fallback only, so clearing categories never lets stale values outrank new summaries.
+    items = _category_items(entry, config) if config.category_mode or not entry.has_summary else []
     if items:
         if with_sizes:
             blocks = [

@@ -88,10 +88,10 @@ _TAGS: Final = regex.compile(
 # Placeholders
 # --------------------------------------------------------------------------------------
 
-# A maximal run of word characters and braces that contains at least one brace.  The
-# look-behind makes every run start exactly once, which keeps the search linear.
-_BRACE_RUN: Final = regex.compile(r"(?<![\w{}])[\w{}]*[{}][\w{}]*")
-_PLACEHOLDER: Final = regex.compile(r"(?<!\{)\{+(\w+)\}+")
+# Placeholder regexes depend on the allowed names; see `_placeholder_regexes`.  Each one
+# has a last alternative that consumes a whole run of `{` at once, so a placeholder can
+# only start at the first brace of a run and a run of a million braces is one match.
+_MAX_PLACEHOLDER_PASSES: Final = 2
 
 # --------------------------------------------------------------------------------------
 # Redaction
@@ -101,7 +101,7 @@ _MARKER_PREFIX: Final = "[REDACTED:"
 _MARKER: Final = regex.compile(r"\[REDACTED:[a-z_]+\]")
 
 # Spans that truncation must keep whole or drop whole: a half marker would look like a
-# value (and be redacted again), a half placeholder would become stray braces.
+# value (and be redacted again), a half placeholder would leave stray braces.
 _ATOMIC: Final = regex.compile(r"\[REDACTED:[a-z_]+\]|\{\w+\}")
 
 # Region openers (phase 1).  Regions are closed by a separate search so that an unclosed
@@ -115,80 +115,90 @@ _PEM_END: Final = regex.compile(r"-----END[ A-Z0-9]*PRIVATE KEY(?: BLOCK)?-----"
 
 # Characters that make up token-like words.  Every token pattern refuses to start right
 # after one of them (so `task-management` never yields an `sk-` key) and swallows any of
-# them that follow the secret (so a redaction never leaves a dangling half-token behind,
-# which also makes redaction idempotent: the text after a marker starts with a character
-# no pattern can start after).
+# them that follow the secret, so a match always covers a whole word.  That makes
+# redaction idempotent (the character after a marker is one no pattern starts after, just
+# like before the replacement) and never leaves half a token behind.
 _U: Final = r"A-Za-z0-9_.\-"
 _LB: Final = rf"(?<![{_U}])"
 _TAIL: Final = rf"[{_U}]*"
 _B64U: Final = r"A-Za-z0-9_\-"
-_BEARER_CHARS: Final = r"A-Za-z0-9._~+/=\-"
+# Bearer-token characters; a superset of _U.  Cutting between two of them could split a
+# token, so input is only ever cut next to some other character (see `_cut_safely`).
+_BC: Final = r"A-Za-z0-9._~+/=\-"
+_BC_CHAR: Final = regex.compile(rf"[{_BC}]")
+_LAST_NON_BC: Final = regex.compile(rf"(?r)[^{_BC}]")
 
-# A key name such as `password`, `api_key`, `x-api-key`, `clientSecret`, `--token`.
-# Segments are separated by `_ . -` or a lower-to-upper camel-case step; the possessive
-# repetition keeps this linear.  The name must *end* with one of the keywords, so
-# `tokenizer`, `keyboard` or `monkey` never qualify.
-_KEY_NAME: Final = (
-    r"-*(?:[A-Za-z0-9]+[_.\-]|[A-Z]?[a-z0-9]+(?=[A-Z]))*+"
-    r"(?i:password|passwd|passphrase|pwd|secret|token|apikey|key|authorization)"
+# Userinfo of a URL: `://user:pass@`.  The password part is greedy up to the last `@`
+# before the path, so an unescaped `@` in a password does not leak its tail.
+_URL_CREDENTIALS: Final = regex.compile(r"://(?!\[REDACTED:)[^\s/?#@:\[\]]*:[^\s/?#\[\]]*@")
+# Same, for input that was cut: a userinfo running into the cut has lost its `@`.
+_URL_CREDENTIALS_AT_CUT: Final = regex.compile(
+    r"://(?!\[REDACTED:)[^\s/?#@:\[\]]*:[^\s/?#\[\]]*(?:@|\Z)"
 )
-_KEY_NAME_RE: Final = regex.compile(_KEY_NAME)
+
+# One pattern per kind, applied in this order.  Each match is a whole token-like word.
+_TOKEN_PATTERNS: Final[tuple[tuple[str, regex.Pattern[str]], ...]] = tuple(
+    (kind, regex.compile(pattern))
+    for kind, pattern in (
+        ("anthropic_key", rf"{_LB}sk-ant-[{_B64U}]{{20,}}{_TAIL}"),
+        # 20+ characters including a digit, so `sk-8 park` and hyphenated slugs stay.
+        ("openai_key", rf"{_LB}sk-(?=[A-Za-z_\-]*[0-9])[{_B64U}]{{20,}}{_TAIL}"),
+        (
+            "github_token",
+            rf"{_LB}(?:gh[pousr]_[A-Za-z0-9]{{30,}}|github_pat_[A-Za-z0-9_]{{22,}}){_TAIL}",
+        ),
+        ("gitlab_token", rf"{_LB}glpat-[{_B64U}]{{20,}}{_TAIL}"),
+        ("slack_token", rf"{_LB}(?:xox[abprs]|xapp)-[A-Za-z0-9\-]{{10,}}{_TAIL}"),
+        ("aws_access_key", rf"{_LB}(?:AKIA|ASIA)[A-Z0-9]{{16}}{_TAIL}"),
+        ("google_api_key", rf"{_LB}AIza[{_B64U}]{{35}}{_TAIL}"),
+        ("npm_token", rf"{_LB}npm_[A-Za-z0-9]{{36}}{_TAIL}"),
+        ("jwt", rf"{_LB}eyJ[{_B64U}]{{5,}}\.[{_B64U}]{{5,}}\.{_TAIL}"),
+        # base64(user id) . base64(timestamp) . HMAC
+        (
+            "discord_token",
+            rf"{_LB}[MNO][{_B64U}]{{23,27}}\.[{_B64U}]{{6}}\.[{_B64U}]{{27,}}{_TAIL}",
+        ),
+    )
+)
+
+# Key words that make `<word> = value` / `<word>: value` a credential.  The word must start
+# a segment of the key (`db_password`, `x-api-key`, `clientSecret`, `--token`) and be its
+# last segment (it is followed by the separator), so `tokenizer`, `keyboard`, `monkey:` or
+# "the secret ingredient" never qualify.  The match starts at the key word, which lets the
+# engine scan for it quickly.
+_SECRET_WORDS: Final = r"password|passwd|passphrase|pwd|secret|token|apikey|key|authorization"
+_SEGMENT_START: Final = r"(?:(?<![A-Za-z0-9])|(?<=[a-z0-9])(?=[A-Z]))"
+_CREDENTIAL: Final = regex.compile(
+    rf"{_SEGMENT_START}(?P<key>(?i:{_SECRET_WORDS}))"
+    r"(?P<sep>[\"']?[ \t]*(?::=|=>|[:=])[ \t]*)"
+    # `Authorization: Bearer x` keeps the scheme; atomic so it cannot be given back and
+    # then redacted as the value on a second pass.
+    r"(?P<scheme>(?>(?:(?i:bearer|basic|token|bot|digest)[ \t]+)?))"
+    r"(?!\[REDACTED:)"
+    r"(?P<value>\"(?:[^\"\\\n]|\\.)+(?P<dq>\")?"
+    r"|'(?:[^'\\\n]|\\.)+(?P<sq>')?"
+    r"|[^\s\"']\S*)"
+)
 _AWS_SECRET_KEY_NAME: Final = regex.compile(r"(?i:aws[_.\-]?secret[_.\-]?access[_.\-]?key)\Z")
-_AUTHORIZATION_KEY_NAME: Final = regex.compile(r"(?i:authorization)\Z")
-# In structured data a bare `key` (or `sort_key`, `cache_key`, ...) is usually not secret;
-# only these qualified `...key` names are.
+# A dict key is secret-looking if its last segment is a secret word (same rule as above)...
+_SECRET_DICT_KEY: Final = regex.compile(rf"{_SEGMENT_START}(?i:{_SECRET_WORDS})\Z")
+# ... except that in structured data a bare `key` (`sort_key`, `cache_key`) is usually not
+# secret; only these qualified names are.
 _SECRET_KEY_SUFFIX: Final = regex.compile(
     r"(?i:(?:api|secret|private|access|signing|encryption|auth|master|client|ssh)[_.\-]?key)\Z"
 )
 
-_TOKEN_PATTERNS: Final[tuple[tuple[str, str], ...]] = (
-    # `https://user:pass@host` -> the userinfo only; scheme and host stay readable.
-    ("url_credentials", r"://(?!\[REDACTED:)[^\s/?#@:\[\]]*:[^\s/?#\[\]]*@"),
-    ("anthropic_key", rf"{_LB}sk-ant-[{_B64U}]{{20,}}{_TAIL}"),
-    # At least 20 characters including a digit, so `sk-8 park` or slugs stay.
-    ("openai_key", rf"{_LB}sk-(?=[A-Za-z_\-]*[0-9])[{_B64U}]{{20,}}{_TAIL}"),
-    (
-        "github_token",
-        rf"{_LB}(?:gh[pousr]_[A-Za-z0-9]{{30,}}|github_pat_[A-Za-z0-9_]{{22,}}){_TAIL}",
-    ),
-    ("gitlab_token", rf"{_LB}glpat-[{_B64U}]{{20,}}{_TAIL}"),
-    ("slack_token", rf"{_LB}(?:xox[abprs]|xapp)-[A-Za-z0-9\-]{{10,}}{_TAIL}"),
-    ("aws_access_key", rf"{_LB}(?:AKIA|ASIA)[A-Z0-9]{{16}}{_TAIL}"),
-    ("google_api_key", rf"{_LB}AIza[{_B64U}]{{35}}{_TAIL}"),
-    ("npm_token", rf"{_LB}npm_[A-Za-z0-9]{{36}}{_TAIL}"),
-    ("jwt", rf"{_LB}eyJ[{_B64U}]{{5,}}\.[{_B64U}]{{5,}}\.{_TAIL}"),
-    # base64(user id) . base64(timestamp) . HMAC
-    ("discord_token", rf"{_LB}[MNO][{_B64U}]{{23,27}}\.[{_B64U}]{{6}}\.[{_B64U}]{{27,}}{_TAIL}"),
-    # `password = x`, `"api_key": "x"`, `Authorization: Bearer x`, `--token=x` ...
-    (
-        "credential",
-        rf"{_LB}(?P<cred_key>{_KEY_NAME})"
-        r"(?P<cred_sep>[\"']?[ \t]*(?::=|=>|[:=])[ \t]*)"
-        r"(?P<cred_scheme>(?>(?:(?i:bearer|basic|token|bot|digest)[ \t]+)?))"
-        r"(?!\[REDACTED:)"
-        r"(?P<cred_value>\"(?:[^\"\\\n]|\\.)+(?P<cred_dq>\")?"
-        r"|'(?:[^'\\\n]|\\.)+(?P<cred_sq>')?"
-        r"|[^\s\"']\S*)",
-    ),
-    # A bare `Bearer <token>`: the token must look like one (a digit, or 20+ characters),
-    # so "the bearer instrument" stays.
-    (
-        "bearer",
-        rf"{_LB}(?P<bearer_word>(?i:bearer)[ \t]+)(?!\[REDACTED:)"
-        rf"(?:(?=[A-Za-z._~+/=\-]*[0-9])[{_BEARER_CHARS}]{{8,}}|[{_BEARER_CHARS}]{{20,}})",
-    ),
-)
-_TOKEN_KINDS: Final = tuple(kind for kind, _ in _TOKEN_PATTERNS)
-_TOKENS: Final = regex.compile(
-    "|".join(f"(?P<{kind}>{pattern})" for kind, pattern in _TOKEN_PATTERNS)
+# A bare `Bearer <token>`: the token must look like one (a digit, or 20+ characters), so
+# "the bearer instrument" stays.
+_BEARER: Final = regex.compile(
+    rf"{_LB}(?P<word>(?i:bearer)[ \t]+)(?!\[REDACTED:)"
+    rf"(?:(?=[A-Za-z._~+/=\-]*[0-9])[{_BC}]{{8,}}|[{_BC}]{{20,}})"
 )
 
 # Sentence punctuation after an unquoted value is kept visible: `password: hunter2.`
 _VALUE_TRAILING_PUNCT: Final = ".,;:)]}>"
 
 _GRAPHEME: Final = regex.compile(r"\X")
-_WHITESPACE: Final = regex.compile(r"\s")
-_LAST_WHITESPACE: Final = regex.compile(r"(?r)\s")
 
 
 def _marker(kind: str) -> str:

@@ -15,14 +15,16 @@ interleaves with a write's database round trip.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import weakref
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any, Literal, Protocol
 
 from cachetools import LRUCache
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from bot.config import Settings
@@ -56,6 +58,10 @@ OTHER_CHANNEL_HYDRATE_LIMIT = 10
 
 class MemoryUnavailable(RuntimeError):
     """The database refused or timed out; the message is safe to show a user."""
+
+
+class StaleWrite(Exception):
+    """A row already holds a newer version than the write (raised inside the transaction)."""
 
 
 class WriteSpool(Protocol):
@@ -158,6 +164,16 @@ class MemoryService:
     def epoch(self, channel_id: int) -> int:
         return self._epochs.get(channel_id, 0)
 
+    @contextlib.asynccontextmanager
+    async def _storage(self, what: str) -> AsyncIterator[AsyncSession]:
+        """A session whose database failures surface as :class:`MemoryUnavailable`."""
+        try:
+            async with asyncio.timeout(DB_TIMEOUT_SECONDS), self._sessions() as session:
+                yield session
+        except (SQLAlchemyError, OSError, TimeoutError) as exc:
+            log.warning("%s failed: %s", what, exc.__class__.__name__)
+            raise MemoryUnavailable("memory storage is unavailable right now") from exc
+
     def _lock(self, channel_id: int) -> asyncio.Lock:
         lock = self._locks.get(channel_id)
         if lock is None:
@@ -174,7 +190,7 @@ class MemoryService:
         return await self._config_flight.run(guild_id, lambda: self._load_config(guild_id))
 
     async def _load_config(self, guild_id: int) -> GuildConfig:
-        async with self._sessions() as session:
+        async with self._storage("loading guild settings") as session:
             config = await guild_repo.load_guild_config(session, guild_id, self.defaults)
         self._configs[guild_id] = config
         return config
@@ -194,7 +210,7 @@ class MemoryService:
         epoch = self.epoch(key.channel_id)
         row: StmEntry | None = None
         if key.channel_id not in self._tombstones:
-            async with self._sessions() as session:
+            async with self._storage("hydrating an STM entry") as session:
                 row = await stm_repo.load_entry(session, key)
         if self.epoch(key.channel_id) != epoch:
             row = None  # cleared while we were reading: what we read is gone
@@ -222,7 +238,7 @@ class MemoryService:
 
         async def load() -> None:
             since = self.clock.now() - timedelta(hours=self.settings.stm.ttl_summary_hours)
-            async with self._sessions() as session:
+            async with self._storage("loading a guild's memories") as session:
                 rows = await stm_repo.recent_server_entries(
                     session, guild_id, since=since, limit=OTHER_CHANNEL_HYDRATE_LIMIT
                 )
@@ -237,7 +253,7 @@ class MemoryService:
 
         async def load() -> None:
             since = self.clock.now() - timedelta(hours=self.settings.stm.ttl_summary_hours)
-            async with self._sessions() as session:
+            async with self._storage("loading a user's memories") as session:
                 rows = await stm_repo.recent_user_entries(
                     session, user_id, since=since, limit=OTHER_CHANNEL_HYDRATE_LIMIT
                 )
@@ -259,14 +275,14 @@ class MemoryService:
             return cached
 
         async def load() -> None:
-            async with self._sessions() as session:
+            async with self._storage("loading privacy settings") as session:
                 self._opt_ins[user_id] = await guild_repo.cross_context_opt_in(session, user_id)
 
         await self._misc_flight.run(("opt-in", user_id), load)
         return self._opt_ins.get(user_id, False)
 
     async def set_cross_context_opt_in(self, user_id: int, enabled: bool) -> None:
-        async with self._sessions() as session, session.begin():
+        async with self._storage("saving privacy settings") as session, session.begin():
             await guild_repo.set_cross_context_opt_in(session, user_id, enabled)
         self._opt_ins[user_id] = enabled
 
@@ -289,7 +305,13 @@ class MemoryService:
     ) -> PreparedTurn:
         """Everything a turn needs before calling the model. On a warm cache this makes
         no database query."""
-        config = await self.guild_config(guild_id)
+        # With the database down the bot still answers, from whatever is cached, and
+        # refuses STM writes this turn: it could not know the stored version to supersede.
+        storage_ok = True
+        try:
+            config = await self.guild_config(guild_id)
+        except MemoryUnavailable:
+            config, storage_ok = replace(self.defaults, guild_id=guild_id), False
         turn = TurnState(
             channel_id=channel_id,
             user_id=user_id,
@@ -302,11 +324,18 @@ class MemoryService:
             provider_allows_stm=provider_allows_stm,
             model=model,
         )
-        entry = await self.entry(turn.channel_key, parent_channel_id=parent_channel_id)
+        try:
+            entry = await self.entry(turn.channel_key, parent_channel_id=parent_channel_id)
+        except MemoryUnavailable:
+            entry, storage_ok = self._fresh(turn.channel_key, parent_channel_id), False
+        turn.storage_available = storage_ok
         window = self.windows.get(channel_id)
         if window:
             turn.marker = Marker.of(window[-1])
-        others = await self._other_channels(turn, label_for) if label_for else []
+        try:
+            others = await self._other_channels(turn, label_for) if label_for else []
+        except MemoryUnavailable:
+            others = []
         stm = self.settings.stm
         nudge = None
         if turn.stm_block_reason() is None and entry.turns_since_refresh >= config.refresh_cadence:
@@ -495,8 +524,16 @@ class MemoryService:
         try:
             async with asyncio.timeout(DB_TIMEOUT_SECONDS):
                 async with self._sessions() as session, session.begin():
-                    await stm_repo.upsert_entries(session, entries)
+                    written = await stm_repo.upsert_entries(session, entries)
+                    if written != len(entries):
+                        raise StaleWrite  # rolls the transaction back: all or nothing
                     await stm_repo.add_events(session, events)
+        except StaleWrite:
+            # Another process wrote a newer version: drop ours (and the stale cache) so
+            # the next read hydrates the newest; never report this write as saved.
+            for entry in entries:
+                self.cache.pop(entry.key)
+            return rejected("a newer version of this memory exists; nothing was saved")
         except Exception as exc:  # any database failure: the write must not be lost
             log.warning(
                 "STM write for %s failed: %s",
@@ -613,7 +650,7 @@ class MemoryService:
     async def purge_expired_rows(self) -> int:
         """The janitor's pass: delete rows not updated within the retention period."""
         cutoff = self.clock.now() - timedelta(days=self.settings.stm.retention_days)
-        async with self._sessions() as session, session.begin():
+        async with self._storage("purging expired rows") as session, session.begin():
             deleted = await stm_repo.delete_older_than(session, cutoff)
             if deleted:
                 await stm_repo.add_events(session, [EventRecord("expire")])
@@ -621,7 +658,7 @@ class MemoryService:
 
     async def recent_events(self, guild_id: int, limit: int = 15) -> list[StmEvent]:
         """The guild's latest audit events (``/stm history``); they hold no memory text."""
-        async with self._sessions() as session:
+        async with self._storage("reading audit events") as session:
             return await stm_repo.recent_events(session, guild_id, limit)
 
     # ------------------------------------------------------------ configuration
@@ -629,7 +666,7 @@ class MemoryService:
     async def update_guild_settings(
         self, guild_id: int, actor_user_id: int, **changes: Any
     ) -> GuildConfig:
-        async with self._sessions() as session, session.begin():
+        async with self._storage("saving guild settings") as session, session.begin():
             await guild_repo.update_guild_settings(session, guild_id, self.defaults, changes)
             await stm_repo.add_events(
                 session,
@@ -652,7 +689,7 @@ class MemoryService:
     async def set_categories(
         self, guild_id: int, actor_user_id: int, categories: Sequence[Category]
     ) -> GuildConfig:
-        async with self._sessions() as session, session.begin():
+        async with self._storage("saving categories") as session, session.begin():
             await guild_repo.replace_categories(session, guild_id, categories)
             await stm_repo.add_events(
                 session,

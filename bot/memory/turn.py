@@ -15,6 +15,7 @@ REASON_EXPLICIT_INTENT = (
 )
 REASON_PROVIDER = "the current model provider cannot maintain short-term memory"
 REASON_ALREADY_UPDATED = "short-term memory was already updated this turn (at most once per turn)"
+REASON_STORAGE = "memory storage is unavailable right now; nothing can be saved this turn"
 REASON_CLEARED = "the channel's memory was cleared during this turn; nothing was saved"
 
 
@@ -34,6 +35,7 @@ class TurnState:
     explicit_long_term_intent: bool = False
     provider_allows_stm: bool = True
     model: str | None = None
+    storage_available: bool = True
     stm_updated: bool = False
     turn_id: int = field(default_factory=lambda: next(_turn_ids))
 
@@ -68,4 +70,6 @@ class TurnState:
             return REASON_PROVIDER
         if self.stm_updated:
             return REASON_ALREADY_UPDATED
+        if not self.storage_available:
+            return REASON_STORAGE
         return None

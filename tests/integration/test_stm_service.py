@@ -23,6 +23,7 @@ from bot.memory.turn import (
     REASON_DISABLED,
     REASON_EXPLICIT_INTENT,
     REASON_PROVIDER,
+    REASON_STORAGE,
     TurnState,
 )
 from tests.helpers.builders import (
@@ -545,3 +546,35 @@ async def test_dm_shows_server_memories_only_after_opt_in(
     assert await dm_others(service) == ["server talk"]
     # After a restart too (the user's rows are hydrated once, on first use).
     assert await dm_others(make_service(db.sessions, settings, clock)) == ["server talk"]
+
+
+async def test_with_the_database_down_a_turn_still_prepares_but_cannot_write(
+    db: Database, settings: Settings, clock: ManualClock
+) -> None:
+    broken = create_async_engine(
+        refused_base_url().replace("http://", "postgresql+asyncpg://u:p@") + "db"
+    )
+    try:
+        service = make_service(async_sessionmaker(broken), settings, clock)
+        turn = await start_turn(service, label_for=lambda e: "#x")
+        assert turn.stm_block_reason() == REASON_STORAGE
+        result = await service.update_stm(turn, summary="cannot be stored")
+        assert str(result) == f"rejected: {REASON_STORAGE}"
+    finally:
+        await broken.dispose()
+    assert await rows(db) == []
+
+
+async def test_a_write_over_a_newer_row_from_another_process_is_rejected(
+    db: Database, settings: Settings, clock: ManualClock
+) -> None:
+    first = make_service(db.sessions, settings, clock)
+    second = make_service(db.sessions, settings, clock)
+    await first.update_stm(await start_turn(first), summary="v1 from first")
+    assert (await second.entry(SERVER_KEY)).summary == "v1 from first"
+    await first.update_stm(await start_turn(first), summary="v2 from first")
+    result = await second.update_stm(await start_turn(second), summary="stale from second")
+    assert str(result) == "rejected: a newer version of this memory exists; nothing was saved"
+    assert [r.summary for r in await rows(db)] == ["v2 from first"] * 2
+    # The stale cache entry is gone: the next read sees the newest row.
+    assert (await second.entry(SERVER_KEY)).summary == "v2 from first"

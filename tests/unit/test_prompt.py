@@ -485,3 +485,14 @@ def test_no_memory_text_can_open_or_close_a_fence(text: str) -> None:
     note = memory_note(run(entry=entry(summary="s " + text)))
     body = note[note.index(">\n") + 2 : note.rindex("\n</memory>")]
     assert re.search(r"<[\s/]*memory", body, re.IGNORECASE) is None
+
+
+def test_back_in_summary_mode_the_summary_outranks_stale_categories() -> None:
+    stale = entry(summary="the new summary", categories={"decisions": "an old decision"})
+    assert render_memory_text(stale, config()) == "the new summary"
+    # With no summary yet, the old category values are still better than nothing.
+    only_stale = entry(categories={"decisions": "an old decision"})
+    assert "an old decision" in render_memory_text(only_stale, config())
+    # In category mode the categories win, as SPEC §5 says.
+    with_categories = config(categories=[category(0, "decisions", "Decisions")])
+    assert "an old decision" in render_memory_text(stale, with_categories)
