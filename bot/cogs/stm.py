@@ -170,6 +170,8 @@ def describe_settings(config: GuildConfig) -> list[str]:
         f"Render mode: **{RENDER_MODES.get(config.render_mode, config.render_mode)}**",
         f"Raw messages from other channels: **{config.crude_message_count}**",
         f"Categories: {categories}",
+        "Always-on channels: "
+        + (", ".join(f"<#{c}>" for c in sorted(config.always_on_channels)) or "none"),
     ]
 
 
@@ -475,6 +477,7 @@ class StmCog(commands.Cog):
         cadence="Bot turns between reminders to update the memory (1-100)",
         render_mode="How memories of other channels appear to the model",
         raw_messages="Raw messages shown with another channel's memory (1-10)",
+        always_on="Answer every message in THIS channel, not only mentions and replies",
     )
     @app_commands.choices(
         render_mode=[
@@ -490,8 +493,13 @@ class StmCog(commands.Cog):
         cadence: app_commands.Transform[int, IntRange(1, 100)] | None = None,
         render_mode: app_commands.Choice[str] | None = None,
         raw_messages: app_commands.Transform[int, IntRange(1, 10)] | None = None,
+        always_on: bool | None = None,
     ) -> None:
         guild_id = self._guild_id(interaction)
+        if always_on is not None and interaction.channel_id is not None:
+            await self.memory.set_always_on(
+                guild_id, interaction.channel_id, always_on, interaction.user.id
+            )
         changes: dict[str, Any] = {}
         if enabled is not None:
             changes["short_term_memory_enabled"] = enabled
@@ -501,15 +509,17 @@ class StmCog(commands.Cog):
             changes["render_mode"] = render_mode.value
         if raw_messages is not None:
             changes["crude_message_count"] = raw_messages
-        if not changes:
-            config = await self.memory.guild_config(guild_id)
-            head = "**Short-term memory settings of this server**"
-        else:
+        if changes:
             config = await self.memory.update_guild_settings(
                 guild_id, interaction.user.id, **changes
             )
             log.info("guild %s changed STM settings: %s", guild_id, sorted(changes))
+        else:
+            config = await self.memory.guild_config(guild_id)
+        if changes or always_on is not None:
             head = "**Settings updated.** Short-term memory settings of this server:"
+        else:
+            head = "**Short-term memory settings of this server**"
         await answer(interaction, "\n".join([head, *describe_settings(config)]))
 
     @stm.command(name="history", description="Recent changes to this server's memory")

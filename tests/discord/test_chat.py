@@ -307,3 +307,15 @@ async def test_private_channel_memory_never_reaches_a_public_channel(
     prompt = prompt_text(kioku.llm)
     assert "random chatter about cats" in prompt
     assert "STAFF SECRET" not in prompt
+
+
+async def test_an_always_on_channel_answers_without_a_mention(kioku: KiokuHarness) -> None:
+    admin = await kioku.env.create_member("admin", kind="admin")
+    result = await kioku.interactions.slash("stm settings", {"always_on": True}, user=admin)
+    assert f"<#{kioku.env.channel.id}>" in result.content
+    kioku.llm.reply_text("I'm always listening here.")
+    await kioku.env.send("no mention at all")
+    assert kioku.env.last_sent().content == "I'm always listening here."
+    other = await kioku.env.create_text_channel("quiet")
+    await kioku.env.send("no mention here either", channel=other)
+    assert len(kioku.llm.requests) == 1

@@ -388,7 +388,8 @@ async def test_stm_settings_changes_and_shows_the_settings(
         "Refresh cadence: every **7** bot turns\n"
         "Render mode: **supersede: distilled text only, raw messages when there is none**\n"
         "Raw messages from other channels: **3**\n"
-        "Categories: none (one summary per channel)"
+        "Categories: none (one summary per channel)\n"
+        "Always-on channels: none"
     )
     assert [e.event for e in await events(kioku)] == ["settings"]
 
