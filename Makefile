@@ -13,16 +13,16 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/kioku run
+	@$(BIN)/kioku run
 
 migrate: $(STAMP)
-	$(BIN)/kioku migrate
+	@$(BIN)/kioku migrate
 
 doctor: $(STAMP)
-	$(BIN)/kioku doctor
+	@$(BIN)/kioku doctor
 
 console: $(STAMP)
-	$(BIN)/kioku console
+	@$(BIN)/kioku console
 
 lint: $(STAMP)
 	$(BIN)/ruff check bot tests benchmarks migrations
