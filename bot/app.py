@@ -22,6 +22,7 @@ from bot.llm.client import make_client
 from bot.memory.clock import Clock, SystemClock
 from bot.memory.janitor import run_janitor
 from bot.memory.service import MemoryService
+from bot.memory.spool import DurableSpool, spool_path
 from bot.turn import TurnRunner
 
 log = logging.getLogger(__name__)
@@ -38,6 +39,7 @@ class KiokuBot(commands.Bot):
     """The bot. Services hang off it so cogs reach them through ``self.bot``."""
 
     memory: MemoryService
+    spool: DurableSpool
     llm: openai.AsyncOpenAI
     turns: TurnRunner
 
@@ -70,7 +72,12 @@ class KiokuBot(commands.Bot):
         from bot.cogs.errors import install_error_handler
 
         await self.database.start()
-        self.memory = MemoryService(self.database.sessions, self.settings, clock=self.clock)
+        self.spool = DurableSpool(spool_path(self.settings.data_dir))
+        if self.spool.pending:
+            await self._replay_spool_at_start()
+        self.memory = MemoryService(
+            self.database.sessions, self.settings, clock=self.clock, spool=self.spool
+        )
         self.llm = make_client(self.settings)
         self.turns = TurnRunner(self.memory, self.llm, self.settings)
         install_error_handler(self.tree)
@@ -78,6 +85,24 @@ class KiokuBot(commands.Bot):
             await self.load_extension(extension)
         if self._janitor:
             self.spawn(run_janitor(self.memory), name="janitor")
+        self.spawn(
+            self.spool.run_replayer(self.database.sessions, on_replayed=self.memory.spool_replayed),
+            name="spool-replayer",
+        )
+
+    async def _replay_spool_at_start(self) -> None:
+        """Writes acknowledged before a crash or outage reach the database before the
+        first turn can hydrate an older row."""
+        pending = self.spool.pending
+        try:
+            replayed = await self.spool.replay(self.database.sessions)
+            log.info("replayed %d spooled memory operations from the last run", replayed)
+        except Exception as exc:
+            log.warning(
+                "%d spooled memory operations wait for the database (%s)",
+                pending,
+                exc.__class__.__name__,
+            )
 
     def spawn(self, coro: Coroutine[Any, Any, Any], *, name: str) -> asyncio.Task[Any]:
         """Run ``coro`` in the background, keep a reference, and log its failure."""
@@ -102,6 +127,8 @@ class KiokuBot(commands.Bot):
         finally:
             if hasattr(self, "llm"):
                 await self.llm.close()
+            if hasattr(self, "spool"):
+                self.spool.close()
             if self._owns_database:
                 await self.database.close()
 

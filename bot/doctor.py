@@ -17,6 +17,7 @@ from bot.config import Settings
 from bot.db.engine import Database, describe_url
 from bot.db.migrate import current_revision, head_revision
 from bot.llm.client import make_client
+from bot.memory.spool import count_pending
 
 DOCTOR_TIMEOUT_SECONDS = 15.0
 
@@ -48,6 +49,14 @@ async def doctor(settings: Settings) -> int:
         checks.extend(await _database_checks(database))
     finally:
         await database.close()
+    pending = count_pending(settings.data_dir)
+    checks.append(
+        Check(
+            "spool",
+            True,
+            "empty" if not pending else f"{pending} memory operations pending sync",
+        )
+    )
     checks.extend(await _llm_checks(settings))
     print(render_table(checks))
     return 0 if all(check.ok for check in checks) else 1

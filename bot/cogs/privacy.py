@@ -42,6 +42,14 @@ WORKING = "Deleting…"
 
 
 def describe_receipt(receipt: ForgetReceipt) -> str:
+    if receipt.pending_sync:
+        return (
+            "**Done.** I dropped everything derived from your messages from my cache "
+            f"({plural(receipt.cache_entries, 'cached memory', 'cached memories')}, "
+            f"{plural(receipt.raw_messages, 'cached message')}). The database is unreachable "
+            "right now; the stored copies are deleted as soon as it is back (the deletion is "
+            "queued durably)."
+        )
     return "\n".join(
         [
             "**Done.** I deleted everything derived from your messages:",

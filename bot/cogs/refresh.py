@@ -63,6 +63,12 @@ class RefreshCog(commands.Cog):
             f"{plural(receipt.rows, 'stored memory', 'stored memories')} and "
             f"{plural(receipt.cache_entries, 'cached entry', 'cached entries')} removed."
         ]
+        if receipt.pending_sync:
+            lines = [
+                "Memory of this channel wiped from my cache. The database is unreachable right "
+                "now, so the stored copy will be deleted as soon as it is back (the deletion "
+                "is queued durably and nothing can bring the memory back meanwhile)."
+            ]
         if not await self._post_marker(interaction):
             lines.append(
                 "I couldn't post the refresh marker in this channel, so older messages "

@@ -397,6 +397,11 @@ class StmCog(commands.Cog):
         notes: list[str] = []
         if interaction.guild_id is not None and not config.stm_enabled:
             notes.append("Short-term memory is turned off in this server, so I am not updating it.")
+        if self.memory.pending_sync:
+            notes.append(
+                f"{self.memory.pending_sync} memory writes are waiting for the database "
+                "(saved locally, pending sync)."
+            )
         if not entry.has_content:
             await answer_blocks(interaction, [f"I don't remember anything {where} yet.", *notes])
             return

@@ -21,7 +21,7 @@ import weakref
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import timedelta
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 from cachetools import LRUCache
 from sqlalchemy.exc import SQLAlchemyError
@@ -47,7 +47,8 @@ from bot.memory.model import (
 from bot.memory.prompt import OtherChannel, PromptInput
 from bot.memory.sanitize import sanitize_value
 from bot.memory.singleflight import SingleFlight
-from bot.memory.turn import REASON_CLEARED, TurnState
+from bot.memory.spool import DurableSpool
+from bot.memory.turn import REASON_CLEARED, REASON_STORAGE, TurnState
 from bot.memory.window import WindowCache
 
 log = logging.getLogger(__name__)
@@ -62,12 +63,6 @@ class MemoryUnavailable(RuntimeError):
 
 class StaleWrite(Exception):
     """A row already holds a newer version than the write (raised inside the transaction)."""
-
-
-class WriteSpool(Protocol):
-    """Durable queue for writes the database refused (see ``memory.spool``)."""
-
-    def append(self, entries: Sequence[StmEntry]) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +88,8 @@ def rejected(reason: str) -> WriteResult:
 class ClearReceipt:
     rows: int
     cache_entries: int
+    # True when the database was down: the deletion is spooled and happens on replay.
+    pending_sync: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +100,7 @@ class ForgetReceipt:
     events: int
     cache_entries: int
     raw_messages: int
+    pending_sync: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,7 +124,7 @@ class MemoryService:
         settings: Settings,
         *,
         clock: Clock | None = None,
-        spool: WriteSpool | None = None,
+        spool: DurableSpool | None = None,
     ) -> None:
         stm = settings.stm
         self._sessions = sessions
@@ -209,7 +207,12 @@ class MemoryService:
     async def _hydrate(self, key: ScopeKey, parent_channel_id: int | None) -> StmEntry:
         epoch = self.epoch(key.channel_id)
         row: StmEntry | None = None
-        if key.channel_id not in self._tombstones:
+        spooled = self.spool.latest(key) if self.spool is not None else None
+        if spooled is not None:
+            # Not replayed yet, so newer than its row: hydrating the row would let the next
+            # write reuse a version number and the replay lose to it.
+            row = replace(spooled, categories=dict(spooled.categories))
+        elif key.channel_id not in self._tombstones:
             async with self._storage("hydrating an STM entry") as session:
                 row = await stm_repo.load_entry(session, key)
         if self.epoch(key.channel_id) != epoch:
@@ -326,6 +329,10 @@ class MemoryService:
         )
         try:
             entry = await self.entry(turn.channel_key, parent_channel_id=parent_channel_id)
+            # Warm every key a write would touch now, so an outage later in the turn
+            # cannot leave a write without its current version.
+            for key in turn.write_keys:
+                await self.entry(key, parent_channel_id=parent_channel_id)
         except MemoryUnavailable:
             entry, storage_ok = self._fresh(turn.channel_key, parent_channel_id), False
         turn.storage_available = storage_ok
@@ -429,10 +436,13 @@ class MemoryService:
             turn.source_message_id,
         )
         async with self._lock(turn.channel_id):
-            entries = [
-                await self.entry(key, parent_channel_id=turn.parent_channel_id)
-                for key in turn.write_keys
-            ]
+            try:
+                entries = [
+                    await self.entry(key, parent_channel_id=turn.parent_channel_id)
+                    for key in turn.write_keys
+                ]
+            except MemoryUnavailable:
+                return rejected(REASON_STORAGE)
             # Checked after the awaits above, with no await until the cache is mutated.
             if self.epoch(turn.channel_id) != turn.epoch:
                 return rejected(REASON_CLEARED)
@@ -542,7 +552,7 @@ class MemoryService:
             )
             if self.spool is not None:
                 try:
-                    self.spool.append(entries)
+                    self.spool.append(entries, events)
                     return WriteResult("saved, pending sync")
                 except OSError:
                     log.exception("STM spool append failed")
@@ -604,7 +614,12 @@ class MemoryService:
                         )
             except Exception as exc:
                 log.warning("clearing channel %s failed: %s", channel_id, exc.__class__.__name__)
-                raise MemoryUnavailable("the database is unavailable; try again shortly") from exc
+                if self.spool is None:
+                    raise MemoryUnavailable(
+                        "the database is unavailable; try again shortly"
+                    ) from exc
+                self.spool.append_clear(channel_id, guild_id, actor_user_id)
+                return ClearReceipt(rows=0, cache_entries=len(keys), pending_sync=True)
             self._tombstones.discard(channel_id)
             return ClearReceipt(rows=rows, cache_entries=len(keys))
 
@@ -637,7 +652,10 @@ class MemoryService:
                     await stm_repo.add_events(session, [EventRecord("forget")])
         except Exception as exc:
             log.warning("forgetting a user failed: %s", exc.__class__.__name__)
-            raise MemoryUnavailable("the database is unavailable; try again shortly") from exc
+            if self.spool is None:
+                raise MemoryUnavailable("the database is unavailable; try again shortly") from exc
+            self.spool.append_forget(user_id)
+            return ForgetReceipt(0, 0, 0, 0, dropped, raw, pending_sync=True)
         return ForgetReceipt(
             user_rows=rows.user_rows,
             contributed_rows=rows.contributed_rows,
@@ -646,6 +664,15 @@ class MemoryService:
             cache_entries=dropped,
             raw_messages=raw,
         )
+
+    @property
+    def pending_sync(self) -> int:
+        """Operations waiting in the spool for the database."""
+        return self.spool.pending if self.spool is not None else 0
+
+    def spool_replayed(self) -> None:
+        """Every spooled operation reached the database: clears are now real deletions."""
+        self._tombstones.clear()
 
     async def purge_expired_rows(self) -> int:
         """The janitor's pass: delete rows not updated within the retention period."""

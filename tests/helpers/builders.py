@@ -10,7 +10,8 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from bot.config import Settings
 from bot.memory.model import RawMessage
-from bot.memory.service import MemoryService, WriteSpool
+from bot.memory.service import MemoryService
+from bot.memory.spool import DurableSpool
 
 EPOCH = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
 GUILD = 111_111_111_111_111_111
@@ -75,6 +76,6 @@ def make_service(
     sessions: async_sessionmaker[AsyncSession],
     settings: Settings,
     clock: ManualClock | None = None,
-    spool: WriteSpool | None = None,
+    spool: DurableSpool | None = None,
 ) -> MemoryService:
     return MemoryService(sessions, settings, clock=clock or ManualClock(), spool=spool)
