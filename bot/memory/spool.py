@@ -163,6 +163,8 @@ class DurableSpool:
             self._track(record)
         self._handle = path.open("a", encoding="utf-8")
         self._wake: asyncio.Event | None = None
+        # One replay at a time: two would both drop the same batch from the log.
+        self._replaying = asyncio.Lock()
 
     @property
     def pending(self) -> int:
@@ -223,15 +225,16 @@ class DurableSpool:
         """Apply every pending operation in order; return how many. Raises on the first
         database failure, leaving the rest (and the failed batch) pending."""
         done = 0
-        while self._records:
-            batch = self._records[:REPLAY_BATCH]
-            async with sessions() as session, session.begin():
-                for record in batch:
-                    await _apply(session, record)
-            del self._records[: len(batch)]
-            self._rewrite()
-            done += len(batch)
-        self._latest.clear()
+        async with self._replaying:
+            while self._records:
+                batch = self._records[:REPLAY_BATCH]
+                async with sessions() as session, session.begin():
+                    for record in batch:
+                        await _apply(session, record)
+                del self._records[: len(batch)]
+                self._rewrite()
+                done += len(batch)
+            self._latest.clear()
         return done
 
     def _rewrite(self) -> None:

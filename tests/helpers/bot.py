@@ -49,6 +49,7 @@ async def start_kioku(
     base_id: int | None = DEFAULT_BASE_ID,
     clock: ManualClock | None = None,
     members: int = 3,
+    channels: int = 1,
     settings: dict[str, Any] | None = None,
 ) -> KiokuHarness:
     """Start the bot; ``settings`` overrides the test defaults (nested sections merge)."""
@@ -70,7 +71,9 @@ async def start_kioku(
         clock=clock,
         janitor=False,
     )
-    env = await attach_dpytest(bot, base_id=base_id, members=members, run_setup_hook=True)
+    env = await attach_dpytest(
+        bot, base_id=base_id, members=members, text_channels=channels, run_setup_hook=True
+    )
     return KiokuHarness(bot, env, InteractionHarness(bot), llm, clock, database)
 
 
