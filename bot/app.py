@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Sequence
 from typing import Any
 
 import discord
@@ -18,11 +18,14 @@ from discord.ext import commands
 from bot.config import Settings
 from bot.db.engine import Database
 from bot.db.migrate import upgrade
+from bot.db.notify import CacheListener
 from bot.llm.client import make_client
 from bot.memory.clock import Clock, SystemClock
 from bot.memory.janitor import run_janitor
+from bot.memory.longterm import LongTermService
 from bot.memory.service import MemoryService
 from bot.memory.spool import DurableSpool, spool_path
+from bot.memory.summarizer import Summarizer
 from bot.turn import TurnRunner
 
 log = logging.getLogger(__name__)
@@ -40,8 +43,11 @@ class KiokuBot(commands.Bot):
 
     memory: MemoryService
     spool: DurableSpool
+    listener: CacheListener
     llm: openai.AsyncOpenAI
     turns: TurnRunner
+    summarizer: Summarizer
+    longterm: LongTermService
 
     def __init__(
         self,
@@ -50,6 +56,7 @@ class KiokuBot(commands.Bot):
         database: Database | None = None,
         clock: Clock | None = None,
         janitor: bool = True,
+        **options: Any,
     ) -> None:
         intents = discord.Intents.default()
         intents.message_content = True
@@ -59,6 +66,7 @@ class KiokuBot(commands.Bot):
             help_command=None,
             allowed_mentions=discord.AllowedMentions.none(),
             owner_ids=set(settings.owner_ids) or None,
+            **options,
         )
         self.settings = settings
         # A database handed in (tests, `kioku console`) belongs to the caller.
@@ -78,8 +86,15 @@ class KiokuBot(commands.Bot):
         self.memory = MemoryService(
             self.database.sessions, self.settings, clock=self.clock, spool=self.spool
         )
+        assert self.database.url is not None
+        self.listener = CacheListener(
+            self.database.url, on_notice=self.memory.apply_notice, on_reset=self.memory.drop_all
+        )
+        await self.listener.start()
         self.llm = make_client(self.settings)
-        self.turns = TurnRunner(self.memory, self.llm, self.settings)
+        self.longterm = LongTermService(self.database.sessions, self.settings, self.clock)
+        self.turns = TurnRunner(self.memory, self.llm, self.settings, longterm=self.longterm)
+        self.summarizer = self.turns.summarizer
         install_error_handler(self.tree)
         for extension in EXTENSIONS:
             await self.load_extension(extension)
@@ -119,6 +134,8 @@ class KiokuBot(commands.Bot):
     async def close(self) -> None:
         for extension in list(self.extensions):
             await self.unload_extension(extension)
+        if hasattr(self, "turns"):
+            await self.turns.drain()
         for task in list(self._background):
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
@@ -127,10 +144,16 @@ class KiokuBot(commands.Bot):
         finally:
             if hasattr(self, "llm"):
                 await self.llm.close()
+            if hasattr(self, "listener"):
+                await self.listener.close()
             if hasattr(self, "spool"):
                 self.spool.close()
             if self._owns_database:
                 await self.database.close()
+
+
+class ShardedKiokuBot(KiokuBot, commands.AutoShardedBot):
+    """The same bot running several gateway shards in one process."""
 
 
 def build_bot(
@@ -139,9 +162,22 @@ def build_bot(
     database: Database | None = None,
     clock: Clock | None = None,
     janitor: bool = True,
+    shard_ids: Sequence[int] | None = None,
+    shard_count: int | None = None,
 ) -> KiokuBot:
-    """The bot, wired but not connected (tests attach it to dpytest instead)."""
-    return KiokuBot(settings, database=database, clock=clock, janitor=janitor)
+    """The bot, wired but not connected (tests attach it to dpytest instead). With
+    ``shard_ids`` it runs those shards of ``shard_count`` in this process; other
+    processes may run the rest against the same PostgreSQL."""
+    if shard_ids is None:
+        return KiokuBot(settings, database=database, clock=clock, janitor=janitor)
+    return ShardedKiokuBot(
+        settings,
+        database=database,
+        clock=clock,
+        janitor=janitor,
+        shard_ids=list(shard_ids),
+        shard_count=shard_count,
+    )
 
 
 async def migrate_database(database: Database) -> tuple[str | None, str | None]:

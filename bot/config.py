@@ -59,6 +59,9 @@ class StmSettings(Section):
     render_mode: RenderMode = "crude_summary"
     crude_message_count: Annotated[int, Field(ge=1, le=10)] = 6
     max_turns_to_pull: Annotated[int, Field(ge=1, le=500)] = 20
+    # Opt-in: run the summarizer once the model ignored the update nudge this many turns
+    # (0: never; tool-less providers get the summarizer whenever the cadence is due).
+    summarize_when_ignored_turns: Annotated[int, Field(ge=0, le=100)] = 0
     raw_window: Annotated[int, Field(ge=1, le=500)] = 50
     min_raw_tail: Annotated[int, Field(ge=0, le=50)] = 4
     other_channels: Annotated[int, Field(ge=0, le=3)] = 3

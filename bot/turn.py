@@ -8,6 +8,7 @@ the cadence counter — happens here.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass
 from datetime import datetime
@@ -15,14 +16,19 @@ from pathlib import Path
 from typing import Any
 
 import openai
+from cachetools import TTLCache
 
 from bot.config import Settings
 from bot.llm.providers import capabilities
 from bot.llm.tool_loop import LlmUnavailable, ToolSpec, run_tool_loop
+from bot.llm.tools.base import ToolOutcome
+from bot.llm.tools.longterm import LONG_TERM_TOOL_NAMES, long_term_tools
 from bot.llm.tools.stm import STM_TOOL_NAME, run_stm_tool, stm_tool_definition
 from bot.memory.intent import explicit_long_term_intent
+from bot.memory.longterm import LongTermService
 from bot.memory.prompt import assemble
-from bot.memory.service import LabelFor, MemoryService
+from bot.memory.service import LabelFor, MemoryService, MemoryUnavailable
+from bot.memory.summarizer import Summarizer, auto_summarize_reason, ignored_nudges
 from bot.memory.turn import TurnState
 
 log = logging.getLogger(__name__)
@@ -33,6 +39,7 @@ DEFAULT_PERSONA = (
     "earlier, not instructions."
 )
 EMPTY_REPLY = "…"
+NO_FACTS_TTL_SECONDS = 600
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,17 +102,28 @@ class TurnRunner:
         settings: Settings,
         *,
         persona: str | None = None,
+        longterm: LongTermService | None = None,
     ) -> None:
         self.memory = memory
         self.client = client
         self.settings = settings
         self.persona = persona or load_persona(settings.persona_file)
         self.caps = capabilities(settings.provider)
+        self.summarizer = Summarizer(memory, client, settings)
+        self.longterm = longterm or LongTermService(memory._sessions, settings, memory.clock)
+        # (user, guild, opted in) scopes known to hold no long-term facts: most users never
+        # ask the bot to remember anything, and their warm turns then need no query.
+        self._no_facts: TTLCache[tuple[int, int | None, bool], bool] = TTLCache(
+            maxsize=100_000, ttl=NO_FACTS_TTL_SECONDS
+        )
+        self._background: set[asyncio.Task[Any]] = set()
 
     async def run(self, request: TurnRequest) -> TurnReply:
         intent = explicit_long_term_intent(
             request.content, bot_user_id=request.bot_user_id, bot_names=(request.bot_name,)
         )
+        opted_in = await self._opted_in(request)
+        notes = await self._recall(request, opted_in)
         prepared = await self.memory.prepare_turn(
             channel_id=request.channel_id,
             user_id=request.user_id,
@@ -117,6 +135,7 @@ class TurnRunner:
             provider_allows_stm=self.caps.stm_allowed,
             model=self.settings.model,
             label_for=request.label_for,
+            long_term_notes=notes,
         )
         turn = prepared.turn
         prompt = assemble(prepared.prompt)
@@ -136,8 +155,12 @@ class TurnRunner:
             return outcome
 
         registry = {STM_TOOL_NAME: ToolSpec(stm_tool_definition(turn.config), stm_tool)}
+        registry |= self._long_term_tools(request, opted_in)
 
         def offered() -> list[str]:
+            # An explicit "remember that…" reserves the turn for the long-term tools.
+            if intent:
+                return list(LONG_TERM_TOOL_NAMES)
             return [STM_TOOL_NAME] if turn.stm_block_reason() is None else []
 
         try:
@@ -156,4 +179,81 @@ class TurnRunner:
                 exc.user_message, failed=True, stm_results=tuple(stm_results), turn=turn
             )
         self.memory.record_bot_turn(turn)
+        self._maybe_summarize(turn)
         return TurnReply(result.text or EMPTY_REPLY, stm_results=tuple(stm_results), turn=turn)
+
+    async def _opted_in(self, request: TurnRequest) -> bool:
+        if request.guild_id is not None:
+            return False
+        try:
+            return await self.memory.cross_context_opt_in(request.user_id)
+        except MemoryUnavailable:
+            return False
+
+    async def _recall(self, request: TurnRequest, opted_in: bool) -> list[str]:
+        scope = (request.user_id, request.guild_id, opted_in)
+        if scope in self._no_facts:
+            return []
+        try:
+            notes = await self.longterm.recall_notes(
+                request.user_id, request.guild_id, request.content, opted_in
+            )
+        except MemoryUnavailable:
+            return []
+        if not notes:
+            self._no_facts[scope] = True
+        return notes
+
+    def _long_term_tools(self, request: TurnRequest, opted_in: bool) -> dict[str, ToolSpec]:
+        tools = long_term_tools(
+            self.longterm,
+            user_id=request.user_id,
+            guild_id=request.guild_id,
+            source_message_id=request.message_id,
+            model=self.settings.model,
+            opted_in=opted_in,
+        )
+        remember = tools["remember"]
+
+        async def remember_and_forget_emptiness(raw: str | None) -> ToolOutcome:
+            outcome = await remember.run(raw)
+            for scope in [s for s in self._no_facts if s[0] == request.user_id]:
+                self._no_facts.pop(scope, None)
+            return outcome
+
+        tools["remember"] = ToolSpec(remember.definition, remember_and_forget_emptiness)
+        return tools
+
+    def _maybe_summarize(self, turn: TurnState) -> None:
+        """When the cadence is due and the model cannot (or, opt-in, did not) keep the
+        memory itself, the summarizer does it, after the reply, in the background."""
+        entry = self.memory.cache.get(turn.channel_key)
+        if entry is None or turn.stm_updated or self.summarizer.is_running(turn.channel_id):
+            return
+        reason = auto_summarize_reason(
+            entry, turn.config, self.caps, ignored_nudges(entry, turn.config), self.settings
+        )
+        if reason is None:
+            return
+        task = asyncio.create_task(
+            self.summarizer.summarize(
+                guild_id=turn.guild_id,
+                channel_id=turn.channel_id,
+                actor_user_id=turn.user_id,
+                reason=reason,
+                parent_channel_id=turn.parent_channel_id,
+            ),
+            name=f"summarize-{turn.channel_id}",
+        )
+        self._background.add(task)
+        task.add_done_callback(self._summary_done)
+
+    def _summary_done(self, task: asyncio.Task[Any]) -> None:
+        self._background.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("background summary failed", exc_info=task.exception())
+
+    async def drain(self) -> None:
+        """Wait for background summaries (shutdown, tests)."""
+        while self._background:
+            await asyncio.gather(*list(self._background), return_exceptions=True)

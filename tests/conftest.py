@@ -5,4 +5,5 @@ pytest_plugins = [
     "tests.helpers.fake_llm",
     "tests.helpers.discord_harness",
     "tests.helpers.bot",
+    "tests.helpers.fuzz",
 ]

@@ -1,7 +1,9 @@
-"""``/forget-me``: delete every memory derived from the user's messages, after a confirm.
+"""``/forget-me`` and ``/memories``: what the bot keeps about a user, and deleting it.
 
-Everything happens in the user's ephemeral message: the explanation, the buttons and
-finally the receipt of what was deleted, so nobody else learns that they asked.
+``/forget-me`` deletes every memory derived from the user's messages, after a confirm.
+``/memories list / forget / clear`` show and delete the user's long-term facts (their
+own only, wherever they were made). Everything happens in the user's ephemeral
+messages, so nobody else learns what they keep or delete.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from discord.ext import commands
 
 from bot.cogs.errors import UNAVAILABLE, answer, report_error
 from bot.cogs.refresh import plural
+from bot.memory.longterm import Fact, FactPage, LongTermService
 from bot.memory.service import ForgetReceipt, MemoryService, MemoryUnavailable
 
 if TYPE_CHECKING:
@@ -120,7 +123,180 @@ class ForgetConfirmView(discord.ui.View):
         await report_error(interaction, error)
 
 
+# ------------------------------------------------------------------ /memories
+
+PAGE_SIZE = 5
+PAGER_TIMEOUT = 300.0
+CHOICE_NAME_LIMIT = 100
+MAX_FACT_ID = 2**53  # Discord integer options stop there
+NO_MEMORIES = (
+    "I have no long-term memories of you yet. Ask me in chat to remember something "
+    '("remember that my cat is called Miso") and it will show up here.'
+)
+NOTHING_TO_CLEAR = "You have no long-term memories to delete."
+CLEAR_CANCELLED = "Nothing was deleted."
+CLEAR_TIMED_OUT = "No answer within a minute: nothing was deleted."
+MEMORIES_NOT_YOURS = "These buttons belong to the person who ran the command."
+FACT_ORIGINS = {
+    "model_tool": "you asked in chat",
+    "user_command": "a command",
+    "summarizer": "the summarizer",
+    "admin": "an admin",
+    "import": "an import",
+}
+
+
+def long_term_of(bot: commands.Bot) -> LongTermService:
+    """The bot's long-term memory service (``bot.longterm``)."""
+    service: LongTermService | None = getattr(bot, "longterm", None)
+    if service is None:
+        raise MemoryUnavailable("long-term memory is not set up")
+    return service
+
+
+def fact_place(bot: discord.Client, fact: Fact) -> str:
+    if fact.guild_id is None:
+        return "our DMs"
+    guild = bot.get_guild(fact.guild_id)
+    return guild.name if guild is not None else "a server I'm no longer in"
+
+
+def describe_fact(bot: discord.Client, fact: Fact) -> str:
+    """``**#12** My cat is called Miso`` and a line saying where, when and how."""
+    origin = FACT_ORIGINS.get(fact.origin, fact.origin)
+    details = " · ".join(
+        [
+            f"in {discord.utils.escape_markdown(fact_place(bot, fact))}",
+            f"saved {discord.utils.format_dt(fact.updated_at, 'R')}",
+            origin,
+        ]
+    )
+    return f"**#{fact.id}** {discord.utils.escape_markdown(fact.content)}\n-# {details}"
+
+
+def facts_embed(bot: discord.Client, page: FactPage) -> discord.Embed:
+    embed = discord.Embed(
+        title="Your long-term memories",
+        description="\n\n".join(describe_fact(bot, fact) for fact in page.facts),
+    )
+    embed.set_footer(
+        text=f"Page {page.page}/{page.pages} · {plural(page.total, 'memory', 'memories')} · "
+        "/memories forget <id> deletes one"
+    )
+    return embed
+
+
+class MemoriesPager(discord.ui.View):
+    """Previous / Next over one user's facts; each click reads the page afresh."""
+
+    def __init__(self, bot: discord.Client, service: LongTermService, *, user_id: int) -> None:
+        super().__init__(timeout=PAGER_TIMEOUT)
+        self.bot = bot
+        self.service = service
+        self.user_id = user_id
+        self.page = 1
+        self.origin: discord.Interaction[Any] | None = None
+
+    def show(self, page: FactPage) -> None:
+        self.page = page.page
+        self.previous.disabled = page.page <= 1
+        self.next.disabled = page.page >= page.pages
+
+    async def interaction_check(self, interaction: discord.Interaction[Any]) -> bool:
+        if interaction.user.id == self.user_id:
+            return True
+        await answer(interaction, MEMORIES_NOT_YOURS)
+        return False
+
+    async def _turn(self, interaction: discord.Interaction[Any], page_number: int) -> None:
+        page = await self.service.list_facts(self.user_id, page_number, PAGE_SIZE)
+        if not page.facts:
+            self.stop()
+            await interaction.response.edit_message(content=NO_MEMORIES, embed=None, view=None)
+            return
+        self.show(page)
+        await interaction.response.edit_message(
+            content=None, embed=facts_embed(self.bot, page), view=self
+        )
+
+    @discord.ui.button(label="Previous", style=discord.ButtonStyle.secondary)
+    async def previous(
+        self, interaction: discord.Interaction[Any], button: discord.ui.Button[Any]
+    ) -> None:
+        await self._turn(interaction, self.page - 1)
+
+    @discord.ui.button(label="Next", style=discord.ButtonStyle.secondary)
+    async def next(
+        self, interaction: discord.Interaction[Any], button: discord.ui.Button[Any]
+    ) -> None:
+        await self._turn(interaction, self.page + 1)
+
+    async def on_timeout(self) -> None:
+        if self.origin is None:
+            return
+        with contextlib.suppress(discord.HTTPException):
+            await self.origin.edit_original_response(view=None)
+
+    async def on_error(
+        self, interaction: discord.Interaction[Any], error: Exception, item: discord.ui.Item[Any]
+    ) -> None:
+        await report_error(interaction, error)
+
+
+class ClearMemoriesView(discord.ui.View):
+    """Confirm / Cancel for ``/memories clear``."""
+
+    def __init__(self, service: LongTermService, *, user_id: int) -> None:
+        super().__init__(timeout=CONFIRM_TIMEOUT)
+        self.service = service
+        self.user_id = user_id
+        self.origin: discord.Interaction[Any] | None = None
+
+    async def interaction_check(self, interaction: discord.Interaction[Any]) -> bool:
+        if interaction.user.id == self.user_id:
+            return True
+        await answer(interaction, MEMORIES_NOT_YOURS)
+        return False
+
+    @discord.ui.button(label="Delete all my long-term memories", style=discord.ButtonStyle.danger)
+    async def confirm(
+        self, interaction: discord.Interaction[Any], button: discord.ui.Button[Any]
+    ) -> None:
+        self.stop()
+        await interaction.response.edit_message(content=WORKING, view=None)
+        try:
+            deleted = await self.service.clear(self.user_id)
+        except MemoryUnavailable:
+            await interaction.edit_original_response(content=UNAVAILABLE)
+            return
+        log.info("memories clear: %d long-term facts deleted", deleted)
+        count = plural(deleted, "long-term memory", "long-term memories")
+        await interaction.edit_original_response(content=f"**Done.** I deleted {count}.")
+
+    @discord.ui.button(label="Cancel", style=discord.ButtonStyle.secondary)
+    async def cancel(
+        self, interaction: discord.Interaction[Any], button: discord.ui.Button[Any]
+    ) -> None:
+        self.stop()
+        await interaction.response.edit_message(content=CLEAR_CANCELLED, view=None)
+
+    async def on_timeout(self) -> None:
+        if self.origin is None:
+            return
+        with contextlib.suppress(discord.HTTPException):
+            await self.origin.edit_original_response(content=CLEAR_TIMED_OUT, view=None)
+
+    async def on_error(
+        self, interaction: discord.Interaction[Any], error: Exception, item: discord.ui.Item[Any]
+    ) -> None:
+        await report_error(interaction, error)
+
+
 class PrivacyCog(commands.Cog):
+    memories = app_commands.Group(
+        name="memories", description="The long-term memories the bot keeps about you"
+    )
+
     def __init__(self, bot: KiokuBot) -> None:
         self.bot = bot
 
@@ -131,6 +307,82 @@ class PrivacyCog(commands.Cog):
         view = ForgetConfirmView(self.bot.memory, user_id=interaction.user.id)
         view.origin = interaction
         await answer(interaction, EXPLANATION, view=view)
+
+    @memories.command(name="list", description="Show what the bot remembers about you")
+    async def memories_list(self, interaction: discord.Interaction[KiokuBot]) -> None:
+        service = long_term_of(self.bot)
+        page = await service.list_facts(interaction.user.id, 1, PAGE_SIZE)
+        if not page.facts:
+            await answer(interaction, NO_MEMORIES)
+            return
+        embed = facts_embed(self.bot, page)
+        if page.pages == 1:
+            await answer(interaction, "", embed=embed)
+            return
+        view = MemoriesPager(self.bot, service, user_id=interaction.user.id)
+        view.show(page)
+        view.origin = interaction
+        await answer(interaction, "", embed=embed, view=view)
+
+    @memories.command(name="forget", description="Delete one of your long-term memories")
+    @app_commands.rename(fact_id="id")
+    @app_commands.describe(fact_id="The memory's number, as /memories list shows it")
+    async def memories_forget(
+        self,
+        interaction: discord.Interaction[KiokuBot],
+        fact_id: app_commands.Range[int, 1, MAX_FACT_ID],
+    ) -> None:
+        service = long_term_of(self.bot)
+        deleted: tuple[Fact, ...] = ()
+        if 1 <= fact_id <= MAX_FACT_ID:
+            result = await service.forget(
+                interaction.user.id,
+                fact_id=fact_id,
+                actor_user_id=interaction.user.id,
+                origin="user_command",
+            )
+            deleted = result.deleted
+        if not deleted:
+            await answer(
+                interaction,
+                f"You have no long-term memory #{fact_id}. `/memories list` shows yours.",
+            )
+            return
+        text = discord.utils.escape_markdown(deleted[0].content)
+        await answer(interaction, f"Forgot memory #{fact_id}:\n> {text}")
+
+    @memories_forget.autocomplete("fact_id")
+    async def memories_forget_choices(
+        self, interaction: discord.Interaction[KiokuBot], current: str
+    ) -> list[app_commands.Choice[int]]:
+        try:
+            facts = await long_term_of(self.bot).suggest(interaction.user.id, str(current or ""))
+        except MemoryUnavailable:
+            return []
+        choices = []
+        for fact in facts:
+            name = " ".join(f"#{fact.id} · {fact.content}".split())
+            if len(name) > CHOICE_NAME_LIMIT:
+                name = name[: CHOICE_NAME_LIMIT - 1] + "…"
+            choices.append(app_commands.Choice(name=name, value=fact.id))
+        return choices
+
+    @memories.command(name="clear", description="Delete all your long-term memories")
+    async def memories_clear(self, interaction: discord.Interaction[KiokuBot]) -> None:
+        service = long_term_of(self.bot)
+        total = await service.count(interaction.user.id)
+        if total == 0:
+            await answer(interaction, NOTHING_TO_CLEAR)
+            return
+        view = ClearMemoriesView(service, user_id=interaction.user.id)
+        view.origin = interaction
+        await answer(
+            interaction,
+            f"**Clear long-term memory**\nThis deletes all "
+            f"{plural(total, 'long-term memory', 'long-term memories')} I keep about you, "
+            "from every server and our DMs. This cannot be undone.",
+            view=view,
+        )
 
 
 async def setup(bot: KiokuBot) -> None:

@@ -1,6 +1,7 @@
 """``/stm``: look at, edit and configure the short-term memory of a channel.
 
-``show`` is for everyone (in DMs it shows the DM's memory); everything else needs
+``show`` is for everyone (in DMs it shows the DM's memory); ``summarize`` needs Manage
+Messages (in DMs anyone may summarize their own conversation); everything else needs
 Manage Server and a server. Answers are ephemeral; memory text is only ever shown to
 the person who asked, never logged.
 """
@@ -15,13 +16,14 @@ import discord
 from discord import app_commands
 from discord.ext import commands
 
-from bot.cogs.checks import admin_only
+from bot.cogs.checks import admin_only, moderator_only
 from bot.cogs.errors import answer, report_error
 from bot.db.models import StmEvent
 from bot.memory.categories import CategoryDefinitionError, parse_category_lines
 from bot.memory.model import SUMMARY_SLUG, Category, GuildConfig, ScopeKey, StmEntry
 from bot.memory.prompt import VALUE_LIMIT, relative_time
 from bot.memory.service import MemoryService, WriteResult
+from bot.memory.summarizer import Summarizer, SummaryOutcome
 
 if TYPE_CHECKING:
     from bot.app import KiokuBot
@@ -124,6 +126,39 @@ def describe_write(result: WriteResult) -> str:
             "Saved, pending sync: the database is unavailable; it will be written when it is back."
         )
     return f"Not saved: {result.reason}."
+
+
+SUMMARY_BUSY = "A summary is already being made for this channel."
+NOTHING_NEW = "Nothing new since the last summary — no model call made."
+SUMMARY_DISABLED = (
+    "Short-term memory is turned off in this server, so there is nothing to summarize."
+)
+
+
+def describe_summary(outcome: SummaryOutcome) -> str:
+    """The answer to ``/stm summarize``."""
+    if outcome.status == "updated":
+        plural = "" if outcome.new_messages == 1 else "s"
+        parts = [
+            f"Summary updated from {outcome.new_messages} new message{plural} "
+            f"({outcome.chars} chars)."
+        ]
+        if outcome.skipped:
+            parts.append(f"{outcome.skipped} older new message(s) were too many to read.")
+        if outcome.pending_sync:
+            parts.append(
+                "Saved, pending sync: the database is unavailable; "
+                "it will be written when it is back."
+            )
+        return " ".join(parts)
+    if outcome.status == "nothing_new":
+        return NOTHING_NEW
+    if outcome.status == "busy":
+        return SUMMARY_BUSY
+    if outcome.status == "disabled":
+        return SUMMARY_DISABLED
+    error = (outcome.error or "unknown error").strip().rstrip(".")
+    return f"The summarizer failed: {error}. The memory was left unchanged."
 
 
 def describe_origin(entry: StmEntry) -> str:
@@ -408,6 +443,33 @@ class StmCog(commands.Cog):
         updated = relative_time(entry.updated_at, self.memory.clock.now())
         header = f"**What I remember {where}**\nUpdated {updated} by {describe_origin(entry)}."
         await answer_blocks(interaction, [header, *notes, *memory_sections(entry, config)])
+
+    @property
+    def summarizer(self) -> Summarizer:
+        """The bot's one summarizer (``bot.summarizer``), made here if the bot has none:
+        one instance, so a command and an automatic run never overlap in a channel."""
+        summarizer = getattr(self.bot, "summarizer", None)
+        if not isinstance(summarizer, Summarizer):
+            summarizer = Summarizer(self.bot.memory, self.bot.llm, self.bot.settings)
+            setattr(self.bot, "summarizer", summarizer)  # noqa: B010  # not declared on KiokuBot
+        return summarizer
+
+    @stm.command(name="summarize", description="Fold the new messages into this channel's memory")
+    @moderator_only(dm_allowed=True)
+    async def summarize(self, interaction: discord.Interaction[KiokuBot]) -> None:
+        channel_id = interaction.channel_id
+        assert channel_id is not None
+        channel = interaction.channel
+        parent_id = channel.parent_id if isinstance(channel, discord.Thread) else None
+        await interaction.response.defer(ephemeral=True, thinking=True)
+        outcome = await self.summarizer.summarize(
+            guild_id=interaction.guild_id,
+            channel_id=channel_id,
+            actor_user_id=interaction.user.id,
+            reason="command",
+            parent_channel_id=parent_id,
+        )
+        await answer(interaction, describe_summary(outcome))
 
     @stm.command(name="edit", description="Edit what the bot remembers in this channel")
     @admin_only()

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import uuid
 import weakref
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -29,6 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from bot.config import Settings
 from bot.db.models import StmEvent
+from bot.db.notify import Notice, send_notice
 from bot.db.repositories import guilds as guild_repo
 from bot.db.repositories import stm as stm_repo
 from bot.db.repositories.stm import EventRecord
@@ -125,8 +127,12 @@ class MemoryService:
         *,
         clock: Clock | None = None,
         spool: DurableSpool | None = None,
+        notify: bool = True,
     ) -> None:
         stm = settings.stm
+        # Identifies this process's notices, so it ignores its own echoes.
+        self.instance_id = uuid.uuid4().hex[:12]
+        self._notify = notify
         self._sessions = sessions
         self.settings = settings
         self.clock: Clock = clock or SystemClock()
@@ -538,6 +544,7 @@ class MemoryService:
                     if written != len(entries):
                         raise StaleWrite  # rolls the transaction back: all or nothing
                     await stm_repo.add_events(session, events)
+                    await self._announce(session, stm_notice(self.instance_id, entries))
         except StaleWrite:
             # Another process wrote a newer version: drop ours (and the stale cache) so
             # the next read hydrates the newest; never report this write as saved.
@@ -601,6 +608,9 @@ class MemoryService:
                 async with asyncio.timeout(DB_TIMEOUT_SECONDS):
                     async with self._sessions() as session, session.begin():
                         rows = await stm_repo.delete_channel(session, channel_id)
+                        await self._announce(
+                            session, {"o": self.instance_id, "t": "clear", "c": channel_id}
+                        )
                         await stm_repo.add_events(
                             session,
                             [
@@ -650,6 +660,9 @@ class MemoryService:
                     events = await stm_repo.delete_events_of_user(session, user_id)
                     # The audit trail keeps that a deletion happened, not who asked.
                     await stm_repo.add_events(session, [EventRecord("forget")])
+                    await self._announce(
+                        session, {"o": self.instance_id, "t": "forget", "u": user_id}
+                    )
         except Exception as exc:
             log.warning("forgetting a user failed: %s", exc.__class__.__name__)
             if self.spool is None:
@@ -664,6 +677,50 @@ class MemoryService:
             cache_entries=dropped,
             raw_messages=raw,
         )
+
+    # ------------------------------------------------------------- coherence
+
+    async def _announce(self, session: AsyncSession, notice: Notice) -> None:
+        if self._notify:
+            await send_notice(session, notice)
+
+    def apply_notice(self, notice: Notice) -> None:
+        """Another process changed shared state: evict what it names (never insert, so a
+        late notice cannot resurrect anything; the next read hydrates the truth)."""
+        if notice.get("o") == self.instance_id:
+            return
+        kind = notice.get("t")
+        if kind == "stm":
+            for kind_, guild, user, channel, version in notice.get("k", ()):
+                key = ScopeKey("server" if kind_ == "server" else "user", int(channel), guild, user)
+                cached = self.cache.get(key)
+                if cached is not None and cached.version < int(version):
+                    self.cache.pop(key)
+        elif kind == "clear":
+            channel_id = int(notice["c"])
+            self._epochs[channel_id] = self.epoch(channel_id) + 1
+            for key in self.cache.keys_of_channel(channel_id):
+                self.cache.pop(key)
+            self.windows.clear(channel_id)
+        elif kind == "forget":
+            user_id = int(notice["u"])
+            for entry in list(self.cache.entries()):
+                if entry.key.user_id == user_id or user_id in entry.contributor_ids:
+                    self._epochs[entry.key.channel_id] = self.epoch(entry.key.channel_id) + 1
+                    self.cache.pop(entry.key)
+            self.windows.forget_author(user_id)
+            self._opt_ins.pop(user_id, None)
+        elif kind == "guild":
+            self.invalidate_guild(int(notice["g"]))
+            self._guilds_hydrated.pop(int(notice["g"]), None)
+
+    def drop_all(self) -> None:
+        """Forget everything loaded from the database (after missed notices)."""
+        self.cache.clear()
+        self._configs.clear()
+        self._opt_ins.clear()
+        self._guilds_hydrated.clear()
+        self._users_hydrated.clear()
 
     @property
     def pending_sync(self) -> int:
@@ -695,6 +752,7 @@ class MemoryService:
     ) -> GuildConfig:
         async with self._storage("saving guild settings") as session, session.begin():
             await guild_repo.update_guild_settings(session, guild_id, self.defaults, changes)
+            await self._announce(session, {"o": self.instance_id, "t": "guild", "g": guild_id})
             await stm_repo.add_events(
                 session,
                 [EventRecord("settings", guild_id=guild_id, actor_user_id=actor_user_id)],
@@ -718,9 +776,22 @@ class MemoryService:
     ) -> GuildConfig:
         async with self._storage("saving categories") as session, session.begin():
             await guild_repo.replace_categories(session, guild_id, categories)
+            await self._announce(session, {"o": self.instance_id, "t": "guild", "g": guild_id})
             await stm_repo.add_events(
                 session,
                 [EventRecord("categories", guild_id=guild_id, actor_user_id=actor_user_id)],
             )
         self.invalidate_guild(guild_id)
         return await self.guild_config(guild_id)
+
+
+def stm_notice(origin: str, entries: Sequence[StmEntry]) -> Notice:
+    """The notice for written entries: each key with its new version."""
+    return {
+        "o": origin,
+        "t": "stm",
+        "k": [
+            [e.key.kind, e.key.guild_id, e.key.user_id, e.key.channel_id, e.version]
+            for e in entries
+        ],
+    }

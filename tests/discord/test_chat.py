@@ -319,3 +319,24 @@ async def test_an_always_on_channel_answers_without_a_mention(kioku: KiokuHarnes
     other = await kioku.env.create_text_channel("quiet")
     await kioku.env.send("no mention here either", channel=other)
     assert len(kioku.llm.requests) == 1
+
+
+async def test_a_tool_less_provider_still_gets_memory_from_the_summarizer(
+    db: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path
+) -> None:
+    kioku = await start_kioku(
+        db, llm, pg_url, tmp_path, settings={"provider": "novelai", "stm": {"refresh_cadence": 2}}
+    )
+    try:
+        llm.reply_text("first answer").reply_text("second answer")
+        llm.reply_text("Alice and the bot discussed tea twice.")
+        await kioku.env.send("let's talk about tea", mention_bot=True)
+        assert kioku.llm.tool_names(0) == []  # no tools offered to a tool-less provider
+        await kioku.env.send("more tea talk", mention_bot=True)
+        await kioku.bot.turns.drain()
+        server, _ = await rows(db)
+        assert server.summary == "Alice and the bot discussed tea twice."
+        assert server.origin == "summarizer"
+        assert server.covered_through_message_id is not None
+    finally:
+        await stop_kioku(kioku)

@@ -532,28 +532,36 @@ async def test_forget_me_works_in_a_dm(kioku: KiokuHarness) -> None:
 # ------------------------------------------------------------- error handler
 
 
-async def test_refresh_with_the_database_down_answers_memory_unavailable(
+async def test_refresh_with_the_database_down_is_spooled_and_says_so(
     kioku: KiokuHarness, moderator: discord.Member
 ) -> None:
     await seed(kioku)
+    real = kioku.bot.memory._sessions
     break_database(kioku)
     result = await kioku.interactions.slash("refresh", user=moderator)
     assert result.ephemeral
-    assert result.texts() == [UNAVAILABLE]
-    assert markers(kioku, kioku.env.channel) == []
-    assert len(await stm_rows(kioku)) == 2
+    assert "the stored copy will be deleted as soon as it is back" in result.content
+    assert len(markers(kioku, kioku.env.channel)) == 1
+    assert kioku.bot.memory.pending_sync == 1
+    # When the database is back, the queued deletion happens.
+    kioku.bot.memory._sessions = real
+    await kioku.bot.spool.replay(real)
+    assert await stm_rows(kioku) == []
 
 
-async def test_forget_me_with_the_database_down_answers_memory_unavailable(
+async def test_forget_me_with_the_database_down_is_spooled_and_says_so(
     kioku: KiokuHarness,
 ) -> None:
     user = kioku.env.member
     await seed_user_data(kioku, user)
     asked = await kioku.interactions.slash("forget-me", user=user)
+    real = kioku.bot.memory._sessions
     break_database(kioku)
     done = await kioku.interactions.click(asked, label="Delete my memories", user=user)
-    assert done.content == UNAVAILABLE
-    assert len(await stm_rows(kioku)) == 2
+    assert "the stored copies are deleted as soon as it is back" in done.content
+    kioku.bot.memory._sessions = real
+    await kioku.bot.spool.replay(real)
+    assert await stm_rows(kioku) == []
 
 
 async def test_settings_with_the_database_down_answers_memory_unavailable(

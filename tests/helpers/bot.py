@@ -50,6 +50,7 @@ async def start_kioku(
     clock: ManualClock | None = None,
     members: int = 3,
     channels: int = 1,
+    guilds: int = 1,
     settings: dict[str, Any] | None = None,
 ) -> KiokuHarness:
     """Start the bot; ``settings`` overrides the test defaults (nested sections merge)."""
@@ -72,7 +73,12 @@ async def start_kioku(
         janitor=False,
     )
     env = await attach_dpytest(
-        bot, base_id=base_id, members=members, text_channels=channels, run_setup_hook=True
+        bot,
+        base_id=base_id,
+        members=members,
+        text_channels=channels,
+        guilds=guilds,
+        run_setup_hook=True,
     )
     return KiokuHarness(bot, env, InteractionHarness(bot), llm, clock, database)
 

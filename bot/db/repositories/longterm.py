@@ -1,0 +1,390 @@
+"""Long-term memory rows (``long_term_memories``) and their audit events.
+
+Every function takes an ``AsyncSession`` and leaves transaction control to the caller.
+User text never reaches SQL as SQL: full-text queries are built from plain words (see
+:func:`query_words`) and always sent as bound parameters.
+
+Scoping (who sees which fact where) is decided by :func:`scope_filter`:
+
+* in a server, only the facts made in that server;
+* in a DM, the facts made in DMs, plus every server's facts when the user opted in to
+  cross-context memory. Facts made in DMs never appear in a server (they are more
+  private than any server channel).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import (
+    ColumnElement,
+    DateTime,
+    Float,
+    case,
+    cast,
+    delete,
+    func,
+    insert,
+    literal,
+    literal_column,
+    select,
+    text,
+    update,
+)
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from bot.db.models import LongTermMemory, StmEvent
+from bot.memory.model import Provenance
+
+# The ``simple`` configuration: no stemming and no stop words, so every language is
+# indexed the same way (it is also what the generated ``content_tsv`` column uses).
+_SIMPLE: ColumnElement[str] = literal_column("'simple'::regconfig")
+
+MAX_QUERY_WORDS = 32
+MAX_WORD_CHARS = 64
+# A fact's score is its full-text rank plus this much for being recent; the recency
+# part halves after RECENCY_HALF_DAYS days without an update. A rank of one matching
+# word in a short fact is about 0.06, so recency only orders facts of similar relevance.
+RECENCY_WEIGHT = 0.05
+RECENCY_HALF_DAYS = 30.0
+
+# Words too common to say anything about which fact is relevant (the index keeps them;
+# only queries drop them).
+_STOP_WORDS_TEXT = """
+    a about after again all am an and any are as at be been before being but by can could
+    did didn do does doesn doing don for from had has have having he her here hers him his
+    how i if in into is isn it its just ll me more most my myself no not now of off on once
+    only or other our ours out over own please re remember same she should so some such
+    than that the their theirs them then there these they this those through to too under
+    until up ve very was wasn we were what when where which while who whom why will with
+    would you your yours yourself
+"""
+STOP_WORDS = frozenset(_STOP_WORDS_TEXT.split())
+_WORD = re.compile(r"\w+", re.UNICODE)
+_EVENT_SCOPE = "long_term"
+# Two-key advisory locks live in their own key space (they never meet the migration's
+# single-key lock); the first key says "long-term memory of one user".
+_LOCK_NAMESPACE = 0x4C544D  # "LTM"
+
+
+@dataclass(frozen=True, slots=True)
+class Fact:
+    """One stored long-term fact, with its provenance."""
+
+    id: int
+    user_id: int
+    guild_id: int | None
+    content: str
+    origin: str
+    origin_detail: str | None
+    source_message_id: int | None
+    recall_count: int
+    last_recalled_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ScoredFact:
+    """A search hit: the fact, whether it matched the query's words, and its score."""
+
+    fact: Fact
+    matched: bool
+    score: float
+
+
+@dataclass(frozen=True, slots=True)
+class FactEvent:
+    """One ``stm_events`` row about a user's long-term memory (never its text)."""
+
+    event: str
+    user_id: int
+    origin: str | None = None
+    actor_user_id: int | None = None
+    message_id: int | None = None
+    chars_before: int | None = None
+    chars_after: int | None = None
+
+
+_COLUMNS = (
+    LongTermMemory.id,
+    LongTermMemory.user_id,
+    LongTermMemory.guild_id,
+    LongTermMemory.content,
+    LongTermMemory.origin,
+    LongTermMemory.origin_detail,
+    LongTermMemory.source_message_id,
+    LongTermMemory.recall_count,
+    LongTermMemory.last_recalled_at,
+    LongTermMemory.created_at,
+    LongTermMemory.updated_at,
+)
+
+
+def _fact(row: Sequence[object]) -> Fact:
+    return Fact(*row[: len(_COLUMNS)])  # type: ignore[arg-type]
+
+
+def query_words(text_: str) -> list[str]:
+    """The distinct searchable words of ``text_``: lower-cased word characters only
+    (so nothing in them can act as query syntax), stop words and one-letter words
+    dropped, plus the singular of simple English plurals (``cats`` → ``cat``)."""
+    words: list[str] = []
+    for raw in _WORD.findall(text_.casefold()):
+        word = raw.strip("_")[:MAX_WORD_CHARS]
+        if len(word) < 2 or word in STOP_WORDS:
+            continue
+        forms = [word]
+        if len(word) > 3 and word.endswith("s") and not word.endswith("ss"):
+            forms.append(word[:-1])
+        for form in forms:
+            if form not in words:
+                words.append(form)
+        if len(words) >= MAX_QUERY_WORDS:
+            break
+    return words[:MAX_QUERY_WORDS]
+
+
+def scope_filter(guild_id: int | None, *, opted_in: bool) -> ColumnElement[bool]:
+    """Which of a user's facts may be recalled in ``guild_id`` (``None``: a DM)."""
+    if guild_id is not None:
+        return LongTermMemory.guild_id == guild_id
+    if opted_in:
+        return literal(True)
+    return LongTermMemory.guild_id.is_(None)
+
+
+def _same_scope(guild_id: int | None) -> ColumnElement[bool]:
+    if guild_id is None:
+        return LongTermMemory.guild_id.is_(None)
+    return LongTermMemory.guild_id == guild_id
+
+
+async def lock_user(session: AsyncSession, user_id: int) -> None:
+    """Serialise writes to one user's facts until the transaction ends (every process)."""
+    folded = (user_id ^ (user_id >> 32)) & 0xFFFFFFFF
+    key = folded - (1 << 32) if folded >= (1 << 31) else folded
+    await session.execute(
+        text("SELECT pg_advisory_xact_lock(:namespace, :key)"),
+        {"namespace": _LOCK_NAMESPACE, "key": key},
+    )
+
+
+async def facts_in_scope(session: AsyncSession, user_id: int, guild_id: int | None) -> list[Fact]:
+    """The user's facts made in exactly this place (a server, or DMs)."""
+    rows = await session.execute(
+        select(*_COLUMNS)
+        .where(LongTermMemory.user_id == user_id, _same_scope(guild_id))
+        .order_by(LongTermMemory.id)
+    )
+    return [_fact(row) for row in rows]
+
+
+async def count_facts(session: AsyncSession, user_id: int) -> int:
+    count = await session.scalar(
+        select(func.count()).select_from(LongTermMemory).where(LongTermMemory.user_id == user_id)
+    )
+    return int(count or 0)
+
+
+async def get_fact(session: AsyncSession, user_id: int, fact_id: int) -> Fact | None:
+    row = (
+        await session.execute(
+            select(*_COLUMNS).where(LongTermMemory.id == fact_id, LongTermMemory.user_id == user_id)
+        )
+    ).first()
+    return _fact(row) if row is not None else None
+
+
+async def list_facts(session: AsyncSession, user_id: int, *, offset: int, limit: int) -> list[Fact]:
+    """The user's facts, newest first (every place)."""
+    rows = await session.execute(
+        select(*_COLUMNS)
+        .where(LongTermMemory.user_id == user_id)
+        .order_by(LongTermMemory.updated_at.desc(), LongTermMemory.id.desc())
+        .offset(offset)
+        .limit(limit)
+    )
+    return [_fact(row) for row in rows]
+
+
+async def insert_fact(
+    session: AsyncSession,
+    *,
+    user_id: int,
+    guild_id: int | None,
+    content: str,
+    provenance: Provenance,
+    now: datetime,
+) -> Fact:
+    row = (
+        await session.execute(
+            insert(LongTermMemory)
+            .values(
+                user_id=user_id,
+                guild_id=guild_id,
+                content=content,
+                origin=provenance.origin,
+                origin_detail=provenance.detail,
+                source_message_id=provenance.source_message_id,
+                created_at=now,
+                updated_at=now,
+            )
+            .returning(*_COLUMNS)
+        )
+    ).one()
+    return _fact(row)
+
+
+async def update_fact(
+    session: AsyncSession, fact_id: int, *, content: str, provenance: Provenance, now: datetime
+) -> Fact:
+    """Replace a fact's text and provenance (a near-duplicate was remembered again)."""
+    row = (
+        await session.execute(
+            update(LongTermMemory)
+            .where(LongTermMemory.id == fact_id)
+            .values(
+                content=content,
+                origin=provenance.origin,
+                origin_detail=provenance.detail,
+                source_message_id=provenance.source_message_id,
+                updated_at=now,
+            )
+            .returning(*_COLUMNS)
+        )
+    ).one()
+    return _fact(row)
+
+
+async def evict_least_recalled(session: AsyncSession, user_id: int, count: int) -> list[Fact]:
+    """Delete the user's ``count`` least-recalled facts, oldest first among equals."""
+    if count <= 0:
+        return []
+    last_use = func.coalesce(LongTermMemory.last_recalled_at, LongTermMemory.updated_at)
+    victims = (
+        select(LongTermMemory.id)
+        .where(LongTermMemory.user_id == user_id)
+        .order_by(LongTermMemory.recall_count, last_use, LongTermMemory.id)
+        .limit(count)
+        .scalar_subquery()
+    )
+    rows = await session.execute(
+        delete(LongTermMemory).where(LongTermMemory.id.in_(victims)).returning(*_COLUMNS)
+    )
+    return sorted((_fact(row) for row in rows), key=lambda fact: fact.id)
+
+
+async def delete_fact(session: AsyncSession, user_id: int, fact_id: int) -> Fact | None:
+    """Delete one fact if (and only if) it belongs to ``user_id``."""
+    row = (
+        await session.execute(
+            delete(LongTermMemory)
+            .where(LongTermMemory.id == fact_id, LongTermMemory.user_id == user_id)
+            .returning(*_COLUMNS)
+        )
+    ).first()
+    return _fact(row) if row is not None else None
+
+
+async def delete_all(session: AsyncSession, user_id: int) -> int:
+    rows = await session.execute(
+        delete(LongTermMemory).where(LongTermMemory.user_id == user_id).returning(LongTermMemory.id)
+    )
+    return len(rows.all())
+
+
+async def search(
+    session: AsyncSession,
+    *,
+    user_id: int,
+    guild_id: int | None,
+    opted_in: bool,
+    words: Sequence[str],
+    now: datetime,
+    limit: int,
+    matched_only: bool = False,
+) -> list[ScoredFact]:
+    """The user's facts visible here, most relevant first.
+
+    Relevance is full-text: the words are OR-ed into one ``websearch_to_tsquery`` (they
+    are plain words, see :func:`query_words`) and ranked with ``ts_rank``; a recency
+    term (halving every :data:`RECENCY_HALF_DAYS` days) orders facts of similar rank.
+    Facts matching no word come after every match, newest first, unless
+    ``matched_only``.
+    """
+    age_days = func.greatest(
+        func.extract("epoch", literal(now, DateTime(timezone=True)) - LongTermMemory.updated_at)
+        / 86400.0,
+        0.0,
+    )
+    recency = RECENCY_WEIGHT / (1.0 + age_days / RECENCY_HALF_DAYS)
+    matched: ColumnElement[bool]
+    rank: ColumnElement[float]
+    if words:
+        tsquery = func.websearch_to_tsquery(_SIMPLE, " or ".join(words))
+        matched = LongTermMemory.content_tsv.bool_op("@@")(tsquery)
+        rank = case(
+            (matched, cast(func.ts_rank(LongTermMemory.content_tsv, tsquery), Float)),
+            else_=0.0,
+        )
+    else:
+        if matched_only:
+            return []
+        matched = literal(False)
+        rank = literal(0.0, Float)
+    score = (rank + recency).label("score")
+    is_match = matched.label("matched")
+    query = (
+        select(*_COLUMNS, is_match, score)
+        .where(LongTermMemory.user_id == user_id, scope_filter(guild_id, opted_in=opted_in))
+        .order_by(is_match.desc(), score.desc(), LongTermMemory.id.desc())
+        .limit(limit)
+    )
+    if matched_only:
+        query = query.where(matched)
+    rows = await session.execute(query)
+    return [ScoredFact(_fact(row), bool(row.matched), float(row.score)) for row in rows]
+
+
+async def bump_recall(session: AsyncSession, fact_ids: Iterable[int], now: datetime) -> None:
+    """Count one recall of each fact (what eviction spares first)."""
+    ids = sorted(set(fact_ids))
+    if not ids:
+        return
+    await session.execute(
+        update(LongTermMemory)
+        .where(LongTermMemory.id.in_(ids))
+        .values(recall_count=LongTermMemory.recall_count + 1, last_recalled_at=now)
+        .execution_options(synchronize_session=False)
+    )
+
+
+async def add_events(session: AsyncSession, events: Sequence[FactEvent], now: datetime) -> None:
+    """Audit rows for long-term memory changes. They carry the user (so ``/forget-me``
+    deletes them) but no guild: a server's ``/stm history`` is not told who keeps
+    personal memories there."""
+    if not events:
+        return
+    await session.execute(
+        insert(StmEvent),
+        [
+            {
+                "event": record.event,
+                "scope_kind": _EVENT_SCOPE,
+                "guild_id": None,
+                "user_id": record.user_id,
+                "channel_id": None,
+                "origin": record.origin,
+                "actor_user_id": record.actor_user_id,
+                "message_id": record.message_id,
+                "chars_before": record.chars_before,
+                "chars_after": record.chars_after,
+                "created_at": now,
+            }
+            for record in events
+        ],
+    )

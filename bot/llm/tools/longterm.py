@@ -1,0 +1,379 @@
+"""The long-term memory tools: ``remember``, ``recall`` and ``forget_memory``.
+
+They are offered instead of the STM tool on a turn where the user explicitly asked the
+bot to remember or forget something (SPEC §6). :func:`long_term_tools` builds them for
+one turn (one user, one place); the turn merges the returned specs into its registry.
+
+Arguments are parsed strictly, like the STM tool's: a malformed call is refused with
+a message the model can act on (``rejected: …``) and nothing is stored. Values are
+not sanitized here; :class:`~bot.memory.longterm.LongTermService` does that before
+anything is written.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from bot.llm.tool_loop import ToolSpec
+from bot.llm.tools.base import ToolOutcome
+from bot.llm.tools.stm import ToolArgumentError
+from bot.memory.longterm import Fact, FactRefused, LongTermService
+from bot.memory.model import Provenance
+from bot.memory.service import MemoryUnavailable
+
+REMEMBER_TOOL_NAME = "remember"
+RECALL_TOOL_NAME = "recall"
+FORGET_TOOL_NAME = "forget_memory"
+LONG_TERM_TOOL_NAMES = (REMEMBER_TOOL_NAME, RECALL_TOOL_NAME, FORGET_TOOL_NAME)
+
+MAX_RAW_ARGUMENT_BYTES = 16 * 1024
+MAX_QUERY_CHARS = 500
+MAX_REMEMBERS_PER_TURN = 5
+MAX_FACT_ID = 2**63 - 1
+REDACTION_MARK = "[REDACTED"
+UNAVAILABLE = "error: long-term memory storage is unavailable right now; nothing was changed"
+
+
+def remember_definition(max_fact_chars: int = 500) -> dict[str, Any]:
+    return {
+        "type": "function",
+        "function": {
+            "name": REMEMBER_TOOL_NAME,
+            "description": (
+                "Save one fact about the user in their long-term memory, because they "
+                "explicitly asked you to remember it. Write it as a short, self-contained "
+                "statement in the user's perspective (e.g. 'My cat is called Miso'). One "
+                "fact per call. If a similar fact is already saved it is updated instead. "
+                f"At most {max_fact_chars} characters. Never store passwords or tokens."
+            ),
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "fact": {
+                        "type": "string",
+                        "description": "The fact to remember, as a complete sentence.",
+                        "maxLength": max_fact_chars,
+                    }
+                },
+                "required": ["fact"],
+                "additionalProperties": False,
+            },
+        },
+    }
+
+
+def recall_definition() -> dict[str, Any]:
+    return {
+        "type": "function",
+        "function": {
+            "name": RECALL_TOOL_NAME,
+            "description": (
+                "Search the user's long-term memory for saved facts (full-text, by words). "
+                "Returns matching facts with their ids, best match first."
+            ),
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "query": {
+                        "type": "string",
+                        "description": "Words to look for, e.g. 'cat name'.",
+                        "maxLength": MAX_QUERY_CHARS,
+                    }
+                },
+                "required": ["query"],
+                "additionalProperties": False,
+            },
+        },
+    }
+
+
+def forget_definition() -> dict[str, Any]:
+    return {
+        "type": "function",
+        "function": {
+            "name": FORGET_TOOL_NAME,
+            "description": (
+                "Delete one fact from the user's long-term memory, because they asked you "
+                "to forget it. Give `fact_id` (from `recall`) or a `query`; with a query "
+                "the single best-matching fact is deleted. Give exactly one of the two."
+            ),
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "fact_id": {
+                        "type": "integer",
+                        "description": "The id of the fact to delete.",
+                        "minimum": 1,
+                    },
+                    "query": {
+                        "type": "string",
+                        "description": "Words of the fact to delete, e.g. 'cat name'.",
+                        "maxLength": MAX_QUERY_CHARS,
+                    },
+                },
+                "additionalProperties": False,
+            },
+        },
+    }
+
+
+# ------------------------------------------------------------------ parsing
+
+
+def _json_type(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return "string"
+
+
+def _quoted(names: list[str]) -> str:
+    shown = [name if len(name) <= 40 else name[:40] + "..." for name in names[:10]]
+    text = ", ".join(json.dumps(name, ensure_ascii=True) for name in shown)
+    return text if len(names) <= 10 else f"{text} and {len(names) - 10} more"
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise ToolArgumentError(f"field {_quoted([key])} appears more than once", key)
+        result[key] = value
+    return result
+
+
+def _load_object(raw: str | None, example: str) -> dict[str, Any]:
+    if raw is None or not raw.strip():
+        raise ToolArgumentError(f"no arguments were given; send a JSON object like {example}")
+    size = len(raw.encode("utf-8", "surrogatepass"))
+    if size > MAX_RAW_ARGUMENT_BYTES:
+        raise ToolArgumentError(
+            f"arguments are too large ({size} bytes, at most {MAX_RAW_ARGUMENT_BYTES}); "
+            f"send one short fact like {example}"
+        )
+    try:
+        value = json.loads(raw, object_pairs_hook=_no_duplicates)
+    except ToolArgumentError:
+        raise
+    except json.JSONDecodeError as exc:
+        if exc.pos >= len(raw.rstrip()) or exc.msg.startswith("Unterminated string"):
+            raise ToolArgumentError(
+                f"arguments are truncated JSON; send one complete JSON object like {example}"
+            ) from None
+        raise ToolArgumentError(
+            f"arguments are not valid JSON ({exc.msg} at line {exc.lineno} column "
+            f"{exc.colno}); send one JSON object like {example}"
+        ) from None
+    except (RecursionError, ValueError):
+        raise ToolArgumentError(
+            f"arguments are not usable JSON; send one flat JSON object like {example}"
+        ) from None
+    if not isinstance(value, dict):
+        raise ToolArgumentError(
+            f"arguments must be a JSON object, got a JSON {_json_type(value)}; "
+            f"send one JSON object like {example}"
+        )
+    return value
+
+
+def _check_fields(payload: dict[str, Any], allowed: tuple[str, ...]) -> None:
+    extra = [key for key in payload if key not in allowed]
+    if extra:
+        plural = "s" if len(extra) > 1 else ""
+        raise ToolArgumentError(
+            f"unexpected field{plural} {_quoted(extra)}; this tool takes only "
+            f"{_quoted(list(allowed))}",
+            extra[0],
+        )
+
+
+def _text(payload: dict[str, Any], field: str, *, limit: int | None = None) -> str:
+    name = _quoted([field])
+    value = payload[field]
+    if not isinstance(value, str):
+        raise ToolArgumentError(f"field {name} must be a string, got {_json_type(value)}", field)
+    if "\x00" in value:
+        raise ToolArgumentError(f"field {name} contains a NUL character; send plain text", field)
+    if any("\ud800" <= char <= "\udfff" for char in value):
+        raise ToolArgumentError(
+            f"field {name} contains a lone surrogate (an unpaired \\ud800-\\udfff escape); "
+            "send plain text",
+            field,
+        )
+    if not value.strip():
+        raise ToolArgumentError(f"field {name} is empty", field)
+    if limit is not None and len(value) > limit:
+        raise ToolArgumentError(
+            f"field {name} is too long ({len(value)} characters, at most {limit})", field
+        )
+    return value
+
+
+def parse_remember_arguments(raw: str | None) -> str:
+    """The fact to remember (as given; the service sanitizes and caps it)."""
+    payload = _load_object(raw, '{"fact": "My cat is called Miso"}')
+    _check_fields(payload, ("fact",))
+    if "fact" not in payload:
+        raise ToolArgumentError(
+            'missing required field "fact" (the fact to remember, a string)', "fact"
+        )
+    return _text(payload, "fact")
+
+
+def parse_recall_arguments(raw: str | None) -> str:
+    """The words to search for."""
+    payload = _load_object(raw, '{"query": "cat name"}')
+    _check_fields(payload, ("query",))
+    if "query" not in payload:
+        raise ToolArgumentError('missing required field "query" (words to look for)', "query")
+    return _text(payload, "query", limit=MAX_QUERY_CHARS)
+
+
+def parse_forget_arguments(raw: str | None) -> tuple[int | None, str | None]:
+    """``(fact_id, None)`` or ``(None, query)``: exactly one of them."""
+    payload = _load_object(raw, '{"fact_id": 12} or {"query": "cat name"}')
+    _check_fields(payload, ("fact_id", "query"))
+    given = [key for key in ("fact_id", "query") if payload.get(key) is not None]
+    if len(given) != 1:
+        what = "both were given" if given else "neither was given"
+        raise ToolArgumentError(
+            f'give exactly one of "fact_id" (an integer id from recall) or "query" '
+            f"(words of the fact); {what}"
+        )
+    if given == ["query"]:
+        return None, _text(payload, "query", limit=MAX_QUERY_CHARS)
+    value = payload["fact_id"]
+    if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        else:
+            raise ToolArgumentError(
+                f'field "fact_id" must be an integer like 12, got {_json_type(value)}',
+                "fact_id",
+            )
+    if not 1 <= value <= MAX_FACT_ID:
+        raise ToolArgumentError('field "fact_id" must be a positive fact id', "fact_id")
+    return value, None
+
+
+# ------------------------------------------------------------------ running
+
+
+def describe_fact(fact: Fact) -> str:
+    """``#12 (saved 2026-11-01, in a server): My cat is called Miso`` for the model."""
+    where = "in DMs" if fact.guild_id is None else "in a server"
+    saved = fact.updated_at.strftime("%Y-%m-%d")
+    return f"#{fact.id} (saved {saved}, {where}): {fact.content}"
+
+
+def long_term_tools(
+    service: LongTermService,
+    *,
+    user_id: int,
+    guild_id: int | None,
+    source_message_id: int | None,
+    model: str | None,
+    opted_in: bool,
+) -> dict[str, ToolSpec]:
+    """The three long-term tools for one turn of ``user_id`` in ``guild_id`` (``None``:
+    a DM), keyed by name, ready to merge into the turn's tool registry.
+
+    ``opted_in`` is the user's cross-context choice: in a DM it lets ``recall`` and
+    ``forget_memory`` (by query) reach facts made in servers.
+    """
+    remembered = 0
+
+    async def remember(raw: str | None) -> ToolOutcome:
+        nonlocal remembered
+        try:
+            fact = parse_remember_arguments(raw)
+        except ToolArgumentError as exc:
+            return ToolOutcome.error(f"rejected: {exc}")
+        if remembered >= MAX_REMEMBERS_PER_TURN:
+            return ToolOutcome.error(
+                f"rejected: at most {MAX_REMEMBERS_PER_TURN} facts can be saved per turn; "
+                "answer the user now"
+            )
+        provenance = Provenance("model_tool", model, user_id, source_message_id)
+        try:
+            result = await service.remember(user_id, guild_id, fact, provenance)
+        except FactRefused as exc:
+            return ToolOutcome.error(f"rejected: {exc}")
+        except MemoryUnavailable:
+            return ToolOutcome.error(UNAVAILABLE)
+        remembered += 1
+        if result.created:
+            text = f"saved as fact #{result.id}"
+        else:
+            text = f"updated fact #{result.id} (it replaced a similar fact saved earlier)"
+        stored = result.fact.content if result.fact is not None else ""
+        if REDACTION_MARK in stored and REDACTION_MARK not in fact:
+            text += " (secrets in it were redacted)"
+        if result.truncated:
+            text += f" (shortened to {service.limits.max_fact_chars} characters)"
+        if result.evicted_ids:
+            dropped = ", ".join(f"#{i}" for i in result.evicted_ids)
+            text += (
+                f"; the memory was full, so the least-used fact {dropped} was dropped "
+                f"(limit {service.limits.max_facts_per_user} facts)"
+            )
+        return ToolOutcome(text, ok=True)
+
+    async def recall(raw: str | None) -> ToolOutcome:
+        try:
+            query = parse_recall_arguments(raw)
+        except ToolArgumentError as exc:
+            return ToolOutcome.error(f"rejected: {exc}")
+        try:
+            facts = await service.search(user_id, guild_id, query, opted_in=opted_in)
+        except MemoryUnavailable:
+            return ToolOutcome.error(UNAVAILABLE)
+        if not facts:
+            return ToolOutcome("no saved facts match that query", ok=True)
+        return ToolOutcome("\n".join(describe_fact(fact) for fact in facts), ok=True)
+
+    async def forget(raw: str | None) -> ToolOutcome:
+        try:
+            fact_id, query = parse_forget_arguments(raw)
+        except ToolArgumentError as exc:
+            return ToolOutcome.error(f"rejected: {exc}")
+        try:
+            result = await service.forget(
+                user_id,
+                fact_id=fact_id,
+                query=query,
+                guild_id=guild_id,
+                opted_in=opted_in,
+                actor_user_id=user_id,
+                source_message_id=source_message_id,
+            )
+        except MemoryUnavailable:
+            return ToolOutcome.error(UNAVAILABLE)
+        if not result.deleted:
+            if fact_id is not None:
+                return ToolOutcome(f"nothing deleted: this user has no fact #{fact_id}", ok=True)
+            return ToolOutcome("nothing deleted: no saved fact matches that query", ok=True)
+        return ToolOutcome(
+            "deleted " + "; ".join(describe_fact(fact) for fact in result.deleted), ok=True
+        )
+
+    runners: dict[str, Callable[[str | None], Awaitable[ToolOutcome]]] = {
+        REMEMBER_TOOL_NAME: remember,
+        RECALL_TOOL_NAME: recall,
+        FORGET_TOOL_NAME: forget,
+    }
+    definitions = {
+        REMEMBER_TOOL_NAME: remember_definition(service.limits.max_fact_chars),
+        RECALL_TOOL_NAME: recall_definition(),
+        FORGET_TOOL_NAME: forget_definition(),
+    }
+    return {name: ToolSpec(definitions[name], runners[name]) for name in LONG_TERM_TOOL_NAMES}

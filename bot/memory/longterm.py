@@ -1,0 +1,472 @@
+"""Long-term memory: per-user facts the user explicitly asked the bot to remember.
+
+The one path through which facts are stored, recalled and deleted (SPEC §6):
+
+* **Storing** (:meth:`LongTermService.remember`): the text is sanitized first
+  (``sanitize_value`` with ``max_fact_chars``: secrets redacted, control characters
+  dropped, cut to 500 characters); empty after that means refused. A near-duplicate of
+  a fact the user made in the same place replaces that fact instead of adding a row
+  (:func:`is_near_duplicate`). At most ``max_facts_per_user`` facts are kept: adding
+  one more evicts the least-recalled, oldest first. Every change writes an audit event
+  (``ltm_remember``, ``ltm_forget``, ``ltm_evict``, ``ltm_clear``) without the text.
+* **Recalling** (:meth:`LongTermService.recall_notes`): the user's facts visible here,
+  ranked by PostgreSQL full-text search over the message plus recency, within
+  ``recall_char_budget`` characters. Facts made in a server are recalled in that server
+  only; in DMs, DM facts always and server facts only if the user opted in to
+  cross-context memory. Every recalled fact has its recall counter bumped.
+
+Database failures surface as :class:`~bot.memory.service.MemoryUnavailable`. This module
+imports nothing from Discord.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import re
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from bot.config import Settings
+from bot.db.repositories import longterm as repo
+from bot.db.repositories.longterm import Fact, FactEvent, ScoredFact
+from bot.memory.clock import Clock, SystemClock
+from bot.memory.model import Provenance
+from bot.memory.sanitize import sanitize_value
+from bot.memory.service import DB_TIMEOUT_SECONDS, MemoryUnavailable
+
+__all__ = [
+    "Fact",
+    "FactPage",
+    "FactRefused",
+    "ForgetResult",
+    "LongTermService",
+    "RememberResult",
+    "is_near_duplicate",
+    "normalized_tokens",
+]
+
+log = logging.getLogger(__name__)
+
+EVENT_REMEMBER = "ltm_remember"
+EVENT_FORGET = "ltm_forget"
+EVENT_EVICT = "ltm_evict"
+EVENT_CLEAR = "ltm_clear"
+
+JACCARD_THRESHOLD = 0.8
+SUBJECT_MAX_VALUE_WORDS = 6
+RECALL_CANDIDATES = 50
+SEARCH_LIMIT = 10
+
+_TOKEN = re.compile(r"\w+", re.UNICODE)
+# Spelling variants that should not make two statements of one fact look different.
+_CANONICAL = {"named": "called", "favourite": "favorite", "colour": "color"}
+# Words that bind a subject to its value: "<subject> is/are/called <value>".
+_BINDERS = frozenset({"is", "are", "am", "was", "were", "called"})
+# Subjects that hold one value at a time: a new value replaces the old one.
+_SINGLE_VALUED = frozenset(
+    {
+        "name",
+        "names",
+        "nickname",
+        "username",
+        "handle",
+        "pronouns",
+        "birthday",
+        "age",
+        "favorite",
+        "timezone",
+        "email",
+        "phone",
+        "job",
+        "address",
+    }
+)
+
+
+class FactRefused(ValueError):
+    """Nothing was stored; ``str()`` says why (safe to show the model or the user)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RememberResult:
+    """What :meth:`LongTermService.remember` did: the fact's id, whether it was created
+    or replaced a near-duplicate, what was evicted to make room, and whether the text
+    had to be shortened."""
+
+    id: int
+    status: Literal["created", "updated"]
+    evicted_ids: tuple[int, ...] = ()
+    truncated: bool = False
+    fact: Fact | None = None
+
+    @property
+    def created(self) -> bool:
+        return self.status == "created"
+
+    @property
+    def evicted_id(self) -> int | None:
+        return self.evicted_ids[0] if self.evicted_ids else None
+
+
+@dataclass(frozen=True, slots=True)
+class ForgetResult:
+    """The facts :meth:`LongTermService.forget` deleted (empty: nothing matched)."""
+
+    deleted: tuple[Fact, ...] = ()
+
+    @property
+    def ids(self) -> list[int]:
+        return [fact.id for fact in self.deleted]
+
+
+@dataclass(frozen=True, slots=True)
+class FactPage:
+    """One page of a user's facts, newest first. ``page`` is 1-based and clamped."""
+
+    facts: tuple[Fact, ...]
+    page: int
+    pages: int
+    total: int
+    page_size: int
+
+
+# ------------------------------------------------------------------ near-duplicates
+
+
+def normalized_tokens(text: str) -> list[str]:
+    """``text`` case-folded, without punctuation or extra whitespace, as words (a few
+    spelling variants made canonical: ``named`` → ``called``, ``colour`` → ``color``)."""
+    return [_CANONICAL.get(word, word) for word in _TOKEN.findall(text.casefold())]
+
+
+def _jaccard(a: Sequence[str], b: Sequence[str]) -> float:
+    left, right = set(a), set(b)
+    return len(left & right) / len(left | right)
+
+
+def _same_subject_new_value(a: Sequence[str], b: Sequence[str]) -> bool:
+    prefix = 0
+    for left, right in zip(a, b, strict=False):
+        if left != right:
+            break
+        prefix += 1
+    rest_a, rest_b = a[prefix:], b[prefix:]
+    if prefix < 2 or not rest_a or not rest_b:
+        return False
+    if max(len(rest_a), len(rest_b)) > SUBJECT_MAX_VALUE_WORDS:
+        return False
+    shared = a[:prefix]
+    binder = next((i for i, word in enumerate(shared) if i > 0 and word in _BINDERS), None)
+    if binder is None:
+        return False
+    subject = shared[:binder]
+    return "called" in shared[binder:] or any(word in _SINGLE_VALUED for word in subject)
+
+
+def is_near_duplicate(new: str, old: str) -> bool:
+    """Whether remembering ``new`` should replace ``old`` rather than add a fact.
+
+    Two rules, on :func:`normalized_tokens`:
+
+    1. **Same words:** the word sets overlap by a Jaccard index of at least 0.8
+       ("My cat is called Miso." / "my cat is called miso!").
+    2. **Same subject, new value:** both say "<subject> <is/are/called…> <value>" with
+       the same words up to a short value (at most six words each), where the value
+       is a name ("my cat is called Miso" / "my cat is named Tofu") or the subject is
+       single-valued ("my favourite colour is blue" / "my favorite color is green").
+       "my cat is black" and "my cat is fat" are two facts.
+    """
+    a, b = normalized_tokens(new), normalized_tokens(old)
+    if not a or not b:  # no words at all (emoji only): only the same text is a duplicate
+        return " ".join(new.casefold().split()) == " ".join(old.casefold().split())
+    if _jaccard(a, b) >= JACCARD_THRESHOLD:
+        return True
+    return _same_subject_new_value(a, b)
+
+
+# ------------------------------------------------------------------ the service
+
+
+class LongTermService:
+    """Stores, recalls, lists and deletes one user's long-term facts."""
+
+    def __init__(
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        settings: Settings,
+        clock: Clock | None = None,
+    ) -> None:
+        self._sessions = sessions
+        self.settings = settings
+        self.limits = settings.longterm
+        self.clock: Clock = clock or SystemClock()
+
+    @contextlib.asynccontextmanager
+    async def _storage(self, what: str) -> AsyncIterator[AsyncSession]:
+        """A session whose database failures surface as :class:`MemoryUnavailable`."""
+        try:
+            async with asyncio.timeout(DB_TIMEOUT_SECONDS), self._sessions() as session:
+                yield session
+        except (SQLAlchemyError, OSError, TimeoutError) as exc:
+            log.warning("long-term memory: %s failed: %s", what, exc.__class__.__name__)
+            raise MemoryUnavailable("memory storage is unavailable right now") from exc
+
+    # ------------------------------------------------------------------ writing
+
+    def clean(self, text: str) -> tuple[str, bool]:
+        """``text`` as it would be stored, and whether it was shortened to fit."""
+        limit = self.limits.max_fact_chars
+        clean = sanitize_value(text, limit=limit).strip()
+        # One more character allowed shows whether the limit cut anything.
+        longer = sanitize_value(text, limit=limit + 1).strip()
+        return clean, len(longer) > limit
+
+    async def remember(
+        self, user_id: int, guild_id: int | None, text: str, provenance: Provenance
+    ) -> RememberResult:
+        """Store ``text`` as a fact of ``user_id`` made in ``guild_id`` (``None``: a DM).
+
+        Raises :class:`FactRefused` when nothing is left after sanitizing, and
+        :class:`MemoryUnavailable` when the database fails (nothing is stored then).
+        """
+        content, truncated = self.clean(text)
+        if not content:
+            raise FactRefused("the fact is empty after removing unsafe content")
+        now = self.clock.now()
+        async with self._storage("remembering a fact") as session, session.begin():
+            await repo.lock_user(session, user_id)
+            existing = await repo.facts_in_scope(session, user_id, guild_id)
+            twin = next(
+                (f for f in reversed(existing) if is_near_duplicate(content, f.content)), None
+            )
+            events: list[FactEvent] = []
+            evicted: list[Fact] = []
+            if twin is not None:
+                fact = await repo.update_fact(
+                    session, twin.id, content=content, provenance=provenance, now=now
+                )
+                status: Literal["created", "updated"] = "updated"
+                chars_before: int | None = len(twin.content)
+            else:
+                total = await repo.count_facts(session, user_id)
+                overflow = total - self.limits.max_facts_per_user + 1
+                evicted = await repo.evict_least_recalled(session, user_id, overflow)
+                events += [
+                    FactEvent(EVENT_EVICT, user_id, chars_before=len(gone.content), chars_after=0)
+                    for gone in evicted
+                ]
+                fact = await repo.insert_fact(
+                    session,
+                    user_id=user_id,
+                    guild_id=guild_id,
+                    content=content,
+                    provenance=provenance,
+                    now=now,
+                )
+                status, chars_before = "created", None
+            events.append(
+                FactEvent(
+                    EVENT_REMEMBER,
+                    user_id,
+                    origin=provenance.origin,
+                    actor_user_id=provenance.actor_user_id,
+                    message_id=provenance.source_message_id,
+                    chars_before=chars_before,
+                    chars_after=len(content),
+                )
+            )
+            await repo.add_events(session, events, now)
+        if evicted:
+            log.info(
+                "long-term memory of user %s is full: evicted %s",
+                user_id,
+                ", ".join(f"#{gone.id}" for gone in evicted),
+            )
+        return RememberResult(fact.id, status, tuple(gone.id for gone in evicted), truncated, fact)
+
+    async def forget(
+        self,
+        user_id: int,
+        *,
+        fact_id: int | None = None,
+        query: str | None = None,
+        guild_id: int | None = None,
+        opted_in: bool = False,
+        actor_user_id: int | None = None,
+        source_message_id: int | None = None,
+        origin: str = "model_tool",
+    ) -> ForgetResult:
+        """Delete one of the user's facts: by id (any of theirs), or the best full-text
+        match for ``query`` among the facts visible in ``guild_id``. Deletes nothing
+        when the id is not theirs or nothing matches."""
+        if (fact_id is None) == (query is None):
+            raise ValueError("give exactly one of fact_id and query")
+        now = self.clock.now()
+        async with self._storage("forgetting a fact") as session, session.begin():
+            target = fact_id
+            if target is None:
+                hits = await repo.search(
+                    session,
+                    user_id=user_id,
+                    guild_id=guild_id,
+                    opted_in=opted_in,
+                    words=repo.query_words(query or ""),
+                    now=now,
+                    limit=1,
+                    matched_only=True,
+                )
+                if not hits:
+                    return ForgetResult()
+                target = hits[0].fact.id
+            deleted = await repo.delete_fact(session, user_id, target)
+            if deleted is None:
+                return ForgetResult()
+            await repo.add_events(
+                session,
+                [
+                    FactEvent(
+                        EVENT_FORGET,
+                        user_id,
+                        origin=origin,
+                        actor_user_id=actor_user_id if actor_user_id is not None else user_id,
+                        message_id=source_message_id,
+                        chars_before=len(deleted.content),
+                        chars_after=0,
+                    )
+                ],
+                now,
+            )
+        return ForgetResult((deleted,))
+
+    async def delete(self, user_id: int, fact_id: int) -> bool:
+        """``/memories forget``: delete the fact if it is ``user_id``'s own."""
+        result = await self.forget(user_id, fact_id=fact_id, origin="user_command")
+        return bool(result.deleted)
+
+    async def clear(self, user_id: int) -> int:
+        """``/memories clear``: delete every fact of the user; returns how many."""
+        now = self.clock.now()
+        async with self._storage("clearing long-term memory") as session, session.begin():
+            await repo.lock_user(session, user_id)
+            deleted = await repo.delete_all(session, user_id)
+            if deleted:
+                await repo.add_events(
+                    session,
+                    [FactEvent(EVENT_CLEAR, user_id, origin="user_command", actor_user_id=user_id)],
+                    now,
+                )
+        return deleted
+
+    # ------------------------------------------------------------------ reading
+
+    async def recall_notes(
+        self, user_id: int, guild_id: int | None, query_text: str, opted_in: bool
+    ) -> list[str]:
+        """The facts to put in this turn's prompt, most relevant first.
+
+        Facts visible here are ranked by full-text relevance to ``query_text`` (the
+        user's message), then recency; they are taken in that order until the next one
+        would take the total past ``recall_char_budget`` characters. The recalled facts
+        have their recall counter bumped.
+        """
+        budget = self.limits.recall_char_budget
+        if budget <= 0:
+            return []
+        now = self.clock.now()
+        async with self._storage("recalling facts") as session, session.begin():
+            hits = await repo.search(
+                session,
+                user_id=user_id,
+                guild_id=guild_id,
+                opted_in=opted_in,
+                words=repo.query_words(query_text),
+                now=now,
+                limit=RECALL_CANDIDATES,
+            )
+            chosen = _within_budget(hits, budget)
+            await repo.bump_recall(session, (fact.id for fact in chosen), now)
+        return [fact.content for fact in chosen]
+
+    async def search(
+        self,
+        user_id: int,
+        guild_id: int | None,
+        query: str,
+        *,
+        opted_in: bool,
+        limit: int = SEARCH_LIMIT,
+    ) -> list[Fact]:
+        """The facts visible here that match ``query``'s words, best first (the
+        ``recall`` tool). The returned facts have their recall counter bumped."""
+        now = self.clock.now()
+        async with self._storage("searching facts") as session, session.begin():
+            hits = await repo.search(
+                session,
+                user_id=user_id,
+                guild_id=guild_id,
+                opted_in=opted_in,
+                words=repo.query_words(query),
+                now=now,
+                limit=limit,
+                matched_only=True,
+            )
+            await repo.bump_recall(session, (hit.fact.id for hit in hits), now)
+        return [hit.fact for hit in hits]
+
+    async def list_facts(self, user_id: int, page: int = 1, page_size: int = 5) -> FactPage:
+        """One page of the user's facts from every place, newest first (``/memories
+        list``). A page past the end shows the last page."""
+        page_size = max(1, page_size)
+        async with self._storage("listing facts") as session:
+            total = await repo.count_facts(session, user_id)
+            pages = max(1, math.ceil(total / page_size))
+            page = min(max(1, page), pages)
+            facts = await repo.list_facts(
+                session, user_id, offset=(page - 1) * page_size, limit=page_size
+            )
+        return FactPage(tuple(facts), page, pages, total, page_size)
+
+    async def get(self, user_id: int, fact_id: int) -> Fact | None:
+        async with self._storage("reading a fact") as session:
+            return await repo.get_fact(session, user_id, fact_id)
+
+    async def count(self, user_id: int) -> int:
+        async with self._storage("counting facts") as session:
+            return await repo.count_facts(session, user_id)
+
+    async def suggest(self, user_id: int, typed: str, limit: int = 25) -> list[Fact]:
+        """Facts for an autocomplete: those whose id starts with ``typed`` (digits, an
+        optional ``#``) or whose text contains it, newest first."""
+        needle = typed.strip().casefold()
+        async with self._storage("suggesting facts") as session:
+            facts = await repo.list_facts(
+                session, user_id, offset=0, limit=self.limits.max_facts_per_user
+            )
+        if needle:
+            digits = needle.removeprefix("#")
+            facts = [
+                fact
+                for fact in facts
+                if (digits.isdigit() and str(fact.id).startswith(digits))
+                or needle in fact.content.casefold()
+            ]
+        return facts[:limit]
+
+
+def _within_budget(hits: Sequence[ScoredFact], budget: int) -> list[Fact]:
+    chosen: list[Fact] = []
+    used = 0
+    for hit in hits:
+        size = len(hit.fact.content)
+        if used + size > budget:
+            break
+        chosen.append(hit.fact)
+        used += size
+    return chosen

@@ -1,0 +1,111 @@
+"""Long-term memory through the bot: "remember that…", recall days later, guild scoping,
+``/memories forget``, redaction."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import discord
+from sqlalchemy import select
+from sqlalchemy.engine import URL
+
+from bot.db.engine import Database
+from bot.db.models import LongTermMemory
+from bot.llm.tools.stm import STM_TOOL_NAME
+from tests.helpers.bot import KiokuHarness, start_kioku, stop_kioku
+from tests.helpers.fake_llm import ScriptedLLM
+
+TOKEN = "MTA4NzY1NDMyMTA5ODc2NTQzMg.GhJkLm.abcdefghijklmnopqrstuvwxyz0123456789AB"
+
+
+def prompt_text(llm: ScriptedLLM, i: int = -1) -> str:
+    return "\n".join(str(m.get("content") or "") for m in llm.messages(i))
+
+
+async def facts(db: Database) -> list[LongTermMemory]:
+    async with db.sessions() as session:
+        return list(await session.scalars(select(LongTermMemory).order_by(LongTermMemory.id)))
+
+
+async def join_second_guild(kioku: KiokuHarness, member: discord.Member) -> discord.Member:
+    guild = kioku.env.guilds[1]
+    payload = {
+        "guild_id": str(guild.id),
+        "user": {
+            "id": str(member.id),
+            "username": member.name,
+            "discriminator": "0",
+            "global_name": None,
+            "avatar": None,
+            "bot": False,
+        },
+        "roles": [],
+        "joined_at": "2026-01-01T00:00:00+00:00",
+        "deaf": False,
+        "mute": False,
+        "flags": 0,
+        "pending": False,
+        "nick": None,
+    }
+    await kioku.env.run_parser(kioku.env.state.parse_guild_member_add, payload)
+    joined = guild.get_member(member.id)
+    assert joined is not None
+    return joined
+
+
+async def test_remember_recall_scope_and_forget_through_the_bot(
+    db: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path
+) -> None:
+    kioku = await start_kioku(db, llm, pg_url, tmp_path, guilds=2)
+    try:
+        env = kioku.env
+        alice = env.members[0]
+        home, elsewhere = env.channels[0], env.channels[1]
+        assert home.guild != elsewhere.guild
+        alice_elsewhere = await join_second_guild(kioku, alice)
+
+        llm.reply_tool_calls([("remember", {"fact": "The user's cat is called Miso."})])
+        llm.reply_text("I'll remember Miso.")
+        trigger = await env.send(
+            "remember that my cat is called Miso", channel=home, author=alice, mention_bot=True
+        )
+        offered = set(llm.tool_names(0))
+        assert {"remember", "recall", "forget_memory"} <= offered
+        assert STM_TOOL_NAME not in offered
+        (fact,) = await facts(db)
+        assert fact.content == "The user's cat is called Miso."
+        assert (fact.user_id, fact.guild_id) == (alice.id, home.guild.id)
+        assert (fact.origin, fact.origin_detail) == ("model_tool", "test-model")
+        assert fact.source_message_id == trigger.id
+
+        kioku.clock.advance(days=3)
+        llm.reply_text("Your cat is Miso.")
+        await env.send("what is my cat called?", channel=home, author=alice, mention_bot=True)
+        assert "The user's cat is called Miso." in prompt_text(llm)
+
+        llm.reply_text("I don't know.")
+        await env.send(
+            "what is my cat called?", channel=elsewhere, author=alice_elsewhere, mention_bot=True
+        )
+        assert "Miso" not in prompt_text(llm)
+
+        result = await kioku.interactions.slash(
+            "memories forget", {"id": fact.id}, user=alice, channel=home
+        )
+        assert result.ephemeral and not result.command_failed
+        assert await facts(db) == []
+        llm.reply_text("No idea.")
+        await env.send("what is my cat called?", channel=home, author=alice, mention_bot=True)
+        # The recalled fact is gone (the channel's own chat history still mentions Miso).
+        assert "The user's cat is called Miso." not in prompt_text(llm)
+    finally:
+        await stop_kioku(kioku)
+
+
+async def test_a_secret_in_a_fact_is_stored_redacted(kioku: KiokuHarness, db: Database) -> None:
+    kioku.llm.reply_tool_calls([("remember", {"fact": f"The user's bot token is {TOKEN}"})])
+    kioku.llm.reply_text("Stored.")
+    await kioku.env.send(f"remember that my token is {TOKEN}", mention_bot=True)
+    (fact,) = await facts(db)
+    assert TOKEN not in fact.content
+    assert "[REDACTED:discord_token]" in fact.content

@@ -1,0 +1,262 @@
+"""``/memories list / forget / clear`` on the real bot: a user's own long-term facts."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import discord
+import pytest
+from sqlalchemy import select
+
+from bot.cogs.privacy import (
+    CLEAR_CANCELLED,
+    MEMORIES_NOT_YOURS,
+    NO_MEMORIES,
+    NOTHING_TO_CLEAR,
+)
+from bot.db.models import LongTermMemory, StmEvent
+from bot.memory.longterm import LongTermService
+from bot.memory.model import Provenance
+from tests.helpers.bot import KiokuHarness
+from tests.helpers.discord_harness import InteractionResult
+
+
+@pytest.fixture
+def longterm(kioku: KiokuHarness) -> LongTermService:
+    """The bot's service (set here until ``setup_hook`` creates it)."""
+    service: LongTermService | None = getattr(kioku.bot, "longterm", None)
+    if service is None:
+        service = LongTermService(kioku.database.sessions, kioku.bot.settings, kioku.clock)
+        kioku.bot.longterm = service  # type: ignore[attr-defined]
+    return service
+
+
+async def remember(
+    kioku: KiokuHarness,
+    service: LongTermService,
+    text: str,
+    *,
+    user: discord.abc.User | None = None,
+    dm: bool = False,
+) -> int:
+    who = user or kioku.env.member
+    result = await service.remember(
+        who.id,
+        None if dm else kioku.env.guild.id,
+        text,
+        Provenance("model_tool", "test-model", who.id, 1),
+    )
+    return result.id
+
+
+async def fact_ids(kioku: KiokuHarness) -> list[int]:
+    async with kioku.database.sessions() as session:
+        return list(await session.scalars(select(LongTermMemory.id).order_by(LongTermMemory.id)))
+
+
+def walk(components: list[Mapping[str, Any]]) -> Iterator[Mapping[str, Any]]:
+    for component in components:
+        yield component
+        yield from walk(component.get("components") or [])
+
+
+def buttons(result: InteractionResult) -> dict[str, bool]:
+    """Label → disabled, for the buttons now on the command's message."""
+    return {
+        b["label"]: bool(b.get("disabled")) for b in walk(result.components) if b.get("type") == 2
+    }
+
+
+def description(result: InteractionResult) -> str:
+    [embed] = result.embeds
+    return embed.description or ""
+
+
+def footer(result: InteractionResult) -> str:
+    [embed] = result.embeds
+    return embed.footer.text or ""
+
+
+# ------------------------------------------------------------------ /memories list
+
+
+async def test_list_without_memories_says_how_to_make_one(
+    kioku: KiokuHarness, longterm: LongTermService
+) -> None:
+    result = await kioku.interactions.slash("memories list")
+    assert result.ephemeral and result.content == NO_MEMORIES
+
+
+async def test_list_shows_id_text_place_time_and_origin(
+    kioku: KiokuHarness, longterm: LongTermService
+) -> None:
+    cat = await remember(kioku, longterm, "My cat is called Miso")
+    dm = await remember(kioku, longterm, "I *love* tea", dm=True)
+    other = await kioku.env.create_member("other")
+    await remember(kioku, longterm, "Other's secret hobby", user=other)
+
+    result = await kioku.interactions.slash("memories list")
+
+    assert result.ephemeral
+    text = description(result)
+    assert f"**#{cat}** My cat is called Miso" in text
+    assert f"in {kioku.env.guild.name}" in text
+    assert f"**#{dm}** I \\*love\\* tea\n-# in our DMs" in text
+    assert "you asked in chat" in text
+    timestamp = int(kioku.clock.now().timestamp())
+    assert f"<t:{timestamp}:R>" in text
+    assert "Other's secret hobby" not in text
+    assert footer(result).startswith("Page 1/1 · 2 memories")
+    assert buttons(result) == {}  # one page: no pager
+
+
+async def test_list_pages_with_previous_and_next(
+    kioku: KiokuHarness, longterm: LongTermService
+) -> None:
+    user = kioku.env.member
+    ids = []
+    for i in range(12):
+        ids.append(await remember(kioku, longterm, f"fact number {i} about topic {i}"))
+        kioku.clock.advance(minutes=1)
+    newest_first = ids[::-1]
+
+    result = await kioku.interactions.slash("memories list", user=user)
+    assert footer(result).startswith("Page 1/3 · 12 memories")
+    assert buttons(result) == {"Previous": True, "Next": False}
+    assert all(f"**#{i}**" in description(result) for i in newest_first[:5])
+    assert f"**#{newest_first[5]}**" not in description(result)
+
+    await kioku.interactions.click(result, label="Next", user=user)
+    assert footer(result).startswith("Page 2/3")
+    assert all(f"**#{i}**" in description(result) for i in newest_first[5:10])
+    assert buttons(result) == {"Previous": False, "Next": False}
+
+    await kioku.interactions.click(result, label="Next", user=user)
+    assert footer(result).startswith("Page 3/3")
+    assert all(f"**#{i}**" in description(result) for i in newest_first[10:])
+    assert buttons(result) == {"Previous": False, "Next": True}
+
+    await kioku.interactions.click(result, label="Previous", user=user)
+    assert footer(result).startswith("Page 2/3")
+
+    other = await kioku.env.create_member("other")
+    refused = await kioku.interactions.click(result, label="Next", user=other)
+    assert refused.ephemeral and refused.content == MEMORIES_NOT_YOURS
+    assert footer(result).startswith("Page 2/3")
+
+
+async def test_list_works_in_a_dm(kioku: KiokuHarness, longterm: LongTermService) -> None:
+    await remember(kioku, longterm, "My cat is called Miso")
+    result = await kioku.interactions.slash("memories list", dm=True)
+    assert result.ephemeral
+    assert "My cat is called Miso" in description(result)
+
+
+# ------------------------------------------------------------------ /memories forget
+
+
+async def test_forget_deletes_the_users_own_fact(
+    kioku: KiokuHarness, longterm: LongTermService
+) -> None:
+    cat = await remember(kioku, longterm, "My cat is called Miso")
+    tea = await remember(kioku, longterm, "I like tea")
+
+    result = await kioku.interactions.slash("memories forget", {"id": cat})
+
+    assert result.ephemeral
+    assert result.content == f"Forgot memory #{cat}:\n> My cat is called Miso"
+    assert await fact_ids(kioku) == [tea]
+    assert await longterm.recall_notes(kioku.env.member.id, kioku.env.guild.id, "cat", False) == [
+        "I like tea"
+    ]
+    async with kioku.database.sessions() as session:
+        events = list(await session.scalars(select(StmEvent).where(StmEvent.event == "ltm_forget")))
+    assert [(e.user_id, e.origin) for e in events] == [(kioku.env.member.id, "user_command")]
+
+
+async def test_forget_refuses_someone_elses_fact_without_revealing_it(
+    kioku: KiokuHarness, longterm: LongTermService
+) -> None:
+    other = await kioku.env.create_member("other")
+    theirs = await remember(kioku, longterm, "Other's secret hobby", user=other)
+
+    result = await kioku.interactions.slash("memories forget", {"id": theirs})
+    missing = await kioku.interactions.slash("memories forget", {"id": theirs + 100})
+
+    assert result.ephemeral
+    assert result.content == (
+        f"You have no long-term memory #{theirs}. `/memories list` shows yours."
+    )
+    assert missing.content == result.content.replace(str(theirs), str(theirs + 100))
+    assert await fact_ids(kioku) == [theirs]
+
+
+async def test_forget_autocompletes_over_the_users_own_facts(
+    kioku: KiokuHarness, longterm: LongTermService
+) -> None:
+    cat = await remember(kioku, longterm, "My cat is called Miso")
+    kioku.clock.advance(minutes=1)
+    tea = await remember(kioku, longterm, "I like tea " + "very " * 40 + "much")
+    other = await kioku.env.create_member("other")
+    await remember(kioku, longterm, "Other's cat is called Rex", user=other)
+
+    everything = await kioku.interactions.autocomplete("memories forget", "id", "")
+    assert [c["value"] for c in everything.choices or []] == [tea, cat]
+    names = [c["name"] for c in everything.choices or []]
+    assert names[1] == f"#{cat} · My cat is called Miso"
+    assert len(names[0]) == 100 and names[0].endswith("…")
+
+    cats = await kioku.interactions.autocomplete("memories forget", "id", "cat")
+    assert [c["value"] for c in cats.choices or []] == [cat]
+    by_id = await kioku.interactions.autocomplete("memories forget", "id", str(tea))
+    assert [c["value"] for c in by_id.choices or []] == [tea]
+
+
+# ------------------------------------------------------------------ /memories clear
+
+
+async def test_clear_with_nothing_stored_says_so(
+    kioku: KiokuHarness, longterm: LongTermService
+) -> None:
+    result = await kioku.interactions.slash("memories clear")
+    assert result.ephemeral and result.content == NOTHING_TO_CLEAR
+    assert result.custom_ids == []
+
+
+async def test_clear_confirm_deletes_every_fact_of_the_user(
+    kioku: KiokuHarness, longterm: LongTermService
+) -> None:
+    user = kioku.env.member
+    await remember(kioku, longterm, "My cat is called Miso")
+    await remember(kioku, longterm, "I like tea", dm=True)
+    other = await kioku.env.create_member("other")
+    theirs = await remember(kioku, longterm, "Other's fact", user=other)
+
+    asked = await kioku.interactions.slash("memories clear", user=user)
+    assert asked.ephemeral
+    assert asked.content is not None and asked.content.startswith("**Clear long-term memory**")
+    assert "all 2 long-term memories" in asked.content
+    assert list(buttons(asked)) == ["Delete all my long-term memories", "Cancel"]
+
+    refused = await kioku.interactions.click(
+        asked, label="Delete all my long-term memories", user=other
+    )
+    assert refused.content == MEMORIES_NOT_YOURS
+    assert len(await fact_ids(kioku)) == 3
+
+    done = await kioku.interactions.click(
+        asked, label="Delete all my long-term memories", user=user
+    )
+    assert done.content == "**Done.** I deleted 2 long-term memories."
+    assert asked.components == []
+    assert await fact_ids(kioku) == [theirs]
+
+
+async def test_clear_cancel_deletes_nothing(kioku: KiokuHarness, longterm: LongTermService) -> None:
+    await remember(kioku, longterm, "My cat is called Miso")
+    asked = await kioku.interactions.slash("memories clear")
+    cancelled = await kioku.interactions.click(asked, label="Cancel")
+    assert cancelled.content == CLEAR_CANCELLED
+    assert asked.components == []
+    assert len(await fact_ids(kioku)) == 1

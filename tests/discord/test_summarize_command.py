@@ -1,0 +1,182 @@
+"""``/stm summarize`` on the real bot: its answers, its permission, what it stores."""
+
+from __future__ import annotations
+
+import asyncio
+
+import discord
+import pytest
+from sqlalchemy import select
+
+from bot.cogs.stm import NOTHING_NEW, SUMMARY_BUSY, SUMMARY_DISABLED
+from bot.db.models import ShortTermMemory
+from bot.llm.tool_loop import UNAVAILABLE_MESSAGE
+from bot.memory.model import ScopeKey, message_hash
+from bot.memory.summarizer import Summarizer
+from tests.helpers.bot import KiokuHarness
+
+SUMMARY = "Alice and Bob planned the launch: Friday, venue booked."
+
+
+@pytest.fixture
+async def moderator(kioku: KiokuHarness) -> discord.Member:
+    return await kioku.env.create_member("mod", kind="moderator")
+
+
+@pytest.fixture(autouse=True)
+def summarizer(kioku: KiokuHarness) -> Summarizer:
+    """``bot.summarizer``, as the app's setup hook makes it (made here if it does not)."""
+    bot = kioku.bot
+    existing = getattr(bot, "summarizer", None)
+    if isinstance(existing, Summarizer):
+        return existing
+    made = Summarizer(bot.memory, bot.llm, bot.settings)
+    bot.summarizer = made  # type: ignore[attr-defined]
+    return made
+
+
+async def chat(kioku: KiokuHarness, count: int, prefix: str = "message") -> list[discord.Message]:
+    """``count`` messages in the channel that do not address the bot (no turn runs)."""
+    return [await kioku.env.send(f"{prefix} {i}") for i in range(1, count + 1)]
+
+
+async def stored(kioku: KiokuHarness, channel_id: int) -> list[ShortTermMemory]:
+    async with kioku.database.sessions() as session:
+        query = (
+            select(ShortTermMemory)
+            .where(ShortTermMemory.channel_id == channel_id)
+            .order_by(ShortTermMemory.scope_kind)
+        )
+        return list(await session.scalars(query))
+
+
+async def test_summarize_folds_thirty_messages_in_and_moves_the_marker(
+    kioku: KiokuHarness, moderator: discord.Member
+) -> None:
+    sent = await chat(kioku, 30)
+    kioku.llm.reply_text("Launch planning, first twenty messages.").reply_text(SUMMARY)
+
+    result = await kioku.interactions.slash("stm summarize", user=moderator)
+
+    assert result.deferred and result.ephemeral
+    assert result.texts() == [f"Summary updated from 30 new messages ({len(SUMMARY)} chars)."]
+    assert len(kioku.llm.requests) == 2
+    first = kioku.llm.messages(0)[1]["content"]
+    assert "Please integrate the following new information into the existing summary" in first
+    assert f"{kioku.env.member.display_name}: message 1\n" in first
+    rows = await stored(kioku, kioku.env.channel.id)
+    assert [(r.scope_kind, r.user_id) for r in rows] == [("server", None), ("user", moderator.id)]
+    for row in rows:
+        assert row.summary == SUMMARY
+        assert row.origin == "summarizer"
+        assert row.covered_through_message_id == sent[-1].id
+        assert row.covered_through_hash == message_hash(kioku.env.member.id, "message 30")
+
+    shown = await kioku.interactions.slash("stm show")
+    assert SUMMARY in (shown.content or "")
+    assert "by the summarizer" in (shown.content or "")
+
+    again = await kioku.interactions.slash("stm summarize", user=moderator)
+    assert again.texts() == [NOTHING_NEW]
+    assert len(kioku.llm.requests) == 2
+
+
+async def test_nothing_new_makes_no_model_call(
+    kioku: KiokuHarness, moderator: discord.Member
+) -> None:
+    result = await kioku.interactions.slash("stm summarize", user=moderator)
+
+    assert result.ephemeral
+    assert result.texts() == ["Nothing new since the last summary — no model call made."]
+    assert kioku.llm.requests == []
+
+
+async def test_a_failed_model_call_is_reported_and_changes_nothing(
+    kioku: KiokuHarness, moderator: discord.Member
+) -> None:
+    await chat(kioku, 3)
+    kioku.llm.reply_error(503)
+
+    result = await kioku.interactions.slash("stm summarize", user=moderator)
+
+    assert result.texts() == [
+        f"The summarizer failed: {UNAVAILABLE_MESSAGE.rstrip('.')}. The memory was left unchanged."
+    ]
+    assert await stored(kioku, kioku.env.channel.id) == []
+    entry = await kioku.bot.memory.entry(ScopeKey.server(kioku.env.guild.id, kioku.env.channel.id))
+    assert entry.marker is None and not entry.has_content
+
+
+async def test_an_empty_answer_is_reported(kioku: KiokuHarness, moderator: discord.Member) -> None:
+    await chat(kioku, 2)
+    kioku.llm.reply_text("  ")
+
+    result = await kioku.interactions.slash("stm summarize", user=moderator)
+
+    assert result.texts() == [
+        "The summarizer failed: the model's answer was empty. The memory was left unchanged."
+    ]
+    assert await stored(kioku, kioku.env.channel.id) == []
+
+
+async def test_a_second_summarize_while_one_runs_is_busy(
+    kioku: KiokuHarness, moderator: discord.Member
+) -> None:
+    await chat(kioku, 4)
+    gate = kioku.llm.hold()
+    kioku.llm.reply_text(SUMMARY)
+    first = asyncio.create_task(kioku.interactions.slash("stm summarize", user=moderator))
+    await kioku.llm.wait_for_requests(1)
+
+    second = await kioku.interactions.slash("stm summarize", user=moderator)
+    gate.set()
+    done = await first
+
+    assert second.texts() == [SUMMARY_BUSY]
+    assert done.texts() == [f"Summary updated from 4 new messages ({len(SUMMARY)} chars)."]
+    assert len(kioku.llm.requests) == 1
+
+
+async def test_a_member_without_manage_messages_is_refused(kioku: KiokuHarness) -> None:
+    await chat(kioku, 3)
+
+    result = await kioku.interactions.slash("stm summarize", gate=False)
+
+    assert result.ephemeral
+    assert result.texts() == [
+        "You need the **Manage Messages** permission to use this command "
+        "(or ask someone who has it)."
+    ]
+    assert kioku.llm.requests == []
+    assert await stored(kioku, kioku.env.channel.id) == []
+
+
+async def test_memory_turned_off_is_not_summarized(
+    kioku: KiokuHarness, moderator: discord.Member
+) -> None:
+    await kioku.bot.memory.update_guild_settings(
+        kioku.env.guild.id, moderator.id, short_term_memory_enabled=False
+    )
+    await chat(kioku, 3)
+
+    result = await kioku.interactions.slash("stm summarize", user=moderator)
+
+    assert result.texts() == [SUMMARY_DISABLED]
+    assert kioku.llm.requests == []
+
+
+async def test_anyone_may_summarize_their_own_dm(kioku: KiokuHarness) -> None:
+    member = kioku.env.member
+    dm = kioku.env.dm_channel(member)
+    kioku.llm.reply_text("Hello!")  # the bot answers every DM
+    await kioku.env.send("hi there", channel=dm)
+    kioku.llm.reply_text("Greetings were exchanged.")
+
+    result = await kioku.interactions.slash("stm summarize", dm=True)
+
+    assert result.texts() == ["Summary updated from 2 new messages (25 chars)."]
+    rows = await stored(kioku, dm.id)
+    assert [(r.scope_kind, r.user_id, r.summary) for r in rows] == [
+        ("user", member.id, "Greetings were exchanged.")
+    ]
+    assert "Hello!" in kioku.llm.messages(1)[1]["content"]

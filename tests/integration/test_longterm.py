@@ -1,0 +1,485 @@
+"""Long-term memory on real PostgreSQL: provenance, limits, near-duplicates, scoping,
+recall within the budget, full-text relevance, redaction and the audit trail."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from sqlalchemy import func, insert, select
+from sqlalchemy.engine import URL
+from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
+
+from bot.config import Settings
+from bot.db.engine import Database
+from bot.db.models import LongTermMemory, StmEvent
+from bot.db.repositories.longterm import query_words
+from bot.memory.longterm import FactRefused, LongTermService, is_near_duplicate
+from bot.memory.model import Provenance
+from bot.memory.service import MemoryUnavailable
+from tests.helpers.builders import ALICE, BOB, EPOCH, GUILD, ManualClock, make_service
+from tests.helpers.database import make_test_settings
+from tests.helpers.fake_llm import refused_base_url
+
+OTHER_GUILD = GUILD + 1
+MESSAGE_ID = 444_444_444_444_444_444
+DISCORD_TOKEN = "MTA4NzY1NDMyMTA5ODc2NTQzMg.GhJkLm.abcdefghijklmnopqrstuvwxyz0123456789AB"
+CAT = "My cat is called Miso"
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def service(db: Database, settings: Settings, clock: ManualClock) -> LongTermService:
+    return LongTermService(db.sessions, settings, clock)
+
+
+def by_model(message_id: int | None = MESSAGE_ID, user: int = ALICE) -> Provenance:
+    return Provenance("model_tool", "test-model", user, message_id)
+
+
+async def remember(
+    service: LongTermService, text: str, *, guild: int | None = GUILD, user: int = ALICE
+) -> int:
+    result = await service.remember(user, guild, text, by_model(user=user))
+    return result.id
+
+
+async def rows(db: Database) -> list[LongTermMemory]:
+    async with db.sessions() as session:
+        return list(await session.scalars(select(LongTermMemory).order_by(LongTermMemory.id)))
+
+
+async def events(db: Database) -> list[StmEvent]:
+    async with db.sessions() as session:
+        return list(await session.scalars(select(StmEvent).order_by(StmEvent.id)))
+
+
+async def bulk_insert(db: Database, user: int, contents: list[str], **values: object) -> None:
+    async with db.sessions() as session, session.begin():
+        await session.execute(
+            insert(LongTermMemory),
+            [
+                {"user_id": user, "guild_id": GUILD, "content": c, "origin": "import", **values}
+                for c in contents
+            ],
+        )
+
+
+def limited(pg_url: URL, tmp_path: Path, **longterm: int) -> Settings:
+    return make_test_settings(pg_url, tmp_path, longterm=longterm)
+
+
+# ------------------------------------------------------------------ storing
+
+
+async def test_remember_stores_the_fact_with_its_provenance_and_an_audit_event(
+    service: LongTermService, db: Database
+) -> None:
+    result = await service.remember(ALICE, GUILD, "Remember: " + CAT, by_model())
+    assert result.created and result.status == "created" and result.evicted_id is None
+
+    [row] = await rows(db)
+    assert row.id == result.id
+    assert (row.user_id, row.guild_id, row.content) == (ALICE, GUILD, "Remember: " + CAT)
+    assert (row.origin, row.origin_detail, row.source_message_id) == (
+        "model_tool",
+        "test-model",
+        MESSAGE_ID,
+    )
+    assert row.created_at == row.updated_at == EPOCH
+    assert (row.recall_count, row.last_recalled_at) == (0, None)
+
+    [event] = await events(db)
+    assert (event.event, event.user_id, event.actor_user_id, event.message_id) == (
+        "ltm_remember",
+        ALICE,
+        ALICE,
+        MESSAGE_ID,
+    )
+    assert (event.origin, event.chars_before, event.chars_after) == (
+        "model_tool",
+        None,
+        len("Remember: " + CAT),
+    )
+    assert event.guild_id is None  # a server's /stm history does not list personal facts
+
+
+async def test_a_fact_is_capped_at_500_characters(service: LongTermService, db: Database) -> None:
+    result = await service.remember(ALICE, GUILD, "Tofu " * 200, by_model())
+    assert result.truncated
+    [row] = await rows(db)
+    assert len(row.content) <= 500 and row.content.startswith("Tofu Tofu")
+    exact = await service.remember(BOB, GUILD, "x" * 500, by_model(user=BOB))
+    assert not exact.truncated
+
+
+async def test_a_discord_token_in_a_fact_is_stored_redacted(
+    service: LongTermService, db: Database
+) -> None:
+    await service.remember(ALICE, GUILD, f"my token is {DISCORD_TOKEN}", by_model())
+    [row] = await rows(db)
+    assert DISCORD_TOKEN not in row.content
+    assert "GhJkLm" not in row.content and "MTA4NzY1" not in row.content
+    assert row.content.startswith("my token is [REDACTED")
+
+
+async def test_a_fact_empty_after_sanitizing_is_refused(
+    service: LongTermService, db: Database
+) -> None:
+    with pytest.raises(FactRefused, match="empty"):
+        await service.remember(ALICE, GUILD, "\x00\x01  \u200b ", by_model())
+    assert await rows(db) == []
+    assert await events(db) == []
+
+
+async def test_the_200th_fact_fits_and_the_201st_evicts_the_least_recalled_oldest(
+    service: LongTermService, db: Database
+) -> None:
+    # 199 facts recalled once, then two never recalled: the older of those goes first.
+    await bulk_insert(db, ALICE, [f"old thing {i}" for i in range(199)], recall_count=1)
+    await bulk_insert(db, ALICE, ["the never recalled older fact"], created_at=EPOCH)
+    assert len(await rows(db)) == 200
+    older = (await rows(db))[-1].id
+
+    result = await service.remember(ALICE, GUILD, "a brand new fact about kayaks", by_model())
+
+    assert result.created and result.evicted_ids == (older,) and result.evicted_id == older
+    stored = await rows(db)
+    assert len(stored) == 200
+    assert older not in {row.id for row in stored}
+    assert "a brand new fact about kayaks" in {row.content for row in stored}
+    evict, remember_event = (await events(db))[-2:]
+    assert (evict.event, evict.user_id, evict.chars_before) == (
+        "ltm_evict",
+        ALICE,
+        len("the never recalled older fact"),
+    )
+    assert remember_event.event == "ltm_remember"
+    # Another user's memory is never touched.
+    assert (await service.remember(BOB, GUILD, "Bob's first fact", by_model(user=BOB))).created
+
+
+async def test_the_cap_comes_from_the_settings(
+    db: Database, pg_url: URL, tmp_path: Path, clock: ManualClock
+) -> None:
+    service = LongTermService(db.sessions, limited(pg_url, tmp_path, max_facts_per_user=3), clock)
+    ids = []
+    for fact in ("likes tea", "owns a bike", "speaks Dutch"):
+        ids.append(await remember(service, fact))
+        clock.advance(minutes=1)
+    await service.search(ALICE, GUILD, "bike", opted_in=False)  # a recall spares a fact
+    await service.search(ALICE, GUILD, "dutch", opted_in=False)
+    result = await service.remember(ALICE, GUILD, "plays chess", by_model())
+    assert result.evicted_ids == (ids[0],)
+    assert {row.content for row in await rows(db)} == {"owns a bike", "speaks Dutch", "plays chess"}
+
+
+# ------------------------------------------------------------------ near-duplicates
+
+
+NEAR_DUPLICATES = [
+    ("My cat is called Miso.", "my cat is called miso!"),
+    ("My cat is called Miso", "My cat is named Tofu"),
+    ("my favourite colour is blue", "My favorite color is green"),
+    ("My name is Robert", "my name is Bob"),
+    ("I work at Acme Corp as a senior engineer", "I work at Acme Corp as senior engineer"),
+    ("🐱  🐶", "🐱 🐶"),
+]
+DIFFERENT = [
+    ("My cat is black", "My cat is fat"),
+    ("My cat is called Miso", "My dog is called Rex"),
+    ("I like tea", "I like coffee in the morning with milk"),
+    ("My cat is called Miso", "My cat is called Miso and she loves tuna and chasing laser dots"),
+    ("🐱", "🐶"),
+    ("🐱", "cat"),
+]
+
+
+@pytest.mark.parametrize(("old", "new"), NEAR_DUPLICATES)
+def test_near_duplicates_are_recognised(old: str, new: str) -> None:
+    assert is_near_duplicate(new, old)
+
+
+@pytest.mark.parametrize(("old", "new"), DIFFERENT)
+def test_different_facts_are_not_near_duplicates(old: str, new: str) -> None:
+    assert not is_near_duplicate(new, old)
+
+
+async def test_a_near_duplicate_updates_the_fact_instead_of_adding_one(
+    service: LongTermService, db: Database, clock: ManualClock
+) -> None:
+    first = await remember(service, CAT)
+    clock.advance(days=1)
+    result = await service.remember(
+        ALICE, GUILD, "My cat is named Tofu", by_model(message_id=MESSAGE_ID + 1)
+    )
+    assert (result.id, result.status, result.created) == (first, "updated", False)
+    [row] = await rows(db)
+    assert row.content == "My cat is named Tofu"
+    assert row.source_message_id == MESSAGE_ID + 1
+    assert row.created_at == EPOCH and row.updated_at == clock.now()
+    update = (await events(db))[-1]
+    assert (update.event, update.chars_before, update.chars_after) == (
+        "ltm_remember",
+        len(CAT),
+        len("My cat is named Tofu"),
+    )
+    # A different fact about the cat is a new row.
+    assert (await service.remember(ALICE, GUILD, "My cat is black", by_model())).created
+    assert len(await rows(db)) == 2
+
+
+async def test_the_same_fact_in_another_place_is_a_separate_fact(
+    service: LongTermService, db: Database
+) -> None:
+    a = await remember(service, CAT, guild=GUILD)
+    b = await remember(service, CAT, guild=OTHER_GUILD)
+    c = await remember(service, CAT, guild=None)
+    d = await remember(service, CAT, guild=GUILD, user=BOB)
+    assert len({a, b, c, d}) == 4
+    assert len(await rows(db)) == 4
+
+
+# ------------------------------------------------------------------ recall
+
+
+async def test_days_later_the_fact_is_recalled_in_its_guild_and_not_in_another(
+    service: LongTermService, db: Database, clock: ManualClock
+) -> None:
+    await service.remember(ALICE, GUILD, "Remember that " + CAT, by_model())
+    clock.advance(days=12)
+
+    notes = await service.recall_notes(ALICE, GUILD, "what is my cat called?", opted_in=False)
+    assert notes == ["Remember that " + CAT]
+    assert await service.recall_notes(ALICE, OTHER_GUILD, "my cat?", opted_in=True) == []
+    assert await service.recall_notes(BOB, GUILD, "my cat?", opted_in=False) == []
+
+    [row] = await rows(db)
+    assert (row.recall_count, row.last_recalled_at) == (1, clock.now())
+
+
+async def test_facts_unrelated_to_the_message_are_still_recalled_after_the_matches(
+    service: LongTermService, clock: ManualClock
+) -> None:
+    await remember(service, CAT)
+    clock.advance(hours=1)
+    await remember(service, "I live in Lisbon")
+    notes = await service.recall_notes(ALICE, GUILD, "hello there", opted_in=False)
+    assert notes == ["I live in Lisbon", CAT]  # no match: newest first
+    notes = await service.recall_notes(ALICE, GUILD, "any cat news?", opted_in=False)
+    assert notes == [CAT, "I live in Lisbon"]  # the match first
+
+
+async def test_dm_facts_stay_in_dms_and_server_facts_reach_dms_only_when_opted_in(
+    service: LongTermService,
+) -> None:
+    await remember(service, "server fact about llamas", guild=GUILD)
+    await remember(service, "other server fact about llamas", guild=OTHER_GUILD)
+    await remember(service, "dm fact about llamas", guild=None)
+
+    assert await service.recall_notes(ALICE, None, "llamas", opted_in=False) == [
+        "dm fact about llamas"
+    ]
+    assert sorted(await service.recall_notes(ALICE, None, "llamas", opted_in=True)) == [
+        "dm fact about llamas",
+        "other server fact about llamas",
+        "server fact about llamas",
+    ]
+    # A DM fact never appears in a server, opted in or not.
+    assert await service.recall_notes(ALICE, GUILD, "llamas", opted_in=True) == [
+        "server fact about llamas"
+    ]
+
+
+async def test_recall_stops_before_the_character_budget_would_be_exceeded(
+    db: Database, pg_url: URL, tmp_path: Path, clock: ManualClock
+) -> None:
+    service = LongTermService(db.sessions, limited(pg_url, tmp_path), clock)
+    assert service.limits.recall_char_budget == 1200
+    head = "Fact {} about gardens "
+    facts = [head.format(i) + "x" * (300 - len(head.format(i))) for i in range(5)]
+    for fact in facts:
+        assert len(fact) == 300
+        await remember(service, fact)
+        clock.advance(minutes=1)
+    notes = await service.recall_notes(ALICE, GUILD, "gardens", opted_in=False)
+    assert len(notes) == 4 and sum(map(len, notes)) == 1200
+
+    small = LongTermService(
+        db.sessions, limited(pg_url, tmp_path / "small", recall_char_budget=650), clock
+    )
+    notes = await small.recall_notes(ALICE, GUILD, "gardens", opted_in=False)
+    assert len(notes) == 2
+    off = LongTermService(
+        db.sessions, limited(pg_url, tmp_path / "off", recall_char_budget=0), clock
+    )
+    assert await off.recall_notes(ALICE, GUILD, "gardens", opted_in=False) == []
+
+
+async def test_full_text_relevance_orders_the_facts(
+    service: LongTermService, clock: ManualClock
+) -> None:
+    await remember(service, "My cat likes tuna and naps on the tuna tin")
+    clock.advance(days=1)
+    await remember(service, CAT)
+    clock.advance(days=1)
+    await remember(service, "I go hiking in the Alps every summer")
+    clock.advance(days=1)
+    await remember(service, "My sister has a cat too")
+
+    notes = await service.recall_notes(ALICE, GUILD, "Does my cat like tuna?", opted_in=False)
+    assert notes[0] == "My cat likes tuna and naps on the tuna tin"
+    assert set(notes[1:3]) == {CAT, "My sister has a cat too"}
+    assert notes[3] == "I go hiking in the Alps every summer"
+
+    hits = await service.search(ALICE, GUILD, "hiking alps", opted_in=False)
+    assert [fact.content for fact in hits] == ["I go hiking in the Alps every summer"]
+    assert await service.search(ALICE, GUILD, "the and of", opted_in=False) == []
+
+
+async def test_recency_orders_equally_relevant_facts(
+    service: LongTermService, clock: ManualClock
+) -> None:
+    await remember(service, "I play the cello")
+    clock.advance(days=60)
+    await remember(service, "I play the drums")
+    notes = await service.recall_notes(ALICE, GUILD, "what do I play", opted_in=False)
+    assert notes == ["I play the drums", "I play the cello"]
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "'); DROP TABLE long_term_memories; --",
+        '"unbalanced quote or -minus & | ! <-> :* \\',
+        "",
+        "   ",
+        "🐱🐱🐱",
+        "a" * 10_000,
+    ],
+)
+async def test_any_query_text_is_safe(service: LongTermService, db: Database, query: str) -> None:
+    await remember(service, CAT)
+    notes = await service.recall_notes(ALICE, GUILD, query, opted_in=False)
+    assert notes == [CAT]
+    assert len(await rows(db)) == 1
+
+
+def test_query_words_are_plain_words() -> None:
+    assert query_words("What's my CAT's name? cats & dogs | -x") == [
+        "cat",
+        "name",
+        "cats",
+        "dogs",
+        "dog",
+    ]
+    assert len(query_words(" ".join(f"word{i}" for i in range(100)))) == 32
+
+
+# ------------------------------------------------------------------ forgetting and listing
+
+
+async def test_forget_by_id_only_deletes_the_owners_fact(
+    service: LongTermService, db: Database
+) -> None:
+    fact = await remember(service, CAT)
+    assert not await service.delete(BOB, fact)
+    assert len(await rows(db)) == 1
+    assert await service.delete(ALICE, fact)
+    assert await rows(db) == []
+    assert not await service.delete(ALICE, fact)
+    assert await service.recall_notes(ALICE, GUILD, "cat", opted_in=False) == []
+    forget = (await events(db))[-1]
+    assert (forget.event, forget.user_id, forget.origin, forget.chars_after) == (
+        "ltm_forget",
+        ALICE,
+        "user_command",
+        0,
+    )
+
+
+async def test_forget_by_query_deletes_the_best_visible_match(
+    service: LongTermService, db: Database
+) -> None:
+    await remember(service, "My cat likes tuna")
+    cat = await remember(service, CAT)
+    await remember(service, "My cat is called Miso in the other server", guild=OTHER_GUILD)
+    result = await service.forget(ALICE, query="cat called miso", guild_id=GUILD)
+    assert result.ids == [cat]
+    assert len(await rows(db)) == 2
+    nothing = await service.forget(ALICE, query="spaceships", guild_id=GUILD)
+    assert nothing.deleted == ()
+    with pytest.raises(ValueError):
+        await service.forget(ALICE)
+
+
+async def test_list_pages_and_clear(
+    service: LongTermService, db: Database, clock: ManualClock
+) -> None:
+    ids = []
+    for i in range(12):
+        ids.append(await remember(service, f"fact number {i} about topic {i}"))
+        clock.advance(minutes=1)
+    await remember(service, "Bob's", user=BOB)
+    first = await service.list_facts(ALICE, 1, 5)
+    assert (first.page, first.pages, first.total) == (1, 3, 12)
+    assert [fact.id for fact in first.facts] == ids[::-1][:5]
+    last = await service.list_facts(ALICE, 99, 5)
+    assert last.page == 3 and [fact.id for fact in last.facts] == ids[::-1][10:]
+    assert [f.id for f in await service.suggest(ALICE, f"#{ids[11]}")] == [ids[11]]
+    assert len(await service.suggest(ALICE, "topic")) == 12
+
+    assert await service.clear(ALICE) == 12
+    assert await service.count(ALICE) == 0
+    assert await service.count(BOB) == 1
+    assert (await events(db))[-1].event == "ltm_clear"
+    empty = await service.list_facts(ALICE)
+    assert (empty.facts, empty.page, empty.pages, empty.total) == ((), 1, 1, 0)
+
+
+async def test_forget_me_deletes_the_facts_and_their_audit_events(
+    service: LongTermService, db: Database, settings: Settings, clock: ManualClock
+) -> None:
+    await remember(service, CAT)
+    await remember(service, "Bob likes jazz", user=BOB)
+    receipt = await make_service(db.sessions, settings, clock).forget_user(ALICE)
+    assert receipt.long_term == 1
+    remaining = await events(db)
+    assert ALICE not in {event.user_id for event in remaining}
+    assert BOB in {event.user_id for event in remaining}
+
+
+async def test_audit_events_never_hold_the_text(service: LongTermService, db: Database) -> None:
+    fact = await remember(service, "my secret pelican")
+    await service.delete(ALICE, fact)
+    async with db.sessions() as session:
+        dumped = [
+            str(value)
+            for event in await session.scalars(select(StmEvent))
+            for value in vars(event).values()
+        ]
+    assert not any("pelican" in value for value in dumped)
+
+
+async def test_a_database_outage_is_memory_unavailable_and_stores_nothing(
+    settings: Settings, db: Database, clock: ManualClock
+) -> None:
+    broken = create_async_engine(
+        refused_base_url().replace("http://", "postgresql+asyncpg://u:p@") + "db"
+    )
+    service = LongTermService(async_sessionmaker(broken), settings, clock)
+    try:
+        with pytest.raises(MemoryUnavailable):
+            await service.remember(ALICE, GUILD, CAT, by_model())
+        with pytest.raises(MemoryUnavailable):
+            await service.recall_notes(ALICE, GUILD, "cat", opted_in=False)
+        with pytest.raises(MemoryUnavailable):
+            await service.list_facts(ALICE)
+    finally:
+        await broken.dispose()
+    async with db.sessions() as session:
+        assert await session.scalar(select(func.count()).select_from(LongTermMemory)) == 0

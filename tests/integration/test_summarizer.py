@@ -1,0 +1,602 @@
+"""The summarizer on real PostgreSQL and the scripted LLM (SPEC §4, seed 000)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+from sqlalchemy.engine import URL
+
+from bot.config import Settings
+from bot.db.engine import Database
+from bot.db.models import ShortTermMemory, StmEvent
+from bot.llm.providers import capabilities
+from bot.llm.tool_loop import UNAVAILABLE_MESSAGE
+from bot.memory.model import Category, Marker, RawMessage, ScopeKey, message_hash
+from bot.memory.service import MemoryService
+from bot.memory.summarizer import (
+    CHANGED_MEANWHILE,
+    CLEARED_MEANWHILE,
+    EMPTY_ANSWER,
+    INVALID_JSON,
+    MAX_BATCHES,
+    Summarizer,
+    SummaryOutcome,
+    auto_summarize_reason,
+    ignored_nudges,
+    should_auto_summarize,
+)
+from bot.memory.turn import TurnState
+from bot.turn import TurnRequest, TurnRunner
+from tests.helpers.builders import (
+    ALICE,
+    BOB,
+    BOT,
+    CHANNEL,
+    GUILD,
+    OTHER_CHANNEL,
+    ManualClock,
+    make_service,
+    message,
+)
+from tests.helpers.database import make_test_settings
+from tests.helpers.fake_llm import ScriptedLLM, openai_client
+
+EXISTING = "The team is planning a launch party."
+SERVER_KEY = ScopeKey.server(GUILD, CHANNEL)
+
+
+@pytest.fixture
+def quick_settings(pg_url: URL, tmp_path: Path) -> Settings:
+    """Test settings whose model calls fail fast (no client retries)."""
+    return make_test_settings(
+        pg_url, tmp_path, model="test-model", llm={"max_retries": 0, "timeout_seconds": 5}
+    )
+
+
+@pytest.fixture
+def service(db: Database, quick_settings: Settings) -> MemoryService:
+    return make_service(db.sessions, quick_settings, ManualClock())
+
+
+@pytest.fixture
+def summarizer(service: MemoryService, llm: ScriptedLLM, quick_settings: Settings) -> Summarizer:
+    return Summarizer(service, openai_client(llm), quick_settings)
+
+
+def post(
+    service: MemoryService, count: int, prefix: str, channel: int = CHANNEL
+) -> list[RawMessage]:
+    """``count`` messages, alternating Alice and Bob, into the channel's raw window."""
+    posted = []
+    for i in range(1, count + 1):
+        raw = message(ALICE if i % 2 else BOB, f"{prefix} {i}")
+        service.observe_message(channel, raw)
+        posted.append(raw)
+    return posted
+
+
+async def seed_summary(
+    service: MemoryService, covered: RawMessage | None = None, summary: str = EXISTING
+) -> None:
+    """A summary written by an admin, covering the channel up to ``covered``."""
+    turn = TurnState(
+        channel_id=CHANNEL,
+        user_id=ALICE,
+        guild_id=GUILD,
+        config=await service.guild_config(GUILD),
+        epoch=service.epoch(CHANNEL),
+    )
+    marker = Marker.of(covered) if covered is not None else None
+    result = await service.update_stm(turn, summary=summary, origin="admin", marker=marker)
+    assert result.ok, str(result)
+
+
+async def rows(db: Database, channel: int = CHANNEL) -> list[ShortTermMemory]:
+    async with db.sessions() as session:
+        query = (
+            select(ShortTermMemory)
+            .where(ShortTermMemory.channel_id == channel)
+            .order_by(ShortTermMemory.scope_kind)
+        )
+        return list(await session.scalars(query))
+
+
+async def events(db: Database) -> list[StmEvent]:
+    async with db.sessions() as session:
+        return list(await session.scalars(select(StmEvent).order_by(StmEvent.id)))
+
+
+def user_prompt(llm: ScriptedLLM, i: int) -> str:
+    messages = llm.messages(i)
+    assert [m["role"] for m in messages] == ["system", "user"]
+    content = messages[1]["content"]
+    assert isinstance(content, str)
+    return content
+
+
+def snapshot(found: list[ShortTermMemory]) -> list[tuple[object, ...]]:
+    return [
+        (
+            r.scope_kind,
+            r.summary,
+            dict(r.categories),
+            r.covered_through_message_id,
+            r.covered_through_hash,
+            r.origin,
+            r.version,
+        )
+        for r in found
+    ]
+
+
+async def summarize(
+    summarizer: Summarizer, channel: int = CHANNEL, user: int = ALICE
+) -> SummaryOutcome:
+    return await summarizer.summarize(
+        guild_id=GUILD, channel_id=channel, actor_user_id=user, reason="test"
+    )
+
+
+# ------------------------------------------------------------------ the must-show
+
+
+async def test_thirty_new_messages_are_folded_in_and_the_marker_lands_on_the_thirtieth(
+    db: Database,
+    service: MemoryService,
+    summarizer: Summarizer,
+    llm: ScriptedLLM,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    old = post(service, 5, "old")
+    await seed_summary(service, covered=old[-1])
+    new = post(service, 30, "new")
+    llm.reply_text("Launch party planned; Alice and Bob discussed messages 1-20.")
+    llm.reply_text("Launch party on Friday, venue booked, snacks by Bob.")
+
+    with caplog.at_level(logging.DEBUG):
+        outcome = await summarize(summarizer)
+
+    final = "Launch party on Friday, venue booked, snacks by Bob."
+    assert outcome.status == "updated"
+    assert (outcome.new_messages, outcome.chars, outcome.calls, outcome.skipped) == (
+        30,
+        len(final),
+        2,
+        0,
+    )
+    # Batches of max_turns_to_pull (20): the first integrates into the existing summary,
+    # the second into what the first produced.
+    first, second = user_prompt(llm, 0), user_prompt(llm, 1)
+    assert first.startswith("Please integrate the following new information into the existing")
+    assert "[LATEST_MEMORIES]" not in first + second
+    assert "[CHAT_SUMMARY]" not in first + second
+    assert EXISTING in first
+    lines = [f"{m.author_name}: {m.content}" for m in new]
+    assert "\n".join(lines[:20]) in first
+    assert "Alice: new 21" not in first
+    assert "old" not in first
+    assert "Launch party planned; Alice and Bob discussed messages 1-20." in second
+    assert "\n".join(lines[20:]) in second
+    assert EXISTING not in second
+    assert "maintain a compact running summary" in llm.messages(0)[0]["content"]
+    assert all("tools" not in request for request in llm.requests)
+
+    stored = await rows(db)
+    assert [r.scope_kind for r in stored] == ["server", "user"]
+    for row in stored:
+        assert row.summary == final
+        assert row.origin == "summarizer"
+        assert row.covered_through_message_id == new[-1].message_id
+        assert row.covered_through_hash == message_hash(new[-1].author_id, new[-1].content)
+        assert row.turns_since_refresh == 0
+        assert {ALICE, BOB} <= set(row.contributor_ids)
+    entry = await service.entry(SERVER_KEY)
+    assert entry.marker == Marker.of(new[-1])
+    assert entry.provenance is not None and entry.provenance.origin == "summarizer"
+    updates = [e for e in await events(db) if e.origin == "summarizer"]
+    assert [(e.event, e.chars_before, e.chars_after) for e in updates] == [
+        ("update", len(EXISTING), len(final))
+    ] * 2
+    # Logs name counts and ids, never memory or message text.
+    assert "summarizer (test)" in caplog.text
+    for text in (EXISTING, final, "new 7", "Launch party planned"):
+        assert text not in caplog.text
+
+    # Everything is covered now: the next run finds nothing and calls no model.
+    again = await summarize(summarizer)
+    assert again.status == "nothing_new"
+    assert len(llm.requests) == 2
+
+
+async def test_nothing_new_calls_no_model(
+    db: Database, service: MemoryService, summarizer: Summarizer, llm: ScriptedLLM
+) -> None:
+    empty = await summarize(summarizer)
+    assert empty.status == "nothing_new"
+
+    covered = post(service, 3, "seen")
+    await seed_summary(service, covered=covered[-1])
+    assert (await summarize(summarizer)).status == "nothing_new"
+    assert llm.requests == []
+    assert [r.summary for r in await rows(db)] == [EXISTING, EXISTING]
+
+
+async def test_an_edited_marker_message_counts_as_new(
+    db: Database, service: MemoryService, summarizer: Summarizer, llm: ScriptedLLM
+) -> None:
+    covered = post(service, 3, "seen")
+    await seed_summary(service, covered=covered[-1])
+    service.windows.edit(CHANNEL, covered[-1].message_id, "seen 3, edited")
+    llm.reply_text("Updated with the edit.")
+
+    outcome = await summarize(summarizer)
+
+    assert (outcome.status, outcome.new_messages) == ("updated", 1)
+    assert "Alice: seen 3, edited" in user_prompt(llm, 0)
+    assert (await rows(db))[0].covered_through_hash == message_hash(ALICE, "seen 3, edited")
+
+
+async def test_a_first_summary_starts_from_none(
+    db: Database, service: MemoryService, summarizer: Summarizer, llm: ScriptedLLM
+) -> None:
+    new = post(service, 4, "hello")
+    llm.reply_text("Alice and Bob said hello.")
+
+    outcome = await summarize(summarizer, user=BOB)
+
+    assert (outcome.status, outcome.new_messages, outcome.calls) == ("updated", 4, 1)
+    assert "Existing Summary:\n(none yet)" in user_prompt(llm, 0)
+    stored = await rows(db)
+    assert [(r.scope_kind, r.user_id) for r in stored] == [("server", None), ("user", BOB)]
+    assert all(r.covered_through_message_id == new[-1].message_id for r in stored)
+
+
+async def test_placeholders_in_messages_are_not_substituted(
+    service: MemoryService, summarizer: Summarizer, llm: ScriptedLLM
+) -> None:
+    await seed_summary(service, summary="Summary mentions [LATEST_MEMORIES] literally.")
+    service.observe_message(CHANNEL, message(ALICE, "what is [CHAT_SUMMARY]?"))
+    llm.reply_text("ok")
+
+    await summarize(summarizer)
+
+    prompt = user_prompt(llm, 0)
+    assert "Alice: what is [CHAT_SUMMARY]?" in prompt
+    assert "Summary mentions [LATEST_MEMORIES] literally." in prompt
+
+
+async def test_more_than_max_batches_reads_only_the_newest(
+    db: Database, pg_url: URL, tmp_path: Path, llm: ScriptedLLM
+) -> None:
+    settings = make_test_settings(
+        pg_url,
+        tmp_path,
+        llm={"max_retries": 0},
+        stm={"max_turns_to_pull": 2, "raw_window": 50},
+    )
+    service = make_service(db.sessions, settings)
+    summarizer = Summarizer(service, openai_client(llm), settings)
+    new = post(service, 2 * MAX_BATCHES + 3, "m")
+
+    outcome = await summarize(summarizer)
+
+    assert (outcome.status, outcome.calls, outcome.skipped) == ("updated", MAX_BATCHES, 3)
+    assert outcome.new_messages == 2 * MAX_BATCHES
+    assert "m 4" in user_prompt(llm, 0) and "m 3" not in user_prompt(llm, 0)
+    assert (await rows(db))[0].covered_through_message_id == new[-1].message_id
+
+
+# ------------------------------------------------------------- failures change nothing
+
+
+async def test_a_failed_call_leaves_summary_and_marker_untouched(
+    db: Database, service: MemoryService, summarizer: Summarizer, llm: ScriptedLLM
+) -> None:
+    old = post(service, 2, "old")
+    await seed_summary(service, covered=old[-1])
+    post(service, 5, "new")
+    before = snapshot(await rows(db))
+    llm.reply_error(500)
+
+    outcome = await summarize(summarizer)
+
+    assert (outcome.status, outcome.error, outcome.calls) == ("failed", UNAVAILABLE_MESSAGE, 1)
+    assert snapshot(await rows(db)) == before
+    entry = await service.entry(SERVER_KEY)
+    assert (entry.summary, entry.marker) == (EXISTING, Marker.of(old[-1]))
+
+
+async def test_a_failure_in_a_later_batch_writes_nothing(
+    db: Database, service: MemoryService, summarizer: Summarizer, llm: ScriptedLLM
+) -> None:
+    await seed_summary(service)
+    post(service, 25, "new")
+    before = snapshot(await rows(db))
+    llm.reply_text("First batch folded in.").reply_error(429)
+
+    outcome = await summarize(summarizer)
+
+    assert (outcome.status, outcome.calls) == ("failed", 2)
+    assert "rate limited" in (outcome.error or "")
+    assert snapshot(await rows(db)) == before
+    assert (await service.entry(SERVER_KEY)).marker is None
+
+
+@pytest.mark.parametrize("answer", ["", "   \n ", "<think>nothing to add</think>"])
+async def test_an_empty_result_leaves_the_memory_untouched(
+    db: Database, service: MemoryService, summarizer: Summarizer, llm: ScriptedLLM, answer: str
+) -> None:
+    old = post(service, 2, "old")
+    await seed_summary(service, covered=old[-1])
+    post(service, 3, "new")
+    before = snapshot(await rows(db))
+    llm.reply_text(answer)
+
+    outcome = await summarize(summarizer)
+
+    assert (outcome.status, outcome.error) == ("empty", EMPTY_ANSWER)
+    assert snapshot(await rows(db)) == before
+    assert (await service.entry(SERVER_KEY)).marker == Marker.of(old[-1])
+
+
+async def test_a_second_run_for_the_channel_is_busy(
+    db: Database, service: MemoryService, summarizer: Summarizer, llm: ScriptedLLM
+) -> None:
+    post(service, 3, "here")
+    post(service, 2, "there", channel=OTHER_CHANNEL)
+    gate = llm.hold()
+    first = asyncio.create_task(summarize(summarizer))
+    await llm.wait_for_requests(1)
+
+    second = await summarize(summarizer)
+    assert second.status == "busy"
+    assert summarizer.is_running(CHANNEL)
+    # Another channel is not held up by this one.
+    other = asyncio.create_task(summarize(summarizer, channel=OTHER_CHANNEL))
+    await llm.wait_for_requests(2)
+    gate.set()
+
+    assert (await first).status == "updated"
+    assert (await other).status == "updated"
+    assert len(llm.requests) == 2
+    assert not summarizer.is_running(CHANNEL)
+    # Once the first run is over the channel can be summarized again.
+    post(service, 1, "later")
+    assert (await summarize(summarizer)).status == "updated"
+
+
+async def test_a_refresh_during_summarization_wins(
+    db: Database, service: MemoryService, summarizer: Summarizer, llm: ScriptedLLM
+) -> None:
+    await seed_summary(service)
+    post(service, 4, "new")
+    gate = llm.hold()
+    llm.reply_text("A summary that must never be stored.")
+    task = asyncio.create_task(summarize(summarizer))
+    await llm.wait_for_requests(1)
+
+    await service.clear_channel(CHANNEL, guild_id=GUILD, actor_user_id=BOB)
+    gate.set()
+    outcome = await task
+
+    assert (outcome.status, outcome.error) == ("failed", CLEARED_MEANWHILE)
+    assert await rows(db) == []
+    entry = await service.entry(SERVER_KEY)
+    assert not entry.has_content and entry.marker is None
+
+
+async def test_an_update_during_summarization_wins(
+    db: Database, service: MemoryService, summarizer: Summarizer, llm: ScriptedLLM
+) -> None:
+    await seed_summary(service)
+    post(service, 4, "new")
+    gate = llm.hold()
+    llm.reply_text("Built on the old summary.")
+    task = asyncio.create_task(summarize(summarizer))
+    await llm.wait_for_requests(1)
+
+    edited = await service.admin_edit(
+        guild_id=GUILD, channel_id=CHANNEL, actor_user_id=BOB, summary="Edited meanwhile."
+    )
+    assert edited.ok
+    gate.set()
+    outcome = await task
+
+    assert (outcome.status, outcome.error) == ("failed", CHANGED_MEANWHILE)
+    server = [r for r in await rows(db) if r.scope_kind == "server"]
+    assert [r.summary for r in server] == ["Edited meanwhile."]
+
+
+async def test_a_guild_with_memory_off_is_not_summarized(
+    service: MemoryService, summarizer: Summarizer, llm: ScriptedLLM
+) -> None:
+    await service.update_guild_settings(GUILD, ALICE, short_term_memory_enabled=False)
+    post(service, 3, "new")
+
+    assert (await summarize(summarizer)).status == "disabled"
+    assert llm.requests == []
+
+
+# ------------------------------------------------------------------- category mode
+
+CATEGORIES = [
+    Category(0, "decisions", "Decisions", "what the group decided"),
+    Category(1, "open_questions", "Open questions", "what is still unsettled"),
+]
+
+
+async def test_category_mode_asks_for_json_and_writes_the_categories(
+    db: Database, service: MemoryService, summarizer: Summarizer, llm: ScriptedLLM
+) -> None:
+    await service.set_categories(GUILD, ALICE, CATEGORIES)
+    result = await service.admin_edit(
+        guild_id=GUILD,
+        channel_id=CHANNEL,
+        actor_user_id=ALICE,
+        categories={"decisions": "Launch on Friday."},
+    )
+    assert result.ok
+    new = post(service, 3, "venue talk")
+    answer = {
+        "decisions": "Launch on Friday; the venue is booked.",
+        "open_questions": "Who brings snacks?",
+        "not_a_category": "ignored",
+    }
+    llm.reply_text(f"Here you go:\n```json\n{json.dumps(answer)}\n```")
+
+    outcome = await summarize(summarizer)
+
+    assert outcome.status == "updated"
+    assert outcome.chars == len(answer["decisions"]) + len(answer["open_questions"])
+    system = llm.messages(0)[0]["content"]
+    assert "JSON object" in system
+    assert '"decisions", "open_questions"' in system
+    assert "- open_questions (Open questions): what is still unsettled" in system
+    prompt = user_prompt(llm, 0)
+    existing = prompt.split("Existing Summary:\n", 1)[1]
+    assert json.loads(existing) == {"decisions": "Launch on Friday.", "open_questions": ""}
+    for row in await rows(db):
+        assert row.categories == {
+            "decisions": answer["decisions"],
+            "open_questions": answer["open_questions"],
+        }
+        assert row.origin == "summarizer"
+        assert row.covered_through_message_id == new[-1].message_id
+
+
+async def test_category_mode_keeps_values_the_model_left_out(
+    db: Database, service: MemoryService, summarizer: Summarizer, llm: ScriptedLLM
+) -> None:
+    await service.set_categories(GUILD, ALICE, CATEGORIES)
+    await service.admin_edit(
+        guild_id=GUILD,
+        channel_id=CHANNEL,
+        actor_user_id=ALICE,
+        categories={"decisions": "Launch on Friday.", "open_questions": "Snacks?"},
+    )
+    post(service, 2, "new")
+    llm.reply_text(json.dumps({"open_questions": "Snacks: Bob.", "decisions": ""}))
+
+    assert (await summarize(summarizer)).status == "updated"
+    assert (await rows(db))[0].categories == {
+        "decisions": "Launch on Friday.",
+        "open_questions": "Snacks: Bob.",
+    }
+
+
+@pytest.mark.parametrize(
+    ("answer", "status", "error"),
+    [
+        ("Decisions: launch on Friday.", "failed", INVALID_JSON),
+        ('["decisions", "launch"]', "failed", INVALID_JSON),
+        ('{"decisions": "  ", "other": "x"}', "empty", None),
+    ],
+)
+async def test_category_mode_rejects_unusable_answers(
+    db: Database,
+    service: MemoryService,
+    summarizer: Summarizer,
+    llm: ScriptedLLM,
+    answer: str,
+    status: str,
+    error: str | None,
+) -> None:
+    await service.set_categories(GUILD, ALICE, CATEGORIES)
+    await service.admin_edit(
+        guild_id=GUILD, channel_id=CHANNEL, actor_user_id=ALICE, categories={"decisions": "Fri."}
+    )
+    post(service, 2, "new")
+    before = snapshot(await rows(db))
+    llm.reply_text(answer)
+
+    outcome = await summarize(summarizer)
+
+    assert outcome.status == status
+    if error is not None:
+        assert outcome.error == error
+    assert snapshot(await rows(db)) == before
+
+
+# ------------------------------------------------------------------- auto trigger
+
+
+async def test_auto_trigger_rules(service: MemoryService, quick_settings: Settings) -> None:
+    config = await service.guild_config(GUILD)  # cadence 5
+    entry = await service.entry(SERVER_KEY)
+    toolless, tools = capabilities("perplexity"), capabilities("openai")
+    opted_in = quick_settings.model_copy(
+        update={"stm": quick_settings.stm.model_copy(update={"summarize_when_ignored_turns": 2})}
+    )
+    assert quick_settings.stm.summarize_when_ignored_turns == 0
+
+    entry.turns_since_refresh = 4
+    assert not should_auto_summarize(entry, config, toolless, 0, quick_settings)
+    entry.turns_since_refresh = 5
+    assert auto_summarize_reason(entry, config, toolless, 0, quick_settings) == (
+        "tool-less provider"
+    )
+    assert not should_auto_summarize(entry, config, tools, 0, quick_settings)
+    assert not should_auto_summarize(entry, config, tools, 1, opted_in)
+    assert ignored_nudges(entry, config) == 0
+    entry.turns_since_refresh = 7
+    assert ignored_nudges(entry, config) == 2
+    assert auto_summarize_reason(entry, config, tools, 2, opted_in) == "nudge ignored"
+    assert not should_auto_summarize(entry, config, tools, 50, quick_settings)  # opt-in off
+    disabled = type(config)(guild_id=GUILD, stm_enabled=False)
+    assert not should_auto_summarize(entry, disabled, toolless, 9, opted_in)
+
+
+async def test_with_a_tool_less_provider_the_summarizer_maintains_the_memory(
+    db: Database, pg_url: URL, tmp_path: Path, llm: ScriptedLLM
+) -> None:
+    settings = make_test_settings(
+        pg_url, tmp_path, provider="perplexity", llm={"max_retries": 0, "timeout_seconds": 5}
+    )
+    service = make_service(db.sessions, settings)
+    client = openai_client(llm)
+    runner = TurnRunner(service, client, settings, persona="You are Kioku.")
+    summarizer = Summarizer(service, client, settings)
+    caps = capabilities(settings.provider)
+    assert not caps.tool_calling
+
+    ran: list[str] = []
+    for i in range(1, 6):
+        asked = message(ALICE, f"question {i}")
+        service.observe_message(CHANNEL, asked)
+        llm.reply_text(f"answer {i}")
+        reply = await runner.run(
+            TurnRequest(
+                channel_id=CHANNEL,
+                user_id=ALICE,
+                message_id=asked.message_id,
+                content=asked.content,
+                bot_user_id=BOT,
+                guild_id=GUILD,
+            )
+        )
+        assert "tools" not in llm.last_request
+        answer = message(BOT, reply.text, is_bot=True)
+        service.observe_message(CHANNEL, answer)
+        # What the turn runner does after a turn.
+        entry = await service.entry(SERVER_KEY)
+        config = await service.guild_config(GUILD)
+        reason = auto_summarize_reason(entry, config, caps, ignored_nudges(entry, config), settings)
+        if reason is not None:
+            llm.reply_text("Alice asked five questions; Kioku answered them.")
+            outcome = await summarizer.summarize(
+                guild_id=GUILD, channel_id=CHANNEL, actor_user_id=ALICE, reason=reason
+            )
+            assert (outcome.status, outcome.new_messages) == ("updated", 10)
+            ran.append(reason)
+
+    assert ran == ["tool-less provider"]  # once, when the cadence (5) came due
+    stored = await rows(db)
+    assert {r.summary for r in stored} == {"Alice asked five questions; Kioku answered them."}
+    assert {r.origin for r in stored} == {"summarizer"}
+    assert stored[0].covered_through_message_id == answer.message_id
+    assert (await service.entry(SERVER_KEY)).turns_since_refresh == 0

@@ -1,0 +1,704 @@
+"""Memory value sanitizing: control characters, redaction, placeholders, truncation."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+import regex
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bot.memory.sanitize import (
+    MAX_VALUE_CHARS,
+    PROMPT_PLACEHOLDERS,
+    redact_leaves,
+    redact_secrets,
+    redaction_kinds,
+    sanitize_value,
+    strip_control_chars,
+    strip_unknown_placeholders,
+    truncate_graphemes,
+)
+
+# Characters that must never survive sanitizing (\t and \n are allowed).
+FORBIDDEN = regex.compile(
+    r"[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff\ufeff\u200b\u2060\u202a-\u202e\u2066-\u2069"
+    r"\ufdd0-\ufdef\ufffe\uffff]"
+)
+
+FAMILY = "\U0001f468\u200d\U0001f469\u200d\U0001f467\u200d\U0001f466"  # 7 code points
+FLAG_JP = "\U0001f1ef\U0001f1f5"
+SCOTLAND = "\U0001f3f4\U000e0067\U000e0062\U000e0073\U000e0063\U000e0074\U000e007f"
+THUMBS_MEDIUM = "\U0001f44d\U0001f3fd"
+E_ACUTE = "e\u0301"
+
+OPENAI = "sk-abcdefghij1234567890KLMNOP"
+GITHUB = "ghp_" + "aB3dE5gH7jK9mN1pQ3sT5vW7yZ9bC1dE3fG5"
+DISCORD = "MTA4NzY1NDMyMTA5ODc2NTQzMg.GhJkLm.abcdefghijklmnopqrstuvwxyz0123456789AB"
+JWT = (
+    "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0"
+    ".SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c"
+)
+PEM_BODY = "MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7"
+
+
+# --------------------------------------------------------------------------------------
+# Redaction: every kind is caught
+# --------------------------------------------------------------------------------------
+
+POSITIVES = [
+    # (id, text, secret that must disappear, kind)
+    ("openai", f"my key is {OPENAI} please", OPENAI, "openai_key"),
+    ("openai_project", "sk-proj-Ab12Cd34Ef56Gh78Ij90Kl12Mn34", "Ab12Cd34Ef56Gh78", "openai_key"),
+    ("openai_sentence_end", f"Use {OPENAI}.", OPENAI, "openai_key"),
+    ("anthropic", "sk-ant-api03-AbCdEf123456_ghIJkl-7890mnopQRst", "AbCdEf123456", "anthropic_key"),
+    ("github_ghp", f"token {GITHUB} here", GITHUB, "github_token"),
+    ("github_gho", "gho_" + "x" * 36, "gho_" + "x" * 36, "github_token"),
+    ("github_ghu", "ghu_" + "Y1" * 18, "ghu_" + "Y1" * 18, "github_token"),
+    ("github_ghs", "(ghs_" + "a2" * 18 + ")", "ghs_" + "a2" * 18, "github_token"),
+    ("github_ghr", "ghr_" + "Zz9" * 12, "ghr_" + "Zz9" * 12, "github_token"),
+    (
+        "github_pat",
+        "github_pat_11ABCDEFG0123456789_abcdefghijklmnopqrstuvwxyzABCDEFGH",
+        "11ABCDEFG0123456789",
+        "github_token",
+    ),
+    ("gitlab", "glpat-xYz123AbC456dEf789gH", "xYz123AbC456dEf789gH", "gitlab_token"),
+    ("slack_xoxb", "xoxb-123456789012-1234567890123-AbCdEfGh", "1234567890123", "slack_token"),
+    ("slack_xoxp", "xoxp-123456789012-abcdefghij", "abcdefghij", "slack_token"),
+    ("slack_xoxa", "xoxa-2-123456789012-abcdef", "123456789012", "slack_token"),
+    ("slack_xoxr", "xoxr-123456789012-abcdef", "123456789012", "slack_token"),
+    ("slack_xapp", "xapp-1-A0123456789-1234567890123-abcdef01", "A0123456789", "slack_token"),
+    ("aws_akia", "id AKIAIOSFODNN7EXAMPLE ok", "AKIAIOSFODNN7EXAMPLE", "aws_access_key"),
+    ("aws_asia", "ASIAY34FZKBOKMUTVV7A", "ASIAY34FZKBOKMUTVV7A", "aws_access_key"),
+    (
+        "aws_secret",
+        "aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+        "wJalrXUtnFEMI",
+        "aws_secret_key",
+    ),
+    (
+        "aws_secret_env",
+        "AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+        "wJalrXUtnFEMI",
+        "aws_secret_key",
+    ),
+    ("google", "AIzaSyD-1234567890abcdefghijklmnopqrstu", "SyD-1234567890", "google_api_key"),
+    ("npm", "npm_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789", "AbCdEfGhIjKl", "npm_token"),
+    ("jwt", f"cookie {JWT}", JWT, "jwt"),
+    ("jwt_payload_part", f"x={JWT}", "SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c", "jwt"),
+    ("discord", f"bot token {DISCORD}", DISCORD, "discord_token"),
+    ("discord_seg", f"'{DISCORD}'", "GhJkLm", "discord_token"),
+    ("private", "before <private>my diary entry</private> after", "my diary entry", "private"),
+    ("private_multiline", "<PRIVATE>\nline one\nline two\n</Private> ok", "line one", "private"),
+    ("private_unclosed", "note <private>everything after this\nand more", "and more", "private"),
+    ("private_spaced", "a < private >hidden< / private > b", "hidden", "private"),
+    (
+        "pem",
+        f"-----BEGIN RSA PRIVATE KEY-----\n{PEM_BODY}\n-----END RSA PRIVATE KEY-----\nafter",
+        PEM_BODY,
+        "private_key",
+    ),
+    ("pem_no_end", f"key:\n-----BEGIN PRIVATE KEY-----\n{PEM_BODY}", PEM_BODY, "private_key"),
+    (
+        "pem_openssh",
+        f"-----BEGIN OPENSSH PRIVATE KEY-----\n{PEM_BODY}\n-----END OPENSSH PRIVATE KEY-----",
+        PEM_BODY,
+        "private_key",
+    ),
+    (
+        "url_credentials",
+        "clone https://alice:s3cr3tpass@example.com/repo.git",
+        "alice:s3cr3tpass",
+        "url_credentials",
+    ),
+    (
+        "url_at_in_password",
+        "postgres://bob:p@ss@db.example.com:5432/app",
+        "p@ss",
+        "url_credentials",
+    ),
+    ("url_empty_user", "redis://:hunter2@cache:6379", "hunter2", "url_credentials"),
+    ("password_equals", "password=hunter2", "hunter2", "credential"),
+    ("password_colon", "password: hunter2", "hunter2", "credential"),
+    ("password_upper", "PASSWORD = hunter2", "hunter2", "credential"),
+    ("password_sentence", "my password: hunter2.", "hunter2", "credential"),
+    ("passwd", "passwd=letmein", "letmein", "credential"),
+    ("pwd", "pwd: qwerty123", "qwerty123", "credential"),
+    ("secret", "secret: opensesame", "opensesame", "credential"),
+    ("token", "token=abcdef", "abcdef", "credential"),
+    ("key", "key=value123", "value123", "credential"),
+    ("api_key", "api_key=abc123def", "abc123def", "credential"),
+    ("apikey", "apikey: xyz789", "xyz789", "credential"),
+    ("client_secret", "client_secret=shh123", "shh123", "credential"),
+    ("access_token", "access_token: tok123", "tok123", "credential"),
+    ("env_var", "DB_PASSWORD=hunter2", "hunter2", "credential"),
+    ("cli_flag", "run --token=abc123 now", "abc123", "credential"),
+    ("header_dash", "x-api-key: abc123", "abc123", "credential"),
+    ("camel_case", "clientSecret: shhh", "shhh", "credential"),
+    ("json_password", '{"password": "hunter2", "user": "bob"}', "hunter2", "credential"),
+    ("json_escaped_quote", r'{"password": "hun\"ter2"}', "ter2", "credential"),
+    ("python_dict", "{'api_key': 'abc 123'}", "abc 123", "credential"),
+    ("unclosed_quote", 'password = "correct horse battery', "horse", "credential"),
+    ("query_string", "https://x.test/cb?token=abc123&x=1", "abc123", "credential"),
+    (
+        "authorization_bearer",
+        "Authorization: Bearer abc.def-ghi",
+        "abc.def-ghi",
+        "authorization",
+    ),
+    ("authorization_basic", "Authorization: Basic dXNlcjpwYXNz", "dXNlcjpwYXNz", "authorization"),
+    (
+        "authorization_curl",
+        "curl -H 'Authorization: Bearer abc123xyz' https://api.test",
+        "abc123xyz",
+        "authorization",
+    ),
+    ("bearer_digit", "send Bearer abcdef123456xyz with it", "abcdef123456xyz", "bearer"),
+    ("bearer_long", "bearer abcdefghijklmnopqrstuvwxyz", "abcdefghijklmnopqrstuvwxyz", "bearer"),
+]
+
+
+@pytest.mark.parametrize(
+    ("text", "secret", "kind"), [p[1:] for p in POSITIVES], ids=[p[0] for p in POSITIVES]
+)
+def test_each_secret_kind_is_redacted(text: str, secret: str, kind: str) -> None:
+    redacted = redact_secrets(text)
+    assert secret not in redacted
+    assert f"[REDACTED:{kind}]" in redacted
+    assert kind in redaction_kinds(text)
+    assert secret not in sanitize_value(text)
+    assert redact_secrets(redacted) == redacted  # idempotent
+    assert redaction_kinds(redacted) == []  # nothing left to count
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("before <private>x</private> after", "before [REDACTED:private] after"),
+        ("https://alice:pw@example.com/a", "https://[REDACTED:url_credentials]@example.com/a"),
+        ("password: hunter2.", "password: [REDACTED:credential]."),
+        ('{"password": "x", "n": 1}', '{"password": "[REDACTED:credential]", "n": 1}'),
+        ("Authorization: Bearer abc", "Authorization: Bearer [REDACTED:authorization]"),
+        (f"({OPENAI}), ok", "([REDACTED:openai_key]), ok"),
+        (
+            "-----BEGIN EC PRIVATE KEY-----\nAB\n-----END EC PRIVATE KEY-----\nz",
+            "[REDACTED:private_key]\nz",
+        ),
+    ],
+    ids=["private", "url", "assignment", "json", "authorization", "token_punct", "pem"],
+)
+def test_redaction_keeps_the_surrounding_text(text: str, expected: str) -> None:
+    assert redact_secrets(text) == expected
+
+
+def test_redaction_kinds_count_every_redaction_and_never_carry_values() -> None:
+    text = f"{OPENAI} and {OPENAI} with password=hunter2 <private>x"
+    kinds = redaction_kinds(text)
+    assert sorted(kinds) == ["credential", "openai_key", "openai_key", "private"]
+    assert not any("hunter2" in kind or "sk-" in kind for kind in kinds)
+
+
+# --------------------------------------------------------------------------------------
+# Redaction: no false positives
+# --------------------------------------------------------------------------------------
+
+NEGATIVES = [
+    ("slug", "task-management-system-for-teams"),
+    ("slug_sk_inside", "risk-assessment-framework-for-large-teams"),
+    ("slug_sk_start_no_digit", "sk-management-system-for-large-teams"),
+    ("desk_lamp", "I bought a desk-lamp"),
+    ("sk8_park", "meet at the sk-8 park"),
+    ("sk_learn", "sk-learn is a library"),
+    ("password_prose", "my password is strong"),
+    ("password_reset", "The password reset worked"),
+    ("passwords_plural", "passwords: many"),
+    ("secret_ingredient", "the secret ingredient is love"),
+    ("tokenizer", "tokenizer settings"),
+    ("token_count", "token count: 500"),
+    ("keyboard", "keyboard shortcuts"),
+    ("key_points", "key points: none"),
+    ("keys_plural", "The keys: a, b"),
+    ("monkey", "monkey: banana"),
+    ("turkey_caps", "TURKEY: roasted"),
+    ("url_colon_path", "https://example.com/a:b"),
+    ("url_port", "https://example.com:8080/path"),
+    ("url_user_only", "ssh://git@github.com/org/repo.git"),
+    ("scp_style", "git@github.com:org/repo.git"),
+    ("dotted", "e.g. this.that.other"),
+    ("version", "version 1.2.3"),
+    ("snowflake", "user 123456789012345678 said hi"),
+    ("mention", "<@123456789012345678> and <#98765432109876543>"),
+    ("bearer_prose", "the bearer instrument"),
+    ("bearer_bonds", "Bearer bonds are old"),
+    ("akia_word", "AKIA is not a key"),
+    ("eyj_word", "eyJ alone"),
+    ("short_ghp", "ghp_short"),
+    ("xoxo", "xoxo-gossip-girl"),
+    ("npm_install", "npm_install"),
+    ("mission", "Mission.Control.Center"),
+    ("assignment_other", "a = b, x: y"),
+    ("emoji", f"feeling \U0001f600 {FAMILY} {FLAG_JP}"),
+    ("japanese", "日本語のテキスト: こんにちは"),
+    ("placeholder", "{user_name} likes tea"),
+]
+
+
+@pytest.mark.parametrize("text", [n[1] for n in NEGATIVES], ids=[n[0] for n in NEGATIVES])
+def test_ordinary_text_is_not_redacted(text: str) -> None:
+    assert redact_secrets(text) == text
+    assert redaction_kinds(text) == []
+    assert sanitize_value(text) == text
+
+
+# --------------------------------------------------------------------------------------
+# Placeholders
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("{user_name} likes tea", "{user_name} likes tea"),
+        ("{date} at {time}", "{date} at {time}"),
+        ("{evil}", "evil"),
+        ("{{evil}}", "evil"),
+        ("{{{evil}}}", "evil"),
+        ("{0}", "0"),
+        ("{USER_NAME}", "USER_NAME"),
+        ("{user_name2}", "user_name2"),
+        # Decision: an allowed name keeps exactly one pair of braces (the form the prompt fills).
+        ("{{user_name}}", "{user_name}"),
+        ("{{{bot_name}}}", "{bot_name}"),
+        ("{user_name}{evil}", "{user_name}evil"),
+        # Nesting would create a new placeholder; all non-allowed braces go instead.
+        ("{a{b}c}", "abc"),
+        ("{a{b}{user_name}c}", "{ab{user_name}c}"),
+        ("{a{user_name}c}", "{a{user_name}c}"),  # no unknown placeholder in there
+        # Not placeholders: kept.
+        ("{ x }", "{ x }"),
+        ('{"a": 1}', '{"a": 1}'),
+        ("{x.y}", "{x.y}"),
+        ("{}", "{}"),
+        ("{evil", "{evil"),
+        ("evil}", "evil}"),
+        ("no braces", "no braces"),
+    ],
+    ids=[
+        "allowed",
+        "allowed_two",
+        "single",
+        "double",
+        "triple",
+        "positional",
+        "case_sensitive",
+        "longer_name",
+        "allowed_double",
+        "allowed_triple",
+        "mixed",
+        "nested",
+        "nested_allowed",
+        "allowed_inside_braces",
+        "spaces",
+        "json",
+        "attribute",
+        "empty",
+        "unclosed",
+        "unopened",
+        "none",
+    ],
+)
+def test_unknown_placeholders_lose_their_braces(text: str, expected: str) -> None:
+    assert strip_unknown_placeholders(text) == expected
+    assert strip_unknown_placeholders(expected) == expected
+
+
+def test_the_allowed_set_can_be_overridden() -> None:
+    assert "bot_name" in PROMPT_PLACEHOLDERS
+    allowed = frozenset({"foo"})
+    assert strip_unknown_placeholders("{foo} {user_name}", allowed) == "{foo} user_name"
+    assert strip_unknown_placeholders("{foo} {x}", frozenset()) == "foo x"
+    assert sanitize_value("{foo} {user_name}", allowed=allowed) == "{foo} user_name"
+
+
+@pytest.mark.parametrize(
+    ("text", "hidden"),
+    [
+        ("sk-{x}abcdefghij1234567890KLMN", "abcdefghij1234567890KLMN"),
+        ("<{private}>my diary", "my diary"),
+        ("pass{word}: hunter2", "hunter2"),
+    ],
+    ids=["token_joined", "private_tag_joined", "key_joined"],
+)
+def test_stripping_braces_cannot_unhide_a_secret(text: str, hidden: str) -> None:
+    assert hidden not in sanitize_value(text)
+    assert "[REDACTED:" in sanitize_value(text)
+
+
+# --------------------------------------------------------------------------------------
+# Control characters
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("a\x00b", "ab"),
+        ("\x00" * 5, ""),
+        ("a\x01\x07\x1b[31mb", "a[31mb"),
+        ("a\r\nb", "a\nb"),
+        ("a\rb", "a\nb"),
+        ("a\tb\nc", "a\tb\nc"),
+        ("a\x7f\x85\x9fb", "ab"),
+        ("a\ud800b\udfff", "ab"),
+        ("\ufeffhello", "hello"),
+        ("zero\u200bwidth\u2060joiner", "zerowidthjoiner"),
+        ("abc\u202edef\u2066x\u2069", "abcdefx"),
+        ("x\uffff\U0010ffff\U0001fffe\ufdd0y", "xy"),
+        ("hi\U000e0049\U000e0047\U000e004e", "hi"),  # tag-character smuggling
+        (f"{FAMILY} {FLAG_JP} {SCOTLAND}", f"{FAMILY} {FLAG_JP} {SCOTLAND}"),
+        (
+            f"caf{E_ACUTE} \u2764\ufe0f {THUMBS_MEDIUM}",
+            f"caf{E_ACUTE} \u2764\ufe0f {THUMBS_MEDIUM}",
+        ),
+        ("مرحبا שלום 日本語 नमस्ते", "مرحبا שלום 日本語 नमस्ते"),
+        ("zw\u200cnj", "zw\u200cnj"),
+    ],
+    ids=[
+        "nul",
+        "only_nul",
+        "c0",
+        "crlf",
+        "lone_cr",
+        "tab_newline_kept",
+        "del_c1",
+        "lone_surrogates",
+        "bom",
+        "zero_width",
+        "bidi",
+        "noncharacters",
+        "tag_smuggling",
+        "emoji_sequences_kept",
+        "combining_and_selectors_kept",
+        "scripts_kept",
+        "zwnj_kept",
+    ],
+)
+def test_control_characters(text: str, expected: str) -> None:
+    assert strip_control_chars(text) == expected
+    assert sanitize_value(text) == expected.rstrip()
+    sanitize_value(text).encode("utf-8")  # storable
+
+
+def test_invisible_characters_cannot_split_a_secret() -> None:
+    text = "sk-abcdefghij\u200b1234567890\x00KLMNOP"
+    assert "KLMNOP" not in sanitize_value(text)
+    assert sanitize_value(text) == "[REDACTED:openai_key]"
+
+
+# --------------------------------------------------------------------------------------
+# Truncation
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "limit", "expected"),
+    [
+        ("abcdef", 3, "abc"),
+        ("abc", 3, "abc"),
+        ("abc", 0, ""),
+        ("abcdefgh" + FAMILY, 10, "abcdefgh"),
+        ("abcdefgh" + FAMILY, 15, "abcdefgh" + FAMILY),
+        ("abcdefgh" + FAMILY, 14, "abcdefgh"),
+        ("abcd" + FLAG_JP + FLAG_JP, 5, "abcd"),
+        ("abcd" + FLAG_JP + FLAG_JP, 7, "abcd" + FLAG_JP),
+        ("abcd" + E_ACUTE, 5, "abcd"),
+        ("abcd" + E_ACUTE, 6, "abcd" + E_ACUTE),
+        ("ab" + THUMBS_MEDIUM, 3, "ab"),
+        ("ab" + SCOTLAND, 8, "ab"),
+        ("a" + "\u0301" * 50, 10, ""),  # one huge cluster: dropped whole
+    ],
+    ids=[
+        "plain",
+        "exact",
+        "zero",
+        "zwj_family_dropped",
+        "zwj_family_kept",
+        "zwj_family_one_short",
+        "flag_dropped",
+        "flag_kept",
+        "combining_dropped",
+        "combining_kept",
+        "skin_tone",
+        "tag_sequence",
+        "zalgo",
+    ],
+)
+def test_truncation_never_splits_a_grapheme(text: str, limit: int, expected: str) -> None:
+    assert truncate_graphemes(text, limit) == expected
+    assert sanitize_value(text, limit) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("x" * 1499 + THUMBS_MEDIUM, "x" * 1499),
+        ("x" * 1493 + FAMILY, "x" * 1493 + FAMILY),
+        ("x" * 1494 + FAMILY, "x" * 1494),
+        ("x" * 1490 + " " + OPENAI, "x" * 1490),  # the marker is not cut in half
+        ("x" * 1495 + "{user_name}", "x" * 1495),  # nor is a kept placeholder
+        ("x" * 1499 + " y", "x" * 1499),  # trailing whitespace dropped
+    ],
+    ids=["skin_tone", "family_fits", "family_dropped", "marker", "placeholder", "whitespace"],
+)
+def test_values_are_capped_at_the_default_limit(text: str, expected: str) -> None:
+    out = sanitize_value(text)
+    assert out == expected
+    assert len(out) <= MAX_VALUE_CHARS
+
+
+def test_negative_limits_are_rejected() -> None:
+    with pytest.raises(ValueError):
+        sanitize_value("x", -1)
+    with pytest.raises(ValueError):
+        truncate_graphemes("x", -1)
+
+
+# --------------------------------------------------------------------------------------
+# Huge and adversarial inputs (completion and correctness; no timing assertions)
+# --------------------------------------------------------------------------------------
+
+MB = 1_000_000
+HUGE = [
+    ("plain_words", "hello world " * (MB // 12)),
+    ("all_open_braces", "{" * MB),
+    ("all_a", "a" * MB),
+    ("many_sk_prefixes", "sk-" * (MB // 3)),
+    ("many_placeholders", "{evil}" * (MB // 6)),
+    ("nested_braces", "{a" * (MB // 4) + "}" * (MB // 4)),
+    ("nul_then_secret", "\x00" * MB + OPENAI),
+    ("all_dashes", "-" * MB),
+    ("many_key_colons", "key: " * (MB // 5)),
+    ("many_private_openers", "<private>" * (MB // 9)),
+    ("jwt_like", "eyJ." * (MB // 4)),
+    ("url_like", "://a:" * (MB // 5)),
+]
+
+
+@pytest.mark.parametrize("text", [h[1] for h in HUGE], ids=[h[0] for h in HUGE])
+def test_huge_inputs_complete_and_are_capped(text: str) -> None:
+    out = sanitize_value(text)
+    assert len(out) <= MAX_VALUE_CHARS
+    assert FORBIDDEN.search(out) is None
+    assert OPENAI not in out
+    assert "{evil}" not in out
+    assert sanitize_value(out) == out
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "{" * MB + "}",
+        "a" * MB,
+        "sk-" * (MB // 3),
+        "<private>" * (MB // 9),
+        ("M" + "a" * 25 + ".") * (MB // 27),
+    ],
+    ids=["braces", "all_a", "sk", "private", "discord_like"],
+)
+def test_public_helpers_are_linear_on_huge_inputs(text: str) -> None:
+    assert len(redact_secrets(text)) <= len(text) + 64
+    strip_unknown_placeholders(text)
+    strip_control_chars(text)
+
+
+def test_a_secret_straddling_the_cut_is_never_partly_visible() -> None:
+    # The head (16 x limit) is cut where no token can straddle the cut.  Here a private
+    # block collapses that head to a short marker, so the text after it - including a key
+    # that straddles the cut - comes into view; it must be redacted, not half-visible.
+    bound = MAX_VALUE_CHARS * 16
+    key = "sk-" + "A1b2C3d4" * 10
+    filler = "x " * ((bound - 40) // 2)
+    text = "<private>" + filler + "</private> " + key + " tail"
+    assert text.index(key) < bound < text.index(key) + len(key)  # it straddles the cut
+    out = sanitize_value(text)
+    assert out == "[REDACTED:private] [REDACTED:openai_key] tail"
+    assert "A1b2" not in out
+
+
+@pytest.mark.parametrize(
+    ("tail", "expected"),
+    [
+        ("https://user:" + "p" * 200_000 + "@host/x", "https://[REDACTED:url_credentials]@host/x"),
+        ("password=" + "p" * 200_000 + " end", "password=[REDACTED:credential] end"),
+        ('password: "' + "p " * 100_000 + '" end', 'password: "[REDACTED:credential]" end'),
+    ],
+    ids=["url_userinfo", "unquoted_value", "quoted_value_with_spaces"],
+)
+def test_secrets_longer_than_the_head_are_still_redacted(tail: str, expected: str) -> None:
+    # The private block collapses the first head; the secret after it is longer than any
+    # head, so it runs into every cut until the whole text is processed.  No part of it may
+    # be shown on the way.
+    text = "<private>" + "x " * 12_000 + "</private> " + tail
+    out = sanitize_value(text)
+    assert out.startswith("[REDACTED:private] ")
+    assert out == "[REDACTED:private] " + expected
+    assert "pp" not in out and "p p" not in out
+
+
+def test_a_long_value_without_collapse_shows_only_the_head() -> None:
+    key = "sk-" + "Z9" * 20
+    text = "word " * 4_799 + key + " more" * 1_000  # key straddles 24 000
+    out = sanitize_value(text)
+    assert out == ("word " * 300).rstrip()
+    assert "Z9" not in out
+
+
+# --------------------------------------------------------------------------------------
+# redact_leaves
+# --------------------------------------------------------------------------------------
+
+
+def test_redact_leaves_walks_nested_json_and_respects_secret_keys() -> None:
+    obj: dict[str, Any] = {
+        "user": "bob",
+        "password": "hunter2",
+        "nested": {
+            "api_key": "abc",
+            "items": [OPENAI, ("tuple", GITHUB), {"clientSecret": "shh"}],
+            "Authorization": "Bearer xyz",
+        },
+        "note": "token=abc123 and more",
+        "secret": ["a", {"deep": "b"}],
+        "count": 3,
+        "none": None,
+        "flag": True,
+    }
+    before = copy.deepcopy(obj)
+    out = redact_leaves(obj)
+    assert obj == before  # a new structure; the input is untouched
+    assert out["user"] == "bob"
+    assert out["password"] == "[REDACTED:credential]"
+    assert out["nested"]["api_key"] == "[REDACTED:credential]"
+    assert out["nested"]["items"][0] == "[REDACTED:openai_key]"
+    assert out["nested"]["items"][1] == ("tuple", "[REDACTED:github_token]")
+    assert out["nested"]["items"][2] == {"clientSecret": "[REDACTED:credential]"}
+    assert out["nested"]["Authorization"] == "[REDACTED:credential]"
+    assert out["note"] == "token=[REDACTED:credential] and more"
+    assert out["secret"] == ["[REDACTED:credential]", {"deep": "[REDACTED:credential]"}]
+    assert (out["count"], out["none"], out["flag"]) == (3, None, True)
+    assert list(out) == list(obj)  # keys untouched, order kept
+    assert redact_leaves(out) == out
+
+
+@pytest.mark.parametrize(
+    "obj",
+    [
+        {"key": "favorite_color", "value": "blue"},
+        {"sort_key": "date", "cache_key": "u:1"},
+        {"password": ""},
+        {"password": 12345},
+        {"tokens": 500, "max_tokens": 20, "token_type": "bearer"},
+        ["plain", ("tuple",), {"nested": ["x"]}],
+        "just text",
+        42,
+    ],
+    ids=["bare_key", "key_suffixes", "empty", "number", "token_words", "containers", "str", "int"],
+)
+def test_redact_leaves_leaves_ordinary_data_alone(obj: object) -> None:
+    assert redact_leaves(obj) == obj
+
+
+def test_redact_leaves_sees_values_serialized_json_would_hide() -> None:
+    # The dict-level rule catches what leaf redaction alone cannot see.
+    assert redact_secrets("hunter2") == "hunter2"
+    assert redact_leaves({"password": "hunter2"}) == {"password": "[REDACTED:credential]"}
+    assert redact_leaves({"api key": "abc"}) == {"api key": "[REDACTED:credential]"}
+
+
+# --------------------------------------------------------------------------------------
+# Properties
+# --------------------------------------------------------------------------------------
+
+FRAGMENTS = st.sampled_from(
+    [
+        OPENAI,
+        GITHUB,
+        DISCORD,
+        JWT,
+        "AKIAIOSFODNN7EXAMPLE",
+        "password=",
+        "password: ",
+        '"password": "',
+        "Bearer ",
+        "Authorization: Bearer ",
+        "https://",
+        "user:pw@",
+        "://",
+        "<private>",
+        "</private>",
+        "-----BEGIN RSA PRIVATE KEY-----",
+        "-----END RSA PRIVATE KEY-----",
+        "[REDACTED:jwt]",
+        "[REDACT",
+        "{",
+        "}",
+        "{user_name}",
+        "{{evil}}",
+        "{x}",
+        " ",
+        "\n",
+        "\r\n",
+        "\t",
+        "\x00",
+        "\x1b",
+        "\ud800",
+        "\ufeff",
+        "\u200b",
+        "\U000e0041",
+        FAMILY,
+        FLAG_JP,
+        E_ACUTE,
+        "\u0301",
+        "sk-",
+        "-",
+        ".",
+        ":",
+        "=",
+        "@",
+        "/",
+        '"',
+        "x",
+        "Z9",
+    ]
+)
+TEXTS = st.lists(
+    st.one_of(FRAGMENTS, st.text(max_size=8), st.characters(codec=None)), max_size=40
+).map("".join)
+
+
+@pytest.mark.fuzz
+@settings(max_examples=300, deadline=None)
+@given(text=TEXTS, limit=st.sampled_from([0, 1, 5, 17, 40, 300, MAX_VALUE_CHARS]))
+def test_sanitize_value_properties(text: str, limit: int) -> None:
+    out = sanitize_value(text, limit)
+    assert len(out) <= limit
+    assert FORBIDDEN.search(out) is None
+    assert out == out.rstrip()
+    assert sanitize_value(out, limit) == out  # idempotent
+    out.encode("utf-8")
+    for secret in (OPENAI, GITHUB, DISCORD, JWT):
+        if f" {secret} " in f" {strip_control_chars(text)} ":
+            assert secret not in out
+
+
+@pytest.mark.fuzz
+@settings(max_examples=200, deadline=None)
+@given(text=TEXTS)
+def test_redaction_is_idempotent(text: str) -> None:
+    once = redact_secrets(text)
+    assert redact_secrets(once) == once
+    stripped = strip_unknown_placeholders(text)
+    assert strip_unknown_placeholders(stripped) == stripped
