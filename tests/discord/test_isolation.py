@@ -158,7 +158,7 @@ async def dump_every_table(db: Database) -> list[tuple[str, str]]:
 def hits(rows: Iterable[tuple[str, str]], needles: Iterable[str]) -> list[str]:
     needles = [n for n in needles if n]
     return [
-        f"{table}: {needle!r} in {text[:160]!r}"
+        f"{table}: {needle!r} in {text!r}"
         for table, text in rows
         for needle in needles
         if needle in text
@@ -306,6 +306,8 @@ async def test_twenty_guilds_of_interleaved_turns_never_leak(world: KiokuHarness
         f"forget-me: {len(before)} rows before, {len(after)} after, "
         f"rows still derived from the user: {len(leftovers)}"
     )
+    for line in leftovers:
+        print("  LEFT:", line)
     assert not leftovers, leftovers[:10]
 
     # The model no longer sees the victim's words in their channels either.

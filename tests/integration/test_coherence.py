@@ -1,0 +1,205 @@
+"""Two processes' caches on one PostgreSQL stay coherent through LISTEN/NOTIFY.
+
+Each "process" is a full set of memory objects (its own cache, its own listener
+connection); the notices travel through the real server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.engine import URL
+
+from bot.app import build_bot
+from bot.config import Settings
+from bot.db.engine import Database
+from bot.db.notify import CacheListener, Notice
+from bot.memory.model import ScopeKey
+from bot.memory.service import MemoryService
+from bot.memory.turn import REASON_CLEARED
+from tests.helpers.builders import ALICE, BOB, BOT, CHANNEL, GUILD, ManualClock, make_service
+from tests.helpers.database import make_test_settings
+
+KEY = ScopeKey.server(GUILD, CHANNEL)
+
+
+@dataclass
+class Process:
+    memory: MemoryService
+    listener: CacheListener
+    notices: asyncio.Queue[Notice]
+    resets: asyncio.Queue[None]
+
+    async def next_notice(self) -> Notice:
+        async with asyncio.timeout(10):
+            return await self.notices.get()
+
+
+async def start_process(db: Database, settings: Settings, url: URL) -> Process:
+    memory = make_service(db.sessions, settings, ManualClock())
+    notices: asyncio.Queue[Notice] = asyncio.Queue()
+    resets: asyncio.Queue[None] = asyncio.Queue()
+
+    def on_notice(notice: Notice) -> None:
+        memory.apply_notice(notice)
+        if notice.get("o") != memory.instance_id:
+            notices.put_nowait(notice)
+
+    def on_reset() -> None:
+        memory.drop_all()
+        resets.put_nowait(None)
+
+    listener = CacheListener(url, on_notice=on_notice, on_reset=on_reset, max_backoff_seconds=1)
+    await listener.start()
+    return Process(memory, listener, notices, resets)
+
+
+@pytest.fixture
+async def two(
+    db: Database, settings: Settings, pg_url: URL
+) -> AsyncIterator[tuple[Process, Process]]:
+    a = await start_process(db, settings, pg_url)
+    b = await start_process(db, settings, pg_url)
+    yield a, b
+    await a.listener.close()
+    await b.listener.close()
+
+
+async def write(process: Process, summary: str, user: int = ALICE) -> str:
+    prepared = await process.memory.prepare_turn(
+        channel_id=CHANNEL, user_id=user, guild_id=GUILD, bot_user_id=BOT
+    )
+    return str(await process.memory.update_stm(prepared.turn, summary=summary))
+
+
+async def test_a_write_in_one_process_evicts_the_stale_entry_in_the_other(
+    two: tuple[Process, Process],
+) -> None:
+    a, b = two
+    assert await write(a, "v1") == "saved"
+    await b.next_notice()
+    assert (await b.memory.entry(KEY)).summary == "v1"  # cached in b now
+    assert await write(a, "v2") == "saved"
+    notice = await b.next_notice()
+    assert notice["t"] == "stm"
+    assert KEY not in b.memory.cache  # evicted, not patched
+    assert (await b.memory.entry(KEY)).summary == "v2"
+
+
+async def test_a_clear_elsewhere_stops_an_in_flight_turn_here(
+    two: tuple[Process, Process],
+) -> None:
+    a, b = two
+    await write(b, "before the refresh", user=BOB)
+    await a.next_notice()
+    in_flight = (
+        await b.memory.prepare_turn(
+            channel_id=CHANNEL, user_id=BOB, guild_id=GUILD, bot_user_id=BOT
+        )
+    ).turn
+    await a.memory.clear_channel(CHANNEL, guild_id=GUILD, actor_user_id=ALICE)
+    assert (await b.next_notice())["t"] == "clear"
+    assert KEY not in b.memory.cache
+    result = await b.memory.update_stm(in_flight, summary="resurrected?")
+    assert str(result) == f"rejected: {REASON_CLEARED}"
+    assert not (await b.memory.entry(KEY)).has_content
+
+
+async def test_a_late_notice_never_resurrects_a_cleared_entry(
+    two: tuple[Process, Process],
+) -> None:
+    a, b = two
+    await write(a, "old")
+    stale_notice = await b.next_notice()
+    await a.memory.clear_channel(CHANNEL, guild_id=GUILD, actor_user_id=ALICE)
+    await b.next_notice()
+    b.memory.apply_notice(stale_notice)  # arrives late, out of order
+    assert KEY not in b.memory.cache
+    assert not (await b.memory.entry(KEY)).has_content
+
+
+async def test_guild_settings_changed_elsewhere_are_reloaded(
+    two: tuple[Process, Process],
+) -> None:
+    a, b = two
+    assert (await b.memory.guild_config(GUILD)).refresh_cadence == 5
+    await a.memory.update_guild_settings(GUILD, ALICE, refresh_cadence=11)
+    assert (await b.next_notice())["t"] == "guild"
+    assert (await b.memory.guild_config(GUILD)).refresh_cadence == 11
+
+
+async def test_forget_me_elsewhere_drops_the_users_entries_here(
+    two: tuple[Process, Process],
+) -> None:
+    a, b = two
+    await write(a, "Alice's plan")
+    await b.next_notice()
+    await b.memory.entry(ScopeKey.user(ALICE, CHANNEL, GUILD))
+    await a.memory.forget_user(ALICE)
+    assert (await b.next_notice())["t"] == "forget"
+    assert b.memory.cache.keys_of_user(ALICE) == []
+
+
+async def test_a_lost_listener_connection_drops_the_whole_cache(
+    two: tuple[Process, Process], db: Database
+) -> None:
+    a, b = two
+    await write(a, "cached everywhere")
+    await b.next_notice()
+    await b.memory.entry(KEY)
+    assert len(b.memory.cache) > 0
+    async with db.engine.connect() as connection:
+        await connection.execute(
+            text(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE query LIKE 'LISTEN%' AND pid <> pg_backend_pid()"
+            )
+        )
+        await connection.commit()
+    async with asyncio.timeout(10):
+        await b.resets.get()
+    assert len(b.memory.cache) == 0
+    # ... and it listens again afterwards.
+    await write(a, "after the reconnect")
+    while (await b.next_notice()).get("t") != "stm":
+        pass
+
+
+async def test_two_bot_instances_share_one_database_coherently(
+    db: Database, pg_url: URL, tmp_path: Path
+) -> None:
+    bots = []
+    for name in ("one", "two"):
+        bot = build_bot(make_test_settings(pg_url, tmp_path / name), database=db, janitor=False)
+        await bot.setup_hook()
+        bots.append(bot)
+    first, second = bots
+    arrived = asyncio.Event()
+    apply = second.memory.apply_notice
+
+    def spy(notice: Notice) -> None:
+        apply(notice)
+        if notice.get("t") == "stm":
+            arrived.set()
+
+    second.listener._on_notice = spy
+    try:
+        assert (await second.memory.entry(KEY)).summary == ""
+        turn = (
+            await first.memory.prepare_turn(
+                channel_id=CHANNEL, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT
+            )
+        ).turn
+        assert (await first.memory.update_stm(turn, summary="from bot one")).ok
+        async with asyncio.timeout(10):
+            await arrived.wait()
+        assert (await second.memory.entry(KEY)).summary == "from bot one"
+        assert first.memory.cache is not second.memory.cache
+    finally:
+        for bot in bots:
+            await bot.close()
