@@ -33,7 +33,7 @@ test: lint
 	$(BIN)/pytest -q
 
 bench: $(STAMP)
-	@for f in benchmarks/*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
+	@$(BIN)/python benchmarks/run_all.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -23,6 +23,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from _figures import Figure, emit
+from sqlalchemy import event
+
 from bot.app import build_bot
 from bot.config import load_settings
 from bot.db.engine import Database
@@ -61,6 +64,7 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--channels", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--json", action="store_true", help="one line for run_all.py")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="kioku-bench-") as folder:
@@ -111,16 +115,43 @@ async def main() -> None:
         elapsed = time.perf_counter() - started
         turns = args.rounds * len(env.channels)
         requests = len(llm.requests)
+        # A warm turn: every channel already hydrated, no memory update this turn.
+        statements: list[str] = []
+
+        def record(*event: Any) -> None:
+            statements.append(str(event[2]))
+
+        event.listen(database.engine.sync_engine, "before_cursor_execute", record)
+        for i, channel in enumerate(env.channels):
+            await env.send(
+                "a quiet turn", channel=channel, author=env.members[i % 3], mention_bot=True
+            )
+        event.remove(database.engine.sync_engine, "before_cursor_execute", record)
+        warm_queries = len(statements) / len(env.channels)
         await detach(bot)
         await database.close()
         await llm.stop()
 
     share = memory_time.seconds / turn_time.seconds if turn_time.seconds else 0.0
-    print(f"{'figure':<34} value")
-    print(f"{'turns':<34} {turns} over {args.channels} channels ({requests} LLM requests)")
-    print(f"{'end-to-end turns/s':<34} {turns / elapsed:,.0f}")
-    print(f"{'mean turn latency (ms)':<34} {turn_time.seconds / turns * 1000:.1f}")
-    print(f"{'memory layer share of turn time':<34} {share:.1%}")
+    emit(
+        [
+            Figure(
+                "end-to-end turns/s",
+                f"{turns / elapsed:,.0f}",
+                note=f"{turns} turns, {args.channels} channels, {requests} LLM calls, "
+                f"mean turn {turn_time.seconds / turns * 1000:.0f} ms under load",
+            ),
+            Figure("memory layer share of turn time", f"{share:.1%}"),
+            Figure(
+                "database queries per warm turn",
+                f"{warm_queries:g}",
+                "0",
+                warm_queries == 0,
+                "turns without a memory update, cache warm",
+            ),
+        ],
+        args.json,
+    )
 
 
 if __name__ == "__main__":
