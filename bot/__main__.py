@@ -40,7 +40,15 @@ class CliError(Exception):
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="kioku", description="Kioku, a Discord bot with memory")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    sub.add_parser("run", help="migrate the database, then connect to Discord")
+    run_parser = sub.add_parser("run", help="migrate the database, then connect to Discord")
+    run_parser.add_argument(
+        "--shards",
+        metavar="IDS",
+        help="shard ids this process runs, e.g. 0-3 or 0,2,5 (needs --shard-count)",
+    )
+    run_parser.add_argument(
+        "--shard-count", type=int, metavar="N", help="total shards across all processes"
+    )
     sub.add_parser("migrate", help="upgrade the database schema (idempotent)")
     sub.add_parser("doctor", help="check configuration, database and LLM endpoint")
     sub.add_parser("console", help="chat with the bot in this terminal (no Discord)")
@@ -51,7 +59,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = load_settings()
         configure_logging(settings)
         if args.command == "run":
-            return run(settings)
+            shard_ids = parse_shards(args.shards, args.shard_count)
+            return run(settings, shard_ids, args.shard_count)
         if args.command == "migrate":
             return asyncio.run(migrate(settings))
         if args.command == "doctor":
@@ -127,8 +136,43 @@ def _token(settings: Settings) -> str:
     return token
 
 
-def run(settings: Settings) -> int:
-    return asyncio.run(_run(settings, _token(settings)))
+def parse_shards(spec: str | None, count: int | None) -> list[int] | None:
+    """``0-3`` or ``0,2,5`` → shard ids, checked against ``--shard-count``."""
+    if spec is None and count is None:
+        return None
+    if spec is None or count is None:
+        raise CliError(
+            "--shards and --shard-count go together (e.g. --shards 0-3 --shard-count 8)",
+            EXIT_CONFIG,
+        )
+    if count < 1:
+        raise CliError(f"--shard-count must be at least 1, not {count}", EXIT_CONFIG)
+    ids: set[int] = set()
+    try:
+        for part in spec.split(","):
+            first, _, last = part.strip().partition("-")
+            low, high = int(first), int(last or first)
+            if low > high:
+                raise ValueError
+            ids.update(range(low, high + 1))
+    except ValueError:
+        raise CliError(
+            f"--shards {spec!r} is not a list of ids or ranges like 0-3 or 0,2,5", EXIT_CONFIG
+        ) from None
+    outside = sorted(i for i in ids if not 0 <= i < count)
+    if outside:
+        raise CliError(
+            f"--shards {spec!r} names shards {outside} outside 0–{count - 1} "
+            f"(--shard-count {count})",
+            EXIT_CONFIG,
+        )
+    return sorted(ids)
+
+
+def run(
+    settings: Settings, shard_ids: list[int] | None = None, shard_count: int | None = None
+) -> int:
+    return asyncio.run(_run(settings, _token(settings), shard_ids, shard_count))
 
 
 async def sync(settings: Settings, token: str) -> int:
@@ -166,14 +210,18 @@ async def _discord_call(awaitable: Awaitable[T]) -> T:
         raise CliError(f"cannot reach Discord: {exc.__class__.__name__}: {exc}") from None
 
 
-async def _run(settings: Settings, token: str) -> int:
+async def _run(
+    settings: Settings, token: str, shard_ids: list[int] | None, shard_count: int | None
+) -> int:
     from bot.app import build_bot
 
     database = Database(settings)
     before, after = await _migrate(database)
     if before != after:
         log.info("database migrated from %s to %s", before or "empty", after)
-    bot = build_bot(settings, database=database)
+    bot = build_bot(settings, database=database, shard_ids=shard_ids, shard_count=shard_count)
+    if shard_ids is not None:
+        log.info("running shards %s of %d", shard_ids, shard_count)
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, lambda: asyncio.ensure_future(bot.close()))

@@ -1,0 +1,55 @@
+"""``kioku run --shards 0-3 --shard-count 8``: parsing, and the sharded bot it builds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from discord.ext import commands
+
+from bot.__main__ import CliError, parse_shards
+from bot.app import KiokuBot, ShardedKiokuBot, build_bot
+from bot.config import load_settings
+
+
+@pytest.mark.parametrize(
+    ("spec", "count", "expected"),
+    [
+        ("0-3", 8, [0, 1, 2, 3]),
+        ("0,2,5", 8, [0, 2, 5]),
+        ("4-7, 1", 8, [1, 4, 5, 6, 7]),
+        ("0", 1, [0]),
+        (None, None, None),
+    ],
+)
+def test_shard_specs_parse(spec: str | None, count: int | None, expected: list[int] | None) -> None:
+    assert parse_shards(spec, count) == expected
+
+
+@pytest.mark.parametrize(
+    ("spec", "count", "fragment"),
+    [
+        ("0-9", 8, "outside 0–7"),
+        ("3-1", 8, "not a list of ids or ranges"),
+        ("a-b", 8, "not a list of ids or ranges"),
+        ("0-3", None, "go together"),
+        (None, 8, "go together"),
+        ("0", 0, "at least 1"),
+    ],
+)
+def test_bad_shard_specs_are_refused_clearly(
+    spec: str | None, count: int | None, fragment: str
+) -> None:
+    with pytest.raises(CliError, match=fragment) as caught:
+        parse_shards(spec, count)
+    assert caught.value.code == 2
+
+
+def test_sharded_bot_runs_the_given_shards(tmp_path: Path) -> None:
+    settings = load_settings(data_dir=tmp_path)
+    sharded = build_bot(settings, shard_ids=[0, 1, 2, 3], shard_count=8)
+    assert isinstance(sharded, ShardedKiokuBot)
+    assert isinstance(sharded, commands.AutoShardedBot)
+    assert (sharded.shard_ids, sharded.shard_count) == ([0, 1, 2, 3], 8)
+    plain = build_bot(settings)
+    assert type(plain) is KiokuBot
