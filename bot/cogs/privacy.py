@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import discord
@@ -19,7 +20,7 @@ from discord.ext import commands
 from bot.cogs.errors import UNAVAILABLE, answer, report_error
 from bot.cogs.refresh import plural
 from bot.memory.longterm import Fact, FactPage, LongTermService
-from bot.memory.service import ForgetReceipt, MemoryService, MemoryUnavailable
+from bot.memory.service import ForgetReceipt, MemoryUnavailable
 
 if TYPE_CHECKING:
     from bot.app import KiokuBot
@@ -67,22 +68,34 @@ def describe_receipt(receipt: ForgetReceipt) -> str:
     )
 
 
-class ForgetConfirmView(discord.ui.View):
-    """Confirm / Cancel for one user; nothing happens unless they confirm in time."""
+class ConfirmView(discord.ui.View):
+    """Confirm / Cancel for one user: ``action`` runs only if they confirm in time, and
+    its text replaces the prompt. Used by ``/forget-me`` and ``/memories clear``."""
 
-    def __init__(self, memory: MemoryService, *, user_id: int) -> None:
+    def __init__(
+        self,
+        *,
+        user_id: int,
+        confirm_label: str,
+        action: Callable[[], Awaitable[str]],
+        cancelled: str,
+        timed_out: str,
+        not_yours: str,
+    ) -> None:
         super().__init__(timeout=CONFIRM_TIMEOUT)
-        self.memory = memory
         self.user_id = user_id
+        self.action = action
+        self.cancelled, self.timed_out, self.not_yours = cancelled, timed_out, not_yours
+        self.confirm.label = confirm_label
         self.origin: discord.Interaction[Any] | None = None
 
     async def interaction_check(self, interaction: discord.Interaction[Any]) -> bool:
         if interaction.user.id == self.user_id:
             return True
-        await answer(interaction, NOT_YOURS)
+        await answer(interaction, self.not_yours)
         return False
 
-    @discord.ui.button(label="Delete my memories", style=discord.ButtonStyle.danger)
+    @discord.ui.button(label="Confirm", style=discord.ButtonStyle.danger)
     async def confirm(
         self, interaction: discord.Interaction[Any], button: discord.ui.Button[Any]
     ) -> None:
@@ -90,32 +103,24 @@ class ForgetConfirmView(discord.ui.View):
         # Remove the buttons first: a second click cannot start a second deletion.
         await interaction.response.edit_message(content=WORKING, view=None)
         try:
-            receipt = await self.memory.forget_user(self.user_id)
+            result = await self.action()
         except MemoryUnavailable:
-            await interaction.edit_original_response(content=UNAVAILABLE)
-            return
-        log.info(
-            "forget-me: %d own rows, %d shared rows, %d long-term, %d events deleted",
-            receipt.user_rows,
-            receipt.contributed_rows,
-            receipt.long_term,
-            receipt.events,
-        )
-        await interaction.edit_original_response(content=describe_receipt(receipt))
+            result = UNAVAILABLE
+        await interaction.edit_original_response(content=result)
 
     @discord.ui.button(label="Cancel", style=discord.ButtonStyle.secondary)
     async def cancel(
         self, interaction: discord.Interaction[Any], button: discord.ui.Button[Any]
     ) -> None:
         self.stop()
-        await interaction.response.edit_message(content=CANCELLED, view=None)
+        await interaction.response.edit_message(content=self.cancelled, view=None)
 
     async def on_timeout(self) -> None:
         if self.origin is None:
             return
         # The message may be gone or the token expired: then there is nothing to tidy.
         with contextlib.suppress(discord.HTTPException):
-            await self.origin.edit_original_response(content=TIMED_OUT, view=None)
+            await self.origin.edit_original_response(content=self.timed_out, view=None)
 
     async def on_error(
         self, interaction: discord.Interaction[Any], error: Exception, item: discord.ui.Item[Any]
@@ -243,55 +248,6 @@ class MemoriesPager(discord.ui.View):
         await report_error(interaction, error)
 
 
-class ClearMemoriesView(discord.ui.View):
-    """Confirm / Cancel for ``/memories clear``."""
-
-    def __init__(self, service: LongTermService, *, user_id: int) -> None:
-        super().__init__(timeout=CONFIRM_TIMEOUT)
-        self.service = service
-        self.user_id = user_id
-        self.origin: discord.Interaction[Any] | None = None
-
-    async def interaction_check(self, interaction: discord.Interaction[Any]) -> bool:
-        if interaction.user.id == self.user_id:
-            return True
-        await answer(interaction, MEMORIES_NOT_YOURS)
-        return False
-
-    @discord.ui.button(label="Delete all my long-term memories", style=discord.ButtonStyle.danger)
-    async def confirm(
-        self, interaction: discord.Interaction[Any], button: discord.ui.Button[Any]
-    ) -> None:
-        self.stop()
-        await interaction.response.edit_message(content=WORKING, view=None)
-        try:
-            deleted = await self.service.clear(self.user_id)
-        except MemoryUnavailable:
-            await interaction.edit_original_response(content=UNAVAILABLE)
-            return
-        log.info("memories clear: %d long-term facts deleted", deleted)
-        count = plural(deleted, "long-term memory", "long-term memories")
-        await interaction.edit_original_response(content=f"**Done.** I deleted {count}.")
-
-    @discord.ui.button(label="Cancel", style=discord.ButtonStyle.secondary)
-    async def cancel(
-        self, interaction: discord.Interaction[Any], button: discord.ui.Button[Any]
-    ) -> None:
-        self.stop()
-        await interaction.response.edit_message(content=CLEAR_CANCELLED, view=None)
-
-    async def on_timeout(self) -> None:
-        if self.origin is None:
-            return
-        with contextlib.suppress(discord.HTTPException):
-            await self.origin.edit_original_response(content=CLEAR_TIMED_OUT, view=None)
-
-    async def on_error(
-        self, interaction: discord.Interaction[Any], error: Exception, item: discord.ui.Item[Any]
-    ) -> None:
-        await report_error(interaction, error)
-
-
 class PrivacyCog(commands.Cog):
     memories = app_commands.Group(
         name="memories", description="The long-term memories the bot keeps about you"
@@ -304,7 +260,27 @@ class PrivacyCog(commands.Cog):
         name="forget-me", description="Delete every memory the bot has from your messages"
     )
     async def forget_me(self, interaction: discord.Interaction[KiokuBot]) -> None:
-        view = ForgetConfirmView(self.bot.memory, user_id=interaction.user.id)
+        memory, user_id = self.bot.memory, interaction.user.id
+
+        async def forget() -> str:
+            receipt = await memory.forget_user(user_id)
+            log.info(
+                "forget-me: %d own rows, %d shared rows, %d long-term, %d events deleted",
+                receipt.user_rows,
+                receipt.contributed_rows,
+                receipt.long_term,
+                receipt.events,
+            )
+            return describe_receipt(receipt)
+
+        view = ConfirmView(
+            user_id=user_id,
+            confirm_label="Delete my memories",
+            action=forget,
+            cancelled=CANCELLED,
+            timed_out=TIMED_OUT,
+            not_yours=NOT_YOURS,
+        )
         view.origin = interaction
         await answer(interaction, EXPLANATION, view=view)
 
@@ -374,7 +350,22 @@ class PrivacyCog(commands.Cog):
         if total == 0:
             await answer(interaction, NOTHING_TO_CLEAR)
             return
-        view = ClearMemoriesView(service, user_id=interaction.user.id)
+        user_id = interaction.user.id
+
+        async def clear() -> str:
+            deleted = await service.clear(user_id)
+            log.info("memories clear: %d long-term facts deleted", deleted)
+            count = plural(deleted, "long-term memory", "long-term memories")
+            return f"**Done.** I deleted {count}."
+
+        view = ConfirmView(
+            user_id=user_id,
+            confirm_label="Delete all my long-term memories",
+            action=clear,
+            cancelled=CLEAR_CANCELLED,
+            timed_out=CLEAR_TIMED_OUT,
+            not_yours=MEMORIES_NOT_YOURS,
+        )
         view.origin = interaction
         await answer(
             interaction,

@@ -216,13 +216,13 @@ async def test_twenty_guilds_of_interleaved_turns_never_leak(world: KiokuHarness
             )
         return sent
 
-    async def dm_turn(author: discord.Member, *, tool: bool) -> None:
+    async def dm_turn(author: discord.Member, *, tool: bool) -> discord.Message:
         g = next(i for i in range(GUILDS) if author in members[i])
         text = f"dmtext-{author.id} hello from a DM"
         if tool:
             llm.reply_tool_calls([(STM_TOOL_NAME, {"summary": f"DM: {text}"})]).reply_text("ok")
         first = len(llm.requests)
-        await env.send(text, channel=env.dm_channel(author), author=author)
+        sent = await env.send(text, channel=env.dm_channel(author), author=author)
         tally.dm_turns += 1
         for body in llm.requests[first:]:
             check_request(
@@ -233,6 +233,7 @@ async def test_twenty_guilds_of_interleaved_turns_never_leak(world: KiokuHarness
                 dm_user=author.id,
                 opted_in_guild=g if author.id in opted_in else None,
             )
+        return sent
 
     # ------------------------------------------------------------ interleaved turns
     count = 0
@@ -267,7 +268,7 @@ async def test_twenty_guilds_of_interleaved_turns_never_leak(world: KiokuHarness
         if r % 10 == 5:
             for g in range(GUILDS):
                 await dm_turn(members[g][3], tool=r == 5)
-    await dm_turn(victim, tool=True)
+    victim_messages.append(await dm_turn(victim, tool=True))
     victim_words.append(f"dmtext-{victim.id}")
 
     print(
@@ -302,26 +303,31 @@ async def test_twenty_guilds_of_interleaved_turns_never_leak(world: KiokuHarness
         *(message_hash(raw.author_id, raw.content) for raw in victim_raw),
     ]
     leftovers = hits(after, derived)
-    print(
-        f"forget-me: {len(before)} rows before, {len(after)} after, "
-        f"rows still derived from the user: {len(leftovers)}"
-    )
-    for line in leftovers:
-        print("  LEFT:", line)
-    assert not leftovers, leftovers[:10]
 
     # The model no longer sees the victim's words in their channels either.
     others = [m for m in members[VICTIM_GUILD][:PRIVATE_MEMBERS] if m != victim]
+    still_shown: list[str] = []
     for c in (0, 1, PRIVATE):
         first = len(llm.requests)
-        await world.env.send(
+        await env.send(
             "anything new?",
             channel=places[(VICTIM_GUILD, c)].discord_channel,
             author=others[c],
             mention_bot=True,
         )
-        seen = [w for body in llm.requests[first:] for w in victim_words if w in request_text(body)]
-        assert not seen, f"{marker(VICTIM_GUILD, c)} still shows {seen}"
+        texts = [request_text(body) for body in llm.requests[first:]]
+        still_shown += [
+            f"{marker(VICTIM_GUILD, c)}: {w}" for w in victim_words if any(w in t for t in texts)
+        ]
+
+    print(
+        f"forget-me: {len(before)} rows before, {len(after)} after; rows still derived "
+        f"from the user: {len(leftovers)}; words still shown to the model: {len(still_shown)}"
+    )
+    for line in leftovers:
+        print(f"  left behind: {line[:300]}")
+    assert not still_shown, still_shown
+    assert not leftovers, leftovers[:10]
 
 
 def test_markers_are_what_the_checks_look_for() -> None:
@@ -333,3 +339,23 @@ def test_markers_are_what_the_checks_look_for() -> None:
     check_request(tally, "G01-C00", guild=None, channel=None, dm_user=8, opted_in_guild=1)
     check_request(tally, "G02-C00", guild=None, channel=None, dm_user=8, opted_in_guild=1)
     assert len(tally.leaks) == 4, tally.leaks
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="design question reported to the lead: long-term facts are scoped per guild, "
+    "so a fact remembered in a private channel is recalled in the guild's public channels",
+)
+async def test_a_fact_remembered_in_a_private_channel_stays_out_of_public_prompts(
+    kioku: KiokuHarness,
+) -> None:
+    env, llm = kioku.env, kioku.llm
+    private = await env.create_text_channel("mods", private=True, allow=[env.member])
+    fact = "my alt account is Zed G00-C09-private-fact"
+    llm.reply_tool_calls([("remember", {"fact": fact})]).reply_text("noted")
+    await env.send(f"remember that {fact}", channel=private, mention_bot=True)
+    assert [m["content"] for m in llm.messages() if m.get("role") == "tool"] == ["saved as fact #1"]
+    first = len(llm.requests)
+    await env.send("anything about my alt account?", mention_bot=True)
+    public_requests = "\n".join(request_text(body) for body in llm.requests[first:])
+    assert "G00-C09-private-fact" not in public_requests
