@@ -27,7 +27,8 @@ from bot.llm.tools.stm import STM_TOOL_NAME, run_stm_tool, stm_tool_definition
 from bot.memory.intent import explicit_long_term_intent
 from bot.memory.longterm import LongTermService
 from bot.memory.prompt import assemble
-from bot.memory.service import LabelFor, MemoryService, MemoryUnavailable
+from bot.memory.service import LabelFor, MemoryService
+from bot.memory.storage import MemoryUnavailable
 from bot.memory.summarizer import Summarizer, auto_summarize_reason, ignored_nudges
 from bot.memory.turn import TurnState
 

@@ -16,7 +16,7 @@ from discord import app_commands
 from sqlalchemy import exc as sa_exc
 
 from bot.cogs.checks import MissingMemoryPermission
-from bot.memory.service import MemoryUnavailable
+from bot.memory.storage import MemoryUnavailable
 
 log = logging.getLogger(__name__)
 

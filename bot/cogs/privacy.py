@@ -20,7 +20,8 @@ from discord.ext import commands
 from bot.cogs.errors import UNAVAILABLE, answer, report_error
 from bot.cogs.refresh import plural
 from bot.memory.longterm import Fact, FactPage, LongTermService
-from bot.memory.service import ForgetReceipt, MemoryUnavailable
+from bot.memory.service import ForgetReceipt
+from bot.memory.storage import MemoryUnavailable
 
 if TYPE_CHECKING:
     from bot.app import KiokuBot

@@ -15,22 +15,20 @@ The one path through which facts are stored, recalled and deleted (SPEC §6):
   only; in DMs, DM facts always and server facts only if the user opted in to
   cross-context memory. Every recalled fact has its recall counter bumped.
 
-Database failures surface as :class:`~bot.memory.service.MemoryUnavailable`. This module
+Database failures surface as :class:`~bot.memory.storage.MemoryUnavailable`. This module
 imports nothing from Discord.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import math
 import re
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from bot.config import Settings
@@ -39,7 +37,7 @@ from bot.db.repositories.longterm import Fact, FactEvent, ScoredFact
 from bot.memory.clock import Clock, SystemClock
 from bot.memory.model import Provenance
 from bot.memory.sanitize import sanitize_value
-from bot.memory.service import DB_TIMEOUT_SECONDS, MemoryUnavailable
+from bot.memory.storage import storage
 
 __all__ = [
     "Fact",
@@ -208,15 +206,8 @@ class LongTermService:
         self.limits = settings.longterm
         self.clock: Clock = clock or SystemClock()
 
-    @contextlib.asynccontextmanager
-    async def _storage(self, what: str) -> AsyncIterator[AsyncSession]:
-        """A session whose database failures surface as :class:`MemoryUnavailable`."""
-        try:
-            async with asyncio.timeout(DB_TIMEOUT_SECONDS), self._sessions() as session:
-                yield session
-        except (SQLAlchemyError, OSError, TimeoutError) as exc:
-            log.warning("long-term memory: %s failed: %s", what, exc.__class__.__name__)
-            raise MemoryUnavailable("memory storage is unavailable right now") from exc
+    def _storage(self, what: str) -> contextlib.AbstractAsyncContextManager[AsyncSession]:
+        return storage(self._sessions, f"long-term memory: {what}")
 
     # ------------------------------------------------------------------ writing
 

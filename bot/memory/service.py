@@ -19,13 +19,12 @@ import contextlib
 import logging
 import uuid
 import weakref
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any, Literal
 
 from cachetools import LRUCache
-from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from bot.config import Settings
@@ -50,17 +49,13 @@ from bot.memory.prompt import OtherChannel, PromptInput
 from bot.memory.sanitize import sanitize_value
 from bot.memory.singleflight import SingleFlight
 from bot.memory.spool import DurableSpool
+from bot.memory.storage import DB_TIMEOUT_SECONDS, MemoryUnavailable, storage
 from bot.memory.turn import REASON_CLEARED, REASON_STORAGE, TurnState
 from bot.memory.window import WindowCache
 
 log = logging.getLogger(__name__)
 
-DB_TIMEOUT_SECONDS = 5.0
 OTHER_CHANNEL_HYDRATE_LIMIT = 10
-
-
-class MemoryUnavailable(RuntimeError):
-    """The database refused or timed out; the message is safe to show a user."""
 
 
 class StaleWrite(Exception):
@@ -168,15 +163,8 @@ class MemoryService:
     def epoch(self, channel_id: int) -> int:
         return self._epochs.get(channel_id, 0)
 
-    @contextlib.asynccontextmanager
-    async def _storage(self, what: str) -> AsyncIterator[AsyncSession]:
-        """A session whose database failures surface as :class:`MemoryUnavailable`."""
-        try:
-            async with asyncio.timeout(DB_TIMEOUT_SECONDS), self._sessions() as session:
-                yield session
-        except (SQLAlchemyError, OSError, TimeoutError) as exc:
-            log.warning("%s failed: %s", what, exc.__class__.__name__)
-            raise MemoryUnavailable("memory storage is unavailable right now") from exc
+    def _storage(self, what: str) -> contextlib.AbstractAsyncContextManager[AsyncSession]:
+        return storage(self._sessions, what)
 
     def _lock(self, channel_id: int) -> asyncio.Lock:
         lock = self._locks.get(channel_id)

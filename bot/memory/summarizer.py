@@ -46,7 +46,8 @@ from bot.llm.tool_loop import UNAVAILABLE_MESSAGE, LlmUnavailable, run_tool_loop
 from bot.memory.gather import gather_new_messages, messages_after_marker
 from bot.memory.model import GuildConfig, Marker, RawMessage, StmEntry
 from bot.memory.prompt import VALUE_LIMIT
-from bot.memory.service import MemoryService, MemoryUnavailable
+from bot.memory.service import MemoryService
+from bot.memory.storage import MemoryUnavailable
 from bot.memory.turn import REASON_CLEARED, TurnState
 
 __all__ = [

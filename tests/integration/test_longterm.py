@@ -16,7 +16,7 @@ from bot.db.models import LongTermMemory, StmEvent
 from bot.db.repositories.longterm import query_words
 from bot.memory.longterm import FactRefused, LongTermService, is_near_duplicate
 from bot.memory.model import Provenance
-from bot.memory.service import MemoryUnavailable
+from bot.memory.storage import MemoryUnavailable
 from tests.helpers.builders import ALICE, BOB, EPOCH, GUILD, ManualClock, make_service
 from tests.helpers.database import make_test_settings
 from tests.helpers.fake_llm import refused_base_url

@@ -26,7 +26,7 @@ from bot.llm.tools.longterm import (
 from bot.llm.tools.stm import ToolArgumentError
 from bot.memory.longterm import Fact, FactRefused, ForgetResult, LongTermService, RememberResult
 from bot.memory.model import Provenance
-from bot.memory.service import MemoryUnavailable
+from bot.memory.storage import MemoryUnavailable
 
 USER = 333_333_333_333_333_001
 GUILD = 111_111_111_111_111_111

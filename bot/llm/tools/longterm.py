@@ -21,7 +21,7 @@ from bot.llm.tools.base import ToolOutcome
 from bot.llm.tools.stm import ToolArgumentError
 from bot.memory.longterm import Fact, FactRefused, LongTermService
 from bot.memory.model import Provenance
-from bot.memory.service import MemoryUnavailable
+from bot.memory.storage import MemoryUnavailable
 
 REMEMBER_TOOL_NAME = "remember"
 RECALL_TOOL_NAME = "recall"
