@@ -119,6 +119,10 @@ class KiokuBot(commands.Bot):
                 exc.__class__.__name__,
             )
 
+    async def on_message(self, message: discord.Message, /) -> None:
+        """Kioku has no prefix commands: messages are the chat cog's business only (the
+        default would try to run "@Kioku hi" as a command and log CommandNotFound)."""
+
     def spawn(self, coro: Coroutine[Any, Any, Any], *, name: str) -> asyncio.Task[Any]:
         """Run ``coro`` in the background, keep a reference, and log its failure."""
         task = asyncio.create_task(coro, name=name)

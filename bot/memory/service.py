@@ -442,7 +442,12 @@ class MemoryService:
                 return rejected(REASON_CLEARED)
             if origin == "model_tool" and turn.stm_updated:
                 return rejected("short-term memory was already updated this turn")
+            # Every key of one write holds the same text, so every row carries the whole
+            # conversation's contributors: /forget-me must find the user's words in other
+            # users' copies too, not only in the channel's row.
             contributors = self._contributors(turn, entries[0], marker or turn.marker)
+            for entry in entries:
+                contributors |= set(entry.contributor_ids)
             before = [replace(e, categories=dict(e.categories)) for e in entries]
             now = self.clock.now()
             for entry in entries:
@@ -506,6 +511,10 @@ class MemoryService:
         }
         if not cleaned or not any(cleaned.values()):
             return rejected("give at least one non-empty category value")
+        emptied = sorted(slug for slug, value in categories.items() if value and not cleaned[slug])
+        if emptied:
+            # The model asked to set these, not to clear them: refuse rather than erase.
+            return rejected(f"categories {emptied} are empty after removing unsafe content")
         return None, cleaned
 
     def _contributors(

@@ -340,3 +340,12 @@ async def test_a_tool_less_provider_still_gets_memory_from_the_summarizer(
         assert server.covered_through_message_id is not None
     finally:
         await stop_kioku(kioku)
+
+
+async def test_a_mention_logs_no_error(
+    kioku: KiokuHarness, caplog: pytest.LogCaptureFixture
+) -> None:
+    kioku.llm.reply_text("hi")
+    with caplog.at_level("ERROR"):
+        await kioku.env.send("hi there", mention_bot=True)
+    assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == []

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -293,13 +293,18 @@ async def click_some_button(
     dm: bool,
     data: st.DataObject,
 ) -> InteractionResult | None:
-    buttons = [b for b in result.response.buttons if b.get("custom_id")] if result.response else []
-    buttons += [b for call in result.followups for b in call.buttons if b.get("custom_id")]
-    if not buttons:
+    # (what the button is on, the button): the response's message or a follow-up.
+    targets: list[tuple[Any, Mapping[str, Any]]] = []
+    if result.response is not None:
+        targets += [(result, b) for b in result.response.buttons if b.get("custom_id")]
+    for call in result.followups:
+        targets += [(call, b) for b in call.buttons if b.get("custom_id")]
+    if not targets:
         return None
-    button = data.draw(st.sampled_from(buttons), label="button")
+    target, button = data.draw(st.sampled_from(targets), label="button")
+    # Answers are ephemeral: only the person who ran the command can click them.
     clicked = await world.kioku.interactions.click(
-        result, button["custom_id"], user=user if not dm else user._user
+        target, button["custom_id"], user=user if not dm else user._user
     )
     checker.interaction(clicked, f"button {button.get('label')!r}")
     if clicked.modal is not None:

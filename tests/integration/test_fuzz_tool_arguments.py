@@ -287,7 +287,7 @@ async def test_tool_arguments_never_escape_and_only_clean_values_are_stored(
         fuzz_counter.tick("saved")
     else:
         assert after == before, "a rejected call changed stored memory"
-        fuzz_counter.tick("rejected:" + outcome.content[10:40])
+        fuzz_counter.tick("rejected")
     if guild == DISABLED_GUILD:
         assert not outcome.ok
 

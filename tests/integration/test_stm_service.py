@@ -578,3 +578,29 @@ async def test_a_write_over_a_newer_row_from_another_process_is_rejected(
     assert [r.summary for r in await rows(db)] == ["v2 from first"] * 2
     # The stale cache entry is gone: the next read sees the newest row.
     assert (await second.entry(SERVER_KEY)).summary == "v2 from first"
+
+
+async def test_forget_me_reaches_other_users_copies_of_the_conversation(
+    service: MemoryService, db: Database
+) -> None:
+    service.observe_message(CHANNEL, message(ALICE, "my door code is 4471"))
+    await service.update_stm(await start_turn(service), summary="Alice's door code is 4471.")
+    service.observe_message(CHANNEL, message(BOB, "hi"))
+    await service.update_stm(
+        await start_turn(service, user=BOB), summary="Alice's door code is 4471. Bob said hi."
+    )
+    await service.forget_user(ALICE)
+    assert [r for r in await rows(db) if "4471" in r.summary] == []
+    assert all("4471" not in e.summary for e in service.cache.entries())
+
+
+async def test_a_category_value_that_sanitizes_to_nothing_is_refused_not_cleared(
+    service: MemoryService,
+) -> None:
+    await use_categories(service, "Decisions", "Todo")
+    await service.update_stm(await start_turn(service), categories={"todo": "docs"})
+    result = await service.update_stm(
+        await start_turn(service), categories={"decisions": "ship", "todo": "\u200b"}
+    )
+    assert str(result) == "rejected: categories ['todo'] are empty after removing unsafe content"
+    assert (await service.entry(SERVER_KEY)).categories == {"todo": "docs"}
