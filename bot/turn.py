@@ -25,7 +25,7 @@ from bot.llm.tools.base import ToolOutcome
 from bot.llm.tools.longterm import LONG_TERM_TOOL_NAMES, long_term_tools
 from bot.llm.tools.stm import STM_TOOL_NAME, run_stm_tool, stm_tool_definition
 from bot.memory.intent import explicit_long_term_intent
-from bot.memory.longterm import LongTermService
+from bot.memory.longterm import ChannelFilter, LongTermService
 from bot.memory.prompt import assemble
 from bot.memory.service import LabelFor, MemoryService
 from bot.memory.storage import MemoryUnavailable
@@ -59,6 +59,8 @@ class TurnRequest:
     channel_name: str = "a direct message"
     guild_name: str | None = None
     label_for: LabelFor | None = None
+    # Whether something said in another channel may be shown here (None: anything).
+    may_show_channel: ChannelFilter | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,9 +114,9 @@ class TurnRunner:
         self.caps = capabilities(settings.provider)
         self.summarizer = Summarizer(memory, client, settings)
         self.longterm = longterm or LongTermService(memory._sessions, settings, memory.clock)
-        # (user, guild, opted in) scopes known to hold no long-term facts: most users never
+        # (user, guild, channel, opted in) known to show no long-term facts: most users never
         # ask the bot to remember anything, and their warm turns then need no query.
-        self._no_facts: TTLCache[tuple[int, int | None, bool], bool] = TTLCache(
+        self._no_facts: TTLCache[tuple[int, int | None, int, bool], bool] = TTLCache(
             maxsize=100_000, ttl=NO_FACTS_TTL_SECONDS
         )
         self._background: set[asyncio.Task[Any]] = set()
@@ -192,12 +194,16 @@ class TurnRunner:
             return False
 
     async def _recall(self, request: TurnRequest, opted_in: bool) -> list[str]:
-        scope = (request.user_id, request.guild_id, opted_in)
+        scope = (request.user_id, request.guild_id, request.channel_id, opted_in)
         if scope in self._no_facts:
             return []
         try:
             notes = await self.longterm.recall_notes(
-                request.user_id, request.guild_id, request.content, opted_in
+                request.user_id,
+                request.guild_id,
+                request.content,
+                opted_in,
+                may_show=request.may_show_channel,
             )
         except MemoryUnavailable:
             return []
@@ -213,6 +219,8 @@ class TurnRunner:
             source_message_id=request.message_id,
             model=self.settings.model,
             opted_in=opted_in,
+            channel_id=request.channel_id,
+            may_show=request.may_show_channel,
         )
         remember = tools["remember"]
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import discord
@@ -184,6 +184,7 @@ class Chat(commands.Cog):
         channel = message.channel
         guild = message.guild
         parent_id = channel.parent_id if isinstance(channel, discord.Thread) else None
+        visible = self._visible_here(message)
         return TurnRequest(
             channel_id=channel.id,
             user_id=message.author.id,
@@ -198,10 +199,38 @@ class Chat(commands.Cog):
             if isinstance(channel, discord.abc.GuildChannel | discord.Thread)
             else "a direct message",
             guild_name=guild.name if guild else None,
-            label_for=self._labeler(message),
+            label_for=self._labeler(message, visible),
+            may_show_channel=visible,
         )
 
-    def _labeler(self, message: discord.Message) -> LabelFor:
+    def _visible_here(self, message: discord.Message) -> Callable[[int], bool]:
+        """Whether what was said in another channel may be shown where ``message`` was
+        sent: in a DM, the user's own DM shows anything; in a server, only channels no
+        more private than this one (threads judged by their parent; never a private
+        thread)."""
+        guild = message.guild
+        if guild is None:
+            return lambda channel_id: True
+        current = message.channel
+        base = current.parent if isinstance(current, discord.Thread) else current
+        if not isinstance(base, discord.abc.GuildChannel):
+            return lambda channel_id: channel_id == current.id
+
+        def visible(channel_id: int) -> bool:
+            if channel_id in (current.id, base.id):
+                return True
+            other = guild.get_channel_or_thread(channel_id)
+            if other is None:
+                return False
+            if isinstance(other, discord.Thread):
+                if other.type is discord.ChannelType.private_thread or other.parent is None:
+                    return False
+                return may_show_elsewhere(base, other.parent)
+            return may_show_elsewhere(base, other)
+
+        return visible
+
+    def _labeler(self, message: discord.Message, visible: Callable[[int], bool]) -> LabelFor:
         guild = message.guild
         if guild is None:
             bot = self.bot
@@ -216,22 +245,10 @@ class Chat(commands.Cog):
                 return f"#{channel.name} in {other_guild.name}"
 
             return dm_label
-        current = message.channel
-        base = current.parent if isinstance(current, discord.Thread) else current
-        if not isinstance(base, discord.abc.GuildChannel):
-            return lambda entry: None
 
         def guild_label(entry: StmEntry) -> str | None:
             other = guild.get_channel_or_thread(entry.key.channel_id)
-            if other is None:
-                return None
-            if isinstance(other, discord.Thread):
-                if other.type is discord.ChannelType.private_thread or other.parent is None:
-                    return None
-                other_base: discord.abc.GuildChannel = other.parent
-            else:
-                other_base = other
-            if not may_show_elsewhere(base, other_base):
+            if other is None or not visible(entry.key.channel_id):
                 return None
             return f"#{other.name}"
 

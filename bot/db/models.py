@@ -194,6 +194,8 @@ class LongTermMemory(Base):
     id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
     user_id: Mapped[int] = mapped_column(BigInteger, nullable=False)
     guild_id: Mapped[int | None] = mapped_column(BigInteger)
+    # Where the fact was said: it is never recalled in a channel more public than that.
+    channel_id: Mapped[int | None] = mapped_column(BigInteger)
     content: Mapped[str] = mapped_column(Text, nullable=False)
     # Generated, so the full-text index can never disagree with the text it indexes.
     content_tsv: Mapped[str] = mapped_column(

@@ -25,7 +25,7 @@ import contextlib
 import logging
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -220,7 +220,13 @@ class LongTermService:
         return clean, len(longer) > limit
 
     async def remember(
-        self, user_id: int, guild_id: int | None, text: str, provenance: Provenance
+        self,
+        user_id: int,
+        guild_id: int | None,
+        text: str,
+        provenance: Provenance,
+        *,
+        channel_id: int | None = None,
     ) -> RememberResult:
         """Store ``text`` as a fact of ``user_id`` made in ``guild_id`` (``None``: a DM).
 
@@ -241,7 +247,12 @@ class LongTermService:
             evicted: list[Fact] = []
             if twin is not None:
                 fact = await repo.update_fact(
-                    session, twin.id, content=content, provenance=provenance, now=now
+                    session,
+                    twin.id,
+                    content=content,
+                    provenance=provenance,
+                    now=now,
+                    channel_id=channel_id,
                 )
                 status: Literal["created", "updated"] = "updated"
                 chars_before: int | None = len(twin.content)
@@ -260,6 +271,7 @@ class LongTermService:
                     content=content,
                     provenance=provenance,
                     now=now,
+                    channel_id=channel_id,
                 )
                 status, chars_before = "created", None
             events.append(
@@ -358,7 +370,13 @@ class LongTermService:
     # ------------------------------------------------------------------ reading
 
     async def recall_notes(
-        self, user_id: int, guild_id: int | None, query_text: str, opted_in: bool
+        self,
+        user_id: int,
+        guild_id: int | None,
+        query_text: str,
+        opted_in: bool,
+        *,
+        may_show: ChannelFilter | None = None,
     ) -> list[str]:
         """The facts to put in this turn's prompt, most relevant first.
 
@@ -381,7 +399,7 @@ class LongTermService:
                 now=now,
                 limit=RECALL_CANDIDATES,
             )
-            chosen = _within_budget(hits, budget)
+            chosen = _within_budget(_visible(hits, may_show), budget)
             await repo.bump_recall(session, (fact.id for fact in chosen), now)
         return [fact.content for fact in chosen]
 
@@ -393,6 +411,7 @@ class LongTermService:
         *,
         opted_in: bool,
         limit: int = SEARCH_LIMIT,
+        may_show: ChannelFilter | None = None,
     ) -> list[Fact]:
         """The facts visible here that match ``query``'s words, best first (the
         ``recall`` tool). The returned facts have their recall counter bumped."""
@@ -408,6 +427,7 @@ class LongTermService:
                 limit=limit,
                 matched_only=True,
             )
+            hits = _visible(hits, may_show)
             await repo.bump_recall(session, (hit.fact.id for hit in hits), now)
         return [hit.fact for hit in hits]
 
@@ -449,6 +469,17 @@ class LongTermService:
                 or needle in fact.content.casefold()
             ]
         return facts[:limit]
+
+
+# Whether a fact said in a given channel may be shown where the turn happens: never in a
+# channel more public than where it was said (the same rule as other channels' STM).
+ChannelFilter = Callable[[int], bool]
+
+
+def _visible(hits: Sequence[ScoredFact], may_show: ChannelFilter | None) -> list[ScoredFact]:
+    if may_show is None:
+        return list(hits)
+    return [h for h in hits if h.fact.channel_id is None or may_show(h.fact.channel_id)]
 
 
 def _within_budget(hits: Sequence[ScoredFact], budget: int) -> list[Fact]:

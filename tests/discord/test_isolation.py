@@ -341,11 +341,6 @@ def test_markers_are_what_the_checks_look_for() -> None:
     assert len(tally.leaks) == 4, tally.leaks
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="design question reported to the lead: long-term facts are scoped per guild, "
-    "so a fact remembered in a private channel is recalled in the guild's public channels",
-)
 async def test_a_fact_remembered_in_a_private_channel_stays_out_of_public_prompts(
     kioku: KiokuHarness,
 ) -> None:
@@ -359,3 +354,8 @@ async def test_a_fact_remembered_in_a_private_channel_stays_out_of_public_prompt
     await env.send("anything about my alt account?", mention_bot=True)
     public_requests = "\n".join(request_text(body) for body in llm.requests[first:])
     assert "G00-C09-private-fact" not in public_requests
+    # ... while in the channel where it was said, it is recalled.
+    first = len(llm.requests)
+    await env.send("anything about my alt account?", channel=private, mention_bot=True)
+    private_requests = "\n".join(request_text(body) for body in llm.requests[first:])
+    assert "G00-C09-private-fact" in private_requests

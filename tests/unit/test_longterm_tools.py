@@ -268,7 +268,7 @@ async def test_recall_lists_the_matches_with_their_ids() -> None:
         "#13 (saved 2026-11-01, in a server): I live in Lisbon"
     )
     [(_, args, kwargs)] = service.calls
-    assert args == (USER, None, "cat") and kwargs == {"opted_in": True}
+    assert args == (USER, None, "cat") and kwargs == {"opted_in": True, "may_show": None}
     empty = await tools(FakeService())[RECALL_TOOL_NAME].run('{"query": "cat"}')
     assert empty.ok and empty.content == "no saved facts match that query"
 

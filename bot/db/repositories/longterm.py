@@ -85,6 +85,7 @@ class Fact:
     last_recalled_at: datetime | None
     created_at: datetime
     updated_at: datetime
+    channel_id: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +122,7 @@ _COLUMNS = (
     LongTermMemory.last_recalled_at,
     LongTermMemory.created_at,
     LongTermMemory.updated_at,
+    LongTermMemory.channel_id,
 )
 
 
@@ -219,6 +221,7 @@ async def insert_fact(
     content: str,
     provenance: Provenance,
     now: datetime,
+    channel_id: int | None = None,
 ) -> Fact:
     row = (
         await session.execute(
@@ -226,6 +229,7 @@ async def insert_fact(
             .values(
                 user_id=user_id,
                 guild_id=guild_id,
+                channel_id=channel_id,
                 content=content,
                 origin=provenance.origin,
                 origin_detail=provenance.detail,
@@ -240,7 +244,13 @@ async def insert_fact(
 
 
 async def update_fact(
-    session: AsyncSession, fact_id: int, *, content: str, provenance: Provenance, now: datetime
+    session: AsyncSession,
+    fact_id: int,
+    *,
+    content: str,
+    provenance: Provenance,
+    now: datetime,
+    channel_id: int | None = None,
 ) -> Fact:
     """Replace a fact's text and provenance (a near-duplicate was remembered again)."""
     row = (
@@ -249,6 +259,7 @@ async def update_fact(
             .where(LongTermMemory.id == fact_id)
             .values(
                 content=content,
+                channel_id=channel_id,
                 origin=provenance.origin,
                 origin_detail=provenance.detail,
                 source_message_id=provenance.source_message_id,

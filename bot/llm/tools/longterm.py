@@ -19,7 +19,7 @@ from typing import Any
 from bot.llm.tool_loop import ToolSpec
 from bot.llm.tools.base import ToolOutcome
 from bot.llm.tools.stm import ToolArgumentError
-from bot.memory.longterm import Fact, FactRefused, LongTermService
+from bot.memory.longterm import ChannelFilter, Fact, FactRefused, LongTermService
 from bot.memory.model import Provenance
 from bot.memory.storage import MemoryUnavailable
 
@@ -283,6 +283,8 @@ def long_term_tools(
     source_message_id: int | None,
     model: str | None,
     opted_in: bool,
+    channel_id: int | None = None,
+    may_show: ChannelFilter | None = None,
 ) -> dict[str, ToolSpec]:
     """The three long-term tools for one turn of ``user_id`` in ``guild_id`` (``None``:
     a DM), keyed by name, ready to merge into the turn's tool registry.
@@ -305,7 +307,9 @@ def long_term_tools(
             )
         provenance = Provenance("model_tool", model, user_id, source_message_id)
         try:
-            result = await service.remember(user_id, guild_id, fact, provenance)
+            result = await service.remember(
+                user_id, guild_id, fact, provenance, channel_id=channel_id
+            )
         except FactRefused as exc:
             return ToolOutcome.error(f"rejected: {exc}")
         except MemoryUnavailable:
@@ -334,7 +338,9 @@ def long_term_tools(
         except ToolArgumentError as exc:
             return ToolOutcome.error(f"rejected: {exc}")
         try:
-            facts = await service.search(user_id, guild_id, query, opted_in=opted_in)
+            facts = await service.search(
+                user_id, guild_id, query, opted_in=opted_in, may_show=may_show
+            )
         except MemoryUnavailable:
             return ToolOutcome.error(UNAVAILABLE)
         if not facts:
