@@ -136,7 +136,12 @@ class StmCache:
         a caller that needs three reads three)."""
         recency = self._by_guild.get(guild_id)
         if recency:
-            yield from self._live(reversed(list(recency)))
+            # Reversed view, no copy: callers consume this without awaiting in between.
+            data = self._data
+            for key in reversed(recency):
+                entry = data.get(key)
+                if entry is not None:
+                    yield entry
 
     def entries_of_user(self, user_id: int) -> list[StmEntry]:
         """Live user-scope entries of a user (for cross-context recall in DMs)."""

@@ -108,7 +108,8 @@ class StmEntry:
 
     @property
     def has_summary(self) -> bool:
-        return bool(self.summary.strip())
+        # Not .strip(): this runs several times per prompt on 1500-character texts.
+        return bool(self.summary) and not self.summary.isspace()
 
     @property
     def has_content(self) -> bool:
