@@ -59,7 +59,35 @@ OTHER_CHANNEL_HYDRATE_LIMIT = 10
 
 
 class StaleWrite(Exception):
-    """A row already holds a newer version than the write (raised inside the transaction)."""
+    """A row already holds a newer version than the write."""
+
+
+class _StaleInBatch(Exception):
+    """Some writes of a group commit were stale (raised inside the transaction)."""
+
+    def __init__(self, items: list[_PendingWrite]) -> None:
+        super().__init__()
+        self.items = items
+
+
+@dataclass(slots=True)
+class _PendingWrite:
+    """One write waiting for a group commit; ``outcome`` is None (committed), a
+    StaleWrite, or the database error."""
+
+    entries: Sequence[StmEntry]
+    events: Sequence[EventRecord]
+    outcome: asyncio.Future[Exception | None]
+
+
+def _settle(item: _PendingWrite, outcome: Exception | None) -> None:
+    # A writer cancelled while waiting (its turn was cancelled) no longer listens.
+    if not item.outcome.done():
+        item.outcome.set_result(outcome)
+
+
+# At most this many writes (two rows each) share one transaction.
+GROUP_COMMIT_MAX = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +185,8 @@ class MemoryService:
         # Channels whose rows a clear could not delete yet: never hydrate them back.
         self._tombstones: set[int] = set()
         self._locks: weakref.WeakValueDictionary[int, asyncio.Lock] = weakref.WeakValueDictionary()
+        self._write_queue: list[_PendingWrite] = []
+        self._flusher: asyncio.Task[None] | None = None
 
     # ----------------------------------------------------------------- reading
 
@@ -534,36 +564,68 @@ class MemoryService:
     async def _persist(
         self, entries: Sequence[StmEntry], events: Sequence[EventRecord], before: Sequence[StmEntry]
     ) -> WriteResult:
-        try:
-            async with asyncio.timeout(DB_TIMEOUT_SECONDS):
-                async with self._sessions() as session, session.begin():
-                    written = await stm_repo.upsert_entries(session, entries)
-                    if written != len(entries):
-                        raise StaleWrite  # rolls the transaction back: all or nothing
-                    await stm_repo.add_events(session, events)
-                    await self._announce(session, stm_notice(self.instance_id, entries))
-        except StaleWrite:
+        pending = _PendingWrite(entries, events, asyncio.get_running_loop().create_future())
+        self._write_queue.append(pending)
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.create_task(self._flush_queue(), name="stm-group-commit")
+        outcome = await pending.outcome
+        if outcome is None:
+            return WriteResult("saved")
+        if isinstance(outcome, StaleWrite):
             # Another process wrote a newer version: drop ours (and the stale cache) so
             # the next read hydrates the newest; never report this write as saved.
             for entry in entries:
                 self.cache.pop(entry.key)
             return rejected("a newer version of this memory exists; nothing was saved")
-        except Exception as exc:  # any database failure: the write must not be lost
-            log.warning(
-                "STM write for %s failed: %s",
-                ", ".join(str(e.key) for e in entries),
-                exc.__class__.__name__,
-            )
-            if self.spool is not None:
-                try:
-                    self.spool.append(entries, events)
-                    return WriteResult("saved, pending sync")
-                except OSError:
-                    log.exception("STM spool append failed")
-            for old in before:  # never report or keep what was not saved
-                self.cache.put(old)
-            return rejected("the memory could not be saved right now (database unavailable)")
-        return WriteResult("saved")
+        log.warning(
+            "STM write for %s failed: %s",
+            ", ".join(str(e.key) for e in entries),
+            outcome.__class__.__name__,
+        )
+        if self.spool is not None:
+            try:
+                self.spool.append(entries, events)
+                return WriteResult("saved, pending sync")
+            except OSError:
+                log.exception("STM spool append failed")
+        for old in before:  # never report or keep what was not saved
+            self.cache.put(old)
+        return rejected("the memory could not be saved right now (database unavailable)")
+
+    async def _flush_queue(self) -> None:
+        """Group commit: writes that queue up while one transaction is in flight go
+        together in the next one. Each write still succeeds or fails as a whole; the
+        writer is answered only after the commit."""
+        while self._write_queue:
+            batch = self._write_queue[:GROUP_COMMIT_MAX]
+            del self._write_queue[: len(batch)]
+            await self._commit(batch)
+
+    async def _commit(self, batch: list[_PendingWrite]) -> None:
+        entries = [entry for item in batch for entry in item.entries]
+        try:
+            async with asyncio.timeout(DB_TIMEOUT_SECONDS):
+                async with self._sessions() as session, session.begin():
+                    written = await stm_repo.upsert_entries_returning_keys(session, entries)
+                    stale = [i for i in batch if any(e.key not in written for e in i.entries)]
+                    if stale:
+                        raise _StaleInBatch(stale)  # rolls back: all or nothing per write
+                    await stm_repo.add_events(
+                        session, [event for item in batch for event in item.events]
+                    )
+                    await self._announce(session, stm_notice(self.instance_id, entries))
+        except _StaleInBatch as found:
+            for item in found.items:
+                _settle(item, StaleWrite())
+            # The others were fine: they go first in the next transaction.
+            self._write_queue[:0] = [item for item in batch if item not in found.items]
+            return
+        except Exception as exc:
+            for item in batch:
+                _settle(item, exc)
+            return
+        for item in batch:
+            _settle(item, None)
 
     async def admin_edit(
         self,

@@ -122,6 +122,12 @@ def _build_upsert() -> Any:
 # Built once: the write path runs on every STM update, and re-building (and re-compiling)
 # an ON CONFLICT statement per call costs more than the database round trip.
 _UPSERT = _build_upsert()
+_UPSERT_KEYS = _UPSERT.returning(
+    ShortTermMemory.scope_kind,
+    ShortTermMemory.guild_id,
+    ShortTermMemory.user_id,
+    ShortTermMemory.channel_id,
+)
 
 
 async def upsert_entries(session: AsyncSession, entries: Sequence[StmEntry]) -> int:
@@ -134,6 +140,26 @@ async def upsert_entries(session: AsyncSession, entries: Sequence[StmEntry]) -> 
     connection = await session.connection()
     result = await connection.execute(_UPSERT, [_row_values(entry) for entry in entries])
     return len(result.all())
+
+
+async def upsert_entries_returning_keys(
+    session: AsyncSession, entries: Sequence[StmEntry]
+) -> set[ScopeKey]:
+    """Like :func:`upsert_entries`, in one statement for many entries (distinct keys);
+    returns the keys actually written (a key whose row is newer is left out)."""
+    if not entries:
+        return set()
+    connection = await session.connection()
+    result = await connection.execute(_UPSERT_KEYS, [_row_values(entry) for entry in entries])
+    return {
+        ScopeKey(
+            "server" if kind == "server" else "user",
+            channel_id,
+            guild_id,
+            user_id,
+        )
+        for _id, kind, guild_id, user_id, channel_id in result.all()
+    }
 
 
 async def load_entry(session: AsyncSession, key: ScopeKey) -> StmEntry | None:
