@@ -79,3 +79,42 @@ async def test_clears_interleaved_with_writes_never_leave_a_row_behind(
             left = await session.scalar(select(func.count()).select_from(ShortTermMemory))
         assert left == 0, f"round {round_} resurrected a cleared memory"
         assert not (await service.entry(SERVER_KEY)).has_content
+
+
+async def test_a_stale_write_sharing_a_group_commit_fails_alone(
+    db: Database, settings: Settings
+) -> None:
+    first = make_service(db.sessions, settings, ManualClock())
+    second = make_service(db.sessions, settings, ManualClock())
+    channels = [CHANNEL, CHANNEL + 1, CHANNEL + 2]
+    turns = []
+    for channel in channels:
+        prepared = await second.prepare_turn(
+            channel_id=channel, user_id=BOB, guild_id=GUILD, bot_user_id=BOT
+        )
+        turns.append(prepared.turn)
+    # Another process moves the first channel on after `second` cached it.
+    other = (
+        await first.prepare_turn(channel_id=CHANNEL, user_id=BOB, guild_id=GUILD, bot_user_id=BOT)
+    ).turn
+    assert (await first.update_stm(other, summary="newer elsewhere")).ok
+    results = await asyncio.gather(
+        *(second.update_stm(turn, summary=f"from second {i}") for i, turn in enumerate(turns))
+    )
+    assert [str(r) for r in results] == [
+        "rejected: a newer version of this memory exists; nothing was saved",
+        "saved",
+        "saved",
+    ]
+    async with db.sessions() as session:
+        summaries = {
+            r.channel_id: r.summary
+            for r in await session.scalars(
+                select(ShortTermMemory).where(ShortTermMemory.scope_kind == "server")
+            )
+        }
+    assert summaries == {
+        CHANNEL: "newer elsewhere",
+        CHANNEL + 1: "from second 1",
+        CHANNEL + 2: "from second 2",
+    }
