@@ -349,3 +349,15 @@ async def test_a_mention_logs_no_error(
     with caplog.at_level("ERROR"):
         await kioku.env.send("hi there", mention_bot=True)
     assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == []
+
+
+async def test_huge_tool_arguments_are_refused_and_the_user_still_gets_a_reply(
+    kioku: KiokuHarness, db: Database
+) -> None:
+    huge = '{"summary": "' + "x" * 1_000_000 + '"}'
+    kioku.llm.reply_tool_calls([(STM_TOOL_NAME, huge)]).reply_text("Sorry, too much.")
+    await kioku.env.send("hello", mention_bot=True)
+    (result,) = tool_results(kioku.llm, 1)
+    assert result.startswith("rejected: ") and "too large" in result
+    assert kioku.env.last_sent().content == "Sorry, too much."
+    assert await rows(db) == []
