@@ -71,6 +71,31 @@ class TurnReply:
     turn: TurnState | None = None
 
 
+# A rough, model-independent estimate: ~4 characters per token, and room kept for tool
+# schemas and the reply.
+CHARS_PER_TOKEN = 4
+TOOL_SCHEMA_TOKENS = 1_000
+
+
+def context_chars(context_tokens: int, reply_tokens: int) -> int:
+    """Characters of prompt a provider's context window leaves room for."""
+    return max(0, (context_tokens - reply_tokens - TOOL_SCHEMA_TOKENS) * CHARS_PER_TOKEN)
+
+
+def fit_history(history: list[dict[str, str]], *, budget_chars: int) -> list[dict[str, str]]:
+    """The newest messages that fit in ``budget_chars`` (always at least the last one, the
+    message being answered): small-context providers get a shorter history, not an error."""
+    kept: list[dict[str, str]] = []
+    used = 0
+    for message in reversed(history):
+        used += len(message["content"])
+        if kept and used > budget_chars:
+            break
+        kept.append(message)
+    kept.reverse()
+    return kept
+
+
 def load_persona(path: Path) -> str:
     """The system prompt template; the built-in one when the file is missing."""
     try:
@@ -149,7 +174,11 @@ class TurnRunner:
             }
         ]
         messages += [{"role": "system", "content": note} for note in prompt.system_notes]
-        messages += prompt.history
+        messages += fit_history(
+            prompt.history,
+            budget_chars=context_chars(self.caps.context_tokens, self.settings.llm.max_reply_tokens)
+            - sum(len(m["content"]) for m in messages),
+        )
         stm_results: list[str] = []
 
         async def stm_tool(raw: str | None) -> Any:

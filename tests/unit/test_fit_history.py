@@ -1,0 +1,29 @@
+"""Small-context providers get a shorter history instead of an over-long prompt."""
+
+from __future__ import annotations
+
+from bot.turn import context_chars, fit_history
+
+
+def messages(*sizes: int) -> list[dict[str, str]]:
+    return [{"role": "user", "content": "x" * size} for size in sizes]
+
+
+def test_everything_fits_in_a_large_context() -> None:
+    history = messages(100, 200, 300)
+    assert fit_history(history, budget_chars=10_000) == history
+
+
+def test_the_oldest_messages_go_first() -> None:
+    history = messages(500, 400, 300, 200)
+    assert [len(m["content"]) for m in fit_history(history, budget_chars=550)] == [300, 200]
+
+
+def test_the_message_being_answered_is_always_kept() -> None:
+    history = messages(100, 5_000)
+    assert [len(m["content"]) for m in fit_history(history, budget_chars=10)] == [5_000]
+
+
+def test_context_chars_leaves_room_for_the_reply_and_the_tools() -> None:
+    assert context_chars(8_192, 1_024) == (8_192 - 1_024 - 1_000) * 4
+    assert context_chars(1_000, 1_024) == 0
