@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import asyncpg
@@ -20,6 +20,8 @@ from sqlalchemy import text
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncSession
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
+
+from bot.memory.model import StmEntry
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +36,18 @@ async def send_notice(session: AsyncSession, notice: Notice) -> None:
         text("SELECT pg_notify(:channel, :payload)"),
         {"channel": NOTIFY_CHANNEL, "payload": json.dumps(notice, separators=(",", ":"))},
     )
+
+
+def stm_notice(origin: str, entries: Sequence[StmEntry]) -> Notice:
+    """The notice for written STM entries: each key with its new version."""
+    return {
+        "o": origin,
+        "t": "stm",
+        "k": [
+            [e.key.kind, e.key.guild_id, e.key.user_id, e.key.channel_id, e.version]
+            for e in entries
+        ],
+    }
 
 
 def asyncpg_dsn(url: URL) -> str:

@@ -29,7 +29,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from bot.config import Settings
 from bot.db.models import StmEvent
-from bot.db.notify import Notice, send_notice
+from bot.db.notify import Notice, send_notice, stm_notice
 from bot.db.repositories import guilds as guild_repo
 from bot.db.repositories import stm as stm_repo
 from bot.db.repositories.stm import EventRecord
@@ -842,15 +842,3 @@ class MemoryService:
             )
         self.invalidate_guild(guild_id)
         return await self.guild_config(guild_id)
-
-
-def stm_notice(origin: str, entries: Sequence[StmEntry]) -> Notice:
-    """The notice for written entries: each key with its new version."""
-    return {
-        "o": origin,
-        "t": "stm",
-        "k": [
-            [e.key.kind, e.key.guild_id, e.key.user_id, e.key.channel_id, e.version]
-            for e in entries
-        ],
-    }

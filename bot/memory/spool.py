@@ -28,7 +28,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
 
-from bot.db.notify import send_notice
+from bot.db.notify import send_notice, stm_notice
 from bot.db.repositories import guilds as guild_repo
 from bot.db.repositories import stm as stm_repo
 from bot.db.repositories.stm import EventRecord
@@ -286,17 +286,7 @@ async def _apply(session: AsyncSession, record: dict[str, Any]) -> None:
         entries = [entry_from_json(e) for e in record["entries"]]
         await stm_repo.upsert_entries(session, entries)
         await stm_repo.add_events(session, [_event_from_json(e) for e in record["events"]])
-        await send_notice(
-            session,
-            {
-                "o": "spool",
-                "t": "stm",
-                "k": [
-                    [e.key.kind, e.key.guild_id, e.key.user_id, e.key.channel_id, e.version]
-                    for e in entries
-                ],
-            },
-        )
+        await send_notice(session, stm_notice("spool", entries))
     elif op == "clear":
         await stm_repo.delete_channel(session, int(record["channel"]))
         await send_notice(session, {"o": "spool", "t": "clear", "c": int(record["channel"])})
