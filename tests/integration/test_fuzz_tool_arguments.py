@@ -28,7 +28,8 @@ from sqlalchemy import select
 from bot.config import Settings
 from bot.db.engine import Database
 from bot.db.models import ShortTermMemory
-from bot.llm.tools.stm import ToolArgumentError, parse_stm_arguments, run_stm_tool
+from bot.llm.tools.base import ToolArgumentError
+from bot.llm.tools.stm import parse_stm_arguments, run_stm_tool
 from bot.memory.model import Category, GuildConfig
 from bot.memory.sanitize import sanitize_value
 from bot.memory.service import MemoryService

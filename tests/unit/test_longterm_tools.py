@@ -11,6 +11,7 @@ from typing import Any, cast
 import pytest
 
 from bot.config import LongTermSettings
+from bot.llm.tools.base import ToolArgumentError
 from bot.llm.tools.longterm import (
     FORGET_TOOL_NAME,
     LONG_TERM_TOOL_NAMES,
@@ -23,7 +24,6 @@ from bot.llm.tools.longterm import (
     parse_recall_arguments,
     parse_remember_arguments,
 )
-from bot.llm.tools.stm import ToolArgumentError
 from bot.memory.longterm import Fact, FactRefused, ForgetResult, LongTermService, RememberResult
 from bot.memory.model import Provenance
 from bot.memory.storage import MemoryUnavailable

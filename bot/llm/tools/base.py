@@ -16,3 +16,11 @@ class ToolOutcome:
     @classmethod
     def error(cls, message: str) -> ToolOutcome:
         return cls(message, ok=False)
+
+
+class ToolArgumentError(ValueError):
+    """The model's arguments were refused; ``str()`` tells the model how to fix them."""
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field

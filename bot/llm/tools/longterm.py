@@ -17,8 +17,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from bot.llm.tool_loop import ToolSpec
-from bot.llm.tools.base import ToolOutcome
-from bot.llm.tools.stm import ToolArgumentError
+from bot.llm.tools.arguments import json_type, quoted, reject_duplicate_keys
+from bot.llm.tools.base import ToolArgumentError, ToolOutcome
 from bot.memory.longterm import ChannelFilter, Fact, FactRefused, LongTermService
 from bot.memory.model import Provenance
 from bot.memory.storage import MemoryUnavailable
@@ -122,35 +122,6 @@ def forget_definition() -> dict[str, Any]:
 # ------------------------------------------------------------------ parsing
 
 
-def _json_type(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int | float):
-        return "number"
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, dict):
-        return "object"
-    return "string"
-
-
-def _quoted(names: list[str]) -> str:
-    shown = [name if len(name) <= 40 else name[:40] + "..." for name in names[:10]]
-    text = ", ".join(json.dumps(name, ensure_ascii=True) for name in shown)
-    return text if len(names) <= 10 else f"{text} and {len(names) - 10} more"
-
-
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    result: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in result:
-            raise ToolArgumentError(f"field {_quoted([key])} appears more than once", key)
-        result[key] = value
-    return result
-
-
 def _load_object(raw: str | None, example: str) -> dict[str, Any]:
     if raw is None or not raw.strip():
         raise ToolArgumentError(f"no arguments were given; send a JSON object like {example}")
@@ -161,7 +132,7 @@ def _load_object(raw: str | None, example: str) -> dict[str, Any]:
             f"send one short fact like {example}"
         )
     try:
-        value = json.loads(raw, object_pairs_hook=_no_duplicates)
+        value = json.loads(raw, object_pairs_hook=reject_duplicate_keys)
     except ToolArgumentError:
         raise
     except json.JSONDecodeError as exc:
@@ -179,7 +150,7 @@ def _load_object(raw: str | None, example: str) -> dict[str, Any]:
         ) from None
     if not isinstance(value, dict):
         raise ToolArgumentError(
-            f"arguments must be a JSON object, got a JSON {_json_type(value)}; "
+            f"arguments must be a JSON object, got a JSON {json_type(value)}; "
             f"send one JSON object like {example}"
         )
     return value
@@ -190,17 +161,17 @@ def _check_fields(payload: dict[str, Any], allowed: tuple[str, ...]) -> None:
     if extra:
         plural = "s" if len(extra) > 1 else ""
         raise ToolArgumentError(
-            f"unexpected field{plural} {_quoted(extra)}; this tool takes only "
-            f"{_quoted(list(allowed))}",
+            f"unexpected field{plural} {quoted(extra)}; this tool takes only "
+            f"{quoted(list(allowed))}",
             extra[0],
         )
 
 
 def _text(payload: dict[str, Any], field: str, *, limit: int | None = None) -> str:
-    name = _quoted([field])
+    name = quoted([field])
     value = payload[field]
     if not isinstance(value, str):
-        raise ToolArgumentError(f"field {name} must be a string, got {_json_type(value)}", field)
+        raise ToolArgumentError(f"field {name} must be a string, got {json_type(value)}", field)
     if "\x00" in value:
         raise ToolArgumentError(f"field {name} contains a NUL character; send plain text", field)
     if any("\ud800" <= char <= "\udfff" for char in value):
@@ -257,7 +228,7 @@ def parse_forget_arguments(raw: str | None) -> tuple[int | None, str | None]:
             value = int(value)
         else:
             raise ToolArgumentError(
-                f'field "fact_id" must be an integer like 12, got {_json_type(value)}',
+                f'field "fact_id" must be an integer like 12, got {json_type(value)}',
                 "fact_id",
             )
     if not 1 <= value <= MAX_FACT_ID:

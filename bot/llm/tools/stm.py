@@ -13,7 +13,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from bot.llm.tools.base import ToolOutcome
+from bot.llm.tools.arguments import json_type, quoted, reject_duplicate_keys
+from bot.llm.tools.base import ToolArgumentError, ToolOutcome
 from bot.memory.model import SUMMARY_SLUG, Category, GuildConfig
 from bot.memory.sanitize import MAX_VALUE_CHARS as STM_VALUE_MAX_CHARS
 from bot.memory.service import MemoryService
@@ -49,14 +50,6 @@ class StmUpdate:
 
     summary: str | None = None
     categories: dict[str, str] | None = None
-
-
-class ToolArgumentError(ValueError):
-    """The model's arguments were refused; ``str()`` tells the model how to fix them."""
-
-    def __init__(self, message: str, field: str | None = None) -> None:
-        super().__init__(message)
-        self.field = field
 
 
 def _summary_description(config: GuildConfig) -> str:
@@ -113,40 +106,8 @@ def stm_tool_definition(config: GuildConfig) -> dict[str, Any]:
     }
 
 
-def _json_type(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int | float):
-        return "number"
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, dict):
-        return "object"
-    return "string"
-
-
-def _quoted(names: list[str]) -> str:
-    """``"a", "b"``: JSON-quoted (ASCII-safe), long names and long lists shortened."""
-    shown = [name if len(name) <= 40 else name[:40] + "..." for name in names[:10]]
-    text = ", ".join(json.dumps(name, ensure_ascii=True) for name in shown)
-    return text if len(names) <= 10 else f"{text} and {len(names) - 10} more"
-
-
 def _utf8_size(text: str) -> int:
     return len(text.encode("utf-8", "surrogatepass"))
-
-
-def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    result: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in result:
-            raise ToolArgumentError(
-                f"field {_quoted([key])} appears more than once; give each field once", key
-            )
-        result[key] = value
-    return result
 
 
 def _example(config: GuildConfig) -> str:
@@ -167,7 +128,7 @@ def _load_object(raw: str | None, config: GuildConfig) -> dict[str, Any]:
             f"send only the memory text, each value under {STM_VALUE_MAX_CHARS} characters"
         )
     try:
-        value = json.loads(raw, object_pairs_hook=_reject_duplicates)
+        value = json.loads(raw, object_pairs_hook=reject_duplicate_keys)
     except json.JSONDecodeError as exc:
         if exc.pos >= len(raw.rstrip()) or exc.msg.startswith("Unterminated string"):
             raise ToolArgumentError(
@@ -190,7 +151,7 @@ def _load_object(raw: str | None, config: GuildConfig) -> dict[str, Any]:
         ) from None
     if not isinstance(value, dict):
         raise ToolArgumentError(
-            f"arguments must be a JSON object, got a JSON {_json_type(value)}; "
+            f"arguments must be a JSON object, got a JSON {json_type(value)}; "
             f"send one JSON object like {example}"
         )
     return value
@@ -198,11 +159,11 @@ def _load_object(raw: str | None, config: GuildConfig) -> dict[str, Any]:
 
 def _check_text(field: str, value: object) -> str:
     """``value`` as a string, or ToolArgumentError naming ``field``'s problem."""
-    name = _quoted([field])
+    name = quoted([field])
     if not isinstance(value, str):
         hint = '; use "" to clear it' if value is None and field != SUMMARY_SLUG else ""
         raise ToolArgumentError(
-            f"field {name} must be a string, got {_json_type(value)}{hint}", field
+            f"field {name} must be a string, got {json_type(value)}{hint}", field
         )
     if "\x00" in value:
         raise ToolArgumentError(
@@ -232,9 +193,7 @@ def _parse_summary(payload: dict[str, Any]) -> StmUpdate:
         problems.append('missing required field "summary" (the new summary text, a string)')
     if extra:
         plural = "s" if len(extra) > 1 else ""
-        problems.append(
-            f'unexpected field{plural} {_quoted(extra)}; this tool takes only "summary"'
-        )
+        problems.append(f'unexpected field{plural} {quoted(extra)}; this tool takes only "summary"')
     if problems:
         field = extra[0] if extra and SUMMARY_SLUG in payload else SUMMARY_SLUG
         raise ToolArgumentError("; ".join(problems), field)
@@ -252,13 +211,13 @@ def _parse_categories(payload: dict[str, Any], config: GuildConfig) -> StmUpdate
     valid = [c.slug for c in sorted(config.categories, key=lambda category: category.position)]
     if not payload:
         raise ToolArgumentError(
-            f"no categories given; send at least one of {_quoted(valid)} as a string"
+            f"no categories given; send at least one of {quoted(valid)} as a string"
         )
     unknown = [key for key in payload if key not in valid]
     if unknown:
         plural = "s" if len(unknown) > 1 else ""
         raise ToolArgumentError(
-            f"unknown field{plural} {_quoted(unknown)}; the valid categories are {_quoted(valid)}",
+            f"unknown field{plural} {quoted(unknown)}; the valid categories are {quoted(valid)}",
             unknown[0],
         )
     categories = {slug: _check_text(slug, value) for slug, value in payload.items()}
