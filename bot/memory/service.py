@@ -19,7 +19,7 @@ import contextlib
 import logging
 import uuid
 import weakref
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any, Literal
@@ -260,34 +260,36 @@ class MemoryService:
     async def _hydrate_guild_once(self, guild_id: int) -> None:
         """Load a guild's recent channel memories once, for "other channels" after a
         restart (no bulk pre-load at start-up; one query per guild, on first use)."""
-        if guild_id in self._guilds_hydrated:
-            return
-
-        async def load() -> None:
-            since = self.clock.now() - timedelta(hours=self.settings.stm.ttl_summary_hours)
-            async with self._storage("loading a guild's memories") as session:
-                rows = await stm_repo.recent_server_entries(
-                    session, guild_id, since=since, limit=OTHER_CHANNEL_HYDRATE_LIMIT
-                )
-            self._adopt(rows)
-            self._guilds_hydrated[guild_id] = True
-
-        await self._misc_flight.run(("guild", guild_id), load)
+        await self._hydrate_once(
+            "guild", guild_id, self._guilds_hydrated, stm_repo.recent_server_entries
+        )
 
     async def _hydrate_user_once(self, user_id: int) -> None:
-        if user_id in self._users_hydrated:
+        """Likewise a user's recent server memories, for their opted-in DMs."""
+        await self._hydrate_once(
+            "user", user_id, self._users_hydrated, stm_repo.recent_user_entries
+        )
+
+    async def _hydrate_once(
+        self,
+        what: str,
+        owner_id: int,
+        done: LRUCache[int, bool],
+        query: Callable[..., Awaitable[list[StmEntry]]],
+    ) -> None:
+        if owner_id in done:
             return
 
         async def load() -> None:
             since = self.clock.now() - timedelta(hours=self.settings.stm.ttl_summary_hours)
-            async with self._storage("loading a user's memories") as session:
-                rows = await stm_repo.recent_user_entries(
-                    session, user_id, since=since, limit=OTHER_CHANNEL_HYDRATE_LIMIT
+            async with self._storage(f"loading a {what}'s memories") as session:
+                rows = await query(
+                    session, owner_id, since=since, limit=OTHER_CHANNEL_HYDRATE_LIMIT
                 )
             self._adopt(rows)
-            self._users_hydrated[user_id] = True
+            done[owner_id] = True
 
-        await self._misc_flight.run(("user", user_id), load)
+        await self._misc_flight.run((what, owner_id), load)
 
     def _adopt(self, rows: Sequence[StmEntry]) -> None:
         for row in sorted(rows, key=lambda r: r.updated_at):
