@@ -190,6 +190,11 @@ class MemoryService:
 
     # ----------------------------------------------------------------- reading
 
+    @property
+    def sessions(self) -> async_sessionmaker[AsyncSession]:
+        """The session factory (for services that share this database, e.g. long-term)."""
+        return self._sessions
+
     def epoch(self, channel_id: int) -> int:
         return self._epochs.get(channel_id, 0)
 
