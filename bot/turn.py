@@ -187,7 +187,11 @@ class TurnRunner:
             return outcome
 
         registry = {STM_TOOL_NAME: ToolSpec(stm_tool_definition(turn.config), stm_tool)}
-        registry |= self._long_term_tools(request, opted_in)
+        if intent:
+            # Only a user's explicit request may change their long-term facts: without it
+            # the tools do not exist this turn, so a call forced by the model (or by
+            # another user's text in the channel) is answered as an unknown tool.
+            registry |= self._long_term_tools(request, opted_in)
 
         def offered() -> list[str]:
             # An explicit "remember that…" reserves the turn for the long-term tools.

@@ -109,3 +109,21 @@ async def test_a_secret_in_a_fact_is_stored_redacted(kioku: KiokuHarness, db: Da
     (fact,) = await facts(db)
     assert TOKEN not in fact.content
     assert "[REDACTED:discord_token]" in fact.content
+
+
+async def test_without_an_explicit_request_the_model_cannot_remember_or_forget(
+    kioku: KiokuHarness, db: Database
+) -> None:
+    # Facts change only when the user asks: a call the model forces anyway (prompted, say,
+    # by another member's text) is answered as an unknown tool and stores nothing.
+    kioku.llm.reply_tool_calls([("remember", {"fact": "The user likes tea."})])
+    kioku.llm.reply_tool_calls([("forget_memory", {"id": 1})])
+    kioku.llm.reply_text("What a nice day.")
+    await kioku.env.send("I like tea, what a nice day", mention_bot=True)
+
+    assert kioku.llm.tool_names(0) == [STM_TOOL_NAME]
+    results = [str(m["content"]) for m in kioku.llm.messages(-1) if m.get("role") == "tool"]
+    assert len(results) == 2
+    assert all(r.startswith('error: unknown tool "') for r in results), results
+    assert await facts(db) == []
+    assert kioku.env.last_sent().content == "What a nice day."
