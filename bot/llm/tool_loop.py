@@ -89,6 +89,9 @@ class LoopResult:
     tool_calls: list[tuple[str, str]] = field(default_factory=list)
     errors: int = 0
     stopped: str | None = None
+    # The last answer ended because it hit ``max_tokens`` (finish_reason "length"): the
+    # text is cut off, fine to show in chat but not to store as a memory.
+    truncated: bool = False
 
 
 class LlmUnavailable(Exception):
@@ -136,7 +139,7 @@ async def run_tool_loop(
 
     while result.iterations < settings.max_tool_iterations:
         names = _offered_names(offered, registry) if tool_calling else []
-        message = await _complete(
+        message, result.truncated = await _complete(
             api,
             model=model,
             messages=conversation,
@@ -191,7 +194,7 @@ async def run_tool_loop(
         result.iterations,
     )
     try:
-        message = await _complete(
+        message, result.truncated = await _complete(
             api, model=model, messages=conversation, settings=settings, tools=[]
         )
     except LlmUnavailable as exc:
@@ -248,8 +251,9 @@ async def _complete(
     messages: list[dict[str, Any]],
     settings: LlmSettings,
     tools: list[dict[str, Any]],
-) -> Any:
-    """One Chat Completions call; returns the first choice's message."""
+) -> tuple[Any, bool]:
+    """One Chat Completions call; returns the first choice's message and whether it was
+    cut off at ``max_tokens``."""
     request: dict[str, Any] = {
         "model": model,
         "messages": messages,
@@ -270,7 +274,7 @@ async def _complete(
     if not choices or getattr(choices[0], "message", None) is None:
         log.warning("LLM answer had no choices (%s)", type(completion).__name__)
         raise LlmUnavailable("unavailable", UNAVAILABLE_MESSAGE)
-    return choices[0].message
+    return choices[0].message, getattr(choices[0], "finish_reason", None) == "length"
 
 
 def _unavailable(exc: openai.OpenAIError) -> LlmUnavailable:

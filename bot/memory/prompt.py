@@ -19,9 +19,10 @@ from datetime import UTC, datetime
 
 from bot.memory.gather import messages_after_marker
 from bot.memory.model import GuildConfig, RawMessage, StmEntry
+from bot.memory.sanitize import MAX_VALUE_CHARS
 
 # Each stored value (the summary or one category) is truncated to this many characters.
-VALUE_LIMIT = 1500
+VALUE_LIMIT = MAX_VALUE_CHARS
 TOOL_NAME = "update_short_term_memory"
 NEW_MESSAGES_PLACEHOLDER = "{new_messages}"
 THIS_CHANNEL = "this channel"

@@ -107,6 +107,7 @@ SYSTEM_CATEGORIES = (
 SummaryStatus = Literal["updated", "nothing_new", "busy", "failed", "empty", "disabled"]
 
 EMPTY_ANSWER = "the model's answer was empty"
+CUT_OFF = "the model's answer was cut off at its length limit (raise llm.max_reply_tokens)"
 INVALID_JSON = "the model did not answer with the JSON object asked for"
 NO_CATEGORY_VALUES = "the model's answer had no usable category values"
 CLEARED_MEANWHILE = "the channel's memory was cleared while the summary was being made"
@@ -378,7 +379,7 @@ class Summarizer:
                 batch = new[start : start + per_call]
                 messages = build_messages(config, batch, summary=summary, categories=categories)
                 calls += 1
-                text = await self._complete(messages)
+                text = await self._complete(messages, fields=len(config.categories) or 1)
                 if not text.strip():
                     raise _Unusable("empty", EMPTY_ANSWER)
                 if config.category_mode:
@@ -447,10 +448,17 @@ class Summarizer:
             return sum(len(entry.categories.get(c.slug, "")) for c in config.categories)
         return len(entry.summary)
 
-    async def _complete(self, messages: list[dict[str, Any]]) -> str:
+    async def _complete(self, messages: list[dict[str, Any]], *, fields: int) -> str:
         """One model call without tools: the project's error mapping (``LlmUnavailable``
         with a friendly message) and reply cleaning (``<think>`` blocks, leaked tool-call
-        syntax) come from the tool loop."""
+        syntax) come from the tool loop. An answer cut off at ``max_tokens`` is refused:
+        stored, it would lose what it did not get to."""
+        llm = self.settings.llm
+        # Room for every field at its full size (about 3 characters a token, plus JSON),
+        # whatever the chat reply budget is.
+        needed = fields * (VALUE_LIMIT // 3 + 100) + 200
+        if llm.max_reply_tokens < needed:
+            llm = llm.model_copy(update={"max_reply_tokens": needed})
         try:
             result = await run_tool_loop(
                 self.client,
@@ -458,12 +466,14 @@ class Summarizer:
                 messages=messages,
                 registry={},
                 offered=_no_tools,
-                settings=self.settings.llm,
+                settings=llm,
                 tool_calling=False,
             )
         except openai.OpenAIError as exc:  # mapped inside already; belt and braces
             log.warning("summarizer model call failed: %s", type(exc).__name__)
             raise LlmUnavailable("unavailable", UNAVAILABLE_MESSAGE) from exc
+        if result.truncated:
+            raise _Unusable("failed", CUT_OFF)
         return result.text
 
 

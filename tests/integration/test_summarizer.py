@@ -21,6 +21,7 @@ from bot.memory.service import MemoryService
 from bot.memory.summarizer import (
     CHANGED_MEANWHILE,
     CLEARED_MEANWHILE,
+    CUT_OFF,
     EMPTY_ANSWER,
     INVALID_JSON,
     MAX_BATCHES,
@@ -344,6 +345,24 @@ async def test_an_empty_result_leaves_the_memory_untouched(
     assert (await service.entry(SERVER_KEY)).marker == Marker.of(old[-1])
 
 
+async def test_an_answer_cut_off_at_the_length_limit_is_not_stored(
+    db: Database, service: MemoryService, summarizer: Summarizer, llm: ScriptedLLM
+) -> None:
+    old = post(service, 2, "old")
+    await seed_summary(service, covered=old[-1])
+    post(service, 4, "new")
+    before = snapshot(await rows(db))
+    # Stored, the half sentence would replace the summary and move the marker past
+    # messages it never got to.
+    llm.reply_text("Alice and Bob planned the la", finish_reason="length")
+
+    outcome = await summarize(summarizer)
+
+    assert (outcome.status, outcome.error) == ("failed", CUT_OFF)
+    assert snapshot(await rows(db)) == before
+    assert (await service.entry(SERVER_KEY)).marker == Marker.of(old[-1])
+
+
 async def test_a_second_run_for_the_channel_is_busy(
     db: Database, service: MemoryService, summarizer: Summarizer, llm: ScriptedLLM
 ) -> None:
@@ -467,6 +486,24 @@ async def test_category_mode_asks_for_json_and_writes_the_categories(
         }
         assert row.origin == "summarizer"
         assert row.covered_through_message_id == new[-1].message_id
+
+
+async def test_the_answer_may_be_long_enough_for_every_category_at_full_size(
+    service: MemoryService, summarizer: Summarizer, llm: ScriptedLLM, quick_settings: Settings
+) -> None:
+    # Two full categories are about 3,000 characters of JSON: more than the chat reply
+    # budget of 1,024 tokens allows, so the summarizer asks for its own.
+    await service.set_categories(GUILD, ALICE, CATEGORIES)
+    post(service, 3, "venue talk")
+    llm.reply_text(json.dumps({"decisions": "Launch on Friday."}))
+
+    assert (await summarize(summarizer)).status == "updated"
+
+    asked = llm.requests[0]["max_tokens"]
+    assert quick_settings.llm.max_reply_tokens == 1024
+    assert asked > quick_settings.llm.max_reply_tokens
+    # 1,500 characters at about 3 per token, plus the JSON around each value.
+    assert asked >= len(CATEGORIES) * 600
 
 
 async def test_category_mode_keeps_values_the_model_left_out(
