@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import weakref
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
@@ -20,8 +21,10 @@ import discord
 from discord.ext import commands
 
 from bot.cogs.refresh import REFRESH_MARKER_PREFIX
+from bot.llm.tool_loop import FRIENDLY_ERRORS
 from bot.memory.model import RawMessage, StmEntry
 from bot.memory.service import LabelFor
+from bot.memory.storage import MemoryUnavailable
 from bot.turn import TurnRequest
 
 if TYPE_CHECKING:
@@ -51,19 +54,42 @@ def to_raw(message: discord.Message) -> RawMessage:
     )
 
 
+_FENCE = re.compile(r"```([\w+#.-]*)")
+_CLOSE_FENCE = "\n```"
+
+
+def _open_fence(text: str) -> str | None:
+    """The opening line (```` ``` ```` plus its language) of a code block ``text`` leaves
+    open, or None when every block is closed."""
+    opener: str | None = None
+    for match in _FENCE.finditer(text):
+        opener = None if opener is not None else f"```{match.group(1)}"
+    return opener
+
+
 def split_reply(text: str, limit: int = DISCORD_LIMIT) -> list[str]:
-    """Split at Discord's limit, preferring paragraph, line, then word boundaries."""
+    """Split at Discord's limit, preferring paragraph, line, then word boundaries. A code
+    block cut in two is closed at the end of one part and reopened (same language) at
+    the start of the next, so both render as code."""
     chunks: list[str] = []
     rest = text.strip()
     while len(rest) > limit:
-        window = rest[:limit]
+        budget = limit - len(_CLOSE_FENCE)
+        window = rest[:budget]
         cut = max(window.rfind("\n\n"), window.rfind("\n"))
-        if cut < limit // 2:
+        if cut < budget // 2:
             cut = window.rfind(" ")
-        if cut < limit // 2:
-            cut = limit
-        chunks.append(rest[:cut].rstrip())
-        rest = rest[cut:].lstrip()
+        if cut < budget // 2:
+            cut = budget
+        chunk, rest = rest[:cut].rstrip(), rest[cut:]
+        opener = _open_fence(chunk)
+        if opener is None:
+            rest = rest.lstrip()
+        else:
+            # Inside code, indentation is content: drop only the line break we cut at.
+            chunk += _CLOSE_FENCE
+            rest = f"{opener}\n{rest.removeprefix(chr(10))}"
+        chunks.append(chunk)
     if rest:
         chunks.append(rest)
     return chunks
@@ -98,10 +124,19 @@ class Chat(commands.Cog):
     async def on_message(self, message: discord.Message) -> None:
         if message.type not in (discord.MessageType.default, discord.MessageType.reply):
             return
-        self.bot.memory.observe_message(message.channel.id, to_raw(message))
-        if message.author.bot or not await self._should_answer(message):
+        if self._is_own_error_notice(message):
             return
-        await self._answer(message)
+        self.bot.memory.observe_message(message.channel.id, to_raw(message))
+        if message.author.bot:
+            return
+        addressed = self._addressed(message)
+        if not addressed and not self._may_be_always_on(message):
+            return
+        await self._answer(message, addressed=addressed)
+
+    def _is_own_error_notice(self, message: discord.Message) -> bool:
+        me = self.bot.user
+        return me is not None and message.author.id == me.id and message.content in FRIENDLY_ERRORS
 
     @commands.Cog.listener()
     async def on_raw_message_edit(self, payload: discord.RawMessageUpdateEvent) -> None:
@@ -122,22 +157,35 @@ class Chat(commands.Cog):
 
     # ----------------------------------------------------------------- turns
 
-    async def _should_answer(self, message: discord.Message) -> bool:
+    def _addressed(self, message: discord.Message) -> bool:
+        """A DM, a mention of the bot, or a reply to one of its messages."""
         me = self.bot.user
         if me is None:
             return False
-        if message.guild is None:
-            return True
-        if me in message.mentions:
+        if message.guild is None or me in message.mentions:
             return True
         reference = message.reference
-        if (
+        return (
             reference is not None
             and isinstance(reference.resolved, discord.Message)
             and reference.resolved.author.id == me.id
-        ):
-            return True
-        config = await self.bot.memory.guild_config(message.guild.id)
+        )
+
+    def _may_be_always_on(self, message: discord.Message) -> bool:
+        """False only when the cached guild settings say the channel is not always-on; an
+        uncached guild is decided in the channel's queue (see :meth:`_answer`)."""
+        if message.guild is None or self.bot.user is None:
+            return False
+        config = self.bot.memory.cached_guild_config(message.guild.id)
+        return config is None or message.channel.id in config.always_on_channels
+
+    async def _always_on(self, message: discord.Message) -> bool:
+        assert message.guild is not None
+        try:
+            config = await self.bot.memory.guild_config(message.guild.id)
+        except MemoryUnavailable:
+            # Mentions are still answered during an outage; unaddressed chatter is not.
+            return False
         return message.channel.id in config.always_on_channels
 
     def _lock(self, channel_id: int) -> asyncio.Lock:
@@ -146,16 +194,24 @@ class Chat(commands.Cog):
             lock = self._locks[channel_id] = asyncio.Lock()
         return lock
 
-    async def _answer(self, message: discord.Message) -> None:
+    async def _answer(self, message: discord.Message, *, addressed: bool) -> None:
         channel = message.channel
+        # The queue slot is taken before anything is awaited, so turns of one channel run
+        # in the order their messages arrived.
         async with self._lock(channel.id):
+            if not addressed and not await self._always_on(message):
+                return
             await self._backfill(channel, before=message)
             request = self._request(message)
             async with channel.typing():
                 reply = await self.bot.turns.run(request)
             sent = await self._send(message, reply.text)
+            windows = self.bot.memory.windows
             for part in sent:
-                self.bot.memory.observe_message(channel.id, to_raw(part))
+                if reply.failed:
+                    windows.delete(channel.id, part.id)  # in case the echo came first
+                else:
+                    self.bot.memory.observe_message(channel.id, to_raw(part))
 
     async def _backfill(self, channel: discord.abc.Messageable, *, before: discord.Message) -> None:
         """Seed a cold channel's window once from history, stopping at a refresh marker."""
@@ -173,7 +229,8 @@ class Chat(commands.Cog):
                     and old.content.startswith(REFRESH_MARKER_PREFIX)
                 ):
                     break
-                history.append(to_raw(old))
+                if not self._is_own_error_notice(old):
+                    history.append(to_raw(old))
         except discord.HTTPException as exc:
             log.info("no history back-fill for channel %s: %s", channel_id, exc.status)
         windows.prime(channel_id, list(reversed(history)))
@@ -256,16 +313,19 @@ class Chat(commands.Cog):
 
     async def _send(self, message: discord.Message, text: str) -> Sequence[discord.Message]:
         sent: list[discord.Message] = []
+        # The first part replies to the message; if it was deleted meanwhile, the reply is
+        # sent anyway, without the reference.
+        reference = message.to_reference(fail_if_not_exists=False)
         for index, chunk in enumerate(split_reply(text) or ["…"]):
             try:
-                if index == 0:
-                    sent.append(
-                        await message.reply(
-                            chunk, allowed_mentions=NO_MENTIONS, mention_author=False
-                        )
+                sent.append(
+                    await message.channel.send(
+                        chunk,
+                        allowed_mentions=NO_MENTIONS,
+                        reference=reference if index == 0 else None,  # type: ignore[arg-type]
+                        mention_author=False,
                     )
-                else:
-                    sent.append(await message.channel.send(chunk, allowed_mentions=NO_MENTIONS))
+                )
             except discord.HTTPException as exc:
                 log.warning("could not send a reply in %s: %s", message.channel.id, exc.status)
                 break

@@ -36,6 +36,7 @@ from bot.llm.tools.base import ToolOutcome
 __all__ = [
     "CONFIGURATION_MESSAGE",
     "FALLBACK_REPLY",
+    "FRIENDLY_ERRORS",
     "RATE_LIMIT_MESSAGE",
     "TIMEOUT_MESSAGE",
     "UNAVAILABLE_MESSAGE",
@@ -57,6 +58,18 @@ CONFIGURATION_MESSAGE = (
 )
 FALLBACK_REPLY = "Sorry, I couldn't finish my answer this time. Please try again."
 """Returned when the loop stopped early and even the final no-tools call failed."""
+
+# What the bot says instead of an answer: never part of the conversation the model sees
+# next (it would read its own outage notice as something it said, and may memorise it).
+FRIENDLY_ERRORS = frozenset(
+    (
+        TIMEOUT_MESSAGE,
+        RATE_LIMIT_MESSAGE,
+        UNAVAILABLE_MESSAGE,
+        CONFIGURATION_MESSAGE,
+        FALLBACK_REPLY,
+    )
+)
 
 STOPPED_MAX_ITERATIONS = "max_iterations"
 STOPPED_TOOL_ERRORS = "too_many_tool_errors"

@@ -222,6 +222,10 @@ class MemoryService:
         self._configs[guild_id] = config
         return config
 
+    def cached_guild_config(self, guild_id: int) -> GuildConfig | None:
+        """The guild's configuration if it is cached (no database access)."""
+        return self._configs.get(guild_id)
+
     def invalidate_guild(self, guild_id: int) -> None:
         self._configs.pop(guild_id, None)
 

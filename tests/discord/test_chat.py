@@ -361,3 +361,37 @@ async def test_huge_tool_arguments_are_refused_and_the_user_still_gets_a_reply(
     assert result.startswith("rejected: ") and "too large" in result
     assert kioku.env.last_sent().content == "Sorry, too much."
     assert await rows(db) == []
+
+
+async def test_an_error_notice_is_not_part_of_the_next_prompt(kioku: KiokuHarness) -> None:
+    kioku.llm.reply_error(500, "boom")
+    await kioku.env.send("first question", mention_bot=True)
+    notice = kioku.env.last_sent().content
+    assert "can't reach" in notice
+
+    kioku.llm.reply_text("answered now")
+    await kioku.env.send("second try", mention_bot=True)
+    prompt = prompt_text(kioku.llm)
+    assert "first question" in prompt and "second try" in prompt
+    assert notice not in prompt
+    assert all(m.content != notice for m in kioku.bot.memory.windows.get(kioku.env.channel.id))
+
+
+async def test_an_always_on_channel_answers_in_arrival_order_on_a_cold_config(
+    kioku: KiokuHarness,
+) -> None:
+    admin = await kioku.env.create_member("admin", kind="admin")
+    await kioku.interactions.slash("stm settings", {"always_on": True}, user=admin)
+    guild_id = kioku.env.channel.guild.id
+    kioku.bot.memory.invalidate_guild(guild_id)  # e.g. just restarted or evicted
+    assert kioku.bot.memory.cached_guild_config(guild_id) is None
+
+    kioku.llm.reply_text("first answer").reply_text("second answer")
+    first, second = await asyncio.gather(
+        kioku.env.send("unaddressed, first"),
+        kioku.env.send("addressed, second", mention_bot=True),
+    )
+
+    replies = [s.message for s in kioku.env.sent_to(kioku.env.channel)][-2:]
+    assert [r.content for r in replies] == ["first answer", "second answer"]
+    assert [r.reference.message_id for r in replies if r.reference] == [first.id, second.id]

@@ -1,0 +1,53 @@
+"""Replies longer than Discord's limit are split into parts that each render correctly."""
+
+from __future__ import annotations
+
+import pytest
+
+from bot.cogs.chat import DISCORD_LIMIT, split_reply
+
+
+def test_a_short_reply_is_one_part() -> None:
+    assert split_reply("  hello  ") == ["hello"]
+
+
+def test_prose_splits_at_paragraphs_within_the_limit() -> None:
+    paragraphs = [f"Paragraph {i}. " + "word " * 150 for i in range(6)]
+    parts = split_reply("\n\n".join(paragraphs))
+    assert len(parts) > 1
+    assert all(len(p) <= DISCORD_LIMIT for p in parts)
+    assert all(p.startswith("Paragraph") for p in parts)
+    assert " ".join(" ".join(parts).split()) == " ".join(" ".join(paragraphs).split())
+
+
+def test_one_unbroken_word_is_cut_at_the_limit() -> None:
+    parts = split_reply("x" * 4500)
+    assert all(len(p) <= DISCORD_LIMIT for p in parts)
+    assert "".join(parts) == "x" * 4500
+
+
+def test_a_code_block_cut_in_two_is_closed_and_reopened_with_its_language() -> None:
+    code = "\n".join(f"    value_{i} = compute({i})  # step {i}" for i in range(120))
+    text = f"Here is the script:\n```python\n{code}\n```\nRun it twice."
+    parts = split_reply(text)
+
+    assert len(parts) >= 2
+    assert all(len(p) <= DISCORD_LIMIT for p in parts)
+    for part in parts:
+        assert part.count("```") % 2 == 0, part[-80:]
+    assert parts[0].endswith("\n```")
+    assert all(p.startswith("```python\n") for p in parts[1:])
+    # Indentation inside the block survives the cut.
+    assert parts[1].splitlines()[1].startswith("    value_")
+    rebuilt = [line for p in parts for line in p.splitlines() if not line.startswith("```")]
+    assert [line for line in rebuilt if line.startswith("    value_")] == code.splitlines()
+    assert parts[-1].endswith("Run it twice.")
+
+
+@pytest.mark.parametrize("fence", ["```", "```js"])
+def test_a_closed_block_before_the_cut_is_left_alone(fence: str) -> None:
+    text = f"{fence}\nshort()\n```\n\n" + "prose " * 600
+    parts = split_reply(text)
+    assert parts[0].startswith(f"{fence}\nshort()\n```")
+    assert all(not p.startswith("```") for p in parts[1:])
+    assert all(p.count("```") % 2 == 0 for p in parts)
