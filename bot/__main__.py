@@ -20,6 +20,7 @@ import discord
 
 from bot.config import Settings, SettingsError, load_settings
 from bot.db.engine import Database, DatabaseUnavailable, describe_url
+from bot.memory.spool import SpoolLocked
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -181,7 +182,7 @@ async def sync(settings: Settings, token: str) -> int:
 
     database = Database(settings)
     await _migrate(database)
-    bot = build_bot(settings, database=database, janitor=False)
+    bot = build_bot(settings, database=database, janitor=False, spool=False)
     try:
         async with bot:
             await _discord_call(bot.login(token))
@@ -228,6 +229,8 @@ async def _run(
     try:
         async with bot:
             await _discord_call(bot.start(token))
+    except SpoolLocked as exc:
+        raise CliError(str(exc)) from None
     finally:
         await database.close()
     return EXIT_OK

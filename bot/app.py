@@ -42,7 +42,7 @@ class KiokuBot(commands.Bot):
     """The bot. Services hang off it so cogs reach them through ``self.bot``."""
 
     memory: MemoryService
-    spool: DurableSpool
+    spool: DurableSpool | None
     listener: CacheListener
     llm: openai.AsyncOpenAI
     turns: TurnRunner
@@ -56,6 +56,7 @@ class KiokuBot(commands.Bot):
         database: Database | None = None,
         clock: Clock | None = None,
         janitor: bool = True,
+        spool: bool = True,
         **options: Any,
     ) -> None:
         intents = discord.Intents.default()
@@ -74,21 +75,23 @@ class KiokuBot(commands.Bot):
         self.database = database or Database(settings)
         self.clock: Clock = clock or SystemClock()
         self._janitor = janitor
+        self._use_spool = spool
         self._background: set[asyncio.Task[Any]] = set()
 
     async def setup_hook(self) -> None:
         from bot.cogs.errors import install_error_handler
 
         await self.database.start()
-        self.spool = DurableSpool(spool_path(self.settings.data_dir))
-        if self.spool.pending:
-            await self._replay_spool_at_start()
+        # `kioku sync` runs next to the serving bot and writes no memory: no spool.
+        self.spool = DurableSpool(spool_path(self.settings.data_dir)) if self._use_spool else None
+        if self.spool is not None and self.spool.pending:
+            await self._replay_spool_at_start(self.spool)
         self.memory = MemoryService(
             self.database.sessions, self.settings, clock=self.clock, spool=self.spool
         )
         assert self.database.url is not None
         self.listener = CacheListener(
-            self.database.url, on_notice=self.memory.apply_notice, on_reset=self.memory.drop_all
+            self.database.url, on_notice=self.memory.apply_notice, on_reset=self._listener_reset
         )
         await self.listener.start()
         self.llm = make_client(self.settings)
@@ -100,17 +103,27 @@ class KiokuBot(commands.Bot):
             await self.load_extension(extension)
         if self._janitor:
             self.spawn(run_janitor(self.memory), name="janitor")
-        self.spawn(
-            self.spool.run_replayer(self.database.sessions, on_replayed=self.memory.spool_replayed),
-            name="spool-replayer",
-        )
+        if self.spool is not None:
+            self.spawn(
+                self.spool.run_replayer(
+                    self.database.sessions, on_replayed=self.memory.spool_replayed
+                ),
+                name="spool-replayer",
+            )
 
-    async def _replay_spool_at_start(self) -> None:
+    def _listener_reset(self) -> None:
+        """The notice connection came back: the cache may have missed notices, and the
+        database answers again, so spooled operations can go now."""
+        self.memory.drop_all()
+        if self.spool is not None:
+            self.spool.database_back()
+
+    async def _replay_spool_at_start(self, spool: DurableSpool) -> None:
         """Writes acknowledged before a crash or outage reach the database before the
         first turn can hydrate an older row."""
-        pending = self.spool.pending
+        pending = spool.pending
         try:
-            replayed = await self.spool.replay(self.database.sessions)
+            replayed = await spool.replay(self.database.sessions)
             log.info("replayed %d spooled memory operations from the last run", replayed)
         except Exception as exc:
             log.warning(
@@ -150,8 +163,9 @@ class KiokuBot(commands.Bot):
                 await self.llm.close()
             if hasattr(self, "listener"):
                 await self.listener.close()
-            if hasattr(self, "spool"):
-                self.spool.close()
+            spool = getattr(self, "spool", None)
+            if spool is not None:
+                spool.close()
             if self._owns_database:
                 await self.database.close()
 
@@ -166,6 +180,7 @@ def build_bot(
     database: Database | None = None,
     clock: Clock | None = None,
     janitor: bool = True,
+    spool: bool = True,
     shard_ids: Sequence[int] | None = None,
     shard_count: int | None = None,
 ) -> KiokuBot:
@@ -173,12 +188,13 @@ def build_bot(
     ``shard_ids`` it runs those shards of ``shard_count`` in this process; other
     processes may run the rest against the same PostgreSQL."""
     if shard_ids is None:
-        return KiokuBot(settings, database=database, clock=clock, janitor=janitor)
+        return KiokuBot(settings, database=database, clock=clock, janitor=janitor, spool=spool)
     return ShardedKiokuBot(
         settings,
         database=database,
         clock=clock,
         janitor=janitor,
+        spool=spool,
         shard_ids=list(shard_ids),
         shard_count=shard_count,
     )

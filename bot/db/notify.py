@@ -30,11 +30,23 @@ NOTIFY_CHANNEL = "kioku_cache"
 Notice = dict[str, Any]
 
 
+# PostgreSQL refuses a payload of 8,000 bytes or more, and with it the whole transaction.
+MAX_PAYLOAD_BYTES = 7_900
+
+
 async def send_notice(session: AsyncSession, notice: Notice) -> None:
-    """Queue a notice on the session's transaction (sent when it commits)."""
+    """Queue a notice on the session's transaction (sent when it commits). An STM notice
+    naming too many keys for one payload (a large group commit) goes out in parts."""
+    payload = json.dumps(notice, separators=(",", ":"))
+    keys = notice.get("k")
+    if len(payload.encode()) > MAX_PAYLOAD_BYTES and isinstance(keys, list) and len(keys) > 1:
+        half = len(keys) // 2
+        await send_notice(session, {**notice, "k": keys[:half]})
+        await send_notice(session, {**notice, "k": keys[half:]})
+        return
     await session.execute(
         text("SELECT pg_notify(:channel, :payload)"),
-        {"channel": NOTIFY_CHANNEL, "payload": json.dumps(notice, separators=(",", ":"))},
+        {"channel": NOTIFY_CHANNEL, "payload": payload},
     )
 
 

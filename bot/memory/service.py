@@ -58,6 +58,10 @@ log = logging.getLogger(__name__)
 OTHER_CHANNEL_HYDRATE_LIMIT = 10
 
 
+class _QueuedBehindSpool(Exception):
+    """Not tried: earlier operations wait in the spool and this one must follow them."""
+
+
 class StaleWrite(Exception):
     """A row already holds a newer version than the write."""
 
@@ -241,13 +245,18 @@ class MemoryService:
         epoch = self.epoch(key.channel_id)
         row: StmEntry | None = None
         spooled = self.spool.latest(key) if self.spool is not None else None
-        if spooled is not None:
-            # Not replayed yet, so newer than its row: hydrating the row would let the next
-            # write reuse a version number and the replay lose to it.
+        if key.channel_id not in self._tombstones:
+            try:
+                async with self._storage("hydrating an STM entry") as session:
+                    row = await stm_repo.load_entry(session, key)
+            except MemoryUnavailable:
+                if spooled is None:
+                    raise
+        if spooled is not None and (row is None or spooled.version >= row.version):
+            # Not replayed yet and newer than its row (unless another process has written
+            # since): hydrating the row would let the next write reuse a version number
+            # and the replay lose to it.
             row = replace(spooled, categories=dict(spooled.categories))
-        elif key.channel_id not in self._tombstones:
-            async with self._storage("hydrating an STM entry") as session:
-                row = await stm_repo.load_entry(session, key)
         if self.epoch(key.channel_id) != epoch:
             row = None  # cleared while we were reading: what we read is gone
         entry = self._fresh(key, parent_channel_id)
@@ -291,11 +300,15 @@ class MemoryService:
 
         async def load() -> None:
             since = self.clock.now() - timedelta(hours=self.settings.stm.ttl_summary_hours)
+            epochs = dict(self._epochs)
             async with self._storage(f"loading a {what}'s memories") as session:
                 rows = await query(
                     session, owner_id, since=since, limit=OTHER_CHANNEL_HYDRATE_LIMIT
                 )
-            self._adopt(rows)
+            # A channel cleared while we were reading: what we read of it is gone.
+            self._adopt(
+                [r for r in rows if self.epoch(r.key.channel_id) == epochs.get(r.key.channel_id, 0)]
+            )
             done[owner_id] = True
 
         await self._misc_flight.run((what, owner_id), load)
@@ -500,6 +513,11 @@ class MemoryService:
                             entry.categories[slug] = value
                         else:
                             entry.categories.pop(slug, None)
+                    # Values of categories an admin removed or renamed go with this write
+                    # (they could no longer be seen, changed or cleared by the model).
+                    defined = {c.slug for c in turn.config.categories}
+                    for slug in [s for s in entry.categories if s not in defined]:
+                        del entry.categories[slug]
                 entry.marker = marker or turn.marker or entry.marker
                 entry.contributor_ids = sorted(set(entry.contributor_ids) | contributors)
                 entry.provenance = provenance
@@ -572,9 +590,16 @@ class MemoryService:
                 contributors.add(message.author_id)
         return contributors
 
+    def _spool_first(self) -> bool:
+        """Earlier operations still wait in the spool: a new one must queue behind them,
+        or it could be overtaken (a wiped memory replayed over, an older version)."""
+        return self.spool is not None and self.spool.pending > 0
+
     async def _persist(
         self, entries: Sequence[StmEntry], events: Sequence[EventRecord], before: Sequence[StmEntry]
     ) -> WriteResult:
+        if self._spool_first():
+            return self._spool_write(entries, events, before)
         pending = _PendingWrite(entries, events, asyncio.get_running_loop().create_future())
         self._write_queue.append(pending)
         if self._flusher is None or self._flusher.done():
@@ -593,6 +618,11 @@ class MemoryService:
             ", ".join(str(e.key) for e in entries),
             outcome.__class__.__name__,
         )
+        return self._spool_write(entries, events, before)
+
+    def _spool_write(
+        self, entries: Sequence[StmEntry], events: Sequence[EventRecord], before: Sequence[StmEntry]
+    ) -> WriteResult:
         if self.spool is not None:
             try:
                 self.spool.append(entries, events)
@@ -638,6 +668,20 @@ class MemoryService:
         for item in batch:
             _settle(item, None)
 
+    def _spool_or_raise(self, exc: Exception, append: Callable[[DurableSpool], None]) -> None:
+        """Queue a deletion the database did not take (or must not take yet) in the spool;
+        without a spool, or if the spool cannot be written, the caller hears it failed."""
+        try:
+            if self.spool is None:
+                raise OSError("no spool")
+            append(self.spool)
+        except OSError as spool_error:
+            if not isinstance(exc, _QueuedBehindSpool):
+                spool_error.__cause__ = exc
+            raise MemoryUnavailable("the database is unavailable; try again shortly") from (
+                spool_error
+            )
+
     async def admin_edit(
         self,
         *,
@@ -674,7 +718,10 @@ class MemoryService:
             for key in keys:
                 self.cache.pop(key)
             self.windows.clear(channel_id)
+            at = self.clock.now()
             try:
+                if self._spool_first():
+                    raise _QueuedBehindSpool
                 async with asyncio.timeout(DB_TIMEOUT_SECONDS):
                     async with self._sessions() as session, session.begin():
                         rows = await stm_repo.delete_channel(session, channel_id)
@@ -693,22 +740,32 @@ class MemoryService:
                             ],
                         )
             except Exception as exc:
-                log.warning("clearing channel %s failed: %s", channel_id, exc.__class__.__name__)
-                if self.spool is None:
-                    raise MemoryUnavailable(
-                        "the database is unavailable; try again shortly"
-                    ) from exc
-                self.spool.append_clear(channel_id, guild_id, actor_user_id)
+                log.warning("clearing channel %s deferred: %s", channel_id, exc.__class__.__name__)
+                self._spool_or_raise(
+                    exc, lambda spool: spool.append_clear(channel_id, guild_id, actor_user_id, at)
+                )
                 return ClearReceipt(rows=0, cache_entries=len(keys), pending_sync=True)
             self._tombstones.discard(channel_id)
             return ClearReceipt(rows=rows, cache_entries=len(keys))
 
     async def forget_user(self, user_id: int) -> ForgetReceipt:
-        """``/forget-me``: delete every memory derived from the user's messages."""
+        """``/forget-me``: delete every memory derived from the user's messages.
+
+        Every channel that could hold something of theirs (a cached memory, or their
+        messages in a raw window) gets a new epoch, so a turn already reading those
+        messages cannot store them again; the channels' locks are taken, so a write
+        already on its way to the database lands before the deletion, not after it."""
         affected = {key.channel_id for key in self.cache.keys_of_user(user_id)}
         affected |= {e.key.channel_id for e in self.cache.entries() if user_id in e.contributor_ids}
+        affected |= self.windows.channels_with_author(user_id)
         for channel_id in affected:
             self._epochs[channel_id] = self.epoch(channel_id) + 1
+        async with contextlib.AsyncExitStack() as held:
+            for channel_id in sorted(affected):
+                await held.enter_async_context(self._lock(channel_id))
+            return await self._forget_user(user_id)
+
+    async def _forget_user(self, user_id: int) -> ForgetReceipt:
         dropped = 0
         for key in self.cache.keys_of_user(user_id):
             self.cache.pop(key)
@@ -721,7 +778,10 @@ class MemoryService:
                 dropped += 1
         raw = self.windows.forget_author(user_id)
         self._opt_ins.pop(user_id, None)
+        at = self.clock.now()
         try:
+            if self._spool_first():
+                raise _QueuedBehindSpool
             async with asyncio.timeout(DB_TIMEOUT_SECONDS * 2):
                 async with self._sessions() as session, session.begin():
                     rows = await stm_repo.delete_user(session, user_id)
@@ -734,10 +794,8 @@ class MemoryService:
                         session, {"o": self.instance_id, "t": "forget", "u": user_id}
                     )
         except Exception as exc:
-            log.warning("forgetting a user failed: %s", exc.__class__.__name__)
-            if self.spool is None:
-                raise MemoryUnavailable("the database is unavailable; try again shortly") from exc
-            self.spool.append_forget(user_id)
+            log.warning("forgetting a user deferred: %s", exc.__class__.__name__)
+            self._spool_or_raise(exc, lambda spool: spool.append_forget(user_id, at))
             return ForgetReceipt(0, 0, 0, 0, dropped, raw, pending_sync=True)
         return ForgetReceipt(
             user_rows=rows.user_rows,

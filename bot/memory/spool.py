@@ -4,29 +4,43 @@ SPEC §2: a write that fails is never reported as success and never lost. When t
 database refuses or times out, the operation (an STM upsert with its audit events, a
 channel clear, a user's deletion) is appended to ``<data_dir>/spool/stm.jsonl`` and
 fsynced *before* the caller is told "saved, pending sync". A background task replays the
-log in order, with backoff, once the database answers again:
+log in order, with backoff, once the database answers again.
 
-- upserts carry their versions, and the repository never lets an older version overwrite
-  a newer row, so replaying a stale write is harmless;
-- a clear or a deletion recorded after a write is replayed after it, so nothing the user
-  wiped while the database was down comes back.
+Ordering is the whole point, so the rules are few:
 
-A crash can leave a torn last line; it was never acknowledged, so it is skipped.
+- while anything is pending, the memory service sends *every* later operation through
+  the spool too (it queues behind what is already waiting); a clear or ``/forget-me``
+  can therefore never be overtaken by an older write, and no write by an older one;
+- upserts carry their versions and the repository never lets an older version
+  overwrite a newer row, so replaying a stale write is harmless;
+- clears and deletions carry the time they were asked for and reach only rows written
+  before it, so replaying one twice (a crash between the commit and the rewrite of this
+  file) cannot delete a newer write.
+
+One process owns a spool (an exclusive lock beside the file): two processes appending
+to and rewriting one file would lose each other's records. A crash can leave a torn last
+line; it was never acknowledged, so it is cut off when the spool is opened. A line that
+cannot be read (a damaged file) is moved aside to ``stm.corrupt-<time>.jsonl`` and
+reported, instead of stopping the bot; so is a record the database keeps refusing for a
+reason other than being unreachable.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
 import json
 import logging
 import os
-from collections.abc import Sequence
-from datetime import datetime
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
 
 from bot.db.notify import send_notice, stm_notice
 from bot.db.repositories import guilds as guild_repo
@@ -40,28 +54,84 @@ SPOOL_FILE = Path("spool") / "stm.jsonl"
 REPLAY_BATCH = 100
 
 
+class SpoolLocked(RuntimeError):
+    """Another process owns this data folder's spool."""
+
+
 def spool_path(data_dir: Path) -> Path:
     return data_dir / SPOOL_FILE
 
 
-def count_pending(data_dir: Path) -> int:
-    """Operations waiting in a data folder's spool (for ``kioku doctor``), without
-    opening it for writing."""
+@dataclass(frozen=True, slots=True)
+class SpoolStatus:
+    pending: int
+    # Files of records that could not be read or applied, moved aside for the operator.
+    set_aside: tuple[Path, ...]
+
+
+def inspect_spool(data_dir: Path) -> SpoolStatus:
+    """Pending operations and set-aside files of a data folder's spool (for ``kioku
+    doctor``), read without taking the spool over."""
     path = spool_path(data_dir)
-    if not path.exists():
-        return 0
-    return sum(1 for _ in _read_records(path))
+    pending = len(_parse(path.read_bytes())[0]) if path.exists() else 0
+    aside = tuple(sorted(path.parent.glob("stm.corrupt-*.jsonl"))) if path.parent.exists() else ()
+    return SpoolStatus(pending, aside)
 
 
-def _read_records(path: Path) -> list[dict[str, Any]]:
-    records = []
-    with path.open(encoding="utf-8") as handle:
-        for line in handle:
-            try:
-                records.append(json.loads(line))
-            except ValueError:
-                log.warning("skipping a torn spool line (never acknowledged)")
-    return records
+def count_pending(data_dir: Path) -> int:
+    return inspect_spool(data_dir).pending
+
+
+def _parse(raw: bytes) -> tuple[list[dict[str, Any]], list[bytes], bool]:
+    """Valid records, unreadable complete lines, and whether the last line was torn
+    (no newline: the write never finished, so it was never acknowledged)."""
+    lines = raw.split(b"\n")
+    torn = lines.pop() != b""  # text after the last newline
+    records: list[dict[str, Any]] = []
+    bad: list[bytes] = []
+    for line in lines:
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line.decode("utf-8"))
+            _validate(record)
+        except (ValueError, KeyError, TypeError, IndexError, AttributeError):
+            bad.append(line)
+            continue
+        records.append(record)
+    return records, bad, torn
+
+
+def _validate(record: Any) -> None:
+    """Raise unless ``record`` is an operation this module can replay."""
+    op = record["op"]
+    if op == "upsert":
+        for data in record["entries"]:
+            entry_from_json(data)
+        for data in record["events"]:
+            _event_from_json(data)
+    elif op == "clear":
+        int(record["channel"])
+        _time(record)
+    elif op == "forget":
+        int(record["user"])
+        _time(record)
+    else:
+        raise ValueError(f"unknown spool operation {op!r}")
+
+
+def _time(record: dict[str, Any]) -> datetime | None:
+    at = record.get("at")
+    return datetime.fromisoformat(at) if at is not None else None
+
+
+def _fsync_dir(path: Path) -> None:
+    """Make a file's creation or rename in ``path`` durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 # ------------------------------------------------------------------- encoding
@@ -158,21 +228,44 @@ class DurableSpool:
     def __init__(self, path: Path) -> None:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._records: list[dict[str, Any]] = _read_records(path) if path.exists() else []
+        self._lock = path.with_suffix(".lock").open("a")
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._lock.close()
+            raise SpoolLocked(
+                f"another Kioku process is using the spool in {path.parent}; give each "
+                "process its own KIOKU_DATA_DIR"
+            ) from None
+        self._records: list[dict[str, Any]] = []
+        if path.exists():
+            self._records, bad, torn = _parse(path.read_bytes())
+            if bad:
+                self._set_aside(bad, "could not be read")
+            if bad or torn:
+                if torn:
+                    log.warning("spool: cut off a torn last line (it was never acknowledged)")
+                self._rewrite()
         self._latest: dict[ScopeKey, StmEntry] = {}
         for record in self._records:
             self._track(record)
-        self._handle = path.open("a", encoding="utf-8")
-        self._wake: asyncio.Event | None = None
+        self._handle = self._open_for_append()
+        # Set when an operation is appended, and when the database is known to be back.
+        self._wake = asyncio.Event()
         # One replay at a time: two would both drop the same batch from the log.
         self._replaying = asyncio.Lock()
+
+    def _open_for_append(self) -> TextIO:
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        _fsync_dir(self.path.parent)
+        return os.fdopen(fd, "a", encoding="utf-8")
 
     @property
     def pending(self) -> int:
         return len(self._records)
 
     def latest(self, key: ScopeKey) -> StmEntry | None:
-        """The newest spooled (not yet replayed) state of ``key``: newer than its row."""
+        """The newest spooled (not yet replayed) state of ``key``."""
         return self._latest.get(key)
 
     # -- appending (synchronous: the caller must not be told "saved" before fsync)
@@ -187,14 +280,20 @@ class DurableSpool:
         )
 
     def append_clear(
-        self, channel_id: int, guild_id: int | None, actor_user_id: int | None
+        self, channel_id: int, guild_id: int | None, actor_user_id: int | None, at: datetime
     ) -> None:
         self._write(
-            {"op": "clear", "channel": channel_id, "guild": guild_id, "actor": actor_user_id}
+            {
+                "op": "clear",
+                "channel": channel_id,
+                "guild": guild_id,
+                "actor": actor_user_id,
+                "at": at.isoformat(),
+            }
         )
 
-    def append_forget(self, user_id: int) -> None:
-        self._write({"op": "forget", "user": user_id})
+    def append_forget(self, user_id: int, at: datetime) -> None:
+        self._write({"op": "forget", "user": user_id, "at": at.isoformat()})
 
     def _write(self, record: dict[str, Any]) -> None:
         self._handle.write(json.dumps(record, ensure_ascii=False) + "\n")
@@ -202,8 +301,7 @@ class DurableSpool:
         os.fsync(self._handle.fileno())
         self._records.append(record)
         self._track(record)
-        if self._wake is not None:
-            self._wake.set()
+        self._wake.set()
 
     def _track(self, record: dict[str, Any]) -> None:
         op = record.get("op")
@@ -220,63 +318,146 @@ class DurableSpool:
                 if key.user_id == user or user in entry.contributor_ids:
                     del self._latest[key]
 
+    def database_back(self) -> None:
+        """The database answers again (e.g. the cache listener reconnected): replay now
+        instead of at the end of the current backoff."""
+        self._wake.set()
+
     # -- replaying
 
     async def replay(self, sessions: async_sessionmaker[AsyncSession]) -> int:
         """Apply every pending operation in order; return how many. Raises on the first
-        database failure, leaving the rest (and the failed batch) pending."""
+        database failure, leaving the rest (and the failed batch) pending. A record the
+        database refuses while it is otherwise answering is set aside and reported, so
+        one bad record cannot hold every later one back forever."""
         done = 0
         async with self._replaying:
             while self._records:
                 batch = self._records[:REPLAY_BATCH]
-                async with sessions() as session, session.begin():
-                    for record in batch:
-                        await _apply(session, record)
-                del self._records[: len(batch)]
+                try:
+                    await _apply_all(sessions, batch)
+                    handled = len(batch)
+                except Exception:
+                    if not await _reachable(sessions):
+                        raise
+                    handled = await self._apply_one_by_one(sessions, batch)
+                del self._records[:handled]
+                self._handle.close()
                 self._rewrite()
-                done += len(batch)
+                self._handle = self._open_for_append()
+                done += handled
+                if handled < len(batch):
+                    raise ConnectionError("the database went away during the spool replay")
             self._latest.clear()
         return done
 
+    async def _apply_one_by_one(
+        self, sessions: async_sessionmaker[AsyncSession], batch: list[dict[str, Any]]
+    ) -> int:
+        """Apply ``batch`` record by record, setting aside those the database refuses;
+        return how many were handled before the database stopped answering (if it did)."""
+        refused: list[bytes] = []
+        handled = 0
+        for record in batch:
+            try:
+                await _apply_all(sessions, [record])
+            except Exception as exc:
+                if not await _reachable(sessions):
+                    break
+                log.error(
+                    "spool: the database refused a %s record (%s)",
+                    record.get("op"),
+                    exc.__class__.__name__,
+                )
+                refused.append(json.dumps(record, ensure_ascii=False).encode())
+            handled += 1
+        if refused:
+            self._set_aside(refused, "were refused by the database")
+        return handled
+
+    def _set_aside(self, lines: Sequence[bytes], why: str) -> None:
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%f")
+        aside = self.path.with_name(f"stm.corrupt-{stamp}.jsonl")
+        fd = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(b"".join(line + b"\n" for line in lines))
+            handle.flush()
+            os.fsync(handle.fileno())
+        _fsync_dir(self.path.parent)
+        log.error("spool: %d record(s) %s; moved to %s", len(lines), why, aside)
+
     def _rewrite(self) -> None:
-        """Replace the file with the records still pending (atomically)."""
+        """Replace the file with the records still pending (atomically, durably)."""
         tmp = self.path.with_suffix(".tmp")
-        with tmp.open("w", encoding="utf-8") as handle:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
             for record in self._records:
                 handle.write(json.dumps(record, ensure_ascii=False) + "\n")
             handle.flush()
             os.fsync(handle.fileno())
-        self._handle.close()
         os.replace(tmp, self.path)
-        self._handle = self.path.open("a", encoding="utf-8")
+        _fsync_dir(self.path.parent)
 
     async def run_replayer(
         self,
         sessions: async_sessionmaker[AsyncSession],
         *,
-        on_replayed: Any = None,
-        max_wait_seconds: float = 60.0,
+        on_replayed: Callable[[], None] | None = None,
+        on_retry: Callable[[Exception], None] | None = None,
+        first_wait_seconds: float = 0.5,
+        max_wait_seconds: float = 30.0,
     ) -> None:
-        """Forever: wait for pending operations, replay them, back off while the
-        database is unavailable (exponential, capped at ``max_wait_seconds``)."""
-        self._wake = asyncio.Event()
+        """Forever: wait for pending operations and replay them. While the database is
+        unavailable, retry with exponential backoff (capped at ``max_wait_seconds``),
+        or at once when :meth:`database_back` is called."""
+        wait = first_wait_seconds
         while True:
             if not self._records:
                 self._wake.clear()
                 await self._wake.wait()
-            async for attempt in AsyncRetrying(
-                retry=retry_if_exception_type(Exception),
-                wait=wait_exponential(multiplier=0.5, max=max_wait_seconds),
-                reraise=True,
-            ):
-                with attempt:
-                    replayed = await self.replay(sessions)
-            log.info("spool: replayed %d pending memory operations", replayed)
-            if on_replayed is not None:
-                on_replayed()
+            try:
+                replayed = await self.replay(sessions)
+            except Exception as exc:
+                log.info(
+                    "spool: %d operations wait for the database (%s); retrying in %.1f s",
+                    self.pending,
+                    exc.__class__.__name__,
+                    wait,
+                )
+                self._wake.clear()
+                if on_retry is not None:
+                    on_retry(exc)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), wait)
+                wait = min(wait * 2, max_wait_seconds)
+                continue
+            wait = first_wait_seconds
+            if replayed:
+                log.info("spool: replayed %d pending memory operations", replayed)
+                if on_replayed is not None:
+                    on_replayed()
 
     def close(self) -> None:
         self._handle.close()
+        self._lock.close()  # releases the lock
+
+
+async def _reachable(sessions: async_sessionmaker[AsyncSession]) -> bool:
+    """Whether the database answers at all (tells a refused record from an outage)."""
+    try:
+        async with asyncio.timeout(5), sessions() as session:
+            await session.execute(text("SELECT 1"))
+    except Exception:
+        return False
+    return True
+
+
+async def _apply_all(
+    sessions: async_sessionmaker[AsyncSession], records: Sequence[dict[str, Any]]
+) -> None:
+    async with sessions() as session, session.begin():
+        for record in records:
+            await _apply(session, record)
 
 
 async def _apply(session: AsyncSession, record: dict[str, Any]) -> None:
@@ -288,26 +469,25 @@ async def _apply(session: AsyncSession, record: dict[str, Any]) -> None:
         await stm_repo.add_events(session, [_event_from_json(e) for e in record["events"]])
         await send_notice(session, stm_notice("spool", entries))
     elif op == "clear":
-        await stm_repo.delete_channel(session, int(record["channel"]))
-        await send_notice(session, {"o": "spool", "t": "clear", "c": int(record["channel"])})
+        channel_id = int(record["channel"])
+        await stm_repo.delete_channel(session, channel_id, not_after=_time(record))
+        await send_notice(session, {"o": "spool", "t": "clear", "c": channel_id})
         await stm_repo.add_events(
             session,
             [
                 EventRecord(
                     "refresh",
                     guild_id=record.get("guild"),
-                    channel_id=int(record["channel"]),
+                    channel_id=channel_id,
                     actor_user_id=record.get("actor"),
                 )
             ],
         )
     elif op == "forget":
         user_id = int(record["user"])
-        await stm_repo.delete_user(session, user_id)
+        await stm_repo.delete_user(session, user_id, not_after=_time(record))
         await guild_repo.delete_long_term_of_user(session, user_id)
         await guild_repo.delete_user_settings(session, user_id)
         await stm_repo.delete_events_of_user(session, user_id)
         await stm_repo.add_events(session, [EventRecord("forget")])
         await send_notice(session, {"o": "spool", "t": "forget", "u": user_id})
-    else:
-        log.error("spool: unknown operation %r skipped", op)

@@ -83,6 +83,14 @@ class WindowCache:
         self._windows.pop(channel_id, None)
         self._primed[channel_id] = True
 
+    def channels_with_author(self, author_id: int) -> set[int]:
+        """The channels whose window holds a message by ``author_id``."""
+        return {
+            channel_id
+            for channel_id, window in self._windows.items()
+            if any(m.author_id == author_id for m in window)
+        }
+
     def forget_author(self, author_id: int) -> int:
         """Drop every message by ``author_id`` from every window; return how many."""
         removed = 0

@@ -3,15 +3,29 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
+import pytest
 from sqlalchemy import func, select
 
 from bot.config import Settings
 from bot.db.engine import Database
 from bot.db.models import ShortTermMemory, StmEvent
+from bot.db.repositories import stm as stm_repo
 from bot.memory.model import ScopeKey
 from bot.memory.service import MemoryService
-from tests.helpers.builders import BOB, BOT, CHANNEL, GUILD, ManualClock, make_service
+from bot.memory.turn import REASON_CLEARED
+from tests.helpers.builders import (
+    ALICE,
+    BOB,
+    BOT,
+    CHANNEL,
+    GUILD,
+    OTHER_CHANNEL,
+    ManualClock,
+    make_service,
+    message,
+)
 
 SERVER_KEY = ScopeKey.server(GUILD, CHANNEL)
 
@@ -118,3 +132,119 @@ async def test_a_stale_write_sharing_a_group_commit_fails_alone(
         CHANNEL + 1: "from second 1",
         CHANNEL + 2: "from second 2",
     }
+
+
+async def rows_of(db: Database) -> list[tuple[str, str, list[int]]]:
+    async with db.sessions() as session:
+        found = await session.scalars(select(ShortTermMemory).order_by(ShortTermMemory.scope_kind))
+        return [(r.scope_kind, r.summary, list(r.contributor_ids)) for r in found]
+
+
+async def test_forget_me_racing_a_write_in_flight_leaves_nothing_behind(
+    db: Database, settings: Settings
+) -> None:
+    service = make_service(db.sessions, settings, ManualClock())
+    turn = (
+        await service.prepare_turn(
+            channel_id=CHANNEL, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT
+        )
+    ).turn
+
+    write, receipt = await asyncio.gather(
+        service.update_stm(turn, summary="Alice's door code is 4471"),
+        service.forget_user(ALICE),
+    )
+
+    # Either the write landed first and the deletion took it, or the deletion came first
+    # and the write was refused: never a row the receipt missed.
+    assert await rows_of(db) == []
+    if write.ok:
+        assert receipt.user_rows + receipt.contributed_rows == 2
+    else:
+        assert write.reason == REASON_CLEARED
+
+
+async def test_a_turn_reading_a_forgotten_users_messages_cannot_store_them(
+    db: Database, settings: Settings
+) -> None:
+    service = make_service(db.sessions, settings, ManualClock())
+    service.observe_message(CHANNEL, message(ALICE, "my door code is 4471"))
+    bob_turn = (
+        await service.prepare_turn(channel_id=CHANNEL, user_id=BOB, guild_id=GUILD, bot_user_id=BOT)
+    ).turn  # Bob's prompt now holds Alice's message
+
+    await service.forget_user(ALICE)
+    result = await service.update_stm(bob_turn, summary="Alice's door code is 4471")
+
+    assert (result.ok, result.reason) == (False, REASON_CLEARED)
+    assert await rows_of(db) == []
+
+
+async def test_a_refresh_during_the_other_channels_load_is_not_undone(
+    db: Database, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    writer = make_service(db.sessions, settings, ManualClock())
+    wrote = await writer.update_stm(
+        (
+            await writer.prepare_turn(
+                channel_id=OTHER_CHANNEL, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT
+            )
+        ).turn,
+        summary="wiped secret",
+    )
+    assert wrote.ok
+    service = make_service(db.sessions, settings, ManualClock())  # a fresh process
+    loaded, release = asyncio.Event(), asyncio.Event()
+    query = stm_repo.recent_server_entries
+
+    async def slow_query(*args: Any, **kwargs: Any) -> Any:
+        rows = await query(*args, **kwargs)
+        loaded.set()
+        await release.wait()  # the /refresh lands while these rows are on their way
+        return rows
+
+    monkeypatch.setattr(stm_repo, "recent_server_entries", slow_query)
+    turn = asyncio.create_task(
+        service.prepare_turn(
+            channel_id=CHANNEL,
+            user_id=BOB,
+            guild_id=GUILD,
+            bot_user_id=BOT,
+            label_for=lambda entry: "#other",
+        )
+    )
+    await loaded.wait()
+    await service.clear_channel(OTHER_CHANNEL, guild_id=GUILD, actor_user_id=BOB)
+    release.set()
+    prepared = await turn
+
+    assert prepared.prompt.others == []
+    assert not (await service.entry(ScopeKey.server(GUILD, OTHER_CHANNEL))).has_content
+
+
+async def test_a_full_group_commit_with_real_snowflakes_is_saved_not_spooled(
+    db: Database, settings: Settings
+) -> None:
+    # 64 writes of two rows share one transaction; their change notice names 128 keys of
+    # 19-digit ids, more than one NOTIFY payload may hold.
+    service = make_service(db.sessions, settings, ManualClock())
+    guild, first_channel, first_user = 1_234_567_890_123_456_789, 2 * 10**18, 3 * 10**18
+    turns = [
+        (
+            await service.prepare_turn(
+                channel_id=first_channel + n,
+                user_id=first_user + n,
+                guild_id=guild,
+                bot_user_id=BOT,
+            )
+        ).turn
+        for n in range(100)
+    ]
+
+    results = await asyncio.gather(
+        *(service.update_stm(turn, summary=f"memory {n}") for n, turn in enumerate(turns))
+    )
+
+    assert {str(r) for r in results} == {"saved"}
+    async with db.sessions() as session:
+        assert await session.scalar(select(func.count()).select_from(ShortTermMemory)) == 200

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,7 +16,7 @@ from bot.db.engine import Database
 from bot.db.models import ShortTermMemory, StmEvent
 from bot.memory.model import ScopeKey
 from bot.memory.service import MemoryService
-from bot.memory.spool import DurableSpool, count_pending, spool_path
+from bot.memory.spool import DurableSpool, SpoolLocked, count_pending, inspect_spool, spool_path
 from tests.helpers.builders import ALICE, BOB, BOT, CHANNEL, GUILD, ManualClock, make_service
 from tests.helpers.fake_llm import refused_base_url
 
@@ -166,3 +168,222 @@ async def test_a_torn_last_line_is_skipped(
     assert reopened.pending == 1
     assert await reopened.replay(db.sessions) == 1
     assert await summaries(db) == [("server", "acknowledged", 1)]
+
+
+# ------------------------------------------------ ordering once the database is back
+
+
+async def back_online(service: MemoryService, real: async_sessionmaker) -> None:  # type: ignore[type-arg]
+    service._sessions = real
+
+
+async def test_a_refresh_after_the_outage_queues_behind_the_spooled_write(
+    db: Database, settings: Settings, spool: DurableSpool, dead_engine: AsyncEngine
+) -> None:
+    service = make_service(db.sessions, settings, ManualClock(), spool=spool)
+    turn = await turn_for(service)
+    real = await outage(service, dead_engine)
+    await service.update_stm(turn, summary="secret plan")  # type: ignore[arg-type]
+    await back_online(service, real)  # the database answers; the replayer has not run yet
+
+    receipt = await service.clear_channel(CHANNEL, guild_id=GUILD, actor_user_id=BOB)
+
+    # Deleting the rows now and replaying the write later would bring it back: the clear
+    # waits in the spool behind the write instead.
+    assert receipt.pending_sync and spool.pending == 2
+    assert not (await service.entry(SERVER_KEY)).has_content
+    assert await spool.replay(db.sessions) == 2
+    assert await summaries(db) == []
+
+
+async def test_forget_me_after_the_outage_reaches_the_spooled_write(
+    db: Database, settings: Settings, spool: DurableSpool, dead_engine: AsyncEngine
+) -> None:
+    service = make_service(db.sessions, settings, ManualClock(), spool=spool)
+    turn = await turn_for(service)
+    real = await outage(service, dead_engine)
+    await service.update_stm(turn, summary="Alice's diary")  # type: ignore[arg-type]
+    await back_online(service, real)
+
+    receipt = await service.forget_user(ALICE)
+
+    assert receipt.pending_sync
+    await spool.replay(db.sessions)
+    assert await summaries(db) == []
+    assert "Alice's diary" not in spool.path.read_text(encoding="utf-8")
+
+
+async def test_writes_after_the_outage_queue_behind_the_spool_until_it_is_replayed(
+    db: Database, settings: Settings, spool: DurableSpool, dead_engine: AsyncEngine
+) -> None:
+    service = make_service(db.sessions, settings, ManualClock(), spool=spool)
+    turn = await turn_for(service)
+    real = await outage(service, dead_engine)
+    first = await service.update_stm(turn, summary="v1 during the outage")  # type: ignore[arg-type]
+    await back_online(service, real)
+    second = await service.update_stm(await turn_for(service), summary="v2 after it")  # type: ignore[arg-type]
+
+    assert (str(first), str(second)) == ("saved, pending sync", "saved, pending sync")
+    assert await summaries(db) == []
+    await spool.replay(db.sessions)
+    assert await summaries(db) == [("server", "v2 after it", 2), ("user", "v2 after it", 2)]
+    third = await service.update_stm(await turn_for(service), summary="v3 direct")  # type: ignore[arg-type]
+    assert str(third) == "saved" and spool.pending == 0
+
+
+async def test_hydration_takes_a_newer_row_over_an_older_spooled_state(
+    db: Database, settings: Settings, spool: DurableSpool, dead_engine: AsyncEngine
+) -> None:
+    service = make_service(db.sessions, settings, ManualClock(), spool=spool)
+    turn = await turn_for(service)
+    real = await outage(service, dead_engine)
+    await service.update_stm(turn, summary="spooled v1")  # type: ignore[arg-type]
+    await back_online(service, real)
+    # Another process writes the same memory, newer, straight to the database.
+    other = make_service(db.sessions, settings, ManualClock())
+    (await other.entry(SERVER_KEY)).version = 5
+    await other.update_stm(await turn_for(other, BOB), summary="newer from elsewhere")  # type: ignore[arg-type]
+    service.drop_all()  # e.g. the notice connection was lost and came back
+
+    entry = await service.entry(SERVER_KEY)
+
+    assert (entry.summary, entry.version) == ("newer from elsewhere", 6)
+
+
+# ------------------------------------------------------------- the file itself
+
+
+async def test_an_append_after_a_torn_line_survives_the_next_restart(
+    tmp_path: Path, settings: Settings, db: Database
+) -> None:
+    path = spool_path(tmp_path)
+    spool = DurableSpool(path)
+    service = make_service(db.sessions, settings, ManualClock(), spool=spool)
+    entry = await service.entry(SERVER_KEY)
+    entry.summary, entry.version = "first", 1
+    spool.append([entry])
+    spool.close()
+    with path.open("a", encoding="utf-8") as handle:
+        handle.write('{"op": "upsert", "entries": [{"key": ')  # SIGKILL mid-write
+
+    reopened = DurableSpool(path)
+    entry.summary, entry.version = "second, acknowledged after the restart", 2
+    reopened.append([entry])
+    reopened.close()
+
+    again = DurableSpool(path)
+    assert again.pending == 2
+    await again.replay(db.sessions)
+    assert await summaries(db) == [("server", "second, acknowledged after the restart", 2)]
+
+
+def test_a_second_process_cannot_take_over_a_spool(tmp_path: Path) -> None:
+    first = DurableSpool(spool_path(tmp_path))
+    with pytest.raises(SpoolLocked, match="KIOKU_DATA_DIR"):
+        DurableSpool(spool_path(tmp_path))
+    first.close()
+    DurableSpool(spool_path(tmp_path)).close()  # free again once the owner is gone
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [b"\xff\xfe not utf-8\n", b"[1, 2]\n", b'{"op": "upsert"}\n', b'{"op": "teleport"}\n'],
+    ids=["invalid-utf8", "not-an-object", "missing-fields", "unknown-op"],
+)
+async def test_a_damaged_line_is_set_aside_and_the_rest_replays(
+    tmp_path: Path, settings: Settings, db: Database, damage: bytes
+) -> None:
+    path = spool_path(tmp_path)
+    spool = DurableSpool(path)
+    service = make_service(db.sessions, settings, ManualClock(), spool=spool)
+    entry = await service.entry(SERVER_KEY)
+    entry.summary, entry.version = "before the damage", 1
+    spool.append([entry])
+    spool.close()
+    with path.open("ab") as handle:
+        handle.write(damage)
+    spool = DurableSpool(path)
+    entry.summary, entry.version = "after the damage", 2
+    spool.append([entry])
+    spool.close()
+
+    reopened = DurableSpool(path)
+
+    assert reopened.pending == 2
+    status = inspect_spool(tmp_path)
+    assert status.pending == 2 and len(status.set_aside) == 1
+    assert status.set_aside[0].read_bytes() == damage
+    await reopened.replay(db.sessions)
+    assert await summaries(db) == [("server", "after the damage", 2)]
+
+
+async def test_a_record_the_database_refuses_is_set_aside_not_retried_forever(
+    tmp_path: Path, settings: Settings, db: Database
+) -> None:
+    spool = DurableSpool(spool_path(tmp_path))
+    service = make_service(db.sessions, settings, ManualClock(), spool=spool)
+    entry = await service.entry(SERVER_KEY)
+    entry.summary, entry.version = "fine", 1
+    spool.append([entry])
+    poisoned = replace(entry, key=ScopeKey.server(GUILD, 2**63 + 5))  # beyond bigint
+    poisoned.summary = "cannot be stored"
+    spool.append([poisoned])
+
+    assert await spool.replay(db.sessions) == 2
+
+    assert await summaries(db) == [("server", "fine", 1)]
+    assert spool.pending == 0
+    assert len(inspect_spool(tmp_path).set_aside) == 1
+
+
+async def test_a_replayed_clear_never_deletes_a_newer_write(
+    db: Database, settings: Settings, tmp_path: Path, dead_engine: AsyncEngine
+) -> None:
+    clock = ManualClock()
+    spool = DurableSpool(spool_path(tmp_path))
+    service = make_service(db.sessions, settings, clock, spool=spool)
+    real = await outage(service, dead_engine)
+    await service.clear_channel(CHANNEL, guild_id=GUILD, actor_user_id=BOB)
+    await back_online(service, real)
+    await spool.replay(db.sessions)
+    record = {"op": "clear", "channel": CHANNEL, "guild": GUILD, "actor": BOB}
+    record["at"] = clock.now().isoformat()
+    clock.advance(seconds=60)
+    service.spool_replayed()
+    await service.update_stm(await turn_for(service), summary="written after the clear")  # type: ignore[arg-type]
+    # A crash between the replay's commit and the spool's rewrite replays the clear again.
+    spool._write(record)
+    await spool.replay(db.sessions)
+    assert [s for _, s, _ in await summaries(db)] == ["written after the clear"] * 2
+
+
+async def test_the_replayer_retries_at_once_when_told_the_database_is_back(
+    db: Database, settings: Settings, spool: DurableSpool, dead_engine: AsyncEngine
+) -> None:
+    service = make_service(db.sessions, settings, ManualClock(), spool=spool)
+    turn = await turn_for(service)
+    await outage(service, dead_engine)
+    await service.update_stm(turn, summary="waiting")  # type: ignore[arg-type]
+    sessions: list[async_sessionmaker] = [async_sessionmaker(dead_engine)]  # type: ignore[type-arg]
+    failed, replayed = asyncio.Event(), asyncio.Event()
+
+    def current_sessions() -> object:
+        return sessions[0]()
+
+    task = asyncio.create_task(
+        spool.run_replayer(
+            current_sessions,  # type: ignore[arg-type]
+            on_replayed=replayed.set,
+            on_retry=lambda _exc: failed.set(),
+            first_wait_seconds=3600,  # only a wake-up can make it retry within the test
+        )
+    )
+    try:
+        await asyncio.wait_for(failed.wait(), timeout=30)
+        sessions[0] = db.sessions
+        spool.database_back()
+        await asyncio.wait_for(replayed.wait(), timeout=30)
+    finally:
+        task.cancel()
+    assert spool.pending == 0
+    assert [s for _, s, _ in await summaries(db)] == ["waiting", "waiting"]

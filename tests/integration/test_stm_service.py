@@ -216,6 +216,22 @@ async def test_category_update_merges_omitted_and_clears_empty(
     assert (await rows(db))[0].categories == {"decisions": "ship Friday", "people": "Alice leads"}
 
 
+async def test_values_of_a_removed_category_go_with_the_next_write(
+    service: MemoryService, db: Database
+) -> None:
+    await use_categories(service, "Decisions", "Todo")
+    turn = await start_turn(service)
+    await service.update_stm(turn, categories={"decisions": "ship Friday", "todo": "secret plan"})
+    await use_categories(service, "Decisions", "Tasks")  # an admin renamed Todo
+
+    result = await service.update_stm(await start_turn(service), categories={"tasks": "docs"})
+
+    assert result.ok
+    expected = {"decisions": "ship Friday", "tasks": "docs"}
+    assert (await service.entry(SERVER_KEY)).categories == expected
+    assert [r.categories for r in await rows(db)] == [expected, expected]
+
+
 @pytest.mark.parametrize(
     ("payload", "fragment"),
     [

@@ -202,11 +202,19 @@ async def recent_user_entries(
     return [entry_from_row(row) for row in rows]
 
 
-async def delete_channel(session: AsyncSession, channel_id: int) -> int:
+def _not_after(not_after: datetime | None) -> list[ColumnElement[bool]]:
+    # A replayed deletion reaches only rows written before it was asked for: replaying it
+    # twice (a crash between commit and spool rewrite) must not delete a newer write.
+    return [] if not_after is None else [ShortTermMemory.updated_at <= not_after]
+
+
+async def delete_channel(
+    session: AsyncSession, channel_id: int, *, not_after: datetime | None = None
+) -> int:
     """Delete every scope's row of a channel; return how many."""
     result = await session.execute(
         delete(ShortTermMemory)
-        .where(ShortTermMemory.channel_id == channel_id)
+        .where(ShortTermMemory.channel_id == channel_id, *_not_after(not_after))
         .returning(ShortTermMemory.id)
     )
     return len(result.all())
@@ -218,12 +226,18 @@ class UserRowsDeleted:
     contributed_rows: int
 
 
-async def delete_user(session: AsyncSession, user_id: int) -> UserRowsDeleted:
+async def delete_user(
+    session: AsyncSession, user_id: int, *, not_after: datetime | None = None
+) -> UserRowsDeleted:
     """Delete the user's own rows and every other row derived from their messages
     (server rows, and other users' rows of the same conversation)."""
     user_rows = await session.execute(
         delete(ShortTermMemory)
-        .where(ShortTermMemory.scope_kind == "user", ShortTermMemory.user_id == user_id)
+        .where(
+            ShortTermMemory.scope_kind == "user",
+            ShortTermMemory.user_id == user_id,
+            *_not_after(not_after),
+        )
         .returning(ShortTermMemory.id)
     )
     contributed = await session.execute(
@@ -233,6 +247,7 @@ async def delete_user(session: AsyncSession, user_id: int) -> UserRowsDeleted:
                 ShortTermMemory.contributor_ids.contains([user_id]),
                 ShortTermMemory.actor_user_id == user_id,
             ),
+            *_not_after(not_after),
         )
         .returning(ShortTermMemory.id)
     )
