@@ -2,8 +2,9 @@
 
 ``/forget-me`` deletes every memory derived from the user's messages, after a confirm.
 ``/memories list / forget / clear`` show and delete the user's long-term facts (their
-own only, wherever they were made). Everything happens in the user's ephemeral
-messages, so nobody else learns what they keep or delete.
+own only, wherever they were made); ``/memories cross-context`` turns on or off whether
+DMs may use what the bot remembers about the user from servers. Everything happens in
+the user's ephemeral messages, so nobody else learns what they keep or delete.
 """
 
 from __future__ import annotations
@@ -143,6 +144,18 @@ NOTHING_TO_CLEAR = "You have no long-term memories to delete."
 CLEAR_CANCELLED = "Nothing was deleted."
 CLEAR_TIMED_OUT = "No answer within a minute: nothing was deleted."
 MEMORIES_NOT_YOURS = "These buttons belong to the person who ran the command."
+CROSS_CONTEXT_EFFECT = {
+    True: (
+        "in our DMs I may use what I remember about you from servers: the memories of "
+        "server conversations you took part in and the long-term facts you asked me to "
+        "remember there."
+    ),
+    False: (
+        "in our DMs I use only what was said in our DMs; what I remember about you from "
+        "servers stays in those servers."
+    ),
+}
+CROSS_CONTEXT_NOTE = "Nothing from our DMs is ever shown in a server, whichever you choose."
 FACT_ORIGINS = {
     "model_tool": "you asked in chat",
     "user_command": "a command",
@@ -158,6 +171,17 @@ def long_term_of(bot: commands.Bot) -> LongTermService:
     if service is None:
         raise MemoryUnavailable("long-term memory is not set up")
     return service
+
+
+def describe_cross_context(enabled: bool, *, changed: bool) -> str:
+    """The answer to ``/memories cross-context``: the state now, and what it means."""
+    state = "on" if enabled else "off"
+    head = "is now" if changed else "was already"
+    other = "off" if enabled else "on"
+    return (
+        f"Cross-context memory {head} **{state}**: {CROSS_CONTEXT_EFFECT[enabled]}\n"
+        f"-# {CROSS_CONTEXT_NOTE} `/memories cross-context enabled:{other}` turns it {other}."
+    )
 
 
 def fact_place(bot: discord.Client, fact: Fact) -> str:
@@ -343,6 +367,29 @@ class PrivacyCog(commands.Cog):
                 name = name[: CHOICE_NAME_LIMIT - 1] + "…"
             choices.append(app_commands.Choice(name=name, value=fact.id))
         return choices
+
+    @memories.command(
+        name="cross-context",
+        description="Whether DMs may use what the bot remembers about you from servers",
+    )
+    @app_commands.describe(enabled="on: DMs may use your server memories; off: they may not")
+    @app_commands.choices(
+        enabled=[
+            app_commands.Choice(name="on", value="on"),
+            app_commands.Choice(name="off", value="off"),
+        ]
+    )
+    async def memories_cross_context(
+        self, interaction: discord.Interaction[KiokuBot], enabled: app_commands.Choice[str]
+    ) -> None:
+        memory, user_id = self.bot.memory, interaction.user.id
+        wanted = enabled.value == "on"
+        changed = await memory.cross_context_opt_in(user_id) != wanted
+        # Written even when unchanged: the stored setting is the truth, whatever was cached.
+        await memory.set_cross_context_opt_in(user_id, wanted)
+        if changed:
+            log.info("cross-context memory turned %s", enabled.value)
+        await answer(interaction, describe_cross_context(wanted, changed=changed))
 
     @memories.command(name="clear", description="Delete all your long-term memories")
     async def memories_clear(self, interaction: discord.Interaction[KiokuBot]) -> None:

@@ -1,4 +1,5 @@
-"""``/memories list / forget / clear`` on the real bot: a user's own long-term facts."""
+"""``/memories list / forget / clear / cross-context`` on the real bot: a user's own
+long-term facts, and whether DMs may use what the bot remembers from servers."""
 
 from __future__ import annotations
 
@@ -8,18 +9,22 @@ from typing import Any
 import discord
 import pytest
 from sqlalchemy import select
+from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 
+from bot.cogs.errors import UNAVAILABLE
 from bot.cogs.privacy import (
     CLEAR_CANCELLED,
     MEMORIES_NOT_YOURS,
     NO_MEMORIES,
     NOTHING_TO_CLEAR,
 )
-from bot.db.models import LongTermMemory, StmEvent
+from bot.db.models import LongTermMemory, StmEvent, UserSettings
+from bot.llm.tools.stm import STM_TOOL_NAME
 from bot.memory.longterm import LongTermService
 from bot.memory.model import Provenance
 from tests.helpers.bot import KiokuHarness
 from tests.helpers.discord_harness import InteractionResult
+from tests.helpers.fake_llm import refused_base_url
 
 
 @pytest.fixture
@@ -260,3 +265,116 @@ async def test_clear_cancel_deletes_nothing(kioku: KiokuHarness, longterm: LongT
     assert cancelled.content == CLEAR_CANCELLED
     assert asked.components == []
     assert len(await fact_ids(kioku)) == 1
+
+
+# ------------------------------------------------------------------ /memories cross-context
+
+SERVER_SUMMARY = "The user is planning a trip to Lisbon-Qz7 in May."
+SERVER_FACT = "The user's cat is called Miso-Kx3."
+
+
+async def stored_opt_in(kioku: KiokuHarness, user_id: int) -> bool | None:
+    async with kioku.database.sessions() as session:
+        stored: bool | None = await session.scalar(
+            select(UserSettings.cross_context_memory).where(UserSettings.user_id == user_id)
+        )
+        return stored
+
+
+async def dm_prompt(kioku: KiokuHarness, user: discord.abc.User) -> str:
+    """Everything the model was sent for one DM turn of ``user``."""
+    first = len(kioku.llm.requests)
+    kioku.llm.reply_text("Hello again!")
+    await kioku.env.send(
+        "what is my cat called, and where am I going?",
+        channel=kioku.env.dm_channel(user),
+        author=user,
+    )
+    assert kioku.llm.pending == 0
+    return "\n".join(
+        str(message.get("content") or "")
+        for body in kioku.llm.requests[first:]
+        for message in body.get("messages", [])
+    )
+
+
+async def test_cross_context_on_brings_server_memories_into_dms_and_off_takes_them_out(
+    kioku: KiokuHarness, longterm: LongTermService
+) -> None:
+    env, user = kioku.env, kioku.env.member
+    # A server conversation the model summarized, and a fact made in that server.
+    kioku.llm.reply_tool_calls([(STM_TOOL_NAME, {"summary": SERVER_SUMMARY})])
+    kioku.llm.reply_text("Sounds lovely.")
+    await env.send("I'm planning a trip to Lisbon in May", author=user, mention_bot=True)
+    await remember(kioku, longterm, SERVER_FACT)
+    kioku.clock.advance(minutes=5)
+
+    before = await dm_prompt(kioku, user)
+    assert SERVER_SUMMARY not in before and SERVER_FACT not in before
+    assert await stored_opt_in(kioku, user.id) is None
+
+    on = await kioku.interactions.slash("memories cross-context", {"enabled": "on"}, user=user)
+    assert on.ephemeral
+    assert on.content is not None
+    assert on.content.startswith("Cross-context memory is now **on**: in our DMs I may use")
+    assert "`/memories cross-context enabled:off` turns it off" in on.content
+    assert await stored_opt_in(kioku, user.id) is True
+
+    opted_in = await dm_prompt(kioku, user)
+    assert SERVER_SUMMARY in opted_in
+    assert f"#{env.channel.name} in {env.guild.name}" in opted_in
+    assert SERVER_FACT in opted_in
+
+    # Turned off from the DM itself: the next DM turn is back to DMs only.
+    off = await kioku.interactions.slash(
+        "memories cross-context", {"enabled": "off"}, user=user, dm=True
+    )
+    assert off.ephemeral
+    assert off.content is not None
+    assert off.content.startswith("Cross-context memory is now **off**: in our DMs I use only")
+    assert await stored_opt_in(kioku, user.id) is False
+
+    after = await dm_prompt(kioku, user)
+    assert SERVER_SUMMARY not in after and SERVER_FACT not in after
+
+
+async def test_cross_context_says_when_nothing_changed_and_touches_only_the_caller(
+    kioku: KiokuHarness,
+) -> None:
+    user = kioku.env.member
+    other = await kioku.env.create_member("other")
+
+    off = await kioku.interactions.slash("memories cross-context", {"enabled": "off"}, user=user)
+    assert off.content is not None
+    assert off.content.startswith("Cross-context memory was already **off**")
+    assert "`/memories cross-context enabled:on` turns it on" in off.content
+    assert await stored_opt_in(kioku, user.id) is False
+
+    await kioku.interactions.slash("memories cross-context", {"enabled": "on"}, user=user)
+    again = await kioku.interactions.slash(
+        "memories cross-context", {"enabled": "on"}, user=user, dm=True
+    )
+    assert again.content is not None
+    assert again.content.startswith("Cross-context memory was already **on**")
+    assert await stored_opt_in(kioku, user.id) is True
+    assert await stored_opt_in(kioku, other.id) is None
+    assert await kioku.bot.memory.cross_context_opt_in(other.id) is False
+
+
+async def test_cross_context_with_the_database_down_answers_unavailable(
+    kioku: KiokuHarness,
+) -> None:
+    # A refused connection: the storage error reaches the tree's error handler.
+    memory = kioku.bot.memory
+    real = memory._sessions
+    dead = create_async_engine(
+        refused_base_url().replace("http://", "postgresql+asyncpg://u:p@") + "db"
+    )
+    memory._sessions = async_sessionmaker(dead)
+    try:
+        result = await kioku.interactions.slash("memories cross-context", {"enabled": "on"})
+    finally:
+        memory._sessions = real
+        await dead.dispose()
+    assert result.ephemeral and result.content == UNAVAILABLE
+    assert await stored_opt_in(kioku, kioku.env.member.id) is None

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import discord
+from discord import app_commands
 
 from bot.cogs.checks import MANAGE_MESSAGES, MANAGE_SERVER
 from bot.cogs.errors import GUILD_ONLY
@@ -76,6 +77,9 @@ RULES: dict[str, Rule] = {
         None, True, text_starts("You have no long-term memory #999"), {"id": 999}
     ),
     "memories clear": Rule(None, True, text_starts("You have no long-term memories to delete")),
+    "memories cross-context": Rule(
+        None, True, text_starts("Cross-context memory "), {"enabled": "off"}
+    ),
 }
 
 # What each kind holds in a server channel ("operator": a bot owner from owner_ids,
@@ -127,6 +131,15 @@ def outcome(result: InteractionResult, rule: Rule, place: str) -> str:
     if rule.answered(result) and (result.modal is not None or result.ephemeral):
         return "allowed"
     return f"unexpected: {texts or result.modal}"
+
+
+async def test_the_matrix_covers_every_command_the_bot_registers(kioku: KiokuHarness) -> None:
+    registered = {
+        command.qualified_name
+        for command in kioku.bot.tree.walk_commands()
+        if isinstance(command, app_commands.Command)
+    }
+    assert registered == set(RULES)
 
 
 async def test_every_command_answers_every_kind_of_user_as_the_spec_says(
@@ -183,7 +196,7 @@ async def test_every_command_answers_every_kind_of_user_as_the_spec_says(
     ]
     table = "\n".join(c.row() for c in cells)
     print(f"\n{len(cells)} matrix cells checked\n{table}")
-    assert len(cells) == len(RULES) * len(KINDS) * len(PLACES) == 130
+    assert len(cells) == len(RULES) * len(KINDS) * len(PLACES) == 140
     assert not wrong, "\n".join(c.row() for c in wrong)
     assert not hidden_wrongly, "\n".join(f"{c.row()} hidden: {c.hidden}" for c in hidden_wrongly)
     assert not shown_wrongly, "\n".join(c.row() for c in shown_wrongly)
