@@ -20,7 +20,7 @@ from bot.db.engine import Database, describe_url
 from bot.db.migrate import current_revision, head_revision
 from bot.llm.client import make_client
 from bot.llm.providers import capabilities
-from bot.memory.spool import count_pending
+from bot.memory.spool import inspect_spool
 
 DOCTOR_TIMEOUT_SECONDS = 15.0
 
@@ -52,14 +52,12 @@ async def doctor(settings: Settings) -> int:
         checks.extend(await _database_checks(database))
     finally:
         await database.close()
-    pending = count_pending(settings.data_dir)
-    checks.append(
-        Check(
-            "spool",
-            True,
-            "empty" if not pending else f"{pending} memory operations pending sync",
-        )
-    )
+    spool = inspect_spool(settings.data_dir)
+    state = "empty" if not spool.pending else f"{spool.pending} memory operations pending sync"
+    if spool.set_aside:
+        # Records that could not be read or applied: the operator should look at them.
+        state += f"; {len(spool.set_aside)} set-aside file(s): {spool.set_aside[-1]}"
+    checks.append(Check("spool", not spool.set_aside, state))
     checks.extend(await _llm_checks(settings))
     print(render_table(checks))
     return 0 if all(check.ok for check in checks) else 1

@@ -335,6 +335,8 @@ class MemoryService:
     async def set_cross_context_opt_in(self, user_id: int, enabled: bool) -> None:
         async with self._storage("saving privacy settings") as session, session.begin():
             await guild_repo.set_cross_context_opt_in(session, user_id, enabled)
+            # DMs may be served by another shard process: it must not keep the old answer.
+            await self._announce(session, {"o": self.instance_id, "t": "opt-in", "u": user_id})
         self._opt_ins[user_id] = enabled
 
     # ------------------------------------------------------------------- turns
@@ -838,6 +840,8 @@ class MemoryService:
                     self.cache.pop(entry.key)
             self.windows.forget_author(user_id)
             self._opt_ins.pop(user_id, None)
+        elif kind == "opt-in":
+            self._opt_ins.pop(int(notice["u"]), None)
         elif kind == "guild":
             self.invalidate_guild(int(notice["g"]))
             self._guilds_hydrated.pop(int(notice["g"]), None)

@@ -133,6 +133,18 @@ async def test_guild_settings_changed_elsewhere_are_reloaded(
     assert (await b.memory.guild_config(GUILD)).refresh_cadence == 11
 
 
+async def test_a_cross_context_choice_made_elsewhere_reaches_this_process(
+    two: tuple[Process, Process],
+) -> None:
+    # DMs are served by shard 0's process; the user may flip the setting in a server
+    # served by another one.
+    a, b = two
+    assert await b.memory.cross_context_opt_in(ALICE) is False
+    await a.memory.set_cross_context_opt_in(ALICE, True)
+    assert (await b.next_notice())["t"] == "opt-in"
+    assert await b.memory.cross_context_opt_in(ALICE) is True
+
+
 async def test_forget_me_elsewhere_drops_the_users_entries_here(
     two: tuple[Process, Process],
 ) -> None:
