@@ -210,6 +210,18 @@ class LongTermMemory(Base):
     updated_at: Mapped[datetime] = _updated_at()
 
 
+class StmClear(Base):
+    """When a channel's memory was last wiped (``/refresh``). A write from a turn that
+    started before it is refused by every process, not only the one that cleared: the
+    row is the cross-process form of the in-process channel epoch. Kept two days (no turn
+    lasts that long), then purged by the janitor."""
+
+    __tablename__ = "stm_clears"
+
+    channel_id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    cleared_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+
+
 class UserSettings(Base):
     """Per-user privacy choices."""
 

@@ -21,7 +21,7 @@ import uuid
 import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from cachetools import LRUCache
@@ -56,6 +56,12 @@ from bot.memory.window import WindowCache
 log = logging.getLogger(__name__)
 
 OTHER_CHANNEL_HYDRATE_LIMIT = 10
+# A database read overtaken by a notice about what it read is repeated at most this often.
+STALE_READ_RETRIES = 3
+# Marks a /forget-me (or a cache reset): it may concern any entry.
+FORGET_NOTICED = "forget"
+# How long a channel's clear time is kept (``stm_clears``): longer than any turn.
+CLEAR_RECORD_KEPT = timedelta(days=2)
 
 
 class _QueuedBehindSpool(Exception):
@@ -66,22 +72,29 @@ class StaleWrite(Exception):
     """A row already holds a newer version than the write."""
 
 
-class _StaleInBatch(Exception):
-    """Some writes of a group commit were stale (raised inside the transaction)."""
+class ClearedElsewhere(Exception):
+    """The channel was wiped (by any process) after the write's turn started."""
 
-    def __init__(self, items: list[_PendingWrite]) -> None:
+
+class _RefusedInBatch(Exception):
+    """Some writes of a group commit were refused (raised inside the transaction, so it
+    rolls back); ``outcomes`` says why for each."""
+
+    def __init__(self, outcomes: dict[int, Exception]) -> None:
         super().__init__()
-        self.items = items
+        self.outcomes = outcomes
 
 
 @dataclass(slots=True)
 class _PendingWrite:
     """One write waiting for a group commit; ``outcome`` is None (committed), a
-    StaleWrite, or the database error."""
+    StaleWrite, ClearedElsewhere, or the database error."""
 
     entries: Sequence[StmEntry]
     events: Sequence[EventRecord]
     outcome: asyncio.Future[Exception | None]
+    # When the writing turn started: a clear after that (in any process) refuses it.
+    started_at: datetime | None = None
 
 
 def _settle(item: _PendingWrite, outcome: Exception | None) -> None:
@@ -186,6 +199,11 @@ class MemoryService:
         self._config_flight: SingleFlight[int, GuildConfig] = SingleFlight()
         self._misc_flight: SingleFlight[tuple[str, int], None] = SingleFlight()
         self._epochs: dict[int, int] = {}
+        # Notices count up; each thing a notice named remembers the count then. A read
+        # from the database that a notice overtook (it names what was read, after the
+        # read began) is stale: it is read again, never cached.
+        self._notice_seq = 0
+        self._noticed: LRUCache[object, int] = LRUCache(100_000)
         # Channels whose rows a clear could not delete yet: never hydrate them back.
         self._tombstones: set[int] = set()
         self._locks: weakref.WeakValueDictionary[int, asyncio.Lock] = weakref.WeakValueDictionary()
@@ -221,10 +239,17 @@ class MemoryService:
         return await self._config_flight.run(guild_id, lambda: self._load_config(guild_id))
 
     async def _load_config(self, guild_id: int) -> GuildConfig:
-        async with self._storage("loading guild settings") as session:
-            config = await guild_repo.load_guild_config(session, guild_id, self.defaults)
-        self._configs[guild_id] = config
+        for _ in range(STALE_READ_RETRIES):
+            seq = self._notice_seq
+            async with self._storage("loading guild settings") as session:
+                config = await guild_repo.load_guild_config(session, guild_id, self.defaults)
+            if not self._noticed_since(seq, ("guild", guild_id)):
+                self._configs[guild_id] = config
+                break
         return config
+
+    def _noticed_since(self, seq: int, *names: object) -> bool:
+        return any(self._noticed.get(name, 0) > seq for name in (*names, FORGET_NOTICED))
 
     def cached_guild_config(self, guild_id: int) -> GuildConfig | None:
         """The guild's configuration if it is cached (no database access)."""
@@ -247,8 +272,12 @@ class MemoryService:
         spooled = self.spool.latest(key) if self.spool is not None else None
         if key.channel_id not in self._tombstones:
             try:
-                async with self._storage("hydrating an STM entry") as session:
-                    row = await stm_repo.load_entry(session, key)
+                for _ in range(STALE_READ_RETRIES):
+                    seq = self._notice_seq
+                    async with self._storage("hydrating an STM entry") as session:
+                        row = await stm_repo.load_entry(session, key)
+                    if not self._noticed_since(seq, key):
+                        break
             except MemoryUnavailable:
                 if spooled is None:
                     raise
@@ -300,16 +329,22 @@ class MemoryService:
 
         async def load() -> None:
             since = self.clock.now() - timedelta(hours=self.settings.stm.ttl_summary_hours)
-            epochs = dict(self._epochs)
+            epochs, seq = dict(self._epochs), self._notice_seq
             async with self._storage(f"loading a {what}'s memories") as session:
                 rows = await query(
                     session, owner_id, since=since, limit=OTHER_CHANNEL_HYDRATE_LIMIT
                 )
-            # A channel cleared while we were reading: what we read of it is gone.
-            self._adopt(
-                [r for r in rows if self.epoch(r.key.channel_id) == epochs.get(r.key.channel_id, 0)]
-            )
-            done[owner_id] = True
+            # A channel cleared while we were reading: what we read of it is gone; a row
+            # changed meanwhile is stale (the next use loads the guild or user again).
+            fresh = [
+                r
+                for r in rows
+                if self.epoch(r.key.channel_id) == epochs.get(r.key.channel_id, 0)
+                and not self._noticed_since(seq, r.key)
+            ]
+            self._adopt(fresh)
+            if len(fresh) == len(rows) and not self._noticed_since(seq):
+                done[owner_id] = True
 
         await self._misc_flight.run((what, owner_id), load)
 
@@ -317,6 +352,11 @@ class MemoryService:
         for row in sorted(rows, key=lambda r: r.updated_at):
             if row.key in self.cache or row.key.channel_id in self._tombstones:
                 continue
+            spooled = self.spool.latest(row.key) if self.spool is not None else None
+            if spooled is not None and spooled.version >= row.version:
+                # As in _hydrate: the row is older than what waits in the spool, and a
+                # write built on it would lose to the replay.
+                row = replace(spooled, categories=dict(spooled.categories))
             if not self.cache.is_expired(row):
                 self.cache.put(row)
 
@@ -371,6 +411,7 @@ class MemoryService:
             guild_id=guild_id,
             config=config,
             epoch=self.epoch(channel_id),
+            started_at=self.clock.now(),
             parent_channel_id=parent_channel_id,
             source_message_id=source_message_id,
             explicit_long_term_intent=explicit_long_term_intent,
@@ -540,7 +581,7 @@ class MemoryService:
                 )
                 for old, after in zip(before, entries, strict=True)
             ]
-            result = await self._persist(entries, events, before)
+            result = await self._persist(entries, events, before, turn.started_at)
             if result.ok and origin == "model_tool":
                 turn.stm_updated = True
             return result
@@ -598,11 +639,17 @@ class MemoryService:
         return self.spool is not None and self.spool.pending > 0
 
     async def _persist(
-        self, entries: Sequence[StmEntry], events: Sequence[EventRecord], before: Sequence[StmEntry]
+        self,
+        entries: Sequence[StmEntry],
+        events: Sequence[EventRecord],
+        before: Sequence[StmEntry],
+        started_at: datetime | None,
     ) -> WriteResult:
         if self._spool_first():
-            return self._spool_write(entries, events, before)
-        pending = _PendingWrite(entries, events, asyncio.get_running_loop().create_future())
+            return self._spool_write(entries, events, before, started_at)
+        pending = _PendingWrite(
+            entries, events, asyncio.get_running_loop().create_future(), started_at
+        )
         self._write_queue.append(pending)
         if self._flusher is None or self._flusher.done():
             self._flusher = asyncio.create_task(self._flush_queue(), name="stm-group-commit")
@@ -615,19 +662,27 @@ class MemoryService:
             for entry in entries:
                 self.cache.pop(entry.key)
             return rejected("a newer version of this memory exists; nothing was saved")
+        if isinstance(outcome, ClearedElsewhere):
+            for entry in entries:
+                self.cache.pop(entry.key)
+            return rejected(REASON_CLEARED)
         log.warning(
             "STM write for %s failed: %s",
             ", ".join(str(e.key) for e in entries),
             outcome.__class__.__name__,
         )
-        return self._spool_write(entries, events, before)
+        return self._spool_write(entries, events, before, started_at)
 
     def _spool_write(
-        self, entries: Sequence[StmEntry], events: Sequence[EventRecord], before: Sequence[StmEntry]
+        self,
+        entries: Sequence[StmEntry],
+        events: Sequence[EventRecord],
+        before: Sequence[StmEntry],
+        started_at: datetime | None,
     ) -> WriteResult:
         if self.spool is not None:
             try:
-                self.spool.append(entries, events)
+                self.spool.append(entries, events, started_at=started_at)
                 return WriteResult("saved, pending sync")
             except OSError:
                 log.exception("STM spool append failed")
@@ -649,19 +704,23 @@ class MemoryService:
         try:
             async with asyncio.timeout(DB_TIMEOUT_SECONDS):
                 async with self._sessions() as session, session.begin():
+                    cleared = await self._clears_since_start(session, batch)
+                    if cleared:
+                        raise _RefusedInBatch({id(i): ClearedElsewhere() for i in cleared})
                     written = await stm_repo.upsert_entries_returning_keys(session, entries)
                     stale = [i for i in batch if any(e.key not in written for e in i.entries)]
-                    if stale:
-                        raise _StaleInBatch(stale)  # rolls back: all or nothing per write
+                    if stale:  # rolls back: all or nothing per write
+                        raise _RefusedInBatch({id(i): StaleWrite() for i in stale})
                     await stm_repo.add_events(
                         session, [event for item in batch for event in item.events]
                     )
                     await self._announce(session, stm_notice(self.instance_id, entries))
-        except _StaleInBatch as found:
-            for item in found.items:
-                _settle(item, StaleWrite())
+        except _RefusedInBatch as found:
+            for item in batch:
+                if id(item) in found.outcomes:
+                    _settle(item, found.outcomes[id(item)])
             # The others were fine: they go first in the next transaction.
-            self._write_queue[:0] = [item for item in batch if item not in found.items]
+            self._write_queue[:0] = [item for item in batch if id(item) not in found.outcomes]
             return
         except Exception as exc:
             for item in batch:
@@ -684,6 +743,26 @@ class MemoryService:
                 spool_error
             )
 
+    @staticmethod
+    async def _clears_since_start(
+        session: AsyncSession, batch: Sequence[_PendingWrite]
+    ) -> list[_PendingWrite]:
+        """The writes whose channel was wiped after their turn started, by any process.
+        The shared channel locks make a concurrent clear wait for this transaction, or
+        this one for the clear (then the clear time read next is already committed)."""
+        channels = [e.key.channel_id for item in batch for e in item.entries]
+        await stm_repo.lock_channels(session, channels, shared=True)
+        cleared = await stm_repo.clear_times(session, channels)
+        return [
+            item
+            for item in batch
+            if item.started_at is not None
+            and any(
+                (at := cleared.get(e.key.channel_id)) is not None and at >= item.started_at
+                for e in item.entries
+            )
+        ]
+
     async def admin_edit(
         self,
         *,
@@ -700,6 +779,7 @@ class MemoryService:
             guild_id=guild_id,
             config=await self.guild_config(guild_id),
             epoch=self.epoch(channel_id),
+            started_at=self.clock.now(),
         )
         return await self.update_stm(turn, summary=summary, categories=categories, origin="admin")
 
@@ -726,6 +806,8 @@ class MemoryService:
                     raise _QueuedBehindSpool
                 async with asyncio.timeout(DB_TIMEOUT_SECONDS):
                     async with self._sessions() as session, session.begin():
+                        await stm_repo.lock_channels(session, [channel_id], shared=False)
+                        await stm_repo.record_clear(session, channel_id, at)
                         rows = await stm_repo.delete_channel(session, channel_id)
                         await self._announce(
                             session, {"o": self.instance_id, "t": "clear", "c": channel_id}
@@ -819,13 +901,21 @@ class MemoryService:
         late notice cannot resurrect anything; the next read hydrates the truth)."""
         if notice.get("o") == self.instance_id:
             return
+        self._notice_seq += 1
         kind = notice.get("t")
         if kind == "stm":
             for kind_, guild, user, channel, version in notice.get("k", ()):
                 key = ScopeKey("server" if kind_ == "server" else "user", int(channel), guild, user)
+                self._noticed[key] = self._notice_seq
                 cached = self.cache.get(key)
                 if cached is not None and cached.version < int(version):
                     self.cache.pop(key)
+                # "Other channels" of that guild and that user's DMs load again on next use
+                # (a memory that was not cached here may be new, or newer).
+                if guild is not None:
+                    self._guilds_hydrated.pop(int(guild), None)
+                if user is not None:
+                    self._users_hydrated.pop(int(user), None)
         elif kind == "clear":
             channel_id = int(notice["c"])
             self._epochs[channel_id] = self.epoch(channel_id) + 1
@@ -834,20 +924,32 @@ class MemoryService:
             self.windows.clear(channel_id)
         elif kind == "forget":
             user_id = int(notice["u"])
+            self._noticed[FORGET_NOTICED] = self._notice_seq
+            # As in forget_user: no turn already holding their words may store them.
+            channels = self.windows.channels_with_author(user_id)
             for entry in list(self.cache.entries()):
                 if entry.key.user_id == user_id or user_id in entry.contributor_ids:
-                    self._epochs[entry.key.channel_id] = self.epoch(entry.key.channel_id) + 1
+                    channels.add(entry.key.channel_id)
                     self.cache.pop(entry.key)
+            for channel_id in channels:
+                self._epochs[channel_id] = self.epoch(channel_id) + 1
             self.windows.forget_author(user_id)
             self._opt_ins.pop(user_id, None)
         elif kind == "opt-in":
             self._opt_ins.pop(int(notice["u"]), None)
         elif kind == "guild":
+            self._noticed[("guild", int(notice["g"]))] = self._notice_seq
             self.invalidate_guild(int(notice["g"]))
             self._guilds_hydrated.pop(int(notice["g"]), None)
 
     def drop_all(self) -> None:
-        """Forget everything loaded from the database (after missed notices)."""
+        """Forget everything loaded from the database (after missed notices). A missed
+        notice may have been a clear or a deletion, so turns already running in any
+        channel may not write what they read before (new epochs everywhere)."""
+        for channel_id in {*self._epochs, *self.windows.channel_ids()}:
+            self._epochs[channel_id] = self.epoch(channel_id) + 1
+        self._notice_seq += 1
+        self._noticed[FORGET_NOTICED] = self._notice_seq
         self.cache.clear()
         self._configs.clear()
         self._opt_ins.clear()
@@ -868,6 +970,7 @@ class MemoryService:
         cutoff = self.clock.now() - timedelta(days=self.settings.stm.retention_days)
         async with self._storage("purging expired rows") as session, session.begin():
             deleted = await stm_repo.delete_older_than(session, cutoff)
+            await stm_repo.purge_clears(session, self.clock.now() - CLEAR_RECORD_KEPT)
             if deleted:
                 await stm_repo.add_events(session, [EventRecord("expire")])
         return deleted

@@ -110,6 +110,7 @@ def _validate(record: Any) -> None:
             entry_from_json(data)
         for data in record["events"]:
             _event_from_json(data)
+        _time(record, "started")
     elif op == "clear":
         int(record["channel"])
         _time(record)
@@ -120,8 +121,8 @@ def _validate(record: Any) -> None:
         raise ValueError(f"unknown spool operation {op!r}")
 
 
-def _time(record: dict[str, Any]) -> datetime | None:
-    at = record.get("at")
+def _time(record: dict[str, Any], field: str = "at") -> datetime | None:
+    at = record.get(field)
     return datetime.fromisoformat(at) if at is not None else None
 
 
@@ -270,14 +271,21 @@ class DurableSpool:
 
     # -- appending (synchronous: the caller must not be told "saved" before fsync)
 
-    def append(self, entries: Sequence[StmEntry], events: Sequence[EventRecord] = ()) -> None:
-        self._write(
-            {
-                "op": "upsert",
-                "entries": [entry_to_json(e) for e in entries],
-                "events": [_event_to_json(e) for e in events],
-            }
-        )
+    def append(
+        self,
+        entries: Sequence[StmEntry],
+        events: Sequence[EventRecord] = (),
+        *,
+        started_at: datetime | None = None,
+    ) -> None:
+        record: dict[str, Any] = {
+            "op": "upsert",
+            "entries": [entry_to_json(e) for e in entries],
+            "events": [_event_to_json(e) for e in events],
+        }
+        if started_at is not None:
+            record["started"] = started_at.isoformat()
+        self._write(record)
 
     def append_clear(
         self, channel_id: int, guild_id: int | None, actor_user_id: int | None, at: datetime
@@ -465,12 +473,24 @@ async def _apply(session: AsyncSession, record: dict[str, Any]) -> None:
     if op == "upsert":
         # A stale version is skipped by the repository: replay never overwrites newer.
         entries = [entry_from_json(e) for e in record["entries"]]
+        started = _time(record, "started")
+        if started is not None:
+            # Nor does it write back what another process wiped after the turn started.
+            channels = [e.key.channel_id for e in entries]
+            await stm_repo.lock_channels(session, channels, shared=True)
+            cleared = await stm_repo.clear_times(session, channels)
+            if any((at := cleared.get(c)) is not None and at >= started for c in channels):
+                return
         await stm_repo.upsert_entries(session, entries)
         await stm_repo.add_events(session, [_event_from_json(e) for e in record["events"]])
         await send_notice(session, stm_notice("spool", entries))
     elif op == "clear":
         channel_id = int(record["channel"])
-        await stm_repo.delete_channel(session, channel_id, not_after=_time(record))
+        at = _time(record)
+        await stm_repo.lock_channels(session, [channel_id], shared=False)
+        if at is not None:
+            await stm_repo.record_clear(session, channel_id, at)
+        await stm_repo.delete_channel(session, channel_id, not_after=at)
         await send_notice(session, {"o": "spool", "t": "clear", "c": channel_id})
         await stm_repo.add_events(
             session,

@@ -345,7 +345,7 @@ class Summarizer:
     ) -> SummaryOutcome:
         memory = self.memory
         # The epoch is captured before anything is read: a /refresh from here on wins.
-        epoch = memory.epoch(channel_id)
+        epoch, started_at = memory.epoch(channel_id), memory.clock.now()
         try:
             config = await memory.guild_config(guild_id)
             turn = TurnState(
@@ -354,6 +354,7 @@ class Summarizer:
                 guild_id=guild_id,
                 config=config,
                 epoch=epoch,
+                started_at=started_at,
                 parent_channel_id=parent_channel_id,
                 model=self.settings.model,
             )

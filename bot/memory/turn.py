@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from bot.memory.model import GuildConfig, Marker, ScopeKey
 
@@ -28,6 +29,9 @@ class TurnState:
     guild_id: int | None
     config: GuildConfig
     epoch: int
+    # When the turn started (the service clock): a /refresh after this, in any process,
+    # refuses the turn's write (the in-process epoch covers this process only).
+    started_at: datetime | None = None
     parent_channel_id: int | None = None
     source_message_id: int | None = None
     # The newest message the model sees this turn: a summary written now covers it.

@@ -10,6 +10,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import text
@@ -19,10 +20,20 @@ from bot.app import build_bot
 from bot.config import Settings
 from bot.db.engine import Database
 from bot.db.notify import CacheListener, Notice
+from bot.db.repositories import stm as stm_repo
 from bot.memory.model import ScopeKey
 from bot.memory.service import MemoryService
 from bot.memory.turn import REASON_CLEARED
-from tests.helpers.builders import ALICE, BOB, BOT, CHANNEL, GUILD, ManualClock, make_service
+from tests.helpers.builders import (
+    ALICE,
+    BOB,
+    BOT,
+    CHANNEL,
+    GUILD,
+    OTHER_CHANNEL,
+    ManualClock,
+    make_service,
+)
 from tests.helpers.database import make_test_settings
 
 KEY = ScopeKey.server(GUILD, CHANNEL)
@@ -215,3 +226,57 @@ async def test_two_bot_instances_share_one_database_coherently(
     finally:
         for bot in bots:
             await bot.close()
+
+
+async def test_a_read_overtaken_by_a_notice_is_not_cached(
+    two: tuple[Process, Process], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a, b = two
+    await write(a, "v1")
+    await b.next_notice()
+    read, release = asyncio.Event(), asyncio.Event()
+    load = stm_repo.load_entry
+
+    async def slow_load(*args: Any, **kwargs: Any) -> Any:
+        row = await load(*args, **kwargs)
+        if not read.is_set():
+            read.set()
+            await release.wait()  # v2 is written and announced while v1 is on its way
+        return row
+
+    monkeypatch.setattr(stm_repo, "load_entry", slow_load)
+    hydrating = asyncio.create_task(b.memory.entry(KEY))
+    await read.wait()
+    await write(a, "v2")
+    assert (await b.next_notice())["t"] == "stm"
+    release.set()
+
+    assert (await hydrating).summary == "v2"
+    assert b.memory.cache.get(KEY) is not None and b.memory.cache.get(KEY).summary == "v2"  # type: ignore[union-attr]
+
+
+async def test_a_memory_written_elsewhere_reaches_other_channels_here(
+    two: tuple[Process, Process],
+) -> None:
+    # Process B serves #general and has loaded the guild's other channels once; A (say,
+    # the same guild on another shard after a reshard) writes #news's memory.
+    a, b = two
+
+    async def others_seen_by_b() -> list[str]:
+        prepared = await b.memory.prepare_turn(
+            channel_id=CHANNEL,
+            user_id=BOB,
+            guild_id=GUILD,
+            bot_user_id=BOT,
+            label_for=lambda entry: f"#{entry.key.channel_id}",
+        )
+        return [o.entry.summary for o in prepared.prompt.others if o.entry is not None]
+
+    assert await others_seen_by_b() == []
+    prepared = await a.memory.prepare_turn(
+        channel_id=OTHER_CHANNEL, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT
+    )
+    await a.memory.update_stm(prepared.turn, summary="news in the other channel")
+    assert (await b.next_notice())["t"] == "stm"
+
+    assert await others_seen_by_b() == ["news in the other channel"]

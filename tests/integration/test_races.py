@@ -248,3 +248,59 @@ async def test_a_full_group_commit_with_real_snowflakes_is_saved_not_spooled(
     assert {str(r) for r in results} == {"saved"}
     async with db.sessions() as session:
         assert await session.scalar(select(func.count()).select_from(ShortTermMemory)) == 200
+
+
+async def test_a_refresh_in_another_process_refuses_a_turn_that_started_before_it(
+    db: Database, settings: Settings
+) -> None:
+    # Process B never hears of the clear (no notice connection here): only the database
+    # can tell its write that the channel was wiped after the turn started.
+    clock = ManualClock()
+    a, b = make_service(db.sessions, settings, clock), make_service(db.sessions, settings, clock)
+    seeded = await a.update_stm(
+        (
+            await a.prepare_turn(channel_id=CHANNEL, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT)
+        ).turn,
+        summary="the plan before the refresh",
+    )
+    assert seeded.ok
+    turn = (
+        await b.prepare_turn(channel_id=CHANNEL, user_id=BOB, guild_id=GUILD, bot_user_id=BOT)
+    ).turn
+    clock.advance(seconds=5)
+    await a.clear_channel(CHANNEL, guild_id=GUILD, actor_user_id=ALICE)
+    clock.advance(seconds=5)
+
+    result = await b.update_stm(turn, summary="the plan before the refresh, written back")
+
+    assert (result.ok, result.reason) == (False, REASON_CLEARED)
+    assert await rows_of(db) == []
+    later = (
+        await b.prepare_turn(channel_id=CHANNEL, user_id=BOB, guild_id=GUILD, bot_user_id=BOT)
+    ).turn
+    assert (await b.update_stm(later, summary="a new start")).ok  # turns after it may write
+
+
+async def test_a_clear_and_writes_from_two_processes_never_leave_a_pre_clear_row(
+    db: Database, settings: Settings
+) -> None:
+    clock = ManualClock()
+    a, b = make_service(db.sessions, settings, clock), make_service(db.sessions, settings, clock)
+    turns = [
+        (
+            await b.prepare_turn(
+                channel_id=CHANNEL, user_id=1000 + n, guild_id=GUILD, bot_user_id=BOT
+            )
+        ).turn
+        for n in range(20)
+    ]
+    clock.advance(seconds=1)
+
+    results = await asyncio.gather(
+        *(b.update_stm(turn, summary=f"pre-clear {n}") for n, turn in enumerate(turns)),
+        a.clear_channel(CHANNEL, guild_id=GUILD, actor_user_id=ALICE),
+    )
+
+    # Each write either committed before the clear (and was deleted by it) or was refused.
+    assert await rows_of(db) == []
+    assert all(str(r) in ("saved", f"rejected: {REASON_CLEARED}") for r in results[:-1])

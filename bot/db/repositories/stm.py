@@ -11,11 +11,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, delete, func, literal_column, or_, select
+from sqlalchemy import ColumnElement, and_, delete, func, literal_column, or_, select, text
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from bot.db.models import ShortTermMemory, StmEvent
+from bot.db.models import ShortTermMemory, StmClear, StmEvent
 from bot.memory.model import Marker, Provenance, ScopeKey, StmEntry
 
 ZERO: ColumnElement[int] = literal_column("0")
@@ -259,6 +259,58 @@ async def delete_older_than(session: AsyncSession, cutoff: datetime) -> int:
         delete(ShortTermMemory)
         .where(ShortTermMemory.updated_at < cutoff)
         .returning(ShortTermMemory.id)
+    )
+    return len(result.all())
+
+
+# ------------------------------------------------------------ cross-process clears
+#
+# A clear takes its channel's advisory lock exclusively; a write takes the locks of its
+# channels shared, then reads the clear times. So a write either commits before a clear
+# starts (and is deleted by it) or sees the clear and is refused: never a row written
+# back after a /refresh, whichever processes run the two.
+
+
+def _lock_statement(function: str) -> Any:
+    # One statement for any number of channels, taken in id order (no deadlock between
+    # writers of overlapping channel sets).
+    return text(
+        f"SELECT {function}(id) FROM "
+        "(SELECT DISTINCT unnest(CAST(:ids AS bigint[])) AS id ORDER BY id) AS ordered"
+    )
+
+
+_LOCK_SHARED = _lock_statement("pg_advisory_xact_lock_shared")
+_LOCK_EXCLUSIVE = _lock_statement("pg_advisory_xact_lock")
+
+
+async def lock_channels(session: AsyncSession, channel_ids: Sequence[int], *, shared: bool) -> None:
+    """Take the channels' transaction-scoped advisory locks."""
+    await session.execute(_LOCK_SHARED if shared else _LOCK_EXCLUSIVE, {"ids": list(channel_ids)})
+
+
+async def record_clear(session: AsyncSession, channel_id: int, at: datetime) -> None:
+    statement = insert(StmClear).values(channel_id=channel_id, cleared_at=at)
+    await session.execute(
+        statement.on_conflict_do_update(
+            index_elements=[StmClear.channel_id],
+            set_={"cleared_at": func.greatest(StmClear.cleared_at, statement.excluded.cleared_at)},
+        )
+    )
+
+
+async def clear_times(session: AsyncSession, channel_ids: Sequence[int]) -> dict[int, datetime]:
+    rows = await session.execute(
+        select(StmClear.channel_id, StmClear.cleared_at).where(
+            StmClear.channel_id.in_(sorted(set(channel_ids)))
+        )
+    )
+    return {channel_id: cleared_at for channel_id, cleared_at in rows.all()}
+
+
+async def purge_clears(session: AsyncSession, before: datetime) -> int:
+    result = await session.execute(
+        delete(StmClear).where(StmClear.cleared_at < before).returning(StmClear.channel_id)
     )
     return len(result.all())
 
