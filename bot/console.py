@@ -22,6 +22,7 @@ from bot.llm.client import make_client
 from bot.memory.model import RawMessage, ScopeKey
 from bot.memory.prompt import relative_time, render_memory_text
 from bot.memory.service import MemoryService
+from bot.memory.storage import MemoryUnavailable
 from bot.turn import TurnRequest, TurnRunner
 
 CONSOLE_GUILD_ID = 1
@@ -66,13 +67,20 @@ async def console(
             elif line == "/show":
                 say(await _show(memory))
             elif line == "/refresh":
-                receipt = await memory.clear_channel(
-                    CONSOLE_CHANNEL_ID, guild_id=CONSOLE_GUILD_ID, actor_user_id=CONSOLE_USER_ID
-                )
-                say(f"Memory refreshed ({receipt.rows} rows removed).")
+                try:
+                    receipt = await memory.clear_channel(
+                        CONSOLE_CHANNEL_ID,
+                        guild_id=CONSOLE_GUILD_ID,
+                        actor_user_id=CONSOLE_USER_ID,
+                    )
+                except MemoryUnavailable as exc:
+                    say(f"Nothing was refreshed: {exc}.")
+                else:
+                    say(f"Memory refreshed ({receipt.rows} rows removed).")
             else:
                 await _turn(memory, runner, line, next(ids), say)
     finally:
+        await runner.drain()  # a background summary finishes before the database goes
         await client.close()
         await database.close()
     return 0
@@ -102,10 +110,11 @@ async def _turn(
             guild_name="console",
         )
     )
-    memory.observe_message(
-        CONSOLE_CHANNEL_ID,
-        RawMessage(message_id + 1, CONSOLE_BOT_ID, "Kioku", reply.text, now, is_bot=True),
-    )
+    if not reply.failed:  # an error notice is not part of the conversation
+        memory.observe_message(
+            CONSOLE_CHANNEL_ID,
+            RawMessage(message_id + 1, CONSOLE_BOT_ID, "Kioku", reply.text, now, is_bot=True),
+        )
     say(f"kioku> {reply.text}")
     for result in reply.stm_results:
         say(f"  (memory: {result})")

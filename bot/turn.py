@@ -41,6 +41,15 @@ DEFAULT_PERSONA = (
 )
 EMPTY_REPLY = "…"
 NO_FACTS_TTL_SECONDS = 600
+# After an automatic summary failed (model down, unusable answer), the channel's next
+# turns do not try again at once: every turn past the cadence would otherwise pay for
+# another model call that is likely to fail the same way.
+SUMMARY_RETRY_SECONDS = 600
+NO_LONG_TERM_TOOLS_NOTE = (
+    "The user asked you to remember or forget something, but long-term memory is not "
+    "available with this model (it cannot call tools). Say so briefly; do not claim to "
+    "have stored or deleted anything."
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +154,10 @@ class TurnRunner:
             maxsize=100_000, ttl=NO_FACTS_TTL_SECONDS
         )
         self._background: set[asyncio.Task[Any]] = set()
+        # Channels whose last automatic summary failed recently.
+        self._summary_failed: TTLCache[int, bool] = TTLCache(
+            maxsize=100_000, ttl=SUMMARY_RETRY_SECONDS, timer=memory.clock.monotonic
+        )
 
     async def run(self, request: TurnRequest) -> TurnReply:
         intent = explicit_long_term_intent(
@@ -174,6 +187,8 @@ class TurnRunner:
             }
         ]
         messages += [{"role": "system", "content": note} for note in prompt.system_notes]
+        if intent and not self.caps.tool_calling:
+            messages.append({"role": "system", "content": NO_LONG_TERM_TOOLS_NOTE})
         messages += fit_history(
             prompt.history,
             budget_chars=context_chars(self.caps.context_tokens, self.settings.llm.max_reply_tokens)
@@ -270,7 +285,12 @@ class TurnRunner:
         """When the cadence is due and the model cannot (or, opt-in, did not) keep the
         memory itself, the summarizer does it, after the reply, in the background."""
         entry = self.memory.cache.get(turn.channel_key)
-        if entry is None or turn.stm_updated or self.summarizer.is_running(turn.channel_id):
+        if (
+            entry is None
+            or turn.stm_updated
+            or self.summarizer.is_running(turn.channel_id)
+            or turn.channel_id in self._summary_failed
+        ):
             return
         reason = auto_summarize_reason(
             entry, turn.config, self.caps, ignored_nudges(entry, turn.config), self.settings
@@ -288,12 +308,17 @@ class TurnRunner:
             name=f"summarize-{turn.channel_id}",
         )
         self._background.add(task)
-        task.add_done_callback(self._summary_done)
+        task.add_done_callback(lambda done: self._summary_done(done, turn.channel_id))
 
-    def _summary_done(self, task: asyncio.Task[Any]) -> None:
+    def _summary_done(self, task: asyncio.Task[Any], channel_id: int) -> None:
         self._background.discard(task)
-        if not task.cancelled() and task.exception() is not None:
+        if task.cancelled():
+            return
+        if task.exception() is not None:
             log.error("background summary failed", exc_info=task.exception())
+            self._summary_failed[channel_id] = True
+        elif task.result().status in ("failed", "empty"):
+            self._summary_failed[channel_id] = True
 
     async def drain(self) -> None:
         """Wait for background summaries (shutdown, tests)."""

@@ -257,12 +257,20 @@ class SummaryEditModal(ReportingModal):
     """``/stm edit`` in summary mode: one paragraph, prefilled with the summary."""
 
     def __init__(
-        self, memory: MemoryService, *, guild_id: int, channel_id: int, title: str, current: str
+        self,
+        memory: MemoryService,
+        *,
+        guild_id: int,
+        channel_id: int,
+        parent_channel_id: int | None,
+        title: str,
+        current: str,
     ) -> None:
         super().__init__(title=fit_title(title), timeout=MODAL_TIMEOUT)
         self.memory = memory
         self.guild_id = guild_id
         self.channel_id = channel_id
+        self.parent_channel_id = parent_channel_id
         self.summary: discord.ui.TextInput[SummaryEditModal] = discord.ui.TextInput(
             label="Summary",
             custom_id="summary",
@@ -277,6 +285,7 @@ class SummaryEditModal(ReportingModal):
         result = await self.memory.admin_edit(
             guild_id=self.guild_id,
             channel_id=self.channel_id,
+            parent_channel_id=self.parent_channel_id,
             actor_user_id=interaction.user.id,
             summary=self.summary.value,
         )
@@ -292,6 +301,7 @@ class CategoryEditModal(ReportingModal):
         *,
         guild_id: int,
         channel_id: int,
+        parent_channel_id: int | None,
         title: str,
         categories: Sequence[Category],
         current: dict[str, str],
@@ -300,6 +310,7 @@ class CategoryEditModal(ReportingModal):
         self.memory = memory
         self.guild_id = guild_id
         self.channel_id = channel_id
+        self.parent_channel_id = parent_channel_id
         self.inputs: dict[str, discord.ui.TextInput[CategoryEditModal]] = {}
         for category in categories:
             field: discord.ui.TextInput[CategoryEditModal] = discord.ui.TextInput(
@@ -318,6 +329,7 @@ class CategoryEditModal(ReportingModal):
         result = await self.memory.admin_edit(
             guild_id=self.guild_id,
             channel_id=self.channel_id,
+            parent_channel_id=self.parent_channel_id,
             actor_user_id=interaction.user.id,
             categories={slug: field.value for slug, field in self.inputs.items()},
         )
@@ -485,6 +497,7 @@ class StmCog(commands.Cog):
                 self.memory,
                 guild_id=guild_id,
                 channel_id=channel_id,
+                parent_channel_id=entry.parent_channel_id,
                 title=title,
                 categories=config.categories,
                 current=entry.categories,
@@ -494,6 +507,7 @@ class StmCog(commands.Cog):
                 self.memory,
                 guild_id=guild_id,
                 channel_id=channel_id,
+                parent_channel_id=entry.parent_channel_id,
                 title=title,
                 current=entry.summary,
             )

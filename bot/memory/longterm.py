@@ -483,12 +483,14 @@ def _visible(hits: Sequence[ScoredFact], may_show: ChannelFilter | None) -> list
 
 
 def _within_budget(hits: Sequence[ScoredFact], budget: int) -> list[Fact]:
+    """The most relevant facts that fit: one too long for what is left is passed over,
+    and a shorter, less relevant one may still fit after it."""
     chosen: list[Fact] = []
     used = 0
     for hit in hits:
         size = len(hit.fact.content)
         if used + size > budget:
-            break
+            continue
         chosen.append(hit.fact)
         used += size
     return chosen

@@ -63,6 +63,8 @@ class PromptInput:
     nudge_new_messages: int | None = None  # set when the cadence is due
     long_term_notes: Sequence[str] = ()  # facts to recall, already budgeted
     is_dm: bool = False
+    # Whether the model may update the memory this turn (the tool is offered).
+    stm_tool_offered: bool = True
 
 
 @dataclass(slots=True)
@@ -172,12 +174,20 @@ def render_memory_text(entry: StmEntry, config: GuildConfig, *, with_sizes: bool
     return summary.strip()
 
 
-def _this_channel_note(entry: StmEntry, config: GuildConfig, now: datetime) -> str:
+def _this_channel_note(
+    entry: StmEntry, config: GuildConfig, now: datetime, *, tool_offered: bool
+) -> str:
     updated = relative_time(entry.updated_at, now)
     text = _defuse(render_memory_text(entry, config, with_sizes=True))
+    upkeep = (
+        f"which you maintain with {TOOL_NAME} (limit {VALUE_LIMIT} chars per field; "
+        f"updated {updated})"
+        if tool_offered
+        # Not offered this turn: saying otherwise invites a call that will be refused.
+        else f"read-only this turn (updated {updated})"
+    )
     return (
-        f"Your short-term memory of this conversation, which you maintain with "
-        f"{TOOL_NAME} (limit {VALUE_LIMIT} chars per field; updated {updated}). "
+        f"Your short-term memory of this conversation, {upkeep}. "
         f"Messages it already covers may be left out of the chat history.\n"
         f'<memory source="{THIS_CHANNEL}" updated="{updated}">\n{text}\n{_FENCE_CLOSE}'
     )
@@ -309,7 +319,9 @@ def assemble(inp: PromptInput) -> AssembledPrompt:
     notes: list[str] = []
     entry = inp.entry
     if entry is not None and entry.has_content:
-        notes.append(_this_channel_note(entry, inp.config, inp.now))
+        notes.append(
+            _this_channel_note(entry, inp.config, inp.now, tool_offered=inp.stm_tool_offered)
+        )
     notes.extend(_other_notes(inp))
     if inp.long_term_notes:
         long_term = _long_term_note(inp.long_term_notes)

@@ -451,6 +451,7 @@ class MemoryService:
             nudge_new_messages=nudge,
             long_term_notes=long_term_notes,
             is_dm=guild_id is None,
+            stm_tool_offered=turn.stm_block_reason() is None,
         )
         return PreparedTurn(turn, prompt, entry)
 
@@ -771,6 +772,7 @@ class MemoryService:
         actor_user_id: int,
         summary: str | None = None,
         categories: Mapping[str, str] | None = None,
+        parent_channel_id: int | None = None,
     ) -> WriteResult:
         """``/stm edit``: an admin replaces the channel's memory (origin ``admin``)."""
         turn = TurnState(
@@ -780,6 +782,7 @@ class MemoryService:
             config=await self.guild_config(guild_id),
             epoch=self.epoch(channel_id),
             started_at=self.clock.now(),
+            parent_channel_id=parent_channel_id,
         )
         return await self.update_stm(turn, summary=summary, categories=categories, origin="admin")
 

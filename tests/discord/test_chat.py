@@ -342,6 +342,52 @@ async def test_a_tool_less_provider_still_gets_memory_from_the_summarizer(
         await stop_kioku(kioku)
 
 
+async def test_a_failed_automatic_summary_is_not_retried_on_every_turn(
+    db: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path
+) -> None:
+    kioku = await start_kioku(
+        db,
+        llm,
+        pg_url,
+        tmp_path,
+        settings={"provider": "novelai", "stm": {"refresh_cadence": 1}, "llm": {"max_retries": 0}},
+    )
+    try:
+        llm.reply_text("answer 1").reply_error(500, "summarizer down")
+        await kioku.env.send("first", mention_bot=True)
+        await kioku.bot.turns.drain()
+        assert len(llm.requests) == 2  # the turn, then the failed summary
+
+        llm.reply_text("answer 2").reply_text("answer 3")
+        await kioku.env.send("second", mention_bot=True)
+        await kioku.env.send("third", mention_bot=True)
+        await kioku.bot.turns.drain()
+        assert len(llm.requests) == 4  # two turns, no summary attempts in between
+
+        kioku.clock.advance(minutes=11)
+        llm.reply_text("answer 4").reply_text("The group chatted four times.")
+        await kioku.env.send("fourth", mention_bot=True)
+        await kioku.bot.turns.drain()
+        assert len(llm.requests) == 6  # retried once the pause is over
+        server, _ = await rows(db)
+        assert server.summary == "The group chatted four times."
+    finally:
+        await stop_kioku(kioku)
+
+
+async def test_remember_with_a_tool_less_provider_is_told_it_cannot_store_anything(
+    db: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path
+) -> None:
+    kioku = await start_kioku(db, llm, pg_url, tmp_path, settings={"provider": "novelai"})
+    try:
+        llm.reply_text("I can't store long-term memories here.")
+        await kioku.env.send("remember that my cat is called Miso", mention_bot=True)
+        assert llm.tool_names(0) == []
+        assert "long-term memory is not available with this model" in prompt_text(llm, 0)
+    finally:
+        await stop_kioku(kioku)
+
+
 async def test_a_mention_logs_no_error(
     kioku: KiokuHarness, caplog: pytest.LogCaptureFixture
 ) -> None:

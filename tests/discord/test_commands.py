@@ -239,6 +239,19 @@ async def test_stm_edit_opens_a_prefilled_modal_and_saves_with_origin_admin(
     )
 
 
+async def test_stm_edit_in_a_thread_keeps_the_parent_channel(
+    kioku: KiokuHarness, admin: discord.Member
+) -> None:
+    thread = await kioku.env.create_thread(kioku.env.channel, "planning")
+    opened = await kioku.interactions.slash("stm edit", user=admin, channel=thread)
+    assert opened.modal is not None
+
+    await kioku.interactions.submit_modal(opened, {"summary": "thread notes"}, user=admin)
+
+    rows = [r for r in await stm_rows(kioku) if r.channel_id == thread.id]
+    assert rows and all(r.parent_channel_id == kioku.env.channel.id for r in rows)
+
+
 async def test_stm_edit_in_category_mode_has_one_prefilled_input_per_category(
     kioku: KiokuHarness, admin: discord.Member
 ) -> None:

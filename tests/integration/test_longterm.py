@@ -320,6 +320,24 @@ async def test_recall_stops_before_the_character_budget_would_be_exceeded(
     assert await off.recall_notes(ALICE, GUILD, "gardens", opted_in=False) == []
 
 
+async def test_a_fact_too_long_for_the_rest_of_the_budget_does_not_crowd_out_short_ones(
+    db: Database, pg_url: URL, tmp_path: Path, clock: ManualClock
+) -> None:
+    service = LongTermService(db.sessions, limited(pg_url, tmp_path, recall_char_budget=700), clock)
+    # The short fact is the oldest and the least relevant, so it ranks last.
+    await remember(service, "Gardens: water twice a week.")
+    clock.advance(days=3)
+    await remember(service, "Gardens and gardens: tomatoes in the south gardens. " + "x" * 300)
+    clock.advance(minutes=1)
+    await remember(service, "Gardens and gardens: roses in the gardens in March. " + "y" * 300)
+
+    notes = await service.recall_notes(ALICE, GUILD, "gardens", opted_in=False)
+
+    # The two long facts do not fit together (700 characters); the short one still does.
+    assert len(notes) == 2
+    assert any("water twice a week" in note for note in notes)
+
+
 async def test_full_text_relevance_orders_the_facts(
     service: LongTermService, clock: ManualClock
 ) -> None:

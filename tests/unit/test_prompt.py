@@ -195,6 +195,15 @@ def test_categories_in_guild_order_with_labels_and_empty_ones_skipped() -> None:
     assert "Open questions" not in note
 
 
+def test_the_memory_note_names_the_tool_only_when_it_is_offered() -> None:
+    stm = entry(summary="The launch is on Friday.")
+    offered = memory_note(run(entry=stm))
+    assert "which you maintain with update_short_term_memory" in offered
+    withheld = memory_note(run(entry=stm, stm_tool_offered=False))
+    assert "update_short_term_memory" not in withheld
+    assert "read-only this turn" in withheld and "The launch is on Friday." in withheld
+
+
 def test_category_sizes_shown_against_the_limit() -> None:
     stm = entry(categories={"decisions": "x" * 120, "people": "y" * 40})
     note = memory_note(run(entry=stm, config=config(categories=[DECISIONS, PEOPLE])))
