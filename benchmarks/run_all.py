@@ -1,7 +1,8 @@
 """``make bench``: run every benchmark script and print one table of figures and budgets.
 
 Each script is run in its own process with ``--json`` and reports its figures on one
-line; a script that fails is reported as a failed row (and makes the exit code 1).
+line; a script that fails is reported as a failed row. The exit code is 1 when a script
+failed or a budget was not met.
 """
 
 from __future__ import annotations
@@ -45,7 +46,12 @@ def main() -> int:
             figures.append(Figure(**row))
         print(f"  {script.name} took {took:.0f} s", file=sys.stderr, flush=True)
     print(table(figures))
-    return 1 if failed else 0
+    missed = [f.name for f in figures if f.met is False]
+    if missed:
+        # A shared or busy machine can miss a latency budget; run again on a quiet one
+        # before reading much into it. The exit code says it either way.
+        print(f"{len(missed)} budget(s) not met: {', '.join(missed)}", file=sys.stderr)
+    return 1 if failed or missed else 0
 
 
 if __name__ == "__main__":
