@@ -3,9 +3,10 @@
 Memory values are written by the model (or echo what users typed) and are later pasted
 back into the system prompt, so every value goes through :func:`sanitize_value` first:
 
-1. :func:`strip_control_chars` - NUL, C0/C1 controls, lone surrogates and a few invisible
-   code points are removed.  PostgreSQL rejects NUL and surrogates outright, and invisible
-   characters can be used to split a secret so that redaction misses it.
+1. :func:`strip_control_chars` - NUL, C0/C1 controls, lone surrogates and invisible code
+   points (always a few, others between two token characters) are removed.  PostgreSQL
+   rejects NUL and surrogates outright, and invisible characters can be used to split a
+   secret so that redaction misses it.
 2. :func:`redact_secrets` - credentials and ``<private>`` regions become
    ``[REDACTED:<kind>]`` markers, so a secret that was pasted into chat never reaches the
    database or a later prompt.
@@ -26,6 +27,7 @@ Discord or the database layer.
 from __future__ import annotations
 
 import functools
+import itertools
 from collections.abc import Callable
 from typing import Final, TypeVar, cast
 
@@ -88,6 +90,21 @@ _TAGS: Final = regex.compile(
 _ASCII_FORBIDDEN: Final = regex.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]+")
 _FORBIDDEN_OR_TAG: Final = regex.compile(f"[{_FORBIDDEN_CHARS}" r"\U000E0000-\U000E007F]")
 
+# Default_Ignorable code points (soft hyphen, ZWNJ, ZWJ, invisible operators, the
+# combining grapheme joiner, variation selectors, Hangul fillers...) render as nothing.
+# Between two token characters they carry no meaning and only split a secret so that the
+# token patterns miss it (`sk-abc<U+00AD>def...`), so they are removed there.  Elsewhere
+# they do matter and stay: ZWJ inside emoji sequences, VS16 and keycaps (`1<VS16><U+20E3>`:
+# the keycap mark is not a token character), ZWNJ in Persian or Indic words.
+# Token characters: the bearer-token alphabet, a superset of every token pattern's (`_BC`).
+_TOKEN_CHARS: Final = r"A-Za-z0-9._~+/=\-"
+# Braces count as well: removing a placeholder's braces later must not bring an invisible
+# character between two token characters (`x<U+00AD>{y}` -> `x<U+00AD>y`), which would
+# make the next sanitize change the text again.
+_INVISIBLE_IN_TOKEN: Final = regex.compile(
+    rf"(?<=[{_TOKEN_CHARS}{{}}])\p{{Default_Ignorable_Code_Point}}+(?=[{_TOKEN_CHARS}{{}}])"
+)
+
 # --------------------------------------------------------------------------------------
 # Placeholders
 # --------------------------------------------------------------------------------------
@@ -96,6 +113,19 @@ _FORBIDDEN_OR_TAG: Final = regex.compile(f"[{_FORBIDDEN_CHARS}" r"\U000E0000-\U0
 # see `_placeholder_regexes`).  If the last pass still changed something, braces were
 # nested (`{a{b}c}` -> `{abc}`), and a final pass keeps only the allowed placeholders.
 _MAX_PLACEHOLDER_PASSES: Final = 2
+
+# What a placeholder holds: a replacement field as in `str.format` - a name with attribute
+# and index access, a conversion and a format spec (`x`, `x.y`, `0[0]`, `x!r`, `x:>10`,
+# `d:%Y-%m-%d`, `!r`, `:>10`) - without whitespace, so prose and code in braces
+# (`{ return 1; }`, `{"a": 1}`, `{a: 1}`, `{}`) is not one.  Double braces may pad it with
+# spaces, as in Jinja or Mustache (`{{ x }}`).  Every part is possessive and stops at
+# braces and whitespace, so a failed attempt costs at most the distance to the next brace.
+_FIELD: Final = (
+    r"(?=[\w!:])"
+    r"(?:\w++(?:\.\w++|\[[^\[\]{}\s]*+\])*+)?+"
+    r"(?:![A-Za-z]\w*+)?+"
+    r"(?::[^{}\s]*+)?+"
+)
 
 # --------------------------------------------------------------------------------------
 # Redaction
@@ -112,13 +142,15 @@ _ATOMIC: Final = regex.compile(
 )
 
 # Region openers (phase 1).  Regions are closed by a separate search so that an unclosed
-# region simply runs to the end of the text.
+# region simply runs to the end of the text.  PEM armour is matched case-insensitively: a
+# key pasted through something that lower-cased it (`-----begin private key-----`) is
+# just as secret.
 _REGION_OPEN: Final = regex.compile(
     r"(?P<private>(?i:<[ \t]*private[ \t]*>))"
-    r"|(?P<private_key>-----BEGIN[ A-Z0-9]*PRIVATE KEY(?: BLOCK)?-----)"
+    r"|(?P<private_key>(?i:-----BEGIN[ A-Z0-9]*PRIVATE KEY(?: BLOCK)?-----))"
 )
 _PRIVATE_CLOSE: Final = regex.compile(r"(?i:<[ \t]*/[ \t]*private[ \t]*>)")
-_PEM_END: Final = regex.compile(r"-----END[ A-Z0-9]*PRIVATE KEY(?: BLOCK)?-----")
+_PEM_END: Final = regex.compile(r"(?i:-----END[ A-Z0-9]*PRIVATE KEY(?: BLOCK)?-----)")
 
 # Characters that make up token-like words.  Every token pattern refuses to start right
 # after one of them (so `task-management` never yields an `sk-` key) and swallows any of
@@ -131,7 +163,7 @@ _TAIL: Final = rf"[{_U}]*"
 _B64U: Final = r"A-Za-z0-9_\-"
 # Bearer-token characters; a superset of _U.  Cutting between two of them could split a
 # token, so input is only ever cut next to some other character (see `_cut_safely`).
-_BC: Final = r"A-Za-z0-9._~+/=\-"
+_BC: Final = _TOKEN_CHARS
 _BC_CHAR: Final = regex.compile(rf"[{_BC}]")
 _LAST_NON_BC: Final = regex.compile(rf"(?r)[^{_BC}]")
 
@@ -148,8 +180,9 @@ _TOKEN_PATTERNS: Final[tuple[tuple[str, regex.Pattern[str]], ...]] = tuple(
     (kind, regex.compile(pattern))
     for kind, pattern in (
         ("anthropic_key", rf"{_LB}sk-ant-[{_B64U}]{{20,}}{_TAIL}"),
-        # 20+ characters including a digit, so `sk-8 park` and hyphenated slugs stay.
-        ("openai_key", rf"{_LB}sk-(?=[A-Za-z_\-]*[0-9])[{_B64U}]{{20,}}{_TAIL}"),
+        # Only a candidate: `_is_openai_key` also wants a random-looking run in it, so
+        # `sk-8 park` and words joined by hyphens (`sk-2024-annual-planning-notes-v2`) stay.
+        ("openai_key", rf"{_LB}sk-[{_B64U}]{{20,}}{_TAIL}"),
         (
             "github_token",
             rf"{_LB}(?:gh[pousr]_[A-Za-z0-9]{{30,}}|github_pat_[A-Za-z0-9_]{{22,}}){_TAIL}",
@@ -167,40 +200,90 @@ _TOKEN_PATTERNS: Final[tuple[tuple[str, regex.Pattern[str]], ...]] = tuple(
         ),
     )
 )
+# Real OpenAI keys (`sk-<48>`, `sk-proj-<~150>`, `sk-svcacct-...`) are random base62/64url,
+# so they contain a long run of letters and digits between their `-`/`_` separators.
+_ALNUM_RUN: Final = regex.compile(r"[A-Za-z0-9]{16,}")
+_MIN_RANDOM_SWITCHES: Final = 4
 
 # Key words that make `<word> = value` / `<word>: value` a credential.  The word must start
 # a segment of the key (`db_password`, `x-api-key`, `clientSecret`, `--token`) and be its
-# last segment (the separator follows), so `tokenizer`, `keyboard`, `monkey:` or "the
-# secret ingredient" never qualify.  The match starts at the separator and checks the key
-# with a look-behind: the engine then only stops at `:` and `=`, which keeps the common
-# case fast, and the key itself (kept verbatim) is not part of the replacement.
-_SECRET_WORDS: Final = r"password|passwd|passphrase|pwd|secret|token|apikey|key|authorization"
+# last segment (the separator follows), so `tokenizer`, `keyboard`, `monkey:`, `passwords:`
+# or "the secret ingredient" never qualify.  Each match starts at the separator and checks
+# the key with a look-behind: the engine then only stops at `:` and `=`, which keeps the
+# common case fast, and the key itself (kept verbatim) is not part of the replacement.
+#
+# What counts as the value depends on the key word:
+# - password words: a person chose it and a passphrase may have spaces, so the value runs
+#   to the end of its line or sentence (`_PASSWORD`).  This also hides the odd harmless
+#   value ("password: ask Bob"); for passwords a false positive is the safe side.
+# - key, token, secret, authorization: one word, and only if it looks like a secret (see
+#   `_replace_credential`), because in prose these words are mostly not about credentials
+#   ("the key = happiness", "Secret: the butler did it", "token: 5 tokens left").
+_PASSWORD_WORDS: Final = r"password|passwd|passphrase|pwd"
+_OTHER_SECRET_WORDS: Final = r"secret|token|apikey|key|authorization"
+_SECRET_WORDS: Final = f"{_PASSWORD_WORDS}|{_OTHER_SECRET_WORDS}"
 _SEGMENT_START: Final = r"(?:(?<![A-Za-z0-9])|(?<=[a-z0-9])(?=[A-Z]))"
 _SCHEMES: Final = r"(?i:bearer|basic|token|bot|digest)"
+# Atomic: `=>` must not be retried as `=` (nor `:=` as `:`), or the `>` of an already
+# redacted `key=>[REDACTED:...]` would look like the start of a new value.
+_SEPARATOR: Final = r"(?P<sep>(?>:=|=>|[:=])[ \t]*+)"
+# A quoted value (JSON, a dict, a shell assignment) is taken whole, escapes included; an
+# unclosed quote runs to the end of the line.
+_QUOTED_VALUE: Final = (
+    r"\"(?!\[REDACTED:)(?:[^\"\\\n]|\\.)+(?P<dq>\")?"
+    r"|'(?!\[REDACTED:)(?:[^'\\\n]|\\.)+(?P<sq>')?"
+)
+# Where an unquoted password ends: a sentence end (`.`, `!`, `?` before whitespace or the
+# end), or the next parameter of a query string (`&user=`); a newline or the end of the
+# text end it anyway.
+_PASSWORD_STOP: Final = r"[.!?](?:\s|\Z)|&[\w.\-]+="
+_PASSWORD: Final = regex.compile(
+    rf"(?<={_SEGMENT_START}(?i:{_PASSWORD_WORDS})[\"']?[ \t]*)"
+    rf"{_SEPARATOR}"
+    r"(?![\"']?\[REDACTED:)"
+    # Runs of characters that cannot start a stop are taken whole; only `.!?&` are checked.
+    rf"(?P<value>{_QUOTED_VALUE}|(?=[^\s\"'])(?:[^\n.!?&]++|(?!{_PASSWORD_STOP})[^\n])+)"
+)
 _CREDENTIAL: Final = regex.compile(
-    rf"(?<={_SEGMENT_START}(?i:{_SECRET_WORDS})[\"']?[ \t]*)"
-    r"(?P<sep>(?::=|=>|[:=])[ \t]*)"
+    rf"(?<={_SEGMENT_START}(?i:{_OTHER_SECRET_WORDS})[\"']?[ \t]*)"
+    rf"{_SEPARATOR}"
     # `Authorization: Bearer x` keeps the scheme.  Without a token after it, the scheme
     # word itself is the value (as it would be in a truncated copy, which keeps this
     # idempotent); a scheme followed by a marker is already redacted.
     rf"(?P<scheme>(?:{_SCHEMES}[ \t]+)?)"
     rf"(?![\"']?\[REDACTED:|{_SCHEMES}[ \t]+[\"']?\[REDACTED:)"
-    r"(?P<value>\"(?!\[REDACTED:)(?:[^\"\\\n]|\\.)+(?P<dq>\")?"
-    r"|'(?!\[REDACTED:)(?:[^'\\\n]|\\.)+(?P<sq>')?"
-    r"|[^\s\"']\S*)"
+    rf"(?P<value>{_QUOTED_VALUE}|[^\s\"']\S*)"
 )
-# Which key a credential match belongs to, checked on the text just before the separator.
+# Which key a credential match belongs to, checked on the text just before the separator
+# (searched with `endpos` at the separator, so the look-behinds still see the real text).
+_KEY_WINDOW: Final = 64
 _AUTHORIZATION_BEFORE: Final = regex.compile(r"(?i:authorization)[\"']?[ \t]*\Z")
 _AWS_SECRET_BEFORE: Final = regex.compile(
     r"(?i:aws[_.\-]?secret[_.\-]?access[_.\-]?key)[\"']?[ \t]*\Z"
 )
+# `key` alone (or `sort_key`, "primary key", "Answer key") names no secret; a qualified
+# key (`api_key`, `x-api-key`, `apiKey`, "API key", `SECRET_KEY`...) does.  The same names
+# decide which dict keys `redact_leaves` treats as secret.
+_KEY_QUALIFIERS: Final = (
+    r"api|secret|private|access|signing|encryption|auth|master|client|ssh|app|consumer|session"
+)
+_QUALIFIED_KEY: Final = rf"{_SEGMENT_START}(?i:(?:{_KEY_QUALIFIERS})[ _.\-]?key)"
+_KEY_BEFORE: Final = regex.compile(rf"{_SEGMENT_START}(?i:key)[\"']?[ \t]*\Z")
+_QUALIFIED_KEY_BEFORE: Final = regex.compile(rf"{_QUALIFIED_KEY}[\"']?[ \t]*\Z")
 # A dict key is secret-looking if its last segment is a secret word (same rule as above)...
 _SECRET_DICT_KEY: Final = regex.compile(rf"{_SEGMENT_START}(?i:{_SECRET_WORDS})\Z")
-# ... except that in structured data a bare `key` (`sort_key`, `cache_key`) is usually not
-# secret; only these qualified names are.
-_SECRET_KEY_SUFFIX: Final = regex.compile(
-    r"(?i:(?:api|secret|private|access|signing|encryption|auth|master|client|ssh)[ _.\-]?key)\Z"
-)
+# ... except that a bare `key` (`sort_key`, `cache_key`) needs a qualifier.
+_SECRET_KEY_SUFFIX: Final = regex.compile(rf"{_QUALIFIED_KEY}\Z")
+# After a one-word value of a token/secret key: nothing else on the line.
+_LINE_END: Final = regex.compile(r"[ \t]*(?:\n|\Z)")
+# Value shapes (see `_looks_like_token`).
+_MIN_TOKEN_CHARS: Final = 6
+_MIN_MIXED_CLASS_CHARS: Final = 8
+_MIN_NUMBER_TOKEN_DIGITS: Final = 16
+_MIN_LONE_VALUE_CHARS: Final = 4
+# Punctuation that joins or ends words in prose (`well-being`, `Alice's`, `B,C`); it does
+# not make a word look generated.
+_PROSE_PUNCT: Final = "-.,;:'\"()[]"
 
 # A bare `Bearer <token>`: the token must look like one (a digit, or 20+ characters), so
 # "the bearer instrument" stays.
@@ -242,29 +325,37 @@ def strip_control_chars(text: str) -> str:
     C0/C1 controls (NUL breaks PostgreSQL text columns), lone surrogates (cannot be encoded
     as UTF-8), Unicode noncharacters, the BOM, zero-width space and word joiner (invisible,
     and they can split a secret so redaction misses it), bidi embedding/override/isolate
-    controls (they make stored text display differently from what the model reads) and
-    stray tag characters (invisible "ASCII smuggling" of instructions).  Emoji, ZWJ
-    sequences, variation selectors, combining marks and all scripts are left alone.
+    controls (they make stored text display differently from what the model reads),
+    stray tag characters (invisible "ASCII smuggling" of instructions) and any other
+    invisible (Default_Ignorable) code point that sits between two token characters
+    (``[A-Za-z0-9._~+/=-]`` or a brace), such as a soft hyphen or ZWNJ inside an API
+    key.  Emoji, ZWJ sequences, keycaps, variation selectors, combining marks and all
+    scripts are left alone.
     """
     if "\r" in text:
         text = _NEWLINES.sub("\n", text)
     if text.isascii():  # the common case; the full character class is much slower
         return _ASCII_FORBIDDEN.sub("", text)
-    if _FORBIDDEN_OR_TAG.search(text) is None:
-        return text
-    return _TAGS.sub(r"\1", _FORBIDDEN.sub("", text))
+    if _FORBIDDEN_OR_TAG.search(text) is not None:
+        text = _TAGS.sub(r"\1", _FORBIDDEN.sub("", text))
+    # Last, so that removing a forbidden character cannot bring an invisible one next to
+    # a token character after this pass has run.
+    return _INVISIBLE_IN_TOKEN.sub("", text)
 
 
 def strip_unknown_placeholders(text: str, allowed: frozenset[str] = PROMPT_PLACEHOLDERS) -> str:
     """Take the braces off every placeholder that is not one of the prompt's own.
 
-    ``{evil}``, ``{{evil}}`` and ``{0}`` become ``evil`` / ``0``, so stored text cannot
-    smuggle template fields into the prompt.  An allowed name keeps exactly one pair of
-    braces: ``{{user_name}}`` is normalised to ``{user_name}``, the form the prompt fills.
-    If removing braces creates a new placeholder (nesting such as ``{a{b}c}``), every brace
-    that is not part of an allowed placeholder is dropped, so the result never contains an
-    unknown one.  Otherwise braces around anything that is not a plain word (``{ x }``,
-    ``{"a": 1}``, ``{x.y}``) are not placeholders and are kept.
+    ``{evil}``, ``{{evil}}``, ``{0}``, ``{x.y}``, ``{0[0]}``, ``{x!r}``, ``{x:>10}`` and
+    ``{{ x }}`` become ``evil`` / ``0`` / ``x.y`` / ``0[0]`` / ``x!r`` / ``x:>10`` / ``x``,
+    so stored text cannot smuggle template fields into the prompt.  Only an allowed name
+    written as a plain name keeps its braces, exactly one pair of them: ``{{user_name}}`` is
+    normalised to ``{user_name}``, the form the prompt fills; ``{user_name!r}`` and
+    ``{{ user_name }}`` are not that form and lose theirs.  If removing braces creates a new
+    placeholder (nesting such as ``{a{b}c}``), every brace that is not part of an allowed
+    placeholder is dropped, so the result never contains an unknown one.  Braces around
+    anything that is not a replacement field (``{ x }``, ``{"a": 1}``, ``{ return 1; }``,
+    ``{}``) are prose or code, not placeholders, and are kept.
     """
     if "{" not in text or "}" not in text:
         return text
@@ -291,8 +382,13 @@ def redact_secrets(text: str) -> str:
     ``gitlab_token``, ``slack_token``, ``aws_access_key``, ``google_api_key``,
     ``npm_token``, ``jwt`` and ``discord_token``.
 
-    Prose such as "my password is strong" has no assignment and is left alone.  Redaction
-    is idempotent, so already-redacted text passes through unchanged.
+    A password's value (``password``, ``passwd``, ``passphrase``, ``pwd``) is redacted up
+    to the end of its line or sentence, spaces included.  The value of a ``key``,
+    ``token`` or ``secret`` is one word and is redacted only if it looks like a secret:
+    token-shaped (``abc123``), or for anything but a bare ``key`` a lone word ending the
+    line (``secret: opensesame``) or a quoted string.  So "my password is strong" (no
+    assignment), "the key = happiness" and "Secret: the butler did it" are left alone.
+    Redaction is idempotent, so already-redacted text passes through unchanged.
     """
     return _redact(text)[0]
 
@@ -375,13 +471,21 @@ def _placeholder_regexes(
 ) -> tuple[regex.Pattern[str], regex.Pattern[str] | None, regex.Pattern[str]]:
     """Compile (unknown, non-canonical allowed, keep-only-allowed) for one allowed set.
 
-    Every pattern ends with an alternative that consumes a whole run of ``{`` (keeping it
-    via the branch-reset group), so placeholders are only tried at the first brace of a
-    run and a million braces cost one match, not a million.
+    ``unknown`` keeps what is inside the braces of a placeholder that is not exactly an
+    allowed name: ``{field}`` with any number of braces, or ``{{ field }}`` padded with
+    spaces (spaces trimmed).  Every pattern ends with an alternative that consumes a whole
+    run of ``{`` (keeping it via the branch-reset group), so placeholders are only tried at
+    the first brace of a run and a million braces cost one match, not a million.
     """
     names = "|".join(regex.escape(name) for name in sorted(allowed, key=len, reverse=True))
     is_allowed = rf"(?:{names})\}}" if names else "(?!)"
-    unknown = regex.compile(rf"(?|\{{++(?!{is_allowed})(\w+)\}}++|(\{{+))")
+    unknown = regex.compile(
+        rf"(?|\{{++(?!{is_allowed})({_FIELD})\}}++"
+        # Padded: `{{ x }}`, `{{ user_name }}`, `{{x }}`; `{{user_name}}` is left to the
+        # normalisation below.
+        rf"|\{{{{2,}}+(?:[ \t]++|(?!{is_allowed}))({_FIELD})[ \t]*+\}}{{2,}}+"
+        rf"|(\{{+))"
+    )
     if not names:
         return unknown, None, regex.compile(r"[{}]+")
     canonical = rf"(\{{(?:{names})\}})"
@@ -430,6 +534,7 @@ def _redact(text: str, *, cut: bool = False) -> tuple[str, list[str]]:
     sub(_URL_CREDENTIALS_AT_CUT if cut else _URL_CREDENTIALS, _replace_url, "url_credentials")
     for kind, pattern in _TOKEN_PATTERNS:
         sub(pattern, _replace_token, kind)
+    sub(_PASSWORD, _replace_password, "credential")
     sub(_CREDENTIAL, _replace_credential, "credential")
     sub(_BEARER, _replace_bearer, "bearer")
     return text, kinds
@@ -460,6 +565,8 @@ def _redact_regions(text: str, kinds: list[str]) -> str:
 
 def _replace_token(match: regex.Match[str], kind: str, cut: bool) -> tuple[str, str | None]:
     token = match.group()
+    if kind == "openai_key" and not _is_openai_key(token):
+        return token, None
     core = token.rstrip(".")  # a sentence-ending dot is not part of the secret
     return _marker(kind) + token[len(core) :], kind
 
@@ -473,24 +580,114 @@ def _replace_bearer(match: regex.Match[str], kind: str, cut: bool) -> tuple[str,
     return match.group("word") + _marker(kind), kind
 
 
+def _replace_password(match: regex.Match[str], kind: str, cut: bool) -> tuple[str, str | None]:
+    """A password's value is always redacted: quoted, or to the end of line or sentence."""
+    prefix = match.group("sep")
+    value = match.group("value")
+    if value[0] in "\"'":
+        return prefix + _redact_quoted(match, kind), kind
+    if cut and match.end() == len(match.string):
+        # The value runs into the cut: it may continue, so nothing of it stays visible.
+        return prefix + _marker(kind), kind
+    core = value.rstrip(_VALUE_TRAILING_PUNCT + " \t")
+    if not core:
+        return match.group(), None
+    return prefix + _marker(kind) + value[len(core) :], kind
+
+
 def _replace_credential(match: regex.Match[str], kind: str, cut: bool) -> tuple[str, str | None]:
-    before = match.string[max(0, match.start() - 40) : match.start()]
-    if _AUTHORIZATION_BEFORE.search(before):
-        kind = "authorization"
-    elif _AWS_SECRET_BEFORE.search(before):
+    """Redact the value of a key/token/secret/authorization field if it looks secret.
+
+    An ``Authorization`` value is always a credential.  Otherwise a quoted value is redacted
+    unless the key is a bare ``key`` (then the quoted text must look like a token, the
+    same as in `redact_leaves`), and an unquoted one-word value is redacted if it looks
+    like a token (`_looks_like_token`), or - for token, secret and qualified keys - if it
+    is the last word on its line (`secret: opensesame`, `clientSecret: shhh`), as a value
+    in a config line or a note would be.  "Secret: the butler did it" is a sentence.
+    """
+    string = match.string
+    window = (max(0, match.start() - _KEY_WINDOW), match.start())
+    always = False
+    if _AUTHORIZATION_BEFORE.search(string, *window):
+        kind, always = "authorization", True
+    elif _AWS_SECRET_BEFORE.search(string, *window):
         kind = "aws_secret_key"
+    bare_key = _KEY_BEFORE.search(string, *window) is not None
+    bare_key = bare_key and _QUALIFIED_KEY_BEFORE.search(string, *window) is None
     prefix = match.group("sep") + match.group("scheme")
     value = match.group("value")
     if value[0] in "\"'":
         closed = match.group("dq") is not None or match.group("sq") is not None
-        return prefix + value[0] + _marker(kind) + (value[0] if closed else ""), kind
-    if cut and match.end() == len(match.string):
+        if bare_key and not _looks_like_token(value[1:-1] if closed else value[1:]):
+            return match.group(), None
+        return prefix + _redact_quoted(match, kind), kind
+    if cut and match.end() == len(string):
         # The value runs into the cut: it may continue, so nothing of it stays visible.
         return prefix + _marker(kind), kind
     core = value.rstrip(_VALUE_TRAILING_PUNCT)
     if not core:
         return match.group(), None
+    lone = (
+        not bare_key
+        and len(core) >= _MIN_LONE_VALUE_CHARS
+        and _LINE_END.match(string, match.end()) is not None
+    )
+    if not (always or lone or _looks_like_token(core)):
+        return match.group(), None
     return prefix + _marker(kind) + value[len(core) :], kind
+
+
+def _redact_quoted(match: regex.Match[str], kind: str) -> str:
+    """The marker in place of a quoted value, inside the same quotes (an unclosed quote
+    stays unclosed, so the result reads like the input)."""
+    value = match.group("value")
+    closed = match.group("dq") is not None or match.group("sq") is not None
+    return value[0] + _marker(kind) + (value[0] if closed else "")
+
+
+def _looks_like_token(value: str) -> bool:
+    """Whether one word is shaped like a generated secret rather than like prose.
+
+    Yes: letters mixed with digits in 6+ characters (`abc123`, `Tr0ub4dor`, `a1b2c3d4`),
+    three of lower case / upper case / digits / symbols in 8+ characters (`Hunter#Pass`),
+    or a number of 16+ digits.  No: words ("happiness", "Alice", "asc", "id"), short
+    numbers ("5", "2024"), hyphenated or quoted prose (`well-being`, `Alice's`).
+    """
+    if len(value) < _MIN_TOKEN_CHARS or any(char.isspace() for char in value):
+        return False
+    lower = upper = digit = symbol = False
+    for char in value:
+        if char.isdigit():
+            digit = True
+        elif char.islower():
+            lower = True
+        elif char.isupper():
+            upper = True
+        elif not char.isalnum() and char not in _PROSE_PUNCT:
+            symbol = True
+    if digit and (lower or upper):
+        return True
+    if len(value) >= _MIN_MIXED_CLASS_CHARS and lower + upper + digit + symbol >= 3:
+        return True
+    return value.isdigit() and len(value) >= _MIN_NUMBER_TOKEN_DIGITS
+
+
+def _is_openai_key(token: str) -> bool:
+    """Whether an ``sk-...`` word holds a random-looking run of 16+ letters and digits.
+
+    A generated run mixes letters and digits, and has both letter cases (base62) or keeps
+    switching between letters and digits (lower-case hex); a word with a number glued on
+    (`sk-roadmap2024-for-the-whole-team`) does neither.
+    """
+    for run in _ALNUM_RUN.findall(token):
+        if not any(char.isdigit() for char in run) or not any(char.isalpha() for char in run):
+            continue
+        if any(char.isupper() for char in run) and any(char.islower() for char in run):
+            return True
+        switches = sum(a.isdigit() != b.isdigit() for a, b in itertools.pairwise(run))
+        if switches >= _MIN_RANDOM_SWITCHES:
+            return True
+    return False
 
 
 def _cut_safely(text: str, bound: int) -> str:

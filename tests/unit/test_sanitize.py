@@ -21,6 +21,7 @@ from bot.memory.sanitize import (
     strip_unknown_placeholders,
     truncate_graphemes,
 )
+from tests.helpers.fuzz import memory_value_problems
 
 # Characters that must never survive sanitizing (\t and \n are allowed).
 FORBIDDEN = regex.compile(
@@ -35,6 +36,8 @@ THUMBS_MEDIUM = "\U0001f44d\U0001f3fd"
 E_ACUTE = "e\u0301"
 
 OPENAI = "sk-abcdefghij1234567890KLMNOP"
+OPENAI_LEGACY = "sk-" + "T3BlbkFJ" + "q7Xz2Lm9Pw4Rt8Vb1Nc6Kd3Hy5Gs0Ja7Qe2Wf9Uo4Ip1Za"
+OPENAI_PROJECT = "sk-proj-x9Kq2_Lm7ZpR4tV-b1Nc8Kd5Wg0Hy3JsA6fQe" + "T3BlbkFJ" + "u2Io5Pa8Sd1Fg4Hj"
 GITHUB = "ghp_" + "aB3dE5gH7jK9mN1pQ3sT5vW7yZ9bC1dE3fG5"
 DISCORD = "MTA4NzY1NDMyMTA5ODc2NTQzMg.GhJkLm.abcdefghijklmnopqrstuvwxyz0123456789AB"
 JWT = (
@@ -42,6 +45,8 @@ JWT = (
     ".SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c"
 )
 PEM_BODY = "MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7"
+KEYCAP_ONE = "1\ufe0f\u20e3"
+FAMILY_WWG = "\U0001f469\u200d\U0001f469\u200d\U0001f467"
 
 
 # --------------------------------------------------------------------------------------
@@ -53,6 +58,12 @@ POSITIVES = [
     ("openai", f"my key is {OPENAI} please", OPENAI, "openai_key"),
     ("openai_project", "sk-proj-Ab12Cd34Ef56Gh78Ij90Kl12Mn34", "Ab12Cd34Ef56Gh78", "openai_key"),
     ("openai_sentence_end", f"Use {OPENAI}.", OPENAI, "openai_key"),
+    ("openai_legacy_48", f"OPENAI_API_KEY {OPENAI_LEGACY}", OPENAI_LEGACY, "openai_key"),
+    ("openai_project_long", f"key {OPENAI_PROJECT} ok", "x9Kq2_Lm7ZpR4tV", "openai_key"),
+    ("openai_svcacct", "sk-svcacct-Qw8Er2Ty6Ui0Op4As8Df2Gh6Jk", "Qw8Er2Ty6Ui0Op4", "openai_key"),
+    # Lower-case hex (no upper case): random because it keeps switching letters/digits.
+    ("sk_hex", "sk-3f9a0b7c1d2e4f5a6b7c8d9e0f1a2b3c", "3f9a0b7c1d2e4f5a", "openai_key"),
+    ("openai_after_slug", "sk-notes-" + OPENAI[3:], OPENAI[3:], "openai_key"),
     ("anthropic", "sk-ant-api03-AbCdEf123456_ghIJkl-7890mnopQRst", "AbCdEf123456", "anthropic_key"),
     ("github_ghp", f"token {GITHUB} here", GITHUB, "github_token"),
     ("github_gho", "gho_" + "x" * 36, "gho_" + "x" * 36, "github_token"),
@@ -103,6 +114,14 @@ POSITIVES = [
     ),
     ("pem_no_end", f"key:\n-----BEGIN PRIVATE KEY-----\n{PEM_BODY}", PEM_BODY, "private_key"),
     (
+        "pem_lowercase",
+        f"-----begin private key-----\n{PEM_BODY}\n-----end private key-----\nafter",
+        PEM_BODY,
+        "private_key",
+    ),
+    ("pem_lower_no_end", f"-----begin rsa private key-----\n{PEM_BODY}", PEM_BODY, "private_key"),
+    ("pem_mixed_case", f"-----Begin Ec Private Key-----\n{PEM_BODY}", PEM_BODY, "private_key"),
+    (
         "pem_openssh",
         f"-----BEGIN OPENSSH PRIVATE KEY-----\n{PEM_BODY}\n-----END OPENSSH PRIVATE KEY-----",
         PEM_BODY,
@@ -127,9 +146,31 @@ POSITIVES = [
     ("password_sentence", "my password: hunter2.", "hunter2", "credential"),
     ("passwd", "passwd=letmein", "letmein", "credential"),
     ("pwd", "pwd: qwerty123", "qwerty123", "credential"),
+    # A passphrase has spaces: a password's value runs to the end of its line or sentence.
+    (
+        "passphrase_words",
+        "password: correct horse battery staple",
+        "horse battery staple",
+        "credential",
+    ),
+    ("passphrase_key", "passphrase = open the pod bay doors", "pod bay doors", "credential"),
+    ("password_words_equals", "wifi password=two words here", "two words here", "credential"),
+    ("password_markdown", "**Password:** hunter2 hunter3", "hunter3", "credential"),
+    # Deliberate: a password field's value is redacted even when it looks harmless.
+    ("password_ask_bob", "password: ask Bob", "ask Bob", "credential"),
+    ("password_query", "https://x.test/login?password=hunter2&user=bob", "hunter2", "credential"),
     ("secret", "secret: opensesame", "opensesame", "credential"),
     ("token", "token=abcdef", "abcdef", "credential"),
+    ("secret_number", "secret: 1234", "1234", "credential"),
+    ("token_sentence", "my token: abc123xyz, keep it safe", "abc123xyz", "credential"),
+    ("secret_mid_sentence", "Secret: Zq9vXw7Lm2 do not share", "Zq9vXw7Lm2", "credential"),
     ("key", "key=value123", "value123", "credential"),
+    ("key_token_shaped", "the key = a1b2c3d4 for the door", "a1b2c3d4", "credential"),
+    ("key_symbols", "Key: Hunter#Pass!x", "Hunter#Pass", "credential"),
+    ("key_long_number", "key: 12345678901234567890", "12345678901234567890", "credential"),
+    ("api_key_prose_label", "API key: Qw3rTy9Uiop42 (ask Bob)", "Qw3rTy9Uiop42", "credential"),
+    ("api_key_lone_word", "API key: opensesame", "opensesame", "credential"),
+    ("secret_key_env", "SECRET_KEY=django-insecure-abc", "django-insecure-abc", "credential"),
     ("api_key", "api_key=abc123def", "abc123def", "credential"),
     ("apikey", "apikey: xyz789", "xyz789", "credential"),
     ("client_secret", "client_secret=shh123", "shh123", "credential"),
@@ -139,6 +180,16 @@ POSITIVES = [
     ("header_dash", "x-api-key: abc123", "abc123", "credential"),
     ("camel_case", "clientSecret: shhh", "shhh", "credential"),
     ("json_password", '{"password": "hunter2", "user": "bob"}', "hunter2", "credential"),
+    (
+        "json_password_spaces",
+        '{"password": "correct horse battery", "user": "bob"}',
+        "correct horse",
+        "credential",
+    ),
+    ("json_api_key", '{"api_key": "abc", "n": 1}', "abc", "credential"),
+    ("json_api_key_spaces", '{"api_key": "abc def"}', "abc def", "credential"),
+    ("json_token_prose", '{"token": "ask Bob"}', "ask Bob", "credential"),
+    ("json_bare_key_token", '{"key": "value123"}', "value123", "credential"),
     ("json_escaped_quote", r'{"password": "hun\"ter2"}', "ter2", "credential"),
     ("python_dict", "{'api_key': 'abc 123'}", "abc 123", "credential"),
     ("unclosed_quote", 'password = "correct horse battery', "horse", "credential"),
@@ -180,6 +231,14 @@ def test_each_secret_kind_is_redacted(text: str, secret: str, kind: str) -> None
         ("before <private>x</private> after", "before [REDACTED:private] after"),
         ("https://alice:pw@example.com/a", "https://[REDACTED:url_credentials]@example.com/a"),
         ("password: hunter2.", "password: [REDACTED:credential]."),
+        ("password: correct horse battery staple", "password: [REDACTED:credential]"),
+        (
+            "password: hunter2. Then we left.",
+            "password: [REDACTED:credential]. Then we left.",
+        ),
+        ("pwd: a b c\nnext line", "pwd: [REDACTED:credential]\nnext line"),
+        ("?password=x y&user=bob", "?password=[REDACTED:credential]&user=bob"),
+        ("secret: opensesame\nnext", "secret: [REDACTED:credential]\nnext"),
         ('{"password": "x", "n": 1}', '{"password": "[REDACTED:credential]", "n": 1}'),
         ("Authorization: Bearer abc", "Authorization: Bearer [REDACTED:authorization]"),
         (f"({OPENAI}), ok", "([REDACTED:openai_key]), ok"),
@@ -188,10 +247,35 @@ def test_each_secret_kind_is_redacted(text: str, secret: str, kind: str) -> None
             "[REDACTED:private_key]\nz",
         ),
     ],
-    ids=["private", "url", "assignment", "json", "authorization", "token_punct", "pem"],
+    ids=[
+        "private",
+        "url",
+        "assignment",
+        "passphrase",
+        "password_sentence_end",
+        "password_line_end",
+        "password_query_param",
+        "secret_line_end",
+        "json",
+        "authorization",
+        "token_punct",
+        "pem",
+    ],
 )
 def test_redaction_keeps_the_surrounding_text(text: str, expected: str) -> None:
     assert redact_secrets(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["password=>0", "token=>abc123", "password:=0 x", "api_key := opensesame", "secret=>x1y2z3"],
+)
+def test_two_character_separators_stay_redacted(text: str) -> None:
+    # `=>` must not be re-read as `=` followed by a value starting with `>`.
+    once = sanitize_value(text)
+    assert "[REDACTED:credential]" in once
+    assert sanitize_value(once) == once
+    assert redaction_kinds(once) == []
 
 
 def test_redaction_kinds_count_every_redaction_and_never_carry_values() -> None:
@@ -243,6 +327,33 @@ NEGATIVES = [
     ("emoji", f"feeling \U0001f600 {FAMILY} {FLAG_JP}"),
     ("japanese", "日本語のテキスト: こんにちは"),
     ("placeholder", "{user_name} likes tea"),
+    # Prose around key words: only a token-shaped value (or, for token/secret/qualified
+    # keys, a lone last word) is a credential; a bare `key` needs a token-shaped value.
+    ("key_happiness", "the key = happiness"),
+    ("key_be_kind", "The key: be kind."),
+    ("key_alice", "Key: Alice leads the launch"),
+    ("musical_key", "Musical key: C major"),
+    ("answer_key", "Answer key: B, C, A"),
+    ("token_count_left", "token: 5 tokens left"),
+    ("secret_butler", "Secret: the butler did it"),
+    ("api_key_ask_bob", "API key: ask Bob for it"),
+    ("sort_key", "sort_key=asc"),
+    ("primary_key", "primary key = id"),
+    ("key_year", "Key: 2024 was the year"),
+    ("key_hyphenated", "The key: well-being matters"),
+    ("key_possessive", "Key: Alice's idea"),
+    ("json_bare_key", '{"key": "favorite color", "sort_key": "date"}'),
+    ("secret_prose", "my secret is that I like cats"),
+    # Words joined by hyphens are not an OpenAI key, even with digits in them.
+    ("sk_planning_slug", "sk-2024-annual-planning-notes-v2"),
+    ("sk_word_with_year", "sk-roadmap2024-for-the-whole-team"),
+    ("sk_long_lower_word", "sk-internationalization2024-plan"),
+    ("hex_colour", "colour #ff8800 and #A1B2C3"),
+    ("sha256", "sha 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"),
+    ("uuid", "id 123e4567-e89b-12d3-a456-426614174000"),
+    ("long_word", "supercalifragilisticexpialidocious antidisestablishmentarianism"),
+    ("url_plain", "see https://example.com/docs/page?id=2&sort=asc#top"),
+    ("keycap_emoji", f"press {KEYCAP_ONE} then {FAMILY_WWG}"),
 ]
 
 
@@ -277,10 +388,32 @@ def test_ordinary_text_is_not_redacted(text: str) -> None:
         ("{a{b}c}", "abc"),
         ("{a{b}{user_name}c}", "{ab{user_name}c}"),
         ("{a{user_name}c}", "{a{user_name}c}"),  # no unknown placeholder in there
-        # Not placeholders: kept.
+        # Replacement fields with access, conversion or format spec are placeholders too.
+        ("{x.y}", "x.y"),
+        ("{x!r}", "x!r"),
+        ("{x:>10}", "x:>10"),
+        ("{0[0]}", "0[0]"),
+        ("{a.b[0]!s:^8}", "a.b[0]!s:^8"),
+        ("{d:%Y-%m-%d}", "d:%Y-%m-%d"),
+        ("{!r} {:>10}", "!r :>10"),
+        ("{{x.y}}", "x.y"),
+        # Only an allowed name written plainly survives.
+        ("{user_name!r}", "user_name!r"),
+        ("{user_name.__class__}", "user_name.__class__"),
+        ("{user_name:>10}", "user_name:>10"),
+        # Jinja/Mustache style: double braces padded with spaces.
+        ("{{ x }}", "x"),
+        ("Hi {{ name }}!", "Hi name!"),
+        ("{{ user_name }}", "user_name"),
+        ("{{user_name }}", "user_name"),
+        ("{{ x.y }}", "x.y"),
+        # Not placeholders (prose or code in braces): kept.
         ("{ x }", "{ x }"),
         ('{"a": 1}', '{"a": 1}'),
-        ("{x.y}", "{x.y}"),
+        ("{a: 1, b: 2}", "{a: 1, b: 2}"),
+        ("function() { return 1; }", "function() { return 1; }"),
+        ("if (x) { y(); }", "if (x) { y(); }"),
+        ("{{ two words }}", "{{ two words }}"),
         ("{}", "{}"),
         ("{evil", "{evil"),
         ("evil}", "evil}"),
@@ -301,9 +434,28 @@ def test_ordinary_text_is_not_redacted(text: str) -> None:
         "nested",
         "nested_allowed",
         "allowed_inside_braces",
+        "attribute",
+        "conversion",
+        "format_spec",
+        "index",
+        "everything",
+        "date_spec",
+        "auto_numbered",
+        "double_attribute",
+        "allowed_conversion",
+        "allowed_attribute",
+        "allowed_format_spec",
+        "jinja",
+        "jinja_in_prose",
+        "jinja_allowed",
+        "jinja_allowed_trailing_space",
+        "jinja_attribute",
         "spaces",
         "json",
-        "attribute",
+        "object_literal",
+        "js_function",
+        "js_block",
+        "jinja_two_words",
         "empty",
         "unclosed",
         "unopened",
@@ -364,7 +516,15 @@ def test_stripping_braces_cannot_unhide_a_secret(text: str, hidden: str) -> None
             f"caf{E_ACUTE} \u2764\ufe0f {THUMBS_MEDIUM}",
         ),
         ("مرحبا שלום 日本語 नमस्ते", "مرحبا שלום 日本語 नमस्ते"),
-        ("zw\u200cnj", "zw\u200cnj"),
+        # Invisible characters between two token characters go; elsewhere they stay.
+        ("zw\u200cnj", "zwnj"),
+        ("co\u00adoperate", "cooperate"),
+        ("a\u200b\u00adb", "ab"),
+        ("می\u200cخواهم", "می\u200cخواهم"),  # Persian ZWNJ
+        ("क्\u200dष", "क्\u200dष"),  # Devanagari ZWJ
+        (f"{KEYCAP_ONE} #\ufe0f\u20e3 {FAMILY_WWG}", f"{KEYCAP_ONE} #\ufe0f\u20e3 {FAMILY_WWG}"),
+        (f"a {KEYCAP_ONE}b", f"a {KEYCAP_ONE}b"),
+        ("x \u00ad y", "x \u00ad y"),
     ],
     ids=[
         "nul",
@@ -383,7 +543,14 @@ def test_stripping_braces_cannot_unhide_a_secret(text: str, hidden: str) -> None
         "emoji_sequences_kept",
         "combining_and_selectors_kept",
         "scripts_kept",
-        "zwnj_kept",
+        "zwnj_ascii_removed",
+        "soft_hyphen_ascii_removed",
+        "mixed_invisibles_removed",
+        "zwnj_persian_kept",
+        "zwj_devanagari_kept",
+        "keycaps_and_zwj_family_kept",
+        "keycap_before_letter_kept",
+        "soft_hyphen_between_spaces_kept",
     ],
 )
 def test_control_characters(text: str, expected: str) -> None:
@@ -396,6 +563,41 @@ def test_invisible_characters_cannot_split_a_secret() -> None:
     text = "sk-abcdefghij\u200b1234567890\x00KLMNOP"
     assert "KLMNOP" not in sanitize_value(text)
     assert sanitize_value(text) == "[REDACTED:openai_key]"
+
+
+# Default_Ignorable code points that used to pass through and split a token.
+SPLITTERS = {
+    "soft_hyphen": "\u00ad",
+    "zwnj": "\u200c",
+    "zwj": "\u200d",
+    "function_application": "\u2061",
+    "invisible_times": "\u2062",
+    "invisible_separator": "\u2063",
+    "invisible_plus": "\u2064",
+    "cgj": "\u034f",
+    "mongolian_vowel_separator": "\u180e",
+    "vs1": "\ufe00",
+    "vs16": "\ufe0f",
+    "hangul_filler": "\u3164",
+    "halfwidth_hangul_filler": "\uffa0",
+    "lrm": "\u200e",
+    "two_in_a_row": "\u00ad\u200c",
+}
+
+
+@pytest.mark.parametrize(
+    ("secret", "at", "kind"),
+    [(OPENAI, 13, "openai_key"), (DISCORD, 20, "discord_token"), (DISCORD, 27, "discord_token")],
+    ids=["openai", "discord", "discord_after_dot"],
+)
+@pytest.mark.parametrize("splitter", list(SPLITTERS.values()), ids=list(SPLITTERS))
+def test_no_invisible_character_can_split_a_secret(
+    secret: str, at: int, kind: str, splitter: str
+) -> None:
+    text = f"token {secret[:at]}{splitter}{secret[at:]} ok"
+    out = sanitize_value(text)
+    assert out == f"token [REDACTED:{kind}] ok"
+    assert secret[at:] not in out and secret[:at] not in out
 
 
 # --------------------------------------------------------------------------------------
@@ -532,7 +734,8 @@ def test_a_secret_straddling_the_cut_is_never_partly_visible() -> None:
     ("tail", "expected"),
     [
         ("https://user:" + "p" * 200_000 + "@host/x", "https://[REDACTED:url_credentials]@host/x"),
-        ("password=" + "p" * 200_000 + " end", "password=[REDACTED:credential] end"),
+        # A password runs to the end of its line, so what follows is on the next one.
+        ("password=" + "p" * 200_000 + "\nend", "password=[REDACTED:credential]\nend"),
         ('password: "' + "p " * 100_000 + '" end', 'password: "[REDACTED:credential]" end'),
     ],
     ids=["url_userinfo", "unquoted_value", "quoted_value_with_spaces"],
@@ -616,6 +819,8 @@ def test_redact_leaves_sees_values_serialized_json_would_hide() -> None:
     assert redact_secrets("hunter2") == "hunter2"
     assert redact_leaves({"password": "hunter2"}) == {"password": "[REDACTED:credential]"}
     assert redact_leaves({"api key": "abc"}) == {"api key": "[REDACTED:credential]"}
+    assert redact_leaves({"session_key": "s"}) == {"session_key": "[REDACTED:credential]"}
+    assert redact_leaves({"primary_key": "id"}) == {"primary_key": "id"}
 
 
 # --------------------------------------------------------------------------------------
@@ -648,6 +853,25 @@ FRAGMENTS = st.sampled_from(
         "{user_name}",
         "{{evil}}",
         "{x}",
+        "{x!r}",
+        "{0[0]}",
+        "{x:>10}",
+        "{{ x }}",
+        "{{ user_name }}",
+        "-----begin private key-----",
+        "password: correct horse",
+        "key: ",
+        "Secret: ",
+        "token=",
+        "=>",
+        ":=",
+        "&u=",
+        "sk-2024-annual-planning-notes-v2",
+        "\u00ad",
+        "\u200c",
+        "\u200d",
+        "\ufe0f",
+        KEYCAP_ONE,
         " ",
         "\n",
         "\r\n",
@@ -689,6 +913,7 @@ def test_sanitize_value_properties(text: str, limit: int) -> None:
     assert out == out.rstrip()
     assert sanitize_value(out, limit) == out  # idempotent
     out.encode("utf-8")
+    assert memory_value_problems(out, ()) == []  # the invariant the fuzz suites check
     for secret in (OPENAI, GITHUB, DISCORD, JWT):
         if f" {secret} " in f" {strip_control_chars(text)} ":
             assert secret not in out
