@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from anyascii import anyascii
 
 from bot.memory.model import MAX_CATEGORIES, Category
+from bot.memory.sanitize import sanitize_value
 
 SLUG_MAX_LENGTH = 48
 LABEL_MAX_LENGTH = 40
@@ -173,8 +174,19 @@ def _validate(rows: Sequence[tuple[str, str]], places: Sequence[str]) -> tuple[C
     for where, (raw_label, raw_description) in zip(places, rows, strict=True):
         label = raw_label.strip()
         description = raw_description.strip()
-        problems += _check_field(where, "label", label, LABEL_MAX_LENGTH)
-        problems += _check_field(where, "description", description, DESCRIPTION_MAX_LENGTH)
+        field_problems = _check_field(where, "label", label, LABEL_MAX_LENGTH)
+        field_problems += _check_field(where, "description", description, DESCRIPTION_MAX_LENGTH)
+        if not field_problems:
+            # Labels and descriptions reach the prompt and the tool schema and are stored:
+            # the same filter as memory text (placeholders, invisible characters, secrets).
+            label = sanitize_value(label, LABEL_MAX_LENGTH).strip()
+            description = sanitize_value(description, DESCRIPTION_MAX_LENGTH).strip()
+            for name, value in (("label", label), ("description", description)):
+                if not value:
+                    field_problems.append(
+                        f"{where}: the {name} is empty after removing unsafe content"
+                    )
+        problems += field_problems
         folded = label.casefold()
         if label and folded in seen:
             problems.append(f"{where}: the label {label!r} is already used by {seen[folded]}")

@@ -227,3 +227,29 @@ def test_parse_category_lines_rejects(text: str, fragment: str) -> None:
     with pytest.raises(CategoryDefinitionError) as caught:
         parse_category_lines(text)
     assert fragment in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("label", "description", "stored_label", "stored_description"),
+    [
+        ("{evil}", "what {user_name} decided", "evil", "what {user_name} decided"),
+        ("Dec\u202eisions", "what\u200b was decided", "Decisions", "what was decided"),
+        (
+            "Keys",
+            "the deploy token is ghp_abcdefghijklmnopqrstuvwxyz0123456789",
+            "Keys",
+            "the deploy token is [REDACTED:github_token]",
+        ),
+    ],
+    ids=["placeholders", "invisible-characters", "secret"],
+)
+def test_labels_and_descriptions_are_sanitized_like_memory_text(
+    label: str, description: str, stored_label: str, stored_description: str
+) -> None:
+    (category,) = parse_category_definitions([(label, description)])
+    assert (category.label, category.description) == (stored_label, stored_description)
+
+
+def test_a_label_of_nothing_but_unsafe_content_is_refused() -> None:
+    with pytest.raises(CategoryDefinitionError, match="label is empty after removing unsafe"):
+        parse_category_definitions([("\u200b\u202e", "a description")])
