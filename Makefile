@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench migrate doctor console clean
+.PHONY: run test lint bench migrate doctor sync console clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +20,9 @@ migrate: $(STAMP)
 
 doctor: $(STAMP)
 	@$(BIN)/kioku doctor
+
+sync: $(STAMP)
+	@$(BIN)/kioku sync
 
 console: $(STAMP)
 	@$(BIN)/kioku console

@@ -17,6 +17,7 @@ from typing import TypeVar
 
 import aiohttp
 import discord
+from sqlalchemy.exc import DBAPIError
 
 from bot.config import Settings, SettingsError, load_settings
 from bot.db.engine import Database, DatabaseUnavailable, describe_url
@@ -122,19 +123,38 @@ async def _migrate(database: Database) -> tuple[str | None, str | None]:
     except DatabaseUnavailable as exc:
         raise CliError(str(exc)) from None
     except (OSError, TimeoutError) as exc:
-        where = describe_url(database.url) if database.url else "the database"
-        raise CliError(f"cannot reach {where}: {exc}") from None
+        raise CliError(f"cannot reach {_where(database)}: {_one_line(exc)}") from None
+    except Exception as exc:
+        # The driver's own refusals (TLS, authentication, no such database) end here too:
+        # the operator gets one line, the traceback stays available in debug logs.
+        log.debug("database start failed", exc_info=True)
+        raise CliError(
+            f"cannot use {_where(database)}: {_one_line(exc, with_class=True)} "
+            "(KIOKU_LOG_LEVEL=DEBUG shows the details)"
+        ) from None
+
+
+def _where(database: Database) -> str:
+    return describe_url(database.url) if database.url else "the database"
+
+
+def _one_line(exc: BaseException, *, with_class: bool = False) -> str:
+    """The driver's own error on one line (SQLAlchemy wraps it and adds a second line)."""
+    if isinstance(exc, DBAPIError) and exc.orig is not None:
+        exc = exc.orig.__cause__ or exc.orig
+    text = " ".join(str(exc).split())
+    return f"{exc.__class__.__name__}: {text}" if with_class else text
 
 
 def _token(settings: Settings) -> str:
-    token = settings.discord_token.get_secret_value().strip() if settings.discord_token else ""
-    if not token:
+    # Settings turn a blank DISCORD_TOKEN into None, so `doctor` agrees with this check.
+    if settings.discord_token is None:
         raise CliError(
             "DISCORD_TOKEN is not set: export it or put it in .env "
             "(see config/example.env; get one at https://discord.com/developers/applications)",
             EXIT_CONFIG,
         )
-    return token
+    return settings.discord_token.get_secret_value()
 
 
 def parse_shards(spec: str | None, count: int | None) -> list[int] | None:
@@ -187,10 +207,30 @@ async def sync(settings: Settings, token: str) -> int:
         async with bot:
             await _discord_call(bot.login(token))
             synced = await _discord_call(bot.tree.sync())
+    except DatabaseUnavailable as exc:
+        raise CliError(str(exc)) from None
     finally:
         await database.close()
     print(f"published {len(synced)} slash commands: {', '.join(sorted(c.name for c in synced))}")
     return EXIT_OK
+
+
+DISCORD_STATUS = "https://discordstatus.com"
+
+# Gateway close codes discord.py gives up on, with what the operator can do about each.
+CLOSE_CODE_HINTS = {
+    4004: "Discord rejected DISCORD_TOKEN (4004 authentication failed): copy the bot token "
+    "again from https://discord.com/developers/applications",
+    4010: "Discord rejected the shard ids (4010 invalid shard): --shards must lie in "
+    "0…N-1 and every process must use the same --shard-count N (see docs/scaling.md)",
+    4011: "Discord requires sharding for this bot: run with --shards/--shard-count "
+    "(see docs/scaling.md)",
+    4012: "Discord rejected the gateway version (4012): upgrade Kioku (and discord.py)",
+    4013: "Discord rejected the gateway intents (4013 invalid intents): upgrade Kioku "
+    "(and discord.py)",
+    4014: "enable the Message Content intent for this bot in the Developer Portal "
+    "(Bot → Privileged Gateway Intents)",
+}
 
 
 async def _discord_call(awaitable: Awaitable[T]) -> T:
@@ -203,12 +243,45 @@ async def _discord_call(awaitable: Awaitable[T]) -> T:
             "https://discord.com/developers/applications"
         ) from None
     except discord.PrivilegedIntentsRequired:
+        raise CliError(CLOSE_CODE_HINTS[4014]) from None
+    except discord.ConnectionClosed as exc:
+        shard = f" (shard {exc.shard_id})" if exc.shard_id is not None else ""
+        hint = CLOSE_CODE_HINTS.get(exc.code)
+        if hint is None:
+            reason = f": {exc.reason}" if exc.reason else ""
+            hint = (
+                f"Discord closed the gateway connection with code {exc.code}{reason}; "
+                f"try again, and see {DISCORD_STATUS}"
+            )
+        raise CliError(hint + shard) from None
+    except discord.GatewayNotFound:
         raise CliError(
-            "enable the Message Content intent for this bot in the Developer Portal "
-            "(Bot → Privileged Gateway Intents)"
+            f"Discord did not give a gateway address (an outage?): try again later, "
+            f"and see {DISCORD_STATUS}"
+        ) from None
+    except discord.Forbidden as exc:
+        raise CliError(
+            f"Discord refused the request (403 Forbidden{_discord_detail(exc)}): invite the "
+            "bot with the bot and applications.commands scopes, and check its permissions"
+        ) from None
+    except discord.DiscordServerError as exc:
+        raise CliError(
+            f"Discord failed with HTTP {exc.status}{_discord_detail(exc)}: a problem on "
+            f"Discord's side; try again later, and see {DISCORD_STATUS}"
+        ) from None
+    except discord.HTTPException as exc:
+        raise CliError(
+            f"Discord refused the request with HTTP {exc.status}{_discord_detail(exc)}"
         ) from None
     except (aiohttp.ClientError, OSError, TimeoutError) as exc:
         raise CliError(f"cannot reach Discord: {exc.__class__.__name__}: {exc}") from None
+
+
+def _discord_detail(exc: discord.HTTPException) -> str:
+    """Discord's own error code and text, on one line, when it sent them."""
+    text = " ".join(exc.text.split())
+    detail = f"error {exc.code}: {text}" if exc.code else text
+    return f", {detail}" if detail else ""
 
 
 async def _run(
@@ -229,7 +302,7 @@ async def _run(
     try:
         async with bot:
             await _discord_call(bot.start(token))
-    except SpoolLocked as exc:
+    except (SpoolLocked, DatabaseUnavailable) as exc:
         raise CliError(str(exc)) from None
     finally:
         await database.close()

@@ -91,7 +91,10 @@ class KiokuBot(commands.Bot):
         )
         assert self.database.url is not None
         self.listener = CacheListener(
-            self.database.url, on_notice=self.memory.apply_notice, on_reset=self._listener_reset
+            self.database.url,
+            on_notice=self.memory.apply_notice,
+            on_reset=self._listener_reset,
+            connect_timeout_seconds=self.settings.database.connect_timeout_seconds,
         )
         await self.listener.start()
         self.llm = make_client(self.settings)

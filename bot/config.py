@@ -13,7 +13,7 @@ import os
 import re
 import typing
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Self
 
 import annotated_types
 from pydantic import (
@@ -24,8 +24,10 @@ from pydantic import (
     SecretStr,
     ValidationError,
     field_validator,
+    model_validator,
 )
 from pydantic.fields import FieldInfo
+from pydantic_core import PydanticCustomError
 from pydantic_settings import (
     BaseSettings,
     DotEnvSettingsSource,
@@ -35,6 +37,8 @@ from pydantic_settings import (
 )
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
+
+COMBINATION_ERROR = "settings_combination"
 
 RenderMode = Literal["crude_summary", "supersede"]
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
@@ -68,6 +72,27 @@ class StmSettings(Section):
     retention_days: Annotated[int, Field(ge=1, le=3650)] = 90
     janitor_delay_seconds: Annotated[float, Field(ge=0, le=86_400)] = 60.0
     janitor_interval_hours: Annotated[float, Field(gt=0, le=24 * 30)] = 24.0
+
+    @model_validator(mode="after")
+    def _check_combinations(self) -> Self:
+        # Each value is fine alone; together they would show or keep what cannot exist.
+        for smaller, larger in (
+            ("min_raw_tail", "raw_window"),
+            ("crude_message_count", "raw_window"),
+            ("ttl_empty_hours", "ttl_summary_hours"),
+        ):
+            if getattr(self, smaller) > getattr(self, larger):
+                raise PydanticCustomError(
+                    COMBINATION_ERROR,
+                    "{smaller} must not exceed {larger}",
+                    {
+                        "smaller": smaller,
+                        "larger": larger,
+                        "smaller_value": getattr(self, smaller),
+                        "larger_value": getattr(self, larger),
+                    },
+                )
+        return self
 
 
 class LlmSettings(Section):
@@ -131,6 +156,18 @@ class Settings(BaseSettings):
     longterm: LongTermSettings = Field(default_factory=LongTermSettings)
     database: DatabaseSettings = Field(default_factory=DatabaseSettings)
 
+    @field_validator("discord_token")
+    @classmethod
+    def _check_discord_token(cls, value: SecretStr | None) -> SecretStr | None:
+        # `DISCORD_TOKEN=` (as config/example.env ships it) means "not set".
+        token = value.get_secret_value().strip() if value is not None else ""
+        return SecretStr(token) if token else None
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _upper_log_level(cls, value: Any) -> Any:
+        return value.strip().upper() if isinstance(value, str) else value
+
     @field_validator("database_url")
     @classmethod
     def _check_database_url(cls, value: str | None) -> str | None:
@@ -156,7 +193,13 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        config_file = Path(os.environ.get("KIOKU_CONFIG", str(DEFAULT_CONFIG_FILE)))
+        chosen = os.environ.get("KIOKU_CONFIG")
+        config_file = Path(chosen) if chosen else DEFAULT_CONFIG_FILE
+        if chosen and not config_file.exists():
+            # The default file may be absent (an installed package); a named one may not.
+            raise SettingsError(
+                f"cannot read the configuration file {chosen} (KIOKU_CONFIG): no such file"
+            )
         toml = TomlConfigSettingsSource(settings_cls, toml_file=config_file)
         dotenv = _KnownKeysOnly(
             settings_cls,
@@ -189,21 +232,79 @@ class _KnownKeysOnly(PydanticBaseSettingsSource):
         return {key: value for key, value in self._inner().items() if key in self._known}
 
 
+SSL_MODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
+
+# Query parameters SQLAlchemy's asyncpg dialect hands to ``asyncpg.connect()`` unchanged
+# (as text, so only those asyncpg takes as text); any other one is a TypeError at connect.
+_PASSED_QUERY_KEYS = (
+    "ssl",
+    "host",
+    "passfile",
+    "target_session_attrs",
+    "krbsrvname",
+    "gsslib",
+    "prepared_statement_cache_size",
+)
+_QUERY_KEY_HINTS = {
+    "sslrootcert": "set PGSSLROOTCERT=<file> in the environment instead",
+    "sslcert": "set PGSSLCERT=<file> in the environment instead",
+    "sslkey": "set PGSSLKEY=<file> in the environment instead",
+    "sslcrl": "set PGSSLCRL=<file> in the environment instead",
+    "connect_timeout": "use KIOKU_DATABASE__CONNECT_TIMEOUT_SECONDS instead",
+    "timeout": "use KIOKU_DATABASE__CONNECT_TIMEOUT_SECONDS instead",
+    "application_name": "Kioku names its connections itself",
+}
+
+
 def async_database_url(raw: str) -> URL:
-    """Parse a PostgreSQL URL and pin the asyncpg driver; raise ``ValueError`` if malformed."""
+    """Parse a PostgreSQL URL and pin the asyncpg driver; raise ``ValueError`` if malformed.
+
+    libpq's ``sslmode`` (what managed hosts put in their URLs) becomes asyncpg's ``ssl``;
+    a query parameter asyncpg would refuse at connect time is refused here, by name.
+    """
     try:
         url = make_url(raw)
     except ArgumentError as exc:
         raise ValueError("is not a URL like postgresql://user:password@host:5432/db") from exc
+    except ValueError as exc:  # make_url's int() of the port
+        raise ValueError("has a port that is not a number (…@host:5432/db)") from exc
     if url.get_backend_name() not in ("postgresql", "postgres"):
         raise ValueError("must be a postgresql:// URL (PostgreSQL is the only database)")
     if url.drivername not in ("postgresql", "postgres", "postgresql+asyncpg"):
         raise ValueError("must use the asyncpg driver (postgresql:// or postgresql+asyncpg://)")
+    if url.port is not None and not 1 <= url.port <= 65535:
+        raise ValueError(f"has port {url.port}, outside 1–65535")
     if not url.database:
         raise ValueError("names no database (…/dbname)")
     if not url.host and "host" not in url.query:
         raise ValueError("names no host")
-    return url.set(drivername="postgresql+asyncpg")
+    return _asyncpg_query(url).set(drivername="postgresql+asyncpg")
+
+
+def _asyncpg_query(url: URL) -> URL:
+    """The URL with its query parameters as asyncpg takes them (see ``async_database_url``)."""
+    query = dict(url.query)
+    ssl_key = "sslmode" if "sslmode" in query else "ssl"
+    if "sslmode" in query:
+        if "ssl" in query:
+            raise ValueError("sets both sslmode and ssl: keep one")
+        query["ssl"] = query.pop("sslmode")
+    for key, value in query.items():
+        if key not in _PASSED_QUERY_KEYS:
+            hint = _QUERY_KEY_HINTS.get(key, "remove it")
+            raise ValueError(
+                f"has query parameter {key!r}, which the asyncpg driver does not take: {hint} "
+                f"(supported: sslmode, {', '.join(_PASSED_QUERY_KEYS)})"
+            )
+        if key != "host" and not isinstance(value, str):
+            raise ValueError(f"has query parameter {key!r} more than once")
+    ssl = query.get("ssl")
+    if ssl is not None and ssl not in SSL_MODES:
+        raise ValueError(f"has {ssl_key} {ssl!r}; allowed: {' | '.join(SSL_MODES)}")
+    cache_size = query.get("prepared_statement_cache_size")
+    if cache_size is not None and not (isinstance(cache_size, str) and cache_size.isdigit()):
+        raise ValueError("has prepared_statement_cache_size that is not a whole number")
+    return url.set(query=query)
 
 
 class SettingsError(Exception):
@@ -238,6 +339,9 @@ def format_validation_error(exc: ValidationError) -> str:
     lines = []
     for error in exc.errors():
         loc = [str(part) for part in error["loc"]]
+        if error["type"] == COMBINATION_ERROR:
+            lines.append(_combination_line(loc, error.get("ctx") or {}))
+            continue
         key = ".".join(loc) if loc else "?"
         env = _TOP_LEVEL_ENV.get(loc[0]) if len(loc) == 1 else None
         if env is None:
@@ -252,6 +356,20 @@ def format_validation_error(exc: ValidationError) -> str:
             message = "unknown setting"
         lines.append(f"invalid setting {key} ({env}) = {shown}: {message}{hint}")
     return "\n".join(lines)
+
+
+def _combination_line(section: list[str], ctx: dict[str, Any]) -> str:
+    """Two keys that are fine alone but not together: name both, with their values."""
+
+    def named(field: str) -> str:
+        loc = [*section, field]
+        return f"{'.'.join(loc)} ({'KIOKU_' + '__'.join(part.upper() for part in loc)})"
+
+    smaller, larger = str(ctx["smaller"]), str(ctx["larger"])
+    return (
+        f"invalid setting {named(smaller)} = {ctx['smaller_value']!r}: "
+        f"must not exceed {named(larger)} = {ctx['larger_value']!r}"
+    )
 
 
 _URL_CREDENTIALS = re.compile(r"(?<=://)[^/@\s]*@")

@@ -14,6 +14,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy import text
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import (
     AsyncEngine,
@@ -84,8 +85,16 @@ class Database:
         else:
             self.embedded = EmbeddedPostgres(self.settings.data_dir)
             self.url = await asyncio.to_thread(self.embedded.start)
-        self._engine = create_engine(self.url, self.settings)
-        self._sessions = async_sessionmaker(self._engine, expire_on_commit=False)
+        engine = create_engine(self.url, self.settings)
+        try:
+            # Connect once now, so "ready" is true and a refusal surfaces here, not mid-turn.
+            async with engine.connect() as connection:
+                await connection.execute(text("SELECT 1"))
+        except BaseException:
+            await engine.dispose()
+            raise
+        self._engine = engine
+        self._sessions = async_sessionmaker(engine, expire_on_commit=False)
         log.info("database ready (%s)", describe_url(self.url))
 
     @property

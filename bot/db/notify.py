@@ -10,6 +10,7 @@ reset (the caller drops its whole cache) and reconnects with backoff.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from collections.abc import Callable, Sequence
@@ -19,8 +20,8 @@ import asyncpg
 from sqlalchemy import text
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncSession
-from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
 
+from bot.db.engine import DatabaseUnavailable, describe_url
 from bot.memory.model import StmEntry
 
 log = logging.getLogger(__name__)
@@ -62,13 +63,18 @@ def stm_notice(origin: str, entries: Sequence[StmEntry]) -> Notice:
     }
 
 
-def asyncpg_dsn(url: URL) -> str:
-    """The SQLAlchemy URL as a plain libpq DSN for asyncpg (Unix-socket hosts included)."""
-    return url.set(drivername="postgresql").render_as_string(hide_password=False)
+class ListenerUnavailable(DatabaseUnavailable):
+    """The notice connection did not come up in time at start-up."""
 
 
 class CacheListener:
-    """Listens for notices on its own connection until closed."""
+    """Listens for notices on its own connection until closed.
+
+    A supervisor task owns the connection: it reconnects with backoff (each failed
+    attempt logged), pings the connection every ``ping_interval_seconds`` so a half-open
+    one (no FIN, no answer) counts as lost, and survives its own unexpected errors. Every
+    LISTEN after the first reports a reset.
+    """
 
     def __init__(
         self,
@@ -77,46 +83,135 @@ class CacheListener:
         on_notice: Callable[[Notice], None],
         on_reset: Callable[[], None],
         max_backoff_seconds: float = 30.0,
+        connect_timeout_seconds: float = 10.0,
+        start_timeout_seconds: float = 30.0,
+        ping_interval_seconds: float = 30.0,
+        ping_timeout_seconds: float = 10.0,
     ) -> None:
-        self._dsn = asyncpg_dsn(url)
+        self._connect_args = self._asyncpg_connect_args(url)
+        self._where = describe_url(url)
         self._on_notice = on_notice
         self._on_reset = on_reset
         self._max_backoff = max_backoff_seconds
+        self._connect_timeout = connect_timeout_seconds
+        self._start_timeout = start_timeout_seconds
+        self._ping_interval = ping_interval_seconds
+        self._ping_timeout = ping_timeout_seconds
         self._task: asyncio.Task[None] | None = None
         self._listening = asyncio.Event()
         self.resets = 0
 
+    @staticmethod
+    def _asyncpg_connect_args(url: URL) -> dict[str, Any]:
+        """asyncpg.connect()'s arguments, built as the engine's dialect builds them (so the
+        same query parameters, ``ssl`` included, mean the same on both connections)."""
+        _, kwargs = url.get_dialect()().create_connect_args(url)
+        for engine_only in ("prepared_statement_cache_size", "prepared_statement_name_func"):
+            kwargs.pop(engine_only, None)
+        return dict(kwargs)
+
     async def start(self) -> None:
-        """Connect and start listening; returns once the first LISTEN is active."""
+        """Connect and start listening; returns once the first LISTEN is active, or raises
+        :class:`ListenerUnavailable` after ``start_timeout_seconds``."""
         self._task = asyncio.create_task(self._supervise(), name="cache-listener")
-        await self._listening.wait()
+        self._task.add_done_callback(self._supervisor_done)
+        listening = asyncio.ensure_future(self._listening.wait())
+        await asyncio.wait(
+            {listening, self._task},
+            timeout=self._start_timeout,
+            return_when=asyncio.FIRST_COMPLETED,
+        )
+        if listening.done():
+            return
+        listening.cancel()
+        stopped = self._task.done()
+        await self.close()
+        raise ListenerUnavailable(
+            f"the cache listener stopped before listening on {self._where} (see the error above)"
+            if stopped
+            else f"the cache listener could not listen on {self._where} within "
+            f"{self._start_timeout:g} s (see the warnings above)"
+        )
+
+    def _supervisor_done(self, task: asyncio.Task[None]) -> None:
+        # _supervise only ends by cancellation; anything else would end coherence unseen.
+        if not task.cancelled() and task.exception() is not None:
+            log.error(
+                "cache listener stopped: caches are no longer coherent", exc_info=task.exception()
+            )
 
     async def _supervise(self) -> None:
-        first = True
+        failures = 0
         while True:
-            async for attempt in AsyncRetrying(
-                retry=retry_if_exception_type((OSError, asyncpg.PostgresError, TimeoutError)),
-                wait=wait_exponential(multiplier=0.2, max=self._max_backoff),
-                reraise=True,
-            ):
-                with attempt:
-                    connection = await asyncpg.connect(self._dsn, timeout=10)
-            lost = asyncio.Event()
-            connection.add_termination_listener(lambda _c, lost=lost: lost.set())
-            await connection.add_listener(NOTIFY_CHANNEL, self._received)
-            if not first:
-                # Notices sent while we were away are gone: nothing cached can be trusted.
-                self.resets += 1
-                self._on_reset()
-                log.warning("cache listener reconnected; dropped the whole cache")
-            first = False
-            self._listening.set()
             try:
-                await lost.wait()
+                connection = await asyncpg.connect(
+                    **self._connect_args,
+                    timeout=self._connect_timeout,
+                    server_settings={"application_name": "kioku-listener"},
+                )
+            except Exception as exc:
+                failures += 1
+                delay = self._backoff(failures)
+                log.warning(
+                    "cache listener cannot connect to %s (attempt %d: %s: %s); retrying in %.1f s",
+                    self._where,
+                    failures,
+                    exc.__class__.__name__,
+                    exc,
+                    delay,
+                )
+                await asyncio.sleep(delay)
+                continue
+            try:
+                await self._listen(connection)
+                failures = 0
+                log.warning("cache listener lost its connection; reconnecting")
+            except Exception:
+                # A bug here (or in on_reset) must not end coherence: log it, start over.
+                failures += 1
+                log.exception("cache listener failed; reconnecting")
+                await asyncio.sleep(self._backoff(failures))
             finally:
-                if not connection.is_closed():
-                    await connection.close()
-            log.warning("cache listener lost its connection; reconnecting")
+                await self._discard(connection)
+
+    def _backoff(self, failures: int) -> float:
+        return min(self._max_backoff, 0.2 * 2.0 ** min(failures - 1, 16))
+
+    async def _listen(self, connection: asyncpg.Connection) -> None:
+        """LISTEN on ``connection`` until it is lost (closed, or silent to a ping)."""
+        lost = asyncio.Event()
+        connection.add_termination_listener(lambda _c: lost.set())
+        await connection.add_listener(NOTIFY_CHANNEL, self._received)
+        if self._listening.is_set():
+            # Notices sent while we were away are gone: nothing cached can be trusted.
+            self.resets += 1
+            log.warning("cache listener reconnected; dropping the whole cache")
+            self._on_reset()
+        self._listening.set()
+        while not lost.is_set():
+            try:
+                await asyncio.wait_for(lost.wait(), timeout=self._ping_interval)
+            except TimeoutError:
+                try:
+                    await connection.execute("SELECT 1", timeout=self._ping_timeout)
+                except (
+                    OSError,
+                    TimeoutError,
+                    asyncpg.PostgresError,
+                    asyncpg.InterfaceError,
+                ) as exc:
+                    log.warning(
+                        "cache listener's connection did not answer a ping (%s)",
+                        exc.__class__.__name__,
+                    )
+                    connection.terminate()  # a polite close would wait on it too
+                    return
+
+    @staticmethod
+    async def _discard(connection: asyncpg.Connection) -> None:
+        # close() aborts the socket itself when it cannot close cleanly.
+        with contextlib.suppress(Exception):
+            await connection.close(timeout=2)
 
     def _received(self, _connection: Any, _pid: int, _channel: str, payload: str) -> None:
         try:

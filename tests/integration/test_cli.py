@@ -8,7 +8,11 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+from unittest.mock import Mock
 
+import aiohttp
+import discord
 import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import URL
@@ -186,3 +190,171 @@ async def test_doctor_skips_the_tool_call_for_a_provider_without_tool_calling(
         "skipped (provider novelai has no tool calling; the summarizer keeps memory)"
     )
     assert llm.requests == []
+
+
+async def fresh_database(migrated_database: Database, name: str) -> None:
+    async with migrated_database.engine.connect() as connection:
+        await connection.execution_options(isolation_level="AUTOCOMMIT")
+        await connection.execute(text(f"DROP DATABASE IF EXISTS {name}"))
+        await connection.execute(text(f"CREATE DATABASE {name}"))
+
+
+async def test_migrate_accepts_a_managed_hosts_sslmode_url(
+    pg_url: URL, migrated_database: Database, tmp_path: Path
+) -> None:
+    # RDS, Supabase, Neon and Heroku put ?sslmode=require in the URL they hand out. The
+    # test server listens on a Unix socket, where asyncpg does not negotiate TLS.
+    await fresh_database(migrated_database, "kioku_ssl")
+    url = pg_url.set(database="kioku_ssl").update_query_dict({"sslmode": "require"})
+    result = kioku("migrate", data_dir=tmp_path, DATABASE_URL=url.render_as_string(False))
+    assert result.returncode == 0, result.stderr
+    assert "migrated from empty to" in result.stdout
+
+
+async def test_a_database_refusing_the_connection_is_one_line(
+    pg_url: URL, migrated_database: Database, tmp_path: Path
+) -> None:
+    # Not a network failure: the server answers, and refuses (no such database).
+    url = pg_url.set(database="kioku_does_not_exist", password="hunter2")
+    result = kioku("migrate", data_dir=tmp_path, DATABASE_URL=url.render_as_string(False))
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("kioku: cannot use postgresql at ")
+    assert "kioku_does_not_exist" in lines[0] and "hunter2" not in lines[0]
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("postgresql://u:pw@localhost:notaport/db", "has a port that is not a number"),
+        ("postgresql://u:pw@localhost:99999/db", "outside 1–65535"),
+        ("postgresql://u:pw@localhost/db?sslmode=require&channel_binding=require", "channel_bind"),
+    ],
+)
+def test_bad_database_urls_stop_start_up_with_one_line(
+    tmp_path: Path, url: str, expected: str
+) -> None:
+    result = kioku("migrate", data_dir=tmp_path, DATABASE_URL=url)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("kioku: invalid setting database_url (DATABASE_URL)")
+    assert expected in lines[0]
+
+
+def test_a_missing_kioku_config_file_stops_start_up_with_one_line(tmp_path: Path) -> None:
+    result = kioku("migrate", data_dir=tmp_path, KIOKU_CONFIG="/nonexistent/kioku.toml")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "kioku: cannot read the configuration file /nonexistent/kioku.toml (KIOKU_CONFIG): "
+        "no such file"
+    ]
+
+
+async def test_doctor_fails_the_token_row_for_an_empty_token(
+    pg_url: URL, migrated_database: Database, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # config/example.env ships `DISCORD_TOKEN=`; that is not a token.
+    from bot.doctor import doctor
+    from tests.helpers.database import make_test_settings
+    from tests.helpers.fake_llm import refused_base_url
+
+    settings = make_test_settings(
+        pg_url, tmp_path, discord_token="  ", openai_base_url=refused_base_url()
+    )
+    assert await doctor(settings) == 1
+    assert doctor_rows(capsys.readouterr().out)["discord token"] == (
+        "FAIL",
+        "DISCORD_TOKEN is not set",
+    )
+
+
+def test_make_sync_runs_kioku_sync() -> None:
+    # The README sends operators to `kioku sync`; make has a target like migrate/doctor.
+    result = subprocess.run(
+        ["make", "-n", "sync"], cwd=ROOT, capture_output=True, text=True, timeout=30
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == ".venv/bin/kioku sync"
+
+
+def http_error(kind: type[discord.HTTPException], status: int, body: Any) -> Exception:
+    response = Mock(spec=aiohttp.ClientResponse, status=status, reason="Reason")
+    return kind(response, body)
+
+
+def gateway_closed(code: int) -> Exception:
+    return discord.ConnectionClosed(
+        Mock(spec=aiohttp.ClientWebSocketResponse), shard_id=None, code=code
+    )
+
+
+@pytest.mark.parametrize(
+    ("error", "expected"),
+    [
+        (
+            http_error(discord.Forbidden, 403, {"code": 50001, "message": "Missing Access"}),
+            "Discord refused the request (403 Forbidden, error 50001: Missing Access): invite "
+            "the bot with the bot and applications.commands scopes",
+        ),
+        (
+            http_error(discord.DiscordServerError, 503, "upstream connect error"),
+            "Discord failed with HTTP 503, upstream connect error: a problem on Discord's side",
+        ),
+        (
+            http_error(
+                discord.HTTPException,
+                400,
+                {"code": 50035, "message": "Invalid Form Body", "errors": {"name": {}}},
+            ),
+            "Discord refused the request with HTTP 400, error 50035: Invalid Form Body",
+        ),
+        (discord.GatewayNotFound(), "Discord did not give a gateway address"),
+        (gateway_closed(4010), "(4010 invalid shard): --shards must lie in"),
+        (
+            gateway_closed(4011),
+            "Discord requires sharding for this bot: run with --shards/--shard-count "
+            "(see docs/scaling.md)",
+        ),
+        (gateway_closed(4013), "(4013 invalid intents)"),
+        (gateway_closed(4014), "enable the Message Content intent"),
+        (gateway_closed(4999), "Discord closed the gateway connection with code 4999"),
+    ],
+)
+async def test_discord_refusals_become_one_line_with_a_hint(
+    error: Exception, expected: str
+) -> None:
+    from bot.__main__ import EXIT_FAILURE, CliError, _discord_call
+
+    async def fails() -> None:
+        raise error
+
+    with pytest.raises(CliError) as caught:
+        await _discord_call(fails())
+    assert caught.value.code == EXIT_FAILURE
+    assert "\n" not in str(caught.value)
+    assert expected in str(caught.value)
+
+
+def test_a_discord_refusal_exits_1_without_a_traceback(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Through main(), as `kioku sync` would meet a 403 after logging in.
+    import bot.__main__ as cli
+
+    async def sync(settings: Any, token: str) -> int:
+        async def forbidden() -> None:
+            raise http_error(discord.Forbidden, 403, {"code": 50001, "message": "Missing Access"})
+
+        return await cli._discord_call(forbidden())
+
+    monkeypatch.setattr(cli, "sync", sync)
+    monkeypatch.setenv("DISCORD_TOKEN", "dummy-token")
+    monkeypatch.setenv("KIOKU_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("KIOKU_ENV_FILE", str(tmp_path / "absent.env"))
+    assert cli.main(["sync"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("kioku: Discord refused the request (403 Forbidden")
+    assert len(err.strip().splitlines()) == 1

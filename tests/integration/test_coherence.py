@@ -7,6 +7,8 @@ connection); the notices travel through the real server.
 from __future__ import annotations
 
 import asyncio
+import logging
+import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,9 +19,9 @@ from sqlalchemy import text
 from sqlalchemy.engine import URL
 
 from bot.app import build_bot
-from bot.config import Settings
-from bot.db.engine import Database
-from bot.db.notify import CacheListener, Notice
+from bot.config import Settings, async_database_url
+from bot.db.engine import Database, DatabaseUnavailable
+from bot.db.notify import NOTIFY_CHANNEL, CacheListener, ListenerUnavailable, Notice
 from bot.db.repositories import stm as stm_repo
 from bot.memory.model import ScopeKey
 from bot.memory.service import MemoryService
@@ -280,3 +282,217 @@ async def test_a_memory_written_elsewhere_reaches_other_channels_here(
     assert (await b.next_notice())["t"] == "stm"
 
     assert await others_seen_by_b() == ["news in the other channel"]
+
+
+# ---------------------------------------------------------------- the listener itself
+
+
+def ignore(_notice: Notice) -> None:
+    pass
+
+
+def refused_url(password: str = "hunter2") -> URL:
+    """An asyncpg URL on 127.0.0.1 where nothing listens (connections are refused)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return URL.create(
+        "postgresql+asyncpg",
+        username="kioku",
+        password=password,
+        host="127.0.0.1",
+        port=port,
+        database="kioku",
+    )
+
+
+async def notify(db: Database, payload: str) -> None:
+    async with db.engine.begin() as connection:
+        await connection.execute(
+            text("SELECT pg_notify(:channel, :payload)"),
+            {"channel": NOTIFY_CHANNEL, "payload": payload},
+        )
+
+
+async def terminate_listeners(db: Database) -> None:
+    async with db.engine.connect() as connection:
+        await connection.execute(
+            text(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE application_name = 'kioku-listener'"
+            )
+        )
+        await connection.commit()
+
+
+class SilencingProxy:
+    """A TCP proxy to the test server whose open connections can go silent: bytes are
+    swallowed both ways and nothing is closed, as when a NAT or firewall forgets a
+    connection (half-open). Connections made afterwards are forwarded again."""
+
+    def __init__(self, upstream: URL) -> None:
+        self._upstream = upstream
+        self._pairs: list[list[bool]] = []
+        self._server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.url = upstream
+
+    async def __aenter__(self) -> SilencingProxy:
+        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
+        port = self._server.sockets[0].getsockname()[1]
+        self.url = self._upstream.set(host="127.0.0.1", port=port).difference_update_query(["host"])
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def silence(self) -> None:
+        for pair in self._pairs:
+            pair[0] = True
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        socket_dir = self._upstream.query.get("host")
+        port = self._upstream.port or 5432
+        if isinstance(socket_dir, str):
+            up_reader, up_writer = await asyncio.open_unix_connection(
+                f"{socket_dir}/.s.PGSQL.{port}"
+            )
+        else:
+            up_reader, up_writer = await asyncio.open_connection(self._upstream.host, port)
+        silent = [False]
+        self._pairs.append(silent)
+        for source, sink in ((reader, up_writer), (up_reader, writer)):
+            task = asyncio.create_task(self._pipe(source, sink, silent))
+            self._tasks.add(task)
+
+    @staticmethod
+    async def _pipe(
+        source: asyncio.StreamReader, sink: asyncio.StreamWriter, silent: list[bool]
+    ) -> None:
+        while data := await source.read(65536):
+            if not silent[0]:
+                sink.write(data)
+                await sink.drain()
+        sink.close()
+
+
+async def test_a_half_open_listener_connection_is_found_by_the_ping(
+    db: Database, pg_url: URL
+) -> None:
+    async with SilencingProxy(pg_url) as proxy:
+        reset = asyncio.Event()
+        arrived = asyncio.Event()
+        listener = CacheListener(
+            proxy.url,
+            on_notice=lambda notice: arrived.set() if notice.get("t") == "after" else None,
+            on_reset=reset.set,
+            max_backoff_seconds=0.1,
+            ping_interval_seconds=0.1,
+            ping_timeout_seconds=0.3,
+        )
+        await listener.start()
+        try:
+            proxy.silence()  # no FIN, no RST: only a ping can tell
+            async with asyncio.timeout(10):
+                await reset.wait()
+            assert listener.resets == 1
+            await notify(db, '{"t":"after"}')
+            async with asyncio.timeout(10):
+                await arrived.wait()
+        finally:
+            await listener.close()
+
+
+async def test_the_listener_start_gives_up_with_a_clear_error_and_logs_each_retry(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    url = refused_url(password="hunter2")
+    listener = CacheListener(
+        url,
+        on_notice=ignore,
+        on_reset=lambda: None,
+        max_backoff_seconds=0.05,
+        start_timeout_seconds=0.5,
+    )
+    with caplog.at_level(logging.WARNING, logger="bot.db.notify"):
+        async with asyncio.timeout(10):  # before the fix: waited forever, silently
+            with pytest.raises(ListenerUnavailable) as caught:
+                await listener.start()
+    assert str(caught.value) == (
+        "the cache listener could not listen on postgresql at 127.0.0.1/kioku within 0.5 s "
+        "(see the warnings above)"
+    )
+    assert isinstance(caught.value, DatabaseUnavailable)  # `kioku run` prints one line
+    retries = [r for r in caplog.records if "cannot connect" in r.getMessage()]
+    assert len(retries) >= 2 and all(r.levelno == logging.WARNING for r in retries)
+    assert "postgresql at 127.0.0.1/kioku" in retries[0].getMessage()
+    assert not any("hunter2" in r.getMessage() for r in caplog.records)
+
+
+async def test_an_error_in_the_reset_handler_does_not_end_the_listener(
+    db: Database, pg_url: URL, caplog: pytest.LogCaptureFixture
+) -> None:
+    calls = 0
+    recovered = asyncio.Event()
+
+    def on_reset() -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise RuntimeError("bug in the reset handler")
+        recovered.set()
+
+    listener = CacheListener(pg_url, on_notice=ignore, on_reset=on_reset, max_backoff_seconds=0.1)
+    await listener.start()
+    try:
+        with caplog.at_level(logging.WARNING, logger="bot.db.notify"):
+            await terminate_listeners(db)
+            async with asyncio.timeout(10):
+                await recovered.wait()
+    finally:
+        await listener.close()
+    assert calls == 2 and listener.resets == 2
+    (failure,) = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert failure.exc_info is not None and isinstance(failure.exc_info[1], RuntimeError)
+
+
+async def test_a_dead_supervisor_is_logged_and_start_does_not_wait(
+    pg_url: URL, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    listener = CacheListener(pg_url, on_notice=ignore, on_reset=lambda: None)
+
+    async def broken() -> None:
+        raise RuntimeError("unexpected")
+
+    monkeypatch.setattr(listener, "_supervise", broken)
+    with caplog.at_level(logging.ERROR, logger="bot.db.notify"):
+        async with asyncio.timeout(10):  # far below the 30 s start timeout
+            with pytest.raises(ListenerUnavailable, match="stopped before listening"):
+                await listener.start()
+    (record,) = caplog.records
+    assert "caches are no longer coherent" in record.getMessage()
+    assert record.exc_info is not None and isinstance(record.exc_info[1], RuntimeError)
+
+
+async def test_the_listener_connects_with_the_ssl_parameter_settings_produce(
+    db: Database, pg_url: URL
+) -> None:
+    # DATABASE_URL=…?sslmode=require becomes ?ssl=require (asyncpg's name); the listener
+    # must read it as the engine does, not hand "ssl" to the server as a setting.
+    url = async_database_url(
+        pg_url.update_query_dict({"sslmode": "require"}).render_as_string(hide_password=False)
+    )
+    assert url.query.get("ssl") == "require" and "sslmode" not in url.query
+    arrived = asyncio.Event()
+    listener = CacheListener(url, on_notice=lambda _n: arrived.set(), on_reset=lambda: None)
+    try:
+        async with asyncio.timeout(10):
+            await listener.start()
+            await notify(db, '{"t":"ping"}')
+            await arrived.wait()
+    finally:
+        await listener.close()

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import logging
+import socket
+from pathlib import Path
+
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import func, select, text
+from sqlalchemy.engine import URL
 
+from bot.config import load_settings
 from bot.db.engine import Database
 from bot.db.migrate import current_revision, head_revision, upgrade
 from bot.db.models import Base, GuildSettings
-from tests.helpers.database import count_statements
+from tests.helpers.database import count_statements, make_test_settings
 
 # The database contract of ARCHITECTURE.md: every table and column it names.
 CONTRACT: dict[str, set[str]] = {
@@ -150,3 +156,40 @@ async def test_statement_counter_counts_what_the_engine_sends(db: Database) -> N
     with count_statements(db.engine) as idle:
         pass
     assert idle.count == 0
+
+
+def refused_database_url() -> str:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"postgresql://kioku:pw@127.0.0.1:{port}/kioku"
+
+
+async def test_ready_is_not_logged_for_a_database_that_cannot_be_reached(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings = load_settings(database_url=refused_database_url(), data_dir=tmp_path)
+    database = Database(settings)
+    try:
+        with caplog.at_level(logging.INFO, logger="bot.db.engine"):
+            with pytest.raises(OSError):
+                await database.start()
+            # A failed start leaves nothing half-started behind: trying again tries again.
+            with pytest.raises(OSError):
+                await database.start()
+        assert "database ready" not in caplog.text
+    finally:
+        await database.close()
+
+
+async def test_ready_is_logged_once_the_database_answers(
+    pg_url: URL, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    database = Database(make_test_settings(pg_url, tmp_path))
+    try:
+        with caplog.at_level(logging.INFO, logger="bot.db.engine"):
+            await database.start()
+        (record,) = [r for r in caplog.records if "database ready" in r.getMessage()]
+        assert record.getMessage().startswith("database ready (postgresql at ")
+    finally:
+        await database.close()

@@ -140,3 +140,118 @@ def test_dotenv_is_read_and_foreign_variables_ignored(
     assert settings.stm.refresh_cadence == 7
     monkeypatch.setenv("KIOKU_STM__REFRESH_CADENCE", "8")
     assert load_settings().stm.refresh_cadence == 8, "the environment wins over .env"
+
+
+@pytest.mark.parametrize(
+    "mode", ["disable", "allow", "prefer", "require", "verify-ca", "verify-full"]
+)
+def test_libpq_sslmode_becomes_asyncpg_ssl(monkeypatch: pytest.MonkeyPatch, mode: str) -> None:
+    # Managed hosts (RDS, Supabase, Neon, Heroku) hand out URLs with ?sslmode=…, which
+    # asyncpg.connect() refuses as an unexpected keyword.
+    import inspect
+
+    import asyncpg
+    from sqlalchemy.engine import make_url
+
+    monkeypatch.setenv(
+        "DATABASE_URL", f"postgresql://u:pw@db.example.com:5432/kioku?sslmode={mode}"
+    )
+    url = make_url(load_settings().database_url)
+    assert dict(url.query) == {"ssl": mode}
+    _, connect_kwargs = url.get_dialect()().create_connect_args(url)
+    inspect.signature(asyncpg.connect).bind(**connect_kwargs)  # what the engine will call
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("postgresql://u:pw@h/db?sslmode=require&channel_binding=require", "'channel_binding'"),
+        ("postgresql://u:pw@h/db?application_name=x", "'application_name'"),
+        ("postgresql://u:pw@h/db?sslrootcert=/ca.pem", "set PGSSLROOTCERT=<file>"),
+        ("postgresql://u:pw@h/db?connect_timeout=5", "KIOKU_DATABASE__CONNECT_TIMEOUT_SECONDS"),
+        ("postgresql://u:pw@h/db?sslmode=requir", "has sslmode 'requir'; allowed: disable |"),
+        ("postgresql://u:pw@h/db?sslmode=require&ssl=require", "sets both sslmode and ssl"),
+        ("postgresql://u:pw@h:notaport/db", "has a port that is not a number"),
+        ("postgresql://u:pw@h:99999/db", "has port 99999, outside 1–65535"),
+        ("postgresql://u:pw@h:0/db", "has port 0, outside 1–65535"),
+    ],
+)
+def test_database_url_problems_give_one_line_naming_the_cause(
+    monkeypatch: pytest.MonkeyPatch, url: str, expected: str
+) -> None:
+    monkeypatch.setenv("DATABASE_URL", url)
+    with pytest.raises(SettingsError) as caught:
+        load_settings()
+    message = str(caught.value)
+    assert "\n" not in message
+    assert message.startswith("invalid setting database_url (DATABASE_URL) = ")
+    assert expected in message
+    assert "pw" not in message
+
+
+@pytest.mark.parametrize(
+    ("env", "first", "second"),
+    [
+        (
+            {"KIOKU_STM__MIN_RAW_TAIL": "20", "KIOKU_STM__RAW_WINDOW": "10"},
+            "stm.min_raw_tail (KIOKU_STM__MIN_RAW_TAIL) = 20",
+            "stm.raw_window (KIOKU_STM__RAW_WINDOW) = 10",
+        ),
+        (
+            {"KIOKU_STM__CRUDE_MESSAGE_COUNT": "8", "KIOKU_STM__RAW_WINDOW": "5"},
+            "stm.crude_message_count (KIOKU_STM__CRUDE_MESSAGE_COUNT) = 8",
+            "stm.raw_window (KIOKU_STM__RAW_WINDOW) = 5",
+        ),
+        (
+            {"KIOKU_STM__TTL_EMPTY_HOURS": "48"},
+            "stm.ttl_empty_hours (KIOKU_STM__TTL_EMPTY_HOURS) = 48.0",
+            "stm.ttl_summary_hours (KIOKU_STM__TTL_SUMMARY_HOURS) = 24.0",
+        ),
+    ],
+)
+def test_contradictory_settings_give_one_line_naming_both_keys(
+    monkeypatch: pytest.MonkeyPatch, env: dict[str, str], first: str, second: str
+) -> None:
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(SettingsError) as caught:
+        load_settings()
+    assert str(caught.value) == f"invalid setting {first}: must not exceed {second}"
+
+
+def test_equal_limits_are_not_contradictory(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KIOKU_STM__RAW_WINDOW", "6")
+    monkeypatch.setenv("KIOKU_STM__MIN_RAW_TAIL", "6")
+    monkeypatch.setenv("KIOKU_STM__TTL_EMPTY_HOURS", "24")
+    settings = load_settings()
+    assert settings.stm.raw_window == settings.stm.crude_message_count == 6
+
+
+@pytest.mark.parametrize("value", ["debug", "Warning", " error "])
+def test_log_level_is_case_insensitive(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    monkeypatch.setenv("KIOKU_LOG_LEVEL", value)
+    assert load_settings().log_level == value.strip().upper()
+
+
+def test_a_missing_config_file_named_by_kioku_config_is_an_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    missing = tmp_path / "nonexistent" / "kioku.toml"
+    monkeypatch.setenv("KIOKU_CONFIG", str(missing))
+    with pytest.raises(SettingsError) as caught:
+        load_settings()
+    assert str(caught.value) == (
+        f"cannot read the configuration file {missing} (KIOKU_CONFIG): no such file"
+    )
+
+
+@pytest.mark.parametrize("value", ["", "   ", "\t"])
+def test_a_blank_discord_token_counts_as_not_set(
+    monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    # config/example.env ships `DISCORD_TOKEN=`; run, sync and doctor must all see "unset".
+    monkeypatch.setenv("DISCORD_TOKEN", value)
+    assert load_settings().discord_token is None
+    monkeypatch.setenv("DISCORD_TOKEN", "  abc \n")
+    token = load_settings().discord_token
+    assert token is not None and token.get_secret_value() == "abc"

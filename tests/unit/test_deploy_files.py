@@ -266,7 +266,8 @@ def clean_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     for name in list(os.environ):
         if name.startswith("KIOKU_") or name in settings_env_names():
             monkeypatch.delenv(name)
-    monkeypatch.setenv("KIOKU_CONFIG", str(tmp_path / "absent.toml"))
+    (tmp_path / "empty.toml").write_text("")  # no TOML settings (a missing file is an error)
+    monkeypatch.setenv("KIOKU_CONFIG", str(tmp_path / "empty.toml"))
     monkeypatch.setenv("KIOKU_ENV_FILE", str(tmp_path / "absent.env"))
 
 
