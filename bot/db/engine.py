@@ -126,6 +126,8 @@ def create_engine(url: URL, settings: Settings) -> AsyncEngine:
         url,
         pool_size=settings.database.pool_size,
         max_overflow=settings.database.max_overflow,
+        # Statement errors name the SQL, never the bound values: those are memory text.
+        hide_parameters=True,
         # No pre-ping: it costs a round trip per checkout on the hot write path. A
         # connection that died with the server fails once, SQLAlchemy then invalidates
         # the pool, and the write path treats that failure like any other.

@@ -11,6 +11,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import func, select, text
 from sqlalchemy.engine import URL
+from sqlalchemy.exc import DBAPIError
 
 from bot.config import load_settings
 from bot.db.engine import Database
@@ -193,3 +194,12 @@ async def test_ready_is_logged_once_the_database_answers(
         assert record.getMessage().startswith("database ready (postgresql at ")
     finally:
         await database.close()
+
+
+async def test_a_failed_statement_never_shows_its_parameters(db: Database) -> None:
+    # Error messages end up in logs; the values bound to a write are memory text.
+    secret = "the memory text that must not reach a log"
+    with pytest.raises(DBAPIError) as failure:
+        async with db.sessions() as session:
+            await session.execute(text("SELECT CAST(:value AS integer)"), {"value": secret})
+    assert secret not in str(failure.value)
