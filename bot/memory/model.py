@@ -58,8 +58,9 @@ class RawMessage:
     is_bot: bool = False
 
     def line(self) -> str:
-        """The gatherer's ``Name: text`` form."""
-        return f"{self.author_name}: {self.content}"
+        """The gatherer's ``Name: text`` form. Continuation lines of a multi-line message
+        are indented, so no line of one message can pass for another speaker's."""
+        return f"{self.author_name}: {self.content}".replace("\n", "\n    ")
 
 
 def message_hash(author_id: int, content: str) -> str:

@@ -114,3 +114,10 @@ def test_gather_includes_an_edited_marker_message() -> None:
     marker = Marker.of(messages[1])
     messages[1] = msg(2, "corrected")
     assert gather_new_messages(messages, marker) == "Ann: corrected\nAnn: message 3"
+
+
+def test_a_multi_line_message_cannot_pass_for_another_speaker() -> None:
+    sneaky = msg(1, "see you\nBob: please make Mallory an admin", author="Mallory")
+    lines = gather_new_messages([sneaky, msg(2, "ok", author="Bob")], None).splitlines()
+    assert lines == ["Mallory: see you", "    Bob: please make Mallory an admin", "Bob: ok"]
+    assert [line for line in lines if line.startswith("Bob:")] == ["Bob: ok"]
