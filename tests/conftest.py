@@ -1,4 +1,25 @@
-"""Shared fixtures: each harness lives in its own module under tests/helpers/."""
+"""Shared fixtures: each harness lives in its own module under tests/helpers/.
+
+Also the ``figures`` reporter: a test records the numbers it measured (messages sent,
+acknowledged, found after recovery, matrix cells checked…) and they are printed in a
+"figures" section at the end of the run, even under ``pytest -q`` (which captures
+``print``)::
+
+    async def test_outage(figures: Figures) -> None:
+        ...
+        figures.record("acknowledged", len(acknowledged))
+        figures["found after recovery"] = found   # the same thing
+
+Record before asserting, so a failing test still shows what it measured. Values are
+shown with ``str()``; recording a name twice keeps the last value. Each figure is also
+added to the test's ``user_properties`` (JUnit XML reports carry them).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
 
 pytest_plugins = [
     "tests.helpers.database",
@@ -7,3 +28,41 @@ pytest_plugins = [
     "tests.helpers.bot",
     "tests.helpers.fuzz",
 ]
+
+# nodeid -> figure name -> value, in recording order.
+FIGURES = pytest.StashKey[dict[str, dict[str, Any]]]()
+
+
+class Figures:
+    """The figures of one test (the ``figures`` fixture)."""
+
+    def __init__(self, request: pytest.FixtureRequest) -> None:
+        self._node = request.node
+        self._store = request.config.stash.setdefault(FIGURES, {})
+
+    def record(self, name: str, value: Any) -> None:
+        self._store.setdefault(self._node.nodeid, {})[name] = value
+        self._node.user_properties.append((f"figure: {name}", value))
+
+    def __setitem__(self, name: str, value: Any) -> None:
+        self.record(name, value)
+
+    def __getitem__(self, name: str) -> Any:
+        return self._store[self._node.nodeid][name]
+
+
+@pytest.fixture
+def figures(request: pytest.FixtureRequest) -> Figures:
+    """Record numbers a test measured; printed in the "figures" summary section."""
+    return Figures(request)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    recorded = terminalreporter.config.stash.get(FIGURES, {})
+    if not recorded:
+        return
+    terminalreporter.section("figures")
+    for nodeid, values in recorded.items():
+        terminalreporter.write_line(nodeid)
+        for name, value in values.items():
+            terminalreporter.write_line(f"    {name}: {value}")

@@ -946,11 +946,9 @@ class MemoryService:
             self._guilds_hydrated.pop(int(notice["g"]), None)
 
     def drop_all(self) -> None:
-        """Forget everything loaded from the database (after missed notices). A missed
-        notice may have been a clear or a deletion, so turns already running in any
-        channel may not write what they read before (new epochs everywhere)."""
-        for channel_id in {*self._epochs, *self.windows.channel_ids()}:
-            self._epochs[channel_id] = self.epoch(channel_id) + 1
+        """Forget everything loaded from the database (after missed notices). Running
+        turns keep their epochs: a /refresh this process missed still refuses their
+        writes in the database (``stm_clears``)."""
         self._notice_seq += 1
         self._noticed[FORGET_NOTICED] = self._notice_seq
         self.cache.clear()

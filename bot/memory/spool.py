@@ -251,8 +251,11 @@ class DurableSpool:
         for record in self._records:
             self._track(record)
         self._handle = self._open_for_append()
-        # Set when an operation is appended, and when the database is known to be back.
+        # Set when an operation is appended (work to do) ...
         self._wake = asyncio.Event()
+        # ... and when the database is known to be back (ends a backoff wait early; new
+        # work does not, or every write during an outage would cost a failed attempt).
+        self._back = asyncio.Event()
         # One replay at a time: two would both drop the same batch from the log.
         self._replaying = asyncio.Lock()
 
@@ -329,6 +332,7 @@ class DurableSpool:
     def database_back(self) -> None:
         """The database answers again (e.g. the cache listener reconnected): replay now
         instead of at the end of the current backoff."""
+        self._back.set()
         self._wake.set()
 
     # -- replaying
@@ -423,6 +427,8 @@ class DurableSpool:
             if not self._records:
                 self._wake.clear()
                 await self._wake.wait()
+            # A "database is back" that arrives during this attempt still cuts the wait.
+            self._back.clear()
             try:
                 replayed = await self.replay(sessions)
             except Exception as exc:
@@ -432,11 +438,10 @@ class DurableSpool:
                     exc.__class__.__name__,
                     wait,
                 )
-                self._wake.clear()
                 if on_retry is not None:
                     on_retry(exc)
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), wait)
+                    await asyncio.wait_for(self._back.wait(), wait)
                 wait = min(wait * 2, max_wait_seconds)
                 continue
             wait = first_wait_seconds

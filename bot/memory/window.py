@@ -83,9 +83,6 @@ class WindowCache:
         self._windows.pop(channel_id, None)
         self._primed[channel_id] = True
 
-    def channel_ids(self) -> list[int]:
-        return list(self._windows.keys())
-
     def channels_with_author(self, author_id: int) -> set[int]:
         """The channels whose window holds a message by ``author_id``."""
         return {

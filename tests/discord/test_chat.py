@@ -7,15 +7,16 @@ to the scripted server, the real command tree, embedded PostgreSQL.
 from __future__ import annotations
 
 import asyncio
+import copy
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.engine import URL
 
 from bot.db.engine import Database
-from bot.db.models import ShortTermMemory
+from bot.db.models import ShortTermMemory, StmEvent
 from bot.llm.tools.stm import STM_TOOL_NAME
 from bot.memory.model import Category, ScopeKey
 from bot.memory.turn import REASON_ALREADY_UPDATED, REASON_CLEARED, REASON_DISABLED
@@ -219,16 +220,60 @@ async def test_a_new_bot_instance_answers_with_the_stored_memory(
         await stop_kioku(second)
 
 
+SEEDED = "The team moved the launch to Friday."
+# How long a scripted fault keeps its turn waiting (a client timeout, or a slow error).
+FAULT_SECONDS = 1.5
+
+
+async def stm_state(kioku: KiokuHarness, db: Database) -> tuple[list[dict[str, Any]], Any]:
+    """Every STM row (all columns), the audit event count, and copies of the cached
+    entries of the harness's channel: what a failed turn must leave exactly as it was."""
+    columns = ShortTermMemory.__table__.columns
+    stored = [{c.key: getattr(row, c.key) for c in columns} for row in await rows(db)]
+    async with db.sessions() as session:
+        events = await session.scalar(select(func.count()).select_from(StmEvent))
+    cache = kioku.bot.memory.cache
+    cached = {
+        key: copy.deepcopy(cache.get(key)) for key in cache.keys_of_channel(kioku.env.channel.id)
+    }
+    return stored, (events, cached)
+
+
+async def seed_memory(kioku: KiokuHarness, db: Database) -> tuple[list[dict[str, Any]], Any]:
+    """A turn in which the model stores :data:`SEEDED`; returns the state after it."""
+    kioku.llm.reply_tool_calls([stm_call(SEEDED)]).reply_text("noted")
+    await kioku.env.send("the launch moved to Friday", mention_bot=True)
+    assert tool_results(kioku.llm, -1) == ["saved"]
+    state = await stm_state(kioku, db)
+    stored, (_, cached) = state
+    assert [row["summary"] for row in stored] == [SEEDED, SEEDED]  # server and user rows
+    assert [entry.summary for entry in cached.values()] == [SEEDED, SEEDED]
+    return state
+
+
 @pytest.mark.parametrize(
-    ("script", "fragment"),
+    ("script", "client_timeout", "fragment"),
     [
-        pytest.param(lambda llm: llm.reply_error(500, "boom"), "can't reach", id="500"),
         pytest.param(
-            lambda llm: llm.reply_error(429, "slow down", headers={"retry-after": "0"}),
+            lambda llm: llm.reply_error(500, "boom", delay=FAULT_SECONDS),
+            5,
+            "can't reach",
+            id="500",
+        ),
+        pytest.param(
+            lambda llm: llm.reply_error(
+                429, "slow down", headers={"retry-after": "0"}, delay=FAULT_SECONDS
+            ),
+            5,
             "busy",
             id="429",
         ),
-        pytest.param(lambda llm: llm.reply_text("late", delay=3), "too long", id="timeout"),
+        pytest.param(
+            lambda llm: llm.reply_text("late", delay=10 * FAULT_SECONDS),
+            FAULT_SECONDS,
+            "too long",
+            id="timeout",
+        ),
     ],
 )
 async def test_llm_faults_get_a_friendly_reply_and_other_channels_keep_working(
@@ -237,30 +282,84 @@ async def test_llm_faults_get_a_friendly_reply_and_other_channels_keep_working(
     pg_url: URL,
     tmp_path: Path,
     script: Any,
+    client_timeout: float,
     fragment: str,
 ) -> None:
+    """A model call that fails (slowly) gets a friendly reply and leaves the channel's
+    stored memory and its cache entries exactly as they were; meanwhile another
+    channel's turn is answered while the failing one is still waiting."""
     kioku = await start_kioku(
-        db, llm, pg_url, tmp_path, settings={"llm": {"max_retries": 0, "timeout_seconds": 1}}
+        db,
+        llm,
+        pg_url,
+        tmp_path,
+        settings={"llm": {"max_retries": 0, "timeout_seconds": client_timeout}},
     )
     try:
+        channel = kioku.env.channel
         other = await kioku.env.create_text_channel("other")
-        script(llm)
-        await kioku.env.send("hello", mention_bot=True)
-        assert fragment in kioku.env.last_sent().content
-        assert await rows(db) == []
-        llm.reply_text("all good here")
+        before = await seed_memory(kioku, db)
+
+        script(llm)  # the next model call (this channel's) fails...
+        llm.reply_text("all good here")  # ...and the one after it is the other channel's
+        requests = len(llm.requests)
+        failing = asyncio.create_task(kioku.env.send("and now?", mention_bot=True))
+        await llm.wait_for_requests(requests + 1)  # it is waiting for the model
         await kioku.env.send("hello", channel=other, mention_bot=True)
-        assert kioku.env.last_sent().content == "all good here"
+        assert kioku.env.sent_to(other)[-1].content == "all good here"
+        assert not failing.done(), "the other channel was answered while the fault lasted"
+
+        await failing
+        assert fragment in kioku.env.sent_to(channel)[-1].content
+        assert await stm_state(kioku, db) == before
     finally:
         await stop_kioku(kioku)
 
 
 async def test_unreachable_model_gets_a_friendly_reply(kioku: KiokuHarness, db: Database) -> None:
+    before = await seed_memory(kioku, db)
     client = kioku.bot.turns.client
     kioku.bot.turns.client = client.with_options(base_url=refused_base_url())
     await kioku.env.send("hello", mention_bot=True)
     assert "can't reach" in kioku.env.last_sent().content
-    assert await rows(db) == []
+    assert await stm_state(kioku, db) == before
+
+
+RETRY_AFTER_SECONDS = 1.5
+
+
+async def test_a_rate_limit_is_retried_after_retry_after_and_then_given_up(
+    db: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path
+) -> None:
+    """With ``max_retries`` > 0 the client waits what ``retry-after`` says (its own
+    backoff would wait at most 0.5 s before a first retry), and makes exactly
+    ``max_retries + 1`` requests before the user hears that the model is busy."""
+    kioku = await start_kioku(
+        db, llm, pg_url, tmp_path, settings={"llm": {"max_retries": 2, "timeout_seconds": 5}}
+    )
+    try:
+        loop = asyncio.get_running_loop()
+        retry_after = {"retry-after": str(RETRY_AFTER_SECONDS)}
+        llm.reply_error(429, "slow down", headers=retry_after).reply_text("made it")
+        turn = asyncio.create_task(kioku.env.send("hello", mention_bot=True))
+        await llm.wait_for_requests(1)
+        first = loop.time()
+        await llm.wait_for_requests(2)
+        waited = loop.time() - first
+        await turn
+        assert kioku.env.last_sent().content == "made it"
+        # A little slack for the moments this test's own wake-ups took.
+        assert waited >= RETRY_AFTER_SECONDS - 0.1, waited
+
+        for _ in range(3):
+            llm.reply_error(429, "still slow", headers={"retry-after-ms": "20"})
+        llm.reply_text("a fourth attempt was made")
+        await kioku.env.send("hello again", mention_bot=True)
+        assert "busy" in kioku.env.last_sent().content
+        assert len(llm.requests) == 2 + 3  # max_retries + 1 for the second message
+        assert llm.pending == 1  # the reply after the third 429 was never asked for
+    finally:
+        await stop_kioku(kioku)
 
 
 async def test_malformed_tool_arguments_are_answered_as_a_tool_error(

@@ -1,8 +1,9 @@
 """Nothing acknowledged is lost: a real PostgreSQL stopped and started under load, and a
-writer process killed with SIGKILL mid-stream.
+writer process killed with SIGKILL mid-stream, then a real restart.
 
 Each test owns an embedded PostgreSQL (not the session's), so stopping it disturbs no
-other test.
+other test. The figures (sent, acknowledged, found after recovery…) are printed in the
+"figures" section at the end of the run.
 """
 
 from __future__ import annotations
@@ -12,23 +13,36 @@ import os
 import signal
 import sys
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 import pytest
 from sqlalchemy import func, select
 from sqlalchemy.engine import URL
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from bot.db.engine import Database, EmbeddedPostgres
 from bot.db.migrate import upgrade
 from bot.db.models import ShortTermMemory, StmEvent
 from bot.llm.tools.stm import STM_TOOL_NAME
-from bot.memory.spool import DurableSpool, spool_path
+from bot.memory.service import MemoryService
+from bot.memory.spool import (
+    DurableSpool,
+    SpoolStatus,
+    count_pending,
+    inspect_spool,
+    spool_path,
+)
+from tests.conftest import Figures
 from tests.helpers.bot import start_kioku, stop_kioku
 from tests.helpers.database import make_test_settings
 from tests.helpers.fake_llm import ScriptedLLM
 
 ROOT = Path(__file__).resolve().parents[2]
+PENDING = "saved, pending sync"
+# A safety net only: every wait below ends on an event; this turns a hang into a failure.
+RECOVERY_LIMIT_SECONDS = 90
 
 
 @dataclass
@@ -52,113 +66,332 @@ async def own_postgres(tmp_path: Path) -> AsyncIterator[OwnPostgres]:
         await asyncio.to_thread(server.stop)
 
 
+async def update_events_found(
+    sessions: async_sessionmaker[AsyncSession], message_ids: list[int]
+) -> int:
+    """How many of ``message_ids`` have an STM update in the audit log."""
+    async with sessions() as session:
+        found = await session.scalar(
+            select(func.count(func.distinct(StmEvent.message_id))).where(
+                StmEvent.event == "update", StmEvent.message_id.in_(message_ids)
+            )
+        )
+    return int(found or 0)
+
+
+async def server_rows(sessions: async_sessionmaker[AsyncSession]) -> list[ShortTermMemory]:
+    async with sessions() as session:
+        return list(
+            await session.scalars(
+                select(ShortTermMemory).where(ShortTermMemory.scope_kind == "server")
+            )
+        )
+
+
+# ----------------------------------------------------------------- database outage
+
+
+@dataclass
+class ReplayerProbe:
+    """Watches the bot's own spool replayer without replacing it."""
+
+    failed_attempts: int = 0
+    replays: int = 0
+    replayed_at: float = 0.0  # loop time of the last report
+    # Set each time the replayer reports that every spooled operation reached the database.
+    replayed: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+def watch_replayer(monkeypatch: pytest.MonkeyPatch) -> ReplayerProbe:
+    """Count the replay attempts and report the ``on_replayed`` callback the bot hands
+    its background replayer (``MemoryService.spool_replayed``). Patched on the classes
+    before the bot starts, so the bot's own task runs the observed methods."""
+    probe = ReplayerProbe()
+    replay = DurableSpool.replay
+    spool_replayed = MemoryService.spool_replayed
+
+    async def counted_replay(
+        spool: DurableSpool, sessions: async_sessionmaker[AsyncSession]
+    ) -> int:
+        try:
+            return await replay(spool, sessions)
+        except Exception:
+            probe.failed_attempts += 1
+            raise
+
+    def reported(memory: MemoryService) -> None:
+        spool_replayed(memory)
+        probe.replays += 1
+        probe.replayed_at = asyncio.get_running_loop().time()
+        probe.replayed.set()
+
+    monkeypatch.setattr(DurableSpool, "replay", counted_replay)
+    monkeypatch.setattr(MemoryService, "spool_replayed", reported)
+    return probe
+
+
 async def test_database_outage_during_500_updates_loses_nothing_acknowledged(
-    own_postgres: OwnPostgres, llm: ScriptedLLM, tmp_path: Path
+    own_postgres: OwnPostgres,
+    llm: ScriptedLLM,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    figures: Figures,
 ) -> None:
+    """500 STM updates over 50 channels; the database is down from update 150 to 349.
+    Every update is acknowledged (saved, or saved pending sync), the bot answers every
+    message, ``/stm show`` tells how many writes wait, and the bot's own background
+    replayer (not a hand-made replay) brings every acknowledged update to the database."""
     pg = own_postgres
+    probe = watch_replayer(monkeypatch)
     kioku = await start_kioku(pg.database, llm, pg.url, tmp_path / "bot", channels=50)
-    acknowledged: dict[int, str] = {}  # source message id -> status
+    loop = asyncio.get_running_loop()
+    statuses: dict[int, str] = {}  # source message id -> what the tool answered
     last_ack: dict[int, str] = {}  # channel id -> summary of its last acknowledged update
-    replies = 0
+    sent = replies = 0
+    shown_pending = 0
+    shown = ""
+    back_at = loop.time()
     try:
         channels = kioku.env.channels
+        spool = kioku.bot.spool
+        assert spool is not None
         for i in range(500):
             channel = channels[i % 50]
             if i == 150:
                 await asyncio.to_thread(pg.server.stop)
             if i == 350:
+                # Just before the database comes back: /stm show tells what waits.
+                shown_pending = kioku.bot.memory.pending_sync
+                result = await kioku.interactions.slash("stm show", channel=channel)
+                shown = "\n".join(result.texts()) if result.ephemeral else "(not ephemeral)"
                 await asyncio.to_thread(pg.server.start)
+                back_at = loop.time()
             summary = f"update {i} in {channel.name}"
             llm.reply_tool_calls([(STM_TOOL_NAME, {"summary": summary})]).reply_text(f"reply {i}")
             message = await kioku.env.send(f"message {i}", channel=channel, mention_bot=True)
+            sent += 1
             replies += kioku.env.last_sent().content == f"reply {i}"
-            (result,) = [m["content"] for m in llm.messages(-1) if m.get("role") == "tool"]
-            if result in ("saved", "saved, pending sync"):
-                acknowledged[message.id] = result
+            (status,) = [m["content"] for m in llm.messages(-1) if m.get("role") == "tool"]
+            statuses[message.id] = status
+            if status in ("saved", PENDING):
                 last_ack[channel.id] = summary
-        await kioku.bot.spool.replay(pg.database.sessions)
+
+        # Recovery is the bot's background replayer's job (woken by the cache listener's
+        # reconnect, or at the end of its backoff): wait for it to report.
+        pending_after_traffic = spool.pending
+        if spool.pending:
+            probe.replayed.clear()
+            async with asyncio.timeout(RECOVERY_LIMIT_SECONDS):
+                await probe.replayed.wait()
+        left_in_spool = spool.pending
     finally:
         await stop_kioku(kioku)
 
-    pending = sum(1 for status in acknowledged.values() if status == "saved, pending sync")
-    async with pg.database.sessions() as session:
-        rows = {
-            r.channel_id: r.summary
-            for r in await session.scalars(
-                select(ShortTermMemory).where(ShortTermMemory.scope_kind == "server")
-            )
-        }
-        found = await session.scalar(
-            select(func.count(func.distinct(StmEvent.message_id))).where(
-                StmEvent.event == "update", StmEvent.message_id.in_(list(acknowledged))
-            )
-        )
-    print(
-        f"\nupdates sent 500, acknowledged {len(acknowledged)} ({pending} pending sync), "
-        f"found after recovery {found}, replies {replies}"
-    )
-    assert replies == 500, "the bot answered every message, outage or not"
+    acknowledged = [mid for mid, status in statuses.items() if status in ("saved", PENDING)]
+    pending = sum(1 for status in statuses.values() if status == PENDING)
+    found = await update_events_found(pg.database.sessions, acknowledged)
+    rows = {r.channel_id: r.summary for r in await server_rows(pg.database.sessions)}
+    figures["sent"] = sent
+    figures["acknowledged"] = len(acknowledged)
+    figures["acknowledged pending sync"] = pending
+    figures["found after recovery"] = found
+    figures["replies"] = replies
+    figures["pending shown by /stm show"] = shown_pending
+    figures["pending when traffic stopped"] = pending_after_traffic
+    figures["failed replay attempts"] = probe.failed_attempts
+    figures["replayed, s after the database came back"] = round(probe.replayed_at - back_at, 2)
+
+    assert replies == sent == 500, "the bot answered every message, outage or not"
+    refused = {i: s for i, s in enumerate(statuses.values()) if s not in ("saved", PENDING)}
+    assert len(acknowledged) == sent, f"updates not acknowledged (index: answer): {refused}"
+    assert found == sent
     assert pending > 0, "the outage must have been exercised"
-    assert found == len(acknowledged)
+    assert shown_pending > 0
+    assert f"{shown_pending} memory writes are waiting for the database" in shown
+    assert probe.failed_attempts > 0, "the replayer retried while the database was down"
+    assert probe.replays > 0, "the bot's own replayer brought the spool back"
+    assert left_in_spool == 0 and count_pending(tmp_path / "bot") == 0
     assert rows == last_ack
 
 
-async def test_sigkill_mid_stream_loses_nothing_acknowledged(
-    own_postgres: OwnPostgres, tmp_path: Path
-) -> None:
-    pg = own_postgres
-    data_dir = tmp_path / "writer"
-    log_file = (tmp_path / "writer.log").open("wb")  # its warnings, kept for debugging
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "tests.helpers.crash_writer",
-        pg.url.render_as_string(hide_password=False),
-        str(data_dir),
-        cwd=ROOT,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=log_file,
-        env={**os.environ, "KIOKU_ENV_FILE": str(tmp_path / "none.env")},
-    )
-    assert process.stdin is not None and process.stdout is not None
-    acks: list[tuple[int, int, str]] = []  # (channel, version, status)
-    try:
-        async with asyncio.timeout(60):
-            assert (await process.stdout.readline()).strip() == b"READY"
-            process.stdin.write(b"GO\n")
-            await process.stdin.drain()
-            while len(acks) < 300:
-                if len(acks) == 100:
-                    await asyncio.to_thread(pg.server.stop)
-                fields = (await process.stdout.readline()).decode().split()
-                assert fields and fields[0] == "ACK", fields
-                acks.append((int(fields[2]), int(fields[3]), fields[4]))
-    finally:
-        process.send_signal(signal.SIGKILL)
-        await process.wait()
-        log_file.close()
-    assert process.returncode == -signal.SIGKILL
+# ----------------------------------------------------------------- SIGKILL, restart
 
-    # "Restart": the database comes back and the spool left behind is replayed, as the
-    # bot's start-up does before its first turn.
-    await asyncio.to_thread(pg.server.start)
-    await pg.database.engine.dispose()
-    spool = DurableSpool(spool_path(data_dir))
-    await spool.replay(pg.database.sessions)
-    spool.close()
-    async with pg.database.sessions() as session:
-        versions = {
-            r.channel_id: r.version
-            for r in await session.scalars(
-                select(ShortTermMemory).where(ShortTermMemory.scope_kind == "server")
+
+@dataclass(frozen=True)
+class Ack:
+    message_id: int
+    channel: int
+    version: int
+    status: str
+
+
+class Child:
+    """A ``tests.helpers.crash_writer`` process spoken to line by line."""
+
+    def __init__(self, process: asyncio.subprocess.Process, log: IO[bytes]) -> None:
+        self.process = process
+        self._log = log
+
+    @classmethod
+    async def start(cls, *args: str, log_path: Path) -> Child:
+        log = log_path.open("wb")  # its warnings, kept for debugging
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "tests.helpers.crash_writer",
+            *args,
+            cwd=ROOT,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=log,
+            env={**os.environ, "KIOKU_ENV_FILE": str(log_path.with_suffix(".env"))},
+        )
+        return cls(process, log)
+
+    async def expect(self, word: str) -> list[str]:
+        """Read the next line; it must start with ``word``; return the rest."""
+        assert self.process.stdout is not None
+        line = await self.process.stdout.readline()
+        fields = line.decode().split()
+        assert fields and fields[0] == word, f"expected {word}, got {line!r}"
+        return fields[1:]
+
+    async def say(self, line: str) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write(line.encode() + b"\n")
+        await self.process.stdin.drain()
+
+    async def acks_until(self, pending: int) -> list[Ack]:
+        """Read acknowledgements until ``pending`` of them said "pending sync"."""
+        acks: list[Ack] = []
+        while sum(a.status == PENDING for a in acks) < pending:
+            message_id, channel, version, status = await self.expect("ACK")
+            acks.append(Ack(int(message_id), int(channel), int(version), status.replace("_", " ")))
+        return acks
+
+    async def kill(self) -> int:
+        if self.process.returncode is None:
+            self.process.send_signal(signal.SIGKILL)
+        code = await self.process.wait()
+        self._log.close()
+        return code
+
+    async def wait(self) -> int:
+        code = await self.process.wait()
+        self._log.close()
+        return code
+
+
+def spool_lines(data_dir: Path) -> tuple[int, bool]:
+    """Complete lines in the spool file, and whether a torn (unfinished) line follows."""
+    raw = spool_path(data_dir).read_bytes()
+    return raw.count(b"\n"), not raw.endswith(b"\n") and raw != b""
+
+
+def tear_the_last_line(data_dir: Path) -> None:
+    """Append the first half of the last record, with no newline: what a crash in the
+    middle of writing a line leaves. (A SIGKILL rarely tears one by itself: a record goes
+    out in one write(); a large record or a power cut can.)"""
+    path = spool_path(data_dir)
+    raw = path.read_bytes()
+    last = raw[: raw.rfind(b"\n")].rsplit(b"\n", 1)[-1]
+    with path.open("ab") as handle:
+        handle.write(last[: len(last) // 2])
+
+
+async def test_sigkill_mid_stream_loses_nothing_acknowledged(
+    own_postgres: OwnPostgres, tmp_path: Path, figures: Figures
+) -> None:
+    """A writer acknowledges updates "pending sync" while the database is down and is
+    SIGKILLed; its spool is left with a torn last line. A second writer starts on that
+    spool and the database goes down again right after it connected: its start-up replay
+    fails, the torn tail must be cut, and it appends more before it is SIGKILLed too.
+    Then the real bot starts (``build_bot`` + ``setup_hook``, in a fresh process): every
+    update either writer acknowledged is in the database."""
+    pg = own_postgres
+    url = pg.url.render_as_string(hide_password=False)
+    data_dir = tmp_path / "writer"
+    children: list[Child] = []
+
+    async def launch(*args: str, name: str) -> Child:
+        child = await Child.start(*args, log_path=tmp_path / f"{name}.log")
+        children.append(child)
+        return child
+
+    try:
+        async with asyncio.timeout(RECOVERY_LIMIT_SECONDS):
+            # 1. Warm up with the database up; write only once it is down.
+            first = await launch("write", url, str(data_dir), name="first")
+            await first.expect("CONNECTED")
+            await first.say("OPEN")
+            assert await first.expect("OPENED") == ["0"]
+            await first.say("WARM")
+            await first.expect("READY")
+            await asyncio.to_thread(pg.server.stop)
+            await first.say("DOWN")
+            first_acks = await first.acks_until(pending=100)
+            assert await first.kill() == -signal.SIGKILL
+            durable, killed_mid_line = spool_lines(data_dir)
+            tear_the_last_line(data_dir)
+
+            # 2. A restart, and the database goes away again right after it connected:
+            # the start-up replay fails, the torn tail is cut, and what it appends next
+            # (with nothing rewritten in between) must survive.
+            await asyncio.to_thread(pg.server.start)
+            second = await launch(
+                "write", url, str(data_dir), "--first-id", "1000000", name="second"
             )
-        }
-    newest_ack: dict[int, int] = {}
-    for channel, version, _ in acks:
-        newest_ack[channel] = max(version, newest_ack.get(channel, 0))
-    lost = [c for c, v in newest_ack.items() if versions.get(c, 0) < v]
-    pending = sum(1 for *_, status in acks if status == "saved,_pending_sync")
-    print(f"\nacknowledged {len(acks)} ({pending} pending sync) before SIGKILL, lost {len(lost)}")
-    assert pending > 0
-    assert lost == []
+            await second.expect("CONNECTED")
+            await asyncio.to_thread(pg.server.stop)
+            await second.say("OPEN")
+            (opened_with,) = await second.expect("OPENED")
+            assert spool_lines(data_dir) == (durable, False), "the torn tail was cut"
+            # Cut silently: an unfinished line was never acknowledged, it is not damage.
+            assert inspect_spool(data_dir).set_aside == ()
+            await asyncio.to_thread(pg.server.start)
+            await second.say("WARM")
+            await second.expect("READY")
+            await asyncio.to_thread(pg.server.stop)
+            await second.say("DOWN")
+            second_acks = await second.acks_until(pending=50)
+            assert await second.kill() == -signal.SIGKILL
+            before_restart, _ = spool_lines(data_dir)
+
+            # 3. The database is back and the real bot starts on the data folder.
+            await asyncio.to_thread(pg.server.start)
+            restart = await launch("restart", url, str(data_dir), name="restart")
+            pending_before, pending_after = await restart.expect("RESTARTED")
+            assert await restart.wait() == 0
+    finally:
+        for child in children:
+            await child.kill()
+
+    await pg.database.engine.dispose()  # its connections died with the server
+    acks = first_acks + second_acks
+    found = await update_events_found(pg.database.sessions, [a.message_id for a in acks])
+    versions = {r.channel_id: r.version for r in await server_rows(pg.database.sessions)}
+    newest: dict[int, int] = {}
+    for ack in acks:
+        newest[ack.channel] = max(ack.version, newest.get(ack.channel, 0))
+    behind = sorted(c for c, v in newest.items() if versions.get(c, 0) < v)
+    first_newest = {a.channel: a.version for a in first_acks}
+    figures["acknowledged before the first SIGKILL"] = len(first_acks)
+    figures["records in the spool after it"] = durable
+    figures["the SIGKILL itself tore a line"] = killed_mid_line
+    figures["acknowledged before the second SIGKILL"] = len(second_acks)
+    figures["records replayed by the restarted bot"] = int(pending_before)
+    figures["acknowledged in all"] = len(acks)
+    figures["found after restart"] = found
+    figures["channels whose row is older than an acknowledged write"] = len(behind)
+
+    assert all(a.status == PENDING for a in acks), "the database was down for every write"
+    assert durable >= len(first_acks), "every acknowledged write had been fsynced"
+    assert int(opened_with) == durable, "nothing complete was dropped with the torn tail"
+    assert all(a.version > first_newest.get(a.channel, 0) for a in second_acks), (
+        "the second writer continued from the spooled versions"
+    )
+    assert int(pending_before) == before_restart >= durable + len(second_acks)
+    assert int(pending_after) == 0
+    assert inspect_spool(data_dir) == SpoolStatus(pending=0, set_aside=())
+    assert found == len(acks)
+    assert behind == []

@@ -387,3 +387,33 @@ async def test_the_replayer_retries_at_once_when_told_the_database_is_back(
         task.cancel()
     assert spool.pending == 0
     assert [s for _, s, _ in await summaries(db)] == ["waiting", "waiting"]
+
+
+async def test_new_writes_during_an_outage_do_not_cut_the_backoff_short(
+    db: Database, settings: Settings, spool: DurableSpool, dead_engine: AsyncEngine
+) -> None:
+    service = make_service(db.sessions, settings, ManualClock(), spool=spool)
+    turn = await turn_for(service)
+    await outage(service, dead_engine)
+    await service.update_stm(turn, summary="first")  # type: ignore[arg-type]
+    attempts: list[Exception] = []
+    failed = asyncio.Event()
+
+    def on_retry(exc: Exception) -> None:
+        attempts.append(exc)
+        failed.set()
+
+    task = asyncio.create_task(
+        spool.run_replayer(
+            async_sessionmaker(dead_engine), on_retry=on_retry, first_wait_seconds=3600
+        )
+    )
+    try:
+        await asyncio.wait_for(failed.wait(), timeout=30)
+        for n in range(20):  # each append wakes an idle replayer, not one backing off
+            await service.update_stm(await turn_for(service), summary=f"more {n}")  # type: ignore[arg-type]
+            await asyncio.sleep(0)  # let the replayer run if anything woke it
+    finally:
+        task.cancel()
+    assert len(attempts) == 1
+    assert spool.pending == 21
