@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import discord
+from cachetools import TTLCache
 from discord.ext import commands
 
 from bot.cogs.refresh import REFRESH_MARKER_PREFIX
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 DISCORD_LIMIT = 2000
+MEMBER_CHECK_SECONDS = 300
 NO_MENTIONS = discord.AllowedMentions.none()
 MessageableChannel = discord.TextChannel | discord.Thread | discord.DMChannel | discord.VoiceChannel
 
@@ -105,10 +107,19 @@ def may_show_elsewhere(current: discord.abc.GuildChannel, other: discord.abc.Gui
         ):
             return False
     for target in (*current.overwrites, *other.overwrites):
-        if isinstance(target, discord.Member) and (
-            current.permissions_for(target).view_channel
-            and not other.permissions_for(target).view_channel
-        ):
+        if isinstance(target, discord.Role):
+            continue
+        if isinstance(target, discord.Member):
+            if (
+                current.permissions_for(target).view_channel
+                and not other.permissions_for(target).view_channel
+            ):
+                return False
+            continue
+        # A member the bot has not cached (no members intent): their roles are unknown,
+        # so judge by their own overwrites, and refuse when in doubt.
+        here, there = current.overwrites_for(target), other.overwrites_for(target)
+        if there.view_channel is False or (here.view_channel is True and not there.view_channel):
             return False
     return True
 
@@ -117,6 +128,12 @@ class Chat(commands.Cog):
     def __init__(self, bot: KiokuBot) -> None:
         self.bot = bot
         self._locks: weakref.WeakValueDictionary[int, asyncio.Lock] = weakref.WeakValueDictionary()
+        # Members fetched from Discord to judge what a DM may show (the bot has no members
+        # intent, so most are not cached); None: not a member any more. Short-lived, so a
+        # member who loses access stops seeing that channel within minutes at most.
+        self._fetched: TTLCache[tuple[int, int], discord.Member | None] = TTLCache(
+            maxsize=10_000, ttl=MEMBER_CHECK_SECONDS
+        )
 
     # ------------------------------------------------------------ raw window
 
@@ -202,6 +219,8 @@ class Chat(commands.Cog):
             if not addressed and not await self._always_on(message):
                 return
             await self._backfill(channel, before=message)
+            if message.guild is None:
+                await self._load_dm_members(message.author.id)
             request = self._request(message)
             async with channel.typing():
                 reply = await self.bot.turns.run(request)
@@ -267,7 +286,9 @@ class Chat(commands.Cog):
         thread)."""
         guild = message.guild
         if guild is None:
-            return lambda channel_id: True
+            # A DM shows what the user said in it, and what they may still read in servers.
+            user_id, dm_id = message.author.id, message.channel.id
+            return lambda channel_id: channel_id == dm_id or self._member_sees(user_id, channel_id)
         current = message.channel
         base = current.parent if isinstance(current, discord.Thread) else current
         if not isinstance(base, discord.abc.GuildChannel):
@@ -287,6 +308,39 @@ class Chat(commands.Cog):
 
         return visible
 
+    async def _load_dm_members(self, user_id: int) -> None:
+        """Before an opted-in DM turn: the user's membership in every server whose memory
+        it could show, fetched from Discord when not cached (see :meth:`_member_sees`)."""
+        memory = self.bot.memory
+        try:
+            if not await memory.cross_context_opt_in(user_id):
+                return
+            guild_ids = {e.key.guild_id for e in await memory.load_user_memories(user_id)}
+            guild_ids |= await self.bot.longterm.guild_ids(user_id)
+        except MemoryUnavailable:
+            return
+        for guild_id in guild_ids:
+            guild = self.bot.get_guild(guild_id or 0)
+            if guild is None or guild.get_member(user_id) or (guild_id, user_id) in self._fetched:
+                continue
+            try:
+                member: discord.Member | None = await guild.fetch_member(user_id)
+            except discord.HTTPException:  # left the server (404), or unknown: show nothing
+                member = None
+            self._fetched[(guild.id, user_id)] = member
+
+    def _member_sees(self, user_id: int, channel_id: int) -> bool:
+        """Whether the user can read that server channel now (never a private thread)."""
+        channel = self.bot.get_channel(channel_id)
+        if not isinstance(channel, discord.abc.GuildChannel | discord.Thread):
+            return False
+        if isinstance(channel, discord.Thread) and (
+            channel.type is discord.ChannelType.private_thread
+        ):
+            return False
+        member = channel.guild.get_member(user_id) or self._fetched.get((channel.guild.id, user_id))
+        return member is not None and channel.permissions_for(member).view_channel
+
     def _labeler(self, message: discord.Message, visible: Callable[[int], bool]) -> LabelFor:
         guild = message.guild
         if guild is None:
@@ -297,7 +351,7 @@ class Chat(commands.Cog):
                 channel = (
                     other_guild.get_channel_or_thread(entry.key.channel_id) if other_guild else None
                 )
-                if other_guild is None or channel is None:
+                if other_guild is None or channel is None or not visible(entry.key.channel_id):
                     return None
                 return f"#{channel.name} in {other_guild.name}"
 

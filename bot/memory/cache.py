@@ -88,7 +88,10 @@ class StmCache:
         """Insert or re-insert ``entry`` (re-inserting restarts its TTL from ``updated_at``)."""
         key = entry.key
         self._data[key] = entry
-        if key not in self._data:  # already expired: TLRUCache refused it
+        if key not in self._data:
+            # Already expired: TLRUCache refused it, and dropped a live entry of that key
+            # without telling us (its private delete path), so unindex here.
+            self._unindex(key)
             return
         if key.kind == "server" and key.guild_id is not None:
             recency = self._by_guild.setdefault(key.guild_id, {})
@@ -148,9 +151,13 @@ class StmCache:
         return [e for e in self._live(self._by_user.get(user_id, ())) if e.key.kind == "user"]
 
     def keys_of_channel(self, channel_id: int) -> list[ScopeKey]:
+        # Expiry is lazy in cachetools: purge first, so no expired key is counted (the
+        # /refresh and /forget-me receipts report these).
+        self._data.expire()
         return list(self._by_channel.get(channel_id, ()))
 
     def keys_of_user(self, user_id: int) -> list[ScopeKey]:
+        self._data.expire()
         return list(self._by_user.get(user_id, ()))
 
     def entries(self) -> Iterator[StmEntry]:

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from anyascii import anyascii
 
 from bot.memory.model import MAX_CATEGORIES, Category
-from bot.memory.sanitize import sanitize_value
+from bot.memory.sanitize import redact_secrets, sanitize_value
 
 SLUG_MAX_LENGTH = 48
 LABEL_MAX_LENGTH = 40
@@ -226,7 +226,9 @@ def parse_category_lines(text: str) -> tuple[Category, ...]:
     for number, line in enumerate(_LINE_BREAK.split(text), start=1):
         if not line.strip():
             continue
-        label, colon, description = line.partition(":")
+        # Redacted before the split: a secret with a colon in it ("password: …", a URL
+        # with credentials) would otherwise be cut into halves that look harmless.
+        label, colon, description = redact_secrets(line).partition(":")
         if not colon:
             problems.append(f"line {number}: expected 'label: description' (no ':' found)")
             continue

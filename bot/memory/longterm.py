@@ -448,6 +448,11 @@ class LongTermService:
         async with self._storage("reading a fact") as session:
             return await repo.get_fact(session, user_id, fact_id)
 
+    async def guild_ids(self, user_id: int) -> set[int]:
+        """The servers the user's facts were said in (to check their access from a DM)."""
+        async with self._storage("reading a user's servers") as session:
+            return await repo.guild_ids_of_user(session, user_id)
+
     async def count(self, user_id: int) -> int:
         async with self._storage("counting facts") as session:
             return await repo.count_facts(session, user_id)

@@ -311,6 +311,12 @@ class MemoryService:
             "guild", guild_id, self._guilds_hydrated, stm_repo.recent_server_entries
         )
 
+    async def load_user_memories(self, user_id: int) -> list[StmEntry]:
+        """The user's recent server memories (loaded once, then from the cache), for
+        their opted-in DMs."""
+        await self._hydrate_user_once(user_id)
+        return [e for e in self.cache.entries_of_user(user_id) if e.key.guild_id]
+
     async def _hydrate_user_once(self, user_id: int) -> None:
         """Likewise a user's recent server memories, for their opted-in DMs."""
         await self._hydrate_once(

@@ -8,9 +8,12 @@ hostile text, and buttons it shows are clicked. Invariants after every interacti
 * it got exactly one initial response (a deferred one is completed), every message fits
   Discord's limits, and every modal is one Discord would accept;
 * nothing escaped: no "Something went wrong" answer, no error logged, no handler error;
-* every value in ``short_term_memories`` (read back with SQL) is clean: at most 1500
-  graphemes, no control characters but ``\\n``/``\\t``, only the prompt's placeholders,
-  no planted secret; category rows are valid; nobody deletes another user's memories.
+* every memory text in the database (read back with SQL: ``short_term_memories`` values,
+  ``stm_categories`` labels and descriptions, ``long_term_memories`` facts) is clean: no
+  control characters but ``\\n``/``\\t`` (none at all in a label or description), no
+  invisible characters, only the prompt's placeholders, no planted secret, within its
+  length cap (1500 / 40 / 200 / 500); category rows are valid; nobody deletes another
+  user's memories.
 
 One bot per test, shared by its examples. ``--fuzz`` runs 20,000 examples per test.
 """
@@ -31,7 +34,7 @@ from hypothesis import strategies as st
 from sqlalchemy import func, select
 
 from bot.cogs.errors import GUILD_ONLY, SOMETHING_WENT_WRONG
-from bot.db.models import LongTermMemory, ShortTermMemory, StmCategory
+from bot.db.models import LongTermMemory, StmCategory
 from bot.memory.model import Provenance, ScopeKey
 from bot.memory.sanitize import sanitize_value
 from tests.helpers.bot import KiokuHarness
@@ -40,7 +43,7 @@ from tests.helpers.fuzz import (
     FuzzCounter,
     fuzz_settings,
     hostile_text,
-    stored_value_problems,
+    stored_memory_problems,
     weighted,
 )
 
@@ -176,20 +179,17 @@ class Checker:
     async def database(self) -> None:
         kioku = self.world.kioku
         async with kioku.database.sessions() as session:
-            rows = (
-                await session.execute(
-                    select(ShortTermMemory.id, ShortTermMemory.summary, ShortTermMemory.categories)
-                )
-            ).all()
             categories = (await session.execute(select(StmCategory))).scalars().all()
             victim_facts = await session.scalar(
                 select(func.count())
                 .select_from(LongTermMemory)
                 .where(LongTermMemory.user_id == self.world.victim.id)
             )
-        for row_id, summary, values in rows:
-            problems = stored_value_problems(summary, values)
-            assert not problems, f"short_term_memories #{row_id}: {problems}"
+        # Every stored memory text: STM summaries and category values, category labels
+        # and descriptions, long-term facts (control and invisible characters, unknown
+        # placeholders, planted secrets, length caps).
+        problems = await stored_memory_problems(kioku.database.sessions)
+        assert not problems, problems[:10]
         per_guild: dict[int, list[StmCategory]] = {}
         for category in categories:
             per_guild.setdefault(category.guild_id, []).append(category)

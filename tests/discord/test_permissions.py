@@ -1,6 +1,10 @@
 """Who may run what (SPEC §7), checked cell by cell on the real bot.
 
-Every command × every kind of user × (server channel, DM). Each cell runs the command
+Every command × every kind of user × (server channel, DM). The kinds: a plain member, a
+moderator (Manage Messages), an admin (Manage Server only), a member holding
+Administrator (which implies every permission, so they may run everything a moderator
+or admin may), the server's owner (every permission by ownership) and an operator (a
+bot owner without any server permission). Each cell runs the command
 for real (without Discord's gating, so the bot's own runtime check decides) and
 expects either the command's normal answer or the error handler's refusal. Each cell
 also asks what Discord's gating (``default_permissions``, guild-only) would do: a
@@ -21,7 +25,7 @@ from bot.cogs.errors import GUILD_ONLY
 from tests.helpers.bot import KiokuHarness
 from tests.helpers.discord_harness import InteractionResult
 
-KINDS = ("member", "moderator", "admin", "owner", "operator")
+KINDS = ("member", "moderator", "admin", "administrator", "owner", "operator")
 PLACES = ("guild", "dm")
 
 
@@ -63,6 +67,9 @@ RULES: dict[str, Rule] = {
     "stm categories clear": Rule(MANAGE_SERVER, False, text_starts("There are no categories")),
     "stm settings": Rule(MANAGE_SERVER, False, text_starts("**Short-term memory settings")),
     "stm history": Rule(MANAGE_SERVER, False, lambda r: "memory events" in (r.content or "")),
+    # SPEC §7 names DM use only for /refresh; /stm summarize is allowed in a DM too, on
+    # purpose (a product decision): in a DM the user is the only participant and the
+    # memory it rewrites is their own, exactly the reasoning that lets them /refresh it.
     # Earlier cells post refresh markers, so there may be something new to summarize.
     "stm summarize": Rule(
         MANAGE_MESSAGES,
@@ -83,11 +90,14 @@ RULES: dict[str, Rule] = {
 }
 
 # What each kind holds in a server channel ("operator": a bot owner from owner_ids,
-# with no permission in the server; "owner": the server's owner, who has them all).
+# with no permission in the server; "administrator": a role with only the Administrator
+# flag, which Discord treats as every permission; "owner": the server's owner, who has
+# them all).
 HOLDS = {
     "member": set(),
     "moderator": {MANAGE_MESSAGES},
     "admin": {MANAGE_SERVER},
+    "administrator": {MANAGE_MESSAGES, MANAGE_SERVER},
     "owner": {MANAGE_MESSAGES, MANAGE_SERVER},
     "operator": {MANAGE_MESSAGES, MANAGE_SERVER},
 }
@@ -115,7 +125,7 @@ class Cell:
     hidden: str | None
 
     def row(self) -> str:
-        return f"/{self.command:<22} {self.kind:<9} {self.place:<5} {self.expected:<7} {self.got}"
+        return f"/{self.command:<22} {self.kind:<13} {self.place:<5} {self.expected:<7} {self.got}"
 
 
 def outcome(result: InteractionResult, rule: Rule, place: str) -> str:
@@ -150,11 +160,28 @@ async def test_every_command_answers_every_kind_of_user_as_the_spec_says(
         "member": env.member,
         "moderator": await env.create_member("mod", kind="moderator"),
         "admin": await env.create_member("admin", kind="admin"),
+        "administrator": await env.create_member(
+            "administrator", permissions=discord.Permissions(administrator=True)
+        ),
         "owner": await env.create_member("owner", kind="owner"),
         "operator": await env.create_member("operator"),
     }
     kioku.bot.owner_ids = {users["operator"].id}
     assert env.guild.owner_id == users["owner"].id
+
+    # The kinds are what they claim to be: each role grants exactly its own flags, so a
+    # cell the administrator passes is passed through Administrator alone, and the
+    # owner's through ownership alone (no role grants them anything).
+    def role_flags(member: discord.Member) -> list[discord.Permissions]:
+        return [role.permissions for role in member.roles if not role.is_default()]
+
+    assert role_flags(users["administrator"]) == [discord.Permissions(administrator=True)]
+    assert role_flags(users["admin"]) == [discord.Permissions(manage_guild=True)]
+    assert role_flags(users["owner"]) == role_flags(users["operator"]) == []
+    here = {kind: env.channel.permissions_for(user) for kind, user in users.items()}
+    assert here["administrator"].manage_messages and here["administrator"].manage_guild
+    assert here["owner"].manage_messages and here["owner"].manage_guild
+    assert not here["admin"].manage_messages and not here["operator"].manage_guild
     tree = kioku.bot.tree
 
     cells: list[Cell] = []
@@ -164,6 +191,10 @@ async def test_every_command_answers_every_kind_of_user_as_the_spec_says(
             user = users[kind]
             for place in PLACES:
                 dm = place == "dm"
+                # Commands are run one after another, as people would: a /stm summarize
+                # right after a /refresh of the same channel must not share its instant
+                # (a write that started no later than a wipe is refused as overtaken).
+                kioku.clock.advance(seconds=1)
                 result = await harness.slash(command, rule.options, user=user, dm=dm, gate=False)
                 permissions = 0 if dm else env.channel.permissions_for(user).value
                 hidden = harness.block_reason(
@@ -196,7 +227,7 @@ async def test_every_command_answers_every_kind_of_user_as_the_spec_says(
     ]
     table = "\n".join(c.row() for c in cells)
     print(f"\n{len(cells)} matrix cells checked\n{table}")
-    assert len(cells) == len(RULES) * len(KINDS) * len(PLACES) == 140
+    assert len(cells) == len(RULES) * len(KINDS) * len(PLACES) == 168
     assert not wrong, "\n".join(c.row() for c in wrong)
     assert not hidden_wrongly, "\n".join(f"{c.row()} hidden: {c.hidden}" for c in hidden_wrongly)
     assert not shown_wrongly, "\n".join(c.row() for c in shown_wrongly)

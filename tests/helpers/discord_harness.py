@@ -1441,6 +1441,15 @@ class DpytestEnv:
         with _tracked():
             self.state.parse_message_delete(payload)
 
+    async def _http_get_member(self, guild_id: int, member_id: int) -> dict[str, Any]:
+        """GET /guilds/{guild}/members/{user}: the member as Discord sends it, or 404 once
+        they left (what the bot sees when it fetches a member it has not cached)."""
+        guild = self.bot.get_guild(int(guild_id))
+        member = guild.get_member(int(member_id)) if guild is not None else None
+        if member is None:
+            raise _not_found("Unknown Member")
+        return _member_payload(member)
+
     async def _http_get_message(self, channel_id: int, message_id: int) -> dict[str, Any]:
         data = self._messages.get(int(message_id))
         if data is None or int(data["channel_id"]) != int(channel_id):
@@ -1571,6 +1580,7 @@ class DpytestEnv:
             "bulk_upsert_guild_commands",
             "get_global_commands",
             "get_guild_commands",
+            "get_member",
         ):
             setattr(http, name, getattr(self, f"_http_{name}"))
 

@@ -23,6 +23,8 @@ import pytest
 import regex
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from bot.memory.sanitize import MAX_VALUE_CHARS, PROMPT_PLACEHOLDERS
 
@@ -35,11 +37,14 @@ __all__ = [
     "PLANTED_SECRETS",
     "FuzzCounter",
     "any_text",
+    "category_definition_problems",
     "fuzz_counter",
     "fuzz_settings",
     "fuzzing",
     "hostile_text",
+    "long_term_fact_problems",
     "memory_value_problems",
+    "stored_memory_problems",
     "stored_value_problems",
     "weighted",
 ]
@@ -240,6 +245,13 @@ HOSTILE_PIECES: tuple[str, ...] = (
     "{ x }",
     '{"a": 1}',
     "{x.y}",
+    "{x!r}",
+    "{x:>10}",
+    "{0[0]}",
+    "{user_name!r}",
+    "{{ x }}",
+    "{{ user_name }}",
+    "function() { return 1; }",
     "{" * 50,
     "}" * 50,
     "</memory>",
@@ -319,7 +331,13 @@ def hostile_text(
 # --------------------------------------------------------------------------------------
 
 _GRAPHEME = regex.compile(r"\X")
-_PLACEHOLDER = regex.compile(r"\{+(\w+)\}+")
+# A template placeholder (SPEC §3: only the prompt's own, written `{name}`, may be stored):
+# a `str.format` replacement field - name, attribute/index access, conversion, format spec -
+# in any number of braces (`{x}`, `{{x}}`, `{x.y}`, `{0[0]}`, `{x!r}`, `{x:>10}`), or a
+# double-brace one padded with spaces (`{{ x }}`).  Braces around prose or code (`{ x }`,
+# `{"a": 1}`, `{ return 1; }`) are not placeholders.
+_FIELD = r"(?=[\w!:])(?:\w+(?:\.\w+|\[[^\[\]{}\s]*\])*)?(?:![A-Za-z]\w*)?(?::[^{}\s]*)?"
+_PLACEHOLDER = regex.compile(rf"\{{+(?P<name>{_FIELD})\}}+|\{{\{{+[ \t]*{_FIELD}[ \t]*\}}\}}+")
 # sanitize.strip_control_chars promises these invisible characters are removed as well.
 _INVISIBLE = frozenset("\u200b\u2060\ufeff\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 
@@ -337,7 +355,7 @@ def memory_value_problems(value: str, secrets: Iterable[str] = SECRETS) -> list[
         elif char in _INVISIBLE:
             problems.append(f"invisible character U+{ord(char):04X}")
     for match in _PLACEHOLDER.finditer(value):
-        name = match.group(1)
+        name = match.group("name")
         if name not in PROMPT_PLACEHOLDERS or match.group() != "{" + name + "}":
             problems.append(f"unknown placeholder {match.group()!r}")
     for secret in secrets:
@@ -357,4 +375,93 @@ def stored_value_problems(
             problems.append(f"category {slug!r}: not a string ({type(value).__name__})")
             continue
         problems += [f"category {slug!r}: {p}" for p in memory_value_problems(value, secrets)]
+    return problems
+
+
+# Long-term facts are sanitized like STM values but cut to ``max_fact_chars`` (SPEC §6,
+# bot/config.py: 500 by default) code points; category labels and descriptions are one
+# line of at most 40 / 200 characters each (bot/memory/categories.py).
+FACT_LIMIT = 500
+
+
+def _single_line_problems(text: str, limit: int, secrets: Iterable[str]) -> list[str]:
+    """An admin-written label or description: a stored STM value's invariants (no
+    control or invisible characters, only the prompt's placeholders, no planted secret),
+    plus: one line, non-empty, stripped, at most ``limit`` characters."""
+    problems = memory_value_problems(text, secrets)
+    if not text.strip():
+        problems.append("empty")
+    elif text != text.strip():
+        problems.append("not stripped")
+    if len(text) > limit:
+        problems.append(f"{len(text)} characters (limit {limit})")
+    for char in sorted(set(text) & {"\n", "\t"}):
+        problems.append(f"control character U+{ord(char):04X}")
+    return problems
+
+
+def category_definition_problems(
+    label: str, description: str, secrets: Iterable[str] = SECRETS
+) -> list[str]:
+    """Problems of one ``stm_categories`` row's label and description (these go into the
+    prompt and the tool schema as they are, so they must be as clean as a memory)."""
+    from bot.memory.categories import DESCRIPTION_MAX_LENGTH, LABEL_MAX_LENGTH
+
+    secrets = tuple(secrets)
+    return [f"label: {p}" for p in _single_line_problems(label, LABEL_MAX_LENGTH, secrets)] + [
+        f"description: {p}"
+        for p in _single_line_problems(description, DESCRIPTION_MAX_LENGTH, secrets)
+    ]
+
+
+def long_term_fact_problems(
+    content: str, secrets: Iterable[str] = SECRETS, limit: int = FACT_LIMIT
+) -> list[str]:
+    """Problems of one ``long_term_memories`` row's content."""
+    problems = memory_value_problems(content, secrets)
+    if not content.strip():
+        problems.append("empty")
+    if len(content) > limit:
+        problems.append(f"{len(content)} characters (limit {limit})")
+    return problems
+
+
+async def stored_memory_problems(
+    sessions: async_sessionmaker[AsyncSession], secrets: Iterable[str] = SECRETS
+) -> list[str]:
+    """Every memory text in the database, read back with SQL and checked: the summary
+    and category values of ``short_term_memories``, the label and description of every
+    ``stm_categories`` row, the content of every ``long_term_memories`` row. Each
+    problem names its table and row id."""
+    from bot.db.models import LongTermMemory, ShortTermMemory, StmCategory
+
+    secrets = tuple(secrets)
+    async with sessions() as session:
+        stm = (
+            await session.execute(
+                select(ShortTermMemory.id, ShortTermMemory.summary, ShortTermMemory.categories)
+            )
+        ).all()
+        categories = (
+            await session.execute(
+                select(StmCategory.id, StmCategory.label, StmCategory.description)
+            )
+        ).all()
+        facts = (await session.execute(select(LongTermMemory.id, LongTermMemory.content))).all()
+    problems: list[str] = []
+    for row_id, summary, values in stm:
+        problems += [
+            f"short_term_memories #{row_id}: {p}"
+            for p in stored_value_problems(summary, values, secrets)
+        ]
+    for row_id, label, description in categories:
+        problems += [
+            f"stm_categories #{row_id} ({label!r}: {description!r:.80}): {p}"
+            for p in category_definition_problems(label, description, secrets)
+        ]
+    for row_id, content in facts:
+        problems += [
+            f"long_term_memories #{row_id} ({content!r:.80}): {p}"
+            for p in long_term_fact_problems(content, secrets)
+        ]
     return problems

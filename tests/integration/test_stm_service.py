@@ -620,3 +620,101 @@ async def test_a_category_value_that_sanitizes_to_nothing_is_refused_not_cleared
     )
     assert str(result) == "rejected: categories ['todo'] are empty after removing unsafe content"
     assert (await service.entry(SERVER_KEY)).categories == {"todo": "docs"}
+
+
+# ------------------------------------------------- hydration TTLs, audit of purges and forgets
+
+
+async def test_a_category_only_row_older_than_12h_hydrates_as_expired(
+    service: MemoryService, db: Database, settings: Settings, clock: ManualClock
+) -> None:
+    await use_categories(service, "Decisions", "Todo")
+    await service.update_stm(await start_turn(service), categories={"todo": "write docs"})
+
+    clock.advance(hours=11, minutes=59)
+    just_in_time = make_service(db.sessions, settings, clock)
+    assert (await just_in_time.entry(SERVER_KEY)).categories == {"todo": "write docs"}
+
+    clock.advance(minutes=2)  # 12 h 01 min after the update: a summary row would live on
+    restarted = make_service(db.sessions, settings, clock)
+    entry = await restarted.entry(SERVER_KEY)
+    assert entry.categories == {} and not entry.has_content
+    assert not (await restarted.entry(ALICE_KEY)).has_content
+    # ... yet the next write still supersedes the old rows.
+    turn = await start_turn(restarted)
+    assert (await restarted.update_stm(turn, categories={"decisions": "ship Friday"})).ok
+    assert [(r.version, r.categories) for r in await rows(db)] == [
+        (2, {"decisions": "ship Friday"})
+    ] * 2
+
+
+async def test_a_summary_row_23h_old_hydrates_fresh_and_expires_24h_after_its_update(
+    service: MemoryService, db: Database, settings: Settings, clock: ManualClock
+) -> None:
+    await service.update_stm(await start_turn(service), summary="Alice plans the launch.")
+
+    clock.advance(hours=23)
+    restarted = make_service(db.sessions, settings, clock)
+    entry = await restarted.entry(SERVER_KEY)
+    assert entry.summary == "Alice plans the launch." and entry.version == 1
+    assert (await restarted.entry(ALICE_KEY)).summary == "Alice plans the launch."
+
+    # The hydrated entry keeps its age: it expires 24 h after the update, not after loading.
+    clock.advance(minutes=59)
+    assert restarted.cache.get(SERVER_KEY) is entry
+    clock.advance(minutes=2)
+    assert restarted.cache.get(SERVER_KEY) is None
+
+
+async def test_the_janitor_writes_one_expire_event_without_memory_text(
+    service: MemoryService, db: Database, clock: ManualClock
+) -> None:
+    await service.update_stm(await start_turn(service), summary="the secret launch codename")
+    clock.advance(days=91)
+    await service.update_stm(
+        await start_turn(service, channel=OTHER_CHANNEL), summary="recent and kept"
+    )
+
+    assert await service.purge_expired_rows() == 2  # the server and user rows of CHANNEL
+
+    async with db.sessions() as session:
+        expired = list(await session.scalars(select(StmEvent).where(StmEvent.event == "expire")))
+    assert len(expired) == 1
+    event = expired[0]
+    assert (event.user_id, event.actor_user_id, event.chars_before, event.chars_after) == (
+        None,
+        None,
+        None,
+        None,
+    )
+    async with db.engine.connect() as connection:
+        dump = (await connection.execute(text("SELECT stm_events::text FROM stm_events"))).all()
+    assert not any("codename" in row[0] for row in dump)
+
+    # A pass that deletes nothing records nothing.
+    assert await service.purge_expired_rows() == 0
+    async with db.sessions() as session:
+        count = select(func.count()).select_from(StmEvent).where(StmEvent.event == "expire")
+        assert await session.scalar(count) == 1
+
+
+async def test_forget_me_writes_a_forget_event_that_does_not_name_the_user(
+    service: MemoryService, db: Database
+) -> None:
+    service.observe_message(CHANNEL, message(BOB, "Bob's private plan"))
+    await service.update_stm(await start_turn(service, user=BOB), summary="Bob's private plan")
+
+    await service.forget_user(BOB)
+
+    async with db.sessions() as session:
+        events = list(await session.scalars(select(StmEvent).order_by(StmEvent.id)))
+    forgets = [e for e in events if e.event == "forget"]
+    assert len(forgets) == 1
+    assert (forgets[0].user_id, forgets[0].actor_user_id, forgets[0].message_id) == (
+        None,
+        None,
+        None,
+    )
+    async with db.engine.connect() as connection:
+        dump = (await connection.execute(text("SELECT stm_events::text FROM stm_events"))).all()
+    assert not any(str(BOB) in row[0] or "private plan" in row[0] for row in dump)

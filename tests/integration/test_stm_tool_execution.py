@@ -4,9 +4,12 @@ and nothing stored unless the result says so."""
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
 
 import pytest
 from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 
 from bot.config import Settings
 from bot.db.engine import Database
@@ -14,7 +17,16 @@ from bot.db.models import ShortTermMemory, StmEvent
 from bot.llm.tools.stm import run_stm_tool
 from bot.memory.model import Category, ScopeKey
 from bot.memory.service import MemoryService
+from bot.memory.turn import (
+    REASON_ALREADY_UPDATED,
+    REASON_DISABLED,
+    REASON_EXPLICIT_INTENT,
+    REASON_PROVIDER,
+    REASON_STORAGE,
+    TurnState,
+)
 from tests.helpers.builders import ALICE, BOT, CHANNEL, GUILD, ManualClock, make_service
+from tests.helpers.fake_llm import refused_base_url
 
 
 @pytest.fixture
@@ -95,7 +107,92 @@ async def test_bad_category_arguments_store_nothing(
     assert await stored_rows(db) == before
 
 
-async def test_guards_reject_before_parsing(service: MemoryService, db: Database) -> None:
-    result = await call(service, '{"summary": "x"}', explicit_long_term_intent=True)
-    assert result.startswith("rejected: the user asked for long-term memory")
-    assert await stored_rows(db) == 0
+GuardedTurn = tuple[MemoryService, TurnState]
+
+
+async def _prepare(
+    service: MemoryService,
+    *,
+    explicit_long_term_intent: bool = False,
+    provider_allows_stm: bool = True,
+) -> TurnState:
+    prepared = await service.prepare_turn(
+        channel_id=CHANNEL,
+        user_id=ALICE,
+        guild_id=GUILD,
+        bot_user_id=BOT,
+        explicit_long_term_intent=explicit_long_term_intent,
+        provider_allows_stm=provider_allows_stm,
+    )
+    return prepared.turn
+
+
+async def _stm_disabled(service: MemoryService, stack: AsyncExitStack) -> GuardedTurn:
+    await service.update_guild_settings(GUILD, ALICE, short_term_memory_enabled=False)
+    return service, await _prepare(service)
+
+
+async def _explicit_intent(service: MemoryService, stack: AsyncExitStack) -> GuardedTurn:
+    return service, await _prepare(service, explicit_long_term_intent=True)
+
+
+async def _provider_excluded(service: MemoryService, stack: AsyncExitStack) -> GuardedTurn:
+    return service, await _prepare(service, provider_allows_stm=False)
+
+
+async def _already_updated(service: MemoryService, stack: AsyncExitStack) -> GuardedTurn:
+    turn = await _prepare(service)
+    first = await run_stm_tool(service, turn, json.dumps({"summary": "the first update"}))
+    assert first.content == "saved"
+    return service, turn
+
+
+async def _storage_unavailable(service: MemoryService, stack: AsyncExitStack) -> GuardedTurn:
+    refused = refused_base_url().replace("http://", "postgresql+asyncpg://u:p@") + "db"
+    engine = create_async_engine(refused)
+    stack.push_async_callback(engine.dispose)
+    down = make_service(async_sessionmaker(engine), service.settings, ManualClock())
+    return down, await _prepare(down)
+
+
+GUARDS = [
+    pytest.param(_stm_disabled, REASON_DISABLED, id="stm-disabled"),
+    pytest.param(_explicit_intent, REASON_EXPLICIT_INTENT, id="explicit-long-term-intent"),
+    pytest.param(_provider_excluded, REASON_PROVIDER, id="provider-excluded"),
+    pytest.param(_already_updated, REASON_ALREADY_UPDATED, id="already-updated"),
+    pytest.param(_storage_unavailable, REASON_STORAGE, id="storage-unavailable"),
+]
+
+NOT_JSON = [
+    pytest.param("not json at all", id="not-json"),
+    pytest.param('{"summary": "cut off', id="truncated-json"),
+    pytest.param('{"summary": "x",, }', id="broken-json"),
+]
+
+
+@pytest.mark.parametrize("raw", NOT_JSON)
+@pytest.mark.parametrize(("guard", "reason"), GUARDS)
+async def test_guards_reject_before_parsing(
+    service: MemoryService,
+    db: Database,
+    guard: Callable[[MemoryService, AsyncExitStack], Awaitable[GuardedTurn]],
+    reason: str,
+    raw: str,
+) -> None:
+    """Every guard answers with its own reason even when the arguments are not JSON at
+    all: the guards run before parsing, so the model learns why it may not write rather
+    than fixing its JSON and trying again."""
+    async with AsyncExitStack() as stack:
+        target, turn = await guard(service, stack)
+        assert turn.stm_block_reason() == reason
+        before_rows = await stored_rows(db)
+        before_entry = service.cache.get(ScopeKey.server(GUILD, CHANNEL))
+        before_summary = before_entry.summary if before_entry is not None else ""
+
+        outcome = await run_stm_tool(target, turn, raw)
+
+        assert outcome.content == f"rejected: {reason}"
+        assert not outcome.ok
+        assert await stored_rows(db) == before_rows
+        assert (await service.entry(ScopeKey.server(GUILD, CHANNEL))).summary == before_summary
+        assert target.pending_sync == 0

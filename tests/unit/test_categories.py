@@ -253,3 +253,19 @@ def test_labels_and_descriptions_are_sanitized_like_memory_text(
 def test_a_label_of_nothing_but_unsafe_content_is_refused() -> None:
     with pytest.raises(CategoryDefinitionError, match="label is empty after removing unsafe"):
         parse_category_definitions([("\u200b\u202e", "a description")])
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "password: Hunter2-Zq9vXw",
+        '"password": "Tr0ub4dor-77x"',
+        "postgres://admin:S3cr3tPw-991@db.example.com/app",
+        "lbl password: Hunter2-Zq9vXw: d",
+    ],
+)
+def test_a_secret_with_a_colon_in_a_modal_line_is_not_split_past_redaction(line: str) -> None:
+    for category in parse_category_lines(line):
+        stored = f"{category.label}:{category.description}"
+        for secret in ("Hunter2-Zq9vXw", "Tr0ub4dor-77x", "S3cr3tPw-991"):
+            assert secret not in stored

@@ -9,13 +9,24 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import openai
 import pytest
+from sqlalchemy import func, select
+from sqlalchemy.engine import URL
 
 from bot.config import LlmSettings
-from bot.llm.providers import GENERIC, MIN_STM_CONTEXT_TOKENS, PROVIDERS, capabilities
+from bot.db.engine import Database
+from bot.db.models import LongTermMemory, ShortTermMemory
+from bot.llm.providers import (
+    GENERIC,
+    MIN_STM_CONTEXT_TOKENS,
+    PROVIDERS,
+    ProviderCaps,
+    capabilities,
+)
 from bot.llm.tool_loop import (
     CONFIGURATION_MESSAGE,
     FALLBACK_REPLY,
@@ -29,6 +40,12 @@ from bot.llm.tool_loop import (
     strip_leaked_tool_syntax,
 )
 from bot.llm.tools.base import ToolOutcome
+from bot.llm.tools.longterm import LONG_TERM_TOOL_NAMES
+from bot.llm.tools.stm import STM_TOOL_NAME
+from bot.memory.turn import REASON_PROVIDER
+from bot.turn import TurnRequest, TurnRunner
+from tests.helpers.builders import ALICE, BOT, CHANNEL, GUILD, make_service, message
+from tests.helpers.database import make_test_settings
 from tests.helpers.fake_llm import ScriptedLLM, openai_client, refused_base_url
 
 USER: list[dict[str, Any]] = [
@@ -566,3 +583,66 @@ def test_stm_allowed_is_derived_for_every_entry() -> None:
     for caps in PROVIDERS.values():
         expected = caps.tool_calling and caps.context_tokens >= MIN_STM_CONTEXT_TOKENS
         assert caps.stm_allowed == expected, caps.name
+
+
+async def test_a_tool_calling_provider_excluded_from_stm_hides_only_the_stm_tool(
+    llm: ScriptedLLM,
+    db: Database,
+    pg_url: URL,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A provider that calls tools but whose table entry disallows STM (here: too little
+    context) still gets the long-term tools on a "remember that…" turn; only the STM tool
+    is hidden, and a forced STM call is refused with the provider reason."""
+    small = ProviderCaps(
+        name="small-context",
+        tool_calling=True,
+        context_tokens=MIN_STM_CONTEXT_TOKENS // 2,
+        stm_allowed=False,
+        notes="Tool calling, but too little context for STM.",
+    )
+    # The shipped table has no such entry (every tool-calling provider there allows STM).
+    assert not any(c.tool_calling and not c.stm_allowed for c in PROVIDERS.values())
+    monkeypatch.setattr("bot.turn.capabilities", lambda name: small)
+    settings = make_test_settings(
+        pg_url, tmp_path, model="test-model", llm={"max_retries": 0, "timeout_seconds": 5}
+    )
+    service = make_service(db.sessions, settings)
+
+    def request(text: str) -> TurnRequest:
+        said = message(ALICE, text)
+        service.observe_message(CHANNEL, said)
+        return TurnRequest(
+            channel_id=CHANNEL,
+            user_id=ALICE,
+            message_id=said.message_id,
+            content=text,
+            bot_user_id=BOT,
+            guild_id=GUILD,
+        )
+
+    async with openai_client(llm) as client:
+        runner = TurnRunner(service, client, settings, persona="You are Kioku.")
+        assert runner.caps is small
+
+        llm.reply_tool_calls([("remember", {"fact": "Alice's cat is called Miso"})])
+        llm.reply_text("I'll remember Miso.")
+        remembered = await runner.run(request("remember that my cat is called Miso"))
+
+        llm.reply_tool_calls([(STM_TOOL_NAME, {"summary": "forced by the model"})])
+        llm.reply_text("Nothing much.")
+        plain = await runner.run(request("what's new today?"))
+
+    assert remembered.text == "I'll remember Miso."
+    assert llm.tool_names(0) == list(LONG_TERM_TOOL_NAMES)
+    assert STM_TOOL_NAME not in llm.tool_names(1)
+    assert "tools" not in llm.request(2)  # an ordinary turn offers nothing
+    assert plain.text == "Nothing much."
+    assert plain.stm_results == (f"rejected: {REASON_PROVIDER}",)
+    async with db.sessions() as session:
+        facts = list(await session.scalars(select(LongTermMemory.content)))
+        stm_rows = await session.scalar(select(func.count()).select_from(ShortTermMemory))
+    assert facts == ["Alice's cat is called Miso"]
+    assert stm_rows == 0
+    assert llm.unscripted == 0

@@ -192,6 +192,16 @@ async def count_facts(session: AsyncSession, user_id: int) -> int:
     return int(count or 0)
 
 
+async def guild_ids_of_user(session: AsyncSession, user_id: int) -> set[int]:
+    """The servers the user's facts were said in."""
+    rows = await session.scalars(
+        select(LongTermMemory.guild_id)
+        .where(LongTermMemory.user_id == user_id, LongTermMemory.guild_id.is_not(None))
+        .distinct()
+    )
+    return {int(guild_id) for guild_id in rows if guild_id is not None}
+
+
 async def get_fact(session: AsyncSession, user_id: int, fact_id: int) -> Fact | None:
     row = (
         await session.execute(

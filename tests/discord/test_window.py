@@ -1,0 +1,197 @@
+"""The channel's raw window and the turn queue, through dpytest and the real bot.
+
+- a cold channel is back-filled once from Discord history, stopping at the newest
+  ``/refresh`` marker the bot posted;
+- the window holds what a reader sees: display names, mentions resolved to names,
+  attachment names;
+- the bot shows "typing…" while the model generates;
+- turns of one channel run one after another, while other channels run concurrently.
+
+Synchronisation is by events only: the scripted LLM's ``hold()`` gate and
+``wait_for_requests``, and the harness's ``send`` (which returns once the handlers ran).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from discord.ext import commands
+
+from bot.cogs.refresh import REFRESH_MARKER_PREFIX, marker_text
+from tests.helpers.bot import KiokuHarness
+from tests.helpers.fake_llm import ScriptedLLM
+
+
+def prompt_text(llm: ScriptedLLM, i: int = -1) -> str:
+    return "\n".join(str(m.get("content") or "") for m in llm.messages(i))
+
+
+def count_history_reads(kioku: KiokuHarness, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Record the channel id of every history request the bot makes to "Discord"."""
+    reads: list[int] = []
+    fetch = kioku.bot.http.logs_from
+
+    async def logs_from(channel_id: int, *args: Any, **kwargs: Any) -> Any:
+        reads.append(int(channel_id))
+        return await fetch(channel_id, *args, **kwargs)
+
+    monkeypatch.setattr(kioku.bot.http, "logs_from", logs_from)
+    return reads
+
+
+async def test_a_cold_channel_is_back_filled_once_stopping_at_the_newest_refresh_marker(
+    kioku: KiokuHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env, bot = kioku.env, kioku.bot
+    channel = env.channel
+    assert bot.user is not None
+    moderator = await env.create_member("mod", kind="moderator")
+
+    # History the bot never saw live (it was offline): two refresh markers it had posted,
+    # and a member quoting the marker text, which is not a marker.
+    chat = bot.get_cog("Chat")
+    assert isinstance(chat, commands.Cog)
+    await bot.remove_cog(chat.qualified_name)
+    await env.send("before any refresh: the old codename is HERON")
+    await env.send(marker_text(moderator), author=bot.user)
+    await env.send("between the refreshes: the newer codename is OSPREY")
+    await env.send(marker_text(moderator), author=bot.user)
+    await env.send("after the refresh: we ship on Friday")
+    await env.send(f"{REFRESH_MARKER_PREFIX} (quoting the bot) nothing above counts!")
+    await env.send("and Bob brings snacks")
+    await bot.add_cog(chat)
+    assert bot.memory.windows.get(channel.id) == ()
+    reads = count_history_reads(kioku, monkeypatch)
+
+    kioku.llm.reply_text("Friday it is.")
+    await env.send("when do we ship?", mention_bot=True)
+
+    first = prompt_text(kioku.llm, 0)
+    assert "we ship on Friday" in first
+    assert "(quoting the bot) nothing above counts!" in first
+    assert "Bob brings snacks" in first
+    assert "HERON" not in first and "OSPREY" not in first
+    window = [m.content for m in bot.memory.windows.get(channel.id)]
+    assert window[:3] == [
+        "after the refresh: we ship on Friday",
+        f"{REFRESH_MARKER_PREFIX} (quoting the bot) nothing above counts!",
+        "and Bob brings snacks",
+    ]
+    assert reads == [channel.id]
+
+    kioku.llm.reply_text("Snacks by Bob.")
+    await env.send("who brings snacks?", mention_bot=True)
+    assert reads == [channel.id], "the second turn read the channel's history again"
+    second = prompt_text(kioku.llm, 1)
+    assert "Bob brings snacks" in second and "Friday it is." in second
+    assert "HERON" not in second and "OSPREY" not in second
+
+
+async def test_the_raw_window_holds_display_names_resolved_mentions_and_attachment_names(
+    kioku: KiokuHarness,
+) -> None:
+    env = kioku.env
+    channel = env.channel
+    captain = await env.create_member("plain_username", nick="Captain Nick")
+    friend = env.member
+    await env.send(
+        f"hey {friend.mention}, the plan is in {channel.mention}",
+        author=captain,
+        attachments=[("plan.pdf", b"%PDF"), ("photo.png", b"\x89PNG")],
+    )
+    await env.send("", author=friend, attachments=[("notes.txt", b"notes")])
+
+    kioku.llm.reply_text("Got it.")
+    await env.send("what did Captain send?", author=friend, mention_bot=True)
+
+    raw = list(kioku.bot.memory.windows.get(channel.id))
+    names = [(m.author_name, m.content) for m in raw[:3]]
+    assert names == [
+        (
+            "Captain Nick",
+            f"hey @{friend.display_name}, the plan is in #{channel.name}\n"
+            "[attachments: plan.pdf, photo.png]",
+        ),
+        (friend.display_name, "[attachments: notes.txt]"),
+        (friend.display_name, "@Kioku what did Captain send?"),
+    ]
+    prompt = prompt_text(kioku.llm)
+    assert (
+        f"Captain Nick: hey @{friend.display_name}, the plan is in #{channel.name}\n"
+        "[attachments: plan.pdf, photo.png]"
+    ) in prompt
+    assert f"{friend.display_name}: [attachments: notes.txt]" in prompt
+    assert "plain_username" not in prompt
+    assert "<@" not in prompt and "<#" not in prompt
+
+
+async def test_a_typing_indicator_is_shown_while_the_model_generates(kioku: KiokuHarness) -> None:
+    env = kioku.env
+    channel = env.channel
+    await env.send("just chatting, nobody asked the bot")
+    assert env.typing == []
+
+    gate = kioku.llm.hold()
+    kioku.llm.reply_text("Thought about it.")
+    turn = asyncio.create_task(env.send("think hard about this", mention_bot=True))
+    try:
+        await kioku.llm.wait_for_requests(1)  # the model is generating (held)
+        assert env.typing == [channel.id]
+        assert env.sent_to(channel) == []
+    finally:
+        gate.set()
+        await turn
+    assert env.last_sent().content == "Thought about it."
+
+
+async def test_turns_in_one_channel_run_in_order_while_another_channel_runs_concurrently(
+    kioku: KiokuHarness,
+) -> None:
+    env, llm = kioku.env, kioku.llm
+    channel = env.channel
+    other = await env.create_text_channel("other")
+
+    # The first request (channel A's first turn) is held; requests arriving after the
+    # second hold() go straight through. A held request takes its scripted reply only when
+    # released, so B's request, arriving while A's is held, takes the first one.
+    held = llm.hold()
+    llm.reply_text("answer for B")
+    llm.reply_text("first answer in A")
+    llm.reply_text("second answer in A")
+    first = asyncio.create_task(env.send("first in A", mention_bot=True))
+    second: asyncio.Task[Any] | None = None
+    try:
+        await llm.wait_for_requests(1)
+        llm.hold().set()
+        second = asyncio.create_task(env.send("second in A", mention_bot=True))
+
+        await env.send("hello from B", channel=other, mention_bot=True)
+
+        assert env.sent_to(other)[-1].content == "answer for B"
+        assert not first.done(), "channel B's turn waited for channel A's held model call"
+        # A's second message has been seen (it is in the window) but its turn waits in the
+        # channel's queue: no model request for it yet.
+        window = [m.content for m in kioku.bot.memory.windows.get(channel.id)]
+        assert any(content.endswith("second in A") for content in window)
+        assert len(llm.requests) == 2
+        assert "hello from B" in prompt_text(llm, 1)
+        assert env.sent_to(channel) == []
+    finally:
+        held.set()
+        first_message = await first
+        second_message = await second if second is not None else None
+
+    assert second_message is not None
+    replies = [sent.message for sent in env.sent_to(channel)]
+    assert [r.content for r in replies] == ["first answer in A", "second answer in A"]
+    assert [r.reference.message_id for r in replies if r.reference] == [
+        first_message.id,
+        second_message.id,
+    ]
+    # The second turn started after the first one answered: its prompt holds that answer.
+    assert len(llm.requests) == 3
+    assert "first answer in A" in prompt_text(llm, 2)
+    assert "hello from B" not in prompt_text(llm, 2)
+    assert llm.unscripted == 0
