@@ -765,7 +765,7 @@ class MemoryService:
             for item in batch
             if item.started_at is not None
             and any(
-                (at := cleared.get(e.key.channel_id)) is not None and at >= item.started_at
+                (at := cleared.get(e.key.channel_id)) is not None and at > item.started_at
                 for e in item.entries
             )
         ]

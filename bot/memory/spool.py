@@ -484,7 +484,7 @@ async def _apply(session: AsyncSession, record: dict[str, Any]) -> None:
             channels = [e.key.channel_id for e in entries]
             await stm_repo.lock_channels(session, channels, shared=True)
             cleared = await stm_repo.clear_times(session, channels)
-            if any((at := cleared.get(c)) is not None and at >= started for c in channels):
+            if any((at := cleared.get(c)) is not None and at > started for c in channels):
                 return
         await stm_repo.upsert_entries(session, entries)
         await stm_repo.add_events(session, [_event_from_json(e) for e in record["events"]])
