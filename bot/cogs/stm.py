@@ -19,8 +19,20 @@ from discord.ext import commands
 from bot.cogs.checks import admin_only, moderator_only
 from bot.cogs.errors import answer, report_error
 from bot.db.models import StmEvent
-from bot.memory.categories import CategoryDefinitionError, parse_category_lines
-from bot.memory.model import SUMMARY_SLUG, Category, GuildConfig, ScopeKey, StmEntry
+from bot.memory.categories import (
+    DESCRIPTION_MAX_LENGTH,
+    LABEL_MAX_LENGTH,
+    CategoryDefinitionError,
+    parse_category_lines,
+)
+from bot.memory.model import (
+    MAX_CATEGORIES,
+    SUMMARY_SLUG,
+    Category,
+    GuildConfig,
+    ScopeKey,
+    StmEntry,
+)
 from bot.memory.prompt import VALUE_LIMIT, relative_time
 from bot.memory.service import MemoryService, WriteResult
 from bot.memory.summarizer import Summarizer, SummaryOutcome
@@ -36,8 +48,9 @@ MODAL_TIMEOUT = 600.0
 RETRY_TIMEOUT = 300.0
 TITLE_LIMIT = 45
 PLACEHOLDER_LIMIT = 100
-CATEGORY_TEXT_LIMIT = 2000
-CATEGORY_PLACEHOLDER = "Decisions: what the group decided\nOpen questions: what is still unsettled"
+# A row holds a label and its description, with room for the ": " between them.
+CATEGORY_ROW_LIMIT = LABEL_MAX_LENGTH + 2 + DESCRIPTION_MAX_LENGTH
+CATEGORY_PLACEHOLDERS = ("Decisions: what the group decided", "Open questions: what is unsettled")
 
 RENDER_MODES = {
     "crude_summary": "crude summary: distilled text plus the last raw messages",
@@ -337,32 +350,40 @@ class CategoryEditModal(ReportingModal):
 
 
 class CategoriesModal(ReportingModal):
-    """``/stm categories set``: up to five ``label: description`` lines."""
+    """``/stm categories set``: five rows, each ``label: description`` (empty rows are
+    ignored; at least one is needed)."""
 
-    def __init__(self, memory: MemoryService, *, guild_id: int, current: str) -> None:
+    def __init__(self, memory: MemoryService, *, guild_id: int, rows: Sequence[str]) -> None:
         super().__init__(title="Memory categories", timeout=MODAL_TIMEOUT)
         self.memory = memory
         self.guild_id = guild_id
-        self.lines: discord.ui.TextInput[CategoriesModal] = discord.ui.TextInput(
-            label="Categories (label: description, one per line)",
-            custom_id="categories",
-            style=discord.TextStyle.paragraph,
-            default=current[:CATEGORY_TEXT_LIMIT] or None,
-            placeholder=CATEGORY_PLACEHOLDER,
-            max_length=CATEGORY_TEXT_LIMIT,
-            required=True,
-        )
-        self.add_item(self.lines)
+        self.rows: list[discord.ui.TextInput[CategoriesModal]] = []
+        for index in range(MAX_CATEGORIES):
+            current = rows[index] if index < len(rows) else ""
+            row: discord.ui.TextInput[CategoriesModal] = discord.ui.TextInput(
+                label=f"Category {index + 1} (label: description)",
+                custom_id=f"category_{index + 1}",
+                style=discord.TextStyle.short,
+                default=current[:CATEGORY_ROW_LIMIT] or None,
+                placeholder=CATEGORY_PLACEHOLDERS[index] if index < 2 else None,
+                max_length=CATEGORY_ROW_LIMIT,
+                required=index == 0,
+            )
+            self.rows.append(row)
+            self.add_item(row)
 
     async def on_submit(self, interaction: discord.Interaction[Any]) -> None:
-        text = self.lines.value
+        typed = [row.value for row in self.rows]
         try:
-            categories = parse_category_lines(text)
+            # One row per line, so problems name the row ("row 3: …").
+            categories = parse_category_lines(
+                "\n".join(value.replace("\n", " ") for value in typed), place="row"
+            )
         except CategoryDefinitionError as error:
             problems = "\n".join(f"• {problem}" for problem in error.problems)
             content = f"Nothing was changed. Please fix:\n{problems}"
             retry = RetryCategoriesView(
-                self.memory, guild_id=self.guild_id, user_id=interaction.user.id, text=text
+                self.memory, guild_id=self.guild_id, user_id=interaction.user.id, rows=typed
             )
             await answer(interaction, content[:MESSAGE_LIMIT], view=retry)
             return
@@ -380,12 +401,14 @@ class CategoriesModal(ReportingModal):
 class RetryCategoriesView(discord.ui.View):
     """Reopens the categories modal with what the admin typed, so nothing is lost."""
 
-    def __init__(self, memory: MemoryService, *, guild_id: int, user_id: int, text: str) -> None:
+    def __init__(
+        self, memory: MemoryService, *, guild_id: int, user_id: int, rows: Sequence[str]
+    ) -> None:
         super().__init__(timeout=RETRY_TIMEOUT)
         self.memory = memory
         self.guild_id = guild_id
         self.user_id = user_id
-        self.text = text
+        self.rows = list(rows)
 
     async def interaction_check(self, interaction: discord.Interaction[Any]) -> bool:
         return interaction.user.id == self.user_id
@@ -394,7 +417,7 @@ class RetryCategoriesView(discord.ui.View):
     async def edit_again(
         self, interaction: discord.Interaction[Any], button: discord.ui.Button[Any]
     ) -> None:
-        modal = CategoriesModal(self.memory, guild_id=self.guild_id, current=self.text)
+        modal = CategoriesModal(self.memory, guild_id=self.guild_id, rows=self.rows)
         await interaction.response.send_modal(modal)
 
     async def on_error(
@@ -518,9 +541,9 @@ class StmCog(commands.Cog):
     async def categories_set(self, interaction: discord.Interaction[KiokuBot]) -> None:
         guild_id = self._guild_id(interaction)
         config = await self.memory.guild_config(guild_id)
-        current = "\n".join(f"{c.label}: {c.description}" for c in config.categories)
+        rows = [f"{c.label}: {c.description}" for c in config.categories]
         await interaction.response.send_modal(
-            CategoriesModal(self.memory, guild_id=guild_id, current=current)
+            CategoriesModal(self.memory, guild_id=guild_id, rows=rows)
         )
 
     @categories.command(name="list", description="Show this server's memory categories")

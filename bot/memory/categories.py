@@ -215,10 +215,11 @@ def parse_category_definitions(rows: Sequence[tuple[str, str]]) -> tuple[Categor
     return _validate(rows, [f"category {i}" for i in range(1, len(rows) + 1)])
 
 
-def parse_category_lines(text: str) -> tuple[Category, ...]:
-    """Parse modal text with one ``label: description`` per line (blank lines ignored).
+def parse_category_lines(text: str, *, place: str = "line") -> tuple[Category, ...]:
+    """Parse text with one ``label: description`` per line (blank lines ignored).
 
-    Problems name the line number as typed (``line 3: …``).
+    Problems name the line number as typed (``line 3: …``; ``place`` renames it, e.g.
+    ``row`` for the rows of a modal).
     """
     rows: list[tuple[str, str]] = []
     places: list[str] = []
@@ -230,10 +231,10 @@ def parse_category_lines(text: str) -> tuple[Category, ...]:
         # with credentials) would otherwise be cut into halves that look harmless.
         label, colon, description = redact_secrets(line).partition(":")
         if not colon:
-            problems.append(f"line {number}: expected 'label: description' (no ':' found)")
+            problems.append(f"{place} {number}: expected 'label: description' (no ':' found)")
             continue
         rows.append((label, description))
-        places.append(f"line {number}")
+        places.append(f"{place} {number}")
     if problems:
         raise CategoryDefinitionError(problems)
     return _validate(rows, places)

@@ -291,10 +291,17 @@ async def test_stm_categories_set_stores_the_categories_with_slugs(
 ) -> None:
     opened = await kioku.interactions.slash("stm categories set", user=admin)
     assert opened.modal is not None and opened.modal.title == "Memory categories"
+    assert [f["custom_id"] for f in opened.modal.text_inputs] == [
+        f"category_{n}" for n in range(1, 6)
+    ]
 
     saved = await kioku.interactions.submit_modal(
         opened,
-        {"categories": "Decisions: what we decided\n\nOpen Questions: what is unsettled"},
+        {
+            "category_1": "Decisions: what we decided",
+            "category_2": "",
+            "category_3": "Open Questions: what is unsettled",
+        },
         user=admin,
     )
 
@@ -317,8 +324,13 @@ async def test_stm_categories_set_prefills_the_current_categories(
     await use_categories(kioku, "Decisions", "People")
     opened = await kioku.interactions.slash("stm categories set", user=admin)
     assert opened.modal is not None
-    [field] = opened.modal.text_inputs
-    assert field["value"] == "Decisions: Decisions so far\nPeople: People so far"
+    assert [f.get("value") for f in opened.modal.text_inputs] == [
+        "Decisions: Decisions so far",
+        "People: People so far",
+        None,
+        None,
+        None,
+    ]
 
 
 async def test_stm_categories_set_with_bad_lines_lists_every_problem_and_changes_nothing(
@@ -326,23 +338,25 @@ async def test_stm_categories_set_with_bad_lines_lists_every_problem_and_changes
 ) -> None:
     await use_categories(kioku, "Decisions")
     opened = await kioku.interactions.slash("stm categories set", user=admin)
-    typed = ": no label\nEmpty:\nPlans: what is next\nplans: twice"
+    typed = [": no label", "Empty:", "Plans: what is next", "plans: twice", ""]
 
-    saved = await kioku.interactions.submit_modal(opened, {"categories": typed}, user=admin)
+    saved = await kioku.interactions.submit_modal(
+        opened, {f"category_{n}": row for n, row in enumerate(typed, start=1)}, user=admin
+    )
 
     assert saved.ephemeral
     assert saved.content == (
         "Nothing was changed. Please fix:\n"
-        "• line 1: the label is empty\n"
-        "• line 2: the description is empty\n"
-        "• line 4: the label 'plans' is already used by line 3"
+        "• row 1: the label is empty\n"
+        "• row 2: the description is empty\n"
+        "• row 4: the label 'plans' is already used by row 3"
     )
     config = await kioku.bot.memory.guild_config(kioku.env.guild.id)
     assert [c.slug for c in config.categories] == ["decisions"]
     # "Edit again" reopens the modal with what was typed, so nothing is lost.
     again = await kioku.interactions.click(saved, label="Edit again", user=admin)
     assert again.modal is not None
-    assert again.modal.text_inputs[0]["value"] == typed
+    assert [f.get("value") for f in again.modal.text_inputs] == [*typed[:4], None]
 
 
 async def test_stm_categories_list_shows_the_categories(

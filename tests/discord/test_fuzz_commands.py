@@ -443,8 +443,9 @@ async def test_categories_set_then_edit_with_hostile_text(
     opened = await interactions.slash("stm categories set", user=admin)
     checker.interaction(opened, "/stm categories set")
     assert opened.modal is not None
-    [field] = opened.modal.text_inputs
-    saved = await interactions.submit_modal(opened.modal, {field["custom_id"]: text}, user=admin)
+    rows = text.split("\n")[: len(opened.modal.text_inputs)]
+    typed = {f["custom_id"]: row for f, row in zip(opened.modal.text_inputs, rows, strict=False)}
+    saved = await interactions.submit_modal(opened.modal, typed, user=admin)
     checker.interaction(saved, f"categories modal {text!r:.100}")
     accepted = not (saved.content or "").startswith("Nothing was changed")
     if not accepted:
