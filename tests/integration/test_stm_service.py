@@ -402,10 +402,41 @@ async def test_database_failure_is_never_reported_as_saved(
     finally:
         await broken.dispose()
     assert str(result).startswith("rejected: the memory could not be saved")
-    assert service.cache.get(SERVER_KEY) is not None
-    assert service.cache.get(SERVER_KEY).summary == "before the outage"  # type: ignore[union-attr]
+    cached = service.cache.get(SERVER_KEY)
+    assert cached is not None and cached.summary == "before the outage"
     assert [row.summary for row in await rows(db)] == ["before the outage"] * 2
     assert not turn.stm_updated
+
+
+async def test_the_cadence_resets_only_when_the_write_is_saved(
+    service: MemoryService, db: Database
+) -> None:
+    # SPEC §3 order: cache, persist, then reset the cadence; a write that could not be
+    # persisted leaves the counters as they were (the nudge keeps coming).
+    await service.update_stm(await start_turn(service), summary="before the outage")
+    for _ in range(3):
+        service.record_bot_turn(await start_turn(service))
+    turn = await start_turn(service)
+    before = service.cache.get(SERVER_KEY)
+    assert before is not None
+    counters = (before.turns_since_refresh, before.last_refreshed_turn)
+    assert counters == (3, 1)
+    broken = create_async_engine(
+        refused_base_url().replace("http://", "postgresql+asyncpg://u:p@") + "db"
+    )
+    real, service._sessions = service._sessions, async_sessionmaker(broken)
+    try:
+        assert not (await service.update_stm(turn, summary="during the outage")).ok
+    finally:
+        await broken.dispose()
+        service._sessions = real
+    after = service.cache.get(SERVER_KEY)
+    assert after is not None and (after.turns_since_refresh, after.last_refreshed_turn) == counters
+
+    assert (await service.update_stm(await start_turn(service), summary="saved")).ok
+    saved = service.cache.get(SERVER_KEY)
+    assert saved is not None and (saved.turns_since_refresh, saved.last_refreshed_turn) == (0, 2)
+    assert {(r.turns_since_refresh, r.last_refreshed_turn) for r in await rows(db)} == {(0, 2)}
 
 
 # ----------------------------------------------------------------- deletion
