@@ -255,7 +255,9 @@ class TurnRunner:
             )
         except MemoryUnavailable:
             return []
-        if not notes:
+        # An opted-in DM may show facts made in servers served by other processes, which
+        # this one would not hear of: it is not remembered as having none.
+        if not notes and not opted_in:
             self._no_facts[scope] = True
         return notes
 

@@ -12,6 +12,8 @@ from sqlalchemy.engine import URL
 from bot.db.engine import Database
 from bot.db.models import LongTermMemory
 from bot.llm.tools.stm import STM_TOOL_NAME
+from bot.memory.longterm import LongTermService
+from bot.memory.model import Provenance
 from tests.helpers.bot import KiokuHarness, start_kioku, stop_kioku
 from tests.helpers.fake_llm import ScriptedLLM
 
@@ -127,3 +129,29 @@ async def test_without_an_explicit_request_the_model_cannot_remember_or_forget(
     assert all(r.startswith('error: unknown tool "') for r in results), results
     assert await facts(db) == []
     assert kioku.env.last_sent().content == "What a nice day."
+
+
+async def test_an_opted_in_dm_sees_a_fact_another_process_just_stored(
+    kioku: KiokuHarness, db: Database
+) -> None:
+    # DMs are served by shard 0's process; the fact is made in a server another process
+    # serves, so this one never hears of it: its "no facts" shortcut must not hide it.
+    env, llm = kioku.env, kioku.llm
+    member = env.member
+    await kioku.bot.memory.set_cross_context_opt_in(member.id, True)
+    dm = env.dm_channel(member)
+    llm.reply_text("nothing yet")
+    await env.send("what do you know about my cat?", channel=dm, author=member)
+    assert "Miso" not in prompt_text(llm)
+
+    elsewhere = LongTermService(db.sessions, kioku.bot.settings, kioku.clock)
+    await elsewhere.remember(
+        member.id,
+        env.guild.id,
+        "The user's cat is called Miso.",
+        Provenance("model_tool", "test-model", member.id, None),
+        channel_id=env.channel.id,
+    )
+    llm.reply_text("Miso!")
+    await env.send("and now?", channel=dm, author=member)
+    assert "The user's cat is called Miso." in prompt_text(llm)
