@@ -21,9 +21,9 @@ import discord
 from cachetools import TTLCache
 from discord.ext import commands
 
-from bot.cogs.refresh import REFRESH_MARKER_PREFIX
+from bot.cogs.history import backfill, to_raw
 from bot.llm.tool_loop import FRIENDLY_ERRORS
-from bot.memory.model import RawMessage, StmEntry
+from bot.memory.model import StmEntry
 from bot.memory.service import LabelFor
 from bot.memory.storage import MemoryUnavailable
 from bot.turn import TurnRequest
@@ -37,23 +37,6 @@ DISCORD_LIMIT = 2000
 MEMBER_CHECK_SECONDS = 300
 NO_MENTIONS = discord.AllowedMentions.none()
 MessageableChannel = discord.TextChannel | discord.Thread | discord.DMChannel | discord.VoiceChannel
-
-
-def to_raw(message: discord.Message) -> RawMessage:
-    """A Discord message as the memory core sees it: display name, text with mentions
-    resolved, attachment names."""
-    text = message.clean_content
-    if message.attachments:
-        names = ", ".join(a.filename for a in message.attachments)
-        text = f"{text}\n[attachments: {names}]" if text else f"[attachments: {names}]"
-    return RawMessage(
-        message_id=message.id,
-        author_id=message.author.id,
-        author_name=message.author.display_name,
-        content=text,
-        created_at=message.created_at,
-        is_bot=message.author.bot,
-    )
 
 
 _FENCE = re.compile(r"```([\w+#.-]*)")
@@ -218,7 +201,7 @@ class Chat(commands.Cog):
         async with self._lock(channel.id):
             if not addressed and not await self._always_on(message):
                 return
-            await self._backfill(channel, before=message)
+            await backfill(self.bot, channel, before=message)
             if message.guild is None:
                 await self._load_dm_members(message.author.id)
             request = self._request(message)
@@ -231,28 +214,6 @@ class Chat(commands.Cog):
                     windows.delete(channel.id, part.id)  # in case the echo came first
                 else:
                     self.bot.memory.observe_message(channel.id, to_raw(part))
-
-    async def _backfill(self, channel: discord.abc.Messageable, *, before: discord.Message) -> None:
-        """Seed a cold channel's window once from history, stopping at a refresh marker."""
-        windows = self.bot.memory.windows
-        channel_id = before.channel.id
-        if windows.is_primed(channel_id):
-            return
-        history: list[RawMessage] = []
-        me = self.bot.user
-        try:
-            async for old in channel.history(limit=self.bot.settings.stm.raw_window, before=before):
-                if (
-                    me is not None
-                    and old.author.id == me.id
-                    and old.content.startswith(REFRESH_MARKER_PREFIX)
-                ):
-                    break
-                if not self._is_own_error_notice(old):
-                    history.append(to_raw(old))
-        except discord.HTTPException as exc:
-            log.info("no history back-fill for channel %s: %s", channel_id, exc.status)
-        windows.prime(channel_id, list(reversed(history)))
 
     def _request(self, message: discord.Message) -> TurnRequest:
         me = self.bot.user

@@ -18,6 +18,7 @@ from discord.ext import commands
 
 from bot.cogs.checks import admin_only, moderator_only
 from bot.cogs.errors import answer, report_error
+from bot.cogs.history import backfill
 from bot.db.models import StmEvent
 from bot.memory.categories import (
     DESCRIPTION_MAX_LENGTH,
@@ -497,6 +498,10 @@ class StmCog(commands.Cog):
         channel = interaction.channel
         parent_id = channel.parent_id if isinstance(channel, discord.Thread) else None
         await interaction.response.defer(ephemeral=True, thinking=True)
+        if isinstance(channel, discord.abc.Messageable):
+            # After a restart the window is empty until the channel's next turn: read the
+            # history first, or "nothing new" would hide what was said before it.
+            await backfill(self.bot, channel)
         outcome = await self.summarizer.summarize(
             guild_id=interaction.guild_id,
             channel_id=channel_id,

@@ -49,7 +49,7 @@ from sqlalchemy import select
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 
-from bot.cogs.chat import to_raw
+from bot.cogs.history import to_raw
 from bot.db.engine import Database
 from bot.db.models import Base
 from bot.llm.tools.stm import STM_TOOL_NAME

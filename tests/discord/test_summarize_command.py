@@ -13,6 +13,7 @@ from bot.db.models import ShortTermMemory
 from bot.llm.tool_loop import UNAVAILABLE_MESSAGE
 from bot.memory.model import ScopeKey, message_hash
 from bot.memory.summarizer import Summarizer
+from bot.memory.window import WindowCache
 from tests.helpers.bot import KiokuHarness
 
 SUMMARY = "Alice and Bob planned the launch: Friday, venue booked."
@@ -180,3 +181,22 @@ async def test_anyone_may_summarize_their_own_dm(kioku: KiokuHarness) -> None:
         ("user", member.id, "Greetings were exchanged.")
     ]
     assert "Hello!" in kioku.llm.messages(1)[1]["content"]
+
+
+async def test_after_a_restart_the_history_is_read_before_summarizing(
+    kioku: KiokuHarness, moderator: discord.Member
+) -> None:
+    sent = await chat(kioku, 5, prefix="before the restart")
+    # A restarted bot has an empty window until the channel's next turn.
+    memory = kioku.bot.memory
+    memory.windows = WindowCache(per_channel=kioku.bot.settings.stm.raw_window)
+    kioku.llm.reply_text(SUMMARY)
+
+    result = await kioku.interactions.slash("stm summarize", user=moderator)
+
+    assert result.content is not None and "5 new messages" in result.content, result.content
+    prompt = "\n".join(str(m.get("content")) for m in kioku.llm.messages(0))
+    assert all(f"before the restart {i}" in prompt for i in range(1, 6))
+    (server, _) = await stored(kioku, kioku.env.channel.id)
+    assert server.summary == SUMMARY
+    assert server.covered_through_message_id == sent[-1].id

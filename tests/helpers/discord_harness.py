@@ -1087,11 +1087,13 @@ class DpytestEnv:
         )
         return users, roles, everyone
 
-    def _store(self, data: dict[str, Any]) -> None:
+    def _store(self, data: dict[str, Any], *, in_history: bool = True) -> None:
+        """Keep a message for fetches and edits; ``in_history``: also in its channel's
+        history (Discord never lists ephemeral messages there)."""
         mid = int(data["id"])
         self._messages[mid] = data
         cfg = dpy_backend._cur_config
-        if cfg is not None:
+        if cfg is not None and in_history:
             cfg.messages.setdefault(int(data["channel_id"]), []).append(data)
 
     def _message_obj(self, data: dict[str, Any], channel: Any) -> discord.Message:
@@ -2558,7 +2560,7 @@ class InteractionHarness:
         data = self.env._bot_message_payload(
             channel, body, files, msg_type=msg_type, flags=flags, extra=extra
         )
-        self.env._store(data)
+        self.env._store(data, in_history=not flags & EPHEMERAL)
         if self.echo_messages and not flags & EPHEMERAL:
             self.env._echo_create(data)
         return data
