@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import discord
@@ -267,24 +268,48 @@ class ReportingModal(discord.ui.Modal):
         await report_error(interaction, error)
 
 
-class SummaryEditModal(ReportingModal):
+@dataclass(frozen=True, slots=True)
+class EditTarget:
+    """Which channel's memory a ``/stm edit`` modal edits."""
+
+    guild_id: int
+    channel_id: int
+    parent_channel_id: int | None
+    title: str
+
+
+class _EditModal(ReportingModal):
+    """``/stm edit``: what both modes share (where the memory is, how it is saved)."""
+
+    def __init__(self, memory: MemoryService, target: EditTarget) -> None:
+        super().__init__(title=fit_title(target.title), timeout=MODAL_TIMEOUT)
+        self.memory = memory
+        self.target = target
+
+    async def _save(
+        self,
+        interaction: discord.Interaction[Any],
+        *,
+        summary: str | None = None,
+        categories: dict[str, str] | None = None,
+    ) -> None:
+        target = self.target
+        result = await self.memory.admin_edit(
+            guild_id=target.guild_id,
+            channel_id=target.channel_id,
+            parent_channel_id=target.parent_channel_id,
+            actor_user_id=interaction.user.id,
+            summary=summary,
+            categories=categories,
+        )
+        await answer(interaction, describe_write(result))
+
+
+class SummaryEditModal(_EditModal):
     """``/stm edit`` in summary mode: one paragraph, prefilled with the summary."""
 
-    def __init__(
-        self,
-        memory: MemoryService,
-        *,
-        guild_id: int,
-        channel_id: int,
-        parent_channel_id: int | None,
-        title: str,
-        current: str,
-    ) -> None:
-        super().__init__(title=fit_title(title), timeout=MODAL_TIMEOUT)
-        self.memory = memory
-        self.guild_id = guild_id
-        self.channel_id = channel_id
-        self.parent_channel_id = parent_channel_id
+    def __init__(self, memory: MemoryService, target: EditTarget, *, current: str) -> None:
+        super().__init__(memory, target)
         self.summary: discord.ui.TextInput[SummaryEditModal] = discord.ui.TextInput(
             label="Summary",
             custom_id="summary",
@@ -296,35 +321,21 @@ class SummaryEditModal(ReportingModal):
         self.add_item(self.summary)
 
     async def on_submit(self, interaction: discord.Interaction[Any]) -> None:
-        result = await self.memory.admin_edit(
-            guild_id=self.guild_id,
-            channel_id=self.channel_id,
-            parent_channel_id=self.parent_channel_id,
-            actor_user_id=interaction.user.id,
-            summary=self.summary.value,
-        )
-        await answer(interaction, describe_write(result))
+        await self._save(interaction, summary=self.summary.value)
 
 
-class CategoryEditModal(ReportingModal):
+class CategoryEditModal(_EditModal):
     """``/stm edit`` in category mode: one input per category; an empty one clears it."""
 
     def __init__(
         self,
         memory: MemoryService,
+        target: EditTarget,
         *,
-        guild_id: int,
-        channel_id: int,
-        parent_channel_id: int | None,
-        title: str,
         categories: Sequence[Category],
         current: dict[str, str],
     ) -> None:
-        super().__init__(title=fit_title(title), timeout=MODAL_TIMEOUT)
-        self.memory = memory
-        self.guild_id = guild_id
-        self.channel_id = channel_id
-        self.parent_channel_id = parent_channel_id
+        super().__init__(memory, target)
         self.inputs: dict[str, discord.ui.TextInput[CategoryEditModal]] = {}
         for category in categories:
             field: discord.ui.TextInput[CategoryEditModal] = discord.ui.TextInput(
@@ -340,14 +351,9 @@ class CategoryEditModal(ReportingModal):
             self.add_item(field)
 
     async def on_submit(self, interaction: discord.Interaction[Any]) -> None:
-        result = await self.memory.admin_edit(
-            guild_id=self.guild_id,
-            channel_id=self.channel_id,
-            parent_channel_id=self.parent_channel_id,
-            actor_user_id=interaction.user.id,
-            categories={slug: field.value for slug, field in self.inputs.items()},
+        await self._save(
+            interaction, categories={slug: field.value for slug, field in self.inputs.items()}
         )
-        await answer(interaction, describe_write(result))
 
 
 class CategoriesModal(ReportingModal):
@@ -519,26 +525,14 @@ class StmCog(commands.Cog):
         entry = await self._channel_entry(interaction)
         channel_id = entry.key.channel_id
         title = f"Memory of {channel_label(interaction)}"
+        target = EditTarget(guild_id, channel_id, entry.parent_channel_id, title)
         modal: discord.ui.Modal
         if config.category_mode:
             modal = CategoryEditModal(
-                self.memory,
-                guild_id=guild_id,
-                channel_id=channel_id,
-                parent_channel_id=entry.parent_channel_id,
-                title=title,
-                categories=config.categories,
-                current=entry.categories,
+                self.memory, target, categories=config.categories, current=entry.categories
             )
         else:
-            modal = SummaryEditModal(
-                self.memory,
-                guild_id=guild_id,
-                channel_id=channel_id,
-                parent_channel_id=entry.parent_channel_id,
-                title=title,
-                current=entry.summary,
-            )
+            modal = SummaryEditModal(self.memory, target, current=entry.summary)
         await interaction.response.send_modal(modal)
 
     @categories.command(name="set", description="Define up to five memory categories")

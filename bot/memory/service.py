@@ -663,16 +663,14 @@ class MemoryService:
         outcome = await pending.outcome
         if outcome is None:
             return WriteResult("saved")
-        if isinstance(outcome, StaleWrite):
-            # Another process wrote a newer version: drop ours (and the stale cache) so
-            # the next read hydrates the newest; never report this write as saved.
+        if isinstance(outcome, StaleWrite | ClearedElsewhere):
+            # Another process wrote a newer version, or wiped the channel: drop ours (and
+            # the stale cache) so the next read hydrates the truth; never report it saved.
             for entry in entries:
                 self.cache.pop(entry.key)
+            if isinstance(outcome, ClearedElsewhere):
+                return rejected(REASON_CLEARED)
             return rejected("a newer version of this memory exists; nothing was saved")
-        if isinstance(outcome, ClearedElsewhere):
-            for entry in entries:
-                self.cache.pop(entry.key)
-            return rejected(REASON_CLEARED)
         log.warning(
             "STM write for %s failed: %s",
             ", ".join(str(e.key) for e in entries),
