@@ -53,7 +53,7 @@ async def main() -> None:
         waiting: dict[int, asyncio.Event] = {}
 
         def on_notice(notice: Notice) -> None:
-            b.apply_notice(notice)
+            b.apply_notice(notice)  # the eviction happens here, before the time is taken
             for _kind, _guild, _user, channel, version in notice.get("k", ()):
                 if _kind == "server":
                     arrivals[int(version) * 1_000_000 + int(channel)] = time.perf_counter()
@@ -73,6 +73,9 @@ async def main() -> None:
                 config=a.defaults,
                 epoch=a.epoch(channel),
             )
+            # B holds the current version, so the notice has something stale to evict.
+            await b.entry(turn.channel_key)
+            assert turn.channel_key in b.cache
             waiting[channel] = asyncio.Event()
             # Measured from the start of the write: the notice is delivered on commit,
             # often before the writer's own await returns, so this is an upper bound.
@@ -82,6 +85,7 @@ async def main() -> None:
             version = (await a.entry(turn.channel_key)).version
             async with asyncio.timeout(10):
                 await waiting[channel].wait()
+            assert turn.channel_key not in b.cache, "B still holds the stale version"
             latencies.append((arrivals[version * 1_000_000 + channel] - started) * 1000)
         await listener.close()
         await database.close()

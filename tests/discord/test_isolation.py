@@ -55,6 +55,7 @@ from bot.db.models import Base
 from bot.llm.tools.stm import STM_TOOL_NAME
 from bot.memory.model import message_hash
 from bot.memory.spool import inspect_spool, spool_path
+from tests.conftest import Figures
 from tests.helpers.bot import KiokuHarness, start_kioku, stop_kioku
 from tests.helpers.fake_llm import ScriptedLLM, refused_base_url
 
@@ -239,7 +240,9 @@ def hits(rows: Iterable[tuple[str, str]], needles: Iterable[str]) -> list[str]:
     ]
 
 
-async def test_twenty_guilds_of_interleaved_turns_never_leak(world: KiokuHarness) -> None:
+async def test_twenty_guilds_of_interleaved_turns_never_leak(
+    world: KiokuHarness, figures: Figures
+) -> None:
     env, llm, memory = world.env, world.llm, world.bot.memory
     spool = world.bot.spool
     assert spool is not None
@@ -445,6 +448,11 @@ async def test_twenty_guilds_of_interleaved_turns_never_leak(world: KiokuHarness
     victim_words.append(f"dmtext-{victim.id}")
 
     flows = dict(sorted(tally.flows.items()))
+    figures["guild turns"] = tally.turns
+    figures["DM turns"] = tally.dm_turns
+    figures["model requests checked"] = tally.requests
+    figures["STM updates"] = tally.tool_turns
+    figures["leaks found"] = len(tally.leaks)
     print(
         f"\nisolation: {tally.turns} guild turns + {tally.dm_turns} DM turns, "
         f"{tally.requests} model requests checked ({tally.tool_turns} STM updates), "
@@ -524,6 +532,8 @@ async def test_twenty_guilds_of_interleaved_turns_never_leak(world: KiokuHarness
             f"{marker(VICTIM_GUILD, c)}: {w}" for w in victim_words if any(w in t for t in texts)
         ]
 
+    figures["forget-me: rows still derived from the user"] = len(leftovers)
+    figures["forget-me: spool records holding the user's data"] = len(spool_leftovers)
     print(
         f"forget-me: {len(before)} rows before, {len(after)} after; rows still derived "
         f"from the user: {len(leftovers)}; spool files {[name for name, _ in spooled]}, "
