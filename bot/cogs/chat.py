@@ -17,6 +17,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+import aiohttp
 import discord
 from cachetools import TTLCache
 from discord.ext import commands
@@ -35,6 +36,10 @@ log = logging.getLogger(__name__)
 
 DISCORD_LIMIT = 2000
 MEMBER_CHECK_SECONDS = 300
+# At most this many servers are asked about one user before a DM turn (the rest show
+# nothing this turn; they are asked on later turns as the cache fills).
+MAX_MEMBER_FETCHES = 10
+MEMBER_FETCH_TIMEOUT_SECONDS = 5.0
 NO_MENTIONS = discord.AllowedMentions.none()
 MessageableChannel = discord.TextChannel | discord.Thread | discord.DMChannel | discord.VoiceChannel
 
@@ -280,15 +285,26 @@ class Chat(commands.Cog):
             guild_ids |= await self.bot.longterm.guild_ids(user_id)
         except MemoryUnavailable:
             return
-        for guild_id in guild_ids:
-            guild = self.bot.get_guild(guild_id or 0)
-            if guild is None or guild.get_member(user_id) or (guild_id, user_id) in self._fetched:
-                continue
-            try:
-                member: discord.Member | None = await guild.fetch_member(user_id)
-            except discord.HTTPException:  # left the server (404), or unknown: show nothing
-                member = None
+        missing = [
+            guild
+            for guild in (self.bot.get_guild(guild_id or 0) for guild_id in guild_ids)
+            if guild is not None
+            and guild.get_member(user_id) is None
+            and (guild.id, user_id) not in self._fetched
+        ]
+        members = await asyncio.gather(
+            *(self._fetch_member(guild, user_id) for guild in missing[:MAX_MEMBER_FETCHES])
+        )
+        for guild, member in zip(missing, members, strict=False):
             self._fetched[(guild.id, user_id)] = member
+
+    @staticmethod
+    async def _fetch_member(guild: discord.Guild, user_id: int) -> discord.Member | None:
+        try:
+            async with asyncio.timeout(MEMBER_FETCH_TIMEOUT_SECONDS):
+                return await guild.fetch_member(user_id)
+        except (discord.HTTPException, aiohttp.ClientError, OSError, TimeoutError):
+            return None  # left the server (404), or unknown right now: show nothing
 
     def _member_sees(self, user_id: int, channel_id: int) -> bool:
         """Whether the user can read that server channel now (never a private thread)."""
@@ -296,9 +312,9 @@ class Chat(commands.Cog):
         if not isinstance(channel, discord.abc.GuildChannel | discord.Thread):
             return False
         if isinstance(channel, discord.Thread) and (
-            channel.type is discord.ChannelType.private_thread
+            channel.type is discord.ChannelType.private_thread or channel.parent is None
         ):
-            return False
+            return False  # a private thread, or one whose parent (and rights) is unknown
         member = channel.guild.get_member(user_id) or self._fetched.get((channel.guild.id, user_id))
         return member is not None and channel.permissions_for(member).view_channel
 

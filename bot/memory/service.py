@@ -177,6 +177,8 @@ class MemoryService:
         self.settings = settings
         self.clock: Clock = clock or SystemClock()
         self.spool = spool
+        if spool is not None:
+            spool.notice_origin = self.instance_id  # its replays are this process's own
         self.cache = StmCache(
             maxsize=stm.cache_max_entries,
             ttl_summary_s=stm.ttl_summary_hours * 3600,
@@ -248,6 +250,12 @@ class MemoryService:
                 break
         return config
 
+    def _note(self, name: object) -> None:
+        """Record a change made here (as a notice from elsewhere would): a read already
+        in flight about ``name`` must not cache what it read."""
+        self._notice_seq += 1
+        self._noticed[name] = self._notice_seq
+
     def _noticed_since(self, seq: int, *names: object) -> bool:
         return any(self._noticed.get(name, 0) > seq for name in (*names, FORGET_NOTICED))
 
@@ -269,18 +277,25 @@ class MemoryService:
     async def _hydrate(self, key: ScopeKey, parent_channel_id: int | None) -> StmEntry:
         epoch = self.epoch(key.channel_id)
         row: StmEntry | None = None
-        spooled = self.spool.latest(key) if self.spool is not None else None
+        # False while the last read was overtaken by a notice (or a /forget-me) about it:
+        # then the result is used once and not cached, so the next use reads again.
+        settled = True
+        unavailable: MemoryUnavailable | None = None
         if key.channel_id not in self._tombstones:
             try:
                 for _ in range(STALE_READ_RETRIES):
                     seq = self._notice_seq
                     async with self._storage("hydrating an STM entry") as session:
                         row = await stm_repo.load_entry(session, key)
-                    if not self._noticed_since(seq, key):
+                    settled = not self._noticed_since(seq, key)
+                    if settled:
                         break
-            except MemoryUnavailable:
-                if spooled is None:
-                    raise
+            except MemoryUnavailable as exc:
+                unavailable = exc
+        # Looked up after the read: a spooled write or deletion may have landed meanwhile.
+        spooled = self.spool.latest(key) if self.spool is not None else None
+        if unavailable is not None and spooled is None:
+            raise unavailable
         if spooled is not None and (row is None or spooled.version >= row.version):
             # Not replayed yet and newer than its row (unless another process has written
             # since): hydrating the row would let the next write reuse a version number
@@ -298,7 +313,8 @@ class MemoryService:
         existing = self.cache.get(key)
         if existing is not None:  # a write landed while we were loading
             return existing
-        self.cache.put(entry)
+        if settled:
+            self.cache.put(entry)
         return entry
 
     def _fresh(self, key: ScopeKey, parent_channel_id: int | None) -> StmEntry:
@@ -371,18 +387,26 @@ class MemoryService:
         if cached is not None:
             return cached
 
+        found = False
+
         async def load() -> None:
+            nonlocal found
+            seq = self._notice_seq
             async with self._storage("loading privacy settings") as session:
-                self._opt_ins[user_id] = await guild_repo.cross_context_opt_in(session, user_id)
+                found = await guild_repo.cross_context_opt_in(session, user_id)
+            # Changed while we read (here or elsewhere): use once, do not cache.
+            if not self._noticed_since(seq, ("opt-in", user_id)):
+                self._opt_ins[user_id] = found
 
         await self._misc_flight.run(("opt-in", user_id), load)
-        return self._opt_ins.get(user_id, False)
+        return self._opt_ins.get(user_id, found)
 
     async def set_cross_context_opt_in(self, user_id: int, enabled: bool) -> None:
         async with self._storage("saving privacy settings") as session, session.begin():
             await guild_repo.set_cross_context_opt_in(session, user_id, enabled)
             # DMs may be served by another shard process: it must not keep the old answer.
             await self._announce(session, {"o": self.instance_id, "t": "opt-in", "u": user_id})
+        self._note(("opt-in", user_id))
         self._opt_ins[user_id] = enabled
 
     # ------------------------------------------------------------------- turns
@@ -689,7 +713,7 @@ class MemoryService:
             try:
                 self.spool.append(entries, events, started_at=started_at)
                 return WriteResult("saved, pending sync")
-            except OSError:
+            except (OSError, ValueError):  # ValueError: the spool file is closed
                 log.exception("STM spool append failed")
         for old in before:  # never report or keep what was not saved
             self.cache.put(old)
@@ -741,7 +765,7 @@ class MemoryService:
             if self.spool is None:
                 raise OSError("no spool")
             append(self.spool)
-        except OSError as spool_error:
+        except (OSError, ValueError) as spool_error:
             if not isinstance(exc, _QueuedBehindSpool):
                 spool_error.__cause__ = exc
             raise MemoryUnavailable("the database is unavailable; try again shortly") from (
@@ -797,8 +821,10 @@ class MemoryService:
     ) -> ClearReceipt:
         """``/refresh``: wipe the channel's STM in every scope, cache and rows.
 
-        Raises :class:`MemoryUnavailable` if the rows could not be deleted; the cache is
-        cleared regardless and the channel is never hydrated back from those rows.
+        When the rows cannot be deleted now (database down, or earlier operations still
+        in the spool) the deletion is queued in the spool (``pending_sync``); without a
+        spool that raises :class:`MemoryUnavailable`. Either way the cache is cleared and
+        the channel is never hydrated back from those rows.
         """
         async with self._lock(channel_id):
             self._epochs[channel_id] = self.epoch(channel_id) + 1
@@ -843,9 +869,13 @@ class MemoryService:
         """``/forget-me``: delete every memory derived from the user's messages.
 
         Every channel that could hold something of theirs (a cached memory, or their
-        messages in a raw window) gets a new epoch, so a turn already reading those
-        messages cannot store them again; the channels' locks are taken, so a write
-        already on its way to the database lands before the deletion, not after it."""
+        messages in a raw window) gets a new epoch, so a turn of this process already
+        reading those messages cannot store them again; reads in flight do not cache what
+        they read; the channels' locks are taken, so a write already on its way to the
+        database lands before the deletion, not after it. (Other processes hear of it by
+        notice; see docs/scaling.md for the limit.)"""
+        # Reads in flight may return what is about to be deleted: they must not cache it.
+        self._note(FORGET_NOTICED)
         affected = {key.channel_id for key in self.cache.keys_of_user(user_id)}
         affected |= {e.key.channel_id for e in self.cache.entries() if user_id in e.contributor_ids}
         affected |= self.windows.channels_with_author(user_id)
@@ -943,6 +973,7 @@ class MemoryService:
             self.windows.forget_author(user_id)
             self._opt_ins.pop(user_id, None)
         elif kind == "opt-in":
+            self._noticed[("opt-in", int(notice["u"]))] = self._notice_seq
             self._opt_ins.pop(int(notice["u"]), None)
         elif kind == "guild":
             self._noticed[("guild", int(notice["g"]))] = self._notice_seq

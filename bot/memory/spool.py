@@ -21,8 +21,8 @@ One process owns a spool (an exclusive lock beside the file): two processes appe
 to and rewriting one file would lose each other's records. A crash can leave a torn last
 line; it was never acknowledged, so it is cut off when the spool is opened. A line that
 cannot be read (a damaged file) is moved aside to ``stm.corrupt-<time>.jsonl`` and
-reported, instead of stopping the bot; so is a record the database keeps refusing for a
-reason other than being unreachable.
+reported, instead of stopping the bot; so is a record the database refuses while it
+answers (a deadlock, a timeout or a lost connection is retried later, never set aside).
 """
 
 from __future__ import annotations
@@ -258,6 +258,9 @@ class DurableSpool:
         self._back = asyncio.Event()
         # One replay at a time: two would both drop the same batch from the log.
         self._replaying = asyncio.Lock()
+        # Names the process in the notices a replay sends, so it ignores its own (the
+        # memory service that owns the spool sets it to its instance id).
+        self.notice_origin = "spool"
 
     def _open_for_append(self) -> TextIO:
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
@@ -347,16 +350,18 @@ class DurableSpool:
             while self._records:
                 batch = self._records[:REPLAY_BATCH]
                 try:
-                    await _apply_all(sessions, batch)
+                    await _apply_all(sessions, batch, self.notice_origin)
                     handled = len(batch)
-                except Exception:
-                    if not await _reachable(sessions):
+                except Exception as exc:
+                    if _transient(exc) or not await _reachable(sessions):
                         raise
                     handled = await self._apply_one_by_one(sessions, batch)
                 del self._records[:handled]
                 self._handle.close()
-                self._rewrite()
-                self._handle = self._open_for_append()
+                try:
+                    self._rewrite()
+                finally:  # appends must keep working even if the rewrite failed
+                    self._handle = self._open_for_append()
                 done += handled
                 if handled < len(batch):
                     raise ConnectionError("the database went away during the spool replay")
@@ -372,9 +377,11 @@ class DurableSpool:
         handled = 0
         for record in batch:
             try:
-                await _apply_all(sessions, [record])
+                await _apply_all(sessions, [record], self.notice_origin)
             except Exception as exc:
-                if not await _reachable(sessions):
+                # Only a refusal by a database that answers is final; a deadlock, a
+                # timeout or a lost connection is retried with the rest, later.
+                if _transient(exc) or not await _reachable(sessions):
                     break
                 log.error(
                     "spool: the database refused a %s record (%s)",
@@ -465,15 +472,48 @@ async def _reachable(sessions: async_sessionmaker[AsyncSession]) -> bool:
     return True
 
 
+# Errors that say "try again", not "this record is wrong": deadlock, serialization
+# failure, lock not available, statement cancelled (timeout).
+TRANSIENT_SQLSTATES = frozenset({"40P01", "40001", "55P03", "57014"})
+REPLAY_TIMEOUT_SECONDS = 30.0
+
+
+def _transient(exc: BaseException) -> bool:
+    if isinstance(exc, TimeoutError | OSError | ConnectionError):
+        return True
+    for cause in (exc, getattr(exc, "orig", None), exc.__cause__):
+        seen = getattr(cause, "__cause__", None)
+        for candidate in (cause, seen):
+            if getattr(candidate, "sqlstate", None) in TRANSIENT_SQLSTATES:
+                return True
+    return False
+
+
+def _channels(records: Sequence[dict[str, Any]]) -> list[int]:
+    channels: set[int] = set()
+    for record in records:
+        if record.get("op") == "upsert":
+            channels.update(int(e["key"]["channel"]) for e in record["entries"])
+        elif record.get("op") == "clear":
+            channels.add(int(record["channel"]))
+    return sorted(channels)
+
+
 async def _apply_all(
-    sessions: async_sessionmaker[AsyncSession], records: Sequence[dict[str, Any]]
+    sessions: async_sessionmaker[AsyncSession],
+    records: Sequence[dict[str, Any]],
+    origin: str,
 ) -> None:
-    async with sessions() as session, session.begin():
-        for record in records:
-            await _apply(session, record)
+    async with asyncio.timeout(REPLAY_TIMEOUT_SECONDS):
+        async with sessions() as session, session.begin():
+            # Every channel of the batch, up front and in order: two processes replaying
+            # at once (both after the same outage) cannot deadlock on each other.
+            await stm_repo.lock_channels(session, _channels(records), shared=False)
+            for record in records:
+                await _apply(session, record, origin)
 
 
-async def _apply(session: AsyncSession, record: dict[str, Any]) -> None:
+async def _apply(session: AsyncSession, record: dict[str, Any], origin: str) -> None:
     op = record.get("op")
     if op == "upsert":
         # A stale version is skipped by the repository: replay never overwrites newer.
@@ -488,7 +528,7 @@ async def _apply(session: AsyncSession, record: dict[str, Any]) -> None:
                 return
         await stm_repo.upsert_entries(session, entries)
         await stm_repo.add_events(session, [_event_from_json(e) for e in record["events"]])
-        await send_notice(session, stm_notice("spool", entries))
+        await send_notice(session, stm_notice(origin, entries))
     elif op == "clear":
         channel_id = int(record["channel"])
         at = _time(record)
@@ -496,7 +536,7 @@ async def _apply(session: AsyncSession, record: dict[str, Any]) -> None:
         if at is not None:
             await stm_repo.record_clear(session, channel_id, at)
         await stm_repo.delete_channel(session, channel_id, not_after=at)
-        await send_notice(session, {"o": "spool", "t": "clear", "c": channel_id})
+        await send_notice(session, {"o": origin, "t": "clear", "c": channel_id})
         await stm_repo.add_events(
             session,
             [
@@ -515,4 +555,4 @@ async def _apply(session: AsyncSession, record: dict[str, Any]) -> None:
         await guild_repo.delete_user_settings(session, user_id)
         await stm_repo.delete_events_of_user(session, user_id)
         await stm_repo.add_events(session, [EventRecord("forget")])
-        await send_notice(session, {"o": "spool", "t": "forget", "u": user_id})
+        await send_notice(session, {"o": origin, "t": "forget", "u": user_id})

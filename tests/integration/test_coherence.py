@@ -22,6 +22,7 @@ from bot.app import build_bot
 from bot.config import Settings, async_database_url
 from bot.db.engine import Database, DatabaseUnavailable
 from bot.db.notify import NOTIFY_CHANNEL, CacheListener, ListenerUnavailable, Notice
+from bot.db.repositories import guilds as guild_repo
 from bot.db.repositories import stm as stm_repo
 from bot.memory.model import ScopeKey
 from bot.memory.service import MemoryService
@@ -496,3 +497,52 @@ async def test_the_listener_connects_with_the_ssl_parameter_settings_produce(
             await arrived.wait()
     finally:
         await listener.close()
+
+
+async def test_an_opt_out_heard_while_the_opt_in_is_read_is_not_lost(
+    db: Database, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a = make_service(db.sessions, settings, ManualClock())
+    b = make_service(db.sessions, settings, ManualClock())
+    await a.set_cross_context_opt_in(ALICE, True)
+    read, release = asyncio.Event(), asyncio.Event()
+    real = guild_repo.cross_context_opt_in
+
+    async def slow(*args: Any, **kwargs: Any) -> Any:
+        value = await real(*args, **kwargs)
+        read.set()
+        await release.wait()  # the opt-out happens while "on" is on its way to B
+        return value
+
+    monkeypatch.setattr(guild_repo, "cross_context_opt_in", slow)
+    loading = asyncio.create_task(b.cross_context_opt_in(ALICE))
+    await read.wait()
+    monkeypatch.setattr(guild_repo, "cross_context_opt_in", real)
+    await a.set_cross_context_opt_in(ALICE, False)
+    b.apply_notice({"o": a.instance_id, "t": "opt-in", "u": ALICE})
+    release.set()
+    await loading
+
+    assert await b.cross_context_opt_in(ALICE) is False
+
+
+async def test_a_read_overtaken_on_every_retry_is_used_once_and_not_cached(
+    db: Database, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a = make_service(db.sessions, settings, ManualClock())
+    turn = (
+        await a.prepare_turn(channel_id=CHANNEL, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT)
+    ).turn
+    assert (await a.update_stm(turn, summary="v1")).ok
+    b = make_service(db.sessions, settings, ManualClock())
+    load = stm_repo.load_entry
+
+    async def always_overtaken(*args: Any, **kwargs: Any) -> Any:
+        row = await load(*args, **kwargs)
+        b.apply_notice({"o": "elsewhere", "t": "stm", "k": [["server", GUILD, None, CHANNEL, 7]]})
+        return row
+
+    monkeypatch.setattr(stm_repo, "load_entry", always_overtaken)
+    await b.entry(KEY)
+
+    assert b.cache.get(KEY) is None

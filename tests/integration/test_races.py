@@ -304,3 +304,36 @@ async def test_a_clear_and_writes_from_two_processes_never_leave_a_pre_clear_row
     # Each write either committed before the clear (and was deleted by it) or was refused.
     assert await rows_of(db) == []
     assert all(str(r) in ("saved", f"rejected: {REASON_CLEARED}") for r in results[:-1])
+
+
+async def test_a_forget_me_during_a_hydration_is_not_undone_by_it(
+    db: Database, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    service = make_service(db.sessions, settings, ManualClock())
+    turn = (
+        await service.prepare_turn(
+            channel_id=CHANNEL, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT
+        )
+    ).turn
+    assert (await service.update_stm(turn, summary="Alice's secret plans")).ok
+    service.cache.clear()  # e.g. evicted, or dropped after a listener reset
+    read, release = asyncio.Event(), asyncio.Event()
+    load = stm_repo.load_entry
+
+    async def slow_load(*args: Any, **kwargs: Any) -> Any:
+        row = await load(*args, **kwargs)
+        if not read.is_set():
+            read.set()
+            await release.wait()  # the row (Alice's words) is on its way back
+        return row
+
+    monkeypatch.setattr(stm_repo, "load_entry", slow_load)
+    hydrating = asyncio.create_task(service.entry(SERVER_KEY))
+    await read.wait()
+    await service.forget_user(ALICE)
+    release.set()
+    await hydrating
+
+    assert service.cache.get(SERVER_KEY) is None or not service.cache.get(SERVER_KEY).has_content  # type: ignore[union-attr]
+    assert (await service.entry(SERVER_KEY)).summary == ""
+    assert await rows_of(db) == []

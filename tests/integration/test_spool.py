@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import select
@@ -14,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async
 from bot.config import Settings
 from bot.db.engine import Database
 from bot.db.models import ShortTermMemory, StmEvent
+from bot.memory import spool as spool_module
 from bot.memory.model import ScopeKey
 from bot.memory.service import MemoryService
 from bot.memory.spool import DurableSpool, SpoolLocked, count_pending, inspect_spool, spool_path
@@ -21,6 +23,7 @@ from tests.helpers.builders import ALICE, BOB, BOT, CHANNEL, GUILD, ManualClock,
 from tests.helpers.fake_llm import refused_base_url
 
 SERVER_KEY = ScopeKey.server(GUILD, CHANNEL)
+OTHER = CHANNEL + 1
 
 
 @pytest.fixture
@@ -417,3 +420,70 @@ async def test_new_writes_during_an_outage_do_not_cut_the_backoff_short(
         task.cancel()
     assert len(attempts) == 1
     assert spool.pending == 21
+
+
+class _Deadlock(Exception):
+    sqlstate = "40P01"  # what asyncpg reports for "deadlock detected"
+
+
+async def test_a_transient_refusal_is_retried_never_set_aside(
+    db: Database, settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    service = make_service(db.sessions, settings, ManualClock())
+    await service.update_stm(await turn_for(service), summary="Alice's plans")  # type: ignore[arg-type]
+    spool = DurableSpool(spool_path(tmp_path))
+    spool.append_forget(ALICE, ManualClock().now().replace(year=2030))
+    real = spool_module._apply
+    failures = 0
+
+    async def deadlock_once(*args: Any) -> None:
+        nonlocal failures
+        if failures == 0:
+            failures += 1
+            raise _Deadlock("deadlock detected")
+        await real(*args)
+
+    monkeypatch.setattr(spool_module, "_apply", deadlock_once)
+    with pytest.raises(_Deadlock):
+        await spool.replay(db.sessions)  # the replayer backs off and tries again
+    assert spool.pending == 1 and inspect_spool(tmp_path).set_aside == ()
+
+    assert await spool.replay(db.sessions) == 1
+    assert await summaries(db) == []
+
+
+async def test_two_processes_replaying_clears_of_the_same_channels_do_not_deadlock(
+    db: Database, tmp_path: Path
+) -> None:
+    now = ManualClock().now()
+    one, two = (
+        DurableSpool(spool_path(tmp_path / "one")),
+        DurableSpool(spool_path(tmp_path / "two")),
+    )
+    for channel in (CHANNEL, OTHER):
+        one.append_clear(channel, GUILD, ALICE, now)
+    for channel in (OTHER, CHANNEL):  # the other order: locks taken as met would deadlock
+        two.append_clear(channel, GUILD, ALICE, now)
+
+    assert await asyncio.gather(one.replay(db.sessions), two.replay(db.sessions)) == [2, 2]
+
+
+async def test_a_failed_rewrite_leaves_the_spool_writable(
+    db: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spool = DurableSpool(spool_path(tmp_path))
+    spool.append_clear(CHANNEL, GUILD, ALICE, ManualClock().now())
+    real = DurableSpool._rewrite
+
+    def disk_full(self: DurableSpool) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(DurableSpool, "_rewrite", disk_full)
+    with pytest.raises(OSError):
+        await spool.replay(db.sessions)
+    monkeypatch.setattr(DurableSpool, "_rewrite", real)
+
+    spool.append_forget(BOB, ManualClock().now())  # still appends (the file is open)
+    assert spool.pending == 1
+    spool.close()
+    assert DurableSpool(spool_path(tmp_path)).pending >= 1
