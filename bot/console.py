@@ -81,6 +81,7 @@ async def console(
                 await _turn(memory, runner, line, next(ids), say)
     finally:
         await runner.drain()  # a background summary finishes before the database goes
+        await memory.close()
         await client.close()
         await database.close()
     return 0

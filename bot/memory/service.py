@@ -60,6 +60,8 @@ OTHER_CHANNEL_HYDRATE_LIMIT = 10
 STALE_READ_RETRIES = 3
 # Marks a /forget-me (or a cache reset): it may concern any entry.
 FORGET_NOTICED = "forget"
+# Longer than any write transaction (DB_TIMEOUT_SECONDS) plus notice delivery.
+FORGET_SWEEP_SECONDS = DB_TIMEOUT_SECONDS * 2
 # How long a channel's clear time is kept (``stm_clears``): longer than any turn.
 CLEAR_RECORD_KEPT = timedelta(days=2)
 
@@ -210,6 +212,9 @@ class MemoryService:
         self._tombstones: set[int] = set()
         self._locks: weakref.WeakValueDictionary[int, asyncio.Lock] = weakref.WeakValueDictionary()
         self._write_queue: list[_PendingWrite] = []
+        # A /forget-me deletes again this long after (0: never; see _sweep_later).
+        self.forget_sweep_seconds = FORGET_SWEEP_SECONDS
+        self._sweeps: set[asyncio.Task[None]] = set()
         self._flusher: asyncio.Task[None] | None = None
 
     # ----------------------------------------------------------------- reading
@@ -918,6 +923,7 @@ class MemoryService:
             log.warning("forgetting a user deferred: %s", exc.__class__.__name__)
             self._spool_or_raise(exc, lambda spool: spool.append_forget(user_id, at))
             return ForgetReceipt(0, 0, 0, 0, dropped, raw, pending_sync=True)
+        self._sweep_later(user_id, at)
         return ForgetReceipt(
             user_rows=rows.user_rows,
             contributed_rows=rows.contributed_rows,
@@ -926,6 +932,44 @@ class MemoryService:
             cache_entries=dropped,
             raw_messages=raw,
         )
+
+    def _sweep_later(self, user_id: int, at: datetime) -> None:
+        """Delete the user's rows once more when any write another process had in
+        flight at the deletion has committed or failed (a write transaction lasts at
+        most DB_TIMEOUT_SECONDS): its notice may have reached that process too late."""
+        if self.forget_sweep_seconds <= 0:
+            return
+        task = asyncio.create_task(self._sweep(user_id, at), name=f"forget-sweep-{user_id}")
+        self._sweeps.add(task)
+        task.add_done_callback(self._sweeps.discard)
+
+    async def _sweep(self, user_id: int, at: datetime) -> None:
+        await asyncio.sleep(self.forget_sweep_seconds)
+        until = at + timedelta(seconds=self.forget_sweep_seconds)
+        try:
+            async with (
+                self._storage("sweeping a forgotten user's rows") as session,
+                session.begin(),
+            ):
+                rows = await stm_repo.delete_user(session, user_id, not_after=until)
+                if rows.user_rows or rows.contributed_rows:
+                    await self._announce(
+                        session, {"o": self.instance_id, "t": "forget", "u": user_id}
+                    )
+        except MemoryUnavailable:
+            return  # the database is down: nothing can have been written meanwhile either
+        if rows.user_rows or rows.contributed_rows:
+            log.info("forget sweep removed %d late rows", rows.user_rows + rows.contributed_rows)
+
+    async def close(self) -> None:
+        """Stop background work (pending forget sweeps)."""
+        for task in list(self._sweeps):
+            task.cancel()
+        await asyncio.gather(*self._sweeps, return_exceptions=True)
+
+    async def drain_sweeps(self) -> None:
+        """Wait for pending forget sweeps (tests)."""
+        await asyncio.gather(*list(self._sweeps))
 
     # ------------------------------------------------------------- coherence
 
@@ -962,6 +1006,13 @@ class MemoryService:
         elif kind == "forget":
             user_id = int(notice["u"])
             self._noticed[FORGET_NOTICED] = self._notice_seq
+            if self.spool is not None and self.spool.holds_user(user_id):
+                # Writes of theirs still wait in this process's spool and would be replayed
+                # after the deletion elsewhere: the deletion queues behind them here too.
+                try:
+                    self.spool.append_forget(user_id, self.clock.now())
+                except (OSError, ValueError):
+                    log.exception("could not queue a /forget-me behind the spool")
             # As in forget_user: no turn already holding their words may store them.
             channels = self.windows.channels_with_author(user_id)
             for entry in list(self.cache.entries()):

@@ -317,6 +317,22 @@ class DurableSpool:
         self._track(record)
         self._wake.set()
 
+    def holds_user(self, user_id: int) -> bool:
+        """Whether a pending write holds something of the user's (their own key, or a
+        memory they contributed to or acted on)."""
+        for record in self._records:
+            if record.get("op") != "upsert":
+                continue
+            for data in record["entries"]:
+                provenance = data.get("provenance") or [None, None, None, None]
+                if (
+                    data["key"].get("user") == user_id
+                    or user_id in (data.get("contributors") or ())
+                    or provenance[2] == user_id
+                ):
+                    return True
+        return False
+
     def _track(self, record: dict[str, Any]) -> None:
         op = record.get("op")
         if op == "upsert":

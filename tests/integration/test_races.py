@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,6 +15,7 @@ from bot.db.models import ShortTermMemory, StmEvent
 from bot.db.repositories import stm as stm_repo
 from bot.memory.model import ScopeKey
 from bot.memory.service import MemoryService
+from bot.memory.spool import DurableSpool, spool_path
 from bot.memory.turn import REASON_CLEARED
 from tests.helpers.builders import (
     ALICE,
@@ -337,3 +339,43 @@ async def test_a_forget_me_during_a_hydration_is_not_undone_by_it(
     assert service.cache.get(SERVER_KEY) is None or not service.cache.get(SERVER_KEY).has_content  # type: ignore[union-attr]
     assert (await service.entry(SERVER_KEY)).summary == ""
     assert await rows_of(db) == []
+
+
+async def test_a_write_another_process_commits_just_after_a_forget_me_is_swept(
+    db: Database, settings: Settings
+) -> None:
+    # Process B's turn passed its checks before the /forget-me notice reached it and its
+    # write commits right after A's deletion: A deletes once more a little later.
+    clock = ManualClock()
+    a, b = make_service(db.sessions, settings, clock), make_service(db.sessions, settings, clock)
+    a.forget_sweep_seconds = 0.05
+    b_turn = (
+        await b.prepare_turn(channel_id=CHANNEL, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT)
+    ).turn
+    await a.forget_user(ALICE)
+    assert (await b.update_stm(b_turn, summary="Alice's words, written late")).ok
+    assert await rows_of(db) != []
+
+    await a.drain_sweeps()
+
+    assert await rows_of(db) == []
+
+
+async def test_a_forget_me_heard_by_notice_queues_behind_this_processs_spooled_writes(
+    db: Database, settings: Settings, tmp_path: Path
+) -> None:
+    spool = DurableSpool(spool_path(tmp_path))
+    b = make_service(db.sessions, settings, ManualClock(), spool=spool)
+    turn = (
+        await b.prepare_turn(channel_id=CHANNEL, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT)
+    ).turn
+    spool.append([], [])  # something older waits: B's next write queues behind it
+    assert str(await b.update_stm(turn, summary="Alice's words")) == "saved, pending sync"
+    # Process A deletes her (the database is up for A) and announces it.
+    a = make_service(db.sessions, settings, ManualClock())
+    await a.forget_user(ALICE)
+    b.apply_notice({"o": a.instance_id, "t": "forget", "u": ALICE})
+
+    await spool.replay(db.sessions)  # B's write replays after A's deletion ...
+
+    assert await rows_of(db) == []  # ... and so does the deletion queued behind it
