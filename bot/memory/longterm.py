@@ -302,13 +302,15 @@ class LongTermService:
         query: str | None = None,
         guild_id: int | None = None,
         opted_in: bool = False,
+        may_show: ChannelFilter | None = None,
         actor_user_id: int | None = None,
         source_message_id: int | None = None,
         origin: str = "model_tool",
     ) -> ForgetResult:
         """Delete one of the user's facts: by id (any of theirs), or the best full-text
-        match for ``query`` among the facts visible in ``guild_id``. Deletes nothing
-        when the id is not theirs or nothing matches."""
+        match for ``query`` among the facts that may be shown here (``guild_id`` and
+        ``may_show``, as for recall). Deletes nothing when the id is not theirs or
+        nothing matches."""
         if (fact_id is None) == (query is None):
             raise ValueError("give exactly one of fact_id and query")
         now = self.clock.now()
@@ -322,12 +324,15 @@ class LongTermService:
                     opted_in=opted_in,
                     words=repo.query_words(query or ""),
                     now=now,
-                    limit=1,
+                    limit=RECALL_CANDIDATES,
                     matched_only=True,
                 )
-                if not hits:
+                # The best match this channel may see: a fact said somewhere more
+                # private is neither found nor deleted (nor named) from here.
+                visible = _visible(hits, may_show)
+                if not visible:
                     return ForgetResult()
-                target = hits[0].fact.id
+                target = visible[0].fact.id
             deleted = await repo.delete_fact(session, user_id, target)
             if deleted is None:
                 return ForgetResult()
@@ -479,6 +484,19 @@ class LongTermService:
 # Whether a fact said in a given channel may be shown where the turn happens: never in a
 # channel more public than where it was said (the same rule as other channels' STM).
 ChannelFilter = Callable[[int], bool]
+
+
+def visible_here(
+    fact: Fact, guild_id: int | None, *, opted_in: bool, may_show: ChannelFilter | None
+) -> bool:
+    """Whether ``fact`` may be shown where a turn happens (the recall rules: a server's
+    facts in that server, DM facts in DMs, a server's in DMs only when opted in; never
+    from a channel more private than this one)."""
+    if guild_id is not None and fact.guild_id != guild_id:
+        return False
+    if guild_id is None and fact.guild_id is not None and not opted_in:
+        return False
+    return fact.channel_id is None or may_show is None or may_show(fact.channel_id)
 
 
 def _visible(hits: Sequence[ScoredFact], may_show: ChannelFilter | None) -> list[ScoredFact]:

@@ -155,3 +155,52 @@ async def test_an_opted_in_dm_sees_a_fact_another_process_just_stored(
     llm.reply_text("Miso!")
     await env.send("and now?", channel=dm, author=member)
     assert "The user's cat is called Miso." in prompt_text(llm)
+
+
+def tool_results(llm: ScriptedLLM, i: int = -1) -> list[str]:
+    return [str(m["content"]) for m in llm.messages(i) if m.get("role") == "tool"]
+
+
+async def test_forgetting_by_query_in_public_neither_finds_nor_names_a_private_fact(
+    kioku: KiokuHarness, db: Database
+) -> None:
+    env, llm = kioku.env, kioku.llm
+    member = env.member
+    private = await env.create_text_channel("therapy", private=True, allow=[member])
+    llm.reply_tool_calls([("remember", {"fact": "My therapist is Dr Kowalski."})])
+    llm.reply_text("Noted.")
+    await env.send(
+        "remember that my therapist is Dr Kowalski",
+        channel=private,
+        author=member,
+        mention_bot=True,
+    )
+    assert len(await facts(db)) == 1
+
+    llm.reply_tool_calls([("forget_memory", {"query": "therapist"})]).reply_text("ok")
+    await env.send("forget that my therapist thing", author=member, mention_bot=True)
+
+    (result,) = tool_results(llm)
+    assert result == "nothing deleted: no saved fact matches that query"
+    assert "Kowalski" not in "\n".join(str(m.get("content")) for m in llm.messages(-1))
+    assert len(await facts(db)) == 1  # still there, to be forgotten where it was said
+
+
+async def test_forgetting_a_dm_fact_by_id_in_a_server_does_not_repeat_it_there(
+    kioku: KiokuHarness, db: Database
+) -> None:
+    env, llm = kioku.env, kioku.llm
+    member = env.member
+    llm.reply_tool_calls([("remember", {"fact": "I am secretly job hunting."})])
+    llm.reply_text("Noted.")
+    await env.send(
+        "remember that I am secretly job hunting", channel=env.dm_channel(member), author=member
+    )
+    (fact,) = await facts(db)
+
+    llm.reply_tool_calls([("forget_memory", {"fact_id": fact.id})]).reply_text("done")
+    await env.send(f"forget memory #{fact.id} please", author=member, mention_bot=True)
+
+    (result,) = tool_results(llm)
+    assert result == f"deleted #{fact.id} (saved elsewhere; its text is not shown here)"
+    assert await facts(db) == []

@@ -19,7 +19,13 @@ from typing import Any
 from bot.llm.tool_loop import ToolSpec
 from bot.llm.tools.arguments import json_type, quoted, reject_duplicate_keys
 from bot.llm.tools.base import ToolArgumentError, ToolOutcome
-from bot.memory.longterm import ChannelFilter, Fact, FactRefused, LongTermService
+from bot.memory.longterm import (
+    ChannelFilter,
+    Fact,
+    FactRefused,
+    LongTermService,
+    visible_here,
+)
 from bot.memory.model import Provenance
 from bot.memory.storage import MemoryUnavailable
 
@@ -330,6 +336,7 @@ def long_term_tools(
                 query=query,
                 guild_id=guild_id,
                 opted_in=opted_in,
+                may_show=may_show,
                 actor_user_id=user_id,
                 source_message_id=source_message_id,
             )
@@ -339,9 +346,15 @@ def long_term_tools(
             if fact_id is not None:
                 return ToolOutcome(f"nothing deleted: this user has no fact #{fact_id}", ok=True)
             return ToolOutcome("nothing deleted: no saved fact matches that query", ok=True)
-        return ToolOutcome(
-            "deleted " + "; ".join(describe_fact(fact) for fact in result.deleted), ok=True
-        )
+        described = [
+            describe_fact(fact)
+            if visible_here(fact, guild_id, opted_in=opted_in, may_show=may_show)
+            # Deleting by id works for any of the user's facts, but what was said in a
+            # DM or a more private channel is not repeated here.
+            else f"#{fact.id} (saved elsewhere; its text is not shown here)"
+            for fact in result.deleted
+        ]
+        return ToolOutcome("deleted " + "; ".join(described), ok=True)
 
     runners: dict[str, Callable[[str | None], Awaitable[ToolOutcome]]] = {
         REMEMBER_TOOL_NAME: remember,
