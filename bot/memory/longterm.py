@@ -174,7 +174,8 @@ def is_near_duplicate(new: str, old: str) -> bool:
     Two rules, on :func:`normalized_tokens`:
 
     1. **Same words:** the word sets overlap by a Jaccard index of at least 0.8
-       ("My cat is called Miso." / "my cat is called miso!").
+       ("My cat is called Miso." / "my cat is called miso!"), unless the words that
+       differ include a name or a number (two children, two meetings).
     2. **Same subject, new value:** both say "<subject> <is/are/called…> <value>" with
        the same words up to a short value (at most six words each), where the value
        is a name ("my cat is called Miso" / "my cat is named Tofu") or the subject is
@@ -184,9 +185,22 @@ def is_near_duplicate(new: str, old: str) -> bool:
     a, b = normalized_tokens(new), normalized_tokens(old)
     if not a or not b:  # no words at all (emoji only): only the same text is a duplicate
         return " ".join(new.casefold().split()) == " ".join(old.casefold().split())
-    if _jaccard(a, b) >= JACCARD_THRESHOLD:
+    if _jaccard(a, b) >= JACCARD_THRESHOLD and not _differ_in_a_name_or_number(new, old):
         return True
     return _same_subject_new_value(a, b)
+
+
+def _differ_in_a_name_or_number(new: str, old: str) -> bool:
+    """Whether the words the two texts do not share include a name (a capitalised word)
+    or a number: "my son Tom is allergic to peanuts" and the same about Ben are two
+    facts, however many other words they share."""
+    differing = set(normalized_tokens(new)) ^ set(normalized_tokens(old))
+    marked = {
+        word.casefold()
+        for word in _TOKEN.findall(f"{new} {old}")
+        if word[:1].isupper() or any(char.isdigit() for char in word)
+    }
+    return bool(differing & marked)
 
 
 # ------------------------------------------------------------------ the service

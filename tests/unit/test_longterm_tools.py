@@ -24,7 +24,14 @@ from bot.llm.tools.longterm import (
     parse_recall_arguments,
     parse_remember_arguments,
 )
-from bot.memory.longterm import Fact, FactRefused, ForgetResult, LongTermService, RememberResult
+from bot.memory.longterm import (
+    Fact,
+    FactRefused,
+    ForgetResult,
+    LongTermService,
+    RememberResult,
+    is_near_duplicate,
+)
 from bot.memory.model import Provenance
 from bot.memory.storage import MemoryUnavailable
 
@@ -288,3 +295,21 @@ async def test_forget_by_id_and_by_query() -> None:
     outcome = await tools(none)[FORGET_TOOL_NAME].run('{"query": "spaceships"}')
     assert outcome.content == "nothing deleted: no saved fact matches that query"
     assert none.calls[-1][2]["query"] == "spaceships"
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        (
+            "My son Tom is allergic to peanuts and goes to Oak Street school",
+            "My son Ben is allergic to peanuts and goes to Oak Street school",
+        ),
+        (
+            "Meeting with Bob on Monday at 10am in room 4",
+            "Meeting with Alice on Monday at 10am in room 4",
+        ),
+    ],
+    ids=["two-children", "two-meetings"],
+)
+def test_facts_that_differ_in_a_name_or_number_are_not_merged(old: str, new: str) -> None:
+    assert not is_near_duplicate(new, old)
