@@ -184,6 +184,10 @@ def describe_cross_context(enabled: bool, *, changed: bool) -> str:
     )
 
 
+# What one fact may take in a /memories list page (five per page, 4,096 per embed).
+FACT_SHOWN_CHARS = 500
+
+
 def fact_place(bot: discord.Client, fact: Fact) -> str:
     if fact.guild_id is None:
         return "our DMs"
@@ -201,7 +205,12 @@ def describe_fact(bot: discord.Client, fact: Fact) -> str:
             origin,
         ]
     )
-    return f"**#{fact.id}** {discord.utils.escape_markdown(fact.content)}\n-# {details}"
+    text = discord.utils.escape_markdown(fact.content)
+    if len(text) > FACT_SHOWN_CHARS:
+        # Escaping can double a 500-character fact; five of those must still fit in one
+        # embed (4,096 characters). The whole fact stays stored and recallable.
+        text = text[: FACT_SHOWN_CHARS - 1].rstrip("\\") + "…"
+    return f"**#{fact.id}** {text}\n-# {details}"
 
 
 def facts_embed(bot: discord.Client, page: FactPage) -> discord.Embed:

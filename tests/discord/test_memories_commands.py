@@ -116,6 +116,20 @@ async def test_list_shows_id_text_place_time_and_origin(
     assert buttons(result) == {}  # one page: no pager
 
 
+async def test_a_page_of_long_markdown_heavy_facts_fits_in_one_embed(
+    kioku: KiokuHarness, longterm: LongTermService
+) -> None:
+    # Escaping doubles such a fact: five of them would pass Discord's 4,096 characters.
+    for n in range(5):
+        await remember(kioku, longterm, f"{n} " + "*_" * 249)
+
+    result = await kioku.interactions.slash("memories list")
+
+    text = description(result)
+    assert len(text) <= 4096
+    assert text.count("**#") == 5 and text.count("…") == 5
+
+
 async def test_list_pages_with_previous_and_next(
     kioku: KiokuHarness, longterm: LongTermService
 ) -> None:
