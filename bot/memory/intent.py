@@ -4,9 +4,10 @@ When it does, the turn is reserved for long-term memory tools and the STM tool i
 offered (SPEC §3 guards, §6 long-term memory).
 
 The rule. A message is split into clauses at ``. ! ? ; ,`` and line breaks (code blocks,
-inline code and ``>`` quote lines are ignored first: quoted words are not requests). A
-clause counts when, at its START, after optional address words, it holds a memory verb
-in the IMPERATIVE:
+inline code and quotes are ignored first: quoted words are not requests; as in Discord,
+``> `` quotes its line and ``>>> `` everything to the end of the message). A clause
+counts when, at its START, after optional address words, it holds a memory verb in the
+IMPERATIVE:
 
 * address words (any number): the bot's mention ``<@id>`` (any mention when the bot id
   is unknown), the bot's name (``kioku``), interjections (``hey``, ``ok``, ``also``,
@@ -14,12 +15,12 @@ in the IMPERATIVE:
 * then optionally a request marker: ``please``/``pls``/``kindly``, ``can/could/would/
   will you``, ``I want/need/'d like you to``, ``make sure to``;
 * then a memory verb, matched as whole words (``misremembered``, ``unforgettable``,
-  ``forgetting``, ``remembering`` never count).
+  ``forgetting``, ``remembering``, ``forget-me-nots`` never count).
 
 Bare imperatives (no request marker and no bot mention/name) are held to a stricter
 form, because "remember…" in chat is usually reminiscence, not an instruction:
 
-* ``remember`` / ``don't forget`` must be followed by ``that``, ``:``, ``this``,
+* ``remember`` / ``don't forget`` must be followed by ``that``, ``:``, `` - ``, ``this``,
   ``my``, ``I``/``I'm``, ``we``/``our``, ``it``, ``for later``, ``the following``…
   — ``Remember when…``, ``Remember the Alamo``, ``Don't forget to vote`` do not count;
 * ``forget`` must be followed by ``that``, ``what``, ``about`` (not ``about it``),
@@ -27,12 +28,13 @@ form, because "remember…" in chat is usually reminiscence, not an instruction:
 * the clause must not be a question (``Remember that party?``).
 
 Always (with or without a marker): ``remember`` followed by ``when``, ``how``, ``if``,
-``back``, ``the time``… never counts (it asks to reminisce or recall). ``memorize`` /
-``memorise``, ``keep in mind``, ``make/take a note``, ``note (this) down``, ``write this
-down``, ``commit/add/save/store this to memory`` count at clause start. ``note that``
-counts only when addressed to the bot (mention/name or ``can you``…): a bare or
-``please note that…`` is the announcement idiom. Subjects other than an address
-(``I remember that``, ``I can't remember the title``, ``do you remember``) never count.
+``back``, ``the time``, ``that time/night/guy/party``… never counts (it asks to
+reminisce or recall). ``memorize`` / ``memorise``, ``keep in mind``, ``make/take a
+note``, ``note (this) down``, ``write this down``, ``commit/add/save/store this to
+memory`` count at clause start. ``note that`` counts only when addressed to the bot
+(mention/name or ``can you``…): a bare or ``please note that…`` is the announcement
+idiom. Subjects other than an address (``I remember that``, ``I can't remember the
+title``, ``do you remember``) never count.
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ _DEFAULT_BOT_NAMES = ("kioku",)
 
 _CODE_BLOCK = re.compile(r"```.*?(?:```|$)", re.DOTALL)
 _INLINE_CODE = re.compile(r"`[^`\n]*`")
+# Discord quotes: ``>>> `` quotes everything to the END of the message, ``> `` one line.
+_BLOCK_QUOTE = re.compile(r"^[ \t]*>>>[ \t].*", re.MULTILINE | re.DOTALL)
 _QUOTE_LINE = re.compile(r"^\s*>.*$", re.MULTILINE)
 # Clause text and the character that ended it ("" at the end of the message).
 _CLAUSE = re.compile(r"([^.!?;,\n]*)([.!?;,\n]|$)")
@@ -60,36 +64,42 @@ _REQUEST = (
 # "please note that…" is an announcement idiom: "please" does not make "note" a request.
 _POLITE_ONLY = re.compile(r"(?:please|pls|plz|kindly)(?:\s+|$)")
 
+# A memory verb is a whole word: not "forget-me-nots", "remember-ish", "note-taking".
+_END = r"(?![\w-])"
 _REMEMBER_NEVER = (
     r"(?!\s+(?:when|how|if|whether|back|the\s+(?:time|day|days|night|way)|those|who|why"
-    r"|where|what\s+(?:happened|it\s+was|it's)|anything|nothing)\b)"
+    r"|where|what\s+(?:happened|it\s+was|it's)|anything|nothing"
+    r"|that\s+(?:time|night|day|guy|girl|party|song|place|one(?!\s+of\b)))\b)"
 )
 _BARE_REMEMBER_OBJECT = (
-    r"(?:\s*[:\u2014\u2013-]|\s+(?:that|this|these|my|mine|i|i'm|im|i've|i'll|i'd|we"
-    r"|we're|our|us|it|it's|for\s+(?:later|next\s+time|the\s+future|future)"
+    r"(?:\s*[:\u2014\u2013]|\s+-(?=\s)"
+    r"|\s+(?:that|this|these|my|mine|i|i'm|im|i've|i'll|i'd|we|we're|our|us|it|it's"
+    r"|for\s+(?:later|next\s+time|the\s+future|future)"
     r"|(?:the\s+)?following|forever|always)\b)"
 )
 _BARE_FORGET_OBJECT = (
-    r"(?:\s*[:\u2014\u2013-]|\s+(?:that|this|these|what|about\s+(?!it\b)|my|everything"
-    r"|all|anything|i|i'm|i've|we|our|the\s+(?:thing|fact|part|stuff))\b)"
+    r"(?:\s*[:\u2014\u2013]|\s+-(?=\s)"
+    r"|\s+(?:that|this|these|what|about\s+(?!it\b)|my|everything|all|anything|i|i'm|i've"
+    r"|we|our|the\s+(?:thing|fact|part|stuff))\b)"
 )
 _DONT = r"(?:don't|dont|do\s+not)"
 _ALWAYS = (
-    r"(?:memori[sz]e\b|keep\s+(?:(?:this|that|it)\s+)?in\s+mind\b"
-    r"|(?:make|take)\s+(?:a\s+)?note\b|note\s+(?:(?:this|that|it)\s+)?down\b"
-    r"|(?:write|jot)\s+(?:this|that|it)\s+down\b"
+    rf"(?:memori[sz]e{_END}|keep\s+(?:(?:this|that|it)\s+)?in\s+mind{_END}"
+    rf"|(?:make|take)\s+(?:a\s+)?note{_END}|note\s+(?:(?:this|that|it)\s+)?down{_END}"
+    rf"|(?:write|jot)\s+(?:this|that|it)\s+down{_END}"
     r"|(?:commit|add|save|store|put)\s+(?:this|that|it)\s+(?:to|in|into)\s+"
-    r"(?:your\s+)?(?:long[\s-]?term\s+)?memory\b)"
+    rf"(?:your\s+)?(?:long[\s-]?term\s+)?memory{_END})"
 )
 
 _BARE = re.compile(
-    rf"(?:remember{_REMEMBER_NEVER}{_BARE_REMEMBER_OBJECT}"
-    rf"|{_DONT}\s+forget{_BARE_REMEMBER_OBJECT}"
-    rf"|forget{_BARE_FORGET_OBJECT}"
+    rf"(?:remember{_END}{_REMEMBER_NEVER}{_BARE_REMEMBER_OBJECT}"
+    rf"|{_DONT}\s+forget{_END}{_BARE_REMEMBER_OBJECT}"
+    rf"|forget{_END}{_BARE_FORGET_OBJECT}"
     rf"|{_ALWAYS})"
 )
 _ADDRESSED = re.compile(
-    rf"(?:remember\b{_REMEMBER_NEVER}|{_DONT}\s+forget\b|forget\b|{_ALWAYS}|note\s+that\b)"
+    rf"(?:remember{_END}{_REMEMBER_NEVER}|{_DONT}\s+forget{_END}|forget{_END}|{_ALWAYS}"
+    r"|note\s+that\b)"
 )
 _BOT_REQUEST = re.compile(rf"{_REQUEST}\s+(?:please\s+)?")
 _INTERJECTION = re.compile(rf"(?:{_INTERJECTIONS})\b[\s:!-]*")
@@ -99,6 +109,7 @@ _NAME_TAIL = r"\b[\s:!-]*"
 def _prepare(text: str) -> str:
     text = _CODE_BLOCK.sub(" ", text)
     text = _INLINE_CODE.sub(" ", text)
+    text = _BLOCK_QUOTE.sub(" ", text)
     text = _QUOTE_LINE.sub(" ", text)
     text = text.replace("<@!", "<@")  # the legacy nickname mention holds a "!"
     return text.translate(_APOSTROPHES).lower()

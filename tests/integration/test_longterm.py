@@ -501,3 +501,66 @@ async def test_a_database_outage_is_memory_unavailable_and_stores_nothing(
         await broken.dispose()
     async with db.sessions() as session:
         assert await session.scalar(select(func.count()).select_from(LongTermMemory)) == 0
+
+
+# ------------------------------------------------------------------ singular and plural
+
+
+@pytest.mark.parametrize(
+    ("words", "terms"),
+    [
+        pytest.param(["cat"], ["cat", "cats"], id="adds-plural"),
+        pytest.param(["cats", "cat"], ["cats", "cat"], id="plural-query-unchanged"),
+        pytest.param(["box"], ["box", "boxes"], id="x-es"),
+        pytest.param(["glass"], ["glass", "glasses"], id="ss-es"),
+        pytest.param(["church"], ["church", "churches"], id="ch-es"),
+        pytest.param(["city"], ["city", "cities"], id="y-ies"),
+        pytest.param(["day"], ["day", "days"], id="vowel-y-s"),
+        pytest.param(["cities", "citie"], ["cities", "city", "citie"], id="ies-y"),
+        pytest.param(["boxes", "boxe"], ["boxes", "box", "boxe"], id="xes-x"),
+        pytest.param(["42", "v2", "foo_bar", "猫"], ["42", "v2", "foo_bar", "猫"], id="not-words"),
+    ],
+)
+def test_search_terms_add_the_other_number(words: list[str], terms: list[str]) -> None:
+    from bot.db.repositories.longterm import search_terms
+
+    assert search_terms(words) == terms
+
+
+PLURAL_CATS = "I have two cats, Miso and Tofu"
+
+
+@pytest.mark.parametrize(
+    ("fact", "query", "found"),
+    [
+        pytest.param(PLURAL_CATS, "cat", True, id="singular-query-plural-fact"),
+        pytest.param(PLURAL_CATS, "cats", True, id="plural-query-plural-fact"),
+        pytest.param(CAT, "cats", True, id="plural-query-singular-fact"),
+        pytest.param("I keep my letters in boxes", "box", True, id="box-boxes"),
+        pytest.param("My favourite city is Porto", "cities", True, id="cities-city"),
+        pytest.param("I lived in three cities", "city", True, id="city-cities"),
+        pytest.param("I work in catering", "cat", False, id="no-prefix-match"),
+        pytest.param(PLURAL_CATS, "cat'):* | !dogs --", True, id="query-syntax-is-plain"),
+    ],
+)
+async def test_a_query_finds_the_fact_in_either_number(
+    service: LongTermService, db: Database, fact: str, query: str, found: bool
+) -> None:
+    await remember(service, fact)
+    hits = await service.search(ALICE, GUILD, query, opted_in=False)
+    assert [hit.content for hit in hits] == ([fact] if found else [])
+    forgotten = await service.forget(ALICE, query=query, guild_id=GUILD)
+    assert [fact.content for fact in forgotten.deleted] == ([fact] if found else [])
+    assert len(await rows(db)) == (0 if found else 1)
+
+
+async def test_added_word_forms_do_not_let_recency_outweigh_relevance(
+    service: LongTermService, clock: ManualClock
+) -> None:
+    # Both words match the older fact, one matches the newer: relevance must still win
+    # (ts_rank averages over the query's terms, so the added plurals must not halve it).
+    await remember(service, "My cat eats tuna")
+    clock.advance(days=20)
+    await remember(service, CAT)
+    notes = await service.recall_notes(ALICE, GUILD, "cat tuna", opted_in=False)
+    assert notes == ["My cat eats tuna", CAT]

@@ -48,6 +48,21 @@ POSITIVE = {
     "name": "Kioku remember that my PC runs Linux",
     "hey-name-comma": "hey kioku, remember the wifi password is on the fridge",
     "name-colon": "kioku: forget everything about my ex",
+    # Real requests that the reminiscence and whole-word rules must leave alone.
+    "remember-that-my": "remember that my cat is called Miso",
+    "please-remember-colon": "please remember: I'm vegan",
+    "remember-em-dash": "remember\u2014I'm vegan",
+    "remember-spaced-em-dash": "remember \u2014 the build server is bob",
+    "forget-em-dash": "forget\u2014the old address",
+    "forget-colon": "forget: my old phone number",
+    "forget-that-i-said": "forget that I said I like tea",
+    "can-you-remember-that-the": "can you remember that the meeting is on Friday?",
+    "remember-that-one-of": "remember that one of my cats is diabetic",
+    "remember-that-timezone": "remember that timezones confuse me",
+    "remember-that-girls": "remember that girls night is on Thursday",
+    "after-quote-line": "> he said hi\nremember that I'm vegan",
+    "before-block-quote": "remember that I'm vegan\n>>> quoted text",
+    "quote-marker-mid-line": "remember that a >>> b is a shift",
 }
 
 NEGATIVE = {
@@ -82,6 +97,29 @@ NEGATIVE = {
     "code-block": "```\nremember that x\n```",
     "quote-line": "> remember that I'm vegan\nlol quoting",
     "mid-sentence": "you should remember that I guess",
+    # "remember that <time/person/event>": reminiscence, like "remember the time".
+    "remember-that-time": "Remember that time we went camping lol",
+    "remember-that-night": "remember that night at the bar",
+    "remember-that-guy": "ok so remember that guy from school",
+    "remember-that-girl": "remember that girl from the party",
+    "remember-that-day": "Remember that day in Rome",
+    "remember-that-party": "remember that party last year",
+    "remember-that-song": "remember that song we loved",
+    "remember-that-place": "remember that place by the beach",
+    "remember-that-one": "remember that one lol",
+    "can-you-remember-that-night": "can you remember that night at the bar",
+    # The verb glued to a hyphen is part of another word.
+    "forget-me-nots": "Forget-me-nots are my favourite flowers",
+    "forget-me": "forget-me please",
+    "remember-hyphen": "remember-ish",
+    "dont-forget-me-not": "don't forget-me-not",
+    "kioku-forget-me-nots": "kioku, forget-me-nots are blue",
+    "make-a-note-taking": "make a note-taking app",
+    "memorize-hyphen": "memorize-able stuff",
+    # ">>> " quotes everything to the end of the message (Discord), "> " one line.
+    "block-quote": ">>> quoted\nremember that I'm vegan",
+    "block-quote-after-text": "look what he wrote\n>>> remember that\nI'm vegan\nforget that",
+    "block-quote-indented": "  >>> quoted\nremember that I'm vegan",
     "empty": "",
     "blank": "   ",
 }

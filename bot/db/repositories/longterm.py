@@ -150,6 +150,30 @@ def query_words(text_: str) -> list[str]:
     return words[:MAX_QUERY_WORDS]
 
 
+def search_terms(words: Sequence[str]) -> list[str]:
+    """``words`` (from :func:`query_words`) with the other number of simple English
+    nouns added, so that a singular query finds a plural fact and the reverse (the
+    ``simple`` configuration does not stem): ``cat`` → ``cats``, ``box`` → ``boxes``,
+    ``city`` → ``cities``, and back ``cities`` → ``city``, ``boxes`` → ``box``. The
+    added forms are the words' own letters plus ASCII suffixes: still plain words."""
+    terms: list[str] = []
+    for word in words:
+        forms = [word]
+        if word.isascii() and word.isalpha():
+            if len(word) > 4 and word.endswith("ies"):
+                forms.append(word[:-3] + "y")
+            elif len(word) > 4 and word.endswith(("sses", "xes", "zes", "ches", "shes")):
+                forms.append(word[:-2])
+            if word.endswith(("ss", "x", "z", "ch", "sh")):
+                forms.append(word + "es")
+            elif len(word) > 2 and word.endswith("y") and word[-2] not in "aeiou":
+                forms.append(word[:-1] + "ies")
+            elif not word.endswith("s"):  # a word ending in "s" is taken as a plural
+                forms.append(word + "s")
+        terms.extend(form for form in forms if form not in terms)
+    return terms
+
+
 def scope_filter(guild_id: int | None, *, opted_in: bool) -> ColumnElement[bool]:
     """Which of a user's facts may be recalled in ``guild_id`` (``None``: a DM)."""
     if guild_id is not None:
@@ -331,8 +355,9 @@ async def search(
 ) -> list[ScoredFact]:
     """The user's facts visible here, most relevant first.
 
-    Relevance is full-text: the words are OR-ed into one ``websearch_to_tsquery`` (they
-    are plain words, see :func:`query_words`) and ranked with ``ts_rank``; a recency
+    Relevance is full-text: the words and their other number (:func:`search_terms`)
+    are OR-ed into one ``websearch_to_tsquery`` (they are plain words, see
+    :func:`query_words`) and ranked with ``ts_rank``; a recency
     term (halving every :data:`RECENCY_HALF_DAYS` days) orders facts of similar rank.
     Facts matching no word come after every match, newest first, unless
     ``matched_only``.
@@ -346,10 +371,14 @@ async def search(
     matched: ColumnElement[bool]
     rank: ColumnElement[float]
     if words:
-        tsquery = func.websearch_to_tsquery(_SIMPLE, " or ".join(words))
+        terms = search_terms(words)
+        tsquery = func.websearch_to_tsquery(_SIMPLE, " or ".join(terms))
         matched = LongTermMemory.content_tsv.bool_op("@@")(tsquery)
+        # ts_rank averages over the query's terms: scale the added forms' dilution
+        # back out, so a rank keeps its size next to RECENCY_WEIGHT.
+        dilution = len(terms) / len(words)
         rank = case(
-            (matched, cast(func.ts_rank(LongTermMemory.content_tsv, tsquery), Float)),
+            (matched, cast(func.ts_rank(LongTermMemory.content_tsv, tsquery), Float) * dilution),
             else_=0.0,
         )
     else:
