@@ -4,9 +4,11 @@ One call of :func:`run_tool_loop` is one turn of the bot's reply (SPEC §3):
 
 * every model call re-reads ``offered()``, so a tool can stop being offered mid-turn (the
   STM tool after a successful update); ``tools`` is omitted when nothing is offered;
-* every tool call is answered with a ``tool`` message. Calls are routed by name to the
-  registry even when the tool is not offered right now (its own guards refuse it with a
-  message the model can read); unknown names, and tools that raise, get an error result;
+* every tool call is answered with a ``tool`` message (an id repeated within one answer
+  gets ``_2``, ``_3``, ... so each result answers exactly one call). Calls are routed by
+  name to the registry even when the tool is not offered right now (its own guards refuse
+  it with a message the model can read); unknown names, and tools that raise, get an
+  error result;
 * at most ``max_tool_iterations`` model calls with tools; ``max_consecutive_tool_errors``
   failed tool calls in a row end the loop early. Either way one last call is made
   *without* tools so the model can still answer the user;
@@ -329,6 +331,7 @@ class _Call:
 def _function_calls(message: Any, iteration: int) -> list[_Call]:
     raw_calls = getattr(message, "tool_calls", None) or []
     calls: list[_Call] = []
+    used: set[str] = set()
     for index, raw in enumerate(raw_calls):
         function = getattr(raw, "function", None)
         if function is None:  # e.g. a "custom" tool call: route by its name, no arguments
@@ -345,6 +348,8 @@ def _function_calls(message: Any, iteration: int) -> list[_Call]:
         call_id = getattr(raw, "id", None)
         if not isinstance(call_id, str) or not call_id:
             call_id = f"call_{iteration}_{index}"
+        call_id = _unique_id(call_id, used)
+        used.add(call_id)
         calls.append(
             _Call(
                 id=call_id,
@@ -355,6 +360,18 @@ def _function_calls(message: Any, iteration: int) -> list[_Call]:
             )
         )
     return calls
+
+
+def _unique_id(call_id: str, used: set[str]) -> str:
+    """``call_id``, or ``call_id_2``, ``call_id_3``, ... when it is already taken in this
+    assistant message: every ``tool`` result must answer exactly one call, and servers
+    reject or mis-associate repeated ids."""
+    if call_id not in used:
+        return call_id
+    suffix = 2
+    while f"{call_id}_{suffix}" in used:
+        suffix += 1
+    return f"{call_id}_{suffix}"
 
 
 def _clean_name(name: str) -> str:
@@ -403,29 +420,48 @@ async def _run_call(
 # Cleaning the reply
 # --------------------------------------------------------------------------------------------
 
+# A reasoning block that opens the reply is removed before code is set aside: its free text
+# may hold a stray backtick that would otherwise pair with one in the answer.
+_LEADING_THINK = re.compile(r"\A\s*<(think|thinking)>.*?</\1>", re.IGNORECASE | re.DOTALL)
 _THINK_BLOCK = re.compile(r"<(think|thinking)>.*?</\1>", re.IGNORECASE | re.DOTALL)
-_THINK_ORPHAN_CLOSE = re.compile(r"\A.*</(?:think|thinking)>", re.IGNORECASE | re.DOTALL)
-_THINK_UNCLOSED = re.compile(r"<(?:think|thinking)>.*\Z", re.IGNORECASE | re.DOTALL)
+_THINK_CLOSE = re.compile(r"</(?:think|thinking)>", re.IGNORECASE)
 
-_TAGGED_CALLS = re.compile(
+# Tool-call blocks with their closing marker: removed wherever they stand.
+_CLOSED_CALLS = re.compile(
     "|".join(
         (
-            # Hermes / Qwen: <tool_call>{...}</tool_call> (unterminated: to the end)
-            r"<tool_calls>.*?(?:</tool_calls>|\Z)",
-            r"<tool_call>.*?(?:</tool_call>|\Z)",
+            # Hermes / Qwen: <tool_call>{...}</tool_call>
+            r"<tool_calls>.*?</tool_calls>",
+            r"<tool_call>.*?</tool_call>",
             # Kimi, then Phi / Granite style special tokens
-            r"<\|tool_calls_section_begin\|>.*?(?:<\|tool_calls_section_end\|>|\Z)",
-            r"<\|tool_calls_begin\|>.*?(?:<\|tool_calls_end\|>|\Z)",
-            r"<\|tool_calls?(?:_begin)?\|>.*?(?:<\|/tool_calls?\|>|<\|tool_calls?_end\|>|\Z)",
+            r"<\|tool_calls_section_begin\|>.*?<\|tool_calls_section_end\|>",
+            r"<\|tool_calls_begin\|>.*?<\|tool_calls_end\|>",
+            r"<\|tool_calls?(?:_begin)?\|>.*?(?:<\|/tool_calls?\|>|<\|tool_calls?_end\|>)",
             # DeepSeek's full-width special tokens
-            r"<｜tool▁calls▁begin｜>.*?(?:<｜tool▁calls▁end｜>|\Z)",
-            r"<｜tool▁call▁begin｜>.*?(?:<｜tool▁call▁end｜>|\Z)",
-            # Llama 3.x: <function=name>{...}</function>, and <|python_tag|>{...}
-            r"<function=[^>\n]*>.*?(?:</function>|\Z)",
-            r"<\|python_tag\|>.*\Z",
+            r"<｜tool▁calls▁begin｜>.*?<｜tool▁calls▁end｜>",
+            r"<｜tool▁call▁begin｜>.*?<｜tool▁call▁end｜>",
+            # Llama 3.x: <function=name>{...}</function>
+            r"<function=[^>\n]*>.*?</function>",
         )
     ),
     re.IGNORECASE | re.DOTALL,
+)
+# Markers that open a call or a reasoning block; without their closing marker a real leak
+# runs to the end of the reply (see _starts_a_leak). The Mistral form takes its function
+# name along so that the payload is what follows the match.
+_OPENERS = re.compile(
+    "|".join(
+        (
+            r"<(?:think|thinking)>",
+            r"<tool_calls?>",
+            r"<\|tool_calls?(?:_section)?(?:_begin)?\|>",
+            r"<｜tool▁calls?▁begin｜>",
+            r"<function=[^>\n]*>",
+            r"<\|python_tag\|>",
+            r"\[TOOL_CALLS\](?:\s*[\w.\-]+\s*(?:\[CALL_ID\]\s*\w+\s*)?\[ARGS\])?",
+        )
+    ),
+    re.IGNORECASE,
 )
 _STRAY_TOOL_TOKENS = re.compile(
     r"<\|/?tool_calls?(?:_section)?(?:_begin|_end)?\|>|</tool_calls?>",
@@ -435,7 +471,13 @@ _STRAY_TOOL_TOKENS = re.compile(
 _MISTRAL_MARKER = "[TOOL_CALLS]"
 _MISTRAL_NAMED = re.compile(r"\s*[\w.\-]+\s*(?:\[CALL_ID\]\s*\w+\s*)?\[ARGS\]\s*")
 
+# Code the model shows on purpose: fenced blocks, then inline spans (one line).
 _FENCE = re.compile(r"```[ \t]*[\w+\-]*[ \t]*\n?(.*?)```", re.DOTALL)
+_INLINE_CODE = re.compile(r"``[^\n]+?``|`[^`\n]+`")
+# Set-aside code is replaced by a private-use placeholder: nothing below matches it, and
+# it is valid inside a JSON string (a tool call whose arguments quote code still parses).
+_HELD = re.compile("\ue000(\\d+)\ue001")
+
 _BLANK_RUNS = re.compile(r"\n[ \t]*(?:\n[ \t]*)+\n")
 
 _CALL_KEYS = frozenset({"name", "arguments", "parameters", "type", "id", "call_id"})
@@ -453,40 +495,120 @@ def strip_leaked_tool_syntax(text: str) -> str:
     ``<|python_tag|>…``, and a JSON tool call (``{"name": …, "arguments": …}``, a list of
     them, or the ``{"type": "function", "function": {…}}`` form) standing on its own
     line(s) or alone in a code fence. Ordinary JSON (without that exact shape) stays.
+
+    Code is the model showing syntax on purpose, so inline code and fenced blocks are
+    never touched (except a fence holding nothing but a tool call). A marker without its
+    closing marker removes the rest of the reply only when it looks like a leak: it
+    begins the reply or a line, or it is glued to what follows (a payload, a name, a
+    newline, or nothing at all). Mid-line and followed by a space or punctuation, as in
+    "Qwen wraps calls in <tool_call> tags.", it is prose about the syntax and stays.
+    Likewise a ``</think>`` with no opening tag drops the text before it unless it
+    stands mid-line between spaces.
+
     Returns the trimmed text, which may be ``""``: the caller decides what to show.
     """
     if not text:
         return ""
+    text = _LEADING_THINK.sub("", text)
+    text, held = _hold_code(text)
     text = _THINK_BLOCK.sub("", text)
-    text = _THINK_ORPHAN_CLOSE.sub("", text)
-    text = _THINK_UNCLOSED.sub("", text)
-    text = _TAGGED_CALLS.sub("", text)
+    text = _strip_orphan_think_close(text)
+    text = _CLOSED_CALLS.sub("", text)
     text = _strip_mistral(text)
-    text = _FENCE.sub(lambda m: "" if _is_tool_call_json(m.group(1)) else m.group(0), text)
+    text = _cut_unterminated(text)
     text = _strip_json_lines(text)
     text = _STRAY_TOOL_TOKENS.sub("", text)
     text = _BLANK_RUNS.sub("\n\n", text)
-    return text.strip()
+    return _restore_code(text, held).strip()
+
+
+def _hold_code(text: str) -> tuple[str, list[str]]:
+    """Set fenced blocks and inline code spans aside (placeholders in the text); a fence
+    holding only a tool call is dropped instead."""
+    held: list[str] = []
+
+    def hold(span: str) -> str:
+        held.append(span)
+        return f"\ue000{len(held) - 1}\ue001"
+
+    def fence(match: re.Match[str]) -> str:
+        return "" if _is_tool_call_json(match.group(1)) else hold(match.group(0))
+
+    text = _FENCE.sub(fence, text)
+    text = _INLINE_CODE.sub(lambda match: hold(match.group(0)), text)
+    return text, held
+
+
+def _restore_code(text: str, held: Sequence[str]) -> str:
+    def restore(match: re.Match[str]) -> str:
+        index = int(match.group(1))
+        if index >= len(held):  # not one of ours
+            return match.group(0)
+        # An inline span may itself hold an earlier fence's placeholder.
+        return _restore_code(held[index], held[:index])
+
+    return _HELD.sub(restore, text)
+
+
+def _starts_a_leak(text: str, start: int, end: int) -> bool:
+    """Whether the opening marker at ``text[start:end]`` (with no closing marker) is a
+    leak, rather than prose mentioning it."""
+    line_start = text.rfind("\n", 0, start) + 1
+    if not text[line_start:start].strip():
+        return True  # it begins the reply or a line
+    glued = text[end : end + 1]
+    if glued.isalnum() or glued in ("_", "{", "[", "<"):
+        return True  # followed directly by a name, a payload or another token
+    rest = text[end:].lstrip(" \t")
+    return not rest or rest[0] in "\r\n{["
+
+
+def _cut_unterminated(text: str) -> str:
+    """Cut the reply at the first unterminated marker that is a leak (closed blocks are
+    gone by now, so any opener left has no closing marker)."""
+    for match in _OPENERS.finditer(text):
+        if _starts_a_leak(text, match.start(), match.end()):
+            return text[: match.start()]
+    return text
+
+
+def _strip_orphan_think_close(text: str) -> str:
+    """A reply that starts inside a reasoning block (its opening tag was in the prompt):
+    drop everything up to the last ``</think>``, unless that tag stands mid-line between
+    spaces (prose about the tag)."""
+    for match in reversed(list(_THINK_CLOSE.finditer(text))):
+        start, end = match.span()
+        line_start = text.rfind("\n", 0, start) + 1
+        mid_line = bool(text[line_start:start].strip())
+        spaced = text[start - 1 : start].isspace() and text[end : end + 1] in (" ", "\t")
+        if not (mid_line and spaced):
+            return text[end:]
+    return text
 
 
 def _strip_mistral(text: str) -> str:
     """``[TOOL_CALLS][{...}]`` or ``[TOOL_CALLS]name[ARGS]{...}``: drop the marker and the
-    JSON after it (everything after it when that JSON is unreadable)."""
+    JSON after it. A marker without readable JSON is left to :func:`_cut_unterminated`."""
+    pos = 0
     while True:
-        start = text.find(_MISTRAL_MARKER)
+        start = text.find(_MISTRAL_MARKER, pos)
         if start < 0:
             return text
-        pos = start + len(_MISTRAL_MARKER)
-        named = _MISTRAL_NAMED.match(text, pos)
+        payload = start + len(_MISTRAL_MARKER)
+        named = _MISTRAL_NAMED.match(text, payload)
         if named is not None:
-            pos = named.end()
-        while pos < len(text) and text[pos].isspace():
-            pos += 1
+            payload = named.end()
+        while payload < len(text) and text[payload].isspace():
+            payload += 1
         try:
-            _, end = _decoder.raw_decode(text, pos)
+            if text[payload : payload + 1] not in ("{", "["):
+                raise ValueError("no JSON payload")
+            _, end = _decoder.raw_decode(text, payload)
         except ValueError:
-            end = len(text)
+            pos = start + len(_MISTRAL_MARKER)
+            continue
         text = text[:start] + text[end:]
+        pos = start
 
 
 def _strip_json_lines(text: str) -> str:

@@ -186,6 +186,54 @@ async def test_parallel_calls_each_answered_in_order(llm: ScriptedLLM) -> None:
     ]
 
 
+@pytest.mark.parametrize(
+    ("sent", "expected"),
+    [
+        pytest.param(["call_1", "call_2"], ["call_1", "call_2"], id="unique-unchanged"),
+        pytest.param(["call_0", "call_0"], ["call_0", "call_0_2"], id="pair"),
+        pytest.param(["call_0"] * 3, ["call_0", "call_0_2", "call_0_3"], id="three"),
+        pytest.param(
+            ["call_0", "call_0_2", "call_0"],
+            ["call_0", "call_0_2", "call_0_3"],
+            id="suffix-already-taken",
+        ),
+        pytest.param(
+            ["call_a", "call_b", "call_a", "call_b"],
+            ["call_a", "call_b", "call_a_2", "call_b_2"],
+            id="two-repeats",
+        ),
+    ],
+)
+async def test_repeated_tool_call_ids_are_made_unique(
+    llm: ScriptedLLM, monkeypatch: pytest.MonkeyPatch, sent: list[str], expected: list[str]
+) -> None:
+    """Some servers repeat ids within one answer; every tool result must still answer
+    exactly one call, with the same id in the assistant message and the result."""
+
+    async def echo(arguments: str | None) -> ToolOutcome:
+        return ToolOutcome(f"got {arguments}", ok=True)
+
+    # The scripted server names its calls f"call_{next(_call_ids)}": feed it the suffixes.
+    monkeypatch.setattr(llm, "_call_ids", iter(i.removeprefix("call_") for i in sent))
+    llm.reply_tool_calls([("echo", {"x": str(n)}) for n in range(len(sent))])
+    llm.reply_text("Done.")
+    result = await _loop(llm, {"echo": ToolSpec(_definition("echo"), echo)})
+
+    assert result.text == "Done."
+    assistant, *results = llm.messages(1)[len(USER) :]
+    assert [call["id"] for call in assistant["tool_calls"]] == expected
+    # Each result carries its own call's id, in order, and answers that call's arguments.
+    assert results == [
+        {"role": "tool", "tool_call_id": call["id"], "content": f"got {args}"}
+        for call, args in zip(
+            assistant["tool_calls"],
+            [f'{{"x": "{n}"}}' for n in range(len(sent))],
+            strict=True,
+        )
+    ]
+    assert len({m["tool_call_id"] for m in results}) == len(sent)
+
+
 async def test_tool_not_offered_after_offered_changes(llm: ScriptedLLM) -> None:
     offered = ["stm", "remember"]
 
@@ -520,6 +568,76 @@ def test_strip_leaked_tool_syntax(raw: str, expected: str) -> None:
 @pytest.mark.parametrize("raw", KEPT)
 def test_strip_leaves_ordinary_content(raw: str) -> None:
     assert strip_leaked_tool_syntax(raw) == raw
+
+
+# Code the model shows on purpose, and prose that mentions the syntax mid-line (the marker
+# followed by a space or punctuation), is an answer, not a leak: it comes back unchanged.
+EXAMPLE_BLOCK = f"<tool_call>\n{CALL}\n</tool_call>"
+ABOUT_SYNTAX = [
+    pytest.param("Qwen wraps calls in `<tool_call>` tags. The rest…", id="inline-tool-call"),
+    pytest.param("Reasoning goes in `<think>` blocks. Then the answer.", id="inline-think"),
+    pytest.param("Use `</think>` to close it. Then answer.", id="inline-think-close"),
+    pytest.param("Llama writes `<function=foo>` first. Then JSON.", id="inline-function"),
+    pytest.param("Mistral starts with `[TOOL_CALLS]` and a list.", id="inline-mistral"),
+    pytest.param("Llama 3.1 emits `<|python_tag|>` here. More.", id="inline-python-tag"),
+    pytest.param("Use ``<tool_call>`` (double backticks). More.", id="inline-double-backticks"),
+    pytest.param('Qwen writes `<tool_call>{"name": "f"}` then stops.', id="inline-glued-payload"),
+    pytest.param("Write `<think>plan` first, then answer.", id="inline-glued-text"),
+    pytest.param(f"Like this:\n```xml\n{EXAMPLE_BLOCK}\n```\nThat's it.", id="fenced-example"),
+    pytest.param("```\n<think>\nplan\n</think>\nanswer\n```", id="fenced-think"),
+    pytest.param("```\n[TOOL_CALLS]\n<|python_tag|>\n<function=f>\n```", id="fenced-openers"),
+    pytest.param("```\na\n\n\n\nb\n```", id="fenced-blank-lines-kept"),
+    pytest.param("Qwen wraps calls in <tool_call> tags. The rest.", id="prose-tool-call"),
+    pytest.param("I reason inside <think> tags first.", id="prose-think"),
+    pytest.param("Tags like <think>, <tool_call>. Fine.", id="prose-punctuation"),
+    pytest.param("Close reasoning with </think> and answer.", id="prose-think-close"),
+    pytest.param("Llama writes <function=foo> and then JSON.", id="prose-function"),
+    pytest.param("Mistral emits [TOOL_CALLS] before calls.", id="prose-mistral"),
+    pytest.param("Llama emits <|python_tag|> before calls.", id="prose-python-tag"),
+]
+
+# Real leaks next to code or prose: the leak goes, the rest stays.
+LEAKS_BESIDE_CODE = [
+    pytest.param(
+        f"Use `<tool_call>` tags.\n<tool_call>{CALL}",
+        "Use `<tool_call>` tags.",
+        id="code-then-leak",
+    ),
+    pytest.param(
+        f"```py\nprint(1)\n```\n{EXAMPLE_BLOCK}", "```py\nprint(1)\n```", id="fence-then-call"
+    ),
+    pytest.param("See `<think>`.<think>and then I will", "See `<think>`.", id="code-then-think"),
+    pytest.param(
+        "<think>a stray ` backtick</think>Answer with `code`.",
+        "Answer with `code`.",
+        id="leading-think-with-backtick",
+    ),
+    pytest.param(
+        'Sure!\n{"name": "remember", "arguments": {"fact": "uses `vim`"}}',
+        "Sure!",
+        id="bare-json-quoting-code",
+    ),
+    # An unterminated marker at the start of a line is a leak, even when what follows
+    # reads like prose: real leaks start there, and prose rarely does.
+    pytest.param("Intro.\n<think> tags hold reasoning.", "Intro.", id="line-start-is-a-leak"),
+    pytest.param("Hello! <think>\nreasoning", "Hello!", id="think-then-newline"),
+    pytest.param("Hello! <think>", "Hello!", id="think-at-the-end"),
+    pytest.param("Hello! <tool_call> \n{", "Hello!", id="tool-call-spaces-then-newline"),
+    pytest.param('Sure! [TOOL_CALLS] {"name": "x", "argu', "Sure!", id="mistral-spaced-truncated"),
+    pytest.param('Sure! <function=f> {"a": 1', "Sure!", id="function-spaced-truncated"),
+    pytest.param("planning.</think> Hello!", "Hello!", id="think-close-glued"),
+    pytest.param("planning\n</think> Hello!", "Hello!", id="think-close-line-start"),
+]
+
+
+@pytest.mark.parametrize("raw", ABOUT_SYNTAX)
+def test_strip_keeps_code_and_prose_about_tool_syntax(raw: str) -> None:
+    assert strip_leaked_tool_syntax(raw) == raw
+
+
+@pytest.mark.parametrize(("raw", "expected"), LEAKS_BESIDE_CODE)
+def test_strip_removes_leaks_beside_code_and_prose(raw: str, expected: str) -> None:
+    assert strip_leaked_tool_syntax(raw) == expected
 
 
 def test_strip_trims_and_handles_empty() -> None:
