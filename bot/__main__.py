@@ -1,4 +1,4 @@
-"""Command line: ``kioku run | migrate | doctor``.
+"""Command line: ``kioku run | migrate | sync | console | doctor``.
 
 Every failure an operator can cause (missing token, bad setting, unreachable database or
 Discord) ends with one readable line on stderr and a distinct exit code, not a traceback:
@@ -70,9 +70,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return asyncio.run(doctor(settings))
         if args.command == "console":
-            from bot.console import console
-
-            return asyncio.run(console(settings))
+            return asyncio.run(run_console(settings))
         if args.command == "sync":
             return asyncio.run(sync(settings, _token(settings)))
     except SettingsError as exc:
@@ -113,6 +111,18 @@ async def migrate(settings: Settings) -> int:
     else:
         print(f"database migrated from {before or 'empty'} to {after}")
     return EXIT_OK
+
+
+async def run_console(settings: Settings) -> int:
+    from bot.console import console
+
+    database = Database(settings)
+    try:
+        await _migrate(database)
+    except CliError:
+        await database.close()
+        raise
+    return await console(settings, database=database)
 
 
 async def _migrate(database: Database) -> tuple[str | None, str | None]:

@@ -37,11 +37,15 @@ async def console(
     *,
     read_line: Callable[[], str] = input,
     out: TextIO = sys.stdout,
+    database: Database | None = None,
 ) -> int:
-    """Run the console until ``/quit`` or end of input; return the exit code."""
-    database = Database(settings)
-    await database.start()
-    await upgrade(database.engine)
+    """Run the console until ``/quit`` or end of input; return the exit code. A
+    ``database`` handed in is already started and migrated (the CLI does that, so a
+    database problem is one line, as for ``kioku run``); it is closed at the end."""
+    if database is None:
+        database = Database(settings)
+        await database.start()
+        await upgrade(database.engine)
     client = make_client(settings)
     memory = MemoryService(database.sessions, settings)
     runner = TurnRunner(memory, client, settings)

@@ -1,7 +1,8 @@
 """The STM cache: a bounded cachetools TLRU cache with secondary indexes.
 
-Expiry is measured from an entry's last update: 24 h when its summary text is non-empty,
-12 h otherwise (category-only entries included). Because the TTL is computed from
+Expiry is measured from an entry's last update: ``stm.ttl_summary_hours`` (default 24 h)
+when its summary text is non-empty, ``stm.ttl_empty_hours`` (default 12 h) otherwise
+(category-only entries included). Because the TTL is computed from
 ``entry.updated_at`` (wall clock) rather than from the moment of insertion, an entry
 hydrated from a row older than its TTL is already expired and is never cached "fresh".
 

@@ -211,12 +211,13 @@ async def test_migrate_accepts_a_managed_hosts_sslmode_url(
     assert "migrated from empty to" in result.stdout
 
 
+@pytest.mark.parametrize("command", ["migrate", "console"])
 async def test_a_database_refusing_the_connection_is_one_line(
-    pg_url: URL, migrated_database: Database, tmp_path: Path
+    pg_url: URL, migrated_database: Database, tmp_path: Path, command: str
 ) -> None:
     # Not a network failure: the server answers, and refuses (no such database).
     url = pg_url.set(database="kioku_does_not_exist", password="hunter2")
-    result = kioku("migrate", data_dir=tmp_path, DATABASE_URL=url.render_as_string(False))
+    result = kioku(command, data_dir=tmp_path, DATABASE_URL=url.render_as_string(False))
     assert result.returncode == 1
     assert "Traceback" not in result.stderr
     lines = result.stderr.strip().splitlines()
