@@ -38,6 +38,14 @@ _STORAGE_ERRORS: tuple[type[BaseException], ...] = (
 _VALUE_PREVIEW = 50
 
 
+async def think(interaction: discord.Interaction[Any]) -> None:
+    """Acknowledge now ("thinking…", ephemeral) when the answer needs the database: an
+    interaction not answered within 3 s is gone, whatever comes later. ``answer``
+    then sends the real answer."""
+    if not interaction.response.is_done():
+        await interaction.response.defer(ephemeral=True, thinking=True)
+
+
 async def answer(interaction: discord.Interaction[Any], content: str, **kwargs: Any) -> None:
     """Answer ephemerally: the first response if there is none yet, else a follow-up."""
     kwargs.setdefault("ephemeral", True)

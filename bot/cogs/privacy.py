@@ -90,12 +90,19 @@ class ConfirmView(discord.ui.View):
         self.cancelled, self.timed_out, self.not_yours = cancelled, timed_out, not_yours
         self.confirm.label = confirm_label
         self.origin: discord.Interaction[Any] | None = None
+        # Set before the first await of a click: a second click dispatched meanwhile (a
+        # double-click) must not run the deletion again.
+        self._answered = False
 
     async def interaction_check(self, interaction: discord.Interaction[Any]) -> bool:
-        if interaction.user.id == self.user_id:
-            return True
-        await answer(interaction, self.not_yours)
-        return False
+        if interaction.user.id != self.user_id:
+            await answer(interaction, self.not_yours)
+            return False
+        if self._answered:
+            await interaction.response.defer()  # already being handled: nothing to do
+            return False
+        self._answered = True
+        return True
 
     @discord.ui.button(label="Confirm", style=discord.ButtonStyle.danger)
     async def confirm(
@@ -108,6 +115,10 @@ class ConfirmView(discord.ui.View):
             result = await self.action()
         except MemoryUnavailable:
             result = UNAVAILABLE
+        except Exception:
+            # Not left on "Deleting…": the error handler logs it and answers as well.
+            await interaction.edit_original_response(content=UNAVAILABLE)
+            raise
         await interaction.edit_original_response(content=result)
 
     @discord.ui.button(label="Cancel", style=discord.ButtonStyle.secondary)

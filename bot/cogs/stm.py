@@ -18,7 +18,7 @@ from discord import app_commands
 from discord.ext import commands
 
 from bot.cogs.checks import admin_only, moderator_only
-from bot.cogs.errors import answer, report_error
+from bot.cogs.errors import answer, report_error, think
 from bot.cogs.history import backfill
 from bot.db.models import StmEvent
 from bot.memory.categories import (
@@ -468,6 +468,7 @@ class StmCog(commands.Cog):
 
     @stm.command(name="show", description="What the bot remembers in this channel")
     async def show(self, interaction: discord.Interaction[KiokuBot]) -> None:
+        await think(interaction)  # the database may be slow: Discord waits only 3 s
         config = await self.memory.guild_config(interaction.guild_id)
         entry = await self._channel_entry(interaction)
         where = "in this channel" if interaction.guild_id is not None else "in our DMs"
@@ -548,6 +549,7 @@ class StmCog(commands.Cog):
     @categories.command(name="list", description="Show this server's memory categories")
     @admin_only()
     async def categories_list(self, interaction: discord.Interaction[KiokuBot]) -> None:
+        await think(interaction)  # the database may be slow: Discord waits only 3 s
         config = await self.memory.guild_config(self._guild_id(interaction))
         if not config.categories:
             await answer(
@@ -562,6 +564,7 @@ class StmCog(commands.Cog):
     @categories.command(name="clear", description="Remove the categories: back to one summary")
     @admin_only()
     async def categories_clear(self, interaction: discord.Interaction[KiokuBot]) -> None:
+        await think(interaction)  # the database may be slow: Discord waits only 3 s
         guild_id = self._guild_id(interaction)
         config = await self.memory.guild_config(guild_id)
         if not config.categories:
@@ -598,6 +601,7 @@ class StmCog(commands.Cog):
         raw_messages: app_commands.Transform[int, IntRange(1, 10)] | None = None,
         always_on: bool | None = None,
     ) -> None:
+        await think(interaction)  # the database may be slow: Discord waits only 3 s
         guild_id = self._guild_id(interaction)
         if always_on is not None and interaction.channel_id is not None:
             await self.memory.set_always_on(
@@ -628,6 +632,7 @@ class StmCog(commands.Cog):
     @stm.command(name="history", description="Recent changes to this server's memory")
     @admin_only()
     async def history(self, interaction: discord.Interaction[KiokuBot]) -> None:
+        await think(interaction)  # the database may be slow: Discord waits only 3 s
         events = await self.memory.recent_events(self._guild_id(interaction), HISTORY_LIMIT)
         if not events:
             await answer(interaction, "No memory events recorded in this server yet.")

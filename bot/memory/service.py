@@ -211,6 +211,8 @@ class MemoryService:
         # Channels whose rows a clear could not delete yet: never hydrate them back.
         self._tombstones: set[int] = set()
         self._locks: weakref.WeakValueDictionary[int, asyncio.Lock] = weakref.WeakValueDictionary()
+        # Guild-level read-modify-writes (the always-on list); few, so kept plainly.
+        self._guild_locks: dict[int, asyncio.Lock] = {}
         self._write_queue: list[_PendingWrite] = []
         # A /forget-me deletes again this long after (0: never; see _sweep_later).
         self.forget_sweep_seconds = FORGET_SWEEP_SECONDS
@@ -1086,12 +1088,14 @@ class MemoryService:
         self, guild_id: int, channel_id: int, enabled: bool, actor_user_id: int
     ) -> GuildConfig:
         """Mark a channel where the bot answers every message (or unmark it)."""
-        config = await self.guild_config(guild_id)
-        channels = set(config.always_on_channels)
-        channels = channels | {channel_id} if enabled else channels - {channel_id}
-        return await self.update_guild_settings(
-            guild_id, actor_user_id, always_on_channel_ids=sorted(channels)
-        )
+        # Read, change, write the whole list: two toggles at once must not interleave.
+        async with self._guild_locks.setdefault(guild_id, asyncio.Lock()):
+            config = await self.guild_config(guild_id)
+            channels = set(config.always_on_channels)
+            channels = channels | {channel_id} if enabled else channels - {channel_id}
+            return await self.update_guild_settings(
+                guild_id, actor_user_id, always_on_channel_ids=sorted(channels)
+            )
 
     async def set_categories(
         self, guild_id: int, actor_user_id: int, categories: Sequence[Category]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from typing import Any
 
 import discord
 import pytest
@@ -516,6 +518,62 @@ async def test_forget_me_confirm_deletes_everything_and_shows_the_receipt(
         kioku.bot.memory.cache.get(ScopeKey.server(kioku.env.guild.id, kioku.env.channel.id))
         is None
     )
+
+
+async def test_a_double_click_on_forget_me_deletes_once_and_keeps_the_receipt(
+    kioku: KiokuHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    user = kioku.env.member
+    await seed_user_data(kioku, user)
+    asked = await kioku.interactions.slash("forget-me", user=user)
+    calls = 0
+    forget = kioku.bot.memory.forget_user
+
+    async def counted(user_id: int) -> Any:
+        nonlocal calls
+        calls += 1
+        return await forget(user_id)
+
+    monkeypatch.setattr(kioku.bot.memory, "forget_user", counted)
+
+    await asyncio.gather(
+        kioku.interactions.click(asked, label="Delete my memories", user=user),
+        kioku.interactions.click(asked, label="Delete my memories", user=user),
+    )
+
+    assert calls == 1
+    assert asked.content is not None and asked.content.startswith("**Done.**")
+    assert "• 1 memory of yours" in asked.content
+    async with kioku.database.sessions() as session:
+        forgets = await session.scalar(
+            select(func.count()).select_from(StmEvent).where(StmEvent.event == "forget")
+        )
+    assert forgets == 1
+
+
+@pytest.mark.parametrize(
+    "command",
+    ["stm show", "stm settings", "stm history", "stm categories list", "stm categories clear"],
+)
+async def test_commands_that_read_the_database_acknowledge_before_reading(
+    kioku: KiokuHarness, admin: discord.Member, command: str
+) -> None:
+    # Discord drops an interaction not answered within 3 s; a slow database must not.
+    result = await kioku.interactions.slash(command, user=admin)
+    assert result.deferred and result.ephemeral
+    assert result.texts(), "the real answer follows the acknowledgement"
+
+
+async def test_two_always_on_toggles_at_once_both_stick(
+    kioku: KiokuHarness, admin: discord.Member
+) -> None:
+    other = await kioku.env.create_text_channel("other")
+    await asyncio.gather(
+        kioku.interactions.slash("stm settings", {"always_on": True}, user=admin),
+        kioku.interactions.slash("stm settings", {"always_on": True}, user=admin, channel=other),
+    )
+    config = await kioku.bot.memory.guild_config(kioku.env.guild.id)
+    assert config.always_on_channels == frozenset({kioku.env.channel.id, other.id})
 
 
 async def test_forget_me_cancel_deletes_nothing(kioku: KiokuHarness) -> None:
