@@ -8,8 +8,10 @@ the person who asked, never logged.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +39,7 @@ from bot.memory.model import (
 )
 from bot.memory.prompt import VALUE_LIMIT, relative_time
 from bot.memory.service import MemoryService, WriteResult
+from bot.memory.storage import MemoryUnavailable
 from bot.memory.summarizer import Summarizer, SummaryOutcome
 
 if TYPE_CHECKING:
@@ -266,6 +269,20 @@ class ReportingModal(discord.ui.Modal):
         self, interaction: discord.Interaction[Any], error: Exception, /
     ) -> None:
         await report_error(interaction, error)
+
+
+# A modal must be the first answer, so nothing can be acknowledged before the reads
+# behind it: they get this long, and the error handler answers within Discord's 3 s.
+MODAL_READ_SECONDS = 2.0
+
+
+@contextlib.asynccontextmanager
+async def before_a_modal() -> AsyncIterator[None]:
+    try:
+        async with asyncio.timeout(MODAL_READ_SECONDS):
+            yield
+    except TimeoutError:
+        raise MemoryUnavailable("memory storage is too slow right now") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -522,8 +539,9 @@ class StmCog(commands.Cog):
     @admin_only()
     async def edit(self, interaction: discord.Interaction[KiokuBot]) -> None:
         guild_id = self._guild_id(interaction)
-        config = await self.memory.guild_config(guild_id)
-        entry = await self._channel_entry(interaction)
+        async with before_a_modal():
+            config = await self.memory.guild_config(guild_id)
+            entry = await self._channel_entry(interaction)
         channel_id = entry.key.channel_id
         title = f"Memory of {channel_label(interaction)}"
         target = EditTarget(guild_id, channel_id, entry.parent_channel_id, title)
@@ -540,7 +558,8 @@ class StmCog(commands.Cog):
     @admin_only()
     async def categories_set(self, interaction: discord.Interaction[KiokuBot]) -> None:
         guild_id = self._guild_id(interaction)
-        config = await self.memory.guild_config(guild_id)
+        async with before_a_modal():
+            config = await self.memory.guild_config(guild_id)
         rows = [f"{c.label}: {c.description}" for c in config.categories]
         await interaction.response.send_modal(
             CategoriesModal(self.memory, guild_id=guild_id, rows=rows)

@@ -11,6 +11,7 @@ import pytest
 from sqlalchemy import func, insert, select
 from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 
+from bot.cogs import stm as stm_cog
 from bot.cogs.errors import GUILD_ONLY, SOMETHING_WENT_WRONG, UNAVAILABLE
 from bot.cogs.privacy import CANCELLED, NOT_YOURS
 from bot.cogs.refresh import REFRESH_MARKER_PREFIX
@@ -677,3 +678,24 @@ async def test_unexpected_error_is_logged_and_answered_generically(
     assert record.levelno == logging.ERROR
     assert record.exc_info is not None and isinstance(record.exc_info[1], RuntimeError)
     assert "/stm show failed" in record.getMessage()
+
+
+@pytest.mark.parametrize("command", ["stm edit", "stm categories set"])
+async def test_a_modal_command_on_a_stalled_database_answers_in_time(
+    kioku: KiokuHarness, admin: discord.Member, monkeypatch: pytest.MonkeyPatch, command: str
+) -> None:
+    # A modal must be the first answer, so it cannot be preceded by "thinking…": the
+    # reads before it get a short limit, and the user hears why instead of nothing.
+    monkeypatch.setattr(stm_cog, "MODAL_READ_SECONDS", 0.05)
+    stalled = asyncio.Event()
+    kioku.bot.memory.invalidate_guild(kioku.env.guild.id)
+
+    async def never_answers(guild_id: int | None) -> Any:
+        await stalled.wait()
+
+    monkeypatch.setattr(kioku.bot.memory, "guild_config", never_answers)
+
+    result = await kioku.interactions.slash(command, user=admin)
+
+    assert result.modal is None
+    assert result.ephemeral and result.content == UNAVAILABLE
