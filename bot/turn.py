@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -27,6 +28,7 @@ from bot.llm.tools.stm import STM_TOOL_NAME, run_stm_tool, stm_tool_definition
 from bot.memory.intent import explicit_long_term_intent
 from bot.memory.longterm import ChannelFilter, LongTermService
 from bot.memory.prompt import assemble
+from bot.memory.sanitize import strip_control_chars
 from bot.memory.service import LabelFor, MemoryService
 from bot.memory.storage import MemoryUnavailable
 from bot.memory.summarizer import Summarizer, auto_summarize_reason, ignored_nudges
@@ -114,13 +116,25 @@ def load_persona(path: Path) -> str:
         return DEFAULT_PERSONA
 
 
+# A name in the persona (chosen by members: a nickname, a thread's title) is data: one
+# line, no angle brackets (no tags), not long enough to carry instructions.
+NAME_MAX_CHARS = 100
+_NAME_SPACE = re.compile(r"\s+")
+
+
+def as_name(value: str) -> str:
+    flat = _NAME_SPACE.sub(" ", strip_control_chars(value)).strip()
+    flat = flat.replace("<", "‹").replace(">", "›")
+    return flat if len(flat) <= NAME_MAX_CHARS else flat[: NAME_MAX_CHARS - 1] + "…"
+
+
 def render_persona(template: str, request: TurnRequest, now: datetime) -> str:
     # Plain replacement, not str.format: the template may contain other braces.
     values = {
-        "bot_name": request.bot_name,
-        "user_name": request.user_name,
-        "channel_name": request.channel_name,
-        "guild_name": request.guild_name or "direct messages",
+        "bot_name": as_name(request.bot_name),
+        "user_name": as_name(request.user_name),
+        "channel_name": as_name(request.channel_name),
+        "guild_name": as_name(request.guild_name or "direct messages"),
         "date": now.strftime("%Y-%m-%d"),
         "time": now.strftime("%H:%M UTC"),
     }
@@ -189,11 +203,16 @@ class TurnRunner:
         messages += [{"role": "system", "content": note} for note in prompt.system_notes]
         if intent and not self.caps.tool_calling:
             messages.append({"role": "system", "content": NO_LONG_TERM_TOOLS_NOTE})
-        messages += fit_history(
+        history = fit_history(
             prompt.history,
             budget_chars=context_chars(self.caps.context_tokens, self.settings.llm.max_reply_tokens)
             - sum(len(m["content"]) for m in messages),
         )
+        if len(history) < len(prompt.history):
+            # The model does not see the oldest messages: a memory it writes now must not
+            # claim to cover them, so the marker stays where it was.
+            turn.marker = None
+        messages += history
         stm_results: list[str] = []
 
         async def stm_tool(raw: str | None) -> Any:

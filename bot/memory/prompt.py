@@ -33,7 +33,12 @@ _FENCE_CLOSE = "</memory>"
 # Stands in for "<" wherever stored text spells a memory tag, so it can never open or
 # close a fence.
 _DEFUSED_LT = "‹"
-_MEMORY_TAG = re.compile(r"<(?=[\s/]*memory)", re.IGNORECASE)
+# Invisible characters between "<", "/" and the word do not stop a model reading a tag.
+_MEMORY_TAG = re.compile(
+    r"<(?=[\s/\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f"
+    r"\u202a-\u202e\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0]*memory)",
+    re.IGNORECASE,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,7 +225,8 @@ def _history(inp: PromptInput) -> list[dict[str, str]]:
 
 
 def _raw_block(label: str, messages: Sequence[RawMessage]) -> str:
-    lines = "\n".join(_defuse(f"{message.author_name}: {message.content}") for message in messages)
+    # line() indents continuation lines: no line of one message passes for another speaker.
+    lines = "\n".join(_defuse(message.line()) for message in messages)
     noun = "message" if len(messages) == 1 else "messages"
     return (
         f"The last {len(messages)} {noun} in {label}:\n"

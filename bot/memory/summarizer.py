@@ -245,22 +245,31 @@ def build_messages(
     ]
 
 
-_FENCE = re.compile(r"^```[\w-]*\s*\n?(.*?)\n?```\s*$", re.DOTALL)
+_FENCED_ANYWHERE = re.compile(r"```[\w-]*\s*\n?(.*?)\n?```", re.DOTALL)
 _decoder = json.JSONDecoder()
 
 
 def parse_categories(text: str, config: GuildConfig) -> dict[str, str]:
-    """The category values in the model's answer: a JSON object (possibly fenced, possibly
-    with prose around it) keyed by slug. Unknown keys, non-string and blank values are
-    dropped. Raises ``ValueError`` when there is no JSON object."""
+    """The category values in the model's answer: exactly one JSON object keyed by slug,
+    alone or in one code fence, optionally after a short lead-in line ("Here you go:").
+    Unknown keys, non-string and blank values are dropped. Raises ``ValueError`` for
+    anything else: an object quoted inside prose, several objects, an array — stored,
+    any of those could put old or example values over the memory and move its marker."""
     stripped = text.strip()
-    fenced = _FENCE.match(stripped)
-    if fenced is not None:
+    fenced = _FENCED_ANYWHERE.search(stripped)
+    if fenced is not None and not stripped[fenced.end() :].strip():
+        lead = stripped[: fenced.start()].strip()
+        if "\n" in lead or "{" in lead:
+            raise ValueError("prose around the JSON object")
         stripped = fenced.group(1).strip()
-    start = stripped.find("{")
-    if start < 0:
-        raise ValueError("no JSON object")
-    value, _ = _decoder.raw_decode(stripped, start)
+    if not stripped.startswith("{"):
+        lead, _, rest = stripped.partition("\n")
+        if "{" in lead or not rest.strip().startswith("{"):
+            raise ValueError("no JSON object on its own")
+        stripped = rest.strip()
+    value, end = _decoder.raw_decode(stripped, 0)
+    if stripped[end:].strip():
+        raise ValueError("text after the JSON object")
     if not isinstance(value, dict):
         raise ValueError("not a JSON object")
     known = {category.slug for category in config.categories}

@@ -540,3 +540,24 @@ async def test_an_always_on_channel_answers_in_arrival_order_on_a_cold_config(
     replies = [s.message for s in kioku.env.sent_to(kioku.env.channel)][-2:]
     assert [r.content for r in replies] == ["first answer", "second answer"]
     assert [r.reference.message_id for r in replies if r.reference] == [first.id, second.id]
+
+
+async def test_a_memory_written_from_a_trimmed_history_does_not_claim_what_was_cut(
+    db: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path
+) -> None:
+    # An 8,192-token provider cannot see 40 long messages: the oldest are left out of the
+    # prompt, so a summary written now must not move the marker past them.
+    kioku = await start_kioku(db, llm, pg_url, tmp_path, settings={"provider": "ollama"})
+    try:
+        for i in range(40):
+            await kioku.env.send(f"long message {i} " + "x" * 900)
+        llm.reply_tool_calls([stm_call("A summary of what the model saw.")]).reply_text("ok")
+        await kioku.env.send("what did we say?", mention_bot=True)
+
+        assert "long message 0 " not in prompt_text(llm, 0)  # really trimmed
+        assert tool_results(llm, 1) == ["saved"]
+        server, _ = await rows(db)
+        assert server.summary == "A summary of what the model saw."
+        assert server.covered_through_message_id is None
+    finally:
+        await stop_kioku(kioku)

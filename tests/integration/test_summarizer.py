@@ -531,6 +531,20 @@ async def test_category_mode_keeps_values_the_model_left_out(
     [
         ("Decisions: launch on Friday.", "failed", INVALID_JSON),
         ('["decisions", "launch"]', "failed", INVALID_JSON),
+        ('[{"decisions": "garbage"}]', "failed", INVALID_JSON),
+        # The old values quoted first, the update after: storing the first object would
+        # lose the update and still move the marker.
+        (
+            'You had {"decisions": "Launch on Friday."} and now {"decisions": "Moved."}',
+            "failed",
+            INVALID_JSON,
+        ),
+        (
+            'I cannot do that; the expected format is {"decisions": "..."}.',
+            "failed",
+            INVALID_JSON,
+        ),
+        ('{"decisions": "A"}\n{"decisions": "B"}', "failed", INVALID_JSON),
         ('{"decisions": "  ", "other": "x"}', "empty", None),
     ],
 )
