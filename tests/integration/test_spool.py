@@ -162,14 +162,22 @@ async def back_online(service: MemoryService, real: async_sessionmaker) -> None:
     service._sessions = real
 
 
+async def spooled_write(service: MemoryService, dead_engine: AsyncEngine, summary: str) -> object:
+    """One STM update made while the database refuses connections; then it is back (the
+    replayer has not run yet)."""
+    turn = await turn_for(service)
+    real = await outage(service, dead_engine)
+    try:
+        return await service.update_stm(turn, summary=summary)  # type: ignore[arg-type]
+    finally:
+        await back_online(service, real)
+
+
 async def test_a_refresh_after_the_outage_queues_behind_the_spooled_write(
     db: Database, settings: Settings, spool: DurableSpool, dead_engine: AsyncEngine
 ) -> None:
     service = make_service(db.sessions, settings, ManualClock(), spool=spool)
-    turn = await turn_for(service)
-    real = await outage(service, dead_engine)
-    await service.update_stm(turn, summary="secret plan")  # type: ignore[arg-type]
-    await back_online(service, real)  # the database answers; the replayer has not run yet
+    await spooled_write(service, dead_engine, "secret plan")
 
     receipt = await service.clear_channel(CHANNEL, guild_id=GUILD, actor_user_id=BOB)
 
@@ -185,10 +193,7 @@ async def test_forget_me_after_the_outage_reaches_the_spooled_write(
     db: Database, settings: Settings, spool: DurableSpool, dead_engine: AsyncEngine
 ) -> None:
     service = make_service(db.sessions, settings, ManualClock(), spool=spool)
-    turn = await turn_for(service)
-    real = await outage(service, dead_engine)
-    await service.update_stm(turn, summary="Alice's diary")  # type: ignore[arg-type]
-    await back_online(service, real)
+    await spooled_write(service, dead_engine, "Alice's diary")
 
     receipt = await service.forget_user(ALICE)
 
@@ -202,10 +207,7 @@ async def test_writes_after_the_outage_queue_behind_the_spool_until_it_is_replay
     db: Database, settings: Settings, spool: DurableSpool, dead_engine: AsyncEngine
 ) -> None:
     service = make_service(db.sessions, settings, ManualClock(), spool=spool)
-    turn = await turn_for(service)
-    real = await outage(service, dead_engine)
-    first = await service.update_stm(turn, summary="v1 during the outage")  # type: ignore[arg-type]
-    await back_online(service, real)
+    first = await spooled_write(service, dead_engine, "v1 during the outage")
     second = await service.update_stm(await turn_for(service), summary="v2 after it")  # type: ignore[arg-type]
 
     assert (str(first), str(second)) == ("saved, pending sync", "saved, pending sync")
@@ -220,10 +222,7 @@ async def test_hydration_takes_a_newer_row_over_an_older_spooled_state(
     db: Database, settings: Settings, spool: DurableSpool, dead_engine: AsyncEngine
 ) -> None:
     service = make_service(db.sessions, settings, ManualClock(), spool=spool)
-    turn = await turn_for(service)
-    real = await outage(service, dead_engine)
-    await service.update_stm(turn, summary="spooled v1")  # type: ignore[arg-type]
-    await back_online(service, real)
+    await spooled_write(service, dead_engine, "spooled v1")
     # Another process writes the same memory, newer, straight to the database.
     other = make_service(db.sessions, settings, ManualClock())
     (await other.entry(SERVER_KEY)).version = 5
