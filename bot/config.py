@@ -9,13 +9,16 @@ is allowed (see :func:`format_validation_error`).
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 import typing
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal, Self
 
 import annotated_types
+from dotenv import dotenv_values
 from pydantic import (
     AliasChoices,
     BaseModel,
@@ -311,8 +314,51 @@ class SettingsError(Exception):
     """Raised with an operator-readable, one-line-per-key message."""
 
 
+# Read straight from the process environment (before the settings exist), not fields.
+PROCESS_ONLY_VARIABLES = ("KIOKU_CONFIG", "KIOKU_ENV_FILE", "KIOKU_MIGRATIONS_DIR")
+
+
+def known_variables() -> list[str]:
+    """Every ``KIOKU_*`` name the bot reads: fields, ``<SECTION>__<FIELD>``, process-only."""
+    names = list(PROCESS_ONLY_VARIABLES)
+    for name, field in Settings.model_fields.items():
+        if isinstance(field.validation_alias, AliasChoices):
+            continue  # DISCORD_TOKEN and friends keep their conventional names
+        names.append(f"KIOKU_{name.upper()}")
+        section = field.annotation
+        if isinstance(section, type) and issubclass(section, BaseModel):
+            names.extend(f"KIOKU_{name.upper()}__{inner.upper()}" for inner in section.model_fields)
+    return names
+
+
+def unknown_variables(names: Iterable[str], where: str) -> list[str]:
+    """One line per ``KIOKU_*`` name that no setting reads (a typo would otherwise be
+    ignored in silence, as the misspelt TOML key is not), with the likeliest meant one."""
+    known = known_variables()
+    lines = []
+    for name in sorted({n.upper() for n in names if n.upper().startswith("KIOKU_")}):
+        if name in known:
+            continue
+        # Compare without the shared prefix, which would make every name look alike.
+        bare = {k.removeprefix("KIOKU_"): k for k in known}
+        guess = difflib.get_close_matches(name.removeprefix("KIOKU_"), bare, n=1, cutoff=0.6)
+        hint = f": did you mean {bare[guess[0]]}?" if guess else " (see config/example.env)"
+        lines.append(f"unknown setting {name} in {where}{hint}")
+    return lines
+
+
+def _dotenv_names(environ: Mapping[str, str]) -> list[str]:
+    path = Path(environ.get("KIOKU_ENV_FILE", ".env"))
+    return list(dotenv_values(path)) if path.is_file() else []
+
+
 def load_settings(**overrides: Any) -> Settings:
     """Build the settings; raise :class:`SettingsError` with readable lines on bad values."""
+    problems = unknown_variables(os.environ, "the environment") + unknown_variables(
+        _dotenv_names(os.environ), os.environ.get("KIOKU_ENV_FILE", ".env")
+    )
+    if problems:
+        raise SettingsError("\n".join(problems))
     try:
         return Settings(**overrides)
     except ValidationError as exc:

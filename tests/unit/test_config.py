@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
-from bot.config import Settings, SettingsError, load_settings
+from bot.config import Settings, SettingsError, load_settings, unknown_variables
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(autouse=True)
@@ -118,6 +121,43 @@ def test_unknown_key_in_toml_is_named(tmp_path: Path, monkeypatch: pytest.Monkey
     write_toml(tmp_path, "[stm]\nrefresh_cadance = 3\n", monkeypatch)
     with pytest.raises(SettingsError, match=r"stm\.refresh_cadance .*unknown setting"):
         load_settings()
+
+
+@pytest.mark.parametrize(
+    ("name", "suggestion"),
+    [
+        ("KIOKU_REFRESH_CADENCE", ": did you mean KIOKU_STM__REFRESH_CADENCE?"),
+        ("KIOKU_STM__CADENCE", ": did you mean KIOKU_STM__REFRESH_CADENCE?"),
+        ("KIOKU_LOGLEVEL", ": did you mean KIOKU_LOG_LEVEL?"),
+        ("kioku_llm__timeout", ": did you mean KIOKU_LLM__TIMEOUT_SECONDS?"),
+        ("KIOKU_FOO", " (see config/example.env)"),
+    ],
+)
+def test_a_misspelt_environment_variable_is_named_with_the_likely_one(
+    monkeypatch: pytest.MonkeyPatch, name: str, suggestion: str
+) -> None:
+    monkeypatch.setenv(name, "3")
+    with pytest.raises(SettingsError) as caught:
+        load_settings()
+    assert str(caught.value) == f"unknown setting {name.upper()} in the environment{suggestion}"
+
+
+def test_a_misspelt_variable_in_dotenv_names_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env_file = tmp_path / ".env"
+    env_file.write_text("POSTGRES_USER=kioku\nKIOKU_STM__RENDERMODE=supersede\n")
+    monkeypatch.setenv("KIOKU_ENV_FILE", str(env_file))
+    with pytest.raises(SettingsError, match=r"KIOKU_STM__RENDERMODE in .*\.env: did you mean "):
+        load_settings()
+
+
+def test_every_documented_variable_is_known() -> None:
+    documented = set(
+        re.findall(r"\bKIOKU_[A-Z_]+[A-Z]", (ROOT / "config" / "example.env").read_text())
+    )
+    assert documented, "config/example.env documents the variables"
+    assert unknown_variables(documented, "config/example.env") == []
 
 
 def test_malformed_toml_is_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
