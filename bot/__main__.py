@@ -181,8 +181,8 @@ def parse_shards(spec: str | None, count: int | None) -> list[int] | None:
     ids: set[int] = set()
     try:
         for part in spec.split(","):
-            first, _, last = part.strip().partition("-")
-            low, high = int(first), int(last or first)
+            first, dash, last = part.strip().partition("-")
+            low, high = int(first), int(last if dash else first)  # "0-" is no range
             if low > high:
                 raise ValueError
             ids.update(range(low, high + 1))

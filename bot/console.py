@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import TextIO
 
@@ -29,7 +29,10 @@ CONSOLE_GUILD_ID = 1
 CONSOLE_CHANNEL_ID = 2
 CONSOLE_USER_ID = 3
 CONSOLE_BOT_ID = 4
-HELP = "Type a message to chat. /show shows the memory, /refresh wipes it, /quit leaves."
+HELP = (
+    "Type a message to chat. /show shows the memory, /refresh wipes it, /quit leaves "
+    "(a line starting with / is a command)."
+)
 
 
 async def console(
@@ -64,13 +67,14 @@ async def console(
                 break
             if not line:
                 continue
-            if line in ("/quit", "/exit"):
+            command = line.split()[0].lower() if line.startswith("/") else None
+            if command in ("/quit", "/exit"):
                 break
-            if line == "/help":
+            if command == "/help":
                 say(HELP)
-            elif line == "/show":
+            elif command == "/show":
                 say(await _show(memory))
-            elif line == "/refresh":
+            elif command == "/refresh":
                 try:
                     receipt = await memory.clear_channel(
                         CONSOLE_CHANNEL_ID,
@@ -81,8 +85,10 @@ async def console(
                     say(f"Nothing was refreshed: {exc}.")
                 else:
                     say(f"Memory refreshed ({receipt.rows} rows removed).")
+            elif command is not None:
+                say(f"Unknown command {command}. {HELP}")
             else:
-                await _turn(memory, runner, line, next(ids), say)
+                await _turn(memory, runner, line, ids, say)
     finally:
         await runner.drain()  # a background summary finishes before the database goes
         await memory.close()
@@ -95,10 +101,11 @@ async def _turn(
     memory: MemoryService,
     runner: TurnRunner,
     line: str,
-    message_id: int,
+    ids: Iterator[int],
     say: Callable[[str], None],
 ) -> None:
     now = datetime.now(UTC)
+    message_id = next(ids)
     memory.observe_message(
         CONSOLE_CHANNEL_ID, RawMessage(message_id, CONSOLE_USER_ID, "you", line, now)
     )
@@ -118,7 +125,7 @@ async def _turn(
     if not reply.failed:  # an error notice is not part of the conversation
         memory.observe_message(
             CONSOLE_CHANNEL_ID,
-            RawMessage(message_id + 1, CONSOLE_BOT_ID, "Kioku", reply.text, now, is_bot=True),
+            RawMessage(next(ids), CONSOLE_BOT_ID, "Kioku", reply.text, now, is_bot=True),
         )
     say(f"kioku> {reply.text}")
     for result in reply.stm_results:

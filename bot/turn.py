@@ -248,6 +248,8 @@ class TurnRunner:
             return TurnReply(
                 exc.user_message, failed=True, stm_results=tuple(stm_results), turn=turn
             )
+        if result.gave_up:
+            return TurnReply(result.text, failed=True, stm_results=tuple(stm_results), turn=turn)
         self.memory.record_bot_turn(turn)
         self._maybe_summarize(turn)
         return TurnReply(result.text or EMPTY_REPLY, stm_results=tuple(stm_results), turn=turn)

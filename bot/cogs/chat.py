@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING
 
 import aiohttp
 import discord
+import regex
 from cachetools import TTLCache
 from discord.ext import commands
 
-from bot.cogs.history import backfill, to_raw
-from bot.llm.tool_loop import FRIENDLY_ERRORS
+from bot.cogs.history import backfill, belongs_in_window, to_raw
 from bot.memory.model import StmEntry
 from bot.memory.service import LabelFor
 from bot.memory.storage import MemoryUnavailable
@@ -57,6 +57,26 @@ def _open_fence(text: str) -> str | None:
     return opener
 
 
+def _grapheme_boundary(window: str) -> int:
+    """The last cut in ``window`` that splits no grapheme (an emoji family, a flag, a
+    letter with its accents), so a hard cut shows no broken characters."""
+    cut = 0
+    for match in regex.finditer(r"\X", window):
+        if match.end() == len(window) and len(window) > 1:
+            break  # the last cluster may continue past the window
+        cut = match.end()
+    return cut or len(window)
+
+
+def _outside_fence_opener(text: str, cut: int) -> int:
+    """``cut``, or the start of the code fence opener (```` ```lang ````) it falls in, so
+    the language tag is not split between two messages."""
+    for match in _FENCE.finditer(text, 0, cut + 32):
+        if match.start() < cut <= match.end() and match.start() > 0:
+            return match.start()
+    return cut
+
+
 def split_reply(text: str, limit: int = DISCORD_LIMIT) -> list[str]:
     """Split at Discord's limit, preferring paragraph, line, then word boundaries. A code
     block cut in two is closed at the end of one part and reopened (same language) at
@@ -70,7 +90,8 @@ def split_reply(text: str, limit: int = DISCORD_LIMIT) -> list[str]:
         if cut < budget // 2:
             cut = window.rfind(" ")
         if cut < budget // 2:
-            cut = budget
+            cut = _grapheme_boundary(window)
+        cut = _outside_fence_opener(rest, cut)
         chunk, rest = rest[:cut].rstrip(), rest[cut:]
         opener = _open_fence(chunk)
         if opener is None:
@@ -127,9 +148,7 @@ class Chat(commands.Cog):
 
     @commands.Cog.listener()
     async def on_message(self, message: discord.Message) -> None:
-        if message.type not in (discord.MessageType.default, discord.MessageType.reply):
-            return
-        if self._is_own_error_notice(message):
+        if not belongs_in_window(message, self.bot.user):
             return
         self.bot.memory.observe_message(message.channel.id, to_raw(message))
         if message.author.bot:
@@ -138,10 +157,6 @@ class Chat(commands.Cog):
         if not addressed and not self._may_be_always_on(message):
             return
         await self._answer(message, addressed=addressed)
-
-    def _is_own_error_notice(self, message: discord.Message) -> bool:
-        me = self.bot.user
-        return me is not None and message.author.id == me.id and message.content in FRIENDLY_ERRORS
 
     @commands.Cog.listener()
     async def on_raw_message_edit(self, payload: discord.RawMessageUpdateEvent) -> None:
@@ -168,6 +183,10 @@ class Chat(commands.Cog):
         if me is None:
             return False
         if message.guild is None or me in message.mentions:
+            return True
+        # Discord's mention picker offers the bot's managed role beside the bot itself.
+        own_role = message.guild.self_role
+        if own_role is not None and own_role in message.role_mentions:
             return True
         reference = message.reference
         return (

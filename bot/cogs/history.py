@@ -48,14 +48,33 @@ async def backfill(
         return
     history: list[RawMessage] = []
     me = bot.user
+    fill = windows.begin_backfill(channel_id)
     try:
         async for old in channel.history(limit=bot.settings.stm.raw_window, before=before):
-            if me is not None and old.author.id == me.id:
-                if old.content.startswith(REFRESH_MARKER_PREFIX):
-                    break
-                if old.content in FRIENDLY_ERRORS:
-                    continue
-            history.append(to_raw(old))
+            if is_refresh_marker(old, me):
+                break
+            if belongs_in_window(old, me):
+                history.append(to_raw(old))
     except discord.HTTPException as exc:
         log.info("no history back-fill for channel %s: %s", channel_id, exc.status)
-    windows.prime(channel_id, list(reversed(history)))
+    windows.prime(channel_id, list(reversed(history)), fill)
+
+
+def is_refresh_marker(message: discord.Message, me: discord.abc.User | None) -> bool:
+    """The marker a ``/refresh`` posted: history before it is not the conversation."""
+    return (
+        me is not None
+        and message.author.id == me.id
+        and message.content.startswith(REFRESH_MARKER_PREFIX)
+    )
+
+
+def belongs_in_window(message: discord.Message, me: discord.abc.User | None) -> bool:
+    """Whether a message is part of the conversation the model sees: what people (and
+    the bot) said, not system messages (joins, pins, thread notices), the bot's error
+    notices or its refresh markers. The live path and the back-fill both ask this."""
+    if message.type not in (discord.MessageType.default, discord.MessageType.reply):
+        return False
+    if me is not None and message.author.id == me.id:
+        return message.content not in FRIENDLY_ERRORS and not is_refresh_marker(message, me)
+    return True

@@ -18,7 +18,7 @@ import discord
 from discord import app_commands
 from discord.ext import commands
 
-from bot.cogs.errors import UNAVAILABLE, answer, report_error
+from bot.cogs.errors import UNAVAILABLE, answer, report_error, think
 from bot.cogs.refresh import plural
 from bot.memory.longterm import Fact, FactPage, LongTermService
 from bot.memory.service import ForgetReceipt
@@ -259,13 +259,14 @@ class MemoriesPager(discord.ui.View):
         return False
 
     async def _turn(self, interaction: discord.Interaction[Any], page_number: int) -> None:
+        await interaction.response.defer()  # a click, too, is dropped unanswered after 3 s
         page = await self.service.list_facts(self.user_id, page_number, PAGE_SIZE)
         if not page.facts:
             self.stop()
-            await interaction.response.edit_message(content=NO_MEMORIES, embed=None, view=None)
+            await interaction.edit_original_response(content=NO_MEMORIES, embed=None, view=None)
             return
         self.show(page)
-        await interaction.response.edit_message(
+        await interaction.edit_original_response(
             content=None, embed=facts_embed(self.bot, page), view=self
         )
 
@@ -331,6 +332,7 @@ class PrivacyCog(commands.Cog):
 
     @memories.command(name="list", description="Show what the bot remembers about you")
     async def memories_list(self, interaction: discord.Interaction[KiokuBot]) -> None:
+        await think(interaction)
         service = long_term_of(self.bot)
         page = await service.list_facts(interaction.user.id, 1, PAGE_SIZE)
         if not page.facts:
@@ -353,6 +355,7 @@ class PrivacyCog(commands.Cog):
         interaction: discord.Interaction[KiokuBot],
         fact_id: app_commands.Range[int, 1, MAX_FACT_ID],
     ) -> None:
+        await think(interaction)
         service = long_term_of(self.bot)
         deleted: tuple[Fact, ...] = ()
         if 1 <= fact_id <= MAX_FACT_ID:
@@ -402,6 +405,7 @@ class PrivacyCog(commands.Cog):
     async def memories_cross_context(
         self, interaction: discord.Interaction[KiokuBot], enabled: app_commands.Choice[str]
     ) -> None:
+        await think(interaction)
         memory, user_id = self.bot.memory, interaction.user.id
         wanted = enabled.value == "on"
         changed = await memory.cross_context_opt_in(user_id) != wanted
@@ -413,6 +417,7 @@ class PrivacyCog(commands.Cog):
 
     @memories.command(name="clear", description="Delete all your long-term memories")
     async def memories_clear(self, interaction: discord.Interaction[KiokuBot]) -> None:
+        await think(interaction)
         service = long_term_of(self.bot)
         total = await service.count(interaction.user.id)
         if total == 0:

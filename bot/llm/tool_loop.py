@@ -107,6 +107,9 @@ class LoopResult:
     # The last answer ended because it hit ``max_tokens`` (finish_reason "length"): the
     # text is cut off, fine to show in chat but not to store as a memory.
     truncated: bool = False
+    # The loop stopped early and the final call failed too: ``text`` is the fallback
+    # notice, not an answer (it is not part of the conversation).
+    gave_up: bool = False
 
 
 class LlmUnavailable(Exception):
@@ -215,6 +218,7 @@ async def run_tool_loop(
     except LlmUnavailable as exc:
         log.warning("final no-tools call failed (%s); using the fallback reply", exc)
         result.text = "\n\n".join(interim) or FALLBACK_REPLY
+        result.gave_up = not interim
         return result
     result.iterations += 1
     # Any tool calls in this answer are ignored: no tools were offered.

@@ -159,6 +159,25 @@ class PreparedTurn:
 LabelFor = Callable[[StmEntry], str | None]
 
 
+def answering(
+    window: Sequence[RawMessage], source_message_id: int | None, bot_user_id: int
+) -> Sequence[RawMessage]:
+    """The window as the turn answering ``source_message_id`` sees it. A turn that waited
+    in the channel's queue answers its own message, not what was said after it (those
+    messages have turns of their own); the bot's replies to earlier messages, sent while
+    it waited, stay, before the message being answered, so the conversation ends with it."""
+    if source_message_id is None:
+        return window
+    source = [m for m in window if m.message_id == source_message_id]
+    before = [
+        m
+        for m in window
+        if m.message_id < source_message_id
+        or (m.author_id == bot_user_id and m.message_id > source_message_id)
+    ]
+    return (*before, *source)
+
+
 class MemoryService:
     """Owns the STM cache, raw windows, guild configuration cache and the write path."""
 
@@ -464,7 +483,7 @@ class MemoryService:
         except MemoryUnavailable:
             entry, storage_ok = self._fresh(turn.channel_key, parent_channel_id), False
         turn.storage_available = storage_ok
-        window = self.windows.get(channel_id)
+        window = answering(self.windows.get(channel_id), source_message_id, bot_user_id)
         if window:
             turn.marker = Marker.of(window[-1])
         try:

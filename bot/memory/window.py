@@ -9,11 +9,21 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 from cachetools import LRUCache
 
 from bot.memory.model import RawMessage
+
+
+@dataclass(eq=False)
+class Backfill:
+    """What happened to a channel while its history was being fetched."""
+
+    cleared: bool = False
+    deleted: set[int] = field(default_factory=set)
+    edited: dict[int, str] = field(default_factory=dict)
+    forgotten: set[int] = field(default_factory=set)
 
 
 class WindowCache:
@@ -24,6 +34,9 @@ class WindowCache:
         self._windows: LRUCache[int, deque[RawMessage]] = LRUCache(max_channels)
         # Channels whose history has been back-filled once (or that need none).
         self._primed: LRUCache[int, bool] = LRUCache(max_channels)
+        # Back-fills in flight, per channel: what happened to the channel while Discord
+        # was answering, applied to the fetched history when it arrives.
+        self._fills: dict[int, list[Backfill]] = {}
 
     def get(self, channel_id: int) -> Sequence[RawMessage]:
         window = self._windows.get(channel_id)
@@ -32,8 +45,22 @@ class WindowCache:
     def is_primed(self, channel_id: int) -> bool:
         return channel_id in self._primed
 
-    def prime(self, channel_id: int, history: Sequence[RawMessage]) -> None:
+    def begin_backfill(self, channel_id: int) -> Backfill:
+        """Start a back-fill: call before fetching history, then :meth:`prime` with it.
+
+        A fetch takes a network round trip; a ``/refresh``, a delete, an edit or a
+        ``/forget-me`` landing meanwhile is recorded here and applied to the fetched
+        history, which would otherwise bring back what they removed."""
+        fill = Backfill()
+        self._fills.setdefault(channel_id, []).append(fill)
+        return fill
+
+    def prime(
+        self, channel_id: int, history: Sequence[RawMessage], fill: Backfill | None = None
+    ) -> None:
         """Seed a cold channel from history (oldest first); messages seen live are kept."""
+        if fill is not None:
+            history = self._end_backfill(channel_id, fill, history)
         window = self._windows.get(channel_id)
         known = {m.message_id for m in window} if window is not None else set()
         merged = sorted(
@@ -42,6 +69,22 @@ class WindowCache:
         )
         self._windows[channel_id] = deque(merged[-self._per_channel :], maxlen=self._per_channel)
         self._primed[channel_id] = True
+
+    def _end_backfill(
+        self, channel_id: int, fill: Backfill, history: Sequence[RawMessage]
+    ) -> list[RawMessage]:
+        fills = self._fills.get(channel_id, [])
+        if fill in fills:
+            fills.remove(fill)
+        if not fills:
+            self._fills.pop(channel_id, None)
+        if fill.cleared:
+            return []  # everything fetched predates the clear
+        return [
+            replace(m, content=fill.edited[m.message_id]) if m.message_id in fill.edited else m
+            for m in history
+            if m.message_id not in fill.deleted and m.author_id not in fill.forgotten
+        ]
 
     def append(self, channel_id: int, message: RawMessage) -> None:
         window = self._windows.get(channel_id)
@@ -58,6 +101,8 @@ class WindowCache:
         window.append(message)
 
     def edit(self, channel_id: int, message_id: int, content: str) -> bool:
+        for fill in self._fills.get(channel_id, ()):
+            fill.edited[message_id] = content
         window = self._windows.get(channel_id)
         if window is None:
             return False
@@ -68,6 +113,8 @@ class WindowCache:
         return False
 
     def delete(self, channel_id: int, message_id: int) -> bool:
+        for fill in self._fills.get(channel_id, ()):
+            fill.deleted.add(message_id)
         window = self._windows.get(channel_id)
         if window is None:
             return False
@@ -82,6 +129,8 @@ class WindowCache:
         from before the clear (the caller's ``/refresh`` marker bounds any back-fill)."""
         self._windows.pop(channel_id, None)
         self._primed[channel_id] = True
+        for fill in self._fills.get(channel_id, ()):
+            fill.cleared = True
 
     def channels_with_author(self, author_id: int) -> set[int]:
         """The channels whose window holds a message by ``author_id``."""
@@ -93,6 +142,9 @@ class WindowCache:
 
     def forget_author(self, author_id: int) -> int:
         """Drop every message by ``author_id`` from every window; return how many."""
+        for fills in self._fills.values():
+            for fill in fills:
+                fill.forgotten.add(author_id)
         removed = 0
         for channel_id in list(self._windows.keys()):
             window = self._windows.get(channel_id)

@@ -123,6 +123,12 @@ class SlashCog(commands.Cog):
         details = discord.Embed(title="details", description="all of them")
         await interaction.followup.send("one more thing", embed=details, ephemeral=True)
 
+    @app_commands.command(name="ponder", description="defers, then only follows up")
+    async def ponder(self, interaction: discord.Interaction) -> None:
+        await interaction.response.defer(ephemeral=True, thinking=True)
+        await interaction.followup.send("first answer", ephemeral=False)
+        await interaction.followup.send("second answer", ephemeral=True)
+
     @app_commands.command(name="purge", description="moderators only")
     @app_commands.default_permissions(manage_messages=True)
     @app_commands.checks.has_permissions(manage_messages=True)
@@ -378,6 +384,22 @@ async def test_defer_edit_and_followup_are_recorded(ih: InteractionHarness) -> N
     assert result.followups[0].content == "one more thing"
     assert result.followups[0].ephemeral
     assert [e.title for e in result.followups[0].embeds] == ["details"]
+
+
+async def test_the_first_followup_after_a_defer_resolves_the_thinking_message(
+    ih: InteractionHarness,
+) -> None:
+    # Discord's rule: it edits the original (keeping the defer's ephemeral flag); later
+    # follow-ups are new messages.
+    result = await ih.slash("ponder")
+    first, second = result.followups
+    assert first.message_id == result.original_message_id
+    assert result.content == "first answer" and result.ephemeral
+    original = result.original_message
+    assert original is not None and int(original["flags"]) & 64
+    assert not int(original["flags"]) & 128, "no longer loading"
+    assert second.message_id != result.original_message_id
+    assert second.content == "second answer"
 
 
 async def test_permission_checked_command_refuses_member_allows_moderator(

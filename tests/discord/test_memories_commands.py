@@ -392,3 +392,22 @@ async def test_cross_context_with_the_database_down_answers_unavailable(
         await dead.dispose()
     assert result.ephemeral and result.content == UNAVAILABLE
     assert await stored_opt_in(kioku, kioku.env.member.id) is None
+
+
+@pytest.mark.parametrize(
+    ("command", "options"),
+    [
+        ("memories list", {}),
+        ("memories clear", {}),
+        ("memories forget", {"fact_id": 7}),
+        ("memories cross-context", {"enabled": "on"}),
+    ],
+)
+async def test_memories_commands_acknowledge_before_reading_the_database(
+    kioku: KiokuHarness, command: str, options: dict[str, Any]
+) -> None:
+    """Discord drops an interaction not answered within 3 s: a command that reads the
+    database says "thinking…" first, as the /stm commands do."""
+    result = await kioku.interactions.slash(command, options)
+    assert not result.command_failed
+    assert result.deferred and result.ephemeral, result.response_type

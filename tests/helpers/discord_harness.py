@@ -2501,6 +2501,23 @@ class InteractionHarness:
         if path == "/webhooks/{webhook_id}/{webhook_token}" and method == "POST":
             if result.response is None:
                 raise _not_found("Unknown Webhook (follow-up before the initial response)")
+            original = (
+                self.env.message_payload(result.original_message_id)
+                if result.original_message_id is not None
+                else None
+            )
+            if original is not None and int(original.get("flags") or 0) & LOADING:
+                # As Discord does: the first follow-up after a deferred "thinking…"
+                # response resolves it: it becomes the original message (keeping its
+                # ephemeral flag), not a new one.
+                self.env._apply_edit(
+                    original, {k: v for k, v in body.items() if k != "flags"}, files
+                )
+                original["flags"] = int(original.get("flags") or 0) & ~LOADING
+                result.calls.append(
+                    RecordedCall("followup", None, body, int(original["id"]), files)
+                )
+                return copy.deepcopy(original)
             data = self._new_message(session, body, files, flags=int(body.get("flags") or 0))
             result.calls.append(RecordedCall("followup", None, body, int(data["id"]), files))
             return copy.deepcopy(data)

@@ -51,3 +51,33 @@ async def test_console_chats_remembers_shows_and_refreshes(
     assert "kioku> You like green tea." in after_show
     assert "Memory refreshed (2 rows removed)." in after_show
     assert text.rstrip().endswith("Nothing remembered in this channel yet.")
+
+
+def prompt_text(llm: ScriptedLLM, i: int) -> str:
+    return "\n".join(str(m.get("content") or "") for m in llm.messages(i))
+
+
+async def test_the_second_console_message_reaches_the_model(
+    db: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path
+) -> None:
+    """Message ids come from one counter stepping by 1, and the bot's reply takes
+    ``message_id + 1``: the next typed line gets the reply's id and the raw window drops
+    it as a duplicate delivery."""
+    settings = make_test_settings(pg_url, tmp_path, openai_base_url=llm.base_url, model="m")
+    llm.reply_text("Hello!").reply_text("Blue.")
+    out = io.StringIO()
+    code = await console(
+        settings, read_line=lines("hello there", "my favourite colour is BLUE"), out=out
+    )
+    assert code == 0
+    assert "my favourite colour is BLUE" in prompt_text(llm, 1)
+
+
+async def test_an_unknown_console_command_is_not_sent_to_the_model(
+    db: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path
+) -> None:
+    settings = make_test_settings(pg_url, tmp_path, openai_base_url=llm.base_url, model="m")
+    out = io.StringIO()
+    code = await console(settings, read_line=lines("/refrsh", "/SHOW"), out=out)
+    assert code == 0
+    assert llm.requests == [], out.getvalue()

@@ -32,6 +32,7 @@ def test_shard_specs_parse(spec: str | None, count: int | None, expected: list[i
         ("0-9", 8, "outside 0–7"),
         ("3-1", 8, "not a list of ids or ranges"),
         ("a-b", 8, "not a list of ids or ranges"),
+        ("0-", 8, "not a list of ids or ranges"),
         ("0-3", None, "go together"),
         (None, 8, "go together"),
         ("0", 0, "at least 1"),

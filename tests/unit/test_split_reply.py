@@ -51,3 +51,19 @@ def test_a_closed_block_before_the_cut_is_left_alone(fence: str) -> None:
     assert parts[0].startswith(f"{fence}\nshort()\n```")
     assert all(not p.startswith("```") for p in parts[1:])
     assert all(p.count("```") % 2 == 0 for p in parts)
+
+
+def test_a_hard_cut_does_not_split_a_grapheme_cluster() -> None:
+    family = "\U0001f468\u200d\U0001f469\u200d\U0001f467\u200d\U0001f466"  # 7 code points
+    text = family * 600  # no whitespace: a hard cut
+    parts = split_reply(text)
+    assert "".join(parts) == text
+    assert all(len(p) <= DISCORD_LIMIT for p in parts)
+    assert all(part.startswith("\U0001f468") for part in parts), [p[:3] for p in parts]
+
+
+def test_a_cut_inside_a_fence_opener_keeps_its_language() -> None:
+    text = "a" * 1990 + "```python\nprint(1)\n```" + " b" * 100
+    parts = split_reply(text)
+    assert all("```pyt\n" not in part for part in parts), [p[-12:] for p in parts]
+    assert parts[1].startswith("```python\nprint(1)"), parts[1][:20]

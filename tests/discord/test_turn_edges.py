@@ -1,0 +1,232 @@
+"""Turn edge cases through discord.py: queued turns, the fallback notice, the bot's role
+mention, and what a back-fill may bring back when the channel changed while it ran."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from typing import Any
+
+import pytest
+from discord.ext import commands
+
+from bot.llm.tool_loop import FALLBACK_REPLY
+from bot.memory.model import RawMessage
+from tests.helpers.bot import KiokuHarness
+from tests.helpers.discord_harness import _complete_message_payload, snowflake
+from tests.helpers.fake_llm import ScriptedLLM
+
+
+def prompt_text(llm: ScriptedLLM, i: int = -1) -> str:
+    return "\n".join(str(m.get("content") or "") for m in llm.messages(i))
+
+
+def arrivals(
+    kioku: KiokuHarness, monkeypatch: pytest.MonkeyPatch, *texts: str
+) -> list[asyncio.Event]:
+    """One event per text, set when a message holding it reaches the raw window (on
+    arrival, before its turn queues)."""
+    events = [asyncio.Event() for _ in texts]
+    observe = kioku.bot.memory.observe_message
+
+    def spy(channel_id: int, message: RawMessage) -> None:
+        observe(channel_id, message)
+        for text, event in zip(texts, events, strict=True):
+            if text in message.content:
+                event.set()
+
+    monkeypatch.setattr(kioku.bot.memory, "observe_message", spy)
+    return events
+
+
+async def test_the_fallback_reply_is_not_part_of_the_next_prompt(kioku: KiokuHarness) -> None:
+    """FALLBACK_REPLY is one of FRIENDLY_ERRORS ("never part of the conversation the model
+    sees next"), and back-fill skips it, but the live path stores it in the window."""
+    llm = kioku.llm
+    for _ in range(5):  # five consecutive tool errors end the loop early
+        llm.reply_tool_calls([("no_such_tool", "{}")])
+    llm.reply_error(500, "final call fails too")
+    await kioku.env.send("first question", mention_bot=True)
+    assert kioku.env.last_sent().content == FALLBACK_REPLY
+
+    llm.reply_text("answered now")
+    await kioku.env.send("second try", mention_bot=True)
+    window = [m.content for m in kioku.bot.memory.windows.get(kioku.env.channel.id)]
+    assert FALLBACK_REPLY not in window
+    assert FALLBACK_REPLY not in prompt_text(llm)
+
+
+async def test_a_refresh_during_the_back_fill_does_not_bring_wiped_messages_back(
+    kioku: KiokuHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env, bot = kioku.env, kioku.bot
+    moderator = await env.create_member("mod", kind="moderator")
+    chat = bot.get_cog("Chat")
+    assert isinstance(chat, commands.Cog)
+    await bot.remove_cog(chat.qualified_name)
+    await env.send("before the refresh: the secret codename is HERON")
+    await bot.add_cog(chat)
+
+    fetch = bot.http.logs_from
+    started, release = asyncio.Event(), asyncio.Event()
+
+    async def slow_logs_from(channel_id: int, *args: Any, **kwargs: Any) -> Any:
+        result = await fetch(channel_id, *args, **kwargs)  # Discord answered...
+        started.set()
+        await release.wait()  # ...but the answer arrives late
+        return result
+
+    monkeypatch.setattr(bot.http, "logs_from", slow_logs_from)
+    kioku.llm.reply_text("hello")
+    turn = asyncio.create_task(env.send("what's up?", mention_bot=True))
+    await asyncio.wait_for(started.wait(), 5)
+    refreshed = await kioku.interactions.slash("refresh", user=moderator)
+    assert not refreshed.command_failed
+    release.set()
+    await turn
+
+    window = [m.content for m in bot.memory.windows.get(env.channel.id)]
+    assert not any("HERON" in c for c in window), window
+    assert "HERON" not in prompt_text(kioku.llm)
+
+
+async def test_mentioning_the_bots_own_role_is_a_mention(kioku: KiokuHarness) -> None:
+    """Discord's mention picker offers the bot's managed role next to the bot user;
+    members who pick it mean the bot."""
+    env, bot = kioku.env, kioku.bot
+    assert bot.user is not None
+    role = env.guild.self_role  # the harness gives the bot its managed role, as Discord does
+    assert role is not None and role.is_bot_managed()
+    rid = role.id
+    kioku.llm.reply_text("you called?")
+    message = await env.send(f"<@&{rid}> are you there?")
+    assert [r.id for r in message.role_mentions] == [rid]
+    assert kioku.llm.requests, "a mention of the bot's role got no answer"
+
+
+async def test_back_fill_skips_system_messages_like_the_live_path(kioku: KiokuHarness) -> None:
+    """Live, only default messages and replies enter the window; a back-fill reads every
+    message type (joins, pins, thread-created notices...)."""
+    env, bot = kioku.env, kioku.bot
+    joiner = await env.create_member("newcomer")
+    chat = bot.get_cog("Chat")
+    assert isinstance(chat, commands.Cog)
+    await bot.remove_cog(chat.qualified_name)
+    for mtype, content in ((7, ""), (18, "THREADNAME-planning"), (6, "")):
+        mid = snowflake()
+        data: dict[str, Any] = {
+            "id": mid,
+            "channel_id": env.channel.id,
+            "guild_id": env.guild.id,
+            "author": {
+                "id": str(joiner.id),
+                "username": "newcomer",
+                "discriminator": "0",
+                "global_name": None,
+                "avatar": None,
+                "bot": False,
+            },
+            "content": content,
+            "type": mtype,
+        }
+        _complete_message_payload(data, env.state)
+        env._store(data)
+        # The live path sees the same messages (and ignores them).
+        await env.run_parser(env.state.parse_message_create, copy.deepcopy(data))
+    assert bot.memory.windows.get(env.channel.id) == ()
+    await bot.add_cog(chat)
+    bot.memory.windows._primed.clear()  # cold channel (e.g. after a restart)
+
+    kioku.llm.reply_text("hi")
+    await env.send("hello", mention_bot=True)
+    window = [(m.author_name, m.content) for m in bot.memory.windows.get(env.channel.id)]
+    assert [c for _, c in window] == ["@Kioku hello", "hi"], window
+
+
+async def test_a_queued_turn_answers_its_own_message_not_a_later_one(
+    kioku: KiokuHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Turns of one channel queue; when a queued turn runs, the window already holds
+    messages sent after its trigger, and the prompt ends with the newest of them, so
+    the reply to one question is generated for another member's later question."""
+    env, llm = kioku.env, kioku.llm
+    bob = await env.create_member("bob")
+    held = llm.hold()
+    llm.reply_text("4").reply_text("Paris").reply_text("a joke")
+    first = asyncio.create_task(env.send("what is 2+2?", mention_bot=True))
+    await llm.wait_for_requests(1)
+    llm.hold().set()  # later requests go straight through
+    france, joke = arrivals(kioku, monkeypatch, "capital of France", "tell me a joke")
+    second = asyncio.create_task(env.send("what is the capital of France?", mention_bot=True))
+    await asyncio.wait_for(france.wait(), 5)
+    third = asyncio.create_task(env.send("tell me a joke", author=bob, mention_bot=True))
+    await asyncio.wait_for(joke.wait(), 5)  # both now wait in the channel's queue
+    held.set()
+    await asyncio.gather(first, second, third)
+
+    turn_for_france = llm.messages(1)
+    last_user = [m for m in turn_for_france if m.get("role") == "user"][-1]
+    assert "capital of France" in str(last_user["content"]), last_user
+
+
+async def _cold_channel_with_slow_history(
+    kioku: KiokuHarness, monkeypatch: pytest.MonkeyPatch, *texts: Any
+) -> tuple[list[Any], asyncio.Event, asyncio.Event]:
+    env, bot = kioku.env, kioku.bot
+    chat = bot.get_cog("Chat")
+    assert isinstance(chat, commands.Cog)
+    await bot.remove_cog(chat.qualified_name)
+    old = [await env.send(text, author=author) for text, author in texts]
+    await bot.add_cog(chat)
+    fetch = bot.http.logs_from
+    started, release = asyncio.Event(), asyncio.Event()
+
+    async def slow_logs_from(channel_id: int, *args: Any, **kwargs: Any) -> Any:
+        result = await fetch(channel_id, *args, **kwargs)
+        started.set()
+        await release.wait()
+        return result
+
+    monkeypatch.setattr(bot.http, "logs_from", slow_logs_from)
+    return old, started, release
+
+
+async def test_a_message_deleted_during_the_back_fill_stays_deleted(
+    kioku: KiokuHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env = kioku.env
+    (old,), started, release = await _cold_channel_with_slow_history(
+        kioku, monkeypatch, ("oops, my password is HERON", env.member)
+    )
+    kioku.llm.reply_text("hello")
+    turn = asyncio.create_task(env.send("hi", mention_bot=True))
+    await asyncio.wait_for(started.wait(), 5)
+    await env.run_parser(
+        env.state.parse_message_delete,
+        {"id": str(old.id), "channel_id": str(env.channel.id), "guild_id": str(env.guild.id)},
+    )
+    release.set()
+    await turn
+    window = [m.content for m in kioku.bot.memory.windows.get(env.channel.id)]
+    assert not any("HERON" in c for c in window), window
+
+
+async def test_forget_me_during_the_back_fill_leaves_none_of_the_users_messages(
+    kioku: KiokuHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env = kioku.env
+    leaver = await env.create_member("leaver")
+    _, started, release = await _cold_channel_with_slow_history(
+        kioku, monkeypatch, ("my address is 12 HERON street", leaver)
+    )
+    kioku.llm.reply_text("hello")
+    turn = asyncio.create_task(env.send("hi", mention_bot=True))
+    await asyncio.wait_for(started.wait(), 5)
+    asked = await kioku.interactions.slash("forget-me", user=leaver)
+    done = await kioku.interactions.click(asked, label="Delete my memories", user=leaver)
+    assert done.content is not None and done.content.startswith("**Done.**")
+    release.set()
+    await turn
+    window = [(m.author_id, m.content) for m in kioku.bot.memory.windows.get(env.channel.id)]
+    assert all(author != leaver.id for author, _ in window), window
+    assert "HERON" not in prompt_text(kioku.llm)
