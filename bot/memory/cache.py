@@ -14,13 +14,19 @@ expiry.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterable, Iterator
+from datetime import datetime
 from typing import Any
 
 from cachetools import TLRUCache
+from sortedcontainers import SortedList
 
 from bot.memory.clock import Clock
 from bot.memory.model import ScopeKey, StmEntry
+
+# (updated_at, insertion number, key): the number breaks ties, so keys are never compared.
+_Rank = tuple[datetime, int, ScopeKey]
 
 
 class _TLRU(TLRUCache[ScopeKey, StmEntry]):
@@ -59,9 +65,12 @@ class StmCache:
         self._ttl_summary = ttl_summary_s
         self._ttl_empty = ttl_empty_s
         self._data = _TLRU(maxsize, self._expires_at, clock.monotonic, self._unindex)
-        # Insertion-ordered (a dict used as an ordered set): the last key is the guild's
-        # most recently updated channel, so "the 3 most recent" never scans the guild.
-        self._by_guild: dict[int, dict[ScopeKey, None]] = {}
+        # Per guild, its server keys ordered by ``updated_at`` (ties by insertion), so "the
+        # 3 most recent" never scans the guild. Insertion order alone would not do: an old
+        # row hydrated now is not recent.
+        self._by_guild: dict[int, SortedList[_Rank]] = {}
+        self._rank: dict[ScopeKey, _Rank] = {}
+        self._inserts = itertools.count()
         self._by_user: dict[int, set[ScopeKey]] = {}
         self._by_channel: dict[int, set[ScopeKey]] = {}
 
@@ -95,9 +104,14 @@ class StmCache:
             self._unindex(key)
             return
         if key.kind == "server" and key.guild_id is not None:
-            recency = self._by_guild.setdefault(key.guild_id, {})
-            recency.pop(key, None)
-            recency[key] = None
+            recency = self._by_guild.get(key.guild_id)
+            if recency is None:
+                recency = self._by_guild[key.guild_id] = SortedList()
+            old = self._rank.get(key)
+            if old is not None:
+                recency.discard(old)
+            rank = self._rank[key] = (entry.updated_at, next(self._inserts), key)
+            recency.add(rank)
         if key.user_id is not None:
             self._by_user.setdefault(key.user_id, set()).add(key)
         self._by_channel.setdefault(key.channel_id, set()).add(key)
@@ -111,20 +125,19 @@ class StmCache:
         return entry
 
     def _unindex(self, key: ScopeKey) -> None:
-        index: dict[int, Any]
-        for index, value in (
-            (self._by_guild, key.guild_id if key.kind == "server" else None),
-            (self._by_user, key.user_id),
-            (self._by_channel, key.channel_id),
-        ):
+        rank = self._rank.pop(key, None)
+        if rank is not None and key.guild_id is not None:
+            recency = self._by_guild.get(key.guild_id)
+            if recency is not None:
+                recency.discard(rank)
+                if not recency:
+                    del self._by_guild[key.guild_id]
+        for index, value in ((self._by_user, key.user_id), (self._by_channel, key.channel_id)):
             if value is None:
                 continue
             keys = index.get(value)
             if keys is not None:
-                if isinstance(keys, dict):
-                    keys.pop(key, None)
-                else:
-                    keys.discard(key)
+                keys.discard(key)
                 if not keys:
                     del index[value]
 
@@ -142,7 +155,7 @@ class StmCache:
         if recency:
             # Reversed view, no copy: callers consume this without awaiting in between.
             data = self._data
-            for key in reversed(recency):
+            for _, _, key in reversed(recency):
                 entry = data.get(key)
                 if entry is not None:
                     yield entry
@@ -171,5 +184,6 @@ class StmCache:
     def clear(self) -> None:
         self._data.clear()
         self._by_guild.clear()
+        self._rank.clear()
         self._by_user.clear()
         self._by_channel.clear()

@@ -48,6 +48,16 @@ class OtherChannel:
     label: str  # e.g. "#general", or in DMs "#general in My Server"
     entry: StmEntry | None
     window: Sequence[RawMessage]  # its recent raw messages, oldest first
+    # Its own guild's settings (labels, categories, render mode); None: the prompt's.
+    # A DM shows servers' memories, each as its server renders it.
+    config: GuildConfig | None = None
+
+    def shown_raw(self, config: GuildConfig, *, distilled: bool) -> Sequence[RawMessage]:
+        """The raw messages a prompt rendering with ``config`` shows of this channel."""
+        count = max(config.crude_message_count, 0)
+        if not count or (config.render_mode == "supersede" and distilled):
+            return ()
+        return self.window[max(len(self.window) - count, 0) :]
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,7 +245,7 @@ def _raw_block(label: str, messages: Sequence[RawMessage]) -> str:
 
 
 def _other_note(other: OtherChannel, inp: PromptInput, activity: datetime) -> str | None:
-    config = inp.config
+    config = other.config or inp.config
     label = _attr(other.label)
     entry = other.entry
     distilled = (
@@ -243,10 +253,7 @@ def _other_note(other: OtherChannel, inp: PromptInput, activity: datetime) -> st
         if entry is not None and entry.has_content
         else ""
     )
-    raw_count = max(config.crude_message_count, 0)
-    show_raw = config.render_mode == "crude_summary" or not distilled
-    window = other.window
-    raw = window[max(len(window) - raw_count, 0) :] if show_raw and raw_count else ()
+    raw = other.shown_raw(config, distilled=bool(distilled))
     if not distilled and not raw:
         return None
     where = "a server the user shares with you" if inp.is_dm else "another channel of this server"

@@ -189,7 +189,8 @@ _TOKEN_PATTERNS: Final[tuple[tuple[str, regex.Pattern[str]], ...]] = tuple(
         ),
         ("gitlab_token", rf"{_LB}glpat-[{_B64U}]{{20,}}{_TAIL}"),
         ("slack_token", rf"{_LB}(?:xox[abprs]|xapp)-[A-Za-z0-9\-]{{10,}}{_TAIL}"),
-        ("aws_access_key", rf"{_LB}(?:AKIA|ASIA)[A-Z0-9]{{16}}{_TAIL}"),
+        # Exactly 20 characters: a longer all-caps word (ASIAPACIFICSUMMIT2024) is none.
+        ("aws_access_key", rf"{_LB}(?:AKIA|ASIA)[A-Z0-9]{{16}}(?![A-Za-z0-9])"),
         ("google_api_key", rf"{_LB}AIza[{_B64U}]{{35}}{_TAIL}"),
         ("npm_token", rf"{_LB}npm_[A-Za-z0-9]{{36}}{_TAIL}"),
         ("jwt", rf"{_LB}eyJ[{_B64U}]{{5,}}\.[{_B64U}]{{5,}}\.{_TAIL}"),
@@ -205,12 +206,14 @@ _TOKEN_PATTERNS: Final[tuple[tuple[str, regex.Pattern[str]], ...]] = tuple(
 _ALNUM_RUN: Final = regex.compile(r"[A-Za-z0-9]{16,}")
 _MIN_RANDOM_SWITCHES: Final = 4
 
-# Key words that make `<word> = value` / `<word>: value` a credential.  The word must start
-# a segment of the key (`db_password`, `x-api-key`, `clientSecret`, `--token`) and be its
-# last segment (the separator follows), so `tokenizer`, `keyboard`, `monkey:`, `passwords:`
-# or "the secret ingredient" never qualify.  Each match starts at the separator and checks
-# the key with a look-behind: the engine then only stops at `:` and `=`, which keeps the
-# common case fast, and the key itself (kept verbatim) is not part of the replacement.
+# Key words that make `<word> = value` / `<word>: value` a credential.  The word must end
+# the key (the separator follows), so `tokenizer`, `keyboard`, `passwords:` or "the secret
+# ingredient" never qualify.  Most may end a key written as one word too (`PGPASSWORD`,
+# `GITHUBTOKEN`, `csrftoken`); the short or common ones (`key`, `pwd`) must start a segment
+# of it (`db_pwd`, `x-api-key`, `clientKey`), so `monkey:` or `OLDPWD=` do not qualify.
+# Each match starts at the separator and checks the key with a look-behind: the engine
+# then only stops at `:` and `=`, which keeps the common case fast, and the key itself
+# (kept verbatim) is not part of the replacement.
 #
 # What counts as the value depends on the key word:
 # - password words: a person chose it and a passphrase may have spaces, so the value runs
@@ -219,10 +222,10 @@ _MIN_RANDOM_SWITCHES: Final = 4
 # - key, token, secret, authorization: one word, and only if it looks like a secret (see
 #   `_replace_credential`), because in prose these words are mostly not about credentials
 #   ("the key = happiness", "Secret: the butler did it", "token: 5 tokens left").
-_PASSWORD_WORDS: Final = r"password|passwd|passphrase|pwd"
-_OTHER_SECRET_WORDS: Final = r"secret|token|apikey|key|authorization"
-_SECRET_WORDS: Final = f"{_PASSWORD_WORDS}|{_OTHER_SECRET_WORDS}"
 _SEGMENT_START: Final = r"(?:(?<![A-Za-z0-9])|(?<=[a-z0-9])(?=[A-Z]))"
+_PASSWORD_WORDS: Final = rf"(?i:password|passwd|passphrase)|{_SEGMENT_START}(?i:pwd)"
+_OTHER_SECRET_WORDS: Final = rf"(?i:secret|token|apikey|authorization)|{_SEGMENT_START}(?i:key)"
+_SECRET_WORDS: Final = f"{_PASSWORD_WORDS}|{_OTHER_SECRET_WORDS}"
 _SCHEMES: Final = r"(?i:bearer|basic|token|bot|digest)"
 # Atomic: `=>` must not be retried as `=` (nor `:=` as `:`), or the `>` of an already
 # redacted `key=>[REDACTED:...]` would look like the start of a new value.
@@ -238,14 +241,14 @@ _QUOTED_VALUE: Final = (
 # text end it anyway.
 _PASSWORD_STOP: Final = r"[.!?](?:\s|\Z)|&[\w.\-]+="
 _PASSWORD: Final = regex.compile(
-    rf"(?<={_SEGMENT_START}(?i:{_PASSWORD_WORDS})[\"']?[ \t]*)"
+    rf"(?<=(?:{_PASSWORD_WORDS})[\"']?[ \t]*)"
     rf"{_SEPARATOR}"
     r"(?![\"']?\[REDACTED:)"
     # Runs of characters that cannot start a stop are taken whole; only `.!?&` are checked.
     rf"(?P<value>{_QUOTED_VALUE}|(?=[^\s\"'])(?:[^\n.!?&]++|(?!{_PASSWORD_STOP})[^\n])+)"
 )
 _CREDENTIAL: Final = regex.compile(
-    rf"(?<={_SEGMENT_START}(?i:{_OTHER_SECRET_WORDS})[\"']?[ \t]*)"
+    rf"(?<=(?:{_OTHER_SECRET_WORDS})[\"']?[ \t]*)"
     rf"{_SEPARATOR}"
     # `Authorization: Bearer x` keeps the scheme.  Without a token after it, the scheme
     # word itself is the value (as it would be in a truncated copy, which keeps this
@@ -271,7 +274,7 @@ _QUALIFIED_KEY: Final = rf"{_SEGMENT_START}(?i:(?:{_KEY_QUALIFIERS})[ _.\-]?key)
 _KEY_BEFORE: Final = regex.compile(rf"{_SEGMENT_START}(?i:key)[\"']?[ \t]*\Z")
 _QUALIFIED_KEY_BEFORE: Final = regex.compile(rf"{_QUALIFIED_KEY}[\"']?[ \t]*\Z")
 # A dict key is secret-looking if its last segment is a secret word (same rule as above)...
-_SECRET_DICT_KEY: Final = regex.compile(rf"{_SEGMENT_START}(?i:{_SECRET_WORDS})\Z")
+_SECRET_DICT_KEY: Final = regex.compile(rf"(?:{_SECRET_WORDS})\Z")
 # ... except that a bare `key` (`sort_key`, `cache_key`) needs a qualifier.
 _SECRET_KEY_SUFFIX: Final = regex.compile(rf"{_QUALIFIED_KEY}\Z")
 # After a one-word value of a token/secret key: nothing else on the line.
@@ -504,6 +507,8 @@ def _process(text: str, allowed: frozenset[str], *, cut: bool) -> str:
 
 
 _Replacer = Callable[[regex.Match[str], str, bool], tuple[str, str | None]]
+# Shorter tokens are not swept elsewhere in the text: too likely to occur by chance.
+_MIN_SWEPT_SECRET: Final = 16
 
 
 def _redact(text: str, *, cut: bool = False) -> tuple[str, list[str]]:
@@ -518,7 +523,9 @@ def _redact(text: str, *, cut: bool = False) -> tuple[str, list[str]]:
     if not text:
         return text, kinds
 
-    def sub(pattern: regex.Pattern[str], replace: _Replacer, kind: str) -> None:
+    found: dict[str, str] = {}  # each token redacted (whole match) -> its kind
+
+    def sub(pattern: regex.Pattern[str], replace: _Replacer, kind: str, *, token: bool) -> None:
         nonlocal text
         if pattern.search(text) is None:
             return
@@ -527,16 +534,29 @@ def _redact(text: str, *, cut: bool = False) -> tuple[str, list[str]]:
             replacement, reported = replace(match, kind, cut)
             if reported is not None:
                 kinds.append(reported)
+                if token and replacement == _marker(reported):
+                    found[match.group(0)] = reported
             return replacement
 
         text = pattern.sub(replace_one, text)
 
-    sub(_URL_CREDENTIALS_AT_CUT if cut else _URL_CREDENTIALS, _replace_url, "url_credentials")
+    sub(
+        _URL_CREDENTIALS_AT_CUT if cut else _URL_CREDENTIALS,
+        _replace_url,
+        "url_credentials",
+        token=False,
+    )
     for kind, pattern in _TOKEN_PATTERNS:
-        sub(pattern, _replace_token, kind)
-    sub(_PASSWORD, _replace_password, "credential")
-    sub(_CREDENTIAL, _replace_credential, "credential")
-    sub(_BEARER, _replace_bearer, "bearer")
+        sub(pattern, _replace_token, kind, token=True)
+    # A token recognised once is hidden everywhere, also where it is glued to other text
+    # (`0sk-…`, `…KEYsk-…`) and its shape alone would not have given it away.
+    for secret in sorted(found, key=len, reverse=True):
+        if len(secret) >= _MIN_SWEPT_SECRET and secret in text:
+            kinds.extend([found[secret]] * text.count(secret))
+            text = text.replace(secret, _marker(found[secret]))
+    sub(_PASSWORD, _replace_password, "credential", token=False)
+    sub(_CREDENTIAL, _replace_credential, "credential", token=False)
+    sub(_BEARER, _replace_bearer, "bearer", token=False)
     return text, kinds
 
 

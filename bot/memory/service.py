@@ -159,6 +159,24 @@ class PreparedTurn:
 LabelFor = Callable[[StmEntry], str | None]
 
 
+REASON_ALL_EMPTY = (
+    "every category would be empty; give at least one non-empty category value "
+    '("" clears only the categories you list; a moderator wipes the memory with /refresh)'
+)
+
+
+def _keeps_a_value(entry: StmEntry, change: Mapping[str, str], config: GuildConfig) -> bool:
+    """Whether the memory still holds a category value after ``change`` ("" clears): an
+    update may clear some categories, not empty the whole memory."""
+    if any(change.values()):
+        return True
+    defined = {c.slug for c in config.categories}
+    return any(
+        value.strip() and slug in defined and slug not in change
+        for slug, value in entry.categories.items()
+    )
+
+
 def answering(
     window: Sequence[RawMessage], source_message_id: int | None, bot_user_id: int
 ) -> Sequence[RawMessage]:
@@ -535,8 +553,16 @@ class MemoryService:
             label = label_for(candidate)
             if label is None:
                 continue
-            others.append(
-                OtherChannel(label, candidate, self.windows.get(candidate.key.channel_id))
+            config = turn.config
+            if candidate.key.guild_id != turn.guild_id:  # a DM shows servers' memories
+                config = await self.guild_config(candidate.key.guild_id)
+            other = OtherChannel(
+                label, candidate, self.windows.get(candidate.key.channel_id), config
+            )
+            others.append(other)
+            turn.shown_contributors.update(candidate.contributor_ids)
+            turn.shown_contributors.update(
+                m.author_id for m in other.shown_raw(config, distilled=True) if not m.is_bot
             )
             if len(others) == limit:
                 break
@@ -596,10 +622,15 @@ class MemoryService:
                 return rejected(REASON_CLEARED)
             if origin == "model_tool" and turn.stm_updated:
                 return rejected("short-term memory was already updated this turn")
+            if new_categories is not None and not _keeps_a_value(
+                entries[0], new_categories, turn.config
+            ):
+                return rejected(REASON_ALL_EMPTY)
             # Every key of one write holds the same text, so every row carries the whole
             # conversation's contributors: /forget-me must find the user's words in other
             # users' copies too, not only in the channel's row.
             contributors = self._contributors(turn, entries[0], marker or turn.marker)
+            contributors |= turn.shown_contributors
             for entry in entries:
                 contributors |= set(entry.contributor_ids)
             before = [replace(e, categories=dict(e.categories)) for e in entries]
@@ -608,6 +639,9 @@ class MemoryService:
                 if new_summary is not None:
                     entry.summary = new_summary
                 if new_categories is not None:
+                    # Categories supersede a summary written before the guild chose them
+                    # (it is no longer shown, and must not keep the 24 h TTL alive).
+                    entry.summary = ""
                     for slug, value in new_categories.items():
                         if value:
                             entry.categories[slug] = value
@@ -668,8 +702,8 @@ class MemoryService:
         cleaned = {
             slug: sanitize_value(value) if value else "" for slug, value in categories.items()
         }
-        if not cleaned or not any(cleaned.values()):
-            return rejected("give at least one non-empty category value")
+        if not cleaned:
+            return rejected("give at least one category value")
         emptied = sorted(slug for slug, value in categories.items() if value and not cleaned[slug])
         if emptied:
             # The model asked to set these, not to clear them: refuse rather than erase.

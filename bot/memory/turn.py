@@ -41,6 +41,10 @@ class TurnState:
     model: str | None = None
     storage_available: bool = True
     stm_updated: bool = False
+    # Authors of what the prompt showed from other channels (their raw messages, the
+    # contributors of their memories): a memory written this turn may hold their words,
+    # so /forget-me must find it from them too.
+    shown_contributors: set[int] = field(default_factory=set)
     turn_id: int = field(default_factory=lambda: next(_turn_ids))
 
     @property

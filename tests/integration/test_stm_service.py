@@ -16,6 +16,7 @@ from bot.db.engine import Database
 from bot.db.models import LongTermMemory, ShortTermMemory, StmEvent
 from bot.db.repositories import stm as stm_repo
 from bot.memory.model import Category, ScopeKey
+from bot.memory.prompt import assemble
 from bot.memory.service import MemoryService
 from bot.memory.turn import (
     REASON_ALREADY_UPDATED,
@@ -236,8 +237,9 @@ async def test_values_of_a_removed_category_go_with_the_next_write(
     ("payload", "fragment"),
     [
         ({"nope": "x"}, "unknown categories ['nope']"),
-        ({"todo": ""}, "at least one non-empty"),
-        ({}, "at least one non-empty"),
+        ({"todo": ""}, "every category would be empty"),
+        ({"decisions": "", "todo": ""}, "every category would be empty"),
+        ({}, "give at least one category"),
     ],
 )
 async def test_bad_category_payloads_are_rejected_and_store_nothing(
@@ -248,6 +250,51 @@ async def test_bad_category_payloads_are_rejected_and_store_nothing(
     result = await service.update_stm(turn, categories=payload)
     assert not result.ok and fragment in str(result)
     assert await rows(db) == []
+
+
+async def test_one_category_is_cleared_on_its_own_while_others_keep_theirs(
+    service: MemoryService, db: Database
+) -> None:
+    await use_categories(service, "Decisions", "Todo")
+    first = await start_turn(service)
+    assert (
+        await service.update_stm(first, categories={"decisions": "ship Friday", "todo": "docs"})
+    ).ok
+
+    result = await service.update_stm(await start_turn(service), categories={"todo": ""})
+
+    assert result.ok, str(result)
+    assert (await service.entry(SERVER_KEY)).categories == {"decisions": "ship Friday"}
+    assert [r.categories for r in await rows(db)] == [{"decisions": "ship Friday"}] * 2
+
+
+async def test_clearing_the_last_category_with_a_value_is_refused(
+    service: MemoryService, db: Database
+) -> None:
+    await use_categories(service, "Decisions", "Todo")
+    assert (await service.update_stm(await start_turn(service), categories={"todo": "docs"})).ok
+
+    result = await service.update_stm(await start_turn(service), categories={"todo": ""})
+
+    assert not result.ok and "every category would be empty" in str(result)
+    assert [r.categories for r in await rows(db)] == [{"todo": "docs"}] * 2
+
+
+async def test_a_category_write_drops_the_summary_from_before_categories(
+    service: MemoryService, db: Database, clock: ManualClock
+) -> None:
+    # The summary is no longer shown once categories exist; kept, it would also hold the
+    # memory for 24 h where a category-only one lives 12 h.
+    assert (await service.update_stm(await start_turn(service), summary="launch Monday")).ok
+    await use_categories(service, "Decisions", "Todo")
+    turn = await start_turn(service)
+    assert (await service.update_stm(turn, categories={"decisions": "launch Friday"})).ok
+
+    assert [(r.summary, r.categories) for r in await rows(db)] == [
+        ("", {"decisions": "launch Friday"})
+    ] * 2
+    clock.advance(hours=12, minutes=1)
+    assert service.cache.get(SERVER_KEY) is None, "a category-only memory lives 12 h"
 
 
 async def test_summary_in_category_mode_is_rejected(service: MemoryService, db: Database) -> None:
@@ -593,6 +640,70 @@ async def test_dm_shows_server_memories_only_after_opt_in(
     assert await dm_others(service) == ["server talk"]
     # After a restart too (the user's rows are hydrated once, on first use).
     assert await dm_others(make_service(db.sessions, settings, clock)) == ["server talk"]
+
+
+async def test_other_channels_are_the_most_recently_updated_ones(
+    db: Database, settings: Settings, clock: ManualClock
+) -> None:
+    writer = make_service(db.sessions, settings, clock)
+    channels = [400_000 + i for i in range(12)]  # channels[0] holds the oldest memory
+    for i, channel in enumerate(channels):
+        await writer.update_stm(await start_turn(writer, channel=channel), summary=f"memory {i}")
+        clock.advance(minutes=30)
+    restarted = make_service(db.sessions, settings, clock)
+    await start_turn(restarted, channel=999_998, label_for=lambda e: "#x")  # guild hydrated
+    await start_turn(restarted, channel=channels[0], label_for=lambda e: "#x")  # an old one
+
+    prepared = await restarted.prepare_turn(
+        channel_id=999_999, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT, label_for=lambda e: "#x"
+    )
+
+    shown = [o.entry.summary for o in prepared.prompt.others if o.entry]
+    assert shown == ["memory 11", "memory 10", "memory 9"]
+
+
+async def test_a_dm_shows_a_server_memory_as_that_server_renders_it(
+    service: MemoryService,
+) -> None:
+    # Categories (with the server's own labels) in preference to the summary written
+    # before the server chose them; the DM's own settings know nothing of either.
+    assert (await service.update_stm(await start_turn(service), summary="OLD: Monday")).ok
+    await service.set_categories(
+        GUILD,
+        ALICE,
+        [Category(0, "ri_ben_yu", "日本語", "notes"), Category(1, "todo", "Todo", "t")],
+    )
+    turn = await start_turn(service)
+    assert (await service.update_stm(turn, categories={"ri_ben_yu": "NEW: Friday"})).ok
+    await service.set_cross_context_opt_in(ALICE, True)
+
+    dm = await service.prepare_turn(
+        channel_id=777, user_id=ALICE, guild_id=None, bot_user_id=BOT, label_for=lambda e: "#g"
+    )
+
+    notes = "\n".join(assemble(dm.prompt).system_notes)
+    assert "日本語:\nNEW: Friday" in notes
+    assert "OLD" not in notes
+
+
+async def test_forget_me_reaches_a_memory_written_from_another_channels_messages(
+    service: MemoryService, db: Database
+) -> None:
+    # The prompt shows other channels' recent messages; a memory written from them is
+    # derived from their authors too.
+    await service.update_stm(await start_turn(service, channel=OTHER_CHANNEL), summary="release")
+    service.observe_message(OTHER_CHANNEL, message(BOB, "my phone number is 555-0199"))
+    service.observe_message(CHANNEL, message(ALICE, "what's Bob's number again?"))
+    prepared = await service.prepare_turn(
+        channel_id=CHANNEL, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT, label_for=lambda e: "#g"
+    )
+    assert "555-0199" in "\n".join(assemble(prepared.prompt).system_notes)
+    written = await service.update_stm(prepared.turn, summary="Bob's number: 555-0199.")
+    assert written.ok
+
+    await service.forget_user(BOB)
+
+    assert [r.summary for r in await rows(db) if "555-0199" in r.summary] == []
 
 
 async def test_with_the_database_down_a_turn_still_prepares_but_cannot_write(

@@ -86,7 +86,9 @@ async def test_bad_arguments_get_a_specific_error_and_store_nothing(
     ("raw", "fragment"),
     [
         pytest.param('{"weather": "sunny"}', "weather", id="unknown-slug"),
-        pytest.param('{"decisions": "", "todo": ""}', "non-empty", id="all-empty"),
+        pytest.param(
+            '{"decisions": "", "todo": ""}', "every category would be empty", id="all-empty"
+        ),
         pytest.param('{"summary": "x"}', "summary", id="summary-in-category-mode"),
     ],
 )

@@ -209,6 +209,12 @@ POSITIVES = [
     ),
     ("bearer_digit", "send Bearer abcdef123456xyz with it", "abcdef123456xyz", "bearer"),
     ("bearer_long", "bearer abcdefghijklmnopqrstuvwxyz", "abcdefghijklmnopqrstuvwxyz", "bearer"),
+    # The key word may end a key written as one word (libpq's PGPASSWORD and friends).
+    ("pgpassword", "export PGPASSWORD=hunter2 && psql -h db", "hunter2", "credential"),
+    ("mysqlpassword_lower", "mysqlpassword=hunter22", "hunter22", "credential"),
+    ("adminpassword_colon", "ADMINPASSWORD: hunter22", "hunter22", "credential"),
+    ("githubtoken", "GITHUBTOKEN=abcdef123456", "abcdef123456", "credential"),
+    ("csrftoken", "csrftoken=Zx81kQ02pLm7", "Zx81kQ02pLm7", "credential"),
 ]
 
 
@@ -276,6 +282,14 @@ def test_two_character_separators_stay_redacted(text: str) -> None:
     assert "[REDACTED:credential]" in once
     assert sanitize_value(once) == once
     assert redaction_kinds(once) == []
+
+
+def test_a_token_recognised_once_is_hidden_where_it_is_glued_to_other_text_too() -> None:
+    # Alone, `0sk-…` is not recognisable (glued to a word); its twin standing free is.
+    text = f"0{OPENAI}key: {OPENAI}"
+    assert redact_secrets(text) == "0[REDACTED:openai_key]key: [REDACTED:openai_key]"
+    assert redaction_kinds(text) == ["openai_key", "openai_key"]
+    assert redact_secrets(f"0{OPENAI}key") == f"0{OPENAI}key", "not recognisable alone"
 
 
 def test_redaction_kinds_count_every_redaction_and_never_carry_values() -> None:
@@ -354,6 +368,12 @@ NEGATIVES = [
     ("long_word", "supercalifragilisticexpialidocious antidisestablishmentarianism"),
     ("url_plain", "see https://example.com/docs/page?id=2&sort=asc#top"),
     ("keycap_emoji", f"press {KEYCAP_ONE} then {FAMILY_WWG}"),
+    # Longer than an AWS key id (exactly 20): an all-caps word, not a key.
+    ("asia_word", "Registration for ASIAPACIFICCONFERENCE2024 opens Monday"),
+    # `key` and `pwd` must start a segment: these are no credentials.
+    ("monkey", "monkey: abcdef123456"),
+    ("oldpwd", "OLDPWD=/home/alice/projects"),
+    ("passwords_plural", "passwords: must be long"),
 ]
 
 
@@ -792,6 +812,7 @@ def test_redact_leaves_walks_nested_json_and_respects_secret_keys() -> None:
     assert out["note"] == "token=[REDACTED:credential] and more"
     assert out["secret"] == ["[REDACTED:credential]", {"deep": "[REDACTED:credential]"}]
     assert (out["count"], out["none"], out["flag"]) == (3, None, True)
+    assert redact_leaves({"PGPASSWORD": "hunter2"}) == {"PGPASSWORD": "[REDACTED:credential]"}
     assert list(out) == list(obj)  # keys untouched, order kept
     assert redact_leaves(out) == out
 

@@ -220,12 +220,9 @@ def _parse_categories(payload: dict[str, Any], config: GuildConfig) -> StmUpdate
             f"unknown field{plural} {quoted(unknown)}; the valid categories are {quoted(valid)}",
             unknown[0],
         )
+    # All given values may be "" (clearing those categories); the memory service refuses
+    # an update that would leave no category with a value.
     categories = {slug: _check_text(slug, value) for slug, value in payload.items()}
-    if not any(value.strip() for value in categories.values()):
-        raise ToolArgumentError(
-            "every category given is empty; give at least one non-empty category "
-            '("" only clears the categories you list, omitted ones keep their value)'
-        )
     return StmUpdate(categories=categories)
 
 
