@@ -116,6 +116,12 @@ class StmEntry:
     def has_content(self) -> bool:
         return self.has_summary or any(value.strip() for value in self.categories.values())
 
+    def derived_from(self, user_id: int) -> bool:
+        """Whether the memory holds something of the user's (/forget-me deletes it): their
+        own key, their words among its contributors, or their hand on its last change."""
+        actor = self.provenance.actor_user_id if self.provenance is not None else None
+        return user_id in (self.key.user_id, actor) or user_id in self.contributor_ids
+
     def chars(self) -> int:
         """Size of the stored text (for audit events, which never hold the text)."""
         return len(self.summary) + sum(len(value) for value in self.categories.values())

@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from cachetools import LRUCache
+from cachetools import LRUCache, TTLCache
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from bot.config import Settings
@@ -62,6 +62,9 @@ STALE_READ_RETRIES = 3
 FORGET_NOTICED = "forget"
 # Longer than any write transaction (DB_TIMEOUT_SECONDS) plus notice delivery.
 FORGET_SWEEP_SECONDS = DB_TIMEOUT_SECONDS * 2
+# How long a /forget-me heard from another process is remembered for writes in flight
+# (they end within DB_TIMEOUT_SECONDS, queued ones a little later).
+FORGOTTEN_ELSEWHERE_SECONDS = 300.0
 # How long a channel's clear time is kept (``stm_clears``): longer than any turn.
 CLEAR_RECORD_KEPT = timedelta(days=2)
 
@@ -245,8 +248,12 @@ class MemoryService:
         # read began) is stale: it is read again, never cached.
         self._notice_seq = 0
         self._noticed: LRUCache[object, int] = LRUCache(100_000)
-        # Channels whose rows a clear could not delete yet: never hydrate them back.
+        # Channels whose clear is on its way to the database: never hydrate them back.
         self._tombstones: set[int] = set()
+        # Users another process forgot (by notice), and when: for writes still in flight.
+        self._forgotten_elsewhere: TTLCache[int, datetime] = TTLCache(
+            maxsize=10_000, ttl=FORGOTTEN_ELSEWHERE_SECONDS
+        )
         self._locks: weakref.WeakValueDictionary[int, asyncio.Lock] = weakref.WeakValueDictionary()
         # Guild-level read-modify-writes (the always-on list); few, so kept plainly.
         self._guild_locks: dict[int, asyncio.Lock] = {}
@@ -325,7 +332,7 @@ class MemoryService:
         # then the result is used once and not cached, so the next use reads again.
         settled = True
         unavailable: MemoryUnavailable | None = None
-        if key.channel_id not in self._tombstones:
+        if not self._wiped(key.channel_id):
             try:
                 for _ in range(STALE_READ_RETRIES):
                     seq = self._notice_seq
@@ -349,7 +356,7 @@ class MemoryService:
             row = None  # cleared while we were reading: what we read is gone
         entry = self._fresh(key, parent_channel_id)
         if row is not None:
-            if self.cache.is_expired(row):
+            if self.cache.is_expired(row) or self._withheld(row):
                 # Keep only the version so the next write still supersedes the row.
                 entry.version = row.version
             else:
@@ -360,6 +367,17 @@ class MemoryService:
         if settled:
             self.cache.put(entry)
         return entry
+
+    def _wiped(self, channel_id: int) -> bool:
+        """A clear of the channel has not reached the database yet (it is being sent, or
+        waits in the spool, also from before a restart): its rows are as good as gone."""
+        return channel_id in self._tombstones or (
+            self.spool is not None and self.spool.clearing(channel_id)
+        )
+
+    def _withheld(self, row: StmEntry) -> bool:
+        """The row holds something of a user whose /forget-me waits in the spool."""
+        return self.spool is not None and self.spool.withholds(row)
 
     def _fresh(self, key: ScopeKey, parent_channel_id: int | None) -> StmEntry:
         return StmEntry(key=key, updated_at=self.clock.now(), parent_channel_id=parent_channel_id)
@@ -416,7 +434,7 @@ class MemoryService:
 
     def _adopt(self, rows: Sequence[StmEntry]) -> None:
         for row in sorted(rows, key=lambda r: r.updated_at):
-            if row.key in self.cache or row.key.channel_id in self._tombstones:
+            if row.key in self.cache or self._wiped(row.key.channel_id) or self._withheld(row):
                 continue
             spooled = self.spool.latest(row.key) if self.spool is not None else None
             if spooled is not None and spooled.version >= row.version:
@@ -772,12 +790,24 @@ class MemoryService:
         if self.spool is not None:
             try:
                 self.spool.append(entries, events, started_at=started_at)
+                self._forget_again_after(entries, started_at)
                 return WriteResult("saved, pending sync")
             except (OSError, ValueError):  # ValueError: the spool file is closed
                 log.exception("STM spool append failed")
         for old in before:  # never report or keep what was not saved
             self.cache.put(old)
         return rejected("the memory could not be saved right now (database unavailable)")
+
+    def _forget_again_after(self, entries: Sequence[StmEntry], started_at: datetime | None) -> None:
+        """A write that reached the spool after another process's /forget-me of one of
+        its users (its turn began before the notice) would be replayed after that
+        deletion: queue the deletion again behind it."""
+        assert self.spool is not None
+        for user_id, forgotten_at in list(self._forgotten_elsewhere.items()):
+            if started_at is not None and started_at > forgotten_at:
+                continue
+            if any(e.derived_from(user_id) for e in entries):
+                self.spool.append_forget(user_id, forgotten_at)
 
     async def _flush_queue(self) -> None:
         """Group commit: writes that queue up while one transaction is in flight go
@@ -918,9 +948,15 @@ class MemoryService:
                         )
             except Exception as exc:
                 log.warning("clearing channel %s deferred: %s", channel_id, exc.__class__.__name__)
-                self._spool_or_raise(
-                    exc, lambda spool: spool.append_clear(channel_id, guild_id, actor_user_id, at)
-                )
+                try:
+                    self._spool_or_raise(
+                        exc,
+                        lambda spool: spool.append_clear(channel_id, guild_id, actor_user_id, at),
+                    )
+                except MemoryUnavailable:
+                    # Reported as not done: the rows stay, and may be read again.
+                    self._tombstones.discard(channel_id)
+                    raise
                 return ClearReceipt(rows=0, cache_entries=len(keys), pending_sync=True)
             self._tombstones.discard(channel_id)
             return ClearReceipt(rows=rows, cache_entries=len(keys))
@@ -952,13 +988,12 @@ class MemoryService:
             self.cache.pop(key)
             dropped += 1
         for entry in list(self.cache.entries()):
-            if user_id in entry.contributor_ids or (
-                entry.provenance is not None and entry.provenance.actor_user_id == user_id
-            ):
+            if entry.derived_from(user_id):
                 self.cache.pop(entry.key)
                 dropped += 1
         raw = self.windows.forget_author(user_id)
         self._opt_ins.pop(user_id, None)
+        self._forget_set_aside(user_id)
         at = self.clock.now()
         try:
             if self._spool_first():
@@ -987,6 +1022,16 @@ class MemoryService:
             cache_entries=dropped,
             raw_messages=raw,
         )
+
+    def _forget_set_aside(self, user_id: int) -> None:
+        """Records the database refused were set aside in the data folder, words and all:
+        the user's go too."""
+        if self.spool is None:
+            return
+        try:
+            self.spool.forget_set_aside(user_id)
+        except OSError:
+            log.exception("could not remove a user's records from the set-aside spool files")
 
     def _sweep_later(self, user_id: int, at: datetime) -> None:
         """Delete the user's rows once more when any write another process had in
@@ -1058,9 +1103,14 @@ class MemoryService:
             for key in self.cache.keys_of_channel(channel_id):
                 self.cache.pop(key)
             self.windows.clear(channel_id)
+            if self.spool is not None:
+                # What waits in this process's spool was wiped too: not hydrated back.
+                self.spool.blank_channel(channel_id)
         elif kind == "forget":
             user_id = int(notice["u"])
             self._noticed[FORGET_NOTICED] = self._notice_seq
+            # A write of theirs still on its way may yet land in the spool: see _spool_write.
+            self._forgotten_elsewhere[user_id] = self.clock.now()
             if self.spool is not None and self.spool.holds_user(user_id):
                 # Writes of theirs still wait in this process's spool and would be replayed
                 # after the deletion elsewhere: the deletion queues behind them here too.
@@ -1078,6 +1128,7 @@ class MemoryService:
                 self._epochs[channel_id] = self.epoch(channel_id) + 1
             self.windows.forget_author(user_id)
             self._opt_ins.pop(user_id, None)
+            self._forget_set_aside(user_id)
         elif kind == "opt-in":
             self._noticed[("opt-in", int(notice["u"]))] = self._notice_seq
             self._opt_ins.pop(int(notice["u"]), None)

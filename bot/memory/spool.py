@@ -37,7 +37,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -248,9 +248,13 @@ class DurableSpool:
                     log.warning("spool: cut off a torn last line (it was never acknowledged)")
                 self._rewrite()
         self._latest: dict[ScopeKey, StmEntry] = {}
+        # Channels with a clear, and users with a forget, still to replay: their rows in
+        # the database are as good as deleted (also after a restart).
+        self._clearing: set[int] = set()
+        self._forgetting: set[int] = set()
         for record in self._records:
             self._track(record)
-        self._handle = self._open_for_append()
+        self._fd = self._open_for_append()
         # Set when an operation is appended (work to do) ...
         self._wake = asyncio.Event()
         # ... and when the database is known to be back (ends a backoff wait early; new
@@ -262,10 +266,10 @@ class DurableSpool:
         # memory service that owns the spool sets it to its instance id).
         self.notice_origin = "spool"
 
-    def _open_for_append(self) -> TextIO:
+    def _open_for_append(self) -> int:
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         _fsync_dir(self.path.parent)
-        return os.fdopen(fd, "a", encoding="utf-8")
+        return fd
 
     @property
     def pending(self) -> int:
@@ -274,6 +278,28 @@ class DurableSpool:
     def latest(self, key: ScopeKey) -> StmEntry | None:
         """The newest spooled (not yet replayed) state of ``key``."""
         return self._latest.get(key)
+
+    def clearing(self, channel_id: int) -> bool:
+        """Whether a clear of the channel waits to be replayed."""
+        return channel_id in self._clearing
+
+    def withholds(self, entry: StmEntry) -> bool:
+        """Whether ``entry`` (a row read from the database) holds something of a user
+        whose forget waits to be replayed: it is as good as deleted."""
+        return any(entry.derived_from(user_id) for user_id in self._forgetting)
+
+    def blank_channel(self, channel_id: int) -> None:
+        """Another process cleared the channel: its spooled states are shown empty from
+        now on (their replay is refused if their turn began before the clear), keeping
+        their version, so the next write here still supersedes whatever the replay does."""
+        for key, entry in list(self._latest.items()):
+            if key.channel_id == channel_id:
+                self._latest[key] = StmEntry(
+                    key=key,
+                    updated_at=entry.updated_at,
+                    version=entry.version,
+                    parent_channel_id=entry.parent_channel_id,
+                )
 
     # -- appending (synchronous: the caller must not be told "saved" before fsync)
 
@@ -310,9 +336,20 @@ class DurableSpool:
         self._write({"op": "forget", "user": user_id, "at": at.isoformat()})
 
     def _write(self, record: dict[str, Any]) -> None:
-        self._handle.write(json.dumps(record, ensure_ascii=False) + "\n")
-        self._handle.flush()
-        os.fsync(self._handle.fileno())
+        """Append one line durably, or raise and leave the file as it was: a write that
+        failed (disk full, fsync error) is reported unsaved, so no byte of it may stay
+        behind to be replayed after a restart (unbuffered, and cut back on failure)."""
+        line = memoryview((json.dumps(record, ensure_ascii=False) + "\n").encode())
+        size = os.fstat(self._fd).st_size
+        try:
+            while line:
+                line = line[os.write(self._fd, line) :]
+            os.fsync(self._fd)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, size)
+                os.fsync(self._fd)
+            raise
         self._records.append(record)
         self._track(record)
         self._wake.set()
@@ -320,18 +357,10 @@ class DurableSpool:
     def holds_user(self, user_id: int) -> bool:
         """Whether a pending write holds something of the user's (their own key, or a
         memory they contributed to or acted on)."""
-        for record in self._records:
-            if record.get("op") != "upsert":
-                continue
-            for data in record["entries"]:
-                provenance = data.get("provenance") or [None, None, None, None]
-                if (
-                    data["key"].get("user") == user_id
-                    or user_id in (data.get("contributors") or ())
-                    or provenance[2] == user_id
-                ):
-                    return True
-        return False
+        return any(
+            record.get("op") == "upsert" and _record_holds_user(record, user_id)
+            for record in self._records
+        )
 
     def _track(self, record: dict[str, Any]) -> None:
         op = record.get("op")
@@ -340,10 +369,12 @@ class DurableSpool:
                 entry = entry_from_json(data)
                 self._latest[entry.key] = entry
         elif op == "clear":
+            self._clearing.add(record["channel"])
             for key in [k for k in self._latest if k.channel_id == record["channel"]]:
                 del self._latest[key]
         elif op == "forget":
             user = record["user"]
+            self._forgetting.add(user)
             for key, entry in list(self._latest.items()):
                 if key.user_id == user or user in entry.contributor_ids:
                     del self._latest[key]
@@ -373,15 +404,17 @@ class DurableSpool:
                         raise
                     handled = await self._apply_one_by_one(sessions, batch)
                 del self._records[:handled]
-                self._handle.close()
+                os.close(self._fd)
                 try:
                     self._rewrite()
                 finally:  # appends must keep working even if the rewrite failed
-                    self._handle = self._open_for_append()
+                    self._fd = self._open_for_append()
                 done += handled
                 if handled < len(batch):
                     raise ConnectionError("the database went away during the spool replay")
             self._latest.clear()
+            self._clearing.clear()
+            self._forgetting.clear()
         return done
 
     async def _apply_one_by_one(
@@ -420,6 +453,30 @@ class DurableSpool:
             os.fsync(handle.fileno())
         _fsync_dir(self.path.parent)
         log.error("spool: %d record(s) %s; moved to %s", len(lines), why, aside)
+
+    def forget_set_aside(self, user_id: int) -> int:
+        """Drop the user's records from the set-aside files (``/forget-me`` reaches them
+        too); a line that cannot be read is dropped if it names the user at all. Return
+        how many lines were dropped."""
+        dropped = 0
+        for aside in sorted(self.path.parent.glob("stm.corrupt-*.jsonl")):
+            lines = aside.read_bytes().splitlines()
+            kept = [line for line in lines if not _line_holds_user(line, user_id)]
+            if len(kept) == len(lines):
+                continue
+            dropped += len(lines) - len(kept)
+            if not kept:
+                aside.unlink()
+            else:
+                tmp = aside.with_suffix(".tmp")
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                with os.fdopen(fd, "wb") as handle:
+                    handle.write(b"".join(line + b"\n" for line in kept))
+                    handle.flush()
+                    os.fsync(handle.fileno())
+                os.replace(tmp, aside)
+            _fsync_dir(self.path.parent)
+        return dropped
 
     def _rewrite(self) -> None:
         """Replace the file with the records still pending (atomically, durably)."""
@@ -474,8 +531,35 @@ class DurableSpool:
                     on_replayed()
 
     def close(self) -> None:
-        self._handle.close()
+        with contextlib.suppress(OSError):  # closed already
+            os.close(self._fd)
         self._lock.close()  # releases the lock
+
+
+def _line_holds_user(line: bytes, user_id: int) -> bool:
+    try:
+        record = json.loads(line)
+        if not isinstance(record, dict):
+            raise ValueError
+    except ValueError:
+        return str(user_id).encode() in line  # unreadable: judged by the id alone
+    return _record_holds_user(record, user_id)
+
+
+def _record_holds_user(record: dict[str, Any], user_id: int) -> bool:
+    """Whether a spool record holds something of the user's (their own key, a memory
+    they contributed to or acted on, or their forget)."""
+    if record.get("op") == "forget":
+        return bool(record.get("user") == user_id)
+    for data in record.get("entries") or ():
+        provenance = data.get("provenance") or [None, None, None, None]
+        if (
+            data.get("key", {}).get("user") == user_id
+            or user_id in (data.get("contributors") or ())
+            or provenance[2] == user_id
+        ):
+            return True
+    return False
 
 
 async def _reachable(sessions: async_sessionmaker[AsyncSession]) -> bool:
