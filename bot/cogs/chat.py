@@ -24,6 +24,7 @@ from cachetools import TTLCache
 from discord.ext import commands
 
 from bot.cogs.history import backfill, belongs_in_window, to_raw
+from bot.cogs.refresh import REFRESH_MARKER_PREFIX
 from bot.memory.model import StmEntry
 from bot.memory.service import LabelFor
 from bot.memory.storage import MemoryUnavailable
@@ -367,6 +368,10 @@ class Chat(commands.Cog):
         # sent anyway, without the reference.
         reference = message.to_reference(fail_if_not_exists=False)
         for index, chunk in enumerate(split_reply(text) or ["…"]):
+            if chunk.startswith(REFRESH_MARKER_PREFIX):
+                # Only /refresh may post a marker: one a member coaxed out of the model
+                # would hide the history before it, after a restart, like a refresh.
+                chunk = "\u200b" + chunk
             try:
                 sent.append(
                     await message.channel.send(

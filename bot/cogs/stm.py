@@ -13,12 +13,14 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import discord
 from discord import app_commands
 from discord.ext import commands
 
+from bot.cogs.chat import split_reply
 from bot.cogs.checks import admin_only, moderator_only
 from bot.cogs.errors import answer, report_error, think
 from bot.cogs.history import backfill
@@ -37,8 +39,8 @@ from bot.memory.model import (
     ScopeKey,
     StmEntry,
 )
-from bot.memory.prompt import VALUE_LIMIT, relative_time
-from bot.memory.service import MemoryService, WriteResult
+from bot.memory.prompt import VALUE_LIMIT, relative_time, render_memory_text
+from bot.memory.service import REASON_CHANGED, MemoryService, WriteResult
 from bot.memory.storage import MemoryUnavailable
 from bot.memory.summarizer import Summarizer, SummaryOutcome
 
@@ -110,12 +112,14 @@ def chunked(blocks: Sequence[str], limit: int = MESSAGE_LIMIT) -> list[str]:
     messages: list[str] = []
     current = ""
     for block in blocks:
-        while len(block) > limit:
+        if len(block) > limit:
+            # Cut between lines where possible (a quoted memory stays quoted), never
+            # inside a character.
+            *whole, block = split_reply(block, limit)
             if current:
                 messages.append(current)
                 current = ""
-            messages.append(block[:limit])
-            block = block[limit:]
+            messages.extend(whole)
         candidate = f"{current}\n{block}" if current else block
         if len(candidate) > limit:
             messages.append(current)
@@ -143,9 +147,15 @@ def describe_write(result: WriteResult) -> str:
         return (
             "Saved, pending sync: the database is unavailable; it will be written when it is back."
         )
+    if result.reason == REASON_CHANGED:
+        return (
+            "Not saved: the memory changed while you were editing it (the model or another "
+            "admin updated it). Run `/stm edit` again to start from the new text."
+        )
     return f"Not saved: {result.reason}."
 
 
+NOTHING_EDITED = "Nothing changed, so nothing was saved."
 SUMMARY_BUSY = "A summary is already being made for this channel."
 NOTHING_NEW = "Nothing new since the last summary — no model call made."
 SUMMARY_DISABLED = (
@@ -287,12 +297,17 @@ async def before_a_modal() -> AsyncIterator[None]:
 
 @dataclass(frozen=True, slots=True)
 class EditTarget:
-    """Which channel's memory a ``/stm edit`` modal edits."""
+    """Which channel's memory a ``/stm edit`` modal edits, and what the form showed when
+    it opened: a submit minutes later must not undo what happened meanwhile (a model
+    update of another field, a ``/refresh``)."""
 
     guild_id: int
     channel_id: int
     parent_channel_id: int | None
     title: str
+    version: int
+    epoch: int
+    opened_at: datetime
 
 
 class _EditModal(ReportingModal):
@@ -311,6 +326,7 @@ class _EditModal(ReportingModal):
         categories: dict[str, str] | None = None,
     ) -> None:
         target = self.target
+        await think(interaction)  # the database may be slow: Discord waits only 3 s
         result = await self.memory.admin_edit(
             guild_id=target.guild_id,
             channel_id=target.channel_id,
@@ -318,8 +334,15 @@ class _EditModal(ReportingModal):
             actor_user_id=interaction.user.id,
             summary=summary,
             categories=categories,
+            # A summary is one field: saved only over the text the form showed.
+            expected_version=target.version if summary is not None else None,
+            epoch=target.epoch,
+            started_at=target.opened_at,
         )
-        await answer(interaction, describe_write(result))
+        content = describe_write(result)
+        if summary is not None and not result.ok:
+            content += f"\nWhat you typed, to paste again:\n{quoted(summary)}"
+        await answer_blocks(interaction, [content])
 
 
 class SummaryEditModal(_EditModal):
@@ -338,6 +361,9 @@ class SummaryEditModal(_EditModal):
         self.add_item(self.summary)
 
     async def on_submit(self, interaction: discord.Interaction[Any]) -> None:
+        if self.summary.value == (self.summary.default or ""):
+            await answer(interaction, NOTHING_EDITED)
+            return
         await self._save(interaction, summary=self.summary.value)
 
 
@@ -368,9 +394,17 @@ class CategoryEditModal(_EditModal):
             self.add_item(field)
 
     async def on_submit(self, interaction: discord.Interaction[Any]) -> None:
-        await self._save(
-            interaction, categories={slug: field.value for slug, field in self.inputs.items()}
-        )
+        # Only the fields the admin changed: Discord sends every field back, and the
+        # others hold what they showed at opening, which the model may have updated since.
+        changed = {
+            slug: field.value
+            for slug, field in self.inputs.items()
+            if field.value != (field.default or "")
+        }
+        if not changed:
+            await answer(interaction, NOTHING_EDITED)
+            return
+        await self._save(interaction, categories=changed)
 
 
 class CategoriesModal(ReportingModal):
@@ -411,6 +445,7 @@ class CategoriesModal(ReportingModal):
             )
             await answer(interaction, content[:MESSAGE_LIMIT], view=retry)
             return
+        await think(interaction)  # the database may be slow: Discord waits only 3 s
         config = await self.memory.set_categories(self.guild_id, interaction.user.id, categories)
         log.info("guild %s set %d STM categories", self.guild_id, len(categories))
         if config.category_mode:
@@ -492,9 +527,10 @@ class StmCog(commands.Cog):
         notes: list[str] = []
         if interaction.guild_id is not None and not config.stm_enabled:
             notes.append("Short-term memory is turned off in this server, so I am not updating it.")
-        if self.memory.pending_sync:
+        pending = self.memory.pending_sync_in(entry.key.channel_id)
+        if pending:
             notes.append(
-                f"{self.memory.pending_sync} memory writes are waiting for the database "
+                f"{pending} memory writes of this channel are waiting for the database "
                 "(saved locally, pending sync)."
             )
         if not entry.has_content:
@@ -544,14 +580,24 @@ class StmCog(commands.Cog):
             entry = await self._channel_entry(interaction)
         channel_id = entry.key.channel_id
         title = f"Memory of {channel_label(interaction)}"
-        target = EditTarget(guild_id, channel_id, entry.parent_channel_id, title)
+        target = EditTarget(
+            guild_id,
+            channel_id,
+            entry.parent_channel_id,
+            title,
+            version=entry.version,
+            epoch=self.memory.epoch(channel_id),
+            opened_at=self.memory.clock.now(),
+        )
         modal: discord.ui.Modal
         if config.category_mode:
             modal = CategoryEditModal(
                 self.memory, target, categories=config.categories, current=entry.categories
             )
         else:
-            modal = SummaryEditModal(self.memory, target, current=entry.summary)
+            # With no summary yet, what the model is shown: values of former categories.
+            current = entry.summary or render_memory_text(entry, config)
+            modal = SummaryEditModal(self.memory, target, current=current)
         await interaction.response.send_modal(modal)
 
     @categories.command(name="set", description="Define up to five memory categories")
@@ -622,11 +668,9 @@ class StmCog(commands.Cog):
     ) -> None:
         await think(interaction)  # the database may be slow: Discord waits only 3 s
         guild_id = self._guild_id(interaction)
-        if always_on is not None and interaction.channel_id is not None:
-            await self.memory.set_always_on(
-                guild_id, interaction.channel_id, always_on, interaction.user.id
-            )
         changes: dict[str, Any] = {}
+        if always_on is not None and interaction.channel_id is not None:
+            changes["always_on"] = (interaction.channel_id, always_on)
         if enabled is not None:
             changes["short_term_memory_enabled"] = enabled
         if cadence is not None:

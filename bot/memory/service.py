@@ -162,6 +162,7 @@ class PreparedTurn:
 LabelFor = Callable[[StmEntry], str | None]
 
 
+REASON_CHANGED = "the memory changed meanwhile; nothing was saved"
 REASON_ALL_EMPTY = (
     "every category would be empty; give at least one non-empty category value "
     '("" clears only the categories you list; a moderator wipes the memory with /refresh)'
@@ -611,8 +612,11 @@ class MemoryService:
             "model_tool"
         ),
         marker: Marker | None = None,
+        expected_version: int | None = None,
     ) -> WriteResult:
-        """Apply one STM update for ``turn`` (guards, sanitize, merge, write through)."""
+        """Apply one STM update for ``turn`` (guards, sanitize, merge, write through).
+        ``expected_version``: refuse unless the memory is still at that version (what the
+        caller built the update on, e.g. the summarizer, or an admin's edit form)."""
         if origin == "model_tool":
             reason = turn.stm_block_reason()
             if reason is not None:
@@ -640,6 +644,8 @@ class MemoryService:
                 return rejected(REASON_CLEARED)
             if origin == "model_tool" and turn.stm_updated:
                 return rejected("short-term memory was already updated this turn")
+            if expected_version is not None and entries[0].version != expected_version:
+                return rejected(REASON_CHANGED)
             if new_categories is not None and not _keeps_a_value(
                 entries[0], new_categories, turn.config
             ):
@@ -655,7 +661,10 @@ class MemoryService:
             now = self.clock.now()
             for entry in entries:
                 if new_summary is not None:
+                    # A summary supersedes categories left from before the guild went back
+                    # to summary mode (the writer was shown them; now they are folded in).
                     entry.summary = new_summary
+                    entry.categories = {}
                 if new_categories is not None:
                     # Categories supersede a summary written before the guild chose them
                     # (it is no longer shown, and must not keep the 24 h TTL alive).
@@ -891,18 +900,29 @@ class MemoryService:
         summary: str | None = None,
         categories: Mapping[str, str] | None = None,
         parent_channel_id: int | None = None,
+        expected_version: int | None = None,
+        epoch: int | None = None,
+        started_at: datetime | None = None,
     ) -> WriteResult:
-        """``/stm edit``: an admin replaces the channel's memory (origin ``admin``)."""
+        """``/stm edit``: an admin replaces the channel's memory (origin ``admin``).
+        ``epoch`` and ``started_at``: when the edit form was opened; a ``/refresh``
+        since then (in any process) refuses the edit, as it refuses a turn's write."""
         turn = TurnState(
             channel_id=channel_id,
             user_id=actor_user_id,
             guild_id=guild_id,
             config=await self.guild_config(guild_id),
-            epoch=self.epoch(channel_id),
-            started_at=self.clock.now(),
+            epoch=self.epoch(channel_id) if epoch is None else epoch,
+            started_at=started_at or self.clock.now(),
             parent_channel_id=parent_channel_id,
         )
-        return await self.update_stm(turn, summary=summary, categories=categories, origin="admin")
+        return await self.update_stm(
+            turn,
+            summary=summary,
+            categories=categories,
+            origin="admin",
+            expected_version=expected_version,
+        )
 
     # ----------------------------------------------------------------- deleting
 
@@ -1154,6 +1174,10 @@ class MemoryService:
         """Operations waiting in the spool for the database."""
         return self.spool.pending if self.spool is not None else 0
 
+    def pending_sync_in(self, channel_id: int) -> int:
+        """Operations on one channel's memory waiting in the spool."""
+        return self.spool.pending_in(channel_id) if self.spool is not None else 0
+
     def spool_replayed(self) -> None:
         """Every spooled operation reached the database: clears are now real deletions."""
         self._tombstones.clear()
@@ -1176,30 +1200,45 @@ class MemoryService:
     # ------------------------------------------------------------ configuration
 
     async def update_guild_settings(
-        self, guild_id: int, actor_user_id: int, **changes: Any
+        self,
+        guild_id: int,
+        actor_user_id: int,
+        *,
+        always_on: tuple[int, bool] | None = None,
+        **changes: Any,
     ) -> GuildConfig:
-        async with self._storage("saving guild settings") as session, session.begin():
-            await guild_repo.update_guild_settings(session, guild_id, self.defaults, changes)
-            await self._announce(session, {"o": self.instance_id, "t": "guild", "g": guild_id})
-            await stm_repo.add_events(
-                session,
-                [EventRecord("settings", guild_id=guild_id, actor_user_id=actor_user_id)],
-            )
-        self.invalidate_guild(guild_id)
+        """Change a guild's settings in one transaction (all or nothing); ``always_on``
+        marks one channel as answering every message, or unmarks it."""
+        # Read, change, write the whole always-on list: two toggles must not interleave.
+        async with self._guild_locks.setdefault(guild_id, asyncio.Lock()):
+            if always_on is not None:
+                channel_id, enabled = always_on
+                channels = set((await self.guild_config(guild_id)).always_on_channels)
+                channels = channels | {channel_id} if enabled else channels - {channel_id}
+                changes["always_on_channel_ids"] = sorted(channels)
+            async with self._storage("saving guild settings") as session, session.begin():
+                await guild_repo.update_guild_settings(session, guild_id, self.defaults, changes)
+                await self._announce(session, {"o": self.instance_id, "t": "guild", "g": guild_id})
+                await stm_repo.add_events(
+                    session,
+                    [EventRecord("settings", guild_id=guild_id, actor_user_id=actor_user_id)],
+                )
+            self._guild_changed(guild_id)
         return await self.guild_config(guild_id)
 
     async def set_always_on(
         self, guild_id: int, channel_id: int, enabled: bool, actor_user_id: int
     ) -> GuildConfig:
         """Mark a channel where the bot answers every message (or unmark it)."""
-        # Read, change, write the whole list: two toggles at once must not interleave.
-        async with self._guild_locks.setdefault(guild_id, asyncio.Lock()):
-            config = await self.guild_config(guild_id)
-            channels = set(config.always_on_channels)
-            channels = channels | {channel_id} if enabled else channels - {channel_id}
-            return await self.update_guild_settings(
-                guild_id, actor_user_id, always_on_channel_ids=sorted(channels)
-            )
+        return await self.update_guild_settings(
+            guild_id, actor_user_id, always_on=(channel_id, enabled)
+        )
+
+    def _guild_changed(self, guild_id: int) -> None:
+        # As a notice from another process would: a read already in flight (it began
+        # before the commit) must not cache the old configuration.
+        self._note(("guild", guild_id))
+        self.invalidate_guild(guild_id)
 
     async def set_categories(
         self, guild_id: int, actor_user_id: int, categories: Sequence[Category]
@@ -1211,5 +1250,5 @@ class MemoryService:
                 session,
                 [EventRecord("categories", guild_id=guild_id, actor_user_id=actor_user_id)],
             )
-        self.invalidate_guild(guild_id)
+        self._guild_changed(guild_id)
         return await self.guild_config(guild_id)

@@ -275,6 +275,15 @@ class DurableSpool:
     def pending(self) -> int:
         return len(self._records)
 
+    def pending_in(self, channel_id: int) -> int:
+        """Pending operations on one channel's memory (writes and clears)."""
+        return sum(
+            record.get("channel") == channel_id
+            if record.get("op") == "clear"
+            else any(data["key"].get("channel") == channel_id for data in record.get("entries", ()))
+            for record in self._records
+        )
+
     def latest(self, key: ScopeKey) -> StmEntry | None:
         """The newest spooled (not yet replayed) state of ``key``."""
         return self._latest.get(key)

@@ -281,9 +281,24 @@ async def test_stm_edit_reports_a_rejected_write(
 ) -> None:
     await use_categories(kioku, "Decisions", "Questions")
     opened = await kioku.interactions.slash("stm edit", user=admin)
+    saved = await kioku.interactions.submit_modal(opened, {"decisions": "Friday"}, user=admin)
+    assert saved.content is not None and saved.content.startswith("Saved.")
+
+    opened = await kioku.interactions.slash("stm edit", user=admin)
+    emptied = await kioku.interactions.submit_modal(opened, {"decisions": ""}, user=admin)
+
+    assert emptied.content is not None
+    assert emptied.content.startswith("Not saved: every category would be empty")
+    assert [r.categories for r in await stm_rows(kioku)] == [{"decisions": "Friday"}] * 2
+
+
+async def test_stm_edit_submitted_unchanged_saves_nothing(
+    kioku: KiokuHarness, admin: discord.Member
+) -> None:
+    await use_categories(kioku, "Decisions", "Questions")
+    opened = await kioku.interactions.slash("stm edit", user=admin)
     saved = await kioku.interactions.submit_modal(opened, {}, user=admin)
-    assert saved.content is not None
-    assert saved.content.startswith("Not saved: every category would be empty")
+    assert saved.content == "Nothing changed, so nothing was saved."
     assert await stm_rows(kioku) == []
 
 

@@ -161,7 +161,7 @@ async def test_database_outage_during_500_updates_loses_nothing_acknowledged(
                 await asyncio.to_thread(pg.server.stop)
             if i == 350:
                 # Just before the database comes back: /stm show tells what waits.
-                shown_pending = kioku.bot.memory.pending_sync
+                shown_pending = kioku.bot.memory.pending_sync_in(channel.id)
                 result = await kioku.interactions.slash("stm show", channel=channel)
                 shown = "\n".join(result.texts()) if result.ephemeral else "(not ephemeral)"
                 await asyncio.to_thread(pg.server.start)
@@ -196,7 +196,7 @@ async def test_database_outage_during_500_updates_loses_nothing_acknowledged(
     figures["acknowledged pending sync"] = pending
     figures["found after recovery"] = found
     figures["replies"] = replies
-    figures["pending shown by /stm show"] = shown_pending
+    figures["pending shown by /stm show (that channel)"] = shown_pending
     figures["pending when traffic stopped"] = pending_after_traffic
     figures["failed replay attempts"] = probe.failed_attempts
     figures["replayed, s after the database came back"] = round(probe.replayed_at - back_at, 2)
@@ -207,7 +207,7 @@ async def test_database_outage_during_500_updates_loses_nothing_acknowledged(
     assert found == sent
     assert pending > 0, "the outage must have been exercised"
     assert shown_pending > 0
-    assert f"{shown_pending} memory writes are waiting for the database" in shown
+    assert f"{shown_pending} memory writes of this channel are waiting for the database" in shown
     assert probe.failed_attempts > 0, "the replayer retried while the database was down"
     assert probe.replays > 0, "the bot's own replayer brought the spool back"
     assert left_in_spool == 0 and count_pending(tmp_path / "bot") == 0

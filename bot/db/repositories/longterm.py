@@ -135,7 +135,9 @@ def query_words(text_: str) -> list[str]:
     (so nothing in them can act as query syntax), stop words and one-letter words
     dropped, plus the singular of simple English plurals (``cats`` → ``cat``)."""
     words: list[str] = []
-    for raw in _WORD.findall(text_.casefold()):
+    # lower(), not casefold(): PostgreSQL's to_tsvector lowers "ß" and "ς" as they are,
+    # where casefold() would make "ss" and "σ", and such words would never match.
+    for raw in _WORD.findall(text_.lower()):
         word = raw.strip("_")[:MAX_WORD_CHARS]
         if len(word) < 2 or word in STOP_WORDS:
             continue

@@ -1,0 +1,299 @@
+"""Slash commands against what happens around them: an edit form opened before a model
+update or a /refresh, a settings change racing a read, acknowledging before the
+database, long memories in /stm show, a reply that looks like a refresh marker."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import discord
+import pytest
+
+from bot.db.repositories import guilds as guild_repo
+from bot.llm.tools.stm import STM_TOOL_NAME
+from bot.memory.model import Category, ScopeKey
+from tests.helpers.bot import KiokuHarness
+
+
+@pytest.fixture
+async def admin(kioku: KiokuHarness) -> discord.Member:
+    return await kioku.env.create_member("admin", kind="admin")
+
+
+@pytest.fixture
+async def moderator(kioku: KiokuHarness) -> discord.Member:
+    return await kioku.env.create_member("mod", kind="moderator")
+
+
+async def use_categories(kioku: KiokuHarness, *labels: str) -> None:
+    await kioku.bot.memory.set_categories(
+        kioku.env.guild.id,
+        kioku.env.member.id,
+        [Category(i, label.lower(), label, f"{label} so far") for i, label in enumerate(labels)],
+    )
+
+
+def server_key(kioku: KiokuHarness) -> ScopeKey:
+    return ScopeKey.server(kioku.env.guild.id, kioku.env.channel.id)
+
+
+# ------------------------------------------------- F1: stale /stm edit modal (lost update)
+
+
+async def test_a_stale_edit_modal_does_not_undo_the_models_update_of_another_category(
+    kioku: KiokuHarness, admin: discord.Member
+) -> None:
+    await use_categories(kioku, "Decisions", "Questions")
+    seeded = await kioku.bot.memory.admin_edit(
+        guild_id=kioku.env.guild.id,
+        channel_id=kioku.env.channel.id,
+        actor_user_id=admin.id,
+        categories={"decisions": "launch on Friday", "questions": "who writes docs?"},
+    )
+    assert seeded.ok
+    opened = await kioku.interactions.slash("stm edit", user=admin)
+    assert opened.modal is not None
+    prefill = {f["custom_id"]: f["value"] for f in opened.modal.text_inputs}
+
+    # While the admin types, a turn's model updates "decisions".
+    kioku.llm.reply_tool_calls(
+        [(STM_TOOL_NAME, {"decisions": "launch moved to Monday"})]
+    ).reply_text("Noted.")
+    await kioku.env.send("launch moves to monday", mention_bot=True)
+    live = await kioku.bot.memory.entry(server_key(kioku))
+    assert live.categories["decisions"] == "launch moved to Monday"
+
+    # The admin only answers the open question; Discord submits every input, the
+    # untouched ones with their (now stale) prefill.
+    await kioku.interactions.submit_modal(
+        opened, {**prefill, "questions": "Alice writes the docs"}, user=admin
+    )
+
+    entry = await kioku.bot.memory.entry(server_key(kioku))
+    assert entry.categories["questions"] == "Alice writes the docs"
+    assert entry.categories["decisions"] == "launch moved to Monday", (
+        "the stale prefill silently reverted the model's newer update"
+    )
+
+
+async def test_an_edit_modal_opened_before_a_refresh_does_not_bring_the_wiped_memory_back(
+    kioku: KiokuHarness, admin: discord.Member, moderator: discord.Member
+) -> None:
+    await use_categories(kioku, "Decisions", "Questions")
+    await kioku.bot.memory.admin_edit(
+        guild_id=kioku.env.guild.id,
+        channel_id=kioku.env.channel.id,
+        actor_user_id=admin.id,
+        categories={"decisions": "secret plan", "questions": "old question"},
+    )
+    opened = await kioku.interactions.slash("stm edit", user=admin)
+    assert opened.modal is not None
+    prefill = {f["custom_id"]: f["value"] for f in opened.modal.text_inputs}
+
+    await kioku.interactions.slash("refresh", user=moderator)
+    assert not (await kioku.bot.memory.entry(server_key(kioku))).has_content
+
+    saved = await kioku.interactions.submit_modal(
+        opened, {**prefill, "questions": "new question"}, user=admin
+    )
+
+    entry = await kioku.bot.memory.entry(server_key(kioku))
+    assert "secret plan" not in entry.categories.values(), (
+        f"wiped text came back through a modal opened before /refresh: {saved.content!r}"
+    )
+
+
+async def test_a_stale_summary_edit_is_refused_and_hands_back_what_was_typed(
+    kioku: KiokuHarness, admin: discord.Member
+) -> None:
+    memory = kioku.bot.memory
+    guild, channel = kioku.env.guild.id, kioku.env.channel.id
+    await memory.admin_edit(
+        guild_id=guild, channel_id=channel, actor_user_id=admin.id, summary="v1"
+    )
+    opened = await kioku.interactions.slash("stm edit", user=admin)
+    await memory.admin_edit(
+        guild_id=guild, channel_id=channel, actor_user_id=admin.id, summary="v2"
+    )
+
+    saved = await kioku.interactions.submit_modal(opened, {"summary": "typed by hand"}, user=admin)
+
+    text = "\n".join(saved.texts())
+    assert text.startswith("Not saved: the memory changed while you were editing it")
+    assert "> typed by hand" in text
+    assert (await memory.entry(server_key(kioku))).summary == "v2"
+
+
+# --------------------------------------- F2: settings change raced by a config read in flight
+
+
+async def test_stm_settings_is_not_undone_by_a_config_read_already_in_flight(
+    kioku: KiokuHarness, admin: discord.Member, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    guild_id = kioku.env.guild.id
+    memory = kioku.bot.memory
+    memory.invalidate_guild(guild_id)
+    read_done = asyncio.Event()
+    committed = asyncio.Event()
+    real_load = guild_repo.load_guild_config
+    calls = 0
+
+    async def slow_first_load(*args: Any, **kwargs: Any) -> Any:
+        # The first read (a turn's, say) reads the old row, then its task is slow to
+        # resume (scheduling, a slow network) until after the settings commit.
+        nonlocal calls
+        calls += 1
+        config = await real_load(*args, **kwargs)
+        if calls == 1:
+            read_done.set()
+            await committed.wait()
+        return config
+
+    monkeypatch.setattr(guild_repo, "load_guild_config", slow_first_load)
+    real_invalidate = memory.invalidate_guild
+
+    def invalidate_and_signal(gid: int) -> None:
+        real_invalidate(gid)
+        committed.set()
+
+    monkeypatch.setattr(memory, "invalidate_guild", invalidate_and_signal)
+
+    turn_read = asyncio.create_task(memory.guild_config(guild_id))
+    await read_done.wait()
+    result = await kioku.interactions.slash("stm settings", {"cadence": 7}, user=admin)
+    await turn_read
+
+    assert "every **7** bot turns" in (result.content or ""), result.content
+    assert (await memory.guild_config(guild_id)).refresh_cadence == 7, (
+        "the old configuration read before the commit was cached after it"
+    )
+
+
+# ------------------------------------------ F3: modal submits touch the DB before answering
+
+
+async def test_modal_submits_acknowledge_before_touching_the_database(
+    kioku: KiokuHarness, admin: discord.Member, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    memory = kioku.bot.memory
+    seen: list[tuple[str, bool]] = []
+
+    def watching(name: str) -> None:
+        real = getattr(memory, name)
+
+        async def wrapper(*args: Any, **kwargs: Any) -> Any:
+            current = kioku.interactions.results[-1]
+            seen.append((name, current.response is not None))
+            return await real(*args, **kwargs)
+
+        monkeypatch.setattr(memory, name, wrapper)
+
+    opened = await kioku.interactions.slash("stm categories set", user=admin)
+    watching("set_categories")
+    await kioku.interactions.submit_modal(opened, {"category_1": "Decisions: what we decided"})
+    opened = await kioku.interactions.slash("stm edit", user=admin)
+    watching("admin_edit")
+    await kioku.interactions.submit_modal(opened, {"decisions": "ship friday"}, user=admin)
+
+    # Discord drops an interaction not acknowledged within 3 s; the storage timeout is 5 s.
+    assert seen == [("set_categories", True), ("admin_edit", True)]
+
+
+# ----------------------------------------------- F4: /stm show cuts quoted memory mid-line
+
+
+async def test_stm_show_splits_a_many_line_memory_between_lines_keeping_the_quote(
+    kioku: KiokuHarness, admin: discord.Member
+) -> None:
+    summary = "\n".join(f"i{i:03d}" for i in range(300))  # 300 short lines, 1499 chars
+    assert len(summary) <= 1500
+    saved = await kioku.bot.memory.admin_edit(
+        guild_id=kioku.env.guild.id,
+        channel_id=kioku.env.channel.id,
+        actor_user_id=admin.id,
+        summary=summary,
+    )
+    assert saved.ok
+    result = await kioku.interactions.slash("stm show")
+    texts = result.texts()
+    assert all(len(t) <= 2000 for t in texts)
+    body_lines = [line for t in texts for line in t.splitlines()]
+    items = [line for line in body_lines if "**" not in line and not line.startswith("Updated")]
+    broken = [line for line in items if not (line.startswith("> i") and len(line) == 6)]
+    assert not broken, f"lines cut in two or left unquoted: {broken[:3]}"
+    assert len(items) == 300
+
+
+# ------------------------------------ F5: /stm edit in summary mode hides leftover categories
+
+
+async def test_stm_edit_after_categories_were_cleared_shows_what_stm_show_shows(
+    kioku: KiokuHarness, admin: discord.Member
+) -> None:
+    await use_categories(kioku, "Decisions", "Questions")
+    await kioku.bot.memory.admin_edit(
+        guild_id=kioku.env.guild.id,
+        channel_id=kioku.env.channel.id,
+        actor_user_id=admin.id,
+        categories={"decisions": "launch on Friday"},
+    )
+    await kioku.interactions.slash("stm categories clear", user=admin)
+    shown = await kioku.interactions.slash("stm show")
+    assert "launch on Friday" in "\n".join(shown.texts())  # the memory is there
+
+    opened = await kioku.interactions.slash("stm edit", user=admin)
+    assert opened.modal is not None
+    [field] = opened.modal.text_inputs
+    assert "launch on Friday" in (field.get("value") or ""), (
+        "the edit modal opens empty although /stm show lists the memory"
+    )
+
+
+# ------------------------------- F6: a chat reply that looks like a refresh marker is one
+
+
+async def test_a_reply_starting_like_the_refresh_marker_does_not_cut_back_fill(
+    kioku: KiokuHarness,
+) -> None:
+    from bot.cogs.refresh import REFRESH_MARKER_PREFIX
+    from bot.memory.window import WindowCache
+
+    await kioku.env.send("the launch is on friday")
+    # Any member can get the model to echo a phrase; no /refresh (Manage Messages) ran.
+    kioku.llm.reply_text(f"{REFRESH_MARKER_PREFIX} by me, ha. (just quoting you)")
+    await kioku.env.send(f'say "{REFRESH_MARKER_PREFIX}"', mention_bot=True)
+    # Restart: the window is cold and is back-filled from Discord history.
+    kioku.bot.memory.windows = WindowCache(per_channel=kioku.bot.settings.stm.raw_window)
+    kioku.llm.reply_text("Friday.")
+    await kioku.env.send("when is the launch?", mention_bot=True)
+    prompt = "\n".join(str(m.get("content") or "") for m in kioku.llm.messages(-1))
+    assert "the launch is on friday" in prompt, "a fake marker hid the history like /refresh"
+
+
+# ------------------------------------- F7: /stm settings reports "nothing was changed" wrongly
+
+
+async def test_settings_failing_half_way_does_not_claim_nothing_was_changed(
+    kioku: KiokuHarness, admin: discord.Member, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from bot.cogs.errors import UNAVAILABLE
+    from bot.memory.storage import MemoryUnavailable
+
+    memory = kioku.bot.memory
+    real_update = memory.update_guild_settings
+
+    async def cadence_write_fails(guild_id: int, actor: int, **changes: Any) -> Any:
+        if "refresh_cadence" in changes:  # the database drops between the two writes
+            raise MemoryUnavailable("memory storage is unavailable right now")
+        return await real_update(guild_id, actor, **changes)
+
+    monkeypatch.setattr(memory, "update_guild_settings", cadence_write_fails)
+    result = await kioku.interactions.slash(
+        "stm settings", {"always_on": True, "cadence": 9}, user=admin
+    )
+    config = await memory.guild_config(kioku.env.guild.id)
+    changed = kioku.env.channel.id in config.always_on_channels
+    assert not (changed and result.content == UNAVAILABLE), (
+        f"answered {result.content!r} although always-on was switched on"
+    )
