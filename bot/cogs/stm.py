@@ -40,9 +40,10 @@ from bot.memory.model import (
     StmEntry,
 )
 from bot.memory.prompt import VALUE_LIMIT, relative_time, render_memory_text
-from bot.memory.service import REASON_CHANGED, MemoryService, WriteResult
+from bot.memory.service import MemoryService, WriteResult
 from bot.memory.storage import MemoryUnavailable
 from bot.memory.summarizer import Summarizer, SummaryOutcome
+from bot.memory.turn import REASON_CHANGED
 
 if TYPE_CHECKING:
     from bot.app import KiokuBot

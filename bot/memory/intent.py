@@ -23,9 +23,12 @@ form, because "remember…" in chat is usually reminiscence, not an instruction:
 * ``remember`` / ``don't forget`` must be followed by ``that``, ``:``, `` - ``, ``this``,
   ``my``, ``I``/``I'm``, ``we``/``our``, ``it``, ``for later``, ``the following``…
   — ``Remember when…``, ``Remember the Alamo``, ``Don't forget to vote`` do not count;
-* ``forget`` must be followed by ``that``, ``what``, ``about`` (not ``about it``),
-  ``my``, ``everything``, ``this``… — ``Forget it`` does not count;
-* the clause must not be a question (``Remember that party?``).
+* ``forget`` must be followed by ``that`` (and more: a clause-final ``forget that`` is
+  "never mind"), ``what``, ``about`` (not ``about it``), ``my``, ``everything``,
+  ``this``… — ``Forget it`` and ``forget all about it`` do not count;
+* ``never forget`` counts as ``don't forget``;
+* the clause must not be a question (``Remember that party?``); a tag question
+  (``…, ok?``, ``… right?``) asks for agreement, so the clause before it still counts.
 
 Always (with or without a marker): ``remember`` followed by ``when``, ``how``, ``if``,
 ``back``, ``the time``, ``that time/night/guy/party``… never counts (it asks to
@@ -79,10 +82,13 @@ _BARE_REMEMBER_OBJECT = (
 )
 _BARE_FORGET_OBJECT = (
     r"(?:\s*[:\u2014\u2013]|\s+-(?=\s)"
-    r"|\s+(?:that|this|these|what|about\s+(?!it\b)|my|everything|all|anything|i|i'm|i've"
+    # "forget that" ending its clause ("forget that, what's for dinner?") and "forget
+    # all about it" are "never mind", not deletion requests.
+    r"|\s+(?:that(?=\s*\S)|this|these|what|about\s+(?!it\b)|my|everything"
+    r"|all(?!\s+about\s+it\b)|anything|i|i'm|i've"
     r"|we|our|the\s+(?:thing|fact|part|stuff))\b)"
 )
-_DONT = r"(?:don't|dont|do\s+not)"
+_DONT = r"(?:don't|dont|do\s+not|never)"
 _ALWAYS = (
     rf"(?:memori[sz]e{_END}|keep\s+(?:(?:this|that|it)\s+)?in\s+mind{_END}"
     rf"|(?:make|take)\s+(?:a\s+)?note{_END}|note\s+(?:(?:this|that|it)\s+)?down{_END}"
@@ -101,6 +107,7 @@ _ADDRESSED = re.compile(
     rf"(?:remember{_END}{_REMEMBER_NEVER}|{_DONT}\s+forget{_END}|forget{_END}|{_ALWAYS}"
     r"|note\s+that\b)"
 )
+_TAG_QUESTION = re.compile(r"\s(?:ok|okay|alright|right|yeah|please|pls)\s*$")
 _BOT_REQUEST = re.compile(rf"{_REQUEST}\s+(?:please\s+)?")
 _INTERJECTION = re.compile(rf"(?:{_INTERJECTIONS})\b[\s:!-]*")
 _NAME_TAIL = r"\b[\s:!-]*"
@@ -186,6 +193,9 @@ def explicit_long_term_intent(
             carried = addressed and end == ","
             continue
         carried = False
-        if _verb_matches(rest, addressed, end == "?"):
+        # "remember that my cat is Miso, ok?": a tag question asks for agreement; the
+        # clause before it is still an instruction.
+        question = end == "?" and _TAG_QUESTION.search(rest) is None
+        if _verb_matches(rest, addressed, question):
             return True
     return False

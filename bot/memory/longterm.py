@@ -33,7 +33,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from bot.config import Settings
 from bot.db.repositories import longterm as repo
-from bot.db.repositories.longterm import Fact, FactEvent, ScoredFact
+from bot.db.repositories.longterm import STOP_WORDS, Fact, FactEvent, ScoredFact
 from bot.memory.clock import Clock, SystemClock
 from bot.memory.model import Provenance
 from bot.memory.sanitize import sanitize_value
@@ -65,6 +65,22 @@ SEARCH_LIMIT = 10
 _TOKEN = re.compile(r"\w+", re.UNICODE)
 # Spelling variants that should not make two statements of one fact look different.
 _CANONICAL = {"named": "called", "favourite": "favorite", "colour": "color"}
+_CONTRACTIONS = tuple(
+    (re.compile(pattern), replacement)
+    for pattern, replacement in (
+        (r"\bcan't\b", "can not"),
+        (r"\bwon't\b", "will not"),
+        (r"n't\b", " not"),
+        (r"\bi'm\b", "i am"),
+        (r"'re\b", " are"),
+        (r"'ve\b", " have"),
+        (r"'ll\b", " will"),
+        (r"'d\b", " would"),
+    )
+)
+# Words whose presence or absence alone does not make another fact ("The user's cat…"
+# is "My cat…"); anything else that differs does.
+_FILLER = STOP_WORDS | {"user", "users", "s", "also", "really", "still"}
 # Words that bind a subject to its value: "<subject> is/are/called <value>".
 _BINDERS = frozenset({"is", "are", "am", "was", "were", "called"})
 # Subjects that hold one value at a time: a new value replaces the old one.
@@ -140,8 +156,12 @@ class FactPage:
 
 def normalized_tokens(text: str) -> list[str]:
     """``text`` case-folded, without punctuation or extra whitespace, as words (a few
-    spelling variants made canonical: ``named`` → ``called``, ``colour`` → ``color``)."""
-    return [_CANONICAL.get(word, word) for word in _TOKEN.findall(text.casefold())]
+    spelling variants made canonical: ``named`` → ``called``, ``colour`` → ``color``;
+    contractions spelt out: ``I'm`` → ``i am``, ``don't`` → ``do not``)."""
+    folded = text.casefold().replace("\u2019", "'")
+    for pattern, replacement in _CONTRACTIONS:
+        folded = pattern.sub(replacement, folded)
+    return [_CANONICAL.get(word, word) for word in _TOKEN.findall(folded)]
 
 
 def _jaccard(a: Sequence[str], b: Sequence[str]) -> float:
@@ -173,9 +193,10 @@ def is_near_duplicate(new: str, old: str) -> bool:
 
     Two rules, on :func:`normalized_tokens`:
 
-    1. **Same words:** the word sets overlap by a Jaccard index of at least 0.8
-       ("My cat is called Miso." / "my cat is called miso!"), unless the words that
-       differ include a name or a number (two children, two meetings).
+    1. **Same words:** the word sets overlap by a Jaccard index of at least 0.8 and
+       the words that differ are all function words ("My cat is called Miso." / "my
+       cat is called miso!", "I am vegan" / "I'm not vegan"). One differing word that
+       carries meaning (cat / dog, sister / brother, Tom / Ben, 2 / 3) makes two facts.
     2. **Same subject, new value:** both say "<subject> <is/are/called…> <value>" with
        the same words up to a short value (at most six words each), where the value
        is a name ("my cat is called Miso" / "my cat is named Tofu") or the subject is
@@ -185,22 +206,9 @@ def is_near_duplicate(new: str, old: str) -> bool:
     a, b = normalized_tokens(new), normalized_tokens(old)
     if not a or not b:  # no words at all (emoji only): only the same text is a duplicate
         return " ".join(new.casefold().split()) == " ".join(old.casefold().split())
-    if _jaccard(a, b) >= JACCARD_THRESHOLD and not _differ_in_a_name_or_number(new, old):
+    if _jaccard(a, b) >= JACCARD_THRESHOLD and set(a) ^ set(b) <= _FILLER:
         return True
     return _same_subject_new_value(a, b)
-
-
-def _differ_in_a_name_or_number(new: str, old: str) -> bool:
-    """Whether the words the two texts do not share include a name (a capitalised word)
-    or a number: "my son Tom is allergic to peanuts" and the same about Ben are two
-    facts, however many other words they share."""
-    differing = set(normalized_tokens(new)) ^ set(normalized_tokens(old))
-    marked = {
-        word.casefold()
-        for word in _TOKEN.findall(f"{new} {old}")
-        if word[:1].isupper() or any(char.isdigit() for char in word)
-    }
-    return bool(differing & marked)
 
 
 # ------------------------------------------------------------------ the service

@@ -50,7 +50,7 @@ from bot.memory.sanitize import sanitize_value
 from bot.memory.singleflight import SingleFlight
 from bot.memory.spool import DurableSpool
 from bot.memory.storage import DB_TIMEOUT_SECONDS, MemoryUnavailable, storage
-from bot.memory.turn import REASON_CLEARED, REASON_STORAGE, TurnState
+from bot.memory.turn import REASON_CHANGED, REASON_CLEARED, REASON_STORAGE, TurnState
 from bot.memory.window import WindowCache
 
 log = logging.getLogger(__name__)
@@ -162,7 +162,6 @@ class PreparedTurn:
 LabelFor = Callable[[StmEntry], str | None]
 
 
-REASON_CHANGED = "the memory changed meanwhile; nothing was saved"
 REASON_ALL_EMPTY = (
     "every category would be empty; give at least one non-empty category value "
     '("" clears only the categories you list; a moderator wipes the memory with /refresh)'

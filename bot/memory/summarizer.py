@@ -45,10 +45,10 @@ from bot.llm.providers import ProviderCaps
 from bot.llm.tool_loop import UNAVAILABLE_MESSAGE, LlmUnavailable, run_tool_loop
 from bot.memory.gather import gather_new_messages, messages_after_marker
 from bot.memory.model import GuildConfig, Marker, RawMessage, StmEntry
-from bot.memory.prompt import VALUE_LIMIT
+from bot.memory.prompt import VALUE_LIMIT, render_memory_text
 from bot.memory.service import MemoryService
 from bot.memory.storage import MemoryUnavailable
-from bot.memory.turn import REASON_CLEARED, TurnState
+from bot.memory.turn import REASON_CHANGED, REASON_CLEARED, TurnState
 
 __all__ = [
     "MAX_BATCHES",
@@ -70,6 +70,7 @@ MAX_BATCHES = 5
 
 LATEST_MEMORIES = "[LATEST_MEMORIES]"
 CHAT_SUMMARY = "[CHAT_SUMMARY]"
+EARLIER_SUMMARY = "Summary from before these categories (fold what still matters into them):"
 SUMMARIZE_PROMPT = (
     "Please integrate the following new information into the existing summary. "
     f"Keep it under {VALUE_LIMIT} characters.\n\n"
@@ -226,7 +227,9 @@ def build_messages(
     categories: Mapping[str, str],
 ) -> list[dict[str, Any]]:
     """The chat messages of one summarizer call: the system message, then the filled
-    template. In category mode the "summary" is the JSON object of the current values."""
+    template. In category mode the "summary" is the JSON object of the current values
+    and, while none has a value yet, the summary from before the categories (the chat
+    model is shown it, so it is part of the memory to integrate into)."""
     latest = gather_new_messages(batch, None, len(batch))
     if config.category_mode:
         listed = "\n".join(
@@ -236,6 +239,8 @@ def build_messages(
         keys = ", ".join(json.dumps(category.slug) for category in config.categories)
         system = SYSTEM_CATEGORIES.replace("{categories}", listed).replace("{keys}", keys)
         existing = _categories_json(config, categories)
+        if summary.strip() and not any(v.strip() for v in categories.values()):
+            existing += f"\n\n{EARLIER_SUMMARY}\n{summary.strip()}"
     else:
         system = SYSTEM_SUMMARY
         existing = summary.strip() or NO_SUMMARY_YET
@@ -381,7 +386,9 @@ class Summarizer:
         skipped = max(0, len(new) - readable)
         new = new[skipped:]
         version = entry.version
-        summary = entry.summary
+        # What the chat model is shown as the memory is what gets integrated into: with
+        # no summary yet in summary mode, the values of categories from before.
+        summary = entry.summary if entry.has_summary else render_memory_text(entry, config)
         categories = dict(entry.categories)
         calls = 0
         try:
@@ -416,15 +423,9 @@ class Summarizer:
 
         if memory.epoch(channel_id) != epoch:
             return failed(CLEARED_MEANWHILE)
-        try:
-            current = await memory.entry(turn.channel_key, parent_channel_id=parent_channel_id)
-        except MemoryUnavailable as exc:
-            return failed(str(exc))
-        if current.version != version:
-            # The model (or an admin) wrote meanwhile: what we made is built on an older
-            # memory and would move the marker backwards over their update.
-            return failed(CHANGED_MEANWHILE)
-
+        # If the model (or an admin) wrote meanwhile, what we made is built on an older
+        # memory and would move the marker back over their update: the write checks the
+        # version under the channel's lock (``expected_version``) and refuses.
         marker = Marker.of(new[-1])
         if config.category_mode:
             # Every current value, unchanged ones included: the write moves the marker
@@ -433,15 +434,20 @@ class Summarizer:
                 c.slug: categories[c.slug] for c in config.categories if categories.get(c.slug)
             }
             result = await memory.update_stm(
-                turn, categories=values, origin="summarizer", marker=marker
+                turn,
+                categories=values,
+                origin="summarizer",
+                marker=marker,
+                expected_version=version,
             )
         else:
             result = await memory.update_stm(
-                turn, summary=summary, origin="summarizer", marker=marker
+                turn, summary=summary, origin="summarizer", marker=marker, expected_version=version
             )
         if not result.ok:
             reason = result.reason or "the memory could not be saved"
-            return failed(CLEARED_MEANWHILE if reason == REASON_CLEARED else reason)
+            known = {REASON_CLEARED: CLEARED_MEANWHILE, REASON_CHANGED: CHANGED_MEANWHILE}
+            return failed(known.get(reason, reason))
         written = memory.cache.get(turn.channel_key)
         return SummaryOutcome(
             "updated",

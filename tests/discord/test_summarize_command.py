@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
 
 import discord
 import pytest
@@ -200,3 +202,41 @@ async def test_after_a_restart_the_history_is_read_before_summarizing(
     (server, _) = await stored(kioku, kioku.env.channel.id)
     assert server.summary == SUMMARY
     assert server.covered_through_message_id == sent[-1].id
+
+
+async def test_a_refresh_during_the_history_backfill_is_not_summarized_back(
+    kioku: KiokuHarness, moderator: discord.Member, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await chat(kioku, 5, prefix="secret before the refresh")
+    # A restarted bot: the window is cold, so /stm summarize back-fills it first.
+    kioku.bot.memory.windows = WindowCache(per_channel=kioku.bot.settings.stm.raw_window)
+
+    fetched, release = asyncio.Event(), asyncio.Event()
+    real_history = discord.TextChannel.history
+    calls = 0
+
+    async def slow_history(self: Any, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+        nonlocal calls
+        calls += 1
+        first = calls == 1
+        messages = [m async for m in real_history(self, *args, **kwargs)]
+        if first:
+            fetched.set()
+            await release.wait()  # Discord is slow to answer the history request
+        for m in messages:
+            yield m
+
+    monkeypatch.setattr(discord.TextChannel, "history", slow_history)
+    kioku.llm.reply_text("Summary of the secret messages.")
+
+    summarize = asyncio.create_task(kioku.interactions.slash("stm summarize", user=moderator))
+    await asyncio.wait_for(fetched.wait(), 10)
+    refreshed = await kioku.interactions.slash("refresh", user=moderator)
+    assert refreshed.texts()
+    release.set()
+    result = await summarize
+
+    rows = await stored(kioku, kioku.env.channel.id)
+    prompts = [str(m.get("content")) for r in kioku.llm.requests for m in r["messages"]]
+    assert rows == [], (result.content, [r.summary for r in rows])
+    assert not any("secret before the refresh" in p for p in prompts)

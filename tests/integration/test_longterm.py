@@ -564,3 +564,64 @@ async def test_added_word_forms_do_not_let_recency_outweigh_relevance(
     await remember(service, CAT)
     notes = await service.recall_notes(ALICE, GUILD, "cat tuna", opted_in=False)
     assert notes == ["My cat eats tuna", CAT]
+
+
+# ------------------------------------------------- near-duplicates, non-English words
+
+DISTINCT = [
+    (
+        "My cat likes to sleep on the warm laptop keyboard in the evening",
+        "My dog likes to sleep on the warm laptop keyboard in the evening",
+    ),
+    (
+        "My sister works as a nurse at the city hospital on weekdays",
+        "My brother works as a nurse at the city hospital on weekdays",
+    ),
+    (
+        "my son tom is allergic to peanuts and tree nuts",
+        "my son ben is allergic to peanuts and tree nuts",
+    ),
+]
+
+
+@pytest.mark.parametrize(("old", "new"), DISTINCT)
+def test_facts_about_different_subjects_are_not_near_duplicates(old: str, new: str) -> None:
+    assert not is_near_duplicate(new, old)
+
+
+async def test_remembering_the_dog_does_not_erase_the_cat(
+    service: LongTermService, db: Database
+) -> None:
+    await remember(service, DISTINCT[0][0])
+    result = await service.remember(ALICE, GUILD, DISTINCT[0][1], by_model())
+    assert result.created, "the dog fact replaced the cat fact"
+    assert len(await rows(db)) == 2
+
+
+# Trivial restatements of one fact.
+VARIANTS = [
+    ("I am allergic to peanuts", "I'm allergic to peanuts"),
+    ("I am vegan", "I'm vegan"),
+    ("User's cat is called Miso", "The user's cat is called Miso."),
+]
+
+
+@pytest.mark.parametrize(("old", "new"), VARIANTS)
+def test_trivial_variants_are_near_duplicates(old: str, new: str) -> None:
+    assert is_near_duplicate(new, old)
+
+
+@pytest.mark.parametrize(
+    ("fact", "query"),
+    [
+        ("Ich wohne in der Hauptstraße 5", "Hauptstraße"),
+        ("Mein Lieblingsessen ist Grießbrei", "grießbrei"),
+        ("Η γάτα μου λέγεται Μίσος", "Μίσος"),
+    ],
+)
+async def test_a_non_english_word_finds_its_fact(
+    service: LongTermService, fact: str, query: str
+) -> None:
+    await remember(service, fact)
+    found = await service.search(ALICE, GUILD, query, opted_in=False)
+    assert [f.content for f in found] == [fact]

@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import select
@@ -17,7 +18,7 @@ from bot.db.models import ShortTermMemory, StmEvent
 from bot.llm.providers import capabilities
 from bot.llm.tool_loop import UNAVAILABLE_MESSAGE
 from bot.memory.model import Category, Marker, RawMessage, ScopeKey, message_hash
-from bot.memory.service import MemoryService
+from bot.memory.service import MemoryService, WriteResult
 from bot.memory.summarizer import (
     CHANGED_MEANWHILE,
     CLEARED_MEANWHILE,
@@ -651,3 +652,111 @@ async def test_with_a_tool_less_provider_the_summarizer_maintains_the_memory(
     assert {r.origin for r in stored} == {"summarizer"}
     assert stored[0].covered_through_message_id == answer.message_id
     assert (await service.entry(SERVER_KEY)).turns_since_refresh == 0
+
+
+# ------------------------------------------------- mode switches, concurrent writes
+
+OLD = "Alice is allergic to peanuts; the launch is on Friday."
+
+
+async def test_summarizer_after_switch_to_category_mode_is_given_the_old_summary(
+    db: Database, service: MemoryService, summarizer: Summarizer, llm: ScriptedLLM
+) -> None:
+    # The channel has a summary (summary mode), then an admin defines categories.
+    await seed_summary(service, summary=OLD)
+    await service.set_categories(GUILD, ALICE, CATEGORIES)
+    # What the chat model is shown as this channel's memory is still the old summary.
+    entry = await service.entry(SERVER_KEY)
+    assert entry.summary == OLD
+    post(service, 3, "venue talk")
+    llm.reply_text(json.dumps({"decisions": "The venue is booked."}))
+
+    outcome = await summarize(summarizer)
+    assert outcome.status == "updated"
+    # The summarizer integrates the new messages into the EXISTING memory: the old
+    # summary (what the chat model was shown) is in its prompt, or its facts vanish.
+    assert "allergic to peanuts" in user_prompt(llm, 0)
+    entry = await service.entry(SERVER_KEY)
+    assert (entry.summary, entry.categories) == ("", {"decisions": "The venue is booked."})
+
+
+async def test_summarizer_after_switch_back_to_summary_mode_is_given_the_old_categories(
+    db: Database, service: MemoryService, summarizer: Summarizer, llm: ScriptedLLM
+) -> None:
+    await service.set_categories(GUILD, ALICE, CATEGORIES)
+    ok = await service.admin_edit(
+        guild_id=GUILD,
+        channel_id=CHANNEL,
+        actor_user_id=ALICE,
+        categories={"decisions": "Launch on Friday; Alice is allergic to peanuts."},
+    )
+    assert ok.ok
+    await service.set_categories(GUILD, ALICE, [])
+    post(service, 3, "venue talk")
+    llm.reply_text("The venue is booked.")
+
+    assert (await summarize(summarizer)).status == "updated"
+    assert "allergic to peanuts" in user_prompt(llm, 0)
+    entry = await service.entry(SERVER_KEY)
+    assert (entry.summary, entry.categories) == ("The venue is booked.", {})
+
+
+async def test_a_model_write_in_flight_when_the_summary_is_checked_is_not_overwritten(
+    db: Database, service: MemoryService, summarizer: Summarizer, llm: ScriptedLLM
+) -> None:
+    """A model write holds the channel's lock (hydrating a key) when the summarizer's
+    answer arrives; it commits first. The summary, built on the older memory, must not
+    overwrite it (nor move the marker back): the version is checked under the lock."""
+    first = post(service, 2, "old")
+    await seed_summary(service, covered=first[-1], summary="Old summary.")
+    new = post(service, 4, "new")
+    gate = llm.hold()
+    llm.reply_text("Summary built on the old memory.")
+    task = asyncio.create_task(summarize(summarizer))
+    await llm.wait_for_requests(1)
+
+    # A chat turn of Bob: its write holds the channel lock while Bob's user key is
+    # still being loaded from the database.
+    newest = post(service, 1, "even newer")
+    turn = TurnState(
+        channel_id=CHANNEL,
+        user_id=BOB,
+        guild_id=GUILD,
+        config=await service.guild_config(GUILD),
+        epoch=service.epoch(CHANNEL),
+    )
+    turn.marker = Marker.of(newest[-1])
+    release = asyncio.Event()
+    loading = asyncio.Event()
+    real_entry = service.entry
+
+    async def slow_entry(key: ScopeKey, **kw: object):  # type: ignore[no-untyped-def]
+        if key == ScopeKey.user(BOB, CHANNEL, GUILD) and not release.is_set():
+            loading.set()
+            await release.wait()
+        return await real_entry(key, **kw)  # type: ignore[arg-type]
+
+    service.entry = slow_entry  # type: ignore[method-assign]
+    summarizer_writing = asyncio.Event()
+    real_update = service.update_stm
+
+    async def spy_update(turn: TurnState, **kw: Any) -> WriteResult:
+        if kw.get("origin") == "summarizer":
+            summarizer_writing.set()  # it goes on to wait for the channel's lock
+        return await real_update(turn, **kw)
+
+    service.update_stm = spy_update  # type: ignore[method-assign]
+    model_write = asyncio.create_task(service.update_stm(turn, summary="Model's fresh update."))
+    await asyncio.wait_for(loading.wait(), 10)
+    gate.set()  # the summarizer's answer arrives while the model write holds the lock
+    await asyncio.wait_for(summarizer_writing.wait(), 10)
+    release.set()
+    written = await model_write
+    outcome = await task
+
+    assert written.ok
+    assert (outcome.status, outcome.error) == ("failed", CHANGED_MEANWHILE)
+    server = [r for r in await rows(db) if r.scope_kind == "server"]
+    assert server[0].summary == "Model's fresh update."
+    assert server[0].covered_through_message_id == newest[-1].message_id
+    assert new[-1].message_id < newest[-1].message_id

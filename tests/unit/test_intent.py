@@ -63,9 +63,14 @@ POSITIVE = {
     "after-quote-line": "> he said hi\nremember that I'm vegan",
     "before-block-quote": "remember that I'm vegan\n>>> quoted text",
     "quote-marker-mid-line": "remember that a >>> b is a shift",
+    "tag-question-ok": "remember that my cat is Miso ok?",
+    "tag-question-comma": "remember that my cat is Miso, right?",
+    "never-forget": "Never forget that I'm allergic to nuts",
 }
 
 NEGATIVE = {
+    "forget-all-about-it": "forget all about it",
+    "forget-that-never-mind": "forget that, what's for dinner?",
     "cant-remember": "I can't remember the title",
     "i-remember-that": "I remember that",
     "do-you-remember": "Do you remember that?",
