@@ -21,6 +21,7 @@ from sqlalchemy.exc import DBAPIError
 
 from bot.config import Settings, SettingsError, load_settings
 from bot.db.engine import Database, DatabaseUnavailable, describe_url
+from bot.db.migrate import MigrationsMissing
 from bot.memory.spool import SpoolLocked
 
 EXIT_OK = 0
@@ -132,6 +133,8 @@ async def _migrate(database: Database) -> tuple[str | None, str | None]:
         return await migrate_database(database)
     except DatabaseUnavailable as exc:
         raise CliError(str(exc)) from None
+    except MigrationsMissing as exc:
+        raise CliError(str(exc), EXIT_CONFIG) from None
     except (OSError, TimeoutError) as exc:
         raise CliError(f"cannot reach {_where(database)}: {_one_line(exc)}") from None
     except Exception as exc:

@@ -38,8 +38,13 @@ from pydantic_settings import (
     SettingsConfigDict,
     TomlConfigSettingsSource,
 )
+from pydantic_settings import (
+    SettingsError as PydanticSettingsError,
+)
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
+
+from bot.llm.providers import provider_problem
 
 COMBINATION_ERROR = "settings_combination"
 
@@ -47,6 +52,7 @@ RenderMode = Literal["crude_summary", "supersede"]
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
 
 DEFAULT_CONFIG_FILE = Path("config/kioku.toml")
+DEFAULT_PERSONA_FILE = Path("config/persona.md")
 
 
 class Section(BaseModel):
@@ -151,7 +157,7 @@ class Settings(BaseSettings):
     provider: Annotated[str, Field(min_length=1, max_length=64)] = "openai"
     data_dir: Path = Path("./data")
     log_level: LogLevel = "INFO"
-    persona_file: Path = Path("config/persona.md")
+    persona_file: Path = DEFAULT_PERSONA_FILE
     owner_ids: list[int] = Field(default_factory=list)
 
     stm: StmSettings = Field(default_factory=StmSettings)
@@ -165,6 +171,15 @@ class Settings(BaseSettings):
         # `DISCORD_TOKEN=` (as config/example.env ships it) means "not set".
         token = value.get_secret_value().strip() if value is not None else ""
         return SecretStr(token) if token else None
+
+    @field_validator("provider")
+    @classmethod
+    def _check_provider(cls, value: str) -> str:
+        # A typo ("olama") would silently get the generic row, which assumes tool calls.
+        problem = provider_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
 
     @field_validator("log_level", mode="before")
     @classmethod
@@ -319,7 +334,8 @@ PROCESS_ONLY_VARIABLES = ("KIOKU_CONFIG", "KIOKU_ENV_FILE", "KIOKU_MIGRATIONS_DI
 
 
 def known_variables() -> list[str]:
-    """Every ``KIOKU_*`` name the bot reads: fields, ``<SECTION>__<FIELD>``, process-only."""
+    """Every ``KIOKU_*`` name the bot reads: fields, ``<SECTION>__<FIELD>``, process-only
+    (a whole section as JSON, ``KIOKU_STM={…}``, is read too, but never suggested)."""
     names = list(PROCESS_ONLY_VARIABLES)
     for name, field in Settings.model_fields.items():
         if isinstance(field.validation_alias, AliasChoices):
@@ -334,15 +350,18 @@ def known_variables() -> list[str]:
 def unknown_variables(names: Iterable[str], where: str) -> list[str]:
     """One line per ``KIOKU_*`` name that no setting reads (a typo would otherwise be
     ignored in silence, as the misspelt TOML key is not), with the likeliest meant one."""
-    known = known_variables()
+    known = set(known_variables())
+    sections = {f"KIOKU_{name.upper()}" for name in _SECTIONS}
+    # Compare without the shared prefix, which would make every name look alike; the
+    # conventional names are meant without it (KIOKU_DATABASE_URL is DATABASE_URL).
+    candidates = {k.removeprefix("KIOKU_"): k for k in known - sections}
+    candidates |= {name: name for name in _CONVENTIONAL}
     lines = []
     for name in sorted({n.upper() for n in names if n.upper().startswith("KIOKU_")}):
         if name in known:
             continue
-        # Compare without the shared prefix, which would make every name look alike.
-        bare = {k.removeprefix("KIOKU_"): k for k in known}
-        guess = difflib.get_close_matches(name.removeprefix("KIOKU_"), bare, n=1, cutoff=0.6)
-        hint = f": did you mean {bare[guess[0]]}?" if guess else " (see config/example.env)"
+        guess = difflib.get_close_matches(name.removeprefix("KIOKU_"), candidates, n=1, cutoff=0.6)
+        hint = f": did you mean {candidates[guess[0]]}?" if guess else " (see config/example.env)"
         lines.append(f"unknown setting {name} in {where}{hint}")
     return lines
 
@@ -363,9 +382,31 @@ def load_settings(**overrides: Any) -> Settings:
         return Settings(**overrides)
     except ValidationError as exc:
         raise SettingsError(format_validation_error(exc)) from None
+    except PydanticSettingsError as exc:  # a list or section variable that is not JSON
+        raise SettingsError(_not_json_line(exc)) from None
     except (OSError, ValueError) as exc:  # unreadable or malformed TOML file
         raise SettingsError(f"cannot read the configuration file: {exc}") from None
 
+
+_NOT_JSON = re.compile(r'error parsing value for field "(?P<field>\w+)"')
+
+
+def _not_json_line(exc: Exception) -> str:
+    found = _NOT_JSON.search(str(exc))
+    field = found.group("field") if found else "?"
+    variable = f"KIOKU_{field.upper()}"
+    value = os.environ.get(variable)
+    shown = f" = {_short_repr(value)}" if value is not None else ""
+    example = (
+        "a JSON list, e.g. [123456789012345678]"
+        if field == "owner_ids"
+        else f"a JSON object (or set single keys as {variable}__<NAME>)"
+    )
+    return f"invalid setting {field} ({variable}){shown}: must be {example}"
+
+
+_CONVENTIONAL = ("DISCORD_TOKEN", "DATABASE_URL", "OPENAI_API_KEY", "OPENAI_BASE_URL")
+_SECTIONS = ("stm", "llm", "longterm", "database")
 
 _TOP_LEVEL_ENV = {
     "discord_token": "DISCORD_TOKEN",
@@ -389,6 +430,10 @@ def format_validation_error(exc: ValidationError) -> str:
             lines.append(_combination_line(loc, error.get("ctx") or {}))
             continue
         key = ".".join(loc) if loc else "?"
+        if error["type"] == "extra_forbidden":
+            # Unknown variables were caught before; an unknown key is the TOML file's.
+            lines.append(_unknown_key_line(loc))
+            continue
         env = _TOP_LEVEL_ENV.get(loc[0]) if len(loc) == 1 else None
         if env is None:
             env = "KIOKU_" + "__".join(part.upper() for part in loc)
@@ -397,11 +442,27 @@ def format_validation_error(exc: ValidationError) -> str:
         shown = "<hidden>" if key in _SECRET_KEYS else _short_repr(value)
         message = str(error["msg"]).removeprefix("Value error, ")
         allowed = _allowed_for(loc)
-        hint = f" (allowed: {allowed})" if allowed and error["type"] != "extra_forbidden" else ""
-        if error["type"] == "extra_forbidden":
-            message = "unknown setting"
+        hint = f" (allowed: {allowed})" if allowed else ""
         lines.append(f"invalid setting {key} ({env}) = {shown}: {message}{hint}")
     return "\n".join(lines)
+
+
+def _unknown_key_line(loc: list[str]) -> str:
+    known = [
+        f"{name}.{inner}" if inner else name
+        for name, field in Settings.model_fields.items()
+        if not isinstance(field.validation_alias, AliasChoices)
+        for inner in (
+            field.annotation.model_fields
+            if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)
+            else [""]
+        )
+    ]
+    key = ".".join(loc)
+    guess = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+    hint = f": did you mean {guess[0]}?" if guess else ""
+    path = os.environ.get("KIOKU_CONFIG") or DEFAULT_CONFIG_FILE
+    return f"unknown key {key} in {path}{hint}"
 
 
 def _combination_line(section: list[str], ctx: dict[str, Any]) -> str:
@@ -465,7 +526,8 @@ def _describe(field: FieldInfo) -> str | None:
             lower, strict_lower = meta.gt, True
         elif isinstance(meta, annotated_types.Le):
             upper = meta.le
-    kind = {int: "integer", float: "number", bool: "true | false", str: "text"}.get(
+    # Text needs no "allowed": its validators say what is wrong with it.
+    kind = {int: "integer", float: "number", bool: "true | false"}.get(
         annotation if isinstance(annotation, type) else type(None)
     )
     if kind is None:

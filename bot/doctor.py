@@ -8,6 +8,7 @@ memory, so the row says it was skipped and passes.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -15,9 +16,9 @@ from dataclasses import dataclass
 import openai
 from sqlalchemy import text
 
-from bot.config import Settings
+from bot.config import DEFAULT_PERSONA_FILE, Settings
 from bot.db.engine import Database, describe_url
-from bot.db.migrate import current_revision, head_revision
+from bot.db.migrate import MigrationsMissing, current_revision, head_revision
 from bot.llm.client import make_client
 from bot.llm.providers import capabilities
 from bot.memory.spool import inspect_spool
@@ -58,9 +59,26 @@ async def doctor(settings: Settings) -> int:
         # Records that could not be read or applied: the operator should look at them.
         state += f"; {len(spool.set_aside)} set-aside file(s): {spool.set_aside[-1]}"
     checks.append(Check("spool", not spool.set_aside, state))
+    checks.append(_persona_check(settings))
     checks.extend(await _llm_checks(settings))
     print(render_table(checks))
     return 0 if all(check.ok for check in checks) else 1
+
+
+def _persona_check(settings: Settings) -> Check:
+    """The persona file: the built-in persona stands in when it is missing, which is
+    fine for the default path (an installed package has none) but not for a named one."""
+    path = settings.persona_file
+    try:
+        size = len(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        named = "KIOKU_PERSONA_FILE" in os.environ or path != DEFAULT_PERSONA_FILE
+        return Check(
+            "persona",
+            not named,
+            f"{path} not readable ({exc.__class__.__name__}): the built-in persona is used",
+        )
+    return Check("persona", True, f"{path} ({size} chars)")
 
 
 async def _database_checks(database: Database) -> list[Check]:
@@ -80,7 +98,11 @@ async def _database_checks(database: Database) -> list[Check]:
             f"PostgreSQL {version}, {describe_url(database.url)} ({elapsed_ms:.0f} ms)",
         )
     ]
-    current, head = await current_revision(database.engine), head_revision()
+    try:
+        head = head_revision()
+    except MigrationsMissing as exc:
+        return [*checks, Check("migrations", False, str(exc))]
+    current = await current_revision(database.engine)
     checks.append(
         Check(
             "migrations",
@@ -128,7 +150,12 @@ async def _timed(name: str, probe: Callable[[], Awaitable[str]]) -> Check:
 
 
 async def _list_models(client: openai.AsyncOpenAI, model: str) -> str:
-    page = await client.models.list()
+    try:
+        page = await client.models.list()
+    except (openai.NotFoundError, openai.PermissionDeniedError) as exc:
+        # Some gateways do not list models (404) or forbid it (403): the server
+        # answered, which is what this row checks; the tool-call row uses the model.
+        return f"reachable (it does not list models: HTTP {exc.status_code})"
     names = [item.id for item in page.data]
     listed = "listed" if model in names else "not listed (may still work)"
     return f"reachable, {len(names)} models, {model} {listed}"

@@ -141,5 +141,8 @@ def create_engine(url: URL, settings: Settings) -> AsyncEngine:
 def describe_url(url: URL) -> str:
     """A log-safe description of where the database is (never the password)."""
     socket_dir = url.query.get("host")
-    where = url.host or (socket_dir if isinstance(socket_dir, str) else "local socket")
-    return f"postgresql at {where}/{url.database}"
+    if url.host:
+        port = f":{url.port}" if url.port else ""
+        return f"postgresql at {url.host}{port}/{url.database}"
+    where = f"socket in {socket_dir}" if isinstance(socket_dir, str) else "local socket"
+    return f"postgresql at {where}, database {url.database}"

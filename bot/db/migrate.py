@@ -22,11 +22,20 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 MIGRATION_LOCK_ID = 0x6B696F6B75
 
 
+class MigrationsMissing(RuntimeError):
+    """The migration scripts are not where the configuration says."""
+
+
 def migrations_dir() -> Path:
     """Where the Alembic scripts are: ``KIOKU_MIGRATIONS_DIR``, the checkout, or the cwd."""
     override = os.environ.get("KIOKU_MIGRATIONS_DIR")
     if override:
-        return Path(override)
+        path = Path(override)
+        if not (path / "env.py").is_file():
+            raise MigrationsMissing(
+                f"KIOKU_MIGRATIONS_DIR={override} holds no Alembic scripts (no env.py there)"
+            )
+        return path
     beside_package = Path(__file__).resolve().parents[2] / "migrations"
     if beside_package.is_dir():
         return beside_package

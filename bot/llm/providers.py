@@ -14,6 +14,7 @@ which the ``notes`` say. Unknown names get a generic entry that assumes tool cal
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -217,6 +218,19 @@ _ALIASES: Mapping[str, str] = MappingProxyType(
 
 def _normalize(name: str) -> str:
     return "-".join(name.strip().lower().replace("_", "-").split())
+
+
+def provider_problem(name: str) -> str | None:
+    """Why ``name`` names no row of the table (with the likeliest meant one), or None."""
+    key = _normalize(name)
+    if key in PROVIDERS or key in _ALIASES:
+        return None
+    guess = difflib.get_close_matches(key, [*PROVIDERS, *_ALIASES], n=1, cutoff=0.6)
+    meant = f"did you mean {_ALIASES.get(guess[0], guess[0])!r}? " if guess else ""
+    return (
+        f"is not a known provider; {meant}known: {', '.join(sorted(PROVIDERS))} "
+        "('generic' fits any other OpenAI-compatible server)"
+    )
 
 
 def capabilities(name: str) -> ProviderCaps:

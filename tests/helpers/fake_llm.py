@@ -173,6 +173,8 @@ class ScriptedLLM:
         host: str = "127.0.0.1",
     ) -> None:
         self.model_id = model_id
+        # False: GET /models answers 404, as on gateways that do not list models.
+        self.lists_models = True
         self.fallback_text = fallback_text
         self.host = host
         self.unscripted = 0
@@ -409,6 +411,8 @@ class ScriptedLLM:
     # ---- HTTP handlers ---------------------------------------------------------------------
 
     async def _handle_models(self, request: web.Request) -> web.Response:
+        if not self.lists_models:  # some gateways have no GET /models
+            return web.json_response({"error": {"message": "not found"}}, status=404)
         return web.json_response(
             {
                 "object": "list",

@@ -156,6 +156,7 @@ async def test_doctor_passes_when_the_model_calls_the_tool(
         "database",
         "migrations",
         "spool",
+        "persona",
         "llm endpoint",
         "llm tool call",
     ]
@@ -190,6 +191,39 @@ async def test_doctor_skips_the_tool_call_for_a_provider_without_tool_calling(
         "skipped (provider novelai has no tool calling; the summarizer keeps memory)"
     )
     assert llm.requests == []
+
+
+async def test_doctor_accepts_an_endpoint_that_does_not_list_models(
+    llm: ScriptedLLM, pg_url: URL, migrated_database: Database, tmp_path: Path
+) -> None:
+    llm.lists_models = False
+    llm.reply_tool_calls([("ping", {"word": "pong"})])
+    result = await doctor_against(llm, pg_url, tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert doctor_rows(result.stdout)["llm endpoint"][1].startswith(
+        "reachable (it does not list models: HTTP 404)"
+    )
+
+
+async def test_doctor_fails_a_named_persona_file_that_is_missing(
+    llm: ScriptedLLM, pg_url: URL, migrated_database: Database, tmp_path: Path
+) -> None:
+    llm.reply_tool_calls([("ping", {"word": "pong"})])
+    missing = tmp_path / "no-such-persona.md"
+    result = await doctor_against(llm, pg_url, tmp_path, KIOKU_PERSONA_FILE=str(missing))
+    assert result.returncode == 1
+    status, detail = doctor_rows(result.stdout)["persona"]
+    assert status == "FAIL"
+    assert detail.startswith(f"{missing} not readable") and "built-in persona" in detail
+
+
+def test_a_migrations_dir_without_scripts_is_a_configuration_error(tmp_path: Path) -> None:
+    result = kioku("migrate", data_dir=tmp_path, KIOKU_MIGRATIONS_DIR=str(tmp_path / "nope"))
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"kioku: KIOKU_MIGRATIONS_DIR={tmp_path / 'nope'} holds no Alembic scripts "
+        "(no env.py there)"
+    )
 
 
 async def fresh_database(migrated_database: Database, name: str) -> None:

@@ -119,8 +119,76 @@ def test_database_password_is_not_echoed(monkeypatch: pytest.MonkeyPatch) -> Non
 
 def test_unknown_key_in_toml_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     write_toml(tmp_path, "[stm]\nrefresh_cadance = 3\n", monkeypatch)
-    with pytest.raises(SettingsError, match=r"stm\.refresh_cadance .*unknown setting"):
+    with pytest.raises(SettingsError) as caught:
         load_settings()
+    assert str(caught.value) == (
+        f"unknown key stm.refresh_cadance in {tmp_path / 'kioku.toml'}: "
+        "did you mean stm.refresh_cadence?"
+    )
+
+
+def test_a_section_key_at_the_top_of_the_toml_file_is_pointed_to_its_section(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_toml(tmp_path, "refresh_cadence = 3\n", monkeypatch)
+    with pytest.raises(SettingsError, match=r"unknown key refresh_cadence .*stm\.refresh_cadence"):
+        load_settings()
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "expected"),
+    [
+        (
+            "KIOKU_OWNER_IDS",
+            "123,456",
+            "invalid setting owner_ids (KIOKU_OWNER_IDS) = '123,456': "
+            "must be a JSON list, e.g. [123456789012345678]",
+        ),
+        (
+            "KIOKU_STM",
+            "notjson",
+            "invalid setting stm (KIOKU_STM) = 'notjson': must be a JSON object "
+            "(or set single keys as KIOKU_STM__<NAME>)",
+        ),
+    ],
+)
+def test_a_list_or_section_variable_that_is_not_json_is_named(
+    monkeypatch: pytest.MonkeyPatch, name: str, value: str, expected: str
+) -> None:
+    monkeypatch.setenv(name, value)
+    with pytest.raises(SettingsError) as caught:
+        load_settings()
+    assert str(caught.value) == expected
+
+
+@pytest.mark.parametrize(
+    ("name", "meant"),
+    [("KIOKU_DATABASE_URL", "DATABASE_URL"), ("KIOKU_DISCORD_TOKEN", "DISCORD_TOKEN")],
+)
+def test_a_prefixed_conventional_name_points_to_the_real_one(
+    monkeypatch: pytest.MonkeyPatch, name: str, meant: str
+) -> None:
+    monkeypatch.setenv(name, "x")
+    with pytest.raises(SettingsError, match=f"did you mean {meant}\\?$"):
+        load_settings()
+
+
+@pytest.mark.parametrize(("typed", "meant"), [("olama", "ollama"), ("novelia", "novelai")])
+def test_a_misspelt_provider_is_refused_with_the_likely_one(
+    monkeypatch: pytest.MonkeyPatch, typed: str, meant: str
+) -> None:
+    # The generic row it would otherwise get assumes tool calling (novelai has none).
+    monkeypatch.setenv("KIOKU_PROVIDER", typed)
+    with pytest.raises(SettingsError, match=f"did you mean '{meant}'\\? known: .*generic"):
+        load_settings()
+
+
+@pytest.mark.parametrize("name", ["Azure-OpenAI", "LM_Studio", "generic", "llama.cpp"])
+def test_provider_aliases_and_generic_are_accepted(
+    monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    monkeypatch.setenv("KIOKU_PROVIDER", name)
+    assert load_settings().provider == name
 
 
 @pytest.mark.parametrize(

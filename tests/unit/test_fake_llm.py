@@ -301,6 +301,13 @@ async def test_models_endpoint_lists_configured_model() -> None:
     assert [m.id for m in page.data] == ["kioku-small"]
 
 
+async def test_models_endpoint_can_be_absent_like_on_some_gateways() -> None:
+    async with ScriptedLLM() as server, openai_client(server) as client:
+        server.lists_models = False
+        with pytest.raises(openai.NotFoundError):
+            await client.models.list()
+
+
 async def test_stop_is_prompt_while_a_reply_is_delayed() -> None:
     """stop() must not wait out a long scripted delay (the handler is woken and dropped)."""
     server = await ScriptedLLM().start()
