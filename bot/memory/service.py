@@ -187,8 +187,8 @@ def answering(
     in the channel's queue answers its own message, not what was said after it (those
     messages have turns of their own); the bot's replies to earlier messages, sent while
     it waited, stay, before the message being answered, so the conversation ends with it."""
-    if source_message_id is None:
-        return window
+    if source_message_id is None or not window or window[-1].message_id <= source_message_id:
+        return window  # the usual case: nothing was said after the message
     source = [m for m in window if m.message_id == source_message_id]
     before = [
         m
@@ -814,8 +814,11 @@ class MemoryService:
         for user_id, forgotten_at in list(self._forgotten_elsewhere.items()):
             if started_at is not None and started_at > forgotten_at:
                 continue
-            if any(e.derived_from(user_id) for e in entries):
-                self.spool.append_forget(user_id, forgotten_at)
+            holding = [e for e in entries if e.derived_from(user_id)]
+            if holding:
+                # Up to this write's own time: the replayed deletion must reach its rows.
+                at = max(forgotten_at, *(e.updated_at for e in holding))
+                self.spool.append_forget(user_id, at)
 
     async def _flush_queue(self) -> None:
         """Group commit: writes that queue up while one transaction is in flight go

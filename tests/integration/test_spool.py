@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import resource
+import signal
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
@@ -17,8 +19,10 @@ from bot.db.engine import Database
 from bot.db.models import ShortTermMemory, StmEvent
 from bot.memory import spool as spool_module
 from bot.memory.model import ScopeKey
-from bot.memory.service import MemoryService
+from bot.memory.service import MemoryService, WriteResult
 from bot.memory.spool import DurableSpool, SpoolLocked, count_pending, inspect_spool, spool_path
+from bot.memory.storage import MemoryUnavailable
+from bot.memory.turn import TurnState
 from tests.helpers.builders import ALICE, BOB, BOT, CHANNEL, GUILD, ManualClock, make_service
 from tests.helpers.fake_llm import refused_base_url
 
@@ -46,7 +50,7 @@ async def summaries(db: Database) -> list[tuple[str, str, int]]:
         return [(r.scope_kind, r.summary, r.version) for r in rows]
 
 
-async def turn_for(service: MemoryService, user: int = ALICE) -> object:
+async def turn_for(service: MemoryService, user: int = ALICE) -> TurnState:
     prepared = await service.prepare_turn(
         channel_id=CHANNEL, user_id=user, guild_id=GUILD, bot_user_id=BOT
     )
@@ -66,7 +70,7 @@ async def test_a_refused_write_is_spooled_and_acknowledged_as_pending(
     service = make_service(db.sessions, settings, ManualClock(), spool=spool)
     turn = await turn_for(service)  # warm: hydrated while the database was up
     real = await outage(service, dead_engine)
-    result = await service.update_stm(turn, summary="written during the outage")  # type: ignore[arg-type]
+    result = await service.update_stm(turn, summary="written during the outage")
     assert str(result) == "saved, pending sync"
     assert spool.pending == 1 and service.pending_sync == 1
     assert count_pending(spool.path.parent.parent) == 1
@@ -90,13 +94,13 @@ async def test_replay_never_overwrites_a_newer_version(
     service = make_service(db.sessions, settings, ManualClock(), spool=spool)
     turn = await turn_for(service)
     real = await outage(service, dead_engine)
-    await service.update_stm(turn, summary="spooled v1")  # type: ignore[arg-type]
+    await service.update_stm(turn, summary="spooled v1")
     service._sessions = real
     # Meanwhile another process wrote a newer version straight to the database.
     other = make_service(db.sessions, settings, ManualClock())
     entry = await other.entry(SERVER_KEY)
     entry.version = 5
-    await other.update_stm(await turn_for(other, BOB), summary="newer from elsewhere")  # type: ignore[arg-type]
+    await other.update_stm(await turn_for(other, BOB), summary="newer from elsewhere")
     await spool.replay(db.sessions)
     assert ("server", "newer from elsewhere", 6) in await summaries(db)
 
@@ -107,7 +111,7 @@ async def test_a_clear_during_the_outage_is_replayed_after_the_writes(
     service = make_service(db.sessions, settings, ManualClock(), spool=spool)
     turn = await turn_for(service)
     real = await outage(service, dead_engine)
-    await service.update_stm(turn, summary="to be wiped")  # type: ignore[arg-type]
+    await service.update_stm(turn, summary="to be wiped")
     receipt = await service.clear_channel(CHANNEL, guild_id=GUILD, actor_user_id=BOB)
     assert receipt.pending_sync
     # Nothing brings it back before the replay either.
@@ -123,7 +127,7 @@ async def test_forget_me_during_the_outage_is_replayed(
     db: Database, settings: Settings, spool: DurableSpool, dead_engine: AsyncEngine
 ) -> None:
     service = make_service(db.sessions, settings, ManualClock(), spool=spool)
-    await service.update_stm(await turn_for(service), summary="Alice's plans")  # type: ignore[arg-type]
+    await service.update_stm(await turn_for(service), summary="Alice's plans")
     real = await outage(service, dead_engine)
     receipt = await service.forget_user(ALICE)
     assert receipt.pending_sync
@@ -138,9 +142,9 @@ async def test_a_restarted_process_prefers_spooled_state_over_older_rows(
     first = make_service(
         db.sessions, settings, ManualClock(), spool=DurableSpool(spool_path(tmp_path))
     )
-    await first.update_stm(await turn_for(first), summary="in the database")  # type: ignore[arg-type]
+    await first.update_stm(await turn_for(first), summary="in the database")
     real = await outage(first, dead_engine)
-    await first.update_stm(await turn_for(first), summary="only in the spool")  # type: ignore[arg-type]
+    await first.update_stm(await turn_for(first), summary="only in the spool")
     assert first.spool is not None
     first.spool.close()
 
@@ -150,7 +154,7 @@ async def test_a_restarted_process_prefers_spooled_state_over_older_rows(
     entry = await restarted.entry(SERVER_KEY)
     assert (entry.summary, entry.version) == ("only in the spool", 2)
     # A write before the replay gets the next version, so the replay cannot beat it.
-    await restarted.update_stm(await turn_for(restarted), summary="after restart")  # type: ignore[arg-type]
+    await restarted.update_stm(await turn_for(restarted), summary="after restart")
     await reopened.replay(db.sessions)
     assert ("server", "after restart", 3) in await summaries(db)
 
@@ -162,13 +166,15 @@ async def back_online(service: MemoryService, real: async_sessionmaker) -> None:
     service._sessions = real
 
 
-async def spooled_write(service: MemoryService, dead_engine: AsyncEngine, summary: str) -> object:
+async def spooled_write(
+    service: MemoryService, dead_engine: AsyncEngine, summary: str
+) -> WriteResult:
     """One STM update made while the database refuses connections; then it is back (the
     replayer has not run yet)."""
     turn = await turn_for(service)
     real = await outage(service, dead_engine)
     try:
-        return await service.update_stm(turn, summary=summary)  # type: ignore[arg-type]
+        return await service.update_stm(turn, summary=summary)
     finally:
         await back_online(service, real)
 
@@ -208,13 +214,13 @@ async def test_writes_after_the_outage_queue_behind_the_spool_until_it_is_replay
 ) -> None:
     service = make_service(db.sessions, settings, ManualClock(), spool=spool)
     first = await spooled_write(service, dead_engine, "v1 during the outage")
-    second = await service.update_stm(await turn_for(service), summary="v2 after it")  # type: ignore[arg-type]
+    second = await service.update_stm(await turn_for(service), summary="v2 after it")
 
     assert (str(first), str(second)) == ("saved, pending sync", "saved, pending sync")
     assert await summaries(db) == []
     await spool.replay(db.sessions)
     assert await summaries(db) == [("server", "v2 after it", 2), ("user", "v2 after it", 2)]
-    third = await service.update_stm(await turn_for(service), summary="v3 direct")  # type: ignore[arg-type]
+    third = await service.update_stm(await turn_for(service), summary="v3 direct")
     assert str(third) == "saved" and spool.pending == 0
 
 
@@ -226,7 +232,7 @@ async def test_hydration_takes_a_newer_row_over_an_older_spooled_state(
     # Another process writes the same memory, newer, straight to the database.
     other = make_service(db.sessions, settings, ManualClock())
     (await other.entry(SERVER_KEY)).version = 5
-    await other.update_stm(await turn_for(other, BOB), summary="newer from elsewhere")  # type: ignore[arg-type]
+    await other.update_stm(await turn_for(other, BOB), summary="newer from elsewhere")
     service.drop_all()  # e.g. the notice connection was lost and came back
 
     entry = await service.entry(SERVER_KEY)
@@ -335,7 +341,7 @@ async def test_a_replayed_clear_never_deletes_a_newer_write(
     record["at"] = clock.now().isoformat()
     clock.advance(seconds=60)
     service.spool_replayed()
-    await service.update_stm(await turn_for(service), summary="written after the clear")  # type: ignore[arg-type]
+    await service.update_stm(await turn_for(service), summary="written after the clear")
     # A crash between the replay's commit and the spool's rewrite replays the clear again.
     spool._write(record)
     await spool.replay(db.sessions)
@@ -348,7 +354,7 @@ async def test_the_replayer_retries_at_once_when_told_the_database_is_back(
     service = make_service(db.sessions, settings, ManualClock(), spool=spool)
     turn = await turn_for(service)
     await outage(service, dead_engine)
-    await service.update_stm(turn, summary="waiting")  # type: ignore[arg-type]
+    await service.update_stm(turn, summary="waiting")
     sessions: list[async_sessionmaker] = [async_sessionmaker(dead_engine)]  # type: ignore[type-arg]
     failed, replayed = asyncio.Event(), asyncio.Event()
 
@@ -357,7 +363,7 @@ async def test_the_replayer_retries_at_once_when_told_the_database_is_back(
 
     task = asyncio.create_task(
         spool.run_replayer(
-            current_sessions,  # type: ignore[arg-type]
+            current_sessions,
             on_replayed=replayed.set,
             on_retry=lambda _exc: failed.set(),
             first_wait_seconds=3600,  # only a wake-up can make it retry within the test
@@ -380,7 +386,7 @@ async def test_new_writes_during_an_outage_do_not_cut_the_backoff_short(
     service = make_service(db.sessions, settings, ManualClock(), spool=spool)
     turn = await turn_for(service)
     await outage(service, dead_engine)
-    await service.update_stm(turn, summary="first")  # type: ignore[arg-type]
+    await service.update_stm(turn, summary="first")
     attempts: list[Exception] = []
     failed = asyncio.Event()
 
@@ -396,7 +402,7 @@ async def test_new_writes_during_an_outage_do_not_cut_the_backoff_short(
     try:
         await asyncio.wait_for(failed.wait(), timeout=30)
         for n in range(20):  # each append wakes an idle replayer, not one backing off
-            await service.update_stm(await turn_for(service), summary=f"more {n}")  # type: ignore[arg-type]
+            await service.update_stm(await turn_for(service), summary=f"more {n}")
             await asyncio.sleep(0)  # let the replayer run if anything woke it
     finally:
         task.cancel()
@@ -412,7 +418,7 @@ async def test_a_transient_refusal_is_retried_never_set_aside(
     db: Database, settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     service = make_service(db.sessions, settings, ManualClock())
-    await service.update_stm(await turn_for(service), summary="Alice's plans")  # type: ignore[arg-type]
+    await service.update_stm(await turn_for(service), summary="Alice's plans")
     spool = DurableSpool(spool_path(tmp_path))
     spool.append_forget(ALICE, ManualClock().now().replace(year=2030))
     real = spool_module._apply
@@ -469,3 +475,232 @@ async def test_a_failed_rewrite_leaves_the_spool_writable(
     assert spool.pending == 1
     spool.close()
     assert DurableSpool(spool_path(tmp_path)).pending >= 1
+
+
+# ---------------------------------------- failed appends; deletions waiting in a spool
+
+
+async def test_a_spool_append_refused_by_a_full_disk_is_not_replayed_after_a_restart(
+    db: Database, settings: Settings, tmp_path: Path, dead_engine: AsyncEngine
+) -> None:
+    """Disk full while the database is down: the write is (correctly) rejected and the
+    cache rolled back. Space comes back, the next write is acknowledged "saved, pending
+    sync", then the process is killed before the database returns. After the restart the
+    replay must store the acknowledged write, never the rejected one."""
+    spool = DurableSpool(spool_path(tmp_path))
+    service = make_service(db.sessions, settings, ManualClock(), spool=spool)
+    turn = await turn_for(service)  # warm while the database is up
+    real = service._sessions
+    service._sessions = async_sessionmaker(dead_engine)  # the database goes down
+    assert str(await service.update_stm(turn, summary="one")) == "saved, pending sync"
+
+    # The disk fills up: the kernel refuses to grow any file past its current size.
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (spool.path.stat().st_size, hard))
+    try:
+        rejected = await service.update_stm(await turn_for(service), summary="REJECTED")
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, previous)
+    assert not rejected.ok  # correctly reported as not saved
+    assert (await service.entry(SERVER_KEY)).summary == "one"  # and rolled back
+
+    acknowledged = await service.update_stm(await turn_for(service), summary="acknowledged")
+    assert str(acknowledged) == "saved, pending sync"
+    assert spool.pending == 2
+    spool.close()  # SIGKILL: the process is gone before the database is back
+
+    reopened = DurableSpool(spool_path(tmp_path))
+    pending_after_restart = reopened.pending
+    await reopened.replay(real)
+    stored = await summaries(db)
+    assert (pending_after_restart, stored) == (
+        2,
+        [("server", "acknowledged", 2), ("user", "acknowledged", 2)],
+    )
+
+
+async def test_a_refresh_still_in_the_spool_after_a_restart_does_not_bring_the_memory_back(
+    db: Database, settings: Settings, tmp_path: Path, dead_engine: AsyncEngine
+) -> None:
+    """/refresh during an outage is spooled (``pending_sync``); the process restarts with
+    it still pending. Until it is replayed, hydration must not serve the wiped row (the
+    running process has a tombstone for exactly this; a restarted one has none)."""
+    first = make_service(
+        db.sessions, settings, ManualClock(), spool=DurableSpool(spool_path(tmp_path))
+    )
+    await first.update_stm(await turn_for(first), summary="wiped secret")
+    real = first._sessions
+    first._sessions = async_sessionmaker(dead_engine)
+    receipt = await first.clear_channel(CHANNEL, guild_id=GUILD, actor_user_id=BOB)
+    assert receipt.pending_sync
+    assert not (await first.entry(SERVER_KEY)).has_content  # the running process: fine
+    assert first.spool is not None
+    first.spool.close()
+
+    # Restart; the database is reachable again but the replayer has not run yet.
+    restarted = make_service(
+        real, settings, ManualClock(), spool=DurableSpool(spool_path(tmp_path))
+    )
+    assert restarted.pending_sync == 1
+    prepared = await restarted.prepare_turn(
+        channel_id=CHANNEL, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT
+    )
+    assert prepared.entry.summary == ""  # the wiped memory is not in the prompt
+
+
+async def test_a_refresh_heard_by_notice_is_not_undone_by_this_processs_spooled_write(
+    db: Database, settings: Settings, tmp_path: Path, dead_engine: AsyncEngine
+) -> None:
+    """Process A spooled a write (database blip). Process B runs /refresh on the channel;
+    A hears the clear notice (evicts, new epoch). A's replay will correctly skip the
+    spooled write (the turn started before the clear), but until then A's hydration
+    serves the spooled, wiped text from ``spool.latest`` - and once the replay has run,
+    A's cache still holds it while the database holds nothing."""
+    spool = DurableSpool(spool_path(tmp_path))
+    a = make_service(db.sessions, settings, ManualClock(), spool=spool)
+    turn = await turn_for(a)
+    real = a._sessions
+    a._sessions = async_sessionmaker(dead_engine)
+    assert str(await a.update_stm(turn, summary="wiped by the refresh")) == "saved, pending sync"
+    a._sessions = real  # the database is back; A's replayer is still backing off
+
+    clock_b = ManualClock()
+    clock_b.advance(seconds=5)
+    b = make_service(db.sessions, settings, clock_b)
+    await b.clear_channel(CHANNEL, guild_id=GUILD, actor_user_id=BOB)
+    a.apply_notice({"o": b.instance_id, "t": "clear", "c": CHANNEL})  # as delivered
+
+    during = (await a.entry(SERVER_KEY)).summary
+    await spool.replay(db.sessions)
+    a.spool_replayed()
+    after = (await a.entry(SERVER_KEY)).summary
+    observed = (during, after, await summaries(db))
+    assert observed == ("", "", []), observed
+
+
+async def test_forget_me_also_removes_the_users_words_from_set_aside_spool_files(
+    db: Database, settings: Settings, tmp_path: Path
+) -> None:
+    """A spooled record the database refused is moved to ``stm.corrupt-*.jsonl`` with its
+    full memory text. /forget-me must remove everything derived from the user (tables
+    *and spool*); the set-aside copy is never touched."""
+    spool = DurableSpool(spool_path(tmp_path))
+    service = make_service(db.sessions, settings, ManualClock(), spool=spool)
+    entry = await service.entry(SERVER_KEY)
+    poisoned = replace(entry, key=ScopeKey.server(GUILD, 2**63 + 5))  # refused by the DB
+    poisoned.summary, poisoned.version = "Alice's home address", 1
+    poisoned.contributor_ids = [ALICE]
+    spool.append([poisoned])
+    await spool.replay(db.sessions)  # set aside, as designed
+    service.spool_replayed()
+
+    receipt = await service.forget_user(ALICE)
+
+    assert not receipt.pending_sync
+    leftovers = [
+        p.name
+        for p in spool.path.parent.iterdir()
+        if "Alice's home address" in p.read_text(encoding="utf-8", errors="replace")
+    ]
+    assert leftovers == []
+
+
+async def test_a_refresh_that_failed_does_not_leave_the_channel_unwritable_forever(
+    db: Database,
+    settings: Settings,
+    tmp_path: Path,
+    dead_engine: AsyncEngine,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """/refresh while the database is down and the spool cannot be written (disk full):
+    the command correctly reports failure. But the channel keeps its tombstone, so once
+    everything is healthy again every STM write there is built on version 0 and refused
+    as stale by the existing row - for as long as the process lives."""
+    spool = DurableSpool(spool_path(tmp_path))
+    service = make_service(db.sessions, settings, ManualClock(), spool=spool)
+    for n in range(3):
+        await service.update_stm(await turn_for(service), summary=f"v{n + 1}")
+    real = service._sessions
+    service._sessions = async_sessionmaker(dead_engine)
+
+    def disk_full(*_args: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(spool, "append_clear", disk_full)
+    with pytest.raises(MemoryUnavailable):  # reported as failed: correct
+        await service.clear_channel(CHANNEL, guild_id=GUILD, actor_user_id=BOB)
+    service._sessions = real  # database and disk are fine again
+
+    results = [
+        str(await service.update_stm(await turn_for(service), summary=f"after recovery {n}"))
+        for n in range(3)
+    ]
+    assert results == ["saved"] * 3
+
+
+async def test_a_forget_me_still_in_the_spool_after_a_restart_does_not_bring_the_memory_back(
+    db: Database, settings: Settings, tmp_path: Path, dead_engine: AsyncEngine
+) -> None:
+    """Same as the refresh case for /forget-me: spooled during an outage, the process
+    restarts, the database answers before the replayer has run."""
+    first = make_service(
+        db.sessions, settings, ManualClock(), spool=DurableSpool(spool_path(tmp_path))
+    )
+    await first.update_stm(await turn_for(first), summary="Alice's diary")
+    real = first._sessions
+    first._sessions = async_sessionmaker(dead_engine)
+    assert (await first.forget_user(ALICE)).pending_sync
+    assert first.spool is not None
+    first.spool.close()
+
+    restarted = make_service(
+        real, settings, ManualClock(), spool=DurableSpool(spool_path(tmp_path))
+    )
+    assert restarted.pending_sync == 1
+    prepared = await restarted.prepare_turn(
+        channel_id=CHANNEL, user_id=BOB, guild_id=GUILD, bot_user_id=BOT
+    )
+    assert "Alice's diary" not in prepared.entry.summary
+
+
+async def test_a_forget_me_heard_while_a_write_of_theirs_is_on_its_way_to_the_spool(
+    db: Database, settings: Settings, tmp_path: Path
+) -> None:
+    """Process B's write of Alice's words is in flight when its database stalls. Process A
+    runs /forget-me (its database is fine) and B hears the notice *before* the write
+    times out: ``holds_user`` is still False, so no deletion is queued. The write then
+    lands in the spool and is replayed whenever B's database answers again - after A's
+    one-off sweep (10 s) if the stall lasts longer - and Alice's words are back."""
+    connected = asyncio.Event()
+
+    async def swallow(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connected.set()
+        await reader.read()  # accept, never answer: a stalled database
+
+    server = await asyncio.start_server(swallow, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    stalled = create_async_engine(f"postgresql+asyncpg://u:p@127.0.0.1:{port}/db")
+    try:
+        spool = DurableSpool(spool_path(tmp_path))
+        b = make_service(db.sessions, settings, ManualClock(), spool=spool)
+        turn = await turn_for(b)
+        real = b._sessions
+        b._sessions = async_sessionmaker(stalled)
+        write = asyncio.create_task(b.update_stm(turn, summary="Alice's words"))
+        await asyncio.wait_for(connected.wait(), 5)  # the write waits on the stalled database
+
+        a = make_service(db.sessions, settings, ManualClock())
+        a.forget_sweep_seconds = 0.01  # its sweep is over before B's database is back
+        await a.forget_user(ALICE)
+        await a.drain_sweeps()
+        b.apply_notice({"o": a.instance_id, "t": "forget", "u": ALICE})  # as delivered
+
+        assert str(await write) == "saved, pending sync"  # after DB_TIMEOUT_SECONDS
+        b._sessions = real
+        await spool.replay(db.sessions)
+        assert await summaries(db) == []
+    finally:
+        await stalled.dispose()
+        server.close()
