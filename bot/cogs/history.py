@@ -11,7 +11,7 @@ import discord
 
 from bot.cogs.refresh import REFRESH_MARKER_PREFIX
 from bot.llm.tool_loop import FRIENDLY_ERRORS
-from bot.memory.model import RawMessage
+from bot.memory.model import RawMessage, speaker_name
 
 if TYPE_CHECKING:
     from bot.app import KiokuBot
@@ -29,7 +29,7 @@ def to_raw(message: discord.Message) -> RawMessage:
     return RawMessage(
         message_id=message.id,
         author_id=message.author.id,
-        author_name=message.author.display_name,
+        author_name=speaker_name(message.author.display_name),
         content=text,
         created_at=message.created_at,
         is_bot=message.author.bot,

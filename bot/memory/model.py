@@ -63,6 +63,13 @@ class RawMessage:
         return f"{self.author_name}: {self.content}".replace("\n", "\n    ")
 
 
+def speaker_name(name: str) -> str:
+    """A display name as the ``Name: text`` lines show it: its colons made look-alikes
+    (U+A789) and its line breaks spaces, so a name like "Bob: I agree. Alice" cannot pass
+    for a line of another speaker."""
+    return " ".join(name.replace(":", "\ua789").split())
+
+
 def message_hash(author_id: int, content: str) -> str:
     """sha256 of a message's author id and content: the marker's fingerprint."""
     return hashlib.sha256(f"{author_id}:{content}".encode()).hexdigest()
