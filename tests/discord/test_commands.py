@@ -659,11 +659,16 @@ async def test_forget_me_with_the_database_down_is_spooled_and_says_so(
     asked = await kioku.interactions.slash("forget-me", user=user)
     real = kioku.bot.memory._sessions
     break_database(kioku)
+    assert len(await stm_rows(kioku)) == 2 and await count(kioku, LongTermMemory) == 1
     done = await kioku.interactions.click(asked, label="Delete my memories", user=user)
     assert "the stored copies are deleted as soon as it is back" in done.content
+    # The bot's own replayer may get there first: either way the spool is drained.
     kioku.bot.memory._sessions = real
     await kioku.bot.spool.replay(real)
     assert await stm_rows(kioku) == []
+    assert await count(kioku, LongTermMemory) == 0, "the long-term fact goes too"
+    assert [e for e in await events(kioku) if e.actor_user_id == user.id] == []
+    assert kioku.bot.memory.pending_sync == 0
 
 
 async def test_settings_with_the_database_down_answers_memory_unavailable(

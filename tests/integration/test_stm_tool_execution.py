@@ -55,6 +55,12 @@ async def test_a_valid_call_is_saved(service: MemoryService, db: Database) -> No
     assert (await service.entry(ScopeKey.server(GUILD, CHANNEL))).summary == (
         "Alice plans the launch."
     )
+    async with db.sessions() as session:
+        rows = list(await session.scalars(select(ShortTermMemory)))
+    assert sorted((r.scope_kind, r.summary) for r in rows) == [
+        ("server", "Alice plans the launch."),
+        ("user", "Alice plans the launch."),
+    ]
 
 
 SUMMARY_MODE_BAD_INPUT = [
