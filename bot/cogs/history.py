@@ -57,6 +57,9 @@ async def backfill(
                 history.append(to_raw(old))
     except discord.HTTPException as exc:
         log.info("no history back-fill for channel %s: %s", channel_id, exc.status)
+    except BaseException:
+        windows.abandon_backfill(channel_id, fill)  # a network error, a cancelled turn
+        raise
     windows.prime(channel_id, list(reversed(history)), fill)
 
 

@@ -79,8 +79,15 @@ _CONTRACTIONS = tuple(
     )
 )
 # Words whose presence or absence alone does not make another fact ("The user's cat…"
-# is "My cat…"); anything else that differs does.
-_FILLER = STOP_WORDS | {"user", "users", "s", "also", "really", "still"}
+# is "User's cat…"); anything else that differs does, pronouns and directions included
+# ("she works at…" and "he works at…" are about two people).
+_NOT_FILLER_TEXT = """
+    i me my myself we our ours you your yours yourself he him his she her hers it its
+    they them their theirs this that these those who whom
+    before after on off over under in out up down
+"""
+_NOT_FILLER = frozenset(_NOT_FILLER_TEXT.split())
+_FILLER = (STOP_WORDS | {"user", "users", "s", "also", "really", "still"}) - _NOT_FILLER
 # Words that bind a subject to its value: "<subject> is/are/called <value>".
 _BINDERS = frozenset({"is", "are", "am", "was", "were", "called"})
 # Subjects that hold one value at a time: a new value replaces the old one.

@@ -190,6 +190,8 @@ def answering(
     if source_message_id is None or not window or window[-1].message_id <= source_message_id:
         return window  # the usual case: nothing was said after the message
     source = [m for m in window if m.message_id == source_message_id]
+    if not source:  # deleted, or scrolled out: never past it (the marker would claim it)
+        return tuple(m for m in window if m.message_id < source_message_id)
     before = [
         m
         for m in window
@@ -578,10 +580,8 @@ class MemoryService:
                 label, candidate, self.windows.get(candidate.key.channel_id), config
             )
             others.append(other)
-            turn.shown_contributors.update(candidate.contributor_ids)
-            turn.shown_contributors.update(
-                m.author_id for m in other.shown_raw(config, distilled=True) if not m.is_bot
-            )
+            # Whose words the prompt shows (gathered on a write only: turns are many).
+            turn.shown.append((candidate, other.shown_raw(config, distilled=True)))
             if len(others) == limit:
                 break
         others.sort(key=lambda o: o.entry.updated_at if o.entry else self.clock.now(), reverse=True)
@@ -653,7 +653,7 @@ class MemoryService:
             # conversation's contributors: /forget-me must find the user's words in other
             # users' copies too, not only in the channel's row.
             contributors = self._contributors(turn, entries[0], marker or turn.marker)
-            contributors |= turn.shown_contributors
+            contributors |= turn.shown_contributors()
             for entry in entries:
                 contributors |= set(entry.contributor_ids)
             before = [replace(e, categories=dict(e.categories)) for e in entries]
@@ -798,10 +798,12 @@ class MemoryService:
         if self.spool is not None:
             try:
                 self.spool.append(entries, events, started_at=started_at)
-                self._forget_again_after(entries, started_at)
-                return WriteResult("saved, pending sync")
             except (OSError, ValueError):  # ValueError: the spool file is closed
                 log.exception("STM spool append failed")
+            else:
+                # Stored durably: whatever follows, it is saved (and will be replayed).
+                self._forget_again_after(entries, started_at)
+                return WriteResult("saved, pending sync")
         for old in before:  # never report or keep what was not saved
             self.cache.put(old)
         return rejected("the memory could not be saved right now (database unavailable)")
@@ -815,10 +817,20 @@ class MemoryService:
             if started_at is not None and started_at > forgotten_at:
                 continue
             holding = [e for e in entries if e.derived_from(user_id)]
-            if holding:
-                # Up to this write's own time: the replayed deletion must reach its rows.
-                at = max(forgotten_at, *(e.updated_at for e in holding))
+            if not holding:
+                continue
+            # Up to this write's own time: the replayed deletion must reach its rows. And
+            # as for the notice itself, the cache lets go of them, and turns already
+            # holding them cannot write them again.
+            at = max(forgotten_at, *(e.updated_at for e in holding))
+            for entry in holding:
+                self.cache.pop(entry.key)
+                channel_id = entry.key.channel_id
+                self._epochs[channel_id] = self.epoch(channel_id) + 1
+            try:
                 self.spool.append_forget(user_id, at)
+            except (OSError, ValueError):
+                log.exception("could not queue a /forget-me behind a spooled write")
 
     async def _flush_queue(self) -> None:
         """Group commit: writes that queue up while one transaction is in flight go

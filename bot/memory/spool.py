@@ -117,6 +117,8 @@ def _validate(record: Any) -> None:
     elif op == "forget":
         int(record["user"])
         _time(record)
+    elif op == "blank":
+        int(record["channel"])
     else:
         raise ValueError(f"unknown spool operation {op!r}")
 
@@ -255,6 +257,7 @@ class DurableSpool:
         for record in self._records:
             self._track(record)
         self._fd = self._open_for_append()
+        self._closed = False
         # Set when an operation is appended (work to do) ...
         self._wake = asyncio.Event()
         # ... and when the database is known to be back (ends a backoff wait early; new
@@ -268,7 +271,11 @@ class DurableSpool:
 
     def _open_for_append(self) -> int:
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        _fsync_dir(self.path.parent)
+        try:
+            _fsync_dir(self.path.parent)
+        except OSError:
+            os.close(fd)
+            raise
         return fd
 
     @property
@@ -282,6 +289,7 @@ class DurableSpool:
             if record.get("op") == "clear"
             else any(data["key"].get("channel") == channel_id for data in record.get("entries", ()))
             for record in self._records
+            if record.get("op") != "blank"
         )
 
     def latest(self, key: ScopeKey) -> StmEntry | None:
@@ -300,15 +308,11 @@ class DurableSpool:
     def blank_channel(self, channel_id: int) -> None:
         """Another process cleared the channel: its spooled states are shown empty from
         now on (their replay is refused if their turn began before the clear), keeping
-        their version, so the next write here still supersedes whatever the replay does."""
-        for key, entry in list(self._latest.items()):
-            if key.channel_id == channel_id:
-                self._latest[key] = StmEntry(
-                    key=key,
-                    updated_at=entry.updated_at,
-                    version=entry.version,
-                    parent_channel_id=entry.parent_channel_id,
-                )
+        their version, so the next write here still supersedes whatever the replay does.
+        Recorded in the spool (a local record the replay skips), so a restart before the
+        replay does not show them again."""
+        if any(key.channel_id == channel_id for key in self._latest):
+            self._write({"op": "blank", "channel": channel_id})
 
     # -- appending (synchronous: the caller must not be told "saved" before fsync)
 
@@ -349,6 +353,10 @@ class DurableSpool:
         failed (disk full, fsync error) is reported unsaved, so no byte of it may stay
         behind to be replayed after a restart (unbuffered, and cut back on failure)."""
         line = memoryview((json.dumps(record, ensure_ascii=False) + "\n").encode())
+        if self._closed:
+            raise ValueError("the spool is closed")
+        if self._fd < 0:  # a reopen after a replay failed: try again (or raise)
+            self._fd = self._open_for_append()
         size = os.fstat(self._fd).st_size
         try:
             while line:
@@ -377,6 +385,15 @@ class DurableSpool:
             for data in record["entries"]:
                 entry = entry_from_json(data)
                 self._latest[entry.key] = entry
+        elif op == "blank":
+            for key, entry in list(self._latest.items()):
+                if key.channel_id == record["channel"]:
+                    self._latest[key] = StmEntry(
+                        key=key,
+                        updated_at=entry.updated_at,
+                        version=entry.version,
+                        parent_channel_id=entry.parent_channel_id,
+                    )
         elif op == "clear":
             self._clearing.add(record["channel"])
             for key in [k for k in self._latest if k.channel_id == record["channel"]]:
@@ -413,7 +430,10 @@ class DurableSpool:
                         raise
                     handled = await self._apply_one_by_one(sessions, batch)
                 del self._records[:handled]
-                os.close(self._fd)
+                # The number is never kept after closing: reused by the next file the
+                # process opens, it would take the spool's lines.
+                fd, self._fd = self._fd, -1
+                os.close(fd)
                 try:
                     self._rewrite()
                 finally:  # appends must keep working even if the rewrite failed
@@ -540,8 +560,11 @@ class DurableSpool:
                     on_replayed()
 
     def close(self) -> None:
-        with contextlib.suppress(OSError):  # closed already
-            os.close(self._fd)
+        self._closed = True
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(fd)
         self._lock.close()  # releases the lock
 
 
@@ -624,6 +647,8 @@ async def _apply_all(
 
 async def _apply(session: AsyncSession, record: dict[str, Any], origin: str) -> None:
     op = record.get("op")
+    if op == "blank":
+        return  # local bookkeeping only (see DurableSpool.blank_channel)
     if op == "upsert":
         # A stale version is skipped by the repository: replay never overwrites newer.
         entries = [entry_from_json(e) for e in record["entries"]]

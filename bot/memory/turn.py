@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from bot.memory.model import GuildConfig, Marker, ScopeKey
+from bot.memory.model import GuildConfig, Marker, RawMessage, ScopeKey, StmEntry
 
 _turn_ids = itertools.count(1)
 
@@ -42,11 +43,20 @@ class TurnState:
     model: str | None = None
     storage_available: bool = True
     stm_updated: bool = False
-    # Authors of what the prompt showed from other channels (their raw messages, the
-    # contributors of their memories): a memory written this turn may hold their words,
-    # so /forget-me must find it from them too.
-    shown_contributors: set[int] = field(default_factory=set)
+    # What the prompt showed from other channels: their memories and raw messages. A
+    # memory written this turn may hold those words, so /forget-me must find it from
+    # their authors too (see shown_contributors).
+    shown: list[tuple[StmEntry, Sequence[RawMessage]]] = field(default_factory=list)
     turn_id: int = field(default_factory=lambda: next(_turn_ids))
+
+    def shown_contributors(self) -> set[int]:
+        """Whose words the prompt showed from other channels: the contributors of their
+        memories and the human authors of their raw messages."""
+        ids: set[int] = set()
+        for entry, messages in self.shown:
+            ids.update(entry.contributor_ids)
+            ids.update(m.author_id for m in messages if not m.is_bot)
+        return ids
 
     @property
     def is_dm(self) -> bool:

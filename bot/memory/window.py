@@ -70,14 +70,18 @@ class WindowCache:
         self._windows[channel_id] = deque(merged[-self._per_channel :], maxlen=self._per_channel)
         self._primed[channel_id] = True
 
-    def _end_backfill(
-        self, channel_id: int, fill: Backfill, history: Sequence[RawMessage]
-    ) -> list[RawMessage]:
+    def abandon_backfill(self, channel_id: int, fill: Backfill) -> None:
+        """The fetch failed: stop recording for it (the channel stays cold)."""
         fills = self._fills.get(channel_id, [])
         if fill in fills:
             fills.remove(fill)
         if not fills:
             self._fills.pop(channel_id, None)
+
+    def _end_backfill(
+        self, channel_id: int, fill: Backfill, history: Sequence[RawMessage]
+    ) -> list[RawMessage]:
+        self.abandon_backfill(channel_id, fill)
         if fill.cleared:
             return []  # everything fetched predates the clear
         return [

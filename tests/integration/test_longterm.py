@@ -581,6 +581,11 @@ DISTINCT = [
         "my son tom is allergic to peanuts and tree nuts",
         "my son ben is allergic to peanuts and tree nuts",
     ),
+    (
+        "She works at the city hospital on weekends as a nurse",
+        "He works at the city hospital on weekends as a nurse",
+    ),
+    ("I get up before sunrise on workdays", "I get up after sunrise on workdays"),
 ]
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import resource
 import signal
 from collections.abc import AsyncIterator
@@ -19,7 +21,7 @@ from bot.db.engine import Database
 from bot.db.models import ShortTermMemory, StmEvent
 from bot.memory import spool as spool_module
 from bot.memory.model import ScopeKey
-from bot.memory.service import MemoryService, WriteResult
+from bot.memory.service import LabelFor, MemoryService, PreparedTurn, WriteResult
 from bot.memory.spool import DurableSpool, SpoolLocked, count_pending, inspect_spool, spool_path
 from bot.memory.storage import MemoryUnavailable
 from bot.memory.turn import TurnState
@@ -704,3 +706,140 @@ async def test_a_forget_me_heard_while_a_write_of_theirs_is_on_its_way_to_the_sp
     finally:
         await stalled.dispose()
         server.close()
+
+
+async def _turn(
+    service: MemoryService, user: int, label_for: LabelFor | None = None
+) -> PreparedTurn:
+    return await service.prepare_turn(
+        channel_id=CHANNEL, user_id=user, guild_id=GUILD, bot_user_id=BOT, label_for=label_for
+    )
+
+
+async def test_a_deletion_queued_behind_a_late_write_also_takes_it_out_of_the_cache(
+    db: Database, settings: Settings, tmp_path: Path, dead_engine: AsyncEngine
+) -> None:
+    clock = ManualClock()
+    spool = DurableSpool(spool_path(tmp_path))
+    b = make_service(db.sessions, settings, clock, spool=spool)
+    # Alice's memory in another channel of the guild (written while the DB is up).
+    other = await b.prepare_turn(channel_id=OTHER, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT)
+    assert (await b.update_stm(other.turn, summary="Alice's secret plan")).ok
+    clock.advance(seconds=1)
+    # Bob's turn here is shown Alice's memory (other channels); its write lists her.
+    prepared = await _turn(b, BOB, label_for=lambda e: "#other")
+    assert ALICE in prepared.turn.shown_contributors()
+    real = b._sessions
+    b._sessions = async_sessionmaker(dead_engine)  # B's database goes away
+    clock.advance(seconds=1)
+    # Process A runs Alice's /forget-me; B hears it before its write lands in the spool.
+    b.apply_notice({"o": "process-a", "t": "forget", "u": ALICE})
+    clock.advance(seconds=1)
+    result = await b.update_stm(prepared.turn, summary="Bob's plan, built on Alice's secret plan")
+    assert str(result) == "saved, pending sync"  # and a forget is queued behind it
+
+    # After Alice's /forget-me, nothing derived from her may be shown any more ...
+    cached = b.cache.get(SERVER_KEY)
+    shown_after_forget = cached is not None and cached.derived_from(ALICE)
+    # ... and a later turn (begun after the notice) must not store her words again.
+    clock.advance(seconds=1)
+    later = await _turn(b, BOB)
+    assert "Alice's secret plan" in later.entry.summary or not shown_after_forget
+    await b.update_stm(later.turn, summary=later.entry.summary + " (continued)")
+    b._sessions = real
+    await spool.replay(db.sessions)
+    b.spool_replayed()
+    async with db.sessions() as session:
+        rows = [
+            (r.scope_kind, r.channel_id, r.summary)
+            for r in await session.scalars(select(ShortTermMemory))
+            if ALICE in (r.contributor_ids or [])
+        ]
+    assert (shown_after_forget, rows) == (False, [])
+
+
+async def test_a_spooled_write_stays_saved_when_the_deletion_behind_it_cannot_be_queued(
+    db: Database,
+    settings: Settings,
+    tmp_path: Path,
+    dead_engine: AsyncEngine,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = ManualClock()
+    spool = DurableSpool(spool_path(tmp_path))
+    b = make_service(db.sessions, settings, clock, spool=spool)
+    other = await b.prepare_turn(channel_id=OTHER, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT)
+    assert (await b.update_stm(other.turn, summary="Alice's secret plan")).ok
+    prepared = await _turn(b, BOB, label_for=lambda e: "#other")
+    b._sessions = async_sessionmaker(dead_engine)
+    b.apply_notice({"o": "process-a", "t": "forget", "u": ALICE})
+    pending_before = spool.pending
+
+    def disk_full(*_args: object) -> None:  # the disk fills up right after the upsert line
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(spool, "append_forget", disk_full)
+    result = await b.update_stm(prepared.turn, summary="Bob's plan")
+    # The write itself is durable and will be replayed: it is reported saved (saying
+    # otherwise would be untrue), and the failure to queue the deletion is logged.
+    assert (str(result), spool.pending - pending_before) == ("saved, pending sync", 1)
+    assert b.cache.get(SERVER_KEY) is None, "the forgotten user's words left the cache"
+
+
+async def test_a_refresh_heard_by_notice_stays_applied_after_a_restart(
+    db: Database, settings: Settings, tmp_path: Path, dead_engine: AsyncEngine
+) -> None:
+    spool = DurableSpool(spool_path(tmp_path))
+    a = make_service(db.sessions, settings, ManualClock(), spool=spool)
+    turn = await turn_for(a)
+    real = a._sessions
+    a._sessions = async_sessionmaker(dead_engine)
+    assert str(await a.update_stm(turn, summary="wiped by the refresh")) == "saved, pending sync"
+    a._sessions = real
+
+    clock_b = ManualClock()
+    clock_b.advance(seconds=5)
+    b = make_service(db.sessions, settings, clock_b)
+    await b.clear_channel(CHANNEL, guild_id=GUILD, actor_user_id=BOB)
+    a.apply_notice({"o": b.instance_id, "t": "clear", "c": CHANNEL})  # as delivered
+    spool.close()  # A restarts before its replayer ran
+
+    restarted = make_service(
+        real, settings, ManualClock(), spool=DurableSpool(spool_path(tmp_path))
+    )
+    prepared = await restarted.prepare_turn(
+        channel_id=CHANNEL, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT
+    )
+    assert prepared.entry.summary == ""  # the wiped text is not in the prompt
+
+
+async def test_a_failed_reopen_after_replay_never_writes_into_a_reused_descriptor(
+    db: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spool = DurableSpool(spool_path(tmp_path))
+    spool.append_clear(CHANNEL, GUILD, ALICE, ManualClock().now())
+    stale_fd = spool._fd
+
+    def out_of_descriptors(self: DurableSpool) -> int:
+        raise OSError(24, "Too many open files")
+
+    monkeypatch.setattr(DurableSpool, "_open_for_append", out_of_descriptors)
+    with pytest.raises(OSError):
+        await spool.replay(db.sessions)
+    monkeypatch.undo()
+
+    # The process opens something else (a socket, a log file...) under the freed number.
+    victim_path = tmp_path / "unrelated.log"
+    victim = os.open(victim_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    if victim != stale_fd:  # (the kernel usually hands out that very number anyway)
+        os.dup2(victim, stale_fd)
+    try:
+        with contextlib.suppress(OSError, ValueError):
+            spool.append_forget(BOB, ManualClock().now())  # must fail (or reopen), never ...
+        # ... write memory records into an unrelated file.
+        assert victim_path.read_bytes() == b""
+        assert spool.pending == 1, "the spool reopened its own file for the append"
+        assert '"op": "forget"' in spool.path.read_text()
+    finally:
+        for fd in {victim, stale_fd}:
+            os.close(fd)

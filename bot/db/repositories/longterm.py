@@ -410,7 +410,13 @@ async def bump_recall(session: AsyncSession, fact_ids: Iterable[int], now: datet
     await session.execute(
         update(LongTermMemory)
         .where(LongTermMemory.id.in_(ids))
-        .values(recall_count=LongTermMemory.recall_count + 1, last_recalled_at=now)
+        .values(
+            recall_count=LongTermMemory.recall_count + 1,
+            last_recalled_at=now,
+            # A recall is no change of the fact: without this the column's onupdate
+            # (now()) would move its saved date and its recency on every recall.
+            updated_at=LongTermMemory.updated_at,
+        )
         .execution_options(synchronize_session=False)
     )
 

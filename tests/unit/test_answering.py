@@ -1,0 +1,31 @@
+"""What a turn sees of its channel's raw window: its own message last, nothing said
+after it by others, and never a marker past it."""
+
+from __future__ import annotations
+
+from bot.memory.model import Marker
+from bot.memory.service import answering
+from tests.helpers.builders import ALICE, BOB, BOT, message
+
+
+def test_a_turn_for_the_newest_message_sees_the_window_as_it_is() -> None:
+    window = (message(ALICE, "one"), message(BOT, "two", is_bot=True), message(BOB, "three"))
+    assert answering(window, window[-1].message_id, BOT) is window
+
+
+def test_a_queued_turn_ends_with_its_own_message_after_the_bots_replies_meanwhile() -> None:
+    question = message(ALICE, "capital of France?")
+    later = message(BOB, "tell me a joke")
+    reply = message(BOT, "4", is_bot=True)  # the answer to an earlier turn, sent meanwhile
+    seen = answering((question, later, reply), question.message_id, BOT)
+    assert [m.content for m in seen] == ["4", "capital of France?"]
+
+
+def test_the_turn_never_claims_to_cover_messages_after_its_own() -> None:
+    first = message(ALICE, "first")
+    source_id = first.message_id + 1  # deleted meanwhile: not in the window any more
+    later = message(BOB, "Bob's later question", message_id=source_id + 1)
+    reply = message(BOT, "reply to first", message_id=source_id + 2, is_bot=True)
+    seen = answering((first, later, reply), source_id, BOT)
+    assert later not in seen
+    assert Marker.of(seen[-1]).message_id <= source_id
