@@ -94,6 +94,7 @@ class KiokuBot(commands.Bot):
             self.database.url,
             on_notice=self.memory.apply_notice,
             on_reset=self._listener_reset,
+            on_lost=self.memory.listener_lost,
             connect_timeout_seconds=self.settings.database.connect_timeout_seconds,
         )
         await self.listener.start()
@@ -117,7 +118,7 @@ class KiokuBot(commands.Bot):
     def _listener_reset(self) -> None:
         """The notice connection came back: the cache may have missed notices, and the
         database answers again, so spooled operations can go now."""
-        self.memory.drop_all()
+        self.memory.listening_again()
         if self.spool is not None:
             self.spool.database_back()
 

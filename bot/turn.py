@@ -276,8 +276,8 @@ class TurnRunner:
             )
         except MemoryUnavailable:
             return []
-        # An opted-in DM may show facts made in servers served by other processes, which
-        # this one would not hear of: it is not remembered as having none.
+        # An opted-in DM shows facts made in servers, and a fact made there (maybe by
+        # another shard's process) is not heard of here: it is not remembered as having none.
         if not notes and not opted_in:
             self._no_facts[scope] = True
         return notes

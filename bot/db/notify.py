@@ -82,6 +82,7 @@ class CacheListener:
         *,
         on_notice: Callable[[Notice], None],
         on_reset: Callable[[], None],
+        on_lost: Callable[[], None] | None = None,
         max_backoff_seconds: float = 30.0,
         connect_timeout_seconds: float = 10.0,
         start_timeout_seconds: float = 30.0,
@@ -92,6 +93,7 @@ class CacheListener:
         self._where = describe_url(url)
         self._on_notice = on_notice
         self._on_reset = on_reset
+        self._on_lost = on_lost
         self._max_backoff = max_backoff_seconds
         self._connect_timeout = connect_timeout_seconds
         self._start_timeout = start_timeout_seconds
@@ -173,6 +175,16 @@ class CacheListener:
                 await asyncio.sleep(self._backoff(failures))
             finally:
                 await self._discard(connection)
+                self._lost()
+
+    def _lost(self) -> None:
+        """Tell the owner at once: notices go unheard until the next LISTEN (on_reset)."""
+        if self._on_lost is None:
+            return
+        try:
+            self._on_lost()
+        except Exception:
+            log.exception("the cache listener's on_lost callback failed")
 
     def _backoff(self, failures: int) -> float:
         return min(self._max_backoff, 0.2 * 2.0 ** min(failures - 1, 16))

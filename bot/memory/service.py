@@ -244,12 +244,15 @@ class MemoryService:
         self._entry_flight: SingleFlight[ScopeKey, StmEntry] = SingleFlight()
         self._config_flight: SingleFlight[int, GuildConfig] = SingleFlight()
         self._misc_flight: SingleFlight[tuple[str, int], None] = SingleFlight()
+        self._opt_in_flight: SingleFlight[int, bool] = SingleFlight()
         self._epochs: dict[int, int] = {}
         # Notices count up; each thing a notice named remembers the count then. A read
         # from the database that a notice overtook (it names what was read, after the
         # read began) is stale: it is read again, never cached.
         self._notice_seq = 0
         self._noticed: LRUCache[object, int] = LRUCache(100_000)
+        # The notice listener is down: the cache is a fallback, read through every time.
+        self._deaf = False
         # Channels whose clear is on its way to the database: never hydrate them back.
         self._tombstones: set[int] = set()
         # Users another process forgot (by notice), and when: for writes still in flight.
@@ -289,9 +292,14 @@ class MemoryService:
         if guild_id is None:
             return self.defaults
         config = self._configs.get(guild_id)
-        if config is not None:
+        if config is not None and not self._deaf:
             return config
-        return await self._config_flight.run(guild_id, lambda: self._load_config(guild_id))
+        try:
+            return await self._config_flight.run(guild_id, lambda: self._load_config(guild_id))
+        except MemoryUnavailable:
+            if config is None:
+                raise
+            return config  # deaf, and the database is down too: the last known settings
 
     async def _load_config(self, guild_id: int) -> GuildConfig:
         for _ in range(STALE_READ_RETRIES):
@@ -323,9 +331,14 @@ class MemoryService:
         """The live entry for ``key``: from the cache, else hydrated from its row
         (single-flight), else a new empty one. Never returns an expired memory."""
         cached = self.cache.get(key)
-        if cached is not None:
+        if cached is not None and not self._deaf:
             return cached
-        return await self._entry_flight.run(key, lambda: self._hydrate(key, parent_channel_id))
+        try:
+            return await self._entry_flight.run(key, lambda: self._hydrate(key, parent_channel_id))
+        except MemoryUnavailable:
+            if cached is None:
+                raise
+            return cached  # deaf, and the database is down too: the last known state
 
     async def _hydrate(self, key: ScopeKey, parent_channel_id: int | None) -> StmEntry:
         epoch = self.epoch(key.channel_id)
@@ -364,9 +377,9 @@ class MemoryService:
             else:
                 entry = row
         existing = self.cache.get(key)
-        if existing is not None:  # a write landed while we were loading
+        if existing is not None and not self._deaf:  # a write landed while we were loading
             return existing
-        if settled:
+        if settled or self._deaf:  # deaf: what was just read is the truth (and fallback)
             self.cache.put(entry)
         return entry
 
@@ -448,22 +461,26 @@ class MemoryService:
 
     async def cross_context_opt_in(self, user_id: int) -> bool:
         cached = self._opt_ins.get(user_id)
-        if cached is not None:
+        if cached is not None and not self._deaf:
             return cached
+        if cached is not None:
+            try:
+                return await self._load_opt_in(user_id)
+            except MemoryUnavailable:
+                return cached  # deaf, and the database is down too
+        return await self._load_opt_in(user_id)
 
-        found = False
-
-        async def load() -> None:
-            nonlocal found
+    async def _load_opt_in(self, user_id: int) -> bool:
+        async def load() -> bool:
             seq = self._notice_seq
             async with self._storage("loading privacy settings") as session:
                 found = await guild_repo.cross_context_opt_in(session, user_id)
             # Changed while we read (here or elsewhere): use once, do not cache.
             if not self._noticed_since(seq, ("opt-in", user_id)):
                 self._opt_ins[user_id] = found
+            return found
 
-        await self._misc_flight.run(("opt-in", user_id), load)
-        return self._opt_ins.get(user_id, found)
+        return await self._opt_in_flight.run(user_id, load)
 
     async def set_cross_context_opt_in(self, user_id: int, enabled: bool) -> None:
         async with self._storage("saving privacy settings") as session, session.begin():
@@ -551,7 +568,9 @@ class MemoryService:
 
     async def _other_channels(self, turn: TurnState, label_for: LabelFor) -> list[OtherChannel]:
         limit = self.settings.stm.other_channels
-        if limit == 0:
+        if limit == 0 or self._deaf:
+            # Deaf, a memory wiped or forgotten elsewhere could still be cached here: other
+            # channels are not shown until the listener is back.
             return []
         candidates: Iterable[StmEntry]
         if turn.guild_id is not None:
@@ -1170,6 +1189,23 @@ class MemoryService:
             self._noticed[("guild", int(notice["g"]))] = self._notice_seq
             self.invalidate_guild(int(notice["g"]))
             self._guilds_hydrated.pop(int(notice["g"]), None)
+
+    def listener_lost(self) -> None:
+        """The notice connection is gone: notices from other processes go unheard until
+        it is back. Meanwhile every use reads the database again (slower, never stale);
+        the cache only stands in when the database is down too (then no other process
+        can change anything either), and other channels' memories are not shown."""
+        if not self._deaf:
+            log.warning(
+                "cache notices unavailable: reading memory from the database on every use "
+                "until the listener is back"
+            )
+        self._deaf = True
+
+    def listening_again(self) -> None:
+        """The notice connection is back (LISTEN done): caching resumes, from empty."""
+        self._deaf = False
+        self.drop_all()
 
     def drop_all(self) -> None:
         """Forget everything loaded from the database (after missed notices). Running

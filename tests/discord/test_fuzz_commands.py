@@ -124,11 +124,9 @@ async def world(kioku: KiokuHarness, error_log: ErrorLog) -> World:
             summary="The victim's memory {evil} password: Hunter2-Zq9vXw",
         )
         assert result.ok
-    longterm = getattr(kioku.bot, "longterm", None)
-    if longterm is not None:
-        await longterm.remember(
-            world.victim.id, env.guild.id, VICTIM_FACT, Provenance("user_command")
-        )
+    await kioku.bot.longterm.remember(
+        world.victim.id, env.guild.id, VICTIM_FACT, Provenance("user_command")
+    )
     return world
 
 
@@ -198,8 +196,7 @@ class Checker:
         for guild_categories in per_guild.values():
             assert len(guild_categories) <= 5
             assert len({c.slug for c in guild_categories}) == len(guild_categories)
-        if getattr(kioku.bot, "longterm", None) is not None:
-            assert victim_facts == 1, "someone deleted another user's long-term memory"
+        assert victim_facts == 1, "someone deleted another user's long-term memory"
 
 
 # -------------------------------------------------------------- strategies

@@ -674,6 +674,8 @@ async def test_a_member_who_lost_access_to_a_private_channel_sees_none_of_it_in_
         "a long-term fact said there": "G00-C09-fact",
     }
     found = [what for what, needle in leaked.items() if needle in shown]
+    # The DM turn did reach the model (so the absence below is not vacuous).
+    assert "anything new about the umbrella?" in shown, shown
     if how == "access revoked":
         # What they may still read is still shown (the check is not vacuous).
         assert "G00-C00-secret" in shown, shown

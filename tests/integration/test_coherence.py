@@ -14,10 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import URL
 
+import bot.db.notify as notify_module
 from bot.app import build_bot
 from bot.config import Settings, async_database_url
 from bot.db.engine import Database, DatabaseUnavailable
@@ -65,10 +67,16 @@ async def start_process(db: Database, settings: Settings, url: URL) -> Process:
             notices.put_nowait(notice)
 
     def on_reset() -> None:
-        memory.drop_all()
+        memory.listening_again()
         resets.put_nowait(None)
 
-    listener = CacheListener(url, on_notice=on_notice, on_reset=on_reset, max_backoff_seconds=1)
+    listener = CacheListener(
+        url,
+        on_notice=on_notice,
+        on_reset=on_reset,
+        on_lost=memory.listener_lost,
+        max_backoff_seconds=1,
+    )
     await listener.start()
     return Process(memory, listener, notices, resets)
 
@@ -546,3 +554,69 @@ async def test_a_read_overtaken_on_every_retry_is_used_once_and_not_cached(
     await b.entry(KEY)
 
     assert b.cache.get(KEY) is None
+
+
+# ------------------------------------------------- while the listener cannot reconnect
+
+
+class FailingReconnect:
+    """asyncpg for the listener: the first connect works, later ones fail."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.retried = asyncio.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(asyncpg, name)
+
+    async def connect(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls += 1
+        if self.calls == 1:
+            return await asyncpg.connect(*args, **kwargs)
+        self.retried.set()
+        raise OSError("too many connections (simulated)")
+
+
+async def test_an_opt_out_made_elsewhere_is_not_served_stale_while_the_listener_is_down(
+    db: Database, settings: Settings, pg_url: URL, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = FailingReconnect()
+    monkeypatch.setattr(notify_module, "asyncpg", fake)
+    a = make_service(db.sessions, settings, ManualClock())
+    b = await start_process(db, settings, pg_url)
+    try:
+        await a.set_cross_context_opt_in(ALICE, True)
+        await b.next_notice()
+        assert await b.memory.cross_context_opt_in(ALICE) is True  # cached in B
+        await terminate_listeners(db)
+        async with asyncio.timeout(10):
+            await fake.retried.wait()  # B knows its notice connection is gone
+        await a.set_cross_context_opt_in(ALICE, False)  # the notice B cannot hear
+        assert await b.memory.cross_context_opt_in(ALICE) is False
+    finally:
+        await b.listener.close()
+
+
+async def test_a_forget_me_made_elsewhere_is_not_served_stale_while_the_listener_is_down(
+    db: Database, settings: Settings, pg_url: URL, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = FailingReconnect()
+    monkeypatch.setattr(notify_module, "asyncpg", fake)
+    a = make_service(db.sessions, settings, ManualClock())
+    b = await start_process(db, settings, pg_url)
+    key = ScopeKey.server(GUILD, CHANNEL)
+    try:
+        turn = (
+            await a.prepare_turn(channel_id=CHANNEL, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT)
+        ).turn
+        assert (await a.update_stm(turn, summary="Alice's secret plan")).ok
+        await b.next_notice()
+        assert (await b.memory.entry(key)).summary == "Alice's secret plan"  # cached in B
+        await terminate_listeners(db)
+        async with asyncio.timeout(10):
+            await fake.retried.wait()
+        await a.forget_user(ALICE)
+        assert (await b.memory.entry(key)).summary == ""
+    finally:
+        await b.listener.close()
+        await a.close()

@@ -29,8 +29,17 @@ def test_the_message_being_answered_is_always_kept() -> None:
 
 
 def test_context_chars_leaves_room_for_the_reply_and_the_tools() -> None:
-    assert context_chars(8_192, 1_024) == (8_192 - 1_024 - 1_000) * 4
+    room = context_chars(8_192, 1_024)
+    assert room > 0
+    # A longer reply leaves less room; every reply token is taken from the window.
+    assert context_chars(8_192, 2_048) < room
+    assert context_chars(8_192 + 500, 1_024 + 500) == room
+    assert context_chars(16_384, 1_024) > room
+    # No room once the reply takes the whole window (or more).
+    assert context_chars(8_192, 8_192) == 0
     assert context_chars(1_000, 1_024) == 0
+    # The tools take room too: a tiny window leaves none even with no reply at all.
+    assert context_chars(1, 0) == 0
 
 
 def test_member_chosen_names_enter_the_persona_as_plain_data() -> None:

@@ -7,7 +7,6 @@ Every test drives a real ``openai.AsyncOpenAI`` client, so error classes, retrie
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -431,10 +430,8 @@ async def test_persistent_rate_limit_is_unavailable_rate_limited(llm: ScriptedLL
 
 async def test_timeout_is_unavailable_timeout(llm: ScriptedLLM) -> None:
     llm.reply_text("too late", delay=3.0)
-    started = time.monotonic()
     with pytest.raises(LlmUnavailable) as info:
         await _loop(llm, timeout_seconds=0.3)
-    assert time.monotonic() - started < 2.0
     assert info.value.kind == "timeout"
     assert info.value.user_message == TIMEOUT_MESSAGE
     assert info.value.user_message.startswith("The model took too long to answer")
