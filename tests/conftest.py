@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 
 pytest_plugins = [
+    "tests.helpers.fake_llm",  # before database, which imports it
     "tests.helpers.database",
-    "tests.helpers.fake_llm",
     "tests.helpers.discord_harness",
     "tests.helpers.bot",
     "tests.helpers.fuzz",

@@ -101,6 +101,7 @@ class CacheListener:
         self._ping_timeout = ping_timeout_seconds
         self._task: asyncio.Task[None] | None = None
         self._listening = asyncio.Event()
+        self._closing = False
         self.resets = 0
 
     @staticmethod
@@ -172,10 +173,12 @@ class CacheListener:
                 # A bug here (or in on_reset) must not end coherence: log it, start over.
                 failures += 1
                 log.exception("cache listener failed; reconnecting")
-                await asyncio.sleep(self._backoff(failures))
             finally:
                 await self._discard(connection)
-                self._lost()
+                if not self._closing:
+                    self._lost()  # at once, before any backoff
+            if failures:
+                await asyncio.sleep(self._backoff(failures))
 
     def _lost(self) -> None:
         """Tell the owner at once: notices go unheard until the next LISTEN (on_reset)."""
@@ -236,6 +239,7 @@ class CacheListener:
 
     async def close(self) -> None:
         if self._task is not None:
+            self._closing = True
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None

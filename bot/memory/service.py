@@ -244,7 +244,7 @@ class MemoryService:
         self._entry_flight: SingleFlight[ScopeKey, StmEntry] = SingleFlight()
         self._config_flight: SingleFlight[int, GuildConfig] = SingleFlight()
         self._misc_flight: SingleFlight[tuple[str, int], None] = SingleFlight()
-        self._opt_in_flight: SingleFlight[int, bool] = SingleFlight()
+        self._opt_in_flight: SingleFlight[tuple[int, int], bool] = SingleFlight()
         self._epochs: dict[int, int] = {}
         # Notices count up; each thing a notice named remembers the count then. A read
         # from the database that a notice overtook (it names what was read, after the
@@ -253,6 +253,8 @@ class MemoryService:
         self._noticed: LRUCache[object, int] = LRUCache(100_000)
         # The notice listener is down: the cache is a fallback, read through every time.
         self._deaf = False
+        # Keys whose write is on its way to the database (held under the channel lock).
+        self._writing: set[ScopeKey] = set()
         # Channels whose clear is on its way to the database: never hydrate them back.
         self._tombstones: set[int] = set()
         # Users another process forgot (by notice), and when: for writes still in flight.
@@ -322,7 +324,7 @@ class MemoryService:
 
     def cached_guild_config(self, guild_id: int) -> GuildConfig | None:
         """The guild's configuration if it is cached (no database access)."""
-        return self._configs.get(guild_id)
+        return None if self._deaf else self._configs.get(guild_id)
 
     def invalidate_guild(self, guild_id: int) -> None:
         self._configs.pop(guild_id, None)
@@ -377,9 +379,17 @@ class MemoryService:
             else:
                 entry = row
         existing = self.cache.get(key)
-        if existing is not None and not self._deaf:  # a write landed while we were loading
+        if existing is not None and (
+            not self._deaf
+            or key in self._writing
+            or (
+                row is not None
+                and existing.version == entry.version
+                and existing.updated_at == entry.updated_at
+            )
+        ):  # a write landed while we were loading (or, deaf, the row is what we hold)
             return existing
-        if settled or self._deaf:  # deaf: what was just read is the truth (and fallback)
+        if settled:  # deaf, a local write in flight leaves it unsettled (see update_stm)
             self.cache.put(entry)
         return entry
 
@@ -480,7 +490,9 @@ class MemoryService:
                 self._opt_ins[user_id] = found
             return found
 
-        return await self._opt_in_flight.run(user_id, load)
+        # A read begun before a change made here is not joined after it.
+        since = self._noticed.get(("opt-in", user_id), 0)
+        return await self._opt_in_flight.run((user_id, since), load)
 
     async def set_cross_context_opt_in(self, user_id: int, enabled: bool) -> None:
         async with self._storage("saving privacy settings") as session, session.begin():
@@ -717,7 +729,12 @@ class MemoryService:
                 )
                 for old, after in zip(before, entries, strict=True)
             ]
-            result = await self._persist(entries, events, before, turn.started_at)
+            keys = [e.key for e in entries]
+            self._writing.update(keys)
+            try:
+                result = await self._persist(entries, events, before, turn.started_at)
+            finally:
+                self._writing.difference_update(keys)
             if result.ok and origin == "model_tool":
                 turn.stm_updated = True
             return result

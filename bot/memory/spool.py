@@ -73,7 +73,8 @@ def inspect_spool(data_dir: Path) -> SpoolStatus:
     """Pending operations and set-aside files of a data folder's spool (for ``kioku
     doctor``), read without taking the spool over."""
     path = spool_path(data_dir)
-    pending = len(_parse(path.read_bytes())[0]) if path.exists() else 0
+    records = _parse(path.read_bytes())[0] if path.exists() else []
+    pending = sum(record.get("op") != "blank" for record in records)
     aside = tuple(sorted(path.parent.glob("stm.corrupt-*.jsonl"))) if path.parent.exists() else ()
     return SpoolStatus(pending, aside)
 
@@ -256,6 +257,7 @@ class DurableSpool:
         self._forgetting: set[int] = set()
         for record in self._records:
             self._track(record)
+        self._blanks: int = sum(record.get("op") == "blank" for record in self._records)
         self._fd = self._open_for_append()
         self._closed = False
         # Set when an operation is appended (work to do) ...
@@ -280,7 +282,8 @@ class DurableSpool:
 
     @property
     def pending(self) -> int:
-        return len(self._records)
+        """Operations waiting for the database (local 'blank' records are none)."""
+        return len(self._records) - self._blanks
 
     def pending_in(self, channel_id: int) -> int:
         """Pending operations on one channel's memory (writes and clears)."""
@@ -311,8 +314,14 @@ class DurableSpool:
         their version, so the next write here still supersedes whatever the replay does.
         Recorded in the spool (a local record the replay skips), so a restart before the
         replay does not show them again."""
-        if any(key.channel_id == channel_id for key in self._latest):
-            self._write({"op": "blank", "channel": channel_id})
+        if not any(key.channel_id == channel_id for key in self._latest):
+            return
+        record = {"op": "blank", "channel": channel_id}
+        try:
+            self._write(record)
+        except (OSError, ValueError):
+            log.exception("spool: could not record a clear heard by notice")
+            self._track(record)  # still applied in memory (lost only by a restart)
 
     # -- appending (synchronous: the caller must not be told "saved" before fsync)
 
@@ -368,6 +377,7 @@ class DurableSpool:
                 os.fsync(self._fd)
             raise
         self._records.append(record)
+        self._blanks += int(record.get("op") == "blank")
         self._track(record)
         self._wake.set()
 
@@ -430,6 +440,7 @@ class DurableSpool:
                         raise
                     handled = await self._apply_one_by_one(sessions, batch)
                 del self._records[:handled]
+                self._blanks = sum(record.get("op") == "blank" for record in self._records)
                 # The number is never kept after closing: reused by the next file the
                 # process opens, it would take the spool's lines.
                 fd, self._fd = self._fd, -1

@@ -16,12 +16,13 @@ from typing import Any
 import pytest
 from sqlalchemy import event, text
 from sqlalchemy.engine import URL
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from bot.config import Settings, async_database_url, load_settings
 from bot.db.engine import Database, EmbeddedPostgres
 from bot.db.migrate import upgrade
 from bot.db.models import Base
+from tests.helpers.fake_llm import refused_base_url
 
 
 def truncate_statement() -> str:
@@ -88,6 +89,16 @@ async def db(migrated_database: Database) -> AsyncIterator[Database]:
 def settings(pg_url: URL, tmp_path: Path) -> Settings:
     """Default settings pointed at the test database and a per-test data folder."""
     return make_test_settings(pg_url, tmp_path)
+
+
+@pytest.fixture
+async def dead_engine() -> AsyncIterator[AsyncEngine]:
+    """An engine whose every connection is refused: the database is down."""
+    engine = create_async_engine(
+        refused_base_url().replace("http://", "postgresql+asyncpg://u:p@") + "db"
+    )
+    yield engine
+    await engine.dispose()
 
 
 class StatementCounter:

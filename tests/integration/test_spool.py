@@ -7,7 +7,6 @@ import contextlib
 import os
 import resource
 import signal
-from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -26,19 +25,9 @@ from bot.memory.spool import DurableSpool, SpoolLocked, count_pending, inspect_s
 from bot.memory.storage import MemoryUnavailable
 from bot.memory.turn import TurnState
 from tests.helpers.builders import ALICE, BOB, BOT, CHANNEL, GUILD, ManualClock, make_service
-from tests.helpers.fake_llm import refused_base_url
 
 SERVER_KEY = ScopeKey.server(GUILD, CHANNEL)
 OTHER = CHANNEL + 1
-
-
-@pytest.fixture
-async def dead_engine() -> AsyncIterator[AsyncEngine]:
-    engine = create_async_engine(
-        refused_base_url().replace("http://", "postgresql+asyncpg://u:p@") + "db"
-    )
-    yield engine
-    await engine.dispose()
 
 
 @pytest.fixture

@@ -1,0 +1,243 @@
+"""While the notice listener is down ("deaf"): every use reads through to the database,
+the cache standing in only when the database is down too, without undoing writes in
+flight or the cadence; and the spool's local 'blank' record (a clear heard by notice)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import resource
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
+
+from bot.config import Settings
+from bot.db.engine import Database
+from bot.db.models import ShortTermMemory
+from bot.db.repositories import guilds as guild_repo
+from bot.memory.model import ScopeKey
+from bot.memory.service import MemoryService
+from bot.memory.spool import DurableSpool, inspect_spool, spool_path
+from bot.memory.turn import TurnState
+from tests.helpers.builders import ALICE, BOB, BOT, CHANNEL, GUILD, ManualClock, make_service
+
+SERVER_KEY = ScopeKey.server(GUILD, CHANNEL)
+
+
+async def turn_for(service: MemoryService, user: int = ALICE) -> TurnState:
+    prepared = await service.prepare_turn(
+        channel_id=CHANNEL, user_id=user, guild_id=GUILD, bot_user_id=BOT
+    )
+    return prepared.turn
+
+
+async def server_summary(db: Database) -> str:
+    async with db.sessions() as session:
+        row = await session.scalar(
+            select(ShortTermMemory).where(ShortTermMemory.scope_kind == "server")
+        )
+        return row.summary if row is not None else ""
+
+
+# 1 ------------------------------------------------------------------------------
+
+
+async def test_the_cadence_still_counts_while_the_listener_is_down(
+    db: Database, settings: Settings
+) -> None:
+    """Deaf, every turn re-hydrates the row (turns_since_refresh as last persisted) and
+    puts it over the cached entry that record_bot_turn counted on: the nudge (and the
+    automatic summary of tool-less providers) never comes while the listener is down."""
+    service = make_service(db.sessions, settings, ManualClock())
+    assert (await service.update_stm(await turn_for(service), summary="warm")).ok
+    cadence = (await service.guild_config(GUILD)).refresh_cadence
+    service.listener_lost()
+    for _ in range(cadence):
+        service.record_bot_turn(await turn_for(service))
+    prepared = await service.prepare_turn(
+        channel_id=CHANNEL, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT
+    )
+    assert prepared.entry.turns_since_refresh >= cadence, prepared.entry.turns_since_refresh
+
+
+# 2 ------------------------------------------------------------------------------
+
+
+async def test_a_deaf_hydration_never_puts_an_older_row_over_a_write_in_flight(
+    db: Database, settings: Settings, tmp_path: Path, dead_engine: AsyncEngine
+) -> None:
+    """Deaf, a hydration that read the row while a local write was being committed puts
+    the older row over the newer cached entry (`existing` is ignored while deaf). If the
+    database then goes down too, the cache 'stands in': the prompt shows the older
+    memory, and a write built on it reuses a version number, is acknowledged 'saved,
+    pending sync', and is dropped by the replay as stale (SPEC §2: never lost)."""
+    spool = DurableSpool(spool_path(tmp_path))
+    service = make_service(db.sessions, settings, ManualClock(), spool=spool)
+    assert (await service.update_stm(await turn_for(service), summary="v1")).ok
+    service.listener_lost()
+
+    entered, release = asyncio.Event(), asyncio.Event()
+    real_commit = service._commit
+
+    async def gated_commit(batch: Any) -> None:
+        entered.set()
+        await release.wait()
+        await real_commit(batch)
+
+    service._commit = gated_commit  # type: ignore[method-assign]
+    turn_b = await turn_for(service)
+    writing = asyncio.create_task(service.update_stm(turn_b, summary="v2"))
+    await entered.wait()  # B's v2 is in the cache, its commit in flight
+    await turn_for(service, BOB)  # another message in the channel: hydrates while deaf
+    release.set()
+    assert str(await writing) == "saved"
+    service._commit = real_commit  # type: ignore[method-assign]
+
+    real = service._sessions
+    service._sessions = async_sessionmaker(dead_engine)  # the database goes down too
+    shown = (await service.entry(SERVER_KEY)).summary
+    acknowledged = await service.update_stm(await turn_for(service), summary="v3")
+    service._sessions = real
+    await spool.replay(db.sessions)
+    observed = (shown, str(acknowledged), await server_summary(db))
+    assert observed == ("v2", "saved, pending sync", "v3"), observed
+
+
+# 3 ------------------------------------------------------------------------------
+
+
+async def test_an_opt_out_is_not_undone_by_joining_an_older_read_while_deaf(
+    db: Database, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Deaf, a read of the opt-in that began before the user's opt-out is joined by a
+    caller that asks after the opt-out returned: it is handed the old 'True' (a DM turn
+    then shows server facts the user just opted out of)."""
+    service = make_service(db.sessions, settings, ManualClock())
+    await service.set_cross_context_opt_in(ALICE, True)
+    service.listener_lost()
+
+    read, release = asyncio.Event(), asyncio.Event()
+    real_read = guild_repo.cross_context_opt_in
+    calls = 0
+
+    async def gated_read(session: Any, user_id: int) -> bool:
+        nonlocal calls
+        calls += 1
+        found = await real_read(session, user_id)
+        if calls == 1:
+            read.set()
+            await release.wait()
+        return found
+
+    monkeypatch.setattr(guild_repo, "cross_context_opt_in", gated_read)
+    earlier = asyncio.create_task(service.cross_context_opt_in(ALICE))
+    await read.wait()  # that read saw True
+    await service.set_cross_context_opt_in(ALICE, False)  # the user opts out (returned)
+    joined = asyncio.Event()
+    real_run = service._opt_in_flight.run
+
+    async def run(key: int, load: Any) -> bool:
+        joined.set()  # real_run takes the in-flight future before its first await
+        return await real_run(key, load)
+
+    service._opt_in_flight.run = run  # type: ignore[method-assign]
+    later = asyncio.create_task(service.cross_context_opt_in(ALICE))  # asked after it
+    await joined.wait()
+    release.set()
+    await earlier
+    assert await later is False
+
+
+# 4 ------------------------------------------------------------------------------
+
+
+async def test_a_clear_notice_is_applied_even_when_the_blank_record_cannot_be_written(
+    db: Database, settings: Settings, tmp_path: Path, dead_engine: AsyncEngine
+) -> None:
+    """blank_channel now only changes the spool's state through _write: if the append
+    fails (disk full), apply_notice raises out of the listener callback and the spooled,
+    wiped text keeps being hydrated (before this change the in-memory blank always
+    applied)."""
+    spool = DurableSpool(spool_path(tmp_path))
+    a = make_service(db.sessions, settings, ManualClock(), spool=spool)
+    turn = await turn_for(a)
+    real = a._sessions
+    a._sessions = async_sessionmaker(dead_engine)
+    assert str(await a.update_stm(turn, summary="wiped by the refresh")) == "saved, pending sync"
+    a._sessions = real
+
+    clock_b = ManualClock()
+    clock_b.advance(seconds=5)
+    b = make_service(db.sessions, settings, clock_b)
+    await b.clear_channel(CHANNEL, guild_id=GUILD, actor_user_id=BOB)
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (spool.path.stat().st_size, hard))
+    raised: BaseException | None = None
+    try:
+        a.apply_notice({"o": b.instance_id, "t": "clear", "c": CHANNEL})  # as delivered
+    except OSError as exc:
+        raised = exc
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, previous)
+    shown = (await a.entry(SERVER_KEY)).summary
+    assert (raised, shown) == (None, ""), (raised, shown)
+
+
+# 5 ------------------------------------------------------------------------------
+
+
+def test_doctor_does_not_count_the_local_blank_record_as_pending(tmp_path: Path) -> None:
+    from bot.memory.model import StmEntry
+
+    spool = DurableSpool(spool_path(tmp_path))
+    spool.append([StmEntry(key=SERVER_KEY, updated_at=ManualClock().now(), version=1)])
+    spool.blank_channel(CHANNEL)
+    counts = (spool.pending, spool.pending_in(CHANNEL))
+    spool.close()
+    assert (counts, inspect_spool(tmp_path).pending) == ((1, 1), 1)
+
+
+# 6 ------------------------------------------------------------------------------
+
+
+async def test_the_always_on_pre_check_does_not_trust_the_cache_while_deaf(
+    db: Database, settings: Settings
+) -> None:
+    a = make_service(db.sessions, settings, ManualClock())
+    b = make_service(db.sessions, settings, ManualClock())
+    assert CHANNEL not in (await b.guild_config(GUILD)).always_on_channels  # cached in B
+    b.listener_lost()
+    await a.set_always_on(GUILD, CHANNEL, True, ALICE)  # the notice B cannot hear
+    cached = b.cached_guild_config(GUILD)
+    # chat._may_be_always_on drops the message when this says "not always-on".
+    assert cached is None or CHANNEL in cached.always_on_channels
+    with contextlib.suppress(Exception):
+        await a.close()
+
+
+# 7 ------------------------------------------------------------------------------
+
+
+async def test_closing_the_listener_is_not_reported_as_a_lost_connection(
+    db: Database, settings: Settings, pg_url: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    from bot.db.notify import CacheListener
+
+    memory = make_service(db.sessions, settings, ManualClock())
+    listener = CacheListener(
+        pg_url,
+        on_notice=memory.apply_notice,
+        on_reset=memory.listening_again,
+        on_lost=memory.listener_lost,
+    )
+    await listener.start()
+    await listener.close()  # an orderly shutdown
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert (memory._deaf, warnings) == (False, []), (memory._deaf, warnings)
