@@ -479,7 +479,8 @@ def _combination_line(section: list[str], ctx: dict[str, Any]) -> str:
     )
 
 
-_URL_CREDENTIALS = re.compile(r"(?<=://)[^/@\s]*@")
+# Up to the last "@": a password may hold "/", spaces or "@" itself.
+_URL_CREDENTIALS = re.compile(r"(?<=://).*@")
 
 
 def _short_repr(value: Any) -> str:

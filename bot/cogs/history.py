@@ -12,6 +12,7 @@ import discord
 from bot.cogs.refresh import REFRESH_MARKER_PREFIX
 from bot.llm.tool_loop import FRIENDLY_ERRORS
 from bot.memory.model import RawMessage, speaker_name
+from bot.memory.sanitize import strip_control_chars
 
 if TYPE_CHECKING:
     from bot.app import KiokuBot
@@ -29,8 +30,10 @@ def to_raw(message: discord.Message) -> RawMessage:
     return RawMessage(
         message_id=message.id,
         author_id=message.author.id,
-        author_name=speaker_name(message.author.display_name),
-        content=text,
+        author_name=speaker_name(strip_control_chars(message.author.display_name)),
+        # As stored memory text is: no invisible characters that could hide a fence
+        # closer from the prompt's defusing (``</mem<ZWSP>ory>``), no stray controls.
+        content=strip_control_chars(text),
         created_at=message.created_at,
         is_bot=message.author.bot,
     )

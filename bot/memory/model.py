@@ -59,8 +59,9 @@ class RawMessage:
 
     def line(self) -> str:
         """The gatherer's ``Name: text`` form. Continuation lines of a multi-line message
-        are indented, so no line of one message can pass for another speaker's."""
-        return f"{self.author_name}: {self.content}".replace("\n", "\n    ")
+        are indented, so no line of one message can pass for another speaker's (every
+        kind of line break counts: ``\r``, ``\u2028``, form feed…)."""
+        return "\n    ".join(f"{self.author_name}: {self.content}".splitlines() or [""])
 
 
 def speaker_name(name: str) -> str:

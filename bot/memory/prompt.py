@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 
 from bot.memory.gather import messages_after_marker
 from bot.memory.model import GuildConfig, RawMessage, StmEntry
-from bot.memory.sanitize import MAX_VALUE_CHARS
+from bot.memory.sanitize import MAX_VALUE_CHARS, strip_control_chars
 
 # Each stored value (the summary or one category) is truncated to this many characters.
 VALUE_LIMIT = MAX_VALUE_CHARS
@@ -33,11 +33,24 @@ _FENCE_CLOSE = "</memory>"
 # Stands in for "<" wherever stored text spells a memory tag, so it can never open or
 # close a fence.
 _DEFUSED_LT = "‹"
-# Invisible characters between "<", "/" and the word do not stop a model reading a tag.
+# Invisible characters between "<", "/" and the letters, and look-alikes of the brackets
+# and letters (full-width forms, Cyrillic and Greek twins), do not stop a model reading a
+# tag: none of them makes stored text a fence the prompt did not write.
+_INVISIBLE = (
+    r"[\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f"
+    r"\u202a-\u202e\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\U000e0000-\U000e007f]"
+)
+_OPENERS = "<\uff1c\ufe64\u2039\u3008\u27e8"
+_LOOKALIKE = {
+    "m": "mｍМм",
+    "e": "eｅЕеΕε",
+    "o": "oｏОоΟο",
+    "r": "rｒ",
+    "y": "yｙУу",
+}
+_MEMORY_WORD = f"{_INVISIBLE}*".join(f"[{_LOOKALIKE[letter]}]" for letter in "memory")
 _MEMORY_TAG = re.compile(
-    r"<(?=[\s/\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f"
-    r"\u202a-\u202e\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0]*memory)",
-    re.IGNORECASE,
+    rf"[{_OPENERS}](?=(?:\s|[/\uff0f]|{_INVISIBLE})*{_MEMORY_WORD})", re.IGNORECASE
 )
 
 
@@ -117,7 +130,7 @@ def _defuse(text: str) -> str:
     ``< / MEMORY``…) replaced by ``‹``; anything else is left as written."""
     # Plain containment checks settle almost every text; the regex only runs on text
     # that has both a "<" and the word, where it beats splitting by hand.
-    if "<" not in text or "memory" not in text.lower():
+    if not any(opener in text for opener in "<\uff1c\ufe64\u3008\u27e8"):
         return text
     return _MEMORY_TAG.sub(_DEFUSED_LT, text)
 
@@ -230,13 +243,16 @@ def _history(inp: PromptInput) -> list[dict[str, str]]:
             if message.content:
                 history.append({"role": "assistant", "content": message.content})
         else:
-            history.append({"role": "user", "content": f"{message.author_name}: {message.content}"})
+            # line(): a message's own line breaks cannot start another speaker's line.
+            history.append({"role": "user", "content": message.line()})
     return history
 
 
 def _raw_block(label: str, messages: Sequence[RawMessage]) -> str:
     # line() indents continuation lines: no line of one message passes for another speaker.
-    lines = "\n".join(_defuse(message.line()) for message in messages)
+    # Other channels' raw text is not sanitized like memory text: drop what could hide
+    # a fence closer from _defuse (and stray controls) before showing it.
+    lines = "\n".join(_defuse(strip_control_chars(message.line())) for message in messages)
     noun = "message" if len(messages) == 1 else "messages"
     return (
         f"The last {len(messages)} {noun} in {label}:\n"

@@ -118,9 +118,9 @@ async def test_the_raw_window_holds_display_names_resolved_mentions_and_attachme
         (friend.display_name, "@Kioku what did Captain send?"),
     ]
     prompt = prompt_text(kioku.llm)
-    assert (
+    assert (  # continuation lines indented: no line of a message passes for a speaker's
         f"Captain Nick: hey @{friend.display_name}, the plan is in #{channel.name}\n"
-        "[attachments: plan.pdf, photo.png]"
+        "    [attachments: plan.pdf, photo.png]"
     ) in prompt
     assert f"{friend.display_name}: [attachments: notes.txt]" in prompt
     assert "plain_username" not in prompt

@@ -110,11 +110,21 @@ def test_bad_values_give_one_clear_line(
     assert expected in message
 
 
-def test_database_password_is_not_echoed(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("DATABASE_URL", "mysql://user:hunter2@host/db")
+@pytest.mark.parametrize(
+    "url",
+    [
+        "mysql://user:hunter2@host/db",
+        "mysql://user:hun/ter2@host/db",  # a "/" in the password
+        "mysql://user:hunter2 x@host/db",  # a space
+        "mysql://user:p@hunter2@host/db",  # an "@"
+        "postgresql://user:hunter2@host:abc/db",
+    ],
+)
+def test_database_password_is_not_echoed(monkeypatch: pytest.MonkeyPatch, url: str) -> None:
+    monkeypatch.setenv("DATABASE_URL", url)
     with pytest.raises(SettingsError) as caught:
         load_settings()
-    assert "hunter2" not in str(caught.value)
+    assert "hunter2" not in str(caught.value) and "ter2" not in str(caught.value)
 
 
 def test_unknown_key_in_toml_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

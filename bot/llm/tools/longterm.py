@@ -249,7 +249,8 @@ def describe_fact(fact: Fact) -> str:
     """``#12 (saved 2026-11-01, in a server): My cat is called Miso`` for the model."""
     where = "in DMs" if fact.guild_id is None else "in a server"
     saved = fact.updated_at.strftime("%Y-%m-%d")
-    return f"#{fact.id} (saved {saved}, {where}): {fact.content}"
+    # One line per fact: a stored line break cannot forge another fact's line.
+    return f"#{fact.id} (saved {saved}, {where}): {' '.join(fact.content.split())}"
 
 
 def long_term_tools(
