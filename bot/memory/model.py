@@ -61,7 +61,10 @@ class RawMessage:
         """The gatherer's ``Name: text`` form. Continuation lines of a multi-line message
         are indented, so no line of one message can pass for another speaker's (every
         kind of line break counts: ``\r``, ``\u2028``, form feed…)."""
-        return "\n    ".join(f"{self.author_name}: {self.content}".splitlines() or [""])
+        text = f"{self.author_name}: {self.content}"
+        if text.isprintable():  # no line break of any kind (the usual message): as is
+            return text
+        return "\n    ".join(text.splitlines())
 
 
 def speaker_name(name: str) -> str:

@@ -49,6 +49,7 @@ _LOOKALIKE = {
     "y": "yｙУу",
 }
 _MEMORY_WORD = f"{_INVISIBLE}*".join(f"[{_LOOKALIKE[letter]}]" for letter in "memory")
+_WIDE_OPENER = re.compile("[\uff1c\ufe64\u2039\u3008\u27e8]")
 _MEMORY_TAG = re.compile(
     rf"[{_OPENERS}](?=(?:\s|[/\uff0f]|{_INVISIBLE})*{_MEMORY_WORD})", re.IGNORECASE
 )
@@ -130,9 +131,15 @@ def _defuse(text: str) -> str:
     ``< / MEMORY``…) replaced by ``‹``; anything else is left as written."""
     # Plain containment checks settle almost every text; the regex only runs on text
     # that has both a "<" and the word, where it beats splitting by hand.
-    if not any(opener in text for opener in "<\uff1c\ufe64\u3008\u27e8"):
+    if "<" not in text and (text.isascii() or _WIDE_OPENER.search(text) is None):
         return text
     return _MEMORY_TAG.sub(_DEFUSED_LT, text)
+
+
+def _visible(text: str) -> str:
+    """``text`` without invisible characters and stray controls (the usual plain text
+    passes untouched, without a copy)."""
+    return text if text.isascii() and text.isprintable() else strip_control_chars(text)
 
 
 def _attr(value: str) -> str:
@@ -243,8 +250,11 @@ def _history(inp: PromptInput) -> list[dict[str, str]]:
             if message.content:
                 history.append({"role": "assistant", "content": message.content})
         else:
+            text = f"{message.author_name}: {message.content}"
             # line(): a message's own line breaks cannot start another speaker's line.
-            history.append({"role": "user", "content": message.line()})
+            history.append(
+                {"role": "user", "content": text if text.isprintable() else message.line()}
+            )
     return history
 
 
@@ -252,7 +262,7 @@ def _raw_block(label: str, messages: Sequence[RawMessage]) -> str:
     # line() indents continuation lines: no line of one message passes for another speaker.
     # Other channels' raw text is not sanitized like memory text: drop what could hide
     # a fence closer from _defuse (and stray controls) before showing it.
-    lines = "\n".join(_defuse(strip_control_chars(message.line())) for message in messages)
+    lines = "\n".join(_defuse(_visible(message.line())) for message in messages)
     noun = "message" if len(messages) == 1 else "messages"
     return (
         f"The last {len(messages)} {noun} in {label}:\n"
