@@ -6,7 +6,7 @@ import itertools
 import time
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from bot.config import Settings
 from bot.memory.model import RawMessage
@@ -83,3 +83,28 @@ def make_service(
     # (the sweep has its own test, which turns it back on).
     service.forget_sweep_seconds = 0
     return service
+
+
+async def spooled_then_cleared_elsewhere(
+    sessions: async_sessionmaker[AsyncSession],
+    settings: Settings,
+    spool: DurableSpool,
+    dead: AsyncEngine,
+) -> tuple[MemoryService, MemoryService]:
+    """Process A spools a write of CHANNEL's memory during a database blip ("wiped by the
+    refresh"); the database comes back before A's replayer runs; process B then clears
+    the channel. Returns (A, B); A has not heard B's clear notice yet."""
+    a = make_service(sessions, settings, ManualClock(), spool=spool)
+    turn = (
+        await a.prepare_turn(channel_id=CHANNEL, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT)
+    ).turn
+    real = a._sessions
+    a._sessions = async_sessionmaker(dead)
+    result = await a.update_stm(turn, summary="wiped by the refresh")
+    assert str(result) == "saved, pending sync"
+    a._sessions = real
+    clock_b = ManualClock()
+    clock_b.advance(seconds=5)  # the clear comes after A's turn began
+    b = make_service(sessions, settings, clock_b)
+    await b.clear_channel(CHANNEL, guild_id=GUILD, actor_user_id=BOB)
+    return a, b

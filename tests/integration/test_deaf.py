@@ -23,7 +23,16 @@ from bot.memory.model import ScopeKey
 from bot.memory.service import MemoryService
 from bot.memory.spool import DurableSpool, inspect_spool, spool_path
 from bot.memory.turn import TurnState
-from tests.helpers.builders import ALICE, BOB, BOT, CHANNEL, GUILD, ManualClock, make_service
+from tests.helpers.builders import (
+    ALICE,
+    BOB,
+    BOT,
+    CHANNEL,
+    GUILD,
+    ManualClock,
+    make_service,
+    spooled_then_cleared_elsewhere,
+)
 
 SERVER_KEY = ScopeKey.server(GUILD, CHANNEL)
 
@@ -158,22 +167,11 @@ async def test_an_opt_out_is_not_undone_by_joining_an_older_read_while_deaf(
 async def test_a_clear_notice_is_applied_even_when_the_blank_record_cannot_be_written(
     db: Database, settings: Settings, tmp_path: Path, dead_engine: AsyncEngine
 ) -> None:
-    """blank_channel now only changes the spool's state through _write: if the append
-    fails (disk full), apply_notice raises out of the listener callback and the spooled,
-    wiped text keeps being hydrated (before this change the in-memory blank always
-    applied)."""
+    """The clear is applied in memory even when the spool cannot record it (disk full):
+    the notice is not lost to the listener callback, and the wiped text is not hydrated
+    back from the spool."""
     spool = DurableSpool(spool_path(tmp_path))
-    a = make_service(db.sessions, settings, ManualClock(), spool=spool)
-    turn = await turn_for(a)
-    real = a._sessions
-    a._sessions = async_sessionmaker(dead_engine)
-    assert str(await a.update_stm(turn, summary="wiped by the refresh")) == "saved, pending sync"
-    a._sessions = real
-
-    clock_b = ManualClock()
-    clock_b.advance(seconds=5)
-    b = make_service(db.sessions, settings, clock_b)
-    await b.clear_channel(CHANNEL, guild_id=GUILD, actor_user_id=BOB)
+    a, b = await spooled_then_cleared_elsewhere(db.sessions, settings, spool, dead_engine)
 
     soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
     previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)

@@ -24,7 +24,16 @@ from bot.memory.service import LabelFor, MemoryService, PreparedTurn, WriteResul
 from bot.memory.spool import DurableSpool, SpoolLocked, count_pending, inspect_spool, spool_path
 from bot.memory.storage import MemoryUnavailable
 from bot.memory.turn import TurnState
-from tests.helpers.builders import ALICE, BOB, BOT, CHANNEL, GUILD, ManualClock, make_service
+from tests.helpers.builders import (
+    ALICE,
+    BOB,
+    BOT,
+    CHANNEL,
+    GUILD,
+    ManualClock,
+    make_service,
+    spooled_then_cleared_elsewhere,
+)
 
 SERVER_KEY = ScopeKey.server(GUILD, CHANNEL)
 OTHER = CHANNEL + 1
@@ -550,17 +559,7 @@ async def test_a_refresh_heard_by_notice_is_not_undone_by_this_processs_spooled_
     serves the spooled, wiped text from ``spool.latest`` - and once the replay has run,
     A's cache still holds it while the database holds nothing."""
     spool = DurableSpool(spool_path(tmp_path))
-    a = make_service(db.sessions, settings, ManualClock(), spool=spool)
-    turn = await turn_for(a)
-    real = a._sessions
-    a._sessions = async_sessionmaker(dead_engine)
-    assert str(await a.update_stm(turn, summary="wiped by the refresh")) == "saved, pending sync"
-    a._sessions = real  # the database is back; A's replayer is still backing off
-
-    clock_b = ManualClock()
-    clock_b.advance(seconds=5)
-    b = make_service(db.sessions, settings, clock_b)
-    await b.clear_channel(CHANNEL, guild_id=GUILD, actor_user_id=BOB)
+    a, b = await spooled_then_cleared_elsewhere(db.sessions, settings, spool, dead_engine)
     a.apply_notice({"o": b.instance_id, "t": "clear", "c": CHANNEL})  # as delivered
 
     during = (await a.entry(SERVER_KEY)).summary
@@ -779,22 +778,12 @@ async def test_a_refresh_heard_by_notice_stays_applied_after_a_restart(
     db: Database, settings: Settings, tmp_path: Path, dead_engine: AsyncEngine
 ) -> None:
     spool = DurableSpool(spool_path(tmp_path))
-    a = make_service(db.sessions, settings, ManualClock(), spool=spool)
-    turn = await turn_for(a)
-    real = a._sessions
-    a._sessions = async_sessionmaker(dead_engine)
-    assert str(await a.update_stm(turn, summary="wiped by the refresh")) == "saved, pending sync"
-    a._sessions = real
-
-    clock_b = ManualClock()
-    clock_b.advance(seconds=5)
-    b = make_service(db.sessions, settings, clock_b)
-    await b.clear_channel(CHANNEL, guild_id=GUILD, actor_user_id=BOB)
+    a, b = await spooled_then_cleared_elsewhere(db.sessions, settings, spool, dead_engine)
     a.apply_notice({"o": b.instance_id, "t": "clear", "c": CHANNEL})  # as delivered
     spool.close()  # A restarts before its replayer ran
 
     restarted = make_service(
-        real, settings, ManualClock(), spool=DurableSpool(spool_path(tmp_path))
+        db.sessions, settings, ManualClock(), spool=DurableSpool(spool_path(tmp_path))
     )
     prepared = await restarted.prepare_turn(
         channel_id=CHANNEL, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT
