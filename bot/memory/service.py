@@ -22,7 +22,7 @@ import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from cachetools import LRUCache, TTLCache
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -54,6 +54,7 @@ from bot.memory.turn import REASON_CHANGED, REASON_CLEARED, REASON_STORAGE, Turn
 from bot.memory.window import WindowCache
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 OTHER_CHANNEL_HYDRATE_LIMIT = 10
 # A database read overtaken by a notice about what it read is repeated at most this often.
@@ -293,15 +294,10 @@ class MemoryService:
         """The guild's STM configuration (cached; DMs use the operator's defaults)."""
         if guild_id is None:
             return self.defaults
-        config = self._configs.get(guild_id)
-        if config is not None and not self._deaf:
-            return config
-        try:
-            return await self._config_flight.run(guild_id, lambda: self._load_config(guild_id))
-        except MemoryUnavailable:
-            if config is None:
-                raise
-            return config  # deaf, and the database is down too: the last known settings
+        return await self._cached_or_read(
+            self._configs.get(guild_id),
+            lambda: self._config_flight.run(guild_id, lambda: self._load_config(guild_id)),
+        )
 
     async def _load_config(self, guild_id: int) -> GuildConfig:
         for _ in range(STALE_READ_RETRIES):
@@ -332,15 +328,23 @@ class MemoryService:
     async def entry(self, key: ScopeKey, *, parent_channel_id: int | None = None) -> StmEntry:
         """The live entry for ``key``: from the cache, else hydrated from its row
         (single-flight), else a new empty one. Never returns an expired memory."""
-        cached = self.cache.get(key)
+        return await self._cached_or_read(
+            self.cache.get(key),
+            lambda: self._entry_flight.run(key, lambda: self._hydrate(key, parent_channel_id)),
+        )
+
+    async def _cached_or_read(self, cached: T | None, read: Callable[[], Awaitable[T]]) -> T:
+        """The cached value if there is one and notices are heard; else read it. Deaf
+        (see :meth:`listener_lost`) every use reads, and the cached value stands in only
+        when the database is down too (then no other process can change it either)."""
         if cached is not None and not self._deaf:
             return cached
         try:
-            return await self._entry_flight.run(key, lambda: self._hydrate(key, parent_channel_id))
+            return await read()
         except MemoryUnavailable:
             if cached is None:
                 raise
-            return cached  # deaf, and the database is down too: the last known state
+            return cached
 
     async def _hydrate(self, key: ScopeKey, parent_channel_id: int | None) -> StmEntry:
         epoch = self.epoch(key.channel_id)
@@ -470,17 +474,6 @@ class MemoryService:
                 self.cache.put(row)
 
     async def cross_context_opt_in(self, user_id: int) -> bool:
-        cached = self._opt_ins.get(user_id)
-        if cached is not None and not self._deaf:
-            return cached
-        if cached is not None:
-            try:
-                return await self._load_opt_in(user_id)
-            except MemoryUnavailable:
-                return cached  # deaf, and the database is down too
-        return await self._load_opt_in(user_id)
-
-    async def _load_opt_in(self, user_id: int) -> bool:
         async def load() -> bool:
             seq = self._notice_seq
             async with self._storage("loading privacy settings") as session:
@@ -492,7 +485,9 @@ class MemoryService:
 
         # A read begun before a change made here is not joined after it.
         since = self._noticed.get(("opt-in", user_id), 0)
-        return await self._opt_in_flight.run((user_id, since), load)
+        return await self._cached_or_read(
+            self._opt_ins.get(user_id), lambda: self._opt_in_flight.run((user_id, since), load)
+        )
 
     async def set_cross_context_opt_in(self, user_id: int, enabled: bool) -> None:
         async with self._storage("saving privacy settings") as session, session.begin():

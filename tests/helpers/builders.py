@@ -10,8 +10,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from bot.config import Settings
 from bot.memory.model import RawMessage
-from bot.memory.service import MemoryService
+from bot.memory.service import LabelFor, MemoryService, PreparedTurn
 from bot.memory.spool import DurableSpool
+from bot.memory.turn import TurnState
 
 EPOCH = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
 GUILD = 111_111_111_111_111_111
@@ -85,6 +86,24 @@ def make_service(
     return service
 
 
+async def prepare(
+    service: MemoryService,
+    user: int = ALICE,
+    *,
+    channel: int = CHANNEL,
+    label_for: LabelFor | None = None,
+) -> PreparedTurn:
+    """A turn of ``user`` in the test guild's ``channel``, prepared as a message would."""
+    return await service.prepare_turn(
+        channel_id=channel, user_id=user, guild_id=GUILD, bot_user_id=BOT, label_for=label_for
+    )
+
+
+async def turn_for(service: MemoryService, user: int = ALICE) -> TurnState:
+    """The turn state of :func:`prepare` (what a write needs)."""
+    return (await prepare(service, user)).turn
+
+
 async def spooled_then_cleared_elsewhere(
     sessions: async_sessionmaker[AsyncSession],
     settings: Settings,
@@ -95,9 +114,7 @@ async def spooled_then_cleared_elsewhere(
     refresh"); the database comes back before A's replayer runs; process B then clears
     the channel. Returns (A, B); A has not heard B's clear notice yet."""
     a = make_service(sessions, settings, ManualClock(), spool=spool)
-    turn = (
-        await a.prepare_turn(channel_id=CHANNEL, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT)
-    ).turn
+    turn = await turn_for(a)
     real = a._sessions
     a._sessions = async_sessionmaker(dead)
     result = await a.update_stm(turn, summary="wiped by the refresh")

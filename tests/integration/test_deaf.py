@@ -20,9 +20,7 @@ from bot.db.engine import Database
 from bot.db.models import ShortTermMemory
 from bot.db.repositories import guilds as guild_repo
 from bot.memory.model import ScopeKey
-from bot.memory.service import MemoryService
 from bot.memory.spool import DurableSpool, inspect_spool, spool_path
-from bot.memory.turn import TurnState
 from tests.helpers.builders import (
     ALICE,
     BOB,
@@ -32,16 +30,10 @@ from tests.helpers.builders import (
     ManualClock,
     make_service,
     spooled_then_cleared_elsewhere,
+    turn_for,
 )
 
 SERVER_KEY = ScopeKey.server(GUILD, CHANNEL)
-
-
-async def turn_for(service: MemoryService, user: int = ALICE) -> TurnState:
-    prepared = await service.prepare_turn(
-        channel_id=CHANNEL, user_id=user, guild_id=GUILD, bot_user_id=BOT
-    )
-    return prepared.turn
 
 
 async def server_summary(db: Database) -> str:

@@ -20,10 +20,9 @@ from bot.db.engine import Database
 from bot.db.models import ShortTermMemory, StmEvent
 from bot.memory import spool as spool_module
 from bot.memory.model import ScopeKey
-from bot.memory.service import LabelFor, MemoryService, PreparedTurn, WriteResult
+from bot.memory.service import MemoryService, WriteResult
 from bot.memory.spool import DurableSpool, SpoolLocked, count_pending, inspect_spool, spool_path
 from bot.memory.storage import MemoryUnavailable
-from bot.memory.turn import TurnState
 from tests.helpers.builders import (
     ALICE,
     BOB,
@@ -32,7 +31,9 @@ from tests.helpers.builders import (
     GUILD,
     ManualClock,
     make_service,
+    prepare,
     spooled_then_cleared_elsewhere,
+    turn_for,
 )
 
 SERVER_KEY = ScopeKey.server(GUILD, CHANNEL)
@@ -48,13 +49,6 @@ async def summaries(db: Database) -> list[tuple[str, str, int]]:
     async with db.sessions() as session:
         rows = await session.scalars(select(ShortTermMemory).order_by(ShortTermMemory.scope_kind))
         return [(r.scope_kind, r.summary, r.version) for r in rows]
-
-
-async def turn_for(service: MemoryService, user: int = ALICE) -> TurnState:
-    prepared = await service.prepare_turn(
-        channel_id=CHANNEL, user_id=user, guild_id=GUILD, bot_user_id=BOT
-    )
-    return prepared.turn
 
 
 async def outage(service: MemoryService, engine: AsyncEngine) -> async_sessionmaker:  # type: ignore[type-arg]
@@ -696,14 +690,6 @@ async def test_a_forget_me_heard_while_a_write_of_theirs_is_on_its_way_to_the_sp
         server.close()
 
 
-async def _turn(
-    service: MemoryService, user: int, label_for: LabelFor | None = None
-) -> PreparedTurn:
-    return await service.prepare_turn(
-        channel_id=CHANNEL, user_id=user, guild_id=GUILD, bot_user_id=BOT, label_for=label_for
-    )
-
-
 async def test_a_deletion_queued_behind_a_late_write_also_takes_it_out_of_the_cache(
     db: Database, settings: Settings, tmp_path: Path, dead_engine: AsyncEngine
 ) -> None:
@@ -715,7 +701,7 @@ async def test_a_deletion_queued_behind_a_late_write_also_takes_it_out_of_the_ca
     assert (await b.update_stm(other.turn, summary="Alice's secret plan")).ok
     clock.advance(seconds=1)
     # Bob's turn here is shown Alice's memory (other channels); its write lists her.
-    prepared = await _turn(b, BOB, label_for=lambda e: "#other")
+    prepared = await prepare(b, BOB, label_for=lambda e: "#other")
     assert ALICE in prepared.turn.shown_contributors()
     real = b._sessions
     b._sessions = async_sessionmaker(dead_engine)  # B's database goes away
@@ -731,7 +717,7 @@ async def test_a_deletion_queued_behind_a_late_write_also_takes_it_out_of_the_ca
     shown_after_forget = cached is not None and cached.derived_from(ALICE)
     # ... and a later turn (begun after the notice) must not store her words again.
     clock.advance(seconds=1)
-    later = await _turn(b, BOB)
+    later = await prepare(b, BOB)
     assert "Alice's secret plan" in later.entry.summary or not shown_after_forget
     await b.update_stm(later.turn, summary=later.entry.summary + " (continued)")
     b._sessions = real
@@ -758,7 +744,7 @@ async def test_a_spooled_write_stays_saved_when_the_deletion_behind_it_cannot_be
     b = make_service(db.sessions, settings, clock, spool=spool)
     other = await b.prepare_turn(channel_id=OTHER, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT)
     assert (await b.update_stm(other.turn, summary="Alice's secret plan")).ok
-    prepared = await _turn(b, BOB, label_for=lambda e: "#other")
+    prepared = await prepare(b, BOB, label_for=lambda e: "#other")
     b._sessions = async_sessionmaker(dead_engine)
     b.apply_notice({"o": "process-a", "t": "forget", "u": ALICE})
     pending_before = spool.pending
