@@ -35,6 +35,7 @@ from bot.db.repositories import stm as stm_repo
 from bot.db.repositories.stm import EventRecord
 from bot.memory.cache import StmCache
 from bot.memory.clock import Clock, SystemClock
+from bot.memory.commit import ClearedElsewhere, GroupCommit, StaleWrite
 from bot.memory.gather import count_new_messages, messages_after_marker
 from bot.memory.model import (
     Category,
@@ -72,45 +73,6 @@ CLEAR_RECORD_KEPT = timedelta(days=2)
 
 class _QueuedBehindSpool(Exception):
     """Not tried: earlier operations wait in the spool and this one must follow them."""
-
-
-class StaleWrite(Exception):
-    """A row already holds a newer version than the write."""
-
-
-class ClearedElsewhere(Exception):
-    """The channel was wiped (by any process) after the write's turn started."""
-
-
-class _RefusedInBatch(Exception):
-    """Some writes of a group commit were refused (raised inside the transaction, so it
-    rolls back); ``outcomes`` says why for each."""
-
-    def __init__(self, outcomes: dict[int, Exception]) -> None:
-        super().__init__()
-        self.outcomes = outcomes
-
-
-@dataclass(slots=True)
-class _PendingWrite:
-    """One write waiting for a group commit; ``outcome`` is None (committed), a
-    StaleWrite, ClearedElsewhere, or the database error."""
-
-    entries: Sequence[StmEntry]
-    events: Sequence[EventRecord]
-    outcome: asyncio.Future[Exception | None]
-    # When the writing turn started: a clear after that (in any process) refuses it.
-    started_at: datetime | None = None
-
-
-def _settle(item: _PendingWrite, outcome: Exception | None) -> None:
-    # A writer cancelled while waiting (its turn was cancelled) no longer listens.
-    if not item.outcome.done():
-        item.outcome.set_result(outcome)
-
-
-# At most this many writes (two rows each) share one transaction.
-GROUP_COMMIT_MAX = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,11 +227,13 @@ class MemoryService:
         self._locks: weakref.WeakValueDictionary[int, asyncio.Lock] = weakref.WeakValueDictionary()
         # Guild-level read-modify-writes (the always-on list); few, so kept plainly.
         self._guild_locks: dict[int, asyncio.Lock] = {}
-        self._write_queue: list[_PendingWrite] = []
+        self._commits = GroupCommit(
+            lambda: self._sessions(),
+            lambda session, entries: self._announce(session, stm_notice(self.instance_id, entries)),
+        )
         # A /forget-me deletes again this long after (0: never; see _sweep_later).
         self.forget_sweep_seconds = FORGET_SWEEP_SECONDS
         self._sweeps: set[asyncio.Task[None]] = set()
-        self._flusher: asyncio.Task[None] | None = None
 
     # ----------------------------------------------------------------- reading
 
@@ -795,13 +759,7 @@ class MemoryService:
     ) -> WriteResult:
         if self._spool_first():
             return self._spool_write(entries, events, before, started_at)
-        pending = _PendingWrite(
-            entries, events, asyncio.get_running_loop().create_future(), started_at
-        )
-        self._write_queue.append(pending)
-        if self._flusher is None or self._flusher.done():
-            self._flusher = asyncio.create_task(self._flush_queue(), name="stm-group-commit")
-        outcome = await pending.outcome
+        outcome = await self._commits.write(entries, events, started_at)
         if outcome is None:
             return WriteResult("saved")
         if isinstance(outcome, StaleWrite | ClearedElsewhere):
@@ -863,45 +821,6 @@ class MemoryService:
             except (OSError, ValueError):
                 log.exception("could not queue a /forget-me behind a spooled write")
 
-    async def _flush_queue(self) -> None:
-        """Group commit: writes that queue up while one transaction is in flight go
-        together in the next one. Each write still succeeds or fails as a whole; the
-        writer is answered only after the commit."""
-        while self._write_queue:
-            batch = self._write_queue[:GROUP_COMMIT_MAX]
-            del self._write_queue[: len(batch)]
-            await self._commit(batch)
-
-    async def _commit(self, batch: list[_PendingWrite]) -> None:
-        entries = [entry for item in batch for entry in item.entries]
-        try:
-            async with asyncio.timeout(DB_TIMEOUT_SECONDS):
-                async with self._sessions() as session, session.begin():
-                    cleared = await self._clears_since_start(session, batch)
-                    if cleared:
-                        raise _RefusedInBatch({id(i): ClearedElsewhere() for i in cleared})
-                    written = await stm_repo.upsert_entries_returning_keys(session, entries)
-                    stale = [i for i in batch if any(e.key not in written for e in i.entries)]
-                    if stale:  # rolls back: all or nothing per write
-                        raise _RefusedInBatch({id(i): StaleWrite() for i in stale})
-                    await stm_repo.add_events(
-                        session, [event for item in batch for event in item.events]
-                    )
-                    await self._announce(session, stm_notice(self.instance_id, entries))
-        except _RefusedInBatch as found:
-            for item in batch:
-                if id(item) in found.outcomes:
-                    _settle(item, found.outcomes[id(item)])
-            # The others were fine: they go first in the next transaction.
-            self._write_queue[:0] = [item for item in batch if id(item) not in found.outcomes]
-            return
-        except Exception as exc:
-            for item in batch:
-                _settle(item, exc)
-            return
-        for item in batch:
-            _settle(item, None)
-
     def _spool_or_raise(self, exc: Exception, append: Callable[[DurableSpool], None]) -> None:
         """Queue a deletion the database did not take (or must not take yet) in the spool;
         without a spool, or if the spool cannot be written, the caller hears it failed."""
@@ -915,26 +834,6 @@ class MemoryService:
             raise MemoryUnavailable("the database is unavailable; try again shortly") from (
                 spool_error
             )
-
-    @staticmethod
-    async def _clears_since_start(
-        session: AsyncSession, batch: Sequence[_PendingWrite]
-    ) -> list[_PendingWrite]:
-        """The writes whose channel was wiped after their turn started, by any process.
-        The shared channel locks make a concurrent clear wait for this transaction, or
-        this one for the clear (then the clear time read next is already committed)."""
-        channels = [e.key.channel_id for item in batch for e in item.entries]
-        await stm_repo.lock_channels(session, channels, shared=True)
-        cleared = await stm_repo.clear_times(session, channels)
-        return [
-            item
-            for item in batch
-            if item.started_at is not None
-            and any(
-                (at := cleared.get(e.key.channel_id)) is not None and at > item.started_at
-                for e in item.entries
-            )
-        ]
 
     async def admin_edit(
         self,

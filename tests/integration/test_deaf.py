@@ -82,21 +82,21 @@ async def test_a_deaf_hydration_never_puts_an_older_row_over_a_write_in_flight(
     service.listener_lost()
 
     entered, release = asyncio.Event(), asyncio.Event()
-    real_commit = service._commit
+    real_commit = service._commits.commit
 
     async def gated_commit(batch: Any) -> None:
         entered.set()
         await release.wait()
         await real_commit(batch)
 
-    service._commit = gated_commit  # type: ignore[method-assign]
+    service._commits.commit = gated_commit  # type: ignore[method-assign]
     turn_b = await turn_for(service)
     writing = asyncio.create_task(service.update_stm(turn_b, summary="v2"))
     await entered.wait()  # B's v2 is in the cache, its commit in flight
     await turn_for(service, BOB)  # another message in the channel: hydrates while deaf
     release.set()
     assert str(await writing) == "saved"
-    service._commit = real_commit  # type: ignore[method-assign]
+    service._commits.commit = real_commit  # type: ignore[method-assign]
 
     real = service._sessions
     service._sessions = async_sessionmaker(dead_engine)  # the database goes down too

@@ -1,0 +1,145 @@
+"""Group commit of STM writes: writes that queue up while one transaction is in flight
+go together in the next one, each still all-or-nothing, each writer answered only after
+the commit. A write is refused (not retried) when its channel was wiped after its turn
+started, by any process, or when a row already holds a newer version.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from bot.db.repositories import stm as stm_repo
+from bot.db.repositories.stm import EventRecord
+from bot.memory.model import StmEntry
+from bot.memory.storage import DB_TIMEOUT_SECONDS
+
+# At most this many writes (two rows each) share one transaction.
+GROUP_COMMIT_MAX = 64
+
+# Called inside the write's transaction, to announce the written rows to other processes.
+Announce = Callable[[AsyncSession, Sequence[StmEntry]], Awaitable[None]]
+
+
+class StaleWrite(Exception):
+    """A row already holds a newer version than the write."""
+
+
+class ClearedElsewhere(Exception):
+    """The channel was wiped (by any process) after the write's turn started."""
+
+
+class _RefusedInBatch(Exception):
+    """Some writes of a group commit were refused (raised inside the transaction, so it
+    rolls back); ``outcomes`` says why for each."""
+
+    def __init__(self, outcomes: dict[int, Exception]) -> None:
+        super().__init__()
+        self.outcomes = outcomes
+
+
+@dataclass(slots=True)
+class _PendingWrite:
+    """One write waiting for a group commit; ``outcome`` is None (committed), a
+    StaleWrite, ClearedElsewhere, or the database error."""
+
+    entries: Sequence[StmEntry]
+    events: Sequence[EventRecord]
+    outcome: asyncio.Future[Exception | None]
+    # When the writing turn started: a clear after that (in any process) refuses it.
+    started_at: datetime | None = None
+
+
+def _settle(item: _PendingWrite, outcome: Exception | None) -> None:
+    # A writer cancelled while waiting (its turn was cancelled) no longer listens.
+    if not item.outcome.done():
+        item.outcome.set_result(outcome)
+
+
+class GroupCommit:
+    """The STM write queue and the task that commits it."""
+
+    def __init__(self, session: Callable[[], AsyncSession], announce: Announce) -> None:
+        # Opens a session (the owner's current factory, looked up on every commit).
+        self._session = session
+        self._announce = announce
+        self._queue: list[_PendingWrite] = []
+        self._flusher: asyncio.Task[None] | None = None
+
+    async def write(
+        self,
+        entries: Sequence[StmEntry],
+        events: Sequence[EventRecord],
+        started_at: datetime | None,
+    ) -> Exception | None:
+        """Commit ``entries`` and ``events`` together; None when committed, else why not
+        (:class:`StaleWrite`, :class:`ClearedElsewhere`, or the database error)."""
+        pending = _PendingWrite(
+            entries, events, asyncio.get_running_loop().create_future(), started_at
+        )
+        self._queue.append(pending)
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.create_task(self._flush(), name="stm-group-commit")
+        return await pending.outcome
+
+    async def _flush(self) -> None:
+        while self._queue:
+            batch = self._queue[:GROUP_COMMIT_MAX]
+            del self._queue[: len(batch)]
+            await self.commit(batch)
+
+    async def commit(self, batch: list[_PendingWrite]) -> None:
+        """One transaction for ``batch``; every writer in it is settled, or put back at
+        the head of the queue when only others were refused."""
+        entries = [entry for item in batch for entry in item.entries]
+        try:
+            async with asyncio.timeout(DB_TIMEOUT_SECONDS):
+                async with self._session() as session, session.begin():
+                    cleared = await _cleared_since_start(session, batch)
+                    if cleared:
+                        raise _RefusedInBatch({id(i): ClearedElsewhere() for i in cleared})
+                    written = await stm_repo.upsert_entries_returning_keys(session, entries)
+                    stale = [i for i in batch if any(e.key not in written for e in i.entries)]
+                    if stale:  # rolls back: all or nothing per write
+                        raise _RefusedInBatch({id(i): StaleWrite() for i in stale})
+                    await stm_repo.add_events(
+                        session, [event for item in batch for event in item.events]
+                    )
+                    await self._announce(session, entries)
+        except _RefusedInBatch as found:
+            for item in batch:
+                if id(item) in found.outcomes:
+                    _settle(item, found.outcomes[id(item)])
+            # The others were fine: they go first in the next transaction.
+            self._queue[:0] = [item for item in batch if id(item) not in found.outcomes]
+            return
+        except Exception as exc:
+            for item in batch:
+                _settle(item, exc)
+            return
+        for item in batch:
+            _settle(item, None)
+
+
+async def _cleared_since_start(
+    session: AsyncSession, batch: Sequence[_PendingWrite]
+) -> list[_PendingWrite]:
+    """The writes whose channel was wiped after their turn started, by any process. The
+    shared channel locks make a concurrent clear wait for this transaction, or this one
+    for the clear (then the clear time read next is already committed)."""
+    channels = [e.key.channel_id for item in batch for e in item.entries]
+    await stm_repo.lock_channels(session, channels, shared=True)
+    cleared = await stm_repo.clear_times(session, channels)
+    return [
+        item
+        for item in batch
+        if item.started_at is not None
+        and any(
+            (at := cleared.get(e.key.channel_id)) is not None and at > item.started_at
+            for e in item.entries
+        )
+    ]
