@@ -8,57 +8,42 @@ the person who asked, never logged.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
-from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import discord
 from discord import app_commands
 from discord.ext import commands
 
-from bot.cogs.chat import split_reply
 from bot.cogs.checks import admin_only, moderator_only
-from bot.cogs.errors import answer, report_error, think
+from bot.cogs.errors import answer, think
 from bot.cogs.history import backfill
-from bot.db.models import StmEvent
-from bot.memory.categories import (
-    DESCRIPTION_MAX_LENGTH,
-    LABEL_MAX_LENGTH,
-    CategoryDefinitionError,
-    parse_category_lines,
+from bot.cogs.stm_forms import (
+    CategoriesModal,
+    CategoryEditModal,
+    EditTarget,
+    SummaryEditModal,
+    answer_blocks,
+    before_a_modal,
+    describe_categories,
+    quoted,
 )
+from bot.db.models import StmEvent
 from bot.memory.model import (
-    MAX_CATEGORIES,
-    SUMMARY_SLUG,
-    Category,
     GuildConfig,
     ScopeKey,
     StmEntry,
 )
 from bot.memory.prompt import VALUE_LIMIT, relative_time, render_memory_text
-from bot.memory.service import MemoryService, WriteResult
-from bot.memory.storage import MemoryUnavailable
+from bot.memory.service import MemoryService
 from bot.memory.summarizer import Summarizer, SummaryOutcome
-from bot.memory.turn import REASON_CHANGED
 
 if TYPE_CHECKING:
     from bot.app import KiokuBot
 
 log = logging.getLogger(__name__)
 
-MESSAGE_LIMIT = 2000
 HISTORY_LIMIT = 15
-MODAL_TIMEOUT = 600.0
-RETRY_TIMEOUT = 300.0
-TITLE_LIMIT = 45
-PLACEHOLDER_LIMIT = 100
-# A row holds a label and its description, with room for the ": " between them.
-CATEGORY_ROW_LIMIT = LABEL_MAX_LENGTH + 2 + DESCRIPTION_MAX_LENGTH
-CATEGORY_PLACEHOLDERS = ("Decisions: what the group decided", "Open questions: what is unsettled")
 
 RENDER_MODES = {
     "crude_summary": "crude summary: distilled text plus the last raw messages",
@@ -107,56 +92,6 @@ class IntRange(app_commands.Transformer):
 # ------------------------------------------------------------------- formatting
 
 
-def chunked(blocks: Sequence[str], limit: int = MESSAGE_LIMIT) -> list[str]:
-    """``blocks`` joined by newlines into as few messages of at most ``limit`` characters
-    as possible (a block longer than ``limit`` is split)."""
-    messages: list[str] = []
-    current = ""
-    for block in blocks:
-        if len(block) > limit:
-            # Cut between lines where possible (a quoted memory stays quoted), never
-            # inside a character.
-            *whole, block = split_reply(block, limit)
-            if current:
-                messages.append(current)
-                current = ""
-            messages.extend(whole)
-        candidate = f"{current}\n{block}" if current else block
-        if len(candidate) > limit:
-            messages.append(current)
-            current = block
-        else:
-            current = candidate
-    if current:
-        messages.append(current)
-    return messages
-
-
-async def answer_blocks(interaction: discord.Interaction[Any], blocks: Sequence[str]) -> None:
-    for content in chunked(blocks):
-        await answer(interaction, content)
-
-
-def quoted(text: str) -> str:
-    return "\n".join(f"> {line}" for line in text.strip().splitlines())
-
-
-def describe_write(result: WriteResult) -> str:
-    if result.status == "saved":
-        return "Saved. The model sees the new memory from its next reply on."
-    if result.status == "saved, pending sync":
-        return (
-            "Saved, pending sync: the database is unavailable; it will be written when it is back."
-        )
-    if result.reason == REASON_CHANGED:
-        return (
-            "Not saved: the memory changed while you were editing it (the model or another "
-            "admin updated it). Run `/stm edit` again to start from the new text."
-        )
-    return f"Not saved: {result.reason}."
-
-
-NOTHING_EDITED = "Nothing changed, so nothing was saved."
 SUMMARY_BUSY = "A summary is already being made for this channel."
 NOTHING_NEW = "Nothing new since the last summary — no model call made."
 SUMMARY_DISABLED = (
@@ -239,10 +174,6 @@ def describe_settings(config: GuildConfig) -> list[str]:
     ]
 
 
-def describe_categories(categories: Sequence[Category]) -> list[str]:
-    return [f"• **{c.label}** → `{c.slug}`: {c.description}" for c in categories]
-
-
 def describe_event(event: StmEvent) -> str:
     parts = [f"**{event.event}**"]
     if event.origin:
@@ -264,226 +195,6 @@ def describe_event(event: StmEvent) -> str:
 def channel_label(interaction: discord.Interaction[Any]) -> str:
     name = getattr(interaction.channel, "name", None)
     return f"#{name}" if name else "this channel"
-
-
-def fit_title(text: str) -> str:
-    return text if len(text) <= TITLE_LIMIT else text[: TITLE_LIMIT - 1] + "…"
-
-
-# ----------------------------------------------------------------------- modals
-
-
-class ReportingModal(discord.ui.Modal):
-    """A modal whose errors get the tree's answers (a modal bypasses ``tree.on_error``)."""
-
-    async def on_error(  # type: ignore[override]  # Modal narrows View's signature
-        self, interaction: discord.Interaction[Any], error: Exception, /
-    ) -> None:
-        await report_error(interaction, error)
-
-
-# A modal must be the first answer, so nothing can be acknowledged before the reads
-# behind it: they get this long, and the error handler answers within Discord's 3 s.
-MODAL_READ_SECONDS = 2.0
-
-
-@contextlib.asynccontextmanager
-async def before_a_modal() -> AsyncIterator[None]:
-    try:
-        async with asyncio.timeout(MODAL_READ_SECONDS):
-            yield
-    except TimeoutError:
-        raise MemoryUnavailable("memory storage is too slow right now") from None
-
-
-@dataclass(frozen=True, slots=True)
-class EditTarget:
-    """Which channel's memory a ``/stm edit`` modal edits, and what the form showed when
-    it opened: a submit minutes later must not undo what happened meanwhile (a model
-    update of another field, a ``/refresh``)."""
-
-    guild_id: int
-    channel_id: int
-    parent_channel_id: int | None
-    title: str
-    version: int
-    epoch: int
-    opened_at: datetime
-
-
-class _EditModal(ReportingModal):
-    """``/stm edit``: what both modes share (where the memory is, how it is saved)."""
-
-    def __init__(self, memory: MemoryService, target: EditTarget) -> None:
-        super().__init__(title=fit_title(target.title), timeout=MODAL_TIMEOUT)
-        self.memory = memory
-        self.target = target
-
-    async def _save(
-        self,
-        interaction: discord.Interaction[Any],
-        *,
-        summary: str | None = None,
-        categories: dict[str, str] | None = None,
-    ) -> None:
-        target = self.target
-        await think(interaction)  # the database may be slow: Discord waits only 3 s
-        result = await self.memory.admin_edit(
-            guild_id=target.guild_id,
-            channel_id=target.channel_id,
-            parent_channel_id=target.parent_channel_id,
-            actor_user_id=interaction.user.id,
-            summary=summary,
-            categories=categories,
-            # A summary is one field: saved only over the text the form showed.
-            expected_version=target.version if summary is not None else None,
-            epoch=target.epoch,
-            started_at=target.opened_at,
-        )
-        content = describe_write(result)
-        if summary is not None and not result.ok:
-            content += f"\nWhat you typed, to paste again:\n{quoted(summary)}"
-        await answer_blocks(interaction, [content])
-
-
-class SummaryEditModal(_EditModal):
-    """``/stm edit`` in summary mode: one paragraph, prefilled with the summary."""
-
-    def __init__(self, memory: MemoryService, target: EditTarget, *, current: str) -> None:
-        super().__init__(memory, target)
-        self.summary: discord.ui.TextInput[SummaryEditModal] = discord.ui.TextInput(
-            label="Summary",
-            custom_id="summary",
-            style=discord.TextStyle.paragraph,
-            default=current[:VALUE_LIMIT] or None,
-            max_length=VALUE_LIMIT,
-            required=True,
-        )
-        self.add_item(self.summary)
-
-    async def on_submit(self, interaction: discord.Interaction[Any]) -> None:
-        if self.summary.value == (self.summary.default or ""):
-            await answer(interaction, NOTHING_EDITED)
-            return
-        await self._save(interaction, summary=self.summary.value)
-
-
-class CategoryEditModal(_EditModal):
-    """``/stm edit`` in category mode: one input per category; an empty one clears it."""
-
-    def __init__(
-        self,
-        memory: MemoryService,
-        target: EditTarget,
-        *,
-        categories: Sequence[Category],
-        current: dict[str, str],
-    ) -> None:
-        super().__init__(memory, target)
-        self.inputs: dict[str, discord.ui.TextInput[CategoryEditModal]] = {}
-        for category in categories:
-            field: discord.ui.TextInput[CategoryEditModal] = discord.ui.TextInput(
-                label=fit_title(category.label),
-                custom_id=category.slug,
-                style=discord.TextStyle.paragraph,
-                default=current.get(category.slug, "")[:VALUE_LIMIT] or None,
-                placeholder=category.description[:PLACEHOLDER_LIMIT],
-                max_length=VALUE_LIMIT,
-                required=False,
-            )
-            self.inputs[category.slug] = field
-            self.add_item(field)
-
-    async def on_submit(self, interaction: discord.Interaction[Any]) -> None:
-        # Only the fields the admin changed: Discord sends every field back, and the
-        # others hold what they showed at opening, which the model may have updated since.
-        changed = {
-            slug: field.value
-            for slug, field in self.inputs.items()
-            if field.value != (field.default or "")
-        }
-        if not changed:
-            await answer(interaction, NOTHING_EDITED)
-            return
-        await self._save(interaction, categories=changed)
-
-
-class CategoriesModal(ReportingModal):
-    """``/stm categories set``: five rows, each ``label: description`` (empty rows are
-    ignored; at least one is needed)."""
-
-    def __init__(self, memory: MemoryService, *, guild_id: int, rows: Sequence[str]) -> None:
-        super().__init__(title="Memory categories", timeout=MODAL_TIMEOUT)
-        self.memory = memory
-        self.guild_id = guild_id
-        self.rows: list[discord.ui.TextInput[CategoriesModal]] = []
-        for index in range(MAX_CATEGORIES):
-            current = rows[index] if index < len(rows) else ""
-            row: discord.ui.TextInput[CategoriesModal] = discord.ui.TextInput(
-                label=f"Category {index + 1} (label: description)",
-                custom_id=f"category_{index + 1}",
-                style=discord.TextStyle.short,
-                default=current[:CATEGORY_ROW_LIMIT] or None,
-                placeholder=CATEGORY_PLACEHOLDERS[index] if index < 2 else None,
-                max_length=CATEGORY_ROW_LIMIT,
-                required=index == 0,
-            )
-            self.rows.append(row)
-            self.add_item(row)
-
-    async def on_submit(self, interaction: discord.Interaction[Any]) -> None:
-        typed = [row.value for row in self.rows]
-        try:
-            # One row per line, so problems name the row ("row 3: …").
-            categories = parse_category_lines(
-                "\n".join(value.replace("\n", " ") for value in typed), place="row"
-            )
-        except CategoryDefinitionError as error:
-            problems = "\n".join(f"• {problem}" for problem in error.problems)
-            content = f"Nothing was changed. Please fix:\n{problems}"
-            retry = RetryCategoriesView(
-                self.memory, guild_id=self.guild_id, user_id=interaction.user.id, rows=typed
-            )
-            await answer(interaction, content[:MESSAGE_LIMIT], view=retry)
-            return
-        await think(interaction)  # the database may be slow: Discord waits only 3 s
-        config = await self.memory.set_categories(self.guild_id, interaction.user.id, categories)
-        log.info("guild %s set %d STM categories", self.guild_id, len(categories))
-        if config.category_mode:
-            head = (
-                f"Saved {len(categories)} categories. The model now keeps one field per category:"
-            )
-        else:
-            head = f"Saved. A single `{SUMMARY_SLUG}` category is the same as summary mode:"
-        await answer(interaction, "\n".join([head, *describe_categories(categories)]))
-
-
-class RetryCategoriesView(discord.ui.View):
-    """Reopens the categories modal with what the admin typed, so nothing is lost."""
-
-    def __init__(
-        self, memory: MemoryService, *, guild_id: int, user_id: int, rows: Sequence[str]
-    ) -> None:
-        super().__init__(timeout=RETRY_TIMEOUT)
-        self.memory = memory
-        self.guild_id = guild_id
-        self.user_id = user_id
-        self.rows = list(rows)
-
-    async def interaction_check(self, interaction: discord.Interaction[Any]) -> bool:
-        return interaction.user.id == self.user_id
-
-    @discord.ui.button(label="Edit again", style=discord.ButtonStyle.primary)
-    async def edit_again(
-        self, interaction: discord.Interaction[Any], button: discord.ui.Button[Any]
-    ) -> None:
-        modal = CategoriesModal(self.memory, guild_id=self.guild_id, rows=self.rows)
-        await interaction.response.send_modal(modal)
-
-    async def on_error(
-        self, interaction: discord.Interaction[Any], error: Exception, item: discord.ui.Item[Any]
-    ) -> None:
-        await report_error(interaction, error)
 
 
 # -------------------------------------------------------------------------- cog

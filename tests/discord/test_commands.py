@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import func, insert, select
 from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 
-from bot.cogs import stm as stm_cog
+from bot.cogs import stm_forms
 from bot.cogs.errors import GUILD_ONLY, SOMETHING_WENT_WRONG, UNAVAILABLE
 from bot.cogs.privacy import CANCELLED, NOT_YOURS
 from bot.cogs.refresh import REFRESH_MARKER_PREFIX
@@ -707,7 +707,7 @@ async def test_a_modal_command_on_a_stalled_database_answers_in_time(
 ) -> None:
     # A modal must be the first answer, so it cannot be preceded by "thinking…": the
     # reads before it get a short limit, and the user hears why instead of nothing.
-    monkeypatch.setattr(stm_cog, "MODAL_READ_SECONDS", 0.05)
+    monkeypatch.setattr(stm_forms, "MODAL_READ_SECONDS", 0.05)
     stalled = asyncio.Event()
     kioku.bot.memory.invalidate_guild(kioku.env.guild.id)
 
