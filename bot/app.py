@@ -157,8 +157,6 @@ class KiokuBot(commands.Bot):
             await self.unload_extension(extension)
         if hasattr(self, "turns"):
             await self.turns.drain()
-        if hasattr(self, "memory"):
-            await self.memory.close()
         for task in list(self._background):
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)

@@ -91,7 +91,6 @@ async def console(
                 await _turn(memory, runner, line, ids, say)
     finally:
         await runner.drain()  # a background summary finishes before the database goes
-        await memory.close()
         await client.close()
         await database.close()
     return 0

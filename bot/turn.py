@@ -225,7 +225,7 @@ class TurnRunner:
             # Only a user's explicit request may change their long-term facts: without it
             # the tools do not exist this turn, so a call forced by the model (or by
             # another user's text in the channel) is answered as an unknown tool.
-            registry |= self._long_term_tools(request, opted_in)
+            registry |= self._long_term_tools(request, opted_in, turn.started_at)
 
         def offered() -> list[str]:
             # An explicit "remember that…" reserves the turn for the long-term tools.
@@ -282,7 +282,9 @@ class TurnRunner:
             self._no_facts[scope] = True
         return notes
 
-    def _long_term_tools(self, request: TurnRequest, opted_in: bool) -> dict[str, ToolSpec]:
+    def _long_term_tools(
+        self, request: TurnRequest, opted_in: bool, started_at: datetime | None
+    ) -> dict[str, ToolSpec]:
         tools = long_term_tools(
             self.longterm,
             user_id=request.user_id,
@@ -292,6 +294,7 @@ class TurnRunner:
             opted_in=opted_in,
             channel_id=request.channel_id,
             may_show=request.may_show_channel,
+            started_at=started_at,
         )
         remember = tools["remember"]
 

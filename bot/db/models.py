@@ -18,6 +18,7 @@ from sqlalchemy import (
     Identity,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     SmallInteger,
     Text,
@@ -220,6 +221,19 @@ class StmClear(Base):
 
     channel_id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
     cleared_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+
+
+class StmForget(Base):
+    """When a user was last forgotten (``/forget-me``), under a hash of their id, not the
+    id. A write derived from their messages by a turn that started before it (a memory
+    that was shown their words, a fact they asked for) is refused by every process, also
+    one that missed the notice or replays a spool later. Kept two days, then purged by the
+    janitor."""
+
+    __tablename__ = "stm_forgets"
+
+    user_hash: Mapped[bytes] = mapped_column(LargeBinary, primary_key=True)
+    forgotten_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
 
 
 class UserSettings(Base):

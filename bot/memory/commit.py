@@ -1,7 +1,8 @@
 """Group commit of STM writes: writes that queue up while one transaction is in flight
 go together in the next one, each still all-or-nothing, each writer answered only after
-the commit. A write is refused (not retried) when its channel was wiped after its turn
-started, by any process, or when a row already holds a newer version.
+the commit. A write is refused (not retried) when its channel was wiped, or a user it is
+derived from forgotten, after its turn started, by any process, or when a row already
+holds a newer version.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ class StaleWrite(Exception):
 
 
 class ClearedElsewhere(Exception):
-    """The channel was wiped (by any process) after the write's turn started."""
+    """The channel was wiped, or a user the write is derived from forgotten (by any
+    process), after the write's turn started."""
 
 
 class _RefusedInBatch(Exception):
@@ -99,9 +101,9 @@ class GroupCommit:
         try:
             async with asyncio.timeout(DB_TIMEOUT_SECONDS):
                 async with self._session() as session, session.begin():
-                    cleared = await _cleared_since_start(session, batch)
-                    if cleared:
-                        raise _RefusedInBatch({id(i): ClearedElsewhere() for i in cleared})
+                    refused = await _refused_since_start(session, batch)
+                    if refused:
+                        raise _RefusedInBatch(refused)
                     written = await stm_repo.upsert_entries_returning_keys(session, entries)
                     stale = [i for i in batch if any(e.key not in written for e in i.entries)]
                     if stale:  # rolls back: all or nothing per write
@@ -125,21 +127,12 @@ class GroupCommit:
             _settle(item, None)
 
 
-async def _cleared_since_start(
+async def _refused_since_start(
     session: AsyncSession, batch: Sequence[_PendingWrite]
-) -> list[_PendingWrite]:
-    """The writes whose channel was wiped after their turn started, by any process. The
-    shared channel locks make a concurrent clear wait for this transaction, or this one
-    for the clear (then the clear time read next is already committed)."""
-    channels = [e.key.channel_id for item in batch for e in item.entries]
-    await stm_repo.lock_channels(session, channels, shared=True)
-    cleared = await stm_repo.clear_times(session, channels)
-    return [
-        item
-        for item in batch
-        if item.started_at is not None
-        and any(
-            (at := cleared.get(e.key.channel_id)) is not None and at > item.started_at
-            for e in item.entries
-        )
-    ]
+) -> dict[int, Exception]:
+    """The writes (by ``id``) a /refresh or a /forget-me made after their turn started
+    refuses, whichever process made it (see ``stm_repo.writes_refused``)."""
+    refused = await stm_repo.writes_refused(
+        session, [(item.entries, item.started_at) for item in batch]
+    )
+    return {id(batch[index]): ClearedElsewhere() for index in refused}

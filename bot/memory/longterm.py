@@ -27,12 +27,14 @@ import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Literal
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from bot.config import Settings
 from bot.db.repositories import longterm as repo
+from bot.db.repositories import stm as stm_repo
 from bot.db.repositories.longterm import STOP_WORDS, Fact, FactEvent, ScoredFact
 from bot.memory.clock import Clock, SystemClock
 from bot.memory.model import Provenance
@@ -108,6 +110,12 @@ _SINGLE_VALUED = frozenset(
         "job",
         "address",
     }
+)
+
+
+FORGOTTEN_MEANWHILE = (
+    "the user had everything about them forgotten (/forget-me) while this turn ran; "
+    "nothing was saved"
 )
 
 
@@ -256,18 +264,26 @@ class LongTermService:
         provenance: Provenance,
         *,
         channel_id: int | None = None,
+        started_at: datetime | None = None,
     ) -> RememberResult:
         """Store ``text`` as a fact of ``user_id`` made in ``guild_id`` (``None``: a DM).
+        ``started_at``: when the asking turn started; a /forget-me of the user since then
+        (in any process) refuses the fact, which comes from before it.
 
-        Raises :class:`FactRefused` when nothing is left after sanitizing, and
-        :class:`MemoryUnavailable` when the database fails (nothing is stored then).
+        Raises :class:`FactRefused` when nothing is left after sanitizing or the user was
+        forgotten meanwhile, and :class:`MemoryUnavailable` when the database fails
+        (nothing is stored then).
         """
         content, truncated = self.clean(text)
         if not content:
             raise FactRefused("the fact is empty after removing unsafe content")
         now = self.clock.now()
         async with self._storage("remembering a fact") as session, session.begin():
-            await repo.lock_user(session, user_id)
+            await repo.lock_user(session, user_id)  # a /forget-me takes it too
+            if started_at is not None:
+                forgotten = (await stm_repo.forget_times(session, [user_id])).get(user_id)
+                if forgotten is not None and forgotten >= started_at:  # see writes_refused
+                    raise FactRefused(FORGOTTEN_MEANWHILE)
             existing = await repo.facts_in_scope(session, user_id, guild_id)
             twin = next(
                 (f for f in reversed(existing) if is_near_duplicate(content, f.content)), None

@@ -133,6 +133,11 @@ class StmEntry:
         actor = self.provenance.actor_user_id if self.provenance is not None else None
         return user_id in (self.key.user_id, actor) or user_id in self.contributor_ids
 
+    def derived_from_users(self) -> set[int]:
+        """Every user the memory is derived from (see :meth:`derived_from`)."""
+        actor = self.provenance.actor_user_id if self.provenance is not None else None
+        return {u for u in (self.key.user_id, actor) if u is not None} | set(self.contributor_ids)
+
     def chars(self) -> int:
         """Size of the stored text (for audit events, which never hold the text)."""
         return len(self.summary) + sum(len(value) for value in self.categories.values())

@@ -31,6 +31,7 @@ from bot.config import Settings
 from bot.db.models import StmEvent
 from bot.db.notify import Notice, send_notice, stm_notice
 from bot.db.repositories import guilds as guild_repo
+from bot.db.repositories import longterm as longterm_repo
 from bot.db.repositories import stm as stm_repo
 from bot.db.repositories.stm import EventRecord
 from bot.memory.cache import StmCache
@@ -62,8 +63,6 @@ OTHER_CHANNEL_HYDRATE_LIMIT = 10
 STALE_READ_RETRIES = 3
 # Marks a /forget-me (or a cache reset): it may concern any entry.
 FORGET_NOTICED = "forget"
-# Longer than any write transaction (DB_TIMEOUT_SECONDS) plus notice delivery.
-FORGET_SWEEP_SECONDS = DB_TIMEOUT_SECONDS * 2
 # How long a /forget-me heard from another process is remembered for writes in flight
 # (they end within DB_TIMEOUT_SECONDS, queued ones a little later).
 FORGOTTEN_ELSEWHERE_SECONDS = 300.0
@@ -231,9 +230,6 @@ class MemoryService:
             lambda: self._sessions(),
             lambda session, entries: self._announce(session, stm_notice(self.instance_id, entries)),
         )
-        # A /forget-me deletes again this long after (0: never; see _sweep_later).
-        self.forget_sweep_seconds = FORGET_SWEEP_SECONDS
-        self._sweeps: set[asyncio.Task[None]] = set()
 
     # ----------------------------------------------------------------- reading
 
@@ -932,8 +928,9 @@ class MemoryService:
         messages in a raw window) gets a new epoch, so a turn of this process already
         reading those messages cannot store them again; reads in flight do not cache what
         they read; the channels' locks are taken, so a write already on its way to the
-        database lands before the deletion, not after it. (Other processes hear of it by
-        notice; see docs/scaling.md for the limit.)"""
+        database lands before the deletion, not after it. The deletion is recorded in
+        ``stm_forgets``: a write from a turn that started before it (any process, also
+        one that missed the notice, or a spool replay) is refused by the database."""
         # Reads in flight may return what is about to be deleted: they must not cache it.
         self._note(FORGET_NOTICED)
         affected = {key.channel_id for key in self.cache.keys_of_user(user_id)}
@@ -964,6 +961,11 @@ class MemoryService:
                 raise _QueuedBehindSpool
             async with asyncio.timeout(DB_TIMEOUT_SECONDS * 2):
                 async with self._sessions() as session, session.begin():
+                    # Writes in flight (any process) commit before this, or see its record
+                    # and are refused; so is a long-term fact a turn still means to save.
+                    await stm_repo.lock_forgets(session)
+                    await longterm_repo.lock_user(session, user_id)
+                    await stm_repo.record_forget(session, user_id, at)
                     rows = await stm_repo.delete_user(session, user_id)
                     long_term = await guild_repo.delete_long_term_of_user(session, user_id)
                     await guild_repo.delete_user_settings(session, user_id)
@@ -977,7 +979,6 @@ class MemoryService:
             log.warning("forgetting a user deferred: %s", exc.__class__.__name__)
             self._spool_or_raise(exc, lambda spool: spool.append_forget(user_id, at))
             return ForgetReceipt(0, 0, 0, 0, dropped, raw, pending_sync=True)
-        self._sweep_later(user_id, at)
         return ForgetReceipt(
             user_rows=rows.user_rows,
             contributed_rows=rows.contributed_rows,
@@ -996,44 +997,6 @@ class MemoryService:
             self.spool.forget_set_aside(user_id)
         except OSError:
             log.exception("could not remove a user's records from the set-aside spool files")
-
-    def _sweep_later(self, user_id: int, at: datetime) -> None:
-        """Delete the user's rows once more when any write another process had in
-        flight at the deletion has committed or failed (a write transaction lasts at
-        most DB_TIMEOUT_SECONDS): its notice may have reached that process too late."""
-        if self.forget_sweep_seconds <= 0:
-            return
-        task = asyncio.create_task(self._sweep(user_id, at), name=f"forget-sweep-{user_id}")
-        self._sweeps.add(task)
-        task.add_done_callback(self._sweeps.discard)
-
-    async def _sweep(self, user_id: int, at: datetime) -> None:
-        await asyncio.sleep(self.forget_sweep_seconds)
-        until = at + timedelta(seconds=self.forget_sweep_seconds)
-        try:
-            async with (
-                self._storage("sweeping a forgotten user's rows") as session,
-                session.begin(),
-            ):
-                rows = await stm_repo.delete_user(session, user_id, not_after=until)
-                if rows.user_rows or rows.contributed_rows:
-                    await self._announce(
-                        session, {"o": self.instance_id, "t": "forget", "u": user_id}
-                    )
-        except MemoryUnavailable:
-            return  # the database is down: nothing can have been written meanwhile either
-        if rows.user_rows or rows.contributed_rows:
-            log.info("forget sweep removed %d late rows", rows.user_rows + rows.contributed_rows)
-
-    async def close(self) -> None:
-        """Stop background work (pending forget sweeps)."""
-        for task in list(self._sweeps):
-            task.cancel()
-        await asyncio.gather(*self._sweeps, return_exceptions=True)
-
-    async def drain_sweeps(self) -> None:
-        """Wait for pending forget sweeps (tests)."""
-        await asyncio.gather(*list(self._sweeps))
 
     # ------------------------------------------------------------- coherence
 
@@ -1149,6 +1112,7 @@ class MemoryService:
         async with self._storage("purging expired rows") as session, session.begin():
             deleted = await stm_repo.delete_older_than(session, cutoff)
             await stm_repo.purge_clears(session, self.clock.now() - CLEAR_RECORD_KEPT)
+            await stm_repo.purge_forgets(session, self.clock.now() - CLEAR_RECORD_KEPT)
             if deleted:
                 await stm_repo.add_events(session, [EventRecord("expire")])
         return deleted

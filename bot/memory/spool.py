@@ -44,6 +44,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from bot.db.notify import send_notice, stm_notice
 from bot.db.repositories import guilds as guild_repo
+from bot.db.repositories import longterm as longterm_repo
 from bot.db.repositories import stm as stm_repo
 from bot.db.repositories.stm import EventRecord
 from bot.memory.model import Marker, Provenance, ScopeKey, StmEntry
@@ -649,8 +650,11 @@ async def _apply_all(
 ) -> None:
     async with asyncio.timeout(REPLAY_TIMEOUT_SECONDS):
         async with sessions() as session, session.begin():
-            # Every channel of the batch, up front and in order: two processes replaying
-            # at once (both after the same outage) cannot deadlock on each other.
+            # The forget lock, then every channel of the batch, up front and in order (as
+            # live writes take them): two processes replaying at once (both after the same
+            # outage), or a replay and a live write or /forget-me, cannot deadlock.
+            forgets = any(record.get("op") == "forget" for record in records)
+            await stm_repo.lock_forgets(session, shared=not forgets)
             await stm_repo.lock_channels(session, _channels(records), shared=False)
             for record in records:
                 await _apply(session, record, origin)
@@ -663,14 +667,10 @@ async def _apply(session: AsyncSession, record: dict[str, Any], origin: str) -> 
     if op == "upsert":
         # A stale version is skipped by the repository: replay never overwrites newer.
         entries = [entry_from_json(e) for e in record["entries"]]
-        started = _time(record, "started")
-        if started is not None:
-            # Nor does it write back what another process wiped after the turn started.
-            channels = [e.key.channel_id for e in entries]
-            await stm_repo.lock_channels(session, channels, shared=True)
-            cleared = await stm_repo.clear_times(session, channels)
-            if any((at := cleared.get(c)) is not None and at > started for c in channels):
-                return
+        # Nor does it write back what a /refresh or a /forget-me (in any process, also one
+        # this process never heard of) wiped after the turn started.
+        if await stm_repo.writes_refused(session, [(entries, _time(record, "started"))]):
+            return
         await stm_repo.upsert_entries(session, entries)
         await stm_repo.add_events(session, [_event_from_json(e) for e in record["events"]])
         await send_notice(session, stm_notice(origin, entries))
@@ -695,7 +695,11 @@ async def _apply(session: AsyncSession, record: dict[str, Any], origin: str) -> 
         )
     elif op == "forget":
         user_id = int(record["user"])
-        await stm_repo.delete_user(session, user_id, not_after=_time(record))
+        at = _time(record)
+        await longterm_repo.lock_user(session, user_id)
+        if at is not None:
+            await stm_repo.record_forget(session, user_id, at)
+        await stm_repo.delete_user(session, user_id, not_after=at)
         await guild_repo.delete_long_term_of_user(session, user_id)
         await guild_repo.delete_user_settings(session, user_id)
         await stm_repo.delete_events_of_user(session, user_id)

@@ -18,7 +18,10 @@ REASON_EXPLICIT_INTENT = (
 REASON_PROVIDER = "the current model provider cannot maintain short-term memory"
 REASON_ALREADY_UPDATED = "short-term memory was already updated this turn (at most once per turn)"
 REASON_STORAGE = "memory storage is unavailable right now; nothing can be saved this turn"
-REASON_CLEARED = "the channel's memory was cleared during this turn; nothing was saved"
+REASON_CLEARED = (
+    "the memory was cleared during this turn (/refresh, or /forget-me of someone in it); "
+    "nothing was saved"
+)
 REASON_CHANGED = "the memory changed meanwhile; nothing was saved"
 
 

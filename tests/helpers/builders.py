@@ -79,11 +79,7 @@ def make_service(
     clock: ManualClock | None = None,
     spool: DurableSpool | None = None,
 ) -> MemoryService:
-    service = MemoryService(sessions, settings, clock=clock or ManualClock(), spool=spool)
-    # Services built here are never closed: no delayed forget sweep outlives its test
-    # (the sweep has its own test, which turns it back on).
-    service.forget_sweep_seconds = 0
-    return service
+    return MemoryService(sessions, settings, clock=clock or ManualClock(), spool=spool)
 
 
 async def prepare(

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 
 from bot.config import Settings
@@ -231,3 +231,31 @@ async def test_closing_the_listener_is_not_reported_as_a_lost_connection(
     await listener.close()  # an orderly shutdown
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert (memory._deaf, warnings) == (False, []), (memory._deaf, warnings)
+
+
+async def test_a_forget_me_missed_while_deaf_is_not_undone_by_the_spool_replay(
+    db: Database, settings: Settings, tmp_path: Path, dead_engine: AsyncEngine
+) -> None:
+    # Process B lost its database and its notice connection together; it spooled a write
+    # holding Alice's words. Meanwhile Alice ran /forget-me through process A. B never
+    # hears the notice, but its replay meets the forget's record in the database.
+    clock = ManualClock()
+    spool = DurableSpool(spool_path(tmp_path))
+    b = make_service(db.sessions, settings, clock, spool=spool)
+    a = make_service(db.sessions, settings, clock)
+    turn = await turn_for(b)
+    b.listener_lost()
+    real = b._sessions
+    b._sessions = async_sessionmaker(dead_engine)
+    assert str(await b.update_stm(turn, summary="Alice's secret plan")) == "saved, pending sync"
+    clock.advance(seconds=5)
+    await a.forget_user(ALICE)  # announced; B cannot hear it
+    clock.advance(seconds=60)
+
+    b._sessions = real
+    b.listening_again()
+    await spool.replay(db.sessions)
+
+    assert await server_summary(db) == ""
+    async with db.sessions() as session:
+        assert await session.scalar(select(func.count()).select_from(ShortTermMemory)) == 0

@@ -3,6 +3,7 @@ recall within the budget, full-text relevance, redaction and the audit trail."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -17,9 +18,19 @@ from bot.db.repositories.longterm import query_words
 from bot.memory.longterm import FactRefused, LongTermService, is_near_duplicate
 from bot.memory.model import Provenance
 from bot.memory.storage import MemoryUnavailable
-from tests.helpers.builders import ALICE, BOB, EPOCH, GUILD, ManualClock, make_service
+from bot.turn import TurnRequest, TurnRunner
+from tests.helpers.builders import (
+    ALICE,
+    BOB,
+    BOT,
+    CHANNEL,
+    EPOCH,
+    GUILD,
+    ManualClock,
+    make_service,
+)
 from tests.helpers.database import make_test_settings
-from tests.helpers.fake_llm import refused_base_url
+from tests.helpers.fake_llm import ScriptedLLM, openai_client, refused_base_url
 
 OTHER_GUILD = GUILD + 1
 MESSAGE_ID = 444_444_444_444_444_444
@@ -630,3 +641,53 @@ async def test_a_non_english_word_finds_its_fact(
     await remember(service, fact)
     found = await service.search(ALICE, GUILD, query, opted_in=False)
     assert [f.content for f in found] == [fact]
+
+
+# ------------------------------------------------------------------ forget-me
+
+
+async def test_a_remember_from_a_turn_that_started_before_forget_me_is_refused(
+    db: Database, settings: Settings
+) -> None:
+    clock = ManualClock()
+    memory = make_service(db.sessions, settings, clock)
+    service = LongTermService(db.sessions, settings, clock)
+    started = clock.now()
+    clock.advance(seconds=1)
+    await memory.forget_user(ALICE)  # /forget-me while the model was thinking
+    clock.advance(seconds=5)
+
+    with pytest.raises(FactRefused, match="forget-me"):
+        await service.remember(ALICE, GUILD, "My cat is Miso", by_model(), started_at=started)
+    assert (await service.list_facts(ALICE)).total == 0
+    # A turn that starts after the /forget-me may save facts again.
+    result = await service.remember(
+        ALICE, GUILD, "My cat is Miso", by_model(), started_at=clock.now()
+    )
+    assert result.created
+
+
+async def test_a_remember_in_flight_during_forget_me_does_not_survive_it(
+    db: Database, settings: Settings, llm: ScriptedLLM
+) -> None:
+    memory = make_service(db.sessions, settings)
+    runner = TurnRunner(memory, openai_client(llm), settings, persona="p")
+    llm.reply_tool_calls([("remember", {"fact": "My cat is called Miso"})]).reply_text("Noted!")
+    held = llm.hold()
+    request = TurnRequest(
+        channel_id=CHANNEL,
+        user_id=ALICE,
+        message_id=10,
+        content="remember that my cat is called Miso",
+        bot_user_id=BOT,
+        guild_id=GUILD,
+    )
+    turn = asyncio.create_task(runner.run(request))
+    await llm.wait_for_requests(1)  # the model is thinking about the request
+    await memory.forget_user(ALICE)  # /forget-me, confirmed
+    held.set()
+    await turn
+
+    assert (await runner.longterm.list_facts(ALICE)).total == 0
+    tool_result = next(m for m in llm.messages(1) if m["role"] == "tool")
+    assert "forget-me" in tool_result["content"]

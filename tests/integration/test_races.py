@@ -27,6 +27,7 @@ from tests.helpers.builders import (
     ManualClock,
     make_service,
     message,
+    prepare,
 )
 
 SERVER_KEY = ScopeKey.server(GUILD, CHANNEL)
@@ -341,24 +342,24 @@ async def test_a_forget_me_during_a_hydration_is_not_undone_by_it(
     assert await rows_of(db) == []
 
 
-async def test_a_write_another_process_commits_just_after_a_forget_me_is_swept(
+async def test_a_write_of_another_process_that_missed_the_forget_me_notice_is_refused(
     db: Database, settings: Settings
 ) -> None:
-    # Process B's turn passed its checks before the /forget-me notice reached it and its
-    # write commits right after A's deletion: A deletes once more a little later.
+    # Process B's turn started before A's /forget-me, and B has not heard the notice when
+    # its write reaches the database: the forget's record there refuses it.
     clock = ManualClock()
     a, b = make_service(db.sessions, settings, clock), make_service(db.sessions, settings, clock)
-    a.forget_sweep_seconds = 0.05
     b_turn = (
         await b.prepare_turn(channel_id=CHANNEL, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT)
     ).turn
+    clock.advance(seconds=1)
     await a.forget_user(ALICE)
-    assert (await b.update_stm(b_turn, summary="Alice's words, written late")).ok
-    assert await rows_of(db) != []
+    clock.advance(seconds=1)
 
-    await a.drain_sweeps()
+    result = await b.update_stm(b_turn, summary="Alice's words, written late")
 
-    assert await rows_of(db) == []
+    assert (str(result), await rows_of(db)) == (f"rejected: {REASON_CLEARED}", [])
+    assert b.cache.get(SERVER_KEY) is None
 
 
 async def test_a_forget_me_heard_by_notice_queues_behind_this_processs_spooled_writes(
@@ -379,3 +380,57 @@ async def test_a_forget_me_heard_by_notice_queues_behind_this_processs_spooled_w
     await spool.replay(db.sessions)  # B's write replays after A's deletion ...
 
     assert await rows_of(db) == []  # ... and so does the deletion queued behind it
+
+
+async def test_forget_me_refuses_a_turn_that_was_shown_the_users_memory_from_another_channel(
+    db: Database, settings: Settings
+) -> None:
+    # Bob's turn in #general was shown Alice's #other memory ("other channels"); no
+    # cache entry or raw window of #general holds her, so only the database's record of
+    # the /forget-me stops the model's late answer from storing her words again.
+    clock = ManualClock()
+    service = make_service(db.sessions, settings, clock)
+    other = await prepare(service, ALICE, channel=OTHER_CHANNEL)
+    assert (await service.update_stm(other.turn, summary="Alice's secret plan")).ok
+    clock.advance(seconds=1)
+    bobs = await prepare(service, BOB, channel=CHANNEL, label_for=lambda entry: "#other")
+    assert ALICE in bobs.turn.shown_contributors()
+    await service.forget_user(ALICE)
+    clock.advance(seconds=30)  # the model answers Bob after the /forget-me
+
+    result = await service.update_stm(bobs.turn, summary="Bob builds on Alice's secret plan")
+
+    assert (str(result), await rows_of(db)) == (f"rejected: {REASON_CLEARED}", [])
+
+
+async def test_forget_me_heard_by_notice_refuses_a_turn_shown_the_users_memory_there(
+    db: Database, settings: Settings
+) -> None:
+    clock = ManualClock()
+    a, b = make_service(db.sessions, settings, clock), make_service(db.sessions, settings, clock)
+    other = await prepare(b, ALICE, channel=OTHER_CHANNEL)
+    assert (await b.update_stm(other.turn, summary="Alice's secret plan")).ok
+    clock.advance(seconds=1)
+    bobs = await prepare(b, BOB, channel=CHANNEL, label_for=lambda entry: "#other")
+    await a.forget_user(ALICE)  # her DM is served by process A
+    b.apply_notice({"o": a.instance_id, "t": "forget", "u": ALICE})  # as delivered
+    clock.advance(seconds=30)
+
+    result = await b.update_stm(bobs.turn, summary="Bob builds on Alice's secret plan")
+
+    assert (str(result), await rows_of(db)) == (f"rejected: {REASON_CLEARED}", [])
+
+
+async def test_a_user_who_speaks_again_after_forget_me_is_remembered_again(
+    db: Database, settings: Settings
+) -> None:
+    # The forget's record refuses only turns that started before it.
+    clock = ManualClock()
+    service = make_service(db.sessions, settings, clock)
+    await service.forget_user(ALICE)
+    clock.advance(seconds=1)
+
+    result = await service.update_stm((await prepare(service, ALICE)).turn, summary="new start")
+
+    assert str(result) == "saved"
+    assert [summary for _, summary, _ in await rows_of(db)] == ["new start", "new start"]

@@ -6,7 +6,8 @@ so "both keys and their events in one transaction" is the caller's ``session.beg
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import hashlib
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -15,7 +16,7 @@ from sqlalchemy import ColumnElement, and_, delete, func, literal_column, or_, s
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from bot.db.models import ShortTermMemory, StmClear, StmEvent
+from bot.db.models import ShortTermMemory, StmClear, StmEvent, StmForget
 from bot.memory.model import Marker, Provenance, ScopeKey, StmEntry
 
 ZERO: ColumnElement[int] = literal_column("0")
@@ -313,6 +314,98 @@ async def purge_clears(session: AsyncSession, before: datetime) -> int:
         delete(StmClear).where(StmClear.cleared_at < before).returning(StmClear.channel_id)
     )
     return len(result.all())
+
+
+# ----------------------------------------------------------- cross-process forgets
+#
+# A /forget-me takes the forget lock exclusively; a write takes it shared, before its
+# channels' locks (so in the same order as a spool replay). So a write either commits
+# before the forget starts (and is deleted by it) or sees its record and is refused when
+# its turn started before it: never a memory of a forgotten user's words written back.
+
+# Outside the channel locks' key space (channel ids are positive snowflakes).
+FORGET_LOCK = -0x6B696F6B75
+
+
+def user_hash(user_id: int) -> bytes:
+    """What ``stm_forgets`` keeps of a forgotten user: a hash, not their id."""
+    return hashlib.sha256(f"kioku-forget:{user_id}".encode()).digest()
+
+
+async def lock_for_write(session: AsyncSession, channel_ids: Sequence[int]) -> None:
+    """The locks an STM write takes: the forget lock and its channels', all shared."""
+    await lock_channels(session, [FORGET_LOCK, *channel_ids], shared=True)
+
+
+async def lock_forgets(session: AsyncSession, *, shared: bool = False) -> None:
+    await lock_channels(session, [FORGET_LOCK], shared=shared)
+
+
+async def record_forget(session: AsyncSession, user_id: int, at: datetime) -> None:
+    statement = insert(StmForget).values(user_hash=user_hash(user_id), forgotten_at=at)
+    await session.execute(
+        statement.on_conflict_do_update(
+            index_elements=[StmForget.user_hash],
+            set_={
+                "forgotten_at": func.greatest(
+                    StmForget.forgotten_at, statement.excluded.forgotten_at
+                )
+            },
+        )
+    )
+
+
+async def forget_times(session: AsyncSession, user_ids: Iterable[int]) -> dict[int, datetime]:
+    """When each of ``user_ids`` was last forgotten (those never forgotten are absent)."""
+    by_hash = {user_hash(user_id): user_id for user_id in set(user_ids)}
+    if not by_hash:
+        return {}
+    rows = await session.execute(
+        select(StmForget.user_hash, StmForget.forgotten_at).where(
+            StmForget.user_hash.in_(sorted(by_hash))
+        )
+    )
+    return {by_hash[bytes(digest)]: at for digest, at in rows.all()}
+
+
+async def purge_forgets(session: AsyncSession, before: datetime) -> int:
+    result = await session.execute(
+        delete(StmForget).where(StmForget.forgotten_at < before).returning(StmForget.user_hash)
+    )
+    return len(result.all())
+
+
+async def writes_refused(
+    session: AsyncSession, writes: Sequence[tuple[Sequence[StmEntry], datetime | None]]
+) -> set[int]:
+    """Which of ``writes`` (entries, when the writing turn started; by index) a /refresh
+    of one of their channels, or a /forget-me of a user they are derived from, made after
+    the turn started refuses. Takes the write locks first: a concurrent clear or forget
+    waits for this transaction, or this one for it (then its time read here is
+    committed)."""
+    await lock_for_write(session, [e.key.channel_id for entries, _ in writes for e in entries])
+    started = [(i, entries, at) for i, (entries, at) in enumerate(writes) if at is not None]
+    if not started:
+        return set()
+    cleared = await clear_times(session, [e.key.channel_id for _, es, _ in started for e in es])
+    forgotten = await forget_times(
+        session, {user for _, es, _ in started for e in es for user in e.derived_from_users()}
+    )
+    # A forget at the very instant a turn started counts as after it: for privacy, the
+    # doubt goes to the forget.
+    return {
+        index
+        for index, entries, started_at in started
+        for entry in entries
+        if started_at is not None
+        and (
+            ((at := cleared.get(entry.key.channel_id)) is not None and at > started_at)
+            or any(
+                (at := forgotten.get(user)) is not None and at >= started_at
+                for user in entry.derived_from_users()
+            )
+        )
+    }
 
 
 async def add_events(session: AsyncSession, events: Sequence[EventRecord]) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 from typing import Any
 
 from bot.llm.tool_loop import ToolSpec
@@ -263,6 +264,7 @@ def long_term_tools(
     opted_in: bool,
     channel_id: int | None = None,
     may_show: ChannelFilter | None = None,
+    started_at: datetime | None = None,
 ) -> dict[str, ToolSpec]:
     """The three long-term tools for one turn of ``user_id`` in ``guild_id`` (``None``:
     a DM), keyed by name, ready to merge into the turn's tool registry.
@@ -286,7 +288,7 @@ def long_term_tools(
         provenance = Provenance("model_tool", model, user_id, source_message_id)
         try:
             result = await service.remember(
-                user_id, guild_id, fact, provenance, channel_id=channel_id
+                user_id, guild_id, fact, provenance, channel_id=channel_id, started_at=started_at
             )
         except FactRefused as exc:
             return ToolOutcome.error(f"rejected: {exc}")
