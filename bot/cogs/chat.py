@@ -11,10 +11,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import TYPE_CHECKING
 
 import aiohttp
@@ -23,7 +24,7 @@ import regex
 from cachetools import TTLCache
 from discord.ext import commands
 
-from bot.cogs.history import backfill, belongs_in_window, to_raw
+from bot.cogs.history import WIPED_WHILE_ANSWERING, backfill, belongs_in_window, to_raw
 from bot.cogs.refresh import REFRESH_MARKER_PREFIX
 from bot.memory.model import StmEntry
 from bot.memory.service import LabelFor
@@ -47,6 +48,8 @@ MessageableChannel = discord.TextChannel | discord.Thread | discord.DMChannel | 
 
 _FENCE = re.compile(r"```([\w+#.-]*)")
 _CLOSE_FENCE = "\n```"
+# A longer "language" is a word glued to the fence, not a language: reopened without it.
+_LANGUAGE_MAX = 32
 
 
 def _open_fence(text: str) -> str | None:
@@ -54,7 +57,8 @@ def _open_fence(text: str) -> str | None:
     open, or None when every block is closed."""
     opener: str | None = None
     for match in _FENCE.finditer(text):
-        opener = None if opener is not None else f"```{match.group(1)}"
+        language = match.group(1) if len(match.group(1)) <= _LANGUAGE_MAX else ""
+        opener = None if opener is not None else f"```{language}"
     return opener
 
 
@@ -93,18 +97,51 @@ def split_reply(text: str, limit: int = DISCORD_LIMIT) -> list[str]:
         if cut < budget // 2:
             cut = _grapheme_boundary(window)
         cut = _outside_fence_opener(rest, cut)
-        chunk, rest = rest[:cut].rstrip(), rest[cut:]
+        chunk, after = rest[:cut].rstrip(), rest[cut:]
         opener = _open_fence(chunk)
         if opener is None:
-            rest = rest.lstrip()
+            after = after.lstrip()
         else:
             # Inside code, indentation is content: drop only the line break we cut at.
             chunk += _CLOSE_FENCE
-            rest = f"{opener}\n{rest.removeprefix(chr(10))}"
+            after = f"{opener}\n{after.removeprefix(chr(10))}"
+        if not chunk.strip() or len(after) >= len(rest):
+            # No cut that makes progress (the reopened fence gives back what was cut):
+            # a plain cut, code block or not, so every pass shortens the text.
+            cut = _grapheme_boundary(window)
+            chunk, after = rest[:cut], rest[cut:]
         chunks.append(chunk)
+        rest = after
     if rest:
         chunks.append(rest)
     return chunks
+
+
+def _may_reply(channel: discord.abc.Messageable) -> bool:
+    """Whether the bot may post in ``channel`` (always in DMs)."""
+    guild = getattr(channel, "guild", None)
+    if guild is None or not isinstance(channel, discord.abc.GuildChannel | discord.Thread):
+        return True
+    permissions = channel.permissions_for(guild.me)
+    if isinstance(channel, discord.Thread):
+        return permissions.send_messages_in_threads
+    return permissions.send_messages
+
+
+@contextlib.asynccontextmanager
+async def _typing(channel: discord.abc.Messageable) -> AsyncIterator[None]:
+    """The typing indicator, best effort: failing to show it never costs the answer."""
+    indicator: discord.context_managers.Typing | None = channel.typing()
+    try:
+        await indicator.__aenter__()  # type: ignore[union-attr]
+    except discord.HTTPException as exc:
+        log.info("no typing indicator in channel %s: %s", getattr(channel, "id", None), exc.status)
+        indicator = None
+    try:
+        yield
+    finally:
+        if indicator is not None:
+            await indicator.__aexit__(None, None, None)
 
 
 def may_show_elsewhere(current: discord.abc.GuildChannel, other: discord.abc.GuildChannel) -> bool:
@@ -226,16 +263,25 @@ class Chat(commands.Cog):
         async with self._lock(channel.id):
             if not addressed and not await self._always_on(message):
                 return
+            if not _may_reply(channel):
+                # A read-only channel: no answer could be posted, so no model call is made.
+                log.debug("no permission to reply in channel %s", channel.id)
+                return
             await backfill(self.bot, channel, before=message)
             if message.guild is None:
                 await self._load_dm_members(message.author.id)
             request = self._request(message)
-            async with channel.typing():
+            async with _typing(channel):
                 reply = await self.bot.turns.run(request)
-            sent = await self._send(message, reply.text)
+            text, failed = reply.text, reply.failed
+            if reply.turn is not None and reply.turn.epoch != self.bot.memory.epoch(channel.id):
+                # A /refresh (or a /forget-me of someone here) while the model answered:
+                # an answer made from what was wiped must not bring it back.
+                text, failed = WIPED_WHILE_ANSWERING, True
+            sent = await self._send(message, text)
             windows = self.bot.memory.windows
             for part in sent:
-                if reply.failed:
+                if failed:
                     windows.delete(channel.id, part.id)  # in case the echo came first
                 else:
                     self.bot.memory.observe_message(channel.id, to_raw(part))
@@ -367,7 +413,8 @@ class Chat(commands.Cog):
         # The first part replies to the message; if it was deleted meanwhile, the reply is
         # sent anyway, without the reference.
         reference = message.to_reference(fail_if_not_exists=False)
-        for index, chunk in enumerate(split_reply(text) or ["…"]):
+        # One character kept free for the marker guard below.
+        for index, chunk in enumerate(split_reply(text, DISCORD_LIMIT - 1) or ["…"]):
             if chunk.startswith(REFRESH_MARKER_PREFIX):
                 # Only /refresh may post a marker: one a member coaxed out of the model
                 # would hide the history before it, after a restart, like a refresh.

@@ -13,11 +13,20 @@ from bot.cogs.refresh import REFRESH_MARKER_PREFIX
 from bot.llm.tool_loop import FRIENDLY_ERRORS
 from bot.memory.model import RawMessage, speaker_name
 from bot.memory.sanitize import strip_control_chars
+from bot.memory.storage import MemoryUnavailable
 
 if TYPE_CHECKING:
     from bot.app import KiokuBot
 
 log = logging.getLogger(__name__)
+
+# Said instead of an answer the model made from what a /refresh wiped meanwhile.
+WIPED_WHILE_ANSWERING = (
+    "This channel's memory was cleared while I was answering, so I dropped that answer. "
+    "Please ask again."
+)
+# The bot's notices: never part of the conversation the model sees.
+BOT_NOTICES = FRIENDLY_ERRORS | {WIPED_WHILE_ANSWERING}
 
 
 def to_raw(message: discord.Message) -> RawMessage:
@@ -44,7 +53,9 @@ async def backfill(
 ) -> None:
     """Seed a cold channel's raw window once from Discord history (the messages before
     ``before``, or the latest), stopping at the bot's newest ``/refresh`` marker so
-    nothing a refresh removed comes back. Error notices of the bot are left out."""
+    nothing a refresh removed comes back (nor, by the database's record, what a refresh
+    whose marker was deleted or a /forget-me of the author removed). Error notices of the
+    bot are left out."""
     windows = bot.memory.windows
     channel_id = getattr(channel, "id", None)
     if channel_id is None or windows.is_primed(channel_id):
@@ -63,7 +74,13 @@ async def backfill(
     except BaseException:
         windows.abandon_backfill(channel_id, fill)  # a network error, a cancelled turn
         raise
-    windows.prime(channel_id, list(reversed(history)), fill)
+    try:
+        wiped = await bot.memory.wiped_history(channel_id, history)
+    except MemoryUnavailable:
+        # Unknown what was wiped: nothing read back now; a later turn tries again.
+        windows.abandon_backfill(channel_id, fill)
+        return
+    windows.prime(channel_id, [m for m in reversed(history) if not wiped(m)], fill)
 
 
 def is_refresh_marker(message: discord.Message, me: discord.abc.User | None) -> bool:
@@ -82,5 +99,5 @@ def belongs_in_window(message: discord.Message, me: discord.abc.User | None) -> 
     if message.type not in (discord.MessageType.default, discord.MessageType.reply):
         return False
     if me is not None and message.author.id == me.id:
-        return message.content not in FRIENDLY_ERRORS and not is_refresh_marker(message, me)
+        return message.content not in BOT_NOTICES and not is_refresh_marker(message, me)
     return True

@@ -66,8 +66,12 @@ FORGET_NOTICED = "forget"
 # How long a /forget-me heard from another process is remembered for writes in flight
 # (they end within DB_TIMEOUT_SECONDS, queued ones a little later).
 FORGOTTEN_ELSEWHERE_SECONDS = 300.0
-# How long a channel's clear time is kept (``stm_clears``): longer than any turn.
-CLEAR_RECORD_KEPT = timedelta(days=2)
+# How long a channel's clear time is kept (``stm_clears``): longer than any turn, and
+# long enough to bound a back-fill whose /refresh marker was deleted.
+CLEAR_RECORD_KEPT = timedelta(days=30)
+# How long a /forget-me is kept (``stm_forgets``, a hash): longer than any turn or outage
+# a spool rides out, short since it concerns someone who asked to be forgotten.
+FORGET_RECORD_KEPT = timedelta(days=2)
 
 
 class _QueuedBehindSpool(Exception):
@@ -1112,10 +1116,28 @@ class MemoryService:
         async with self._storage("purging expired rows") as session, session.begin():
             deleted = await stm_repo.delete_older_than(session, cutoff)
             await stm_repo.purge_clears(session, self.clock.now() - CLEAR_RECORD_KEPT)
-            await stm_repo.purge_forgets(session, self.clock.now() - CLEAR_RECORD_KEPT)
+            await stm_repo.purge_forgets(session, self.clock.now() - FORGET_RECORD_KEPT)
             if deleted:
                 await stm_repo.add_events(session, [EventRecord("expire")])
         return deleted
+
+    async def wiped_history(
+        self, channel_id: int, messages: Sequence[RawMessage]
+    ) -> Callable[[RawMessage], bool]:
+        """For a back-fill from Discord: which of ``messages`` a ``/refresh`` of the
+        channel (also one whose marker was deleted) or a ``/forget-me`` of their author
+        (also one made in another process) wiped after they were sent."""
+        async with self._storage("reading when history was wiped") as session:
+            cleared = (await stm_repo.clear_times(session, [channel_id])).get(channel_id)
+            forgotten = await stm_repo.forget_times(session, {m.author_id for m in messages})
+
+        def wiped(message: RawMessage) -> bool:
+            if cleared is not None and message.created_at <= cleared:
+                return True
+            at = forgotten.get(message.author_id)
+            return at is not None and message.created_at <= at
+
+        return wiped
 
     async def recent_events(self, guild_id: int, limit: int = 15) -> list[StmEvent]:
         """The guild's latest audit events (``/stm history``); they hold no memory text."""

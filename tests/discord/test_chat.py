@@ -11,16 +11,21 @@ import copy
 from pathlib import Path
 from typing import Any
 
+import discord
 import pytest
 from sqlalchemy import func, select
 from sqlalchemy.engine import URL
 
+from bot.cogs.chat import DISCORD_LIMIT
+from bot.cogs.history import WIPED_WHILE_ANSWERING
+from bot.cogs.refresh import REFRESH_MARKER_PREFIX
 from bot.db.engine import Database
 from bot.db.models import ShortTermMemory, StmEvent
 from bot.llm.tools.stm import STM_TOOL_NAME
 from bot.memory.model import Category, ScopeKey
 from bot.memory.turn import REASON_ALREADY_UPDATED, REASON_CLEARED, REASON_DISABLED
 from tests.helpers.bot import KiokuHarness, start_kioku, stop_kioku
+from tests.helpers.discord_harness import FakeResponse
 from tests.helpers.fake_llm import ScriptedLLM, refused_base_url
 
 
@@ -563,3 +568,74 @@ async def test_a_memory_written_from_a_trimmed_history_does_not_claim_what_was_c
         assert server.covered_through_message_id is None
     finally:
         await stop_kioku(kioku)
+
+
+# ---------------------------------------------------------------- sending edges
+
+
+async def test_a_failed_typing_indicator_does_not_drop_the_turn(
+    kioku: KiokuHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # POST /typing is cosmetic; Discord may answer it with a 5xx (discord.py retries,
+    # then raises). The member's question is still answered.
+    async def typing_down(channel_id: int) -> None:
+        raise discord.DiscordServerError(FakeResponse(503, "Service Unavailable"), "overloaded")
+
+    monkeypatch.setattr(kioku.bot.http, "send_typing", typing_down)
+    kioku.llm.reply_text("Here is your answer.")
+    await kioku.env.send("what's the plan?", mention_bot=True, raise_errors=False)
+
+    assert kioku.env.errors == []
+    assert [s.content for s in kioku.env.sent] == ["Here is your answer."]
+
+
+async def test_a_mention_in_a_channel_the_bot_may_not_post_in_calls_no_model(
+    kioku: KiokuHarness,
+) -> None:
+    env = kioku.env
+    read_only = discord.PermissionOverwrite(send_messages=False)
+    await env.set_overwrite(env.channel, env.guild.me, read_only)
+    kioku.llm.reply_text("never sent")
+
+    await env.send("are you there?", mention_bot=True, raise_errors=False)
+
+    assert (env.errors, env.sent, kioku.llm.requests) == ([], [], [])
+
+
+async def test_a_reply_made_before_a_refresh_is_not_posted_into_the_wiped_channel(
+    kioku: KiokuHarness,
+) -> None:
+    env, llm = kioku.env, kioku.llm
+    moderator = await env.create_member("mod", kind="moderator")
+    await env.send("the secret codename is HERON")
+    gate = llm.hold()
+    llm.reply_text("Noted: the codename is HERON.")
+    turn = asyncio.create_task(env.send("remember the codename", mention_bot=True))
+    try:
+        await llm.wait_for_requests(1)
+        refreshed = await kioku.interactions.slash("refresh", user=moderator)
+        assert not refreshed.command_failed
+    finally:
+        gate.set()
+        await turn
+
+    assert env.sent[-1].content == WIPED_WHILE_ANSWERING
+    llm.reply_text("Nothing yet.")
+    await env.send("what do you know so far?", mention_bot=True)
+    assert "HERON" not in prompt_text(kioku.llm)
+    assert WIPED_WHILE_ANSWERING not in prompt_text(kioku.llm)  # a notice, not conversation
+
+
+async def test_a_full_length_reply_that_starts_like_the_refresh_marker_fits_discords_limit(
+    kioku: KiokuHarness,
+) -> None:
+    text = REFRESH_MARKER_PREFIX + " " + "x" * (DISCORD_LIMIT - 1 - len(REFRESH_MARKER_PREFIX))
+    assert len(text) == DISCORD_LIMIT
+    kioku.llm.reply_text(text)
+
+    await kioku.env.send("quote the refresh notice and pad it", mention_bot=True)
+
+    parts = [s.content for s in kioku.env.sent]
+    assert all(len(p) <= DISCORD_LIMIT for p in parts), [len(p) for p in parts]
+    assert not parts[0].startswith(REFRESH_MARKER_PREFIX)  # the guard's zero-width space
+    assert "".join(parts).replace("\u200b", "").replace("\n", "") == text.replace("\n", "")

@@ -20,6 +20,7 @@ import pytest
 from discord.ext import commands
 
 from bot.cogs.refresh import REFRESH_MARKER_PREFIX, marker_text
+from bot.memory.window import WindowCache
 from tests.helpers.bot import KiokuHarness
 from tests.helpers.fake_llm import ScriptedLLM
 
@@ -208,3 +209,47 @@ async def test_turns_in_one_channel_run_in_order_while_another_channel_runs_conc
     assert "first answer in A" in prompt_text(llm, 2)
     assert "hello from B" not in prompt_text(llm, 2)
     assert llm.unscripted == 0
+
+
+# ------------------------------------------- what the database says was wiped
+
+
+async def test_a_refresh_whose_marker_was_deleted_still_bounds_the_back_fill(
+    kioku: KiokuHarness,
+) -> None:
+    env, bot = kioku.env, kioku.bot
+    moderator = await env.create_member("mod", kind="moderator")
+    await env.send("the secret codename is HERON")
+    kioku.clock.catch_up()  # the refresh comes after that message
+    refreshed = await kioku.interactions.slash("refresh", user=moderator)
+    assert not refreshed.command_failed
+    marker = next(s.message for s in env.sent if s.content.startswith(REFRESH_MARKER_PREFIX))
+    await bot.http.delete_message(marker.channel.id, marker.id)  # a tidy moderator
+    await env.send("after the refresh: the venue is the boathouse")
+
+    bot.memory.windows = WindowCache(per_channel=bot.settings.stm.raw_window)  # a restart
+    kioku.llm.reply_text("Nothing.")
+    await env.send("what do you know?", mention_bot=True)
+
+    prompt = prompt_text(kioku.llm)
+    assert "HERON" not in prompt
+    assert "the venue is the boathouse" in prompt  # said after the refresh: back-filled
+
+
+async def test_forget_me_is_not_undone_by_a_later_back_fill(kioku: KiokuHarness) -> None:
+    env, bot = kioku.env, kioku.bot
+    leaver = await env.create_member("leaver")
+    await env.send("my home address is 12 Elm Street", author=leaver)
+    kioku.clock.catch_up()
+    asked = await kioku.interactions.slash("forget-me", user=leaver)
+    done = await kioku.interactions.click(asked, label="Delete my memories", user=leaver)
+    assert done.content is not None and "1 cached message" in done.content
+    await env.send("I am back and I like tea", author=leaver)
+
+    bot.memory.windows = WindowCache(per_channel=bot.settings.stm.raw_window)  # a restart
+    kioku.llm.reply_text("ok")
+    await env.send("anything new?", mention_bot=True)
+
+    prompt = prompt_text(kioku.llm)
+    assert "Elm Street" not in prompt
+    assert "I like tea" in prompt  # said after the /forget-me

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +66,9 @@ async def start_kioku(
             overrides[name] = {**overrides[name], **value}
         else:
             overrides[name] = value
-    clock = clock or ManualClock()
+    # dpytest's message times are real (time-based snowflakes): the bot's clock starts
+    # at the real time too, so "sent before the /refresh" compares like with like.
+    clock = clock or ManualClock(datetime.now(UTC))
     bot = build_bot(
         make_test_settings(pg_url, data_dir, **overrides),
         database=database,

@@ -43,6 +43,10 @@ class ManualClock:
         self._now += step
         self._mono += step.total_seconds()
 
+    def catch_up(self) -> None:
+        """Move to the real time (which dpytest's message snowflakes carry)."""
+        self.advance(seconds=max(0.0, (datetime.now(UTC) - self._now).total_seconds()))
+
 
 class RealTimeClock(ManualClock):
     """Wall time for code that measures itself (benchmarks)."""

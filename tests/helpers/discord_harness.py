@@ -303,7 +303,7 @@ _USER_MENTION = re.compile(r"<@!?([0-9]{15,21})>")
 _ROLE_MENTION = re.compile(r"<@&([0-9]{15,21})>")
 
 
-class _FakeResponse:
+class FakeResponse:
     """Enough of an aiohttp response for ``discord.HTTPException``."""
 
     def __init__(self, status: int, reason: str) -> None:
@@ -312,11 +312,11 @@ class _FakeResponse:
 
 
 def _not_found(what: str) -> discord.NotFound:
-    return discord.NotFound(_FakeResponse(404, "Not Found"), {"code": 10008, "message": what})
+    return discord.NotFound(FakeResponse(404, "Not Found"), {"code": 10008, "message": what})
 
 
 def _forbidden(what: str) -> discord.Forbidden:
-    return discord.Forbidden(_FakeResponse(403, "Forbidden"), {"code": 50013, "message": what})
+    return discord.Forbidden(FakeResponse(403, "Forbidden"), {"code": 50013, "message": what})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -2588,7 +2588,7 @@ class InteractionHarness:
         result = session.result
         if result.response is not None:
             raise discord.HTTPException(
-                _FakeResponse(400, "Bad Request"),
+                FakeResponse(400, "Bad Request"),
                 {"code": 40060, "message": "Interaction has already been acknowledged."},
             )
         rtype = int(body["type"])

@@ -619,4 +619,3 @@ async def test_a_forget_me_made_elsewhere_is_not_served_stale_while_the_listener
         assert (await b.memory.entry(key)).summary == ""
     finally:
         await b.listener.close()
-        await a.close()

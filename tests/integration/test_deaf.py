@@ -5,7 +5,6 @@ flight or the cadence; and the spool's local 'blank' record (a clear heard by no
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import resource
 import signal
 from pathlib import Path
@@ -208,8 +207,6 @@ async def test_the_always_on_pre_check_does_not_trust_the_cache_while_deaf(
     cached = b.cached_guild_config(GUILD)
     # chat._may_be_always_on drops the message when this says "not always-on".
     assert cached is None or CHANNEL in cached.always_on_channels
-    with contextlib.suppress(Exception):
-        await a.close()
 
 
 # 7 ------------------------------------------------------------------------------

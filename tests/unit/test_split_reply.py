@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
 import pytest
 
 from bot.cogs.chat import DISCORD_LIMIT, split_reply
@@ -67,3 +72,41 @@ def test_a_cut_inside_a_fence_opener_keeps_its_language() -> None:
     parts = split_reply(text)
     assert all("```pyt\n" not in part for part in parts), [p[-12:] for p in parts]
     assert parts[1].startswith("```python\nprint(1)"), parts[1][:20]
+
+
+# A regression here loops forever inside the bot's event loop: each case runs in a
+# child process with a deadline, so it fails instead of hanging the suite.
+_PROBE = textwrap.dedent(
+    """
+    import random, sys
+    sys.path.insert(0, {root!r})
+    from bot.cogs.chat import split_reply
+    texts = {texts!r}
+    pieces = ["```", "```py", "\\n", " ", "a" * 40, "\\U0001F468\\u200D\\U0001F469", "x"]
+    rng = random.Random(7)
+    for _ in range(2000):
+        texts.append("".join(rng.choice(pieces) for _ in range(rng.randint(1, 60))))
+    for text in texts:
+        for limit in ({limits}):
+            parts = split_reply(text, limit)
+            assert all(0 < len(p) <= limit for p in parts), (text, limit)
+    print("ok")
+    """
+)
+
+
+@pytest.mark.parametrize(
+    ("texts", "limits"),
+    [
+        (["```" + "a" * 1200 + " " + "tail " * 600, "```" + "f" * 3000], "2000,"),
+        ([], "20, 33, 60, 97"),
+    ],
+    ids=["fence-glued-to-a-long-word", "fences-and-emoji-at-small-limits"],
+)
+def test_splitting_always_ends_with_every_part_within_the_limit(
+    texts: list[str], limits: str
+) -> None:
+    root = str(Path(__file__).resolve().parents[2])
+    code = _PROBE.format(root=root, texts=texts, limits=limits)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout.strip()) == (0, "ok"), done.stderr[-800:]
