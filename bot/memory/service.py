@@ -52,7 +52,13 @@ from bot.memory.sanitize import sanitize_value
 from bot.memory.singleflight import SingleFlight
 from bot.memory.spool import DurableSpool
 from bot.memory.storage import DB_TIMEOUT_SECONDS, MemoryUnavailable, storage
-from bot.memory.turn import REASON_CHANGED, REASON_CLEARED, REASON_STORAGE, TurnState
+from bot.memory.turn import (
+    REASON_CHANGED,
+    REASON_CLEARED,
+    REASON_DISABLED,
+    REASON_STORAGE,
+    TurnState,
+)
 from bot.memory.window import WindowCache
 
 log = logging.getLogger(__name__)
@@ -610,6 +616,12 @@ class MemoryService:
             reason = turn.stm_block_reason()
             if reason is not None:
                 return rejected(reason)
+            # An admin may have turned memory off since the turn began (cached: no query).
+            try:
+                if not (await self.guild_config(turn.guild_id)).stm_enabled:
+                    return rejected(REASON_DISABLED)
+            except MemoryUnavailable:
+                return rejected(REASON_STORAGE)
         change = self._sanitized_change(turn.config, summary, categories)
         if isinstance(change, WriteResult):
             return change
@@ -1020,7 +1032,9 @@ class MemoryService:
                 key = ScopeKey("server" if kind_ == "server" else "user", int(channel), guild, user)
                 self._noticed[key] = self._notice_seq
                 cached = self.cache.get(key)
-                if cached is not None and cached.version < int(version):
+                # The same version from another process is a conflict (both wrote it, e.g.
+                # one into its spool during a blip): the database decides, so re-read.
+                if cached is not None and cached.version <= int(version):
                     self.cache.pop(key)
                 # "Other channels" of that guild and that user's DMs load again on next use
                 # (a memory that was not cached here may be new, or newer).

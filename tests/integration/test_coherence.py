@@ -18,6 +18,7 @@ import asyncpg
 import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import URL
+from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 
 import bot.db.notify as notify_module
 from bot.app import build_bot
@@ -28,6 +29,7 @@ from bot.db.repositories import guilds as guild_repo
 from bot.db.repositories import stm as stm_repo
 from bot.memory.model import ScopeKey
 from bot.memory.service import MemoryService
+from bot.memory.spool import DurableSpool, spool_path
 from bot.memory.turn import REASON_CLEARED
 from tests.helpers.builders import (
     ALICE,
@@ -38,6 +40,7 @@ from tests.helpers.builders import (
     OTHER_CHANNEL,
     ManualClock,
     make_service,
+    turn_for,
 )
 from tests.helpers.database import make_test_settings
 
@@ -619,3 +622,25 @@ async def test_a_forget_me_made_elsewhere_is_not_served_stale_while_the_listener
         assert (await b.memory.entry(key)).summary == ""
     finally:
         await b.listener.close()
+
+
+async def test_a_spooled_write_that_lost_to_another_processs_same_version_is_not_kept(
+    db: Database, settings: Settings, tmp_path: Path, dead_engine: AsyncEngine
+) -> None:
+    # A spools v2 during a database blip while B writes its own v2 of the same key: the
+    # database keeps B's (A's replay is stale), and B's notice makes A read it again.
+    spool = DurableSpool(spool_path(tmp_path))
+    a = make_service(db.sessions, settings, ManualClock(), spool=spool)
+    b = make_service(db.sessions, settings, ManualClock())
+    assert (await a.update_stm(await turn_for(a), summary="v1")).ok
+    b_turn = await turn_for(b, BOB)
+    real = a._sessions
+    a._sessions = async_sessionmaker(dead_engine)
+    assert str(await a.update_stm(await turn_for(a), summary="A's v2")) == "saved, pending sync"
+    a._sessions = real
+    assert (await b.update_stm(b_turn, summary="B's v2")).ok
+    a.apply_notice({"o": b.instance_id, "t": "stm", "k": [["server", GUILD, None, CHANNEL, 2]]})
+    await spool.replay(db.sessions)
+    a.spool_replayed()
+
+    assert (await a.entry(KEY)).summary == "B's v2"

@@ -860,3 +860,21 @@ async def test_forget_me_writes_a_forget_event_that_does_not_name_the_user(
     async with db.engine.connect() as connection:
         dump = (await connection.execute(text("SELECT stm_events::text FROM stm_events"))).all()
     assert not any(str(BOB) in row[0] or "private plan" in row[0] for row in dump)
+
+
+async def test_a_turn_in_flight_when_an_admin_disables_memory_does_not_write(
+    db: Database, settings: Settings, clock: ManualClock
+) -> None:
+    service = make_service(db.sessions, settings, clock)
+    prepared = await service.prepare_turn(
+        channel_id=CHANNEL, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT
+    )
+    turn = prepared.turn
+    assert turn.config.stm_enabled  # the turn began with memory on
+    await service.update_guild_settings(GUILD, BOB, short_term_memory_enabled=False)
+
+    result = await service.update_stm(turn, summary="written after memory was turned off")
+
+    assert str(result) == f"rejected: {REASON_DISABLED}"
+    async with db.sessions() as session:
+        assert await session.scalar(select(func.count()).select_from(ShortTermMemory)) == 0
