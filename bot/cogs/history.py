@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+import aiohttp
 import discord
 
 from bot.cogs.refresh import REFRESH_MARKER_PREFIX
@@ -71,8 +72,13 @@ async def backfill(
                 history.append(to_raw(old))
     except discord.HTTPException as exc:
         log.info("no history back-fill for channel %s: %s", channel_id, exc.status)
+    except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+        # The network failed: the turn goes on without history; a later one tries again.
+        windows.abandon_backfill(channel_id, fill)
+        log.info("no history back-fill for channel %s now: %s", channel_id, type(exc).__name__)
+        return
     except BaseException:
-        windows.abandon_backfill(channel_id, fill)  # a network error, a cancelled turn
+        windows.abandon_backfill(channel_id, fill)  # a cancelled turn
         raise
     try:
         wiped = await bot.memory.wiped_history(channel_id, history)

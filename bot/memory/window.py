@@ -43,7 +43,9 @@ class WindowCache:
         return tuple(window) if window is not None else ()
 
     def is_primed(self, channel_id: int) -> bool:
-        return channel_id in self._primed
+        # A window the LRU dropped (an idle channel) needs its history again, even if the
+        # record of its first back-fill is still here.
+        return channel_id in self._primed and channel_id in self._windows
 
     def begin_backfill(self, channel_id: int) -> Backfill:
         """Start a back-fill: call before fetching history, then :meth:`prime` with it.

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from types import SimpleNamespace
 from typing import Any
 
 import aiohttp
-import pytest
 
 from bot.cogs.history import backfill
+from bot.memory.model import RawMessage
 from bot.memory.window import WindowCache
 
 CHANNEL = 42
@@ -33,9 +34,20 @@ async def test_a_failed_backfill_stops_recording_what_happens_to_the_channel() -
         user=SimpleNamespace(id=1),
         settings=SimpleNamespace(stm=SimpleNamespace(raw_window=20)),
     )
-    with pytest.raises(aiohttp.ClientConnectionError):
-        await backfill(bot, _Channel())  # type: ignore[arg-type]
+    await backfill(bot, _Channel())  # type: ignore[arg-type]  # the turn goes on
     windows.edit(CHANNEL, 7, "Alice's edited words")  # would be kept for a fill forever
     windows.forget_author(1234)
     assert windows._fills == {}
     assert not windows.is_primed(CHANNEL), "still cold: the next turn tries again"
+
+
+def test_a_channel_whose_window_the_lru_dropped_is_back_filled_again() -> None:
+    windows = WindowCache(per_channel=20, max_channels=2)
+    windows.prime(2, [])
+    windows.prime(CHANNEL, [])
+    assert windows.is_primed(CHANNEL)
+    windows.get(2)  # channel 2 is busier
+    windows.append(1, RawMessage(10, 7, "Alice", "hi", datetime.now(UTC)))  # a third one
+    assert windows.get(CHANNEL) == ()  # the idle channel's window was dropped
+
+    assert not windows.is_primed(CHANNEL), "an empty window would hide the history"
