@@ -12,7 +12,21 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, delete, func, literal_column, or_, select, text
+from sqlalchemy import (
+    BigInteger,
+    ColumnElement,
+    LargeBinary,
+    and_,
+    cast,
+    delete,
+    func,
+    literal_column,
+    null,
+    or_,
+    select,
+    text,
+    union_all,
+)
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -368,6 +382,31 @@ async def forget_times(session: AsyncSession, user_ids: Iterable[int]) -> dict[i
     return {by_hash[bytes(digest)]: at for digest, at in rows.all()}
 
 
+async def _wipe_times(
+    session: AsyncSession, channel_ids: set[int], user_ids: set[int]
+) -> tuple[dict[int, datetime], dict[int, datetime]]:
+    """:func:`clear_times` and :func:`forget_times` in one round trip (the write path)."""
+    by_hash = {user_hash(user_id): user_id for user_id in user_ids}
+    clears = select(
+        StmClear.channel_id.label("channel"),
+        cast(null(), LargeBinary).label("digest"),
+        StmClear.cleared_at.label("at"),
+    ).where(StmClear.channel_id.in_(sorted(channel_ids)))
+    forgets = select(
+        cast(null(), BigInteger).label("channel"),
+        StmForget.user_hash.label("digest"),
+        StmForget.forgotten_at.label("at"),
+    ).where(StmForget.user_hash.in_(sorted(by_hash)))
+    cleared: dict[int, datetime] = {}
+    forgotten: dict[int, datetime] = {}
+    for channel, digest, at in (await session.execute(union_all(clears, forgets))).all():
+        if digest is None:
+            cleared[channel] = at
+        else:
+            forgotten[by_hash[bytes(digest)]] = at
+    return cleared, forgotten
+
+
 async def purge_forgets(session: AsyncSession, before: datetime) -> int:
     result = await session.execute(
         delete(StmForget).where(StmForget.forgotten_at < before).returning(StmForget.user_hash)
@@ -387,9 +426,10 @@ async def writes_refused(
     started = [(i, entries, at) for i, (entries, at) in enumerate(writes) if at is not None]
     if not started:
         return set()
-    cleared = await clear_times(session, [e.key.channel_id for _, es, _ in started for e in es])
-    forgotten = await forget_times(
-        session, {user for _, es, _ in started for e in es for user in e.derived_from_users()}
+    cleared, forgotten = await _wipe_times(
+        session,
+        {e.key.channel_id for _, es, _ in started for e in es},
+        {user for _, es, _ in started for e in es for user in e.derived_from_users()},
     )
     # A forget at the very instant a turn started counts as after it: for privacy, the
     # doubt goes to the forget.
