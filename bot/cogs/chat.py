@@ -131,16 +131,17 @@ def _may_reply(channel: discord.abc.Messageable) -> bool:
 @contextlib.asynccontextmanager
 async def _typing(channel: discord.abc.Messageable) -> AsyncIterator[None]:
     """The typing indicator, best effort: failing to show it never costs the answer."""
-    indicator: discord.context_managers.Typing | None = channel.typing()
+    indicator = channel.typing()
     try:
-        await indicator.__aenter__()  # type: ignore[union-attr]
+        await indicator.__aenter__()
+        shown = True
     except discord.HTTPException as exc:
         log.info("no typing indicator in channel %s: %s", getattr(channel, "id", None), exc.status)
-        indicator = None
+        shown = False
     try:
         yield
     finally:
-        if indicator is not None:
+        if shown:
             await indicator.__aexit__(None, None, None)
 
 
