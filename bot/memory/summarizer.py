@@ -17,9 +17,10 @@ beyond ``MAX_BATCHES × max_turns_to_pull`` new messages only the newest are rea
 gatherer's own rule), which the default raw window of 50 messages never reaches.
 
 **All or nothing.** A failed call (after the ``openai`` client's own retries), an empty
-or unusable answer in any batch, a ``/refresh`` of the channel meanwhile (the turn's
-epoch is captured before the first call), or another update of the memory meanwhile
-leaves the summary and the marker exactly as they were; the outcome says why.
+or unusable answer in any batch (a tool call instead of a summary is unusable too), a
+``/refresh`` of the channel meanwhile (the turn's epoch is captured before the first
+call), or another update of the memory meanwhile leaves the summary and the marker
+exactly as they were; the outcome says why.
 
 **One at a time.** Never two runs for the same channel: a second one while the first is
 in flight returns ``busy`` at once, without gathering or calling the model.
@@ -42,7 +43,7 @@ import openai
 
 from bot.config import Settings
 from bot.llm.providers import ProviderCaps
-from bot.llm.tool_loop import UNAVAILABLE_MESSAGE, LlmUnavailable, run_tool_loop
+from bot.llm.tool_loop import UNAVAILABLE_MESSAGE, LlmUnavailable, LoopResult, run_tool_loop
 from bot.memory.gather import gather_new_messages, messages_after_marker
 from bot.memory.model import GuildConfig, Marker, RawMessage, StmEntry
 from bot.memory.prompt import VALUE_LIMIT, render_memory_text
@@ -109,6 +110,7 @@ SummaryStatus = Literal["updated", "nothing_new", "busy", "failed", "empty", "di
 
 EMPTY_ANSWER = "the model's answer was empty"
 CUT_OFF = "the model's answer was cut off at its length limit (raise llm.max_reply_tokens)"
+TOOL_CALL_ANSWER = "the model answered with a tool call instead of a summary"
 INVALID_JSON = "the model did not answer with the JSON object asked for"
 NO_CATEGORY_VALUES = "the model's answer had no usable category values"
 CLEARED_MEANWHILE = "the channel's memory was cleared while the summary was being made"
@@ -125,7 +127,8 @@ class SummaryOutcome:
     (model, storage or write refused: ``error`` says which, in words safe to show a user)
     or ``empty`` (the model answered nothing usable). Only ``updated`` changed the memory.
     ``new_messages`` counts the messages read (and now covered, when updated); ``chars``
-    is the size of the memory written; ``calls`` the model calls made.
+    is the size of the memory written; ``calls`` the requests sent to the model (the
+    ``openai`` client's own retries aside).
     """
 
     status: SummaryStatus
@@ -395,8 +398,17 @@ class Summarizer:
             for start in range(0, len(new), per_call):
                 batch = new[start : start + per_call]
                 messages = build_messages(config, batch, summary=summary, categories=categories)
-                calls += 1
-                text = await self._complete(messages, fields=len(config.categories) or 1)
+                calls += 1  # counted before: a call that raises was made all the same
+                answer = await self._complete(messages, fields=len(config.categories) or 1)
+                if answer.tool_calls or answer.gave_up:
+                    # The tool loop answered the tool call and asked once more: two
+                    # requests. Whatever text it returns is not a summary (a lead-in
+                    # written beside the call, or the notice that it gave up).
+                    calls += 1
+                    raise _Unusable("failed", TOOL_CALL_ANSWER)
+                if answer.truncated:
+                    raise _Unusable("failed", CUT_OFF)
+                text = answer.text
                 if not text.strip():
                     raise _Unusable("empty", EMPTY_ANSWER)
                 if config.category_mode:
@@ -464,19 +476,21 @@ class Summarizer:
             return sum(len(entry.categories.get(c.slug, "")) for c in config.categories)
         return len(entry.summary)
 
-    async def _complete(self, messages: list[dict[str, Any]], *, fields: int) -> str:
+    async def _complete(self, messages: list[dict[str, Any]], *, fields: int) -> LoopResult:
         """One model call without tools: the project's error mapping (``LlmUnavailable``
         with a friendly message) and reply cleaning (``<think>`` blocks, leaked tool-call
-        syntax) come from the tool loop. An answer cut off at ``max_tokens`` is refused:
-        stored, it would lose what it did not get to."""
+        syntax) come from the tool loop. With one loop round, a plain answer is one
+        request; an answer that calls a tool anyway gets the loop's final no-tools call
+        (a second request), and the caller refuses it."""
         llm = self.settings.llm
         # Room for every field at its full size (about 3 characters a token, plus JSON),
         # whatever the chat reply budget is.
         needed = fields * (VALUE_LIMIT // 3 + 100) + 200
-        if llm.max_reply_tokens < needed:
-            llm = llm.model_copy(update={"max_reply_tokens": needed})
+        llm = llm.model_copy(
+            update={"max_reply_tokens": max(llm.max_reply_tokens, needed), "max_tool_iterations": 1}
+        )
         try:
-            result = await run_tool_loop(
+            return await run_tool_loop(
                 self.client,
                 model=self.settings.model,
                 messages=messages,
@@ -488,9 +502,6 @@ class Summarizer:
         except openai.OpenAIError as exc:  # mapped inside already; belt and braces
             log.warning("summarizer model call failed: %s", type(exc).__name__)
             raise LlmUnavailable("unavailable", UNAVAILABLE_MESSAGE) from exc
-        if result.truncated:
-            raise _Unusable("failed", CUT_OFF)
-        return result.text
 
 
 def _no_tools() -> list[str]:

@@ -26,6 +26,7 @@ from bot.memory.summarizer import (
     EMPTY_ANSWER,
     INVALID_JSON,
     MAX_BATCHES,
+    TOOL_CALL_ANSWER,
     Summarizer,
     SummaryOutcome,
     auto_summarize_reason,
@@ -327,6 +328,68 @@ async def test_a_failure_in_a_later_batch_writes_nothing(
     assert "rate limited" in (outcome.error or "")
     assert snapshot(await rows(db)) == before
     assert (await service.entry(SERVER_KEY)).marker is None
+
+
+@pytest.mark.parametrize(
+    ("lead_in", "then"),
+    [
+        ("Sure, updating the memory now.", "nothing"),
+        ("Sure, updating the memory now.", "a summary"),
+        ("Sure, updating the memory now.", "an error"),
+        (None, "an error"),
+    ],
+)
+async def test_an_answer_that_calls_a_tool_is_not_stored(
+    db: Database,
+    service: MemoryService,
+    summarizer: Summarizer,
+    llm: ScriptedLLM,
+    lead_in: str | None,
+    then: str,
+) -> None:
+    """A tool-trained model answers with the STM tool call it knows (with or without a
+    lead-in line); the tool loop answers "unknown tool" and asks once more without tools.
+    Whatever comes back (nothing or an error: the lead-in would be the text; a
+    summary-like text; an error with no lead-in: the loop gives up with its fallback
+    notice), none of it is the summary."""
+    old = post(service, 2, "old")
+    await seed_summary(service, covered=old[-1])
+    post(service, 3, "venue idea")
+    before = snapshot(await rows(db))
+    llm.reply_tool_calls(
+        [("update_short_term_memory", {"summary": "Launch party; Bob has venue ideas."})],
+        content=lead_in,
+    )
+    if then == "nothing":
+        llm.reply_text("")
+    elif then == "a summary":
+        llm.reply_text("I have updated the memory.")
+    else:
+        llm.reply_error(503)
+
+    outcome = await summarize(summarizer)
+
+    assert (outcome.status, outcome.error) == ("failed", TOOL_CALL_ANSWER)
+    assert outcome.calls == len(llm.requests) == 2
+    assert snapshot(await rows(db)) == before
+    entry = await service.entry(SERVER_KEY)
+    assert (entry.summary, entry.marker) == (EXISTING, Marker.of(old[-1]))
+
+
+async def test_a_tool_call_in_a_later_batch_writes_nothing(
+    db: Database, service: MemoryService, summarizer: Summarizer, llm: ScriptedLLM
+) -> None:
+    await seed_summary(service)
+    post(service, 25, "new")
+    before = snapshot(await rows(db))
+    llm.reply_text("First batch folded in.")
+    llm.reply_tool_calls([("update_short_term_memory", {"summary": "x"})]).reply_error(503)
+
+    outcome = await summarize(summarizer)
+
+    assert (outcome.status, outcome.error) == ("failed", TOOL_CALL_ANSWER)
+    assert outcome.calls == len(llm.requests) == 3
+    assert snapshot(await rows(db)) == before
 
 
 @pytest.mark.parametrize("answer", ["", "   \n ", "<think>nothing to add</think>"])
