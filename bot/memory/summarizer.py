@@ -8,13 +8,23 @@ write path (:meth:`MemoryService.update_stm`) with origin ``summarizer``, and th
 moves to the last message gathered.
 
 **Batching.** One model call reads at most ``stm.max_turns_to_pull`` messages (the
-gatherer's bound, default 20). When more are new, they are folded in oldest first, one
-batch per call, each call integrating its batch into the running summary the previous
-call produced; the memory is written once, at the end, with the marker on the last
-message of the last batch. So 30 new messages with the defaults take two calls (20 + 10)
-and the marker lands on the 30th. At most :data:`MAX_BATCHES` calls are made per run:
-beyond ``MAX_BATCHES × max_turns_to_pull`` new messages only the newest are read (the
-gatherer's own rule), which the default raw window of 50 messages never reaches.
+gatherer's bound, default 20), and no more than fits in the provider's context. When more
+are new, they are folded in oldest first, one batch per call, each call integrating its
+batch into the running summary the previous call produced; the memory is written once, at
+the end, with the marker on the last message of the last batch. So 30 short new messages
+with the defaults take two calls (20 + 10) and the marker lands on the 30th. At most
+:data:`MAX_BATCHES` calls are made per run: new messages that do not fit in that many
+batches are not read, the oldest first (the gatherer's own rule: the newest are read);
+the outcome counts them as ``skipped``.
+
+**Context.** Every request fits the provider's context (``context_tokens`` of
+:func:`bot.llm.providers.capabilities`, at :data:`CHARS_PER_TOKEN` characters a token,
+the chat turn's estimate): the answer may use at most a third of it
+(:data:`REPLY_SHARE`), the instructions and the memory come next, and the new messages
+get what is left. A single message longer than that room is cut (marked ``[…]``), not
+sent whole. Between batches the running memory is sanitized as a write would store it
+(so it is never longer than a stored value). A memory so large that no room is left
+fails the run before any model call.
 
 **All or nothing.** A failed call (after the ``openai`` client's own retries), an empty
 or unusable answer in any batch (a tool call instead of a summary is unusable too), a
@@ -42,17 +52,20 @@ from typing import Any, Literal
 import openai
 
 from bot.config import Settings
-from bot.llm.providers import ProviderCaps
+from bot.llm.providers import ProviderCaps, capabilities
 from bot.llm.tool_loop import UNAVAILABLE_MESSAGE, LlmUnavailable, LoopResult, run_tool_loop
 from bot.memory.gather import gather_new_messages, messages_after_marker
 from bot.memory.model import GuildConfig, Marker, RawMessage, StmEntry
 from bot.memory.prompt import VALUE_LIMIT, render_memory_text
+from bot.memory.sanitize import sanitize_value, truncate_graphemes
 from bot.memory.service import MemoryService
 from bot.memory.storage import MemoryUnavailable
 from bot.memory.turn import REASON_CHANGED, REASON_CLEARED, TurnState
 
 __all__ = [
+    "CHARS_PER_TOKEN",
     "MAX_BATCHES",
+    "REPLY_SHARE",
     "SUMMARIZE_PROMPT",
     "Summarizer",
     "SummaryOutcome",
@@ -61,13 +74,27 @@ __all__ = [
     "build_messages",
     "ignored_nudges",
     "parse_categories",
+    "plan_batches",
     "should_auto_summarize",
 ]
 
 log = logging.getLogger(__name__)
 
 MAX_BATCHES = 5
-"""Model calls one run may make; see the module docstring."""
+"""Batches (each one model call) one run may read; see the module docstring."""
+
+CHARS_PER_TOKEN = 4
+"""The project's rough, model-independent estimate, the same as the chat turn's
+(``bot.turn.CHARS_PER_TOKEN``): that module imports this one, so it cannot be imported
+from there."""
+REPLY_SHARE = 3
+"""The answer may use at most ``1 / REPLY_SHARE`` of the provider's context."""
+FORMAT_TOKENS = 64
+"""Kept free for the chat format around the two messages (roles, special tokens)."""
+MIN_ROOM_CHARS = 200
+"""Below this many characters of room for the new messages, a run is not worth a call."""
+CUT_MARK = " […]"
+"""Ends a message cut to fit the context, so the model knows it did not see all of it."""
 
 LATEST_MEMORIES = "[LATEST_MEMORIES]"
 CHAT_SUMMARY = "[CHAT_SUMMARY]"
@@ -110,6 +137,11 @@ SummaryStatus = Literal["updated", "nothing_new", "busy", "failed", "empty", "di
 
 EMPTY_ANSWER = "the model's answer was empty"
 CUT_OFF = "the model's answer was cut off at its length limit (raise llm.max_reply_tokens)"
+CUT_OFF_BY_CONTEXT = (
+    "the model's answer was cut off at its length limit, which the provider's context "
+    "size keeps small"
+)
+NO_ROOM = "the memory leaves no room for new messages in the provider's context"
 TOOL_CALL_ANSWER = "the model answered with a tool call instead of a summary"
 INVALID_JSON = "the model did not answer with the JSON object asked for"
 NO_CATEGORY_VALUES = "the model's answer had no usable category values"
@@ -136,7 +168,7 @@ class SummaryOutcome:
     chars: int = 0
     error: str | None = None
     calls: int = 0
-    skipped: int = 0  # new messages too old to read this run (beyond MAX_BATCHES batches)
+    skipped: int = 0  # the oldest new messages, not read: beyond MAX_BATCHES batches
     pending_sync: bool = False
 
     @property
@@ -228,12 +260,16 @@ def build_messages(
     *,
     summary: str,
     categories: Mapping[str, str],
+    max_new_chars: int | None = None,
 ) -> list[dict[str, Any]]:
     """The chat messages of one summarizer call: the system message, then the filled
     template. In category mode the "summary" is the JSON object of the current values
     and, while none has a value yet, the summary from before the categories (the chat
-    model is shown it, so it is part of the memory to integrate into)."""
+    model is shown it, so it is part of the memory to integrate into). The new messages'
+    text is cut to ``max_new_chars`` (ending with :data:`CUT_MARK`) when it is longer."""
     latest = gather_new_messages(batch, None, len(batch))
+    if max_new_chars is not None and len(latest) > max_new_chars:
+        latest = truncate_graphemes(latest, max(0, max_new_chars - len(CUT_MARK))) + CUT_MARK
     if config.category_mode:
         listed = "\n".join(
             f"- {category.slug} ({category.label}): {category.description}"
@@ -286,6 +322,70 @@ def parse_categories(text: str, config: GuildConfig) -> dict[str, str]:
         for slug, item in value.items()
         if slug in known and isinstance(item, str) and item.strip()
     }
+
+
+def _prompt_chars(messages: Sequence[Mapping[str, Any]]) -> int:
+    """The characters of a request's messages (what :data:`CHARS_PER_TOKEN` converts)."""
+    return sum(len(str(message["content"])) for message in messages)
+
+
+def _segment_end(sizes: Sequence[int], start: int, per_call: int, room: int) -> int:
+    """Where the batch starting at ``start`` ends: as many messages as the count and the
+    room allow, and always at least one (a message too long alone is cut when sent)."""
+    end, used = start, 0
+    while end < len(sizes) and end - start < per_call:
+        used += sizes[end] + (1 if end > start else 0)  # the newline joining the lines
+        if end > start and used > room:
+            break
+        end += 1
+    return end
+
+
+def _segment_start(sizes: Sequence[int], end: int, per_call: int, room: int) -> int:
+    """The same as :func:`_segment_end`, for the batch that ends at ``end``."""
+    start, used = end, 0
+    while start > 0 and end - start < per_call:
+        used += sizes[start - 1] + (1 if start < end else 0)
+        if start < end and used > room:
+            break
+        start -= 1
+    return start
+
+
+def plan_batches(
+    sizes: Sequence[int], *, per_call: int, room: int, max_batches: int = MAX_BATCHES
+) -> tuple[int, list[tuple[int, int]]]:
+    """Split messages (their line lengths, oldest first) into batches of at most
+    ``per_call`` messages and ``room`` characters (one message alone may be longer).
+
+    Returns the index of the first message read (the ones before it are skipped: the
+    newest are read) and the batches as ``(start, end)`` slices, oldest first, at most
+    ``max_batches`` of them. Filling batches greedily gives the fewest contiguous batches
+    from either end, so the messages found from the newest backwards in ``max_batches``
+    batches also fit in that many when split from the oldest forwards (which keeps the
+    full batches first: 20 + 10, not 10 + 20).
+    """
+    first = len(sizes)
+    for _ in range(max_batches):
+        if first == 0:
+            break
+        first = _segment_start(sizes, first, per_call, room)
+    batches: list[tuple[int, int]] = []
+    start = first
+    while start < len(sizes):
+        end = _segment_end(sizes, start, per_call, room)
+        batches.append((start, end))
+        start = end
+    return first, batches
+
+
+@dataclass(frozen=True, slots=True)
+class _Budget:
+    """One run's share of the provider's context."""
+
+    reply_tokens: int  # max_tokens of every call
+    prompt_chars: int  # the most characters the two messages together may have
+    capped: bool  # the reply budget was lowered to fit the context
 
 
 # ----------------------------------------------------------------- summarizer
@@ -384,22 +484,52 @@ class Summarizer:
         if not new:
             return SummaryOutcome("nothing_new")
 
-        per_call = self.settings.stm.max_turns_to_pull
-        readable = per_call * MAX_BATCHES
-        skipped = max(0, len(new) - readable)
-        new = new[skipped:]
         version = entry.version
         # What the chat model is shown as the memory is what gets integrated into: with
         # no summary yet in summary mode, the values of categories from before.
         summary = entry.summary if entry.has_summary else render_memory_text(entry, config)
         categories = dict(entry.categories)
+        budget = self._budget(config)
+        # The batches are planned before the first call, so that the messages skipped are
+        # known (and the newest read): for the later batches the memory is taken at its
+        # largest (every value at the limit, as the sanitized answers are at most).
+        largest = "x" * VALUE_LIMIT
+        room = budget.prompt_chars - max(
+            _prompt_chars(build_messages(config, [], summary=summary, categories=categories)),
+            _prompt_chars(
+                build_messages(
+                    config,
+                    [],
+                    summary=largest,
+                    categories={c.slug: largest for c in config.categories},
+                )
+            ),
+        )
+        if room < MIN_ROOM_CHARS:
+            return SummaryOutcome("failed", len(new), error=NO_ROOM)
+        first, batches = plan_batches(
+            [len(m.line()) for m in new],
+            per_call=self.settings.stm.max_turns_to_pull,
+            room=room,
+        )
+        skipped, new = first, new[first:]
         calls = 0
         try:
-            for start in range(0, len(new), per_call):
-                batch = new[start : start + per_call]
-                messages = build_messages(config, batch, summary=summary, categories=categories)
+            for start, end in batches:
+                # The room again, for the memory as it is now; it only differs from the
+                # plan when JSON escaping made the values longer than their length.
+                fixed = build_messages(config, [], summary=summary, categories=categories)
+                messages = build_messages(
+                    config,
+                    new[start - first : end - first],
+                    summary=summary,
+                    categories=categories,
+                    max_new_chars=max(MIN_ROOM_CHARS, budget.prompt_chars - _prompt_chars(fixed)),
+                )
+                if _prompt_chars(messages) > budget.prompt_chars:
+                    raise _Unusable("failed", NO_ROOM)
                 calls += 1  # counted before: a call that raises was made all the same
-                answer = await self._complete(messages, fields=len(config.categories) or 1)
+                answer = await self._complete(messages, budget)
                 if answer.tool_calls or answer.gave_up:
                     # The tool loop answered the tool call and asked once more: two
                     # requests. Whatever text it returns is not a summary (a lead-in
@@ -407,20 +537,25 @@ class Summarizer:
                     calls += 1
                     raise _Unusable("failed", TOOL_CALL_ANSWER)
                 if answer.truncated:
-                    raise _Unusable("failed", CUT_OFF)
+                    raise _Unusable("failed", CUT_OFF_BY_CONTEXT if budget.capped else CUT_OFF)
                 text = answer.text
                 if not text.strip():
                     raise _Unusable("empty", EMPTY_ANSWER)
+                # The next batch integrates into the memory as a write would store it
+                # (sanitized, at most VALUE_LIMIT a value: what the plan reserved room for).
                 if config.category_mode:
                     try:
                         values = parse_categories(text, config)
                     except ValueError:
                         raise _Unusable("failed", INVALID_JSON) from None
-                    if not values:
+                    values = {slug: sanitize_value(v) for slug, v in values.items()}
+                    if not any(values.values()):
                         raise _Unusable("empty", NO_CATEGORY_VALUES)
-                    categories.update(values)
+                    categories.update({slug: v for slug, v in values.items() if v})
                 else:
-                    summary = text.strip()
+                    summary = sanitize_value(text.strip())
+                    if not summary:
+                        raise _Unusable("empty", EMPTY_ANSWER)
         except LlmUnavailable as exc:
             return SummaryOutcome(
                 "failed", len(new), error=exc.user_message, calls=calls, skipped=skipped
@@ -476,18 +611,27 @@ class Summarizer:
             return sum(len(entry.categories.get(c.slug, "")) for c in config.categories)
         return len(entry.summary)
 
-    async def _complete(self, messages: list[dict[str, Any]], *, fields: int) -> LoopResult:
+    def _budget(self, config: GuildConfig) -> _Budget:
+        """The reply budget and the room for the prompt, from the provider's context."""
+        llm = self.settings.llm
+        context = capabilities(self.settings.provider).context_tokens
+        # Room for every field at its full size (about 3 characters a token, plus JSON),
+        # whatever the chat reply budget is; but never more than a share of the context,
+        # or the prompt would have no room left.
+        fields = len(config.categories) or 1
+        wanted = max(llm.max_reply_tokens, fields * (VALUE_LIMIT // 3 + 100) + 200)
+        reply = min(wanted, context // REPLY_SHARE)
+        prompt = max(0, (context - reply - FORMAT_TOKENS) * CHARS_PER_TOKEN)
+        return _Budget(reply_tokens=reply, prompt_chars=prompt, capped=reply < wanted)
+
+    async def _complete(self, messages: list[dict[str, Any]], budget: _Budget) -> LoopResult:
         """One model call without tools: the project's error mapping (``LlmUnavailable``
         with a friendly message) and reply cleaning (``<think>`` blocks, leaked tool-call
         syntax) come from the tool loop. With one loop round, a plain answer is one
         request; an answer that calls a tool anyway gets the loop's final no-tools call
         (a second request), and the caller refuses it."""
-        llm = self.settings.llm
-        # Room for every field at its full size (about 3 characters a token, plus JSON),
-        # whatever the chat reply budget is.
-        needed = fields * (VALUE_LIMIT // 3 + 100) + 200
-        llm = llm.model_copy(
-            update={"max_reply_tokens": max(llm.max_reply_tokens, needed), "max_tool_iterations": 1}
+        llm = self.settings.llm.model_copy(
+            update={"max_reply_tokens": budget.reply_tokens, "max_tool_iterations": 1}
         )
         try:
             return await run_tool_loop(
