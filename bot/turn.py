@@ -20,7 +20,7 @@ import openai
 from cachetools import TTLCache
 
 from bot.config import Settings
-from bot.llm.providers import capabilities
+from bot.llm.providers import CHARS_PER_TOKEN, capabilities
 from bot.llm.tool_loop import LlmUnavailable, ToolSpec, run_tool_loop
 from bot.llm.tools.base import ToolOutcome
 from bot.llm.tools.longterm import LONG_TERM_TOOL_NAMES, long_term_tools
@@ -82,9 +82,7 @@ class TurnReply:
     turn: TurnState | None = None
 
 
-# A rough, model-independent estimate: ~4 characters per token, and room kept for tool
-# schemas and the reply.
-CHARS_PER_TOKEN = 4
+# Room kept for tool schemas.
 TOOL_SCHEMA_TOKENS = 1_000
 
 

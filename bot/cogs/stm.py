@@ -108,7 +108,10 @@ def describe_summary(outcome: SummaryOutcome) -> str:
             f"({outcome.chars} chars)."
         ]
         if outcome.skipped:
-            parts.append(f"{outcome.skipped} older new message(s) were too many to read.")
+            parts.append(
+                f"{outcome.skipped} older new message(s) did not fit in the model's reading "
+                "and were skipped."
+            )
         if outcome.pending_sync:
             parts.append(
                 "Saved, pending sync: the database is unavailable; "

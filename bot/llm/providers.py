@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 __all__ = [
+    "CHARS_PER_TOKEN",
     "GENERIC",
     "MIN_STM_CONTEXT_TOKENS",
     "PROVIDERS",
@@ -29,6 +30,9 @@ __all__ = [
 
 MIN_STM_CONTEXT_TOKENS = 8192
 """Below this context size the memory-management overhead crowds out the conversation."""
+CHARS_PER_TOKEN = 4
+"""A rough, model-independent estimate of text per token (fitting prompts: the chat
+turn's history, the summarizer's batches)."""
 
 
 @dataclass(frozen=True)

@@ -52,7 +52,7 @@ from typing import Any, Literal
 import openai
 
 from bot.config import Settings
-from bot.llm.providers import ProviderCaps, capabilities
+from bot.llm.providers import CHARS_PER_TOKEN, ProviderCaps, capabilities
 from bot.llm.tool_loop import UNAVAILABLE_MESSAGE, LlmUnavailable, LoopResult, run_tool_loop
 from bot.memory.gather import gather_new_messages, messages_after_marker
 from bot.memory.model import GuildConfig, Marker, RawMessage, StmEntry
@@ -63,7 +63,6 @@ from bot.memory.storage import MemoryUnavailable
 from bot.memory.turn import REASON_CHANGED, REASON_CLEARED, TurnState
 
 __all__ = [
-    "CHARS_PER_TOKEN",
     "MAX_BATCHES",
     "REPLY_SHARE",
     "SUMMARIZE_PROMPT",
@@ -83,10 +82,6 @@ log = logging.getLogger(__name__)
 MAX_BATCHES = 5
 """Batches (each one model call) one run may read; see the module docstring."""
 
-CHARS_PER_TOKEN = 4
-"""The project's rough, model-independent estimate, the same as the chat turn's
-(``bot.turn.CHARS_PER_TOKEN``): that module imports this one, so it cannot be imported
-from there."""
 REPLY_SHARE = 3
 """The answer may use at most ``1 / REPLY_SHARE`` of the provider's context."""
 FORMAT_TOKENS = 64

@@ -13,19 +13,17 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.engine import URL
 
-from bot import turn as chat_turn
 from bot.config import Settings
 from bot.db.engine import Database
 from bot.db.models import ShortTermMemory, StmEvent
 from bot.llm import providers
-from bot.llm.providers import capabilities
+from bot.llm.providers import CHARS_PER_TOKEN, capabilities
 from bot.llm.tool_loop import UNAVAILABLE_MESSAGE
 from bot.memory import summarizer as summarizer_module
 from bot.memory.model import Category, Marker, RawMessage, ScopeKey, message_hash
 from bot.memory.service import MemoryService, WriteResult
 from bot.memory.summarizer import (
     CHANGED_MEANWHILE,
-    CHARS_PER_TOKEN,
     CLEARED_MEANWHILE,
     CUT_MARK,
     CUT_OFF,
@@ -532,11 +530,6 @@ def novelai(pg_url: URL, tmp_path: Path, **overrides: Any) -> Settings:
         llm={"max_retries": 0, "timeout_seconds": 5},
         **overrides,
     )
-
-
-def test_the_token_estimate_is_the_chat_turns() -> None:
-    # Repeated, not imported: bot.turn imports the summarizer.
-    assert CHARS_PER_TOKEN == chat_turn.CHARS_PER_TOKEN
 
 
 def test_batches_are_planned_by_count_and_size() -> None:
