@@ -26,6 +26,7 @@ from pydantic import (
     Field,
     SecretStr,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -60,6 +61,15 @@ class Section(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_boolean_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        # Pydantic takes TOML's `true` as 1 for an int field: a slip, never meant.
+        field = cls.model_fields.get(info.field_name or "")
+        if isinstance(value, bool) and field is not None and field.annotation in (int, float):
+            raise ValueError("must be a number, not true/false")
+        return value
+
 
 class StmSettings(Section):
     """Short-term memory knobs (SPEC §2–§5). Per-guild values are defaults for new guilds."""
@@ -91,17 +101,38 @@ class StmSettings(Section):
             ("ttl_empty_hours", "ttl_summary_hours"),
         ):
             if getattr(self, smaller) > getattr(self, larger):
-                raise PydanticCustomError(
-                    COMBINATION_ERROR,
-                    "{smaller} must not exceed {larger}",
-                    {
-                        "smaller": smaller,
-                        "larger": larger,
-                        "smaller_value": getattr(self, smaller),
-                        "larger_value": getattr(self, larger),
-                    },
+                raise _combination_error(
+                    smaller, getattr(self, smaller), larger, getattr(self, larger)
                 )
+        # A row the janitor deleted must not still be shown from a cache entry that
+        # outlives it (no notice tells the caches about the janitor's deletions).
+        if self.ttl_summary_hours > self.retention_days * 24:
+            raise _combination_error(
+                "ttl_summary_hours",
+                self.ttl_summary_hours,
+                "retention_days",
+                self.retention_days,
+                f"{self.retention_days * 24} hours",
+            )
         return self
+
+
+def _combination_error(
+    smaller: str, smaller_value: Any, larger: str, larger_value: Any, larger_as: str = ""
+) -> PydanticCustomError:
+    """Two values fine alone but not together (see :func:`_combination_line`); ``larger_as``
+    restates the larger value in the smaller one's unit when they differ."""
+    return PydanticCustomError(
+        COMBINATION_ERROR,
+        "{smaller} must not exceed {larger}",
+        {
+            "smaller": smaller,
+            "larger": larger,
+            "smaller_value": smaller_value,
+            "larger_value": larger_value,
+            "larger_as": larger_as,
+        },
+    )
 
 
 class LlmSettings(Section):
@@ -172,6 +203,23 @@ class Settings(BaseSettings):
         token = value.get_secret_value().strip() if value is not None else ""
         return SecretStr(token) if token else None
 
+    @field_validator("data_dir", "persona_file", mode="before")
+    @classmethod
+    def _check_path(cls, value: Any) -> Any:
+        # A blank variable never gets here (it means "not set", see _BlankPathsUnset); a
+        # blank key in the TOML file would be the working directory, never what is meant.
+        if isinstance(value, str) and not value.strip():
+            raise ValueError("must not be empty (remove the line for the default)")
+        return value
+
+    @field_validator("owner_ids", mode="before")
+    @classmethod
+    def _check_owner_ids(cls, value: Any) -> Any:
+        # Pydantic takes `true` as the id 1.
+        if isinstance(value, list) and any(isinstance(item, bool) for item in value):
+            raise ValueError("must hold Discord user ids (numbers), not true/false")
+        return value
+
     @field_validator("provider")
     @classmethod
     def _check_provider(cls, value: str) -> str:
@@ -212,11 +260,13 @@ class Settings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         chosen = os.environ.get("KIOKU_CONFIG")
-        config_file = Path(chosen) if chosen else DEFAULT_CONFIG_FILE
-        if chosen and not config_file.exists():
-            # The default file may be absent (an installed package); a named one may not.
+        config_file = config_file_path()
+        if chosen and not config_file.is_file():
+            # The default file may be absent (an installed package); a named one may not,
+            # and a folder would be skipped in silence like an absent file.
+            why = "is not a file" if config_file.exists() else "no such file"
             raise SettingsError(
-                f"cannot read the configuration file {chosen} (KIOKU_CONFIG): no such file"
+                f"cannot read the configuration file {chosen} (KIOKU_CONFIG): {why}"
             )
         toml = TomlConfigSettingsSource(settings_cls, toml_file=config_file)
         dotenv = _KnownKeysOnly(
@@ -224,7 +274,12 @@ class Settings(BaseSettings):
             DotEnvSettingsSource(settings_cls, env_file=os.environ.get("KIOKU_ENV_FILE", ".env")),
         )
         # Order is precedence: explicit arguments, environment, .env, then the file.
-        return (init_settings, env_settings, dotenv, toml)
+        return (
+            init_settings,
+            _BlankPathsUnset(settings_cls, env_settings),
+            _BlankPathsUnset(settings_cls, dotenv),
+            toml,
+        )
 
     @property
     def embedded_database(self) -> bool:
@@ -248,6 +303,64 @@ class _KnownKeysOnly(PydanticBaseSettingsSource):
 
     def __call__(self) -> dict[str, Any]:
         return {key: value for key, value in self._inner().items() if key in self._known}
+
+
+class _BlankPathsUnset(PydanticBaseSettingsSource):
+    """``KIOKU_DATA_DIR=`` and ``KIOKU_PERSONA_FILE=`` mean "not set", as a blank
+    ``DISCORD_TOKEN=`` does: the file's value or the default applies, not the working
+    directory (what ``Path("")`` is)."""
+
+    _PATHS = ("data_dir", "persona_file")
+
+    def __init__(self, settings_cls: type[BaseSettings], inner: PydanticBaseSettingsSource):
+        super().__init__(settings_cls)
+        self._inner = inner
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return self._inner.get_field_value(field, field_name)
+
+    def __call__(self) -> dict[str, Any]:
+        return {
+            key: value
+            for key, value in self._inner().items()
+            if not (key in self._PATHS and isinstance(value, str) and not value.strip())
+        }
+
+
+def config_file_path() -> Path:
+    """The TOML file read: ``KIOKU_CONFIG`` or ``config/kioku.toml``."""
+    chosen = os.environ.get("KIOKU_CONFIG")
+    return Path(chosen) if chosen else DEFAULT_CONFIG_FILE
+
+
+def data_dir_problem(path: Path) -> str | None:
+    """Why the data folder cannot be used, as one line naming ``KIOKU_DATA_DIR``; ``None``
+    when it is a writable folder or can be created. Checked before anything starts, so the
+    operator does not get the embedded server's or the spool's own error, blamed on the
+    database or on Discord."""
+    named = f"the data folder {path} (KIOKU_DATA_DIR)"
+    try:
+        return _folder_problem(path, named)
+    except OSError as exc:  # a parent this user may not search
+        return f"{named} cannot be checked: {exc.strerror or exc}"
+
+
+def _folder_problem(path: Path, named: str) -> str | None:
+    if path.exists():
+        if not path.is_dir():
+            return f"{named} is a file, not a folder"
+        if not os.access(path, os.W_OK | os.X_OK):
+            return f"{named} is not writable by this user"
+        return None
+    # Created on first use: the closest existing parent must be a writable folder.
+    parent = path.absolute().parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        return f"{named} cannot be created: {parent} is a file, not a folder"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"{named} cannot be created: {parent} is not writable by this user"
+    return None
 
 
 SSL_MODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
@@ -385,7 +498,9 @@ def load_settings(**overrides: Any) -> Settings:
     except PydanticSettingsError as exc:  # a list or section variable that is not JSON
         raise SettingsError(_not_json_line(exc)) from None
     except (OSError, ValueError) as exc:  # unreadable or malformed TOML file
-        raise SettingsError(f"cannot read the configuration file: {exc}") from None
+        raise SettingsError(
+            f"cannot read the configuration file {config_file_path()}: {exc}"
+        ) from None
 
 
 _NOT_JSON = re.compile(r'error parsing value for field "(?P<field>\w+)"')
@@ -425,7 +540,10 @@ def format_validation_error(exc: ValidationError) -> str:
     """One line per bad key: the key (and its variable), the value, what is allowed."""
     lines = []
     for error in exc.errors():
-        loc = [str(part) for part in error["loc"]]
+        # A list item's index is no variable (there is no KIOKU_OWNER_IDS__1): it is
+        # named as "item N of" the list's variable.
+        item = next((part for part in error["loc"] if isinstance(part, int)), None)
+        loc = [str(part) for part in error["loc"] if not isinstance(part, int)]
         if error["type"] == COMBINATION_ERROR:
             lines.append(_combination_line(loc, error.get("ctx") or {}))
             continue
@@ -441,9 +559,10 @@ def format_validation_error(exc: ValidationError) -> str:
         value = error.get("input")
         shown = "<hidden>" if key in _SECRET_KEYS else _short_repr(value)
         message = str(error["msg"]).removeprefix("Value error, ")
-        allowed = _allowed_for(loc)
+        allowed = _allowed_for(loc) if item is None else None
         hint = f" (allowed: {allowed})" if allowed else ""
-        lines.append(f"invalid setting {key} ({env}) = {shown}: {message}{hint}")
+        where = env if item is None else f"item {item + 1} of {env}"
+        lines.append(f"invalid setting {key} ({where}) = {shown}: {message}{hint}")
     return "\n".join(lines)
 
 
@@ -461,8 +580,7 @@ def _unknown_key_line(loc: list[str]) -> str:
     key = ".".join(loc)
     guess = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
     hint = f": did you mean {guess[0]}?" if guess else ""
-    path = os.environ.get("KIOKU_CONFIG") or DEFAULT_CONFIG_FILE
-    return f"unknown key {key} in {path}{hint}"
+    return f"unknown key {key} in {config_file_path()}{hint}"
 
 
 def _combination_line(section: list[str], ctx: dict[str, Any]) -> str:
@@ -473,9 +591,10 @@ def _combination_line(section: list[str], ctx: dict[str, Any]) -> str:
         return f"{'.'.join(loc)} ({'KIOKU_' + '__'.join(part.upper() for part in loc)})"
 
     smaller, larger = str(ctx["smaller"]), str(ctx["larger"])
+    larger_as = f" ({ctx['larger_as']})" if ctx.get("larger_as") else ""
     return (
         f"invalid setting {named(smaller)} = {ctx['smaller_value']!r}: "
-        f"must not exceed {named(larger)} = {ctx['larger_value']!r}"
+        f"must not exceed {named(larger)} = {ctx['larger_value']!r}{larger_as}"
     )
 
 

@@ -7,7 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from bot.config import Settings, SettingsError, load_settings, unknown_variables
+from bot.config import (
+    DEFAULT_PERSONA_FILE,
+    Settings,
+    SettingsError,
+    data_dir_problem,
+    load_settings,
+    unknown_variables,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -238,10 +245,15 @@ def test_every_documented_variable_is_known() -> None:
     assert unknown_variables(documented, "config/example.env") == []
 
 
-def test_malformed_toml_is_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_malformed_toml_is_reported_naming_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     write_toml(tmp_path, "[stm\n", monkeypatch)
-    with pytest.raises(SettingsError, match="configuration file"):
+    with pytest.raises(SettingsError) as caught:
         load_settings()
+    message = str(caught.value)
+    assert message.startswith(f"cannot read the configuration file {tmp_path / 'kioku.toml'}: ")
+    assert "line 1" in message and "\n" not in message
 
 
 def test_dotenv_is_read_and_foreign_variables_ignored(
@@ -373,3 +385,150 @@ def test_a_blank_discord_token_counts_as_not_set(
     monkeypatch.setenv("DISCORD_TOKEN", "  abc \n")
     token = load_settings().discord_token
     assert token is not None and token.get_secret_value() == "abc"
+
+
+def test_a_kioku_config_naming_a_folder_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # TOML's source skips what is not a file, as it skips an absent default file.
+    (tmp_path / "kioku.toml").write_text("[stm]\nrefresh_cadence = 9\n")
+    monkeypatch.setenv("KIOKU_CONFIG", str(tmp_path))
+    with pytest.raises(SettingsError) as caught:
+        load_settings()
+    assert str(caught.value) == (
+        f"cannot read the configuration file {tmp_path} (KIOKU_CONFIG): is not a file"
+    )
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (
+            '[123, "x"]',
+            "invalid setting owner_ids (item 2 of KIOKU_OWNER_IDS) = 'x': "
+            "Input should be a valid integer",
+        ),
+        (
+            "[1, 2, -5.5]",
+            "invalid setting owner_ids (item 3 of KIOKU_OWNER_IDS) = -5.5: ",
+        ),
+    ],
+)
+def test_a_bad_list_item_is_named_by_its_position_in_the_variable(
+    monkeypatch: pytest.MonkeyPatch, value: str, expected: str
+) -> None:
+    # There is no KIOKU_OWNER_IDS__1 to name.
+    monkeypatch.setenv("KIOKU_OWNER_IDS", value)
+    with pytest.raises(SettingsError) as caught:
+        load_settings()
+    assert str(caught.value).startswith(expected), str(caught.value)
+    assert "__" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        (
+            "[stm]\nrefresh_cadence = true\n",
+            "invalid setting stm.refresh_cadence (KIOKU_STM__REFRESH_CADENCE) = True: "
+            "must be a number, not true/false",
+        ),
+        (
+            "[llm]\ntemperature = false\n",
+            "invalid setting llm.temperature (KIOKU_LLM__TEMPERATURE) = False: "
+            "must be a number, not true/false",
+        ),
+        (
+            "owner_ids = [true]\n",
+            "invalid setting owner_ids (KIOKU_OWNER_IDS) = [True]: "
+            "must hold Discord user ids (numbers), not true/false",
+        ),
+    ],
+)
+def test_a_toml_boolean_is_not_taken_as_a_number(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, body: str, expected: str
+) -> None:
+    # Pydantic would take `true` as 1 (a cadence of one turn, an owner with id 1).
+    write_toml(tmp_path, body, monkeypatch)
+    with pytest.raises(SettingsError) as caught:
+        load_settings()
+    assert str(caught.value).startswith(expected), str(caught.value)
+
+
+def test_a_toml_boolean_still_sets_a_boolean(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_toml(tmp_path, "[stm]\nenabled = false\nrefresh_cadence = 3\n", monkeypatch)
+    settings = load_settings()
+    assert (settings.stm.enabled, settings.stm.refresh_cadence) == (False, 3)
+
+
+@pytest.mark.parametrize("value", ["", "  "])
+def test_a_blank_data_dir_or_persona_file_counts_as_not_set(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    # As for `DISCORD_TOKEN=`: not the working directory (which Path("") is).
+    monkeypatch.setenv("KIOKU_DATA_DIR", value)
+    monkeypatch.setenv("KIOKU_PERSONA_FILE", value)
+    settings = load_settings()
+    assert (settings.data_dir, settings.persona_file) == (Path("data"), DEFAULT_PERSONA_FILE)
+    # Not set: the file's values apply, as they would with the variables absent.
+    write_toml(tmp_path, 'data_dir = "/srv/kioku"\npersona_file = "/srv/persona.md"\n', monkeypatch)
+    settings = load_settings()
+    assert (settings.data_dir, settings.persona_file) == (
+        Path("/srv/kioku"),
+        Path("/srv/persona.md"),
+    )
+
+
+def test_a_blank_data_dir_in_dotenv_counts_as_not_set(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env_file = tmp_path / ".env"
+    env_file.write_text("KIOKU_DATA_DIR=\n")
+    monkeypatch.setenv("KIOKU_ENV_FILE", str(env_file))
+    assert load_settings().data_dir == Path("data")
+
+
+@pytest.mark.parametrize("key", ["data_dir", "persona_file"])
+def test_a_blank_path_in_the_toml_file_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, key: str
+) -> None:
+    write_toml(tmp_path, f'{key} = ""\n', monkeypatch)
+    with pytest.raises(SettingsError) as caught:
+        load_settings()
+    assert str(caught.value) == (
+        f"invalid setting {key} (KIOKU_{key.upper()}) = '': "
+        "must not be empty (remove the line for the default)"
+    )
+
+
+def test_a_summary_cached_longer_than_rows_are_kept_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The janitor deletes rows without telling the caches: a cache entry outliving its
+    # row would keep showing (and storing again) a memory retention removed.
+    monkeypatch.setenv("KIOKU_STM__RETENTION_DAYS", "1")
+    monkeypatch.setenv("KIOKU_STM__TTL_SUMMARY_HOURS", "48")
+    with pytest.raises(SettingsError) as caught:
+        load_settings()
+    assert str(caught.value) == (
+        "invalid setting stm.ttl_summary_hours (KIOKU_STM__TTL_SUMMARY_HOURS) = 48.0: "
+        "must not exceed stm.retention_days (KIOKU_STM__RETENTION_DAYS) = 1 (24 hours)"
+    )
+    monkeypatch.setenv("KIOKU_STM__TTL_SUMMARY_HOURS", "24")
+    assert load_settings().stm.retention_days == 1, "equal is allowed"
+
+
+def test_data_dir_problems_name_the_variable_and_the_reason(tmp_path: Path) -> None:
+    assert data_dir_problem(tmp_path) is None
+    assert data_dir_problem(tmp_path / "new" / "data") is None, "created on first use"
+    a_file = tmp_path / "data"
+    a_file.write_text("")
+    assert data_dir_problem(a_file) == (
+        f"the data folder {a_file} (KIOKU_DATA_DIR) is a file, not a folder"
+    )
+    assert data_dir_problem(a_file / "inner") == (
+        f"the data folder {a_file / 'inner'} (KIOKU_DATA_DIR) cannot be created: "
+        f"{a_file} is a file, not a folder"
+    )
