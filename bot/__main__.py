@@ -10,16 +10,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import sys
 from collections.abc import Awaitable, Sequence
+from pathlib import Path
 from typing import TypeVar
 
 import aiohttp
 import discord
 from sqlalchemy.exc import DBAPIError
 
-from bot.config import Settings, SettingsError, load_settings
+from bot.config import Settings, SettingsError, data_dir_problem, load_settings
 from bot.db.engine import Database, DatabaseUnavailable, describe_url
 from bot.db.migrate import MigrationsMissing
 from bot.memory.spool import SpoolLocked
@@ -61,8 +63,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = load_settings()
         configure_logging(settings)
+        shard_ids = parse_shards(args.shards, args.shard_count) if args.command == "run" else None
+        check_files(settings, args.command)
         if args.command == "run":
-            shard_ids = parse_shards(args.shards, args.shard_count)
             return run(settings, shard_ids, args.shard_count)
         if args.command == "migrate":
             return asyncio.run(migrate(settings))
@@ -85,6 +88,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_OK
     parser.error(f"unknown command {args.command}")
     return EXIT_CONFIG  # pragma: no cover - parser.error exits
+
+
+def check_files(settings: Settings, command: str) -> None:
+    """Refuse, as a configuration error, a data folder or persona file that cannot be used,
+    before anything starts: the embedded server's or spool's own error would otherwise
+    blame the database or Discord, and a persona that is not UTF-8 would be a traceback."""
+    # The embedded server lives in the data folder; with an external database only the
+    # spool of `kioku run` does (doctor reports it in its spool row instead).
+    if settings.embedded_database or command == "run":
+        problem = data_dir_problem(settings.data_dir)
+        if problem is not None:
+            raise CliError(problem, EXIT_CONFIG)
+    if command in ("run", "console"):
+        try:
+            settings.persona_file.read_text(encoding="utf-8")
+        except UnicodeDecodeError as exc:
+            raise CliError(
+                f"the persona file {settings.persona_file} (KIOKU_PERSONA_FILE) is not UTF-8 "
+                f"text (byte {exc.start}): save it as UTF-8",
+                EXIT_CONFIG,
+            ) from None
+        except OSError:
+            pass  # the built-in persona stands in (a warning when it is loaded)
 
 
 def configure_logging(settings: Settings) -> None:
@@ -181,26 +207,32 @@ def parse_shards(spec: str | None, count: int | None) -> list[int] | None:
         )
     if count < 1:
         raise CliError(f"--shard-count must be at least 1, not {count}", EXIT_CONFIG)
-    ids: set[int] = set()
+    ranges: list[tuple[int, int]] = []
     try:
         for part in spec.split(","):
             first, dash, last = part.strip().partition("-")
             low, high = int(first), int(last if dash else first)  # "0-" is no range
             if low > high:
                 raise ValueError
-            ids.update(range(low, high + 1))
+            ranges.append((low, high))
     except ValueError:
         raise CliError(
             f"--shards {spec!r} is not a list of ids or ranges like 0-3 or 0,2,5", EXIT_CONFIG
         ) from None
-    outside = sorted(i for i in ids if not 0 <= i < count)
+    # Checked as ranges, before any is expanded: a typo like 0-100000000000 would
+    # otherwise build a hundred billion ids before being refused.
+    outside = [
+        f"{max(low, count)}" + (f"-{high}" if high > max(low, count) else "")
+        for low, high in ranges
+        if high >= count
+    ]
     if outside:
         raise CliError(
-            f"--shards {spec!r} names shards {outside} outside 0–{count - 1} "
+            f"--shards {spec!r} names shards {', '.join(outside)} outside 0–{count - 1} "
             f"(--shard-count {count})",
             EXIT_CONFIG,
         )
-    return sorted(ids)
+    return sorted({i for low, high in ranges for i in range(low, high + 1)})
 
 
 def run(
@@ -216,6 +248,7 @@ async def sync(settings: Settings, token: str) -> int:
     database = Database(settings)
     await _migrate(database)
     bot = build_bot(settings, database=database, janitor=False, spool=False)
+    _local_setup_failures_are_not_discords(bot, settings.data_dir)
     try:
         async with bot:
             await _discord_call(bot.login(token))
@@ -290,6 +323,31 @@ async def _discord_call(awaitable: Awaitable[T]) -> T:
         raise CliError(f"cannot reach Discord: {exc.__class__.__name__}: {exc}") from None
 
 
+def _local_setup_failures_are_not_discords(bot: discord.Client, data_dir: Path) -> None:
+    """discord.py runs ``setup_hook`` inside ``login``, so an ``OSError`` of the bot's own
+    start-up (the spool's folder or file) would be caught with the network's and reported
+    as "cannot reach Discord": it is reported as what it is instead."""
+    setup_hook = bot.setup_hook
+
+    async def reported_setup_hook() -> None:
+        try:
+            await setup_hook()
+        except OSError as exc:
+            raise CliError(f"start-up failed: {_local_failure(exc, data_dir)}") from None
+
+    # An instance attribute: discord.py calls self.setup_hook(), and the bot's class
+    # (plain or sharded) stays as build_bot chose it.
+    bot.setup_hook = reported_setup_hook  # type: ignore[method-assign]
+
+
+def _local_failure(exc: OSError, data_dir: Path) -> str:
+    if exc.filename is None:
+        return f"{exc.__class__.__name__}: {exc}"
+    inside = Path(os.fsdecode(exc.filename)).absolute().is_relative_to(data_dir.absolute())
+    hint = f" (in the data folder {data_dir}, KIOKU_DATA_DIR)" if inside else ""
+    return f"cannot use {exc.filename}: {exc.strerror or exc.__class__.__name__}{hint}"
+
+
 def _discord_detail(exc: discord.HTTPException) -> str:
     """Discord's own error code and text, on one line, when it sent them."""
     text = " ".join(exc.text.split())
@@ -307,6 +365,7 @@ async def _run(
     if before != after:
         log.info("database migrated from %s to %s", before or "empty", after)
     bot = build_bot(settings, database=database, shard_ids=shard_ids, shard_count=shard_count)
+    _local_setup_failures_are_not_discords(bot, settings.data_dir)
     if shard_ids is not None:
         log.info("running shards %s of %d", shard_ids, shard_count)
     loop = asyncio.get_running_loop()

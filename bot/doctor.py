@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import openai
 from sqlalchemy import text
 
-from bot.config import DEFAULT_PERSONA_FILE, Settings
+from bot.config import DEFAULT_PERSONA_FILE, Settings, data_dir_problem
 from bot.db.engine import Database, describe_url
 from bot.db.migrate import MigrationsMissing, current_revision, head_revision
 from bot.llm.client import make_client
@@ -53,16 +53,25 @@ async def doctor(settings: Settings) -> int:
         checks.extend(await _database_checks(database))
     finally:
         await database.close()
+    checks.append(_spool_check(settings))
+    checks.append(_persona_check(settings))
+    checks.extend(await _llm_checks(settings))
+    print(render_table(checks))
+    return 0 if all(check.ok for check in checks) else 1
+
+
+def _spool_check(settings: Settings) -> Check:
+    # With an external database the data folder holds only the spool: `kioku run` refuses
+    # a folder it cannot use, and this row says so ahead of it.
+    problem = data_dir_problem(settings.data_dir)
+    if problem is not None:
+        return Check("spool", False, problem)
     spool = inspect_spool(settings.data_dir)
     state = "empty" if not spool.pending else f"{spool.pending} memory operations pending sync"
     if spool.set_aside:
         # Records that could not be read or applied: the operator should look at them.
         state += f"; {len(spool.set_aside)} set-aside file(s): {spool.set_aside[-1]}"
-    checks.append(Check("spool", not spool.set_aside, state))
-    checks.append(_persona_check(settings))
-    checks.extend(await _llm_checks(settings))
-    print(render_table(checks))
-    return 0 if all(check.ok for check in checks) else 1
+    return Check("spool", not spool.set_aside, state)
 
 
 def _persona_check(settings: Settings) -> Check:
@@ -71,6 +80,11 @@ def _persona_check(settings: Settings) -> Check:
     path = settings.persona_file
     try:
         size = len(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        # `kioku run` and `console` refuse it (a named file or the default alike).
+        return Check(
+            "persona", False, f"{path} is not UTF-8 text (byte {exc.start}): save it as UTF-8"
+        )
     except OSError as exc:
         named = "KIOKU_PERSONA_FILE" in os.environ or path != DEFAULT_PERSONA_FILE
         return Check(
@@ -103,15 +117,13 @@ async def _database_checks(database: Database) -> list[Check]:
     except MigrationsMissing as exc:
         return [*checks, Check("migrations", False, str(exc))]
     current = await current_revision(database.engine)
-    checks.append(
-        Check(
-            "migrations",
-            current == head,
-            f"at {current}"
-            if current == head
-            else f"at {current}, head is {head}: run kioku migrate",
-        )
-    )
+    if current == head:
+        detail = f"at {current}"
+    elif current is None:
+        detail = f"not migrated (head is {head}): run kioku migrate"
+    else:
+        detail = f"at {current}, head is {head}: run kioku migrate"
+    checks.append(Check("migrations", current == head, detail))
     return checks
 
 
@@ -142,11 +154,29 @@ async def _timed(name: str, probe: Callable[[], Awaitable[str]]) -> Check:
     started = time.perf_counter()
     try:
         detail = await probe()
-    except openai.APIError as exc:
-        return Check(name, False, f"{exc.__class__.__name__}: {exc}")
-    except Exception as exc:
-        return Check(name, False, f"{exc.__class__.__name__}: {exc}")
+    except Exception as exc:  # any failure is the finding
+        return Check(name, False, f"{exc.__class__.__name__}: {exc}{_cause(exc)}")
     return Check(name, True, f"{detail} ({(time.perf_counter() - started) * 1000:.0f} ms)")
+
+
+def _cause(exc: BaseException) -> str:
+    """What lies under a connection failure, briefly: openai's "Connection error." says
+    nothing of a refused connection or a name that does not resolve, which the innermost
+    of its causes does (the HTTP libraries hide it as a suppressed context; followed here
+    anyway, as it is the finding)."""
+    if not isinstance(exc, openai.APIConnectionError):
+        return ""  # the other errors' own text says what the endpoint answered
+    chain: list[BaseException] = [exc]
+    while (inner := chain[-1].__cause__ or chain[-1].__context__) is not None:
+        if inner in chain:
+            break
+        chain.append(inner)
+    own = str(exc)
+    for inner in reversed(chain[1:]):
+        text = " ".join(str(inner).split())
+        if text and text not in own:
+            return f" ({text if len(text) <= 120 else text[:117] + '...'})"
+    return ""
 
 
 async def _list_models(client: openai.AsyncOpenAI, model: str) -> str:

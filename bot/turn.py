@@ -106,11 +106,14 @@ def fit_history(history: list[dict[str, str]], *, budget_chars: int) -> list[dic
 
 
 def load_persona(path: Path) -> str:
-    """The system prompt template; the built-in one when the file is missing."""
+    """The system prompt template; the built-in one when the file is missing or not
+    UTF-8 (``kioku run`` and ``console`` refuse the latter before starting; it can still
+    change while the bot runs, and a turn must not fail for it)."""
     try:
         return path.read_text(encoding="utf-8").strip() or DEFAULT_PERSONA
-    except OSError:
-        log.warning("persona file %s not readable; using the built-in persona", path)
+    except (OSError, UnicodeDecodeError) as exc:
+        why = "not UTF-8" if isinstance(exc, UnicodeDecodeError) else "not readable"
+        log.warning("persona file %s %s; using the built-in persona", path, why)
         return DEFAULT_PERSONA
 
 

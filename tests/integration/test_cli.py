@@ -36,6 +36,7 @@ def kioku(*args: str, data_dir: Path, **env: str) -> subprocess.CompletedProcess
         capture_output=True,
         text=True,
         timeout=120,
+        stdin=subprocess.DEVNULL,  # `console` must not wait on the terminal running the tests
     )
 
 
@@ -113,7 +114,7 @@ def doctor_rows(table: str) -> dict[str, tuple[str, str]]:
     return rows
 
 
-def test_doctor_reports_an_unreachable_llm(tmp_path: Path) -> None:
+def test_doctor_reports_an_unreachable_llm_with_the_cause(tmp_path: Path) -> None:
     from tests.helpers.fake_llm import refused_base_url
 
     result = kioku("doctor", data_dir=tmp_path, OPENAI_BASE_URL=refused_base_url())
@@ -121,8 +122,12 @@ def test_doctor_reports_an_unreachable_llm(tmp_path: Path) -> None:
     rows = doctor_rows(result.stdout)
     assert "migrations" in rows
     assert rows["database"][0] == "ok"
-    assert rows["llm endpoint"][0] == "FAIL"
     assert rows["llm tool call"][0] == "FAIL"
+    # openai's own text is only "Connection error.": the row says what lies under it.
+    status, detail = rows["llm endpoint"]
+    assert status == "FAIL"
+    assert detail.startswith("APIConnectionError: Connection error. (")
+    assert "Connect call failed" in detail or "refused" in detail, detail
 
 
 async def doctor_against(
@@ -217,6 +222,152 @@ async def test_doctor_fails_a_named_persona_file_that_is_missing(
     assert detail.startswith(f"{missing} not readable") and "built-in persona" in detail
 
 
+NOT_UTF8_PERSONA = "Tu es {bot_name}, l'assistant du café.\n".encode("latin-1")
+
+
+async def test_doctor_fails_a_persona_file_that_is_not_utf8(
+    llm: ScriptedLLM, pg_url: URL, migrated_database: Database, tmp_path: Path
+) -> None:
+    llm.reply_tool_calls([("ping", {"word": "pong"})])
+    persona = tmp_path / "persona.md"
+    persona.write_bytes(NOT_UTF8_PERSONA)
+    result = await doctor_against(llm, pg_url, tmp_path, KIOKU_PERSONA_FILE=str(persona))
+    assert "Traceback" not in result.stderr, result.stderr[-600:]
+    assert result.returncode == 1
+    assert doctor_rows(result.stdout)["persona"] == (
+        "FAIL",
+        f"{persona} is not UTF-8 text (byte 36): save it as UTF-8",
+    )
+
+
+@pytest.mark.parametrize("command", ["run", "console"])
+async def test_a_persona_file_that_is_not_utf8_stops_start_up_with_one_line(
+    pg_url: URL, migrated_database: Database, tmp_path: Path, command: str
+) -> None:
+    persona = tmp_path / "persona.md"
+    persona.write_bytes(NOT_UTF8_PERSONA)
+    result = kioku(
+        command,
+        data_dir=tmp_path / "data",
+        DATABASE_URL=pg_url.render_as_string(hide_password=False),
+        DISCORD_TOKEN="dummy-token",
+        KIOKU_PERSONA_FILE=str(persona),
+    )
+    assert (result.returncode, result.stderr.strip().splitlines()) == (
+        2,
+        [
+            f"kioku: the persona file {persona} (KIOKU_PERSONA_FILE) is not UTF-8 text "
+            "(byte 36): save it as UTF-8"
+        ],
+    )
+
+
+async def test_doctor_says_a_fresh_database_is_not_migrated(
+    llm: ScriptedLLM, pg_url: URL, migrated_database: Database, tmp_path: Path
+) -> None:
+    from bot.db.migrate import head_revision
+
+    await fresh_database(migrated_database, "kioku_unmigrated")
+    llm.reply_tool_calls([("ping", {"word": "pong"})])
+    result = await doctor_against(llm, pg_url.set(database="kioku_unmigrated"), tmp_path)
+    assert result.returncode == 1
+    assert doctor_rows(result.stdout)["migrations"] == (
+        "FAIL",
+        f"not migrated (head is {head_revision()}): run kioku migrate",
+    )
+
+
+@pytest.mark.parametrize("command", ["migrate", "console", "doctor", "sync"])
+def test_an_embedded_data_dir_that_is_a_file_is_a_configuration_error(
+    tmp_path: Path, command: str
+) -> None:
+    # Not "cannot reach the database: [Errno 17] File exists" (the embedded server's mkdir).
+    data = tmp_path / "data"
+    data.write_text("")
+    result = kioku(command, data_dir=data, DISCORD_TOKEN="dummy-token")
+    assert (result.returncode, result.stderr.strip().splitlines()) == (
+        2,
+        [f"kioku: the data folder {data} (KIOKU_DATA_DIR) is a file, not a folder"],
+    )
+
+
+async def test_doctor_fails_the_spool_row_for_a_data_dir_that_is_a_file(
+    llm: ScriptedLLM, pg_url: URL, migrated_database: Database, tmp_path: Path
+) -> None:
+    # With an external database only `kioku run` (its spool) needs the folder: doctor
+    # says so in a row instead of refusing to run.
+    llm.reply_tool_calls([("ping", {"word": "pong"})])
+    data = tmp_path / "data"
+    data.write_text("")
+    result = await doctor_against(llm, pg_url, data)
+    assert result.returncode == 1
+    assert doctor_rows(result.stdout)["spool"] == (
+        "FAIL",
+        f"the data folder {data} (KIOKU_DATA_DIR) is a file, not a folder",
+    )
+
+
+def _run_without_discord(
+    monkeypatch: pytest.MonkeyPatch, pg_url: URL, tmp_path: Path, **env: str
+) -> int:
+    """``kioku run`` through main(), Discord accepting the token (login runs setup_hook)."""
+    import bot.__main__ as cli
+
+    async def login(self: discord.Client, token: str) -> None:
+        await self.setup_hook()  # what discord.py does once Discord accepted the token
+
+    async def connect(self: discord.Client, *, reconnect: bool = True) -> None:
+        return None
+
+    monkeypatch.setattr(discord.Client, "login", login)
+    monkeypatch.setattr(discord.Client, "connect", connect)
+    for name in list(os.environ):
+        if name.startswith("KIOKU_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("KIOKU_ENV_FILE", str(tmp_path / "absent.env"))
+    monkeypatch.setenv("DISCORD_TOKEN", "dummy-token")
+    monkeypatch.setenv("DATABASE_URL", pg_url.render_as_string(hide_password=False))
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    return cli.main(["run"])  # an uncaught exception here is the traceback wall
+
+
+def test_run_with_an_external_database_refuses_a_data_dir_that_is_a_file(
+    pg_url: URL,
+    migrated_database: Database,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Was "cannot reach Discord: NotADirectoryError: … data/spool" (from the spool).
+    data = tmp_path / "data"
+    data.write_text("")
+    code = _run_without_discord(monkeypatch, pg_url, tmp_path, KIOKU_DATA_DIR=str(data))
+    assert (code, capsys.readouterr().err.strip().splitlines()) == (
+        2,
+        [f"kioku: the data folder {data} (KIOKU_DATA_DIR) is a file, not a folder"],
+    )
+
+
+def test_a_local_failure_of_the_bots_start_up_is_not_blamed_on_discord(
+    pg_url: URL,
+    migrated_database: Database,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # discord.py runs setup_hook inside login: the spool's OSError is the bot's own.
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "spool").write_text("")
+    code = _run_without_discord(monkeypatch, pg_url, tmp_path, KIOKU_DATA_DIR=str(data))
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert code == 1
+    assert lines[-1].startswith(f"kioku: start-up failed: cannot use {data / 'spool'}: "), lines
+    assert lines[-1].endswith(f"(in the data folder {data}, KIOKU_DATA_DIR)"), lines
+    assert "Discord" not in lines[-1], lines
+
+
 def test_a_migrations_dir_without_scripts_is_a_configuration_error(tmp_path: Path) -> None:
     result = kioku("migrate", data_dir=tmp_path, KIOKU_MIGRATIONS_DIR=str(tmp_path / "nope"))
     assert result.returncode == 2
@@ -277,6 +428,14 @@ def test_bad_database_urls_stop_start_up_with_one_line(
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("kioku: invalid setting database_url (DATABASE_URL)")
     assert expected in lines[0]
+
+
+def test_a_kioku_config_naming_a_folder_stops_start_up_with_one_line(tmp_path: Path) -> None:
+    result = kioku("migrate", data_dir=tmp_path, KIOKU_CONFIG=str(tmp_path))
+    assert (result.returncode, result.stderr.strip().splitlines()) == (
+        2,
+        [f"kioku: cannot read the configuration file {tmp_path} (KIOKU_CONFIG): is not a file"],
+    )
 
 
 def test_a_missing_kioku_config_file_stops_start_up_with_one_line(tmp_path: Path) -> None:

@@ -29,7 +29,8 @@ def test_shard_specs_parse(spec: str | None, count: int | None, expected: list[i
 @pytest.mark.parametrize(
     ("spec", "count", "fragment"),
     [
-        ("0-9", 8, "outside 0–7"),
+        ("0-9", 8, r"names shards 8-9 outside 0–7 \(--shard-count 8\)"),
+        ("0-3,7,12", 8, r"names shards 12 outside 0–7"),
         ("3-1", 8, "not a list of ids or ranges"),
         ("a-b", 8, "not a list of ids or ranges"),
         ("0-", 8, "not a list of ids or ranges"),
@@ -44,6 +45,38 @@ def test_bad_shard_specs_are_refused_clearly(
     with pytest.raises(CliError, match=fragment) as caught:
         parse_shards(spec, count)
     assert caught.value.code == 2
+
+
+def test_a_shard_range_far_outside_the_count_is_refused_in_one_line(tmp_path: Path) -> None:
+    """A typo like 0-100000000000 is refused from the range itself: expanding it first
+    would eat memory until the process dies (capped here: a MemoryError traceback)."""
+    import os
+    import resource
+    import subprocess
+    import sys
+
+    def cap_memory() -> None:
+        limit = 1_500 * 1024 * 1024
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KIOKU_")}
+    env.update(KIOKU_DATA_DIR=str(tmp_path), DISCORD_TOKEN="dummy")
+    result = subprocess.run(
+        [sys.executable, "-m", "bot", "run", "--shards", "0-100000000000", "--shard-count", "8"],
+        cwd=Path(__file__).resolve().parents[2],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=cap_memory,
+    )
+    assert (result.returncode, result.stderr.strip().splitlines()) == (
+        2,
+        [
+            "kioku: --shards '0-100000000000' names shards 8-100000000000 outside 0–7 "
+            "(--shard-count 8)"
+        ],
+    )
 
 
 def test_sharded_bot_runs_the_given_shards(tmp_path: Path) -> None:
