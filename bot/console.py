@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import TextIO
@@ -38,12 +40,13 @@ HELP = (
 async def console(
     settings: Settings,
     *,
-    read_line: Callable[[], str] = input,
+    read_line: Callable[[], str] | None = None,
     out: TextIO = sys.stdout,
     database: Database | None = None,
 ) -> int:
-    """Run the console until ``/quit`` or end of input; return the exit code. A
-    ``database`` handed in is already started and migrated (the CLI does that, so a
+    """Run the console until ``/quit`` or end of input; return the exit code. Lines come
+    from ``read_line`` (raising ``EOFError`` at the end), by default from standard input.
+    A ``database`` handed in is already started and migrated (the CLI does that, so a
     database problem is one line, as for ``kioku run``); it is closed at the end."""
     if database is None:
         database = Database(settings)
@@ -59,12 +62,13 @@ async def console(
         print(text, file=out, flush=True)
 
     say(f"Kioku console — model {settings.model} via {settings.provider}. {HELP}")
+    reader = LineReader(read_line or stdin_line_reader())
     try:
         while True:
-            try:
-                line = (await asyncio.to_thread(read_line)).strip()
-            except EOFError:
+            typed = await reader.next_line()
+            if typed is None:
                 break
+            line = typed.strip()
             if not line:
                 continue
             command = line.split()[0].lower() if line.startswith("/") else None
@@ -94,6 +98,72 @@ async def console(
         await client.close()
         await database.close()
     return 0
+
+
+def stdin_line_reader() -> Callable[[], str]:
+    """Lines of standard input, read from its file descriptor without Python's buffered
+    ``sys.stdin``: a daemon thread blocked in ``sys.stdin.readline()`` (what ``input()``
+    does when stdout is not a terminal) holds that buffer's lock, and the interpreter
+    aborts at exit when it cannot take it ("could not acquire lock for <stdin>")."""
+    try:
+        fd = os.dup(sys.stdin.fileno())
+    except (AttributeError, OSError, ValueError):  # no real standard input: input() says so
+        return input
+    # Never closed: the thread may still be blocked reading it when the console ends.
+    raw = open(fd, "rb", buffering=0)  # noqa: SIM115
+    encoding = sys.stdin.encoding or "utf-8"
+
+    def read_line() -> str:
+        line = raw.readline()
+        if not line:
+            raise EOFError
+        return line.decode(encoding, errors="replace").rstrip("\r\n")
+
+    return read_line
+
+
+class LineReader:
+    """Lines from a blocking ``read_line`` (``input``), one per :meth:`next_line`, read on
+    a daemon thread. Not ``asyncio.to_thread``: its worker would be waited for at exit, so
+    Ctrl-C at the prompt would end the console only once Enter is pressed; a daemon thread
+    still blocked in ``input()`` does not keep the process."""
+
+    def __init__(self, read_line: Callable[[], str]) -> None:
+        self._read_line = read_line
+        self._loop = asyncio.get_running_loop()
+        self._lines: asyncio.Queue[tuple[str | None, BaseException | None]] = asyncio.Queue()
+        self._wanted = threading.Semaphore(0)
+        self._thread: threading.Thread | None = None
+
+    async def next_line(self) -> str | None:
+        """The next line, or ``None`` at the end of input."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._pump, name="console-input", daemon=True)
+            self._thread.start()
+        # One line read per line wanted: nothing is read ahead of the prompt it answers.
+        self._wanted.release()
+        line, error = await self._lines.get()
+        if error is not None:
+            raise error
+        return line
+
+    def _pump(self) -> None:
+        while True:
+            self._wanted.acquire()
+            line: str | None = None
+            error: BaseException | None = None
+            try:
+                line = self._read_line()
+            except EOFError:
+                pass
+            except Exception as exc:
+                error = exc
+            try:
+                self._loop.call_soon_threadsafe(self._lines.put_nowait, (line, error))
+            except RuntimeError:  # the loop is closed: the console has ended
+                return
+            if line is None:
+                return
 
 
 async def _turn(

@@ -3,16 +3,24 @@
 from __future__ import annotations
 
 import io
+import os
+import signal
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import pytest
 from sqlalchemy.engine import URL
 
 from bot.console import console
 from bot.db.engine import Database
 from bot.llm.tools.stm import STM_TOOL_NAME
+from bot.turn import DEFAULT_PERSONA
 from tests.helpers.database import make_test_settings
 from tests.helpers.fake_llm import ScriptedLLM
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def lines(*typed: str) -> Callable[[], str]:
@@ -81,3 +89,79 @@ async def test_an_unknown_console_command_is_not_sent_to_the_model(
     code = await console(settings, read_line=lines("/refrsh", "/SHOW"), out=out)
     assert code == 0
     assert llm.requests == [], out.getvalue()
+
+
+async def test_console_reads_no_line_ahead_of_the_one_it_answers(
+    db: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path
+) -> None:
+    # Each line is read once the previous one was answered (stdin is read on a thread).
+    settings = make_test_settings(pg_url, tmp_path, openai_base_url=llm.base_url, model="m")
+    llm.reply_text("One.").reply_text("Two.")
+    out = io.StringIO()
+    read_after: list[str] = []
+    feed = iter(["first", "second"])
+
+    def read() -> str:
+        read_after.append(out.getvalue().splitlines()[-1])
+        try:
+            return next(feed)
+        except StopIteration:
+            raise EOFError from None
+
+    assert await console(settings, read_line=read, out=out) == 0
+    assert read_after[1:] == ["kioku> One.", "kioku> Two."]
+
+
+async def test_a_persona_file_that_turned_not_utf8_falls_back_to_the_built_in_one(
+    db: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path
+) -> None:
+    # `kioku console` refuses such a file up front; one changed since is not a crash.
+    persona = tmp_path / "persona.md"
+    persona.write_bytes("Tu es l'assistant du café.\n".encode("latin-1"))
+    settings = make_test_settings(
+        pg_url, tmp_path, openai_base_url=llm.base_url, model="m", persona_file=persona
+    )
+    llm.reply_text("Hello!")
+    out = io.StringIO()
+    assert await console(settings, read_line=lines("hello"), out=out) == 0
+    assert "kioku> Hello!" in out.getvalue()
+    assert DEFAULT_PERSONA.split("{")[0] in prompt_text(llm, 0)
+
+
+def test_ctrl_c_at_the_console_prompt_leaves_the_console(
+    pg_url: URL, migrated_database: Database, tmp_path: Path
+) -> None:
+    # asyncio.to_thread(input) kept the process until Enter: its worker is waited for.
+    primary, secondary = os.openpty()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KIOKU_")}
+    env.update(
+        KIOKU_DATA_DIR=str(tmp_path),
+        KIOKU_ENV_FILE=str(tmp_path / "absent.env"),
+        DATABASE_URL=pg_url.render_as_string(hide_password=False),
+        PYTHONUNBUFFERED="1",
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-m", "bot", "console"],
+        cwd=ROOT,
+        env=env,
+        stdin=secondary,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        assert process.stdout.readline().startswith("Kioku console")  # at the prompt
+        process.send_signal(signal.SIGINT)  # the operator presses Ctrl-C
+        try:
+            _, err = process.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            pytest.fail("Ctrl-C at the prompt did not end kioku console (it waits for Enter)")
+        assert process.returncode == 0, err
+        assert "Traceback" not in err and "Fatal Python error" not in err, err
+    finally:
+        os.write(primary, b"\n")
+        process.kill()
+        process.wait(10)
+        os.close(primary)
+        os.close(secondary)
