@@ -10,11 +10,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import os
 import signal
 import sys
 from collections.abc import Awaitable, Sequence
-from pathlib import Path
 from typing import TypeVar
 
 import aiohttp
@@ -243,18 +241,19 @@ def run(
 
 async def sync(settings: Settings, token: str) -> int:
     """Publish the command tree (never done in ``on_ready``: it is rate limited)."""
-    from bot.app import build_bot
+    from bot.app import StartupFailed, build_bot
 
     database = Database(settings)
     await _migrate(database)
     bot = build_bot(settings, database=database, janitor=False, spool=False)
-    _local_setup_failures_are_not_discords(bot, settings.data_dir)
     try:
         async with bot:
             await _discord_call(bot.login(token))
             synced = await _discord_call(bot.tree.sync())
     except DatabaseUnavailable as exc:
         raise CliError(str(exc)) from None
+    except StartupFailed as exc:
+        raise CliError(f"start-up failed: {exc}") from None
     finally:
         await database.close()
     print(f"published {len(synced)} slash commands: {', '.join(sorted(c.name for c in synced))}")
@@ -323,31 +322,6 @@ async def _discord_call(awaitable: Awaitable[T]) -> T:
         raise CliError(f"cannot reach Discord: {exc.__class__.__name__}: {exc}") from None
 
 
-def _local_setup_failures_are_not_discords(bot: discord.Client, data_dir: Path) -> None:
-    """discord.py runs ``setup_hook`` inside ``login``, so an ``OSError`` of the bot's own
-    start-up (the spool's folder or file) would be caught with the network's and reported
-    as "cannot reach Discord": it is reported as what it is instead."""
-    setup_hook = bot.setup_hook
-
-    async def reported_setup_hook() -> None:
-        try:
-            await setup_hook()
-        except OSError as exc:
-            raise CliError(f"start-up failed: {_local_failure(exc, data_dir)}") from None
-
-    # An instance attribute: discord.py calls self.setup_hook(), and the bot's class
-    # (plain or sharded) stays as build_bot chose it.
-    bot.setup_hook = reported_setup_hook  # type: ignore[method-assign]
-
-
-def _local_failure(exc: OSError, data_dir: Path) -> str:
-    if exc.filename is None:
-        return f"{exc.__class__.__name__}: {exc}"
-    inside = Path(os.fsdecode(exc.filename)).absolute().is_relative_to(data_dir.absolute())
-    hint = f" (in the data folder {data_dir}, KIOKU_DATA_DIR)" if inside else ""
-    return f"cannot use {exc.filename}: {exc.strerror or exc.__class__.__name__}{hint}"
-
-
 def _discord_detail(exc: discord.HTTPException) -> str:
     """Discord's own error code and text, on one line, when it sent them."""
     text = " ".join(exc.text.split())
@@ -358,14 +332,13 @@ def _discord_detail(exc: discord.HTTPException) -> str:
 async def _run(
     settings: Settings, token: str, shard_ids: list[int] | None, shard_count: int | None
 ) -> int:
-    from bot.app import build_bot
+    from bot.app import StartupFailed, build_bot
 
     database = Database(settings)
     before, after = await _migrate(database)
     if before != after:
         log.info("database migrated from %s to %s", before or "empty", after)
     bot = build_bot(settings, database=database, shard_ids=shard_ids, shard_count=shard_count)
-    _local_setup_failures_are_not_discords(bot, settings.data_dir)
     if shard_ids is not None:
         log.info("running shards %s of %d", shard_ids, shard_count)
     loop = asyncio.get_running_loop()
@@ -376,6 +349,8 @@ async def _run(
             await _discord_call(bot.start(token))
     except (SpoolLocked, DatabaseUnavailable) as exc:
         raise CliError(str(exc)) from None
+    except StartupFailed as exc:
+        raise CliError(f"start-up failed: {exc}") from None
     finally:
         await database.close()
     return EXIT_OK

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import Coroutine, Sequence
+from pathlib import Path
 from typing import Any
 
 import discord
@@ -36,6 +38,19 @@ EXTENSIONS: tuple[str, ...] = (
     "bot.cogs.stm",
     "bot.cogs.privacy",
 )
+
+
+class StartupFailed(RuntimeError):
+    """The bot's own start-up failed (not Discord's); the message says why, in one line."""
+
+
+def describe_local_failure(exc: OSError, data_dir: Path) -> str:
+    """An ``OSError`` of a local file, naming the data folder setting when it is there."""
+    if exc.filename is None:
+        return f"{exc.__class__.__name__}: {exc}"
+    inside = Path(os.fsdecode(exc.filename)).absolute().is_relative_to(data_dir.absolute())
+    hint = f" (in the data folder {data_dir}, KIOKU_DATA_DIR)" if inside else ""
+    return f"cannot use {exc.filename}: {exc.strerror or exc.__class__.__name__}{hint}"
 
 
 class KiokuBot(commands.Bot):
@@ -79,6 +94,14 @@ class KiokuBot(commands.Bot):
         self._background: set[asyncio.Task[Any]] = set()
 
     async def setup_hook(self) -> None:
+        # discord.py runs this inside login(), where an OSError would pass for the
+        # network's: the bot's own files failing (the spool in the data folder) say so.
+        try:
+            await self._wire()
+        except OSError as exc:
+            raise StartupFailed(describe_local_failure(exc, self.settings.data_dir)) from exc
+
+    async def _wire(self) -> None:
         from bot.cogs.errors import install_error_handler
 
         await self.database.start()
