@@ -30,6 +30,11 @@ form, because "remember…" in chat is usually reminiscence, not an instruction:
 * the clause must not be a question (``Remember that party?``); a tag question
   (``…, ok?``, ``… right?``) asks for agreement, so the clause before it still counts.
 
+Addressed to the bot (mention or name, no request marker), any memory verb counts, but
+the "never mind" idioms still do not: ``<@bot> forget it``, ``kioku, forget (all) about
+it`` and a clause-final ``<@bot> forget that``. With a request marker they do count
+(``please forget it``, ``can you forget that?``).
+
 Always (with or without a marker): ``remember`` followed by ``when``, ``how``, ``if``,
 ``back``, ``the time``, ``that time/night/guy/party``… never counts (it asks to
 reminisce or recall). ``memorize`` / ``memorise``, ``keep in mind``, ``make/take a
@@ -107,6 +112,15 @@ _ADDRESSED = re.compile(
     rf"(?:remember{_END}{_REMEMBER_NEVER}|{_DONT}\s+forget{_END}|forget{_END}|{_ALWAYS}"
     r"|note\s+that\b)"
 )
+# "never mind" idioms: "forget it", "forget (all) about it" and a clause-final "forget
+# that". Said to the bot by mention or name they still mean "never mind" (in a server the
+# bot only answers when mentioned, so the mention is the normal form); only a request
+# marker ("please forget it", "can you forget that?") makes them a deletion request.
+_NEVER_MIND = r"(?!\s+(?:it(?![\w'])|(?:all\s+)?about\s+it\b|that\s*$))"
+_ADDRESSED_ONLY = re.compile(
+    rf"(?:remember{_END}{_REMEMBER_NEVER}|{_DONT}\s+forget{_END}|forget{_END}{_NEVER_MIND}"
+    rf"|{_ALWAYS}|note\s+that\b)"
+)
 _TAG_QUESTION = re.compile(r"\s(?:ok|okay|alright|right|yeah|please|pls)\s*$")
 _BOT_REQUEST = re.compile(rf"{_REQUEST}\s+(?:please\s+)?")
 _INTERJECTION = re.compile(rf"(?:{_INTERJECTIONS})\b[\s:!-]*")
@@ -162,7 +176,7 @@ def _verb_matches(rest: str, addressed: bool, question: bool) -> bool:
             return False  # "please note that…": an announcement, not a request
         return _ADDRESSED.match(rest) is not None
     if addressed:
-        return _ADDRESSED.match(rest) is not None
+        return _ADDRESSED_ONLY.match(rest) is not None
     return not question and _BARE.match(rest) is not None
 
 

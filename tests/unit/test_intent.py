@@ -166,3 +166,38 @@ def test_any_mention_is_an_address_when_bot_id_unknown() -> None:
 )
 def test_bot_names(names: tuple[str, ...], expected: bool) -> None:
     assert explicit_long_term_intent("mimi, remember the cake", bot_names=names) is expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param("<@999> forget it, never mind", id="mention-forget-it"),
+        pytest.param("<@999> forget about it", id="mention-forget-about-it"),
+        pytest.param("<@999> forget all about it", id="mention-forget-all-about-it"),
+        pytest.param("<@999> forget that, what's for dinner?", id="mention-forget-that-final"),
+        pytest.param("<@!999> Forget it!", id="nickname-mention-forget-it"),
+        pytest.param("kioku, forget it", id="name-forget-it"),
+        pytest.param("hey kioku, forget about it", id="carried-name-forget-about-it"),
+    ],
+)
+def test_never_mind_addressed_to_the_bot_is_not_a_long_term_request(text: str) -> None:
+    # In a server the bot only answers when mentioned, so the mention is the normal form
+    # of "never mind" too.
+    assert explicit_long_term_intent(text, bot_user_id=999) is False
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param("<@999> forget my address", id="mention-forget-my"),
+        pytest.param("<@999> forget everything about me", id="mention-forget-everything"),
+        pytest.param("<@999> forget that I said that", id="mention-forget-that-clause"),
+        pytest.param("<@999> forget about my ex", id="mention-forget-about-my"),
+        pytest.param("<@999> forget the old address", id="mention-forget-the"),
+        pytest.param("kioku, forget it's my birthday", id="name-forget-its"),
+        pytest.param("<@999> please forget it", id="mention-please-forget-it"),
+        pytest.param("<@999> can you forget that?", id="mention-can-you-forget-that"),
+    ],
+)
+def test_explicit_forget_requests_addressed_to_the_bot_still_count(text: str) -> None:
+    assert explicit_long_term_intent(text, bot_user_id=999) is True
