@@ -223,7 +223,7 @@ _MIN_RANDOM_SWITCHES: Final = 4
 #   `_replace_credential`), because in prose these words are mostly not about credentials
 #   ("the key = happiness", "Secret: the butler did it", "token: 5 tokens left").
 _SEGMENT_START: Final = r"(?:(?<![A-Za-z0-9])|(?<=[a-z0-9])(?=[A-Z]))"
-_PASSWORD_WORDS: Final = rf"(?i:password|passwd|passphrase)|{_SEGMENT_START}(?i:pwd)"
+_PASSWORD_WORDS: Final = rf"(?i:password|passwd|passphrase|passcode)|{_SEGMENT_START}(?i:pwd|pw)"
 _OTHER_SECRET_WORDS: Final = rf"(?i:secret|token|apikey|authorization)|{_SEGMENT_START}(?i:key)"
 _SECRET_WORDS: Final = f"{_PASSWORD_WORDS}|{_OTHER_SECRET_WORDS}"
 _SCHEMES: Final = r"(?i:bearer|basic|token|bot|digest)"
@@ -246,6 +246,56 @@ _PASSWORD: Final = regex.compile(
     r"(?![\"']?\[REDACTED:)"
     # Runs of characters that cannot start a stop are taken whole; only `.!?&` are checked.
     rf"(?P<value>{_QUOTED_VALUE}|(?=[^\s\"'])(?:[^\n.!?&]++|(?!{_PASSWORD_STOP})[^\n])+)"
+)
+# A password stated in words: "my wifi password is Tr0ub4dor&3", "my old pwd was hunter2",
+# "the passcode is now 4821".  The value runs to the end of its line or sentence, as after
+# `password:`, unless its first word makes the sentence prose about the password rather
+# than the password itself ("is on the fridge", "is in the drawer", "is the same as
+# before", "is too short", "is strong") or it gives a length ("is 12 characters long").
+# The key word is singular ("passwords are hashed" is prose).  The match
+# starts at the key word (kept verbatim in ``sep``): a literal start keeps the scan fast.
+_PROSE_AFTER_PASSWORD_TEXT: Final = """
+    a an the this that these those my your his her its our their some any no none not
+    never it there here what which who whose how where when why whatever something
+    nothing anything everything same different one another other
+    on in at by for from to with without under over behind inside outside near next of
+    about above below into onto like as than after before since until up down out off
+    through between beside somewhere nowhere anywhere everywhere
+    too so very quite really pretty still now also just only always probably definitely
+    already again more less much way kind sort almost actually literally totally even
+    usually currently supposed
+    and or but because if
+    strong weak long short secure insecure safe unsafe simple easy hard complex
+    complicated wrong incorrect invalid valid expired expiring required needed mandatory
+    optional missing empty blank unknown forgotten lost compromised leaked stolen shared
+    known changed reset saved stored written set hashed encrypted protected hidden secret
+    private personal mine yours hers ours theirs fine ok okay good bad great terrible
+    awful new old being been going gonna getting due used working broken case all
+    lowercase uppercase numeric alphanumeric random unique generated available visible
+    """
+_PROSE_AFTER_PASSWORD: Final = "|".join(_PROSE_AFTER_PASSWORD_TEXT.split())
+_LENGTH_VALUE: Final = r"\d+[ \t]+(?i:characters|chars|letters|digits|numbers|symbols)\b"
+# "is", "was", "is:", and "is now / still / set to / changed to" before the value; atomic,
+# so a prose word after "now" cannot be retried as the value "now ...".
+_STATED: Final = (
+    r"(?>[ \t]+(?i:is|was)(?:[ \t]*+:)?[ \t]++"
+    r"(?:(?i:now|still|set[ \t]+to|changed[ \t]+to)[ \t]++)?)"
+)
+_PASSWORD_STATED: Final = regex.compile(
+    # The look-ahead is redundant but gives the engine a fast first-character scan.
+    rf"(?=(?i:p[aw]))(?P<sep>(?:{_PASSWORD_WORDS})[\"']?{_STATED})"
+    r"(?![\"']?\[REDACTED:)"
+    rf"(?!(?i:{_PROSE_AFTER_PASSWORD})(?![\w'\-])|{_LENGTH_VALUE})"
+    rf"(?P<value>{_QUOTED_VALUE}|(?=[^\s\"'])(?:[^\n.!?&]++|(?!{_PASSWORD_STOP})[^\n])+)"
+)
+# A PIN: "my PIN is 4821", "pin code: 0000", "SIM pin=1234".  Only a value that starts
+# with a digit counts, and only its words that start with a digit are hidden: "pin" is
+# also an ordinary word ("pin: this message", "the pin is in the map").
+_PIN: Final = regex.compile(
+    rf"(?P<sep>{_SEGMENT_START}(?i:pin)(?:[ \t]+(?i:code|number))?"
+    rf"(?:{_STATED}|[\"']?[ \t]*+(?>:=|=>|[:=])[ \t]*+))"
+    rf"(?!{_LENGTH_VALUE})"
+    r"(?P<value>\d\S*(?:[ \t]+\d\S*)*)"
 )
 _CREDENTIAL: Final = regex.compile(
     rf"(?<=(?:{_OTHER_SECRET_WORDS})[\"']?[ \t]*)"
@@ -385,12 +435,17 @@ def redact_secrets(text: str) -> str:
     ``gitlab_token``, ``slack_token``, ``aws_access_key``, ``google_api_key``,
     ``npm_token``, ``jwt`` and ``discord_token``.
 
-    A password's value (``password``, ``passwd``, ``passphrase``, ``pwd``) is redacted up
-    to the end of its line or sentence, spaces included.  The value of a ``key``,
-    ``token`` or ``secret`` is one word and is redacted only if it looks like a secret:
-    token-shaped (``abc123``), or for anything but a bare ``key`` a lone word ending the
-    line (``secret: opensesame``) or a quoted string.  So "my password is strong" (no
-    assignment), "the key = happiness" and "Secret: the butler did it" are left alone.
+    A password's value (``password``, ``passwd``, ``passphrase``, ``passcode``, ``pwd``,
+    ``pw``) is redacted up to the end of its line or sentence, spaces included, after a
+    separator (``password: x``) or stated in words (``my password is x``, ``the pwd was
+    x``) - unless, in words, it starts with prose about the password ("is on the fridge",
+    "is too short", "is the same as before", "is strong", "is 12 characters long").  A
+    PIN (``PIN: 4821``, ``my pin is 4821``) is redacted only when it starts with a digit,
+    and only its digit groups.  The value of a ``key``, ``token`` or ``secret`` is one
+    word and is redacted only if it looks like a secret: token-shaped (``abc123``), or for
+    anything but a bare ``key`` a lone word ending the line (``secret: opensesame``) or a
+    quoted string.  So "my password is strong", "the key = happiness" and "Secret: the
+    butler did it" are left alone.
     Redaction is idempotent, so already-redacted text passes through unchanged.
     """
     return _redact(text)[0]
@@ -555,6 +610,8 @@ def _redact(text: str, *, cut: bool = False) -> tuple[str, list[str]]:
             kinds.extend([found[secret]] * text.count(secret))
             text = text.replace(secret, _marker(found[secret]))
     sub(_PASSWORD, _replace_password, "credential", token=False)
+    sub(_PASSWORD_STATED, _replace_password, "credential", token=False)
+    sub(_PIN, _replace_password, "credential", token=False)
     sub(_CREDENTIAL, _replace_credential, "credential", token=False)
     sub(_BEARER, _replace_bearer, "bearer", token=False)
     return text, kinds
