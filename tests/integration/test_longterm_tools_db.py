@@ -326,3 +326,19 @@ async def test_forget_by_id_and_by_query(service: LongTermService, db: Database)
     outcome = await forget.run('{"query": "lisbon"}')
     assert outcome.ok and outcome.content.endswith("in a server): I live in Lisbon")
     assert [row.content for row in await rows(db)] == ["Bob owns a boat"]
+
+
+async def test_recall_and_forget_find_a_word_in_a_language_written_without_spaces(
+    service: LongTermService, db: Database
+) -> None:
+    cat = await remember(service, "私の猫の名前はミソです")
+    await remember(service, "私の犬の名前はポチです")
+    specs = tools(service)
+
+    found = await specs[RECALL_TOOL_NAME].run('{"query": "猫"}')
+    assert found.ok
+    assert found.content == f"#{cat} (saved 2026-11-01, in a server): 私の猫の名前はミソです"
+
+    outcome = await specs[FORGET_TOOL_NAME].run('{"query": "猫"}')
+    assert outcome.ok and outcome.content.startswith(f"deleted #{cat} ")
+    assert [row.content for row in await rows(db)] == ["私の犬の名前はポチです"]

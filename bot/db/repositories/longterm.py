@@ -2,7 +2,8 @@
 
 Every function takes an ``AsyncSession`` and leaves transaction control to the caller.
 User text never reaches SQL as SQL: full-text queries are built from plain words (see
-:func:`query_words`) and always sent as bound parameters.
+:func:`query_words`) and always sent as bound parameters; substring patterns escape
+``%``, ``_`` and ``\\``.
 
 Scoping (who sees which fact where) is decided by :func:`scope_filter`:
 
@@ -19,6 +20,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+import regex
 from sqlalchemy import (
     ColumnElement,
     DateTime,
@@ -30,6 +32,7 @@ from sqlalchemy import (
     insert,
     literal,
     literal_column,
+    or_,
     select,
     text,
     update,
@@ -64,6 +67,18 @@ _STOP_WORDS_TEXT = """
 """
 STOP_WORDS = frozenset(_STOP_WORDS_TEXT.split())
 _WORD = re.compile(r"\w+", re.UNICODE)
+# Scripts written without spaces between words: PostgreSQL's parser takes a whole run of
+# them for one word, so "猫" is no word of "私の猫の名前はミソです" to full-text search.
+# One such character can be a word on its own.
+_UNSPACED = regex.compile(
+    r"[\p{Han}\p{Hiragana}\p{Katakana}\p{Thai}\p{Lao}\p{Khmer}\p{Myanmar}\p{Tibetan}]"
+)
+# A word holding a letter of another script than Latin is also matched as a substring.
+_NON_LATIN = regex.compile(r"[^\p{Latin}\p{N}\p{M}_]")
+# What a fact's substring match of the query is worth next to a full-text rank (about
+# 0.06 for one word matched in a short fact), when every query word is found in it.
+SUBSTRING_RANK = 0.06
+_LIKE_ESCAPE = "\\"
 _EVENT_SCOPE = "long_term"
 # Two-key advisory locks live in their own key space (they never meet the migration's
 # single-key lock); the first key says "long-term memory of one user".
@@ -133,13 +148,14 @@ def _fact(row: Sequence[object]) -> Fact:
 def query_words(text_: str) -> list[str]:
     """The distinct searchable words of ``text_``: lower-cased word characters only
     (so nothing in them can act as query syntax), stop words and one-letter words
-    dropped, plus the singular of simple English plurals (``cats`` → ``cat``)."""
+    dropped (except one character of a script written without spaces, such as ``猫``),
+    plus the singular of simple English plurals (``cats`` → ``cat``)."""
     words: list[str] = []
     # lower(), not casefold(): PostgreSQL's to_tsvector lowers "ß" and "ς" as they are,
     # where casefold() would make "ss" and "σ", and such words would never match.
     for raw in _WORD.findall(text_.lower()):
         word = raw.strip("_")[:MAX_WORD_CHARS]
-        if len(word) < 2 or word in STOP_WORDS:
+        if not word or word in STOP_WORDS or (len(word) < 2 and not _UNSPACED.match(word)):
             continue
         forms = [word]
         if len(word) > 3 and word.endswith("s") and not word.endswith("ss"):
@@ -174,6 +190,31 @@ def search_terms(words: Sequence[str]) -> list[str]:
                 forms.append(word + "s")
         terms.extend(form for form in forms if form not in terms)
     return terms
+
+
+def is_non_latin(word: str) -> bool:
+    """Whether ``word`` holds a letter of a script other than Latin (CJK, Cyrillic,
+    Greek…): such words are also searched as substrings."""
+    return _NON_LATIN.search(word) is not None
+
+
+def _like_pattern(word: str) -> str:
+    escaped = (
+        word.replace(_LIKE_ESCAPE, _LIKE_ESCAPE * 2)
+        .replace("%", _LIKE_ESCAPE + "%")
+        .replace("_", _LIKE_ESCAPE + "_")
+    )
+    return f"%{escaped}%"
+
+
+def _contains(word: str) -> ColumnElement[bool]:
+    return LongTermMemory.content.ilike(_like_pattern(word), escape=_LIKE_ESCAPE)
+
+
+def _substring_rank(found: Sequence[ColumnElement[bool]], words: int) -> ColumnElement[float]:
+    """:data:`SUBSTRING_RANK` scaled by the share of the query's words found."""
+    hits = sum((case((each, 1.0), else_=0.0) for each in found), literal(0.0, Float))
+    return cast(hits, Float) * (SUBSTRING_RANK / words)
 
 
 def scope_filter(guild_id: int | None, *, opted_in: bool) -> ColumnElement[bool]:
@@ -361,6 +402,13 @@ async def search(
     are OR-ed into one ``websearch_to_tsquery`` (they are plain words, see
     :func:`query_words`) and ranked with ``ts_rank``; a recency
     term (halving every :data:`RECENCY_HALF_DAYS` days) orders facts of similar rank.
+
+    Words in another script than Latin (:func:`is_non_latin`) also match as substrings
+    (``ILIKE``), since scripts written without spaces have no word boundaries the
+    parser knows ("猫" in "私の猫の名前はミソです"); such a match that full-text search
+    missed ranks :data:`SUBSTRING_RANK` times the share of words found. A Latin word
+    matches whole words only ("cat" never finds "catering").
+
     Facts matching no word come after every match, newest first, unless
     ``matched_only``.
     """
@@ -370,24 +418,32 @@ async def search(
         0.0,
     )
     recency = RECENCY_WEIGHT / (1.0 + age_days / RECENCY_HALF_DAYS)
-    matched: ColumnElement[bool]
-    rank: ColumnElement[float]
-    if words:
-        terms = search_terms(words)
-        tsquery = func.websearch_to_tsquery(_SIMPLE, " or ".join(terms))
-        matched = LongTermMemory.content_tsv.bool_op("@@")(tsquery)
-        # ts_rank averages over the query's terms: scale the added forms' dilution
-        # back out, so a rank keeps its size next to RECENCY_WEIGHT.
-        dilution = len(terms) / len(words)
-        rank = case(
-            (matched, cast(func.ts_rank(LongTermMemory.content_tsv, tsquery), Float) * dilution),
-            else_=0.0,
-        )
-    else:
+    if not words:
         if matched_only:
             return []
-        matched = literal(False)
-        rank = literal(0.0, Float)
+        newest = recency.label("score")
+        recent = await session.execute(
+            select(*_COLUMNS, newest)
+            .where(LongTermMemory.user_id == user_id, scope_filter(guild_id, opted_in=opted_in))
+            .order_by(newest.desc(), LongTermMemory.id.desc())
+            .limit(limit)
+        )
+        return [ScoredFact(_fact(row), False, float(row.score)) for row in recent]
+
+    terms = search_terms(words)
+    tsquery = func.websearch_to_tsquery(_SIMPLE, " or ".join(terms))
+    full_text = LongTermMemory.content_tsv.bool_op("@@")(tsquery)
+    # ts_rank averages over the query's terms: scale the added forms' dilution back out,
+    # so a rank keeps its size next to RECENCY_WEIGHT.
+    dilution = len(terms) / len(words)
+    ts_rank = cast(func.ts_rank(LongTermMemory.content_tsv, tsquery), Float) * dilution
+    inside = [_contains(word) for word in words if is_non_latin(word)]
+    matched = or_(full_text, *inside)
+    rank = case(
+        (full_text, ts_rank),
+        (matched, _substring_rank(inside, len(words))),
+        else_=0.0,
+    )
     score = (rank + recency).label("score")
     is_match = matched.label("matched")
     query = (
