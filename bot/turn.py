@@ -267,6 +267,7 @@ class TurnRunner:
         scope = (request.user_id, request.guild_id, request.channel_id, opted_in)
         if scope in self._no_facts:
             return []
+        saves = self.longterm.saves(request.user_id)
         try:
             notes = await self.longterm.recall_notes(
                 request.user_id,
@@ -279,7 +280,11 @@ class TurnRunner:
             return []
         # An opted-in DM shows facts made in servers, and a fact made there (maybe by
         # another shard's process) is not heard of here: it is not remembered as having none.
-        if not notes and not opted_in:
+        # Nor is a scope where the user saved a fact while the query ran (a turn in another
+        # channel): the query may have missed it, and the clearing that follows a save
+        # (remember_and_forget_emptiness) may have run already. A save that ends after
+        # this check clears the entry itself.
+        if not notes and not opted_in and self.longterm.saves(request.user_id) == saves:
             self._no_facts[scope] = True
         return notes
 
@@ -300,10 +305,12 @@ class TurnRunner:
         remember = tools["remember"]
 
         async def remember_and_forget_emptiness(raw: str | None) -> ToolOutcome:
-            outcome = await remember.run(raw)
-            for scope in [s for s in self._no_facts if s[0] == request.user_id]:
-                self._no_facts.pop(scope, None)
-            return outcome
+            try:
+                return await remember.run(raw)
+            finally:
+                # Also after a failure: the fact may have been stored before it.
+                for scope in [s for s in self._no_facts if s[0] == request.user_id]:
+                    self._no_facts.pop(scope, None)
 
         tools["remember"] = ToolSpec(remember.definition, remember_and_forget_emptiness)
         return tools

@@ -10,7 +10,8 @@ The one path through which facts are stored, recalled and deleted (SPEC §6):
   one more evicts the least-recalled, oldest first. Every change writes an audit event
   (``ltm_remember``, ``ltm_forget``, ``ltm_evict``, ``ltm_clear``) without the text.
 * **Recalling** (:meth:`LongTermService.recall_notes`): the user's facts visible here,
-  ranked by PostgreSQL full-text search over the message plus recency, within
+  ranked by PostgreSQL full-text search over the message (words of other scripts than
+  Latin also as substrings, for languages written without spaces) plus recency, within
   ``recall_char_budget`` characters. Facts made in a server are recalled in that server
   only; in DMs, DM facts always and server facts only if the user opted in to
   cross-context memory. Every recalled fact has its recall counter bumped.
@@ -22,14 +23,17 @@ imports nothing from Discord.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import math
 import re
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
+from cachetools import LRUCache
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from bot.config import Settings
@@ -63,6 +67,8 @@ JACCARD_THRESHOLD = 0.8
 SUBJECT_MAX_VALUE_WORDS = 6
 RECALL_CANDIDATES = 50
 SEARCH_LIMIT = 10
+# Users whose last save this process remembers (see LongTermService.saves).
+SAVE_COUNTERS = 100_000
 
 _TOKEN = re.compile(r"\w+", re.UNICODE)
 # Spelling variants that should not make two statements of one fact look different.
@@ -92,7 +98,10 @@ _NOT_FILLER = frozenset(_NOT_FILLER_TEXT.split())
 _FILLER = (STOP_WORDS | {"user", "users", "s", "also", "really", "still"}) - _NOT_FILLER
 # Words that bind a subject to its value: "<subject> is/are/called <value>".
 _BINDERS = frozenset({"is", "are", "am", "was", "were", "called"})
-# Subjects that hold one value at a time: a new value replaces the old one.
+# Subjects that name one value at a time: a new value replaces the old one. Only words
+# whose value is one name, number or date; "my job is boring" / "my job is remote" or
+# "my address is long" / "my address is in Lyon" describe one thing twice and are two
+# facts, so job and address are not here.
 _SINGLE_VALUED = frozenset(
     {
         "name",
@@ -102,15 +111,18 @@ _SINGLE_VALUED = frozenset(
         "handle",
         "pronouns",
         "birthday",
+        "birthdate",
         "age",
         "favorite",
         "timezone",
+        "tz",
         "email",
         "phone",
-        "job",
-        "address",
     }
 )
+# Words that start another statement: an extension holding one is more than a longer
+# value ("my name is Ann" / "my name is Ann and I like cats").
+_CLAUSE_WORDS = _BINDERS | _NOT_FILLER | {"and", "but", "or", "because", "so", "with"}
 
 
 FORGOTTEN_MEANWHILE = (
@@ -191,7 +203,7 @@ def _same_subject_new_value(a: Sequence[str], b: Sequence[str]) -> bool:
             break
         prefix += 1
     rest_a, rest_b = a[prefix:], b[prefix:]
-    if prefix < 2 or not rest_a or not rest_b:
+    if prefix < 2 or (not rest_a and not rest_b):
         return False
     if max(len(rest_a), len(rest_b)) > SUBJECT_MAX_VALUE_WORDS:
         return False
@@ -200,7 +212,15 @@ def _same_subject_new_value(a: Sequence[str], b: Sequence[str]) -> bool:
     if binder is None:
         return False
     subject = shared[:binder]
-    return "called" in shared[binder:] or any(word in _SINGLE_VALUED for word in subject)
+    names_a_value = "called" in shared[binder:] or any(word in _SINGLE_VALUED for word in subject)
+    if rest_a and rest_b:
+        return names_a_value
+    # One value extends the other ("my timezone is UTC" / "my timezone is UTC+2"): the
+    # same single value restated, as long as the shorter one has a value at all and the
+    # extra words continue it rather than start another statement.
+    extra = rest_a or rest_b
+    has_value = binder + 1 < prefix
+    return names_a_value and has_value and not any(word in _CLAUSE_WORDS for word in extra)
 
 
 def is_near_duplicate(new: str, old: str) -> bool:
@@ -215,8 +235,11 @@ def is_near_duplicate(new: str, old: str) -> bool:
     2. **Same subject, new value:** both say "<subject> <is/are/called…> <value>" with
        the same words up to a short value (at most six words each), where the value
        is a name ("my cat is called Miso" / "my cat is named Tofu") or the subject is
-       single-valued ("my favourite colour is blue" / "my favorite color is green").
-       "my cat is black" and "my cat is fat" are two facts.
+       single-valued ("my favourite colour is blue" / "my favorite color is green";
+       name, email, timezone, birthday, age, phone, favourite X…). One value may extend
+       the other ("my timezone is UTC" / "my timezone is UTC+2") unless the extra words
+       start another statement ("…and I like cats"). "my cat is black" and "my cat is
+       fat" are two facts, and so are "my job is boring" and "my job is remote".
     """
     a, b = normalized_tokens(new), normalized_tokens(old)
     if not a or not b:  # no words at all (emoji only): only the same text is a duplicate
@@ -242,6 +265,17 @@ class LongTermService:
         self.settings = settings
         self.limits = settings.longterm
         self.clock: Clock = clock or SystemClock()
+        # Per user, the number of the last save attempted in this process. One rising
+        # sequence for all users: a value read before a save never equals one read after
+        # it, even if the user's entry was evicted in between (it reads 0 then).
+        self._save_seq = itertools.count(1)
+        self._last_save: LRUCache[int, int] = LRUCache(maxsize=SAVE_COUNTERS)
+
+    def saves(self, user_id: int) -> int:
+        """A number that changes whenever this process saves (or tries to save) a fact of
+        ``user_id``: a caller that read it before a recall and finds it unchanged after
+        knows no save in this process finished meanwhile."""
+        return self._last_save.get(user_id, 0)
 
     def _storage(self, what: str) -> contextlib.AbstractAsyncContextManager[AsyncSession]:
         return storage(self._sessions, f"long-term memory: {what}")
@@ -252,9 +286,12 @@ class LongTermService:
         """``text`` as it would be stored, and whether it was shortened to fit."""
         limit = self.limits.max_fact_chars
         clean = sanitize_value(text, limit=limit).strip()
-        # One more character allowed shows whether the limit cut anything.
-        longer = sanitize_value(text, limit=limit + 1).strip()
-        return clean, len(longer) > limit
+        # Compared with the text sanitized without a limit: the cut ends on a grapheme
+        # boundary, so one more code point allowed would not show a dropped emoji of
+        # several code points (a ZWJ family, a flag) at the limit.
+        # (Not len(text): a redaction marker can be longer than the secret it hides.)
+        whole = sanitize_value(text, limit=sys.maxsize).strip()
+        return clean, len(whole) > len(clean)
 
     async def remember(
         self,
@@ -277,6 +314,25 @@ class LongTermService:
         content, truncated = self.clean(text)
         if not content:
             raise FactRefused("the fact is empty after removing unsafe content")
+        try:
+            return await self._remember(
+                user_id, guild_id, content, truncated, provenance, channel_id, started_at
+            )
+        finally:
+            # After the commit (or failure): a recall that ran meanwhile and found
+            # nothing must not be remembered as "no facts here".
+            self._last_save[user_id] = next(self._save_seq)
+
+    async def _remember(
+        self,
+        user_id: int,
+        guild_id: int | None,
+        content: str,
+        truncated: bool,
+        provenance: Provenance,
+        channel_id: int | None,
+        started_at: datetime | None,
+    ) -> RememberResult:
         now = self.clock.now()
         async with self._storage("remembering a fact") as session, session.begin():
             await repo.lock_user(session, user_id)  # a /forget-me takes it too

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import func, insert, select
@@ -26,6 +27,7 @@ from tests.helpers.builders import (
     CHANNEL,
     EPOCH,
     GUILD,
+    OTHER_CHANNEL,
     ManualClock,
     make_service,
 )
@@ -128,6 +130,29 @@ async def test_a_fact_is_capped_at_500_characters(service: LongTermService, db: 
     assert not exact.truncated
 
 
+async def test_a_fact_shortened_at_a_grapheme_boundary_is_reported_as_shortened(
+    service: LongTermService, db: Database
+) -> None:
+    family = "\U0001f468\u200d\U0001f469\u200d\U0001f467"  # one grapheme, 5 code points
+    result = await service.remember(ALICE, GUILD, "a" * 498 + family, by_model())
+    [row] = await rows(db)
+    assert row.content == "a" * 498  # the emoji does not fit whole, so it is dropped
+    assert result.truncated
+    fits = await service.remember(BOB, GUILD, "a" * 495 + family, by_model(user=BOB))
+    assert not fits.truncated
+
+
+async def test_a_password_stated_in_words_is_stored_redacted(
+    service: LongTermService, db: Database
+) -> None:
+    await service.remember(ALICE, GUILD, "My wifi password is Tr0ub4dor&3", by_model())
+    await service.remember(ALICE, GUILD, "The wifi password is on the fridge", by_model())
+    assert [row.content for row in await rows(db)] == [
+        "My wifi password is [REDACTED:credential]",
+        "The wifi password is on the fridge",
+    ]
+
+
 async def test_a_discord_token_in_a_fact_is_stored_redacted(
     service: LongTermService, db: Database
 ) -> None:
@@ -199,6 +224,10 @@ NEAR_DUPLICATES = [
     ("My name is Robert", "my name is Bob"),
     ("I work at Acme Corp as a senior engineer", "I work at Acme Corp as senior engineer"),
     ("🐱  🐶", "🐱 🐶"),
+    # One value extending the other, for a subject that names one value.
+    ("My timezone is UTC", "My timezone is UTC+2"),
+    ("My timezone is UTC+2", "My timezone is UTC"),
+    ("My name is Ann", "My name is Ann Smith"),
 ]
 DIFFERENT = [
     ("My cat is black", "My cat is fat"),
@@ -207,6 +236,14 @@ DIFFERENT = [
     ("My cat is called Miso", "My cat is called Miso and she loves tuna and chasing laser dots"),
     ("🐱", "🐶"),
     ("🐱", "cat"),
+    # Job and address are described, not named: two statements are two facts.
+    ("My job is boring", "My job is remote"),
+    ("My address is in Lyon", "My address is easy to find"),
+    # An extension that starts another statement is more than a longer value.
+    ("My name is Ann", "My name is Ann and I like cats"),
+    ("My timezone is UTC", "My timezone is UTC in winter"),
+    # A subject with no value yet is not a value.
+    ("My email is", "My email is ann@example.com"),
 ]
 
 
@@ -242,6 +279,24 @@ async def test_a_near_duplicate_updates_the_fact_instead_of_adding_one(
     # A different fact about the cat is a new row.
     assert (await service.remember(ALICE, GUILD, "My cat is black", by_model())).created
     assert len(await rows(db)) == 2
+
+
+async def test_a_single_valued_fact_restated_with_a_longer_value_replaces_the_old_one(
+    service: LongTermService, db: Database
+) -> None:
+    first = await service.remember(ALICE, GUILD, "My timezone is UTC", by_model())
+    second = await service.remember(ALICE, GUILD, "My timezone is UTC+2", by_model())
+    assert (second.status, second.id) == ("updated", first.id)
+    assert [row.content for row in await rows(db)] == ["My timezone is UTC+2"]
+
+
+async def test_two_descriptions_of_ones_job_are_two_facts(
+    service: LongTermService, db: Database
+) -> None:
+    await service.remember(ALICE, GUILD, "My job is boring", by_model())
+    result = await service.remember(ALICE, GUILD, "My job is remote", by_model())
+    assert result.status == "created"
+    assert [row.content for row in await rows(db)] == ["My job is boring", "My job is remote"]
 
 
 async def test_the_same_fact_in_another_place_is_a_separate_fact(
@@ -633,14 +688,50 @@ def test_trivial_variants_are_near_duplicates(old: str, new: str) -> None:
         ("Ich wohne in der Hauptstraße 5", "Hauptstraße"),
         ("Mein Lieblingsessen ist Grießbrei", "grießbrei"),
         ("Η γάτα μου λέγεται Μίσος", "Μίσος"),
+        # Scripts written without spaces: a word inside a run is found as a substring.
+        ("私の猫の名前はミソです", "猫"),
+        ("私の猫の名前はミソです", "猫の名前"),
+        ("我的猫叫米索", "猫"),
+        ("แมวของฉันชื่อมิโซะ", "แมว"),
     ],
 )
 async def test_a_non_english_word_finds_its_fact(
     service: LongTermService, fact: str, query: str
 ) -> None:
     await remember(service, fact)
+    await remember(service, "I live in Lisbon")
     found = await service.search(ALICE, GUILD, query, opted_in=False)
     assert [f.content for f in found] == [fact]
+
+
+async def test_forget_by_query_finds_a_word_in_a_language_written_without_spaces(
+    service: LongTermService, db: Database
+) -> None:
+    await remember(service, "私の猫の名前はミソです")
+    await remember(service, "私の犬の名前はポチです")
+    forgotten = await service.forget(ALICE, query="猫", guild_id=GUILD)
+    assert [fact.content for fact in forgotten.deleted] == ["私の猫の名前はミソです"]
+    assert [row.content for row in await rows(db)] == ["私の犬の名前はポチです"]
+
+
+async def test_a_substring_match_is_ranked_and_its_wildcards_are_plain_characters(
+    service: LongTermService,
+) -> None:
+    await remember(service, "猫x犬は仲良し")  # "_" must not match the "x"
+    await remember(service, "猫_犬のメモ")
+    assert [f.content for f in await service.search(ALICE, GUILD, "猫_犬", opted_in=False)] == [
+        "猫_犬のメモ"
+    ]
+    await remember(service, "私の猫はミソです")
+    # Both words are in the first fact, one in the second: relevance orders them.
+    notes = await service.recall_notes(ALICE, GUILD, "猫 犬", opted_in=False)
+    assert notes[-1] == "私の猫はミソです"
+    assert set(notes[:2]) == {"猫x犬は仲良し", "猫_犬のメモ"}
+
+
+def test_one_character_of_a_script_without_spaces_is_a_query_word() -> None:
+    assert query_words("猫") == ["猫"]
+    assert query_words("a 猫 é") == ["猫"]
 
 
 # ------------------------------------------------------------------ forget-me
@@ -691,3 +782,74 @@ async def test_a_remember_in_flight_during_forget_me_does_not_survive_it(
     assert (await runner.longterm.list_facts(ALICE)).total == 0
     tool_result = next(m for m in llm.messages(1) if m["role"] == "tool")
     assert "forget-me" in tool_result["content"]
+
+
+# ------------------------------------------------------------------ recall cache
+
+
+class HeldRecall(LongTermService):
+    """The real service; a test may hold one recall after its query ran and committed."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.hold: asyncio.Event | None = None
+        self.queried = asyncio.Event()
+
+    async def recall_notes(self, *args: Any, **kwargs: Any) -> list[str]:
+        notes = await super().recall_notes(*args, **kwargs)
+        hold, self.hold = self.hold, None
+        if hold is not None:
+            self.queried.set()
+            await hold.wait()
+        return notes
+
+
+def turn_request(channel: int, content: str, message_id: int) -> TurnRequest:
+    return TurnRequest(
+        channel_id=channel,
+        user_id=ALICE,
+        message_id=message_id,
+        content=content,
+        bot_user_id=BOT,
+        guild_id=GUILD,
+    )
+
+
+async def test_a_fact_remembered_while_another_channel_recalls_is_not_hidden_there(
+    db: Database, settings: Settings, llm: ScriptedLLM
+) -> None:
+    memory = make_service(db.sessions, settings)
+    longterm = HeldRecall(db.sessions, settings, memory.clock)
+    runner = TurnRunner(memory, openai_client(llm), settings, persona="p", longterm=longterm)
+    chatting = turn_request(OTHER_CHANNEL, "what should I feed my cat", 1)
+    asking = turn_request(CHANNEL, "remember that my cat is called Miso", 2)
+
+    # Alice's turn in one channel recalls (nothing yet) while, in another (another channel
+    # lock), her "remember that…" turn stores a fact.
+    longterm.hold = release = asyncio.Event()
+    recall = asyncio.create_task(runner._recall(chatting, False))
+    await longterm.queried.wait()
+    remember_tool = runner._long_term_tools(asking, False, None)["remember"]
+    assert (await remember_tool.run('{"fact": "My cat is called Miso"}')).ok
+    release.set()
+    assert await recall == []  # that turn started before the fact existed
+
+    # Her next turn there sees the fact: "no facts here" was not cached by the first.
+    assert await runner._recall(chatting, False) == [CAT]
+
+
+async def test_a_scope_without_facts_is_not_queried_again(
+    db: Database, settings: Settings, llm: ScriptedLLM
+) -> None:
+    memory = make_service(db.sessions, settings)
+    runner = TurnRunner(memory, openai_client(llm), settings, persona="p")
+    chatting = turn_request(CHANNEL, "what should I feed my cat", 1)
+    assert await runner._recall(chatting, False) == []
+    # A fact that did not come through this process's remember (another shard's): the
+    # scope is remembered as empty, so the query is not run again.
+    await bulk_insert(db, ALICE, [CAT])
+    assert await runner._recall(chatting, False) == []
+    # A save through this process clears that.
+    remember_tool = runner._long_term_tools(chatting, False, None)["remember"]
+    assert (await remember_tool.run('{"fact": "My cat eats tuna"}')).ok
+    assert sorted(await runner._recall(chatting, False)) == sorted([CAT, "My cat eats tuna"])
