@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -110,6 +110,13 @@ class LoopResult:
     # The loop stopped early and the final call failed too: ``text`` is the fallback
     # notice, not an answer (it is not part of the conversation).
     gave_up: bool = False
+    # The server refused tools (the model cannot call them); the turn went on without.
+    tools_refused: bool = False
+
+
+class ToolsRefused(Exception):
+    """The server refused a request because it offered tools (the model cannot call
+    them): the loop asks again without tools."""
 
 
 class LlmUnavailable(Exception):
@@ -157,21 +164,30 @@ async def run_tool_loop(
 
     while result.iterations < settings.max_tool_iterations:
         names = _offered_names(offered, registry) if tool_calling else []
-        message, result.truncated = await _complete(
-            api,
-            model=model,
-            messages=conversation,
-            settings=settings,
-            tools=[registry[name].definition for name in names],
-        )
+        try:
+            message, result.truncated = await _complete(
+                api,
+                model=model,
+                messages=conversation,
+                settings=settings,
+                tools=[registry[name].definition for name in names],
+            )
+        except ToolsRefused:
+            log.warning(
+                "the model refused a request with tools (it cannot call them): asking "
+                "without tools; set provider to one without tool calling to stop offering them"
+            )
+            result.tools_refused = True
+            tool_calling = False
+            continue
         result.iterations += 1
         calls = _function_calls(message, result.iterations)
         content = _content_text(getattr(message, "content", None))
         if not calls:
-            result.text = _final_text(content, interim)
+            result.text = _final_text(content, interim, registry.keys())
             return result
 
-        cleaned = strip_leaked_tool_syntax(content)
+        cleaned = strip_leaked_tool_syntax(content, registry.keys())
         if cleaned:
             interim.append(cleaned)
         conversation.append(
@@ -222,7 +238,8 @@ async def run_tool_loop(
         return result
     result.iterations += 1
     # Any tool calls in this answer are ignored: no tools were offered.
-    result.text = _final_text(_content_text(getattr(message, "content", None)), interim)
+    final = _content_text(getattr(message, "content", None))
+    result.text = _final_text(final, interim, registry.keys())
     return result
 
 
@@ -238,11 +255,17 @@ def _offered_names(
     return names
 
 
-def _final_text(content: str, interim: Sequence[str]) -> str:
-    """The cleaned final answer; when it is empty, what the model wrote next to its tool
-    calls (some models answer there and then close the turn with nothing)."""
-    text = strip_leaked_tool_syntax(content)
-    return text or "\n\n".join(interim)
+def _final_text(content: str, interim: Sequence[str], tool_names: Collection[str]) -> str:
+    """The cleaned final answer, after what the model wrote next to its tool calls: some
+    models answer there (as the nudge asks: answer, then update the memory) and close the
+    turn with a line or nothing; a final answer that repeats it is not doubled."""
+    text = strip_leaked_tool_syntax(content, tool_names)
+    said = "\n\n".join(interim)
+    if not said or said in text:
+        return text
+    if not text or text in said:
+        return said
+    return f"{said}\n\n{text}"
 
 
 def _content_text(content: object) -> str:
@@ -287,13 +310,29 @@ async def _complete(
         request["max_tokens"] = settings.max_reply_tokens
     try:
         completion = await api.chat.completions.create(**request)
+    except openai.BadRequestError as exc:
+        if tools and _refuses_tools(exc):
+            raise ToolsRefused from exc
+        raise _unavailable(exc) from exc
     except openai.OpenAIError as exc:
         raise _unavailable(exc) from exc
+    except ValueError as exc:  # a 200 whose JSON body does not parse (a proxy's fault)
+        log.warning("LLM answer was not valid JSON (%s)", type(exc).__name__)
+        raise LlmUnavailable("unavailable", UNAVAILABLE_MESSAGE) from exc
     choices = getattr(completion, "choices", None)
     if not choices or getattr(choices[0], "message", None) is None:
         log.warning("LLM answer had no choices (%s)", type(completion).__name__)
         raise LlmUnavailable("unavailable", UNAVAILABLE_MESSAGE)
     return choices[0].message, getattr(choices[0], "finish_reason", None) == "length"
+
+
+# What servers say when the loaded model cannot take ``tools`` (e.g. Ollama's "… does not
+# support tools"), as opposed to other bad requests (a context overflow).
+_TOOLS_REFUSED = re.compile(r"\btool|function.?call", re.IGNORECASE)
+
+
+def _refuses_tools(exc: openai.BadRequestError) -> bool:
+    return bool(_TOOLS_REFUSED.search(str(getattr(exc, "message", "") or exc)))
 
 
 def _unavailable(exc: openai.OpenAIError) -> LlmUnavailable:
@@ -490,7 +529,7 @@ _WRAPPER_KEYS = frozenset({"type", "id", "index", "function"})
 _decoder = json.JSONDecoder()
 
 
-def strip_leaked_tool_syntax(text: str) -> str:
+def strip_leaked_tool_syntax(text: str, tool_names: Collection[str] | None = None) -> str:
     """Remove tool-call syntax some models leak into their text, and reasoning blocks.
 
     Handles ``<think>…</think>`` (also an unclosed one, and a reply that starts inside
@@ -509,26 +548,31 @@ def strip_leaked_tool_syntax(text: str) -> str:
     Likewise a ``</think>`` with no opening tag drops the text before it unless it
     stands mid-line between spaces.
 
+    A closed block whose opening marker stands mid-line followed by a space or
+    punctuation ("wraps its reasoning in <think> and </think> tags") is prose too.
+    ``tool_names``: the turn's tools; a fenced example of a call to another name is the
+    model showing a format, not a leak (``None``: any name).
+
     Returns the trimmed text, which may be ``""``: the caller decides what to show.
     """
     if not text:
         return ""
     text = _LEADING_THINK.sub("", text)
-    text, held = _hold_code(text)
-    text = _THINK_BLOCK.sub("", text)
+    text, held = _hold_code(text, tool_names)
+    text = _strip_closed(_THINK_BLOCK, text)
     text = _strip_orphan_think_close(text)
-    text = _CLOSED_CALLS.sub("", text)
+    text = _strip_closed(_CLOSED_CALLS, text)
     text = _strip_mistral(text)
     text = _cut_unterminated(text)
     text = _strip_json_lines(text)
-    text = _STRAY_TOOL_TOKENS.sub("", text)
+    text = _strip_closed(_STRAY_TOOL_TOKENS, text)
     text = _BLANK_RUNS.sub("\n\n", text)
     return _restore_code(text, held).strip()
 
 
-def _hold_code(text: str) -> tuple[str, list[str]]:
+def _hold_code(text: str, tool_names: Collection[str] | None) -> tuple[str, list[str]]:
     """Set fenced blocks and inline code spans aside (placeholders in the text); a fence
-    holding only a tool call is dropped instead."""
+    holding only a call to one of ``tool_names`` (any name when None) is dropped instead."""
     held: list[str] = []
 
     def hold(span: str) -> str:
@@ -536,7 +580,8 @@ def _hold_code(text: str) -> tuple[str, list[str]]:
         return f"\ue000{len(held) - 1}\ue001"
 
     def fence(match: re.Match[str]) -> str:
-        return "" if _is_tool_call_json(match.group(1)) else hold(match.group(0))
+        leaked = _is_tool_call_json(match.group(1), tool_names)
+        return "" if leaked else hold(match.group(0))
 
     text = _FENCE.sub(fence, text)
     text = _INLINE_CODE.sub(lambda match: hold(match.group(0)), text)
@@ -576,17 +621,42 @@ def _cut_unterminated(text: str) -> str:
     return text
 
 
+# After a marker, what makes it a word in a sentence rather than the start of a payload.
+_PROSE_AFTER = frozenset(" \t.,;:!?)'\"")
+
+
+def _in_prose(text: str, start: int, end: int) -> bool:
+    """Whether the marker at ``text[start:end]`` is a word in a sentence: mid-line, after
+    a space, before a space or punctuation."""
+    line_start = text.rfind("\n", 0, start) + 1
+    after = text[end : end + 1]
+    return (
+        bool(text[line_start:start].strip())
+        and text[start - 1 : start].isspace()
+        and after != ""
+        and after in _PROSE_AFTER
+    )
+
+
+def _strip_closed(pattern: re.Pattern[str], text: str) -> str:
+    """Remove ``pattern``'s closed blocks (or stray markers), except where the opening
+    marker is prose (see :func:`_in_prose`)."""
+
+    def drop(match: re.Match[str]) -> str:
+        start = match.start()
+        marker_end = text.find(">", start) + 1
+        return match.group(0) if _in_prose(text, start, marker_end) else ""
+
+    return pattern.sub(drop, text)
+
+
 def _strip_orphan_think_close(text: str) -> str:
     """A reply that starts inside a reasoning block (its opening tag was in the prompt):
-    drop everything up to the last ``</think>``, unless that tag stands mid-line between
-    spaces (prose about the tag)."""
+    drop everything up to the last ``</think>``, unless that tag stands mid-line after a
+    space and before a space or punctuation (prose about the tag)."""
     for match in reversed(list(_THINK_CLOSE.finditer(text))):
-        start, end = match.span()
-        line_start = text.rfind("\n", 0, start) + 1
-        mid_line = bool(text[line_start:start].strip())
-        spaced = text[start - 1 : start].isspace() and text[end : end + 1] in (" ", "\t")
-        if not (mid_line and spaced):
-            return text[end:]
+        if not _in_prose(text, *match.span()):
+            return text[match.end() :]
     return text
 
 
@@ -642,12 +712,21 @@ def _strip_json_lines(text: str) -> str:
     return "".join(out)
 
 
-def _is_tool_call_json(body: str) -> bool:
+def _is_tool_call_json(body: str, tool_names: Collection[str] | None = None) -> bool:
     try:
         value = json.loads(body)
     except ValueError:
         return False
-    return _looks_like_tool_call(value)
+    if not _looks_like_tool_call(value):
+        return False
+    return tool_names is None or all(
+        _call_name(call) in tool_names for call in (value if isinstance(value, list) else [value])
+    )
+
+
+def _call_name(call: dict[str, Any]) -> object:
+    function = call.get("function")
+    return function.get("name") if isinstance(function, dict) else call.get("name")
 
 
 def _looks_like_tool_call(value: object) -> bool:

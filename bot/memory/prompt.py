@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from bot.memory.gather import messages_after_marker
@@ -102,6 +102,10 @@ class AssembledPrompt:
 
     system_notes: list[str]
     history: list[dict[str, str]]
+    # Indexes of notes a small context may leave out, the least useful first: other
+    # channels' memories (the least recently active first), then long-term facts. This
+    # channel's memory and the nudge always stay.
+    optional: list[int] = field(default_factory=list)
 
 
 def relative_time(then: datetime, now: datetime) -> str:
@@ -361,11 +365,14 @@ def assemble(inp: PromptInput) -> AssembledPrompt:
         notes.append(
             _this_channel_note(entry, inp.config, inp.now, tool_offered=inp.stm_tool_offered)
         )
-    notes.extend(_other_notes(inp))
+    others = _other_notes(inp)
+    optional = [len(notes) + i for i in reversed(range(len(others)))]
+    notes.extend(others)
     if inp.long_term_notes:
         long_term = _long_term_note(inp.long_term_notes)
         if long_term is not None:
+            optional.append(len(notes))
             notes.append(long_term)
     if inp.nudge_new_messages is not None:
         notes.append(nudge_text(inp.nudge_new_messages, inp.config.nudge_override))
-    return AssembledPrompt(system_notes=notes, history=_history(inp))
+    return AssembledPrompt(system_notes=notes, history=_history(inp), optional=optional)

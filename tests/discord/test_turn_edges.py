@@ -5,14 +5,19 @@ from __future__ import annotations
 
 import asyncio
 import copy
+from pathlib import Path
 from typing import Any
 
 import pytest
+from aiohttp import web
 from discord.ext import commands
+from sqlalchemy.engine import URL
 
-from bot.llm.tool_loop import FALLBACK_REPLY
+from bot.db.engine import Database
+from bot.llm.tool_loop import FALLBACK_REPLY, UNAVAILABLE_MESSAGE
+from bot.llm.tools.stm import STM_TOOL_NAME
 from bot.memory.model import RawMessage
-from tests.helpers.bot import KiokuHarness
+from tests.helpers.bot import KiokuHarness, start_kioku, stop_kioku
 from tests.helpers.discord_harness import _complete_message_payload, snowflake
 from tests.helpers.fake_llm import ScriptedLLM
 
@@ -230,3 +235,98 @@ async def test_forget_me_during_the_back_fill_leaves_none_of_the_users_messages(
     window = [(m.author_id, m.content) for m in kioku.bot.memory.windows.get(env.channel.id)]
     assert all(author != leaver.id for author, _ in window), window
     assert "HERON" not in prompt_text(kioku.llm)
+
+
+# ------------------------------------------------------------ odd model answers
+
+
+class BrokenJsonLLM(ScriptedLLM):
+    """An endpoint (or a proxy in front of it) answering 200 with a JSON content type and
+    a body that is not JSON (cut off, or a mislabelled error page)."""
+
+    async def _handle_chat(self, request: web.Request) -> web.StreamResponse:
+        await request.read()
+        return web.Response(
+            status=200, body=b'{"id": "chatcmpl-1", "choices": [', content_type="application/json"
+        )
+
+
+async def test_a_200_answer_whose_body_is_not_json_gets_the_friendly_notice(
+    db: Database, pg_url: URL, tmp_path: Path
+) -> None:
+    async with BrokenJsonLLM() as broken:
+        kioku = await start_kioku(db, broken, pg_url, tmp_path)
+        try:
+            await kioku.env.send("hi", mention_bot=True, raise_errors=False)
+            assert kioku.env.errors == []
+            assert [m.content for m in kioku.env.sent] == [UNAVAILABLE_MESSAGE]
+        finally:
+            await stop_kioku(kioku)
+
+
+async def test_an_answer_cut_off_inside_its_reasoning_gets_a_notice_not_an_ellipsis(
+    kioku: KiokuHarness,
+) -> None:
+    # A reasoning model spends the whole max_tokens inside <think>: nothing is left.
+    kioku.llm.reply_text("<think>" + "Let me weigh every option. " * 200, finish_reason="length")
+
+    await kioku.env.send("which database should I pick?", mention_bot=True)
+
+    assert kioku.env.last_sent().content == FALLBACK_REPLY
+    window = kioku.bot.memory.windows.get(kioku.env.channel.id)
+    assert all(m.content != FALLBACK_REPLY for m in window)  # a notice, not an answer
+
+
+async def test_the_answer_written_beside_the_nudged_memory_update_reaches_the_member(
+    db: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path
+) -> None:
+    # The nudge asks to answer first, then update the memory: the answer is the content
+    # beside the call, and the model closes the turn with one more line.
+    kioku = await start_kioku(db, llm, pg_url, tmp_path, settings={"stm": {"refresh_cadence": 1}})
+    try:
+        llm.reply_text("Hi!")
+        await kioku.env.send("hello", mention_bot=True)  # the next turn is nudged
+        llm.reply_tool_calls(
+            [(STM_TOOL_NAME, {"summary": "Alice asked for the capital of France."})],
+            content="The capital of France is Paris.",
+        )
+        llm.reply_text("Let me know if there's anything else!")
+        await kioku.env.send("what's the capital of France?", mention_bot=True)
+
+        assert "Memory upkeep" in str(llm.messages(1))  # the nudge was there
+        assert kioku.env.last_sent().content == (
+            "The capital of France is Paris.\n\nLet me know if there's anything else!"
+        )
+    finally:
+        await stop_kioku(kioku)
+
+
+async def test_a_model_that_cannot_take_tools_is_asked_again_without_them(
+    db: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path
+) -> None:
+    # Ollama answers 400 to a request with "tools" when the loaded model has none.
+    kioku = await start_kioku(db, llm, pg_url, tmp_path, settings={"provider": "ollama"})
+    try:
+        refusal = "registry.ollama.ai/library/gemma3:4b does not support tools"
+        llm.reply_error(400, refusal, error_type="api_error")
+        llm.reply_text("Hello!")
+        llm.reply_text("Still here.")
+        await kioku.env.send("hi", mention_bot=True, raise_errors=False)
+        await kioku.env.send("are you there?", mention_bot=True, raise_errors=False)
+
+        assert [m.content for m in kioku.env.sent] == ["Hello!", "Still here."]
+        assert "tools" in llm.request(0)
+        # From then on this process no longer offers tools (the summarizer keeps memory).
+        assert "tools" not in llm.request(1) and "tools" not in llm.request(2)
+        assert not kioku.bot.turns.caps.stm_allowed
+    finally:
+        await stop_kioku(kioku)
+
+
+async def test_another_bad_request_is_still_the_unavailable_notice(kioku: KiokuHarness) -> None:
+    kioku.llm.reply_error(400, "This model's maximum context length is 8192 tokens")
+
+    await kioku.env.send("hi", mention_bot=True, raise_errors=False)
+
+    assert kioku.env.last_sent().content == UNAVAILABLE_MESSAGE
+    assert kioku.bot.turns.caps.tool_calling  # not mistaken for a refusal of tools

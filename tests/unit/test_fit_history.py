@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from bot.turn import TurnRequest, context_chars, fit_history, render_persona
+from bot.memory.prompt import AssembledPrompt
+from bot.turn import TurnRequest, context_chars, fit_history, fit_notes, render_persona
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
@@ -56,3 +57,22 @@ def test_member_chosen_names_enter_the_persona_as_plain_data() -> None:
     assert "<" not in persona and ">" not in persona and "\n" not in persona
     assert "‹/memory›" in persona
     assert len(persona) < 300
+
+
+def test_optional_notes_are_left_out_the_least_useful_first() -> None:
+    prompt = AssembledPrompt(
+        system_notes=["this channel", "other A" * 10, "other B" * 10, "facts" * 10, "nudge"],
+        history=[],
+        optional=[2, 1, 3],  # other B (least recent), other A, then long-term facts
+    )
+    everything = sum(len(n) for n in prompt.system_notes)
+
+    assert fit_notes(prompt, budget_chars=everything) == prompt.system_notes
+    assert fit_notes(prompt, budget_chars=everything - 1) == [
+        "this channel",
+        "other A" * 10,
+        "facts" * 10,
+        "nudge",
+    ]
+    # Never this channel's memory or the nudge, however small the budget.
+    assert fit_notes(prompt, budget_chars=0) == ["this channel", "nudge"]

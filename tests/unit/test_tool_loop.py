@@ -761,3 +761,35 @@ async def test_a_tool_calling_provider_excluded_from_stm_hides_only_the_stm_tool
     assert facts == ["Alice's cat is called Miso"]
     assert stm_rows == 0
     assert llm.unscripted == 0
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "DeepSeek-R1 wraps its reasoning in <think> and </think> tags.",
+        "Qwen wraps each call in <tool_call> and </tool_call> tags, then continues.",
+        "The reasoning block ends with </think>.",
+        "An OpenAI tool call looks like this:\n```json\n"
+        '{"name": "get_weather", "arguments": {"city": "Paris"}}\n```\nThat is all.',
+    ],
+)
+def test_prose_and_examples_about_the_syntax_are_an_answer_not_a_leak(answer: str) -> None:
+    assert strip_leaked_tool_syntax(answer, {"update_short_term_memory"}) == answer
+
+
+@pytest.mark.parametrize(
+    ("leaked", "answer"),
+    [
+        ("Sure.<think>I should check the memory first.</think> Here it is.", "Sure. Here it is."),
+        ('Noted <tool_call>{"name": "x"}</tool_call>', "Noted"),
+        ("I thought about it.</think>The answer is 4.", "The answer is 4."),
+        (
+            'Saved.\n```json\n{"name": "update_short_term_memory", "arguments": {}}\n```',
+            "Saved.",
+        ),
+    ],
+)
+def test_leaks_glued_to_their_payload_or_naming_a_tool_of_the_turn_are_removed(
+    leaked: str, answer: str
+) -> None:
+    assert strip_leaked_tool_syntax(leaked, {"update_short_term_memory"}) == answer
