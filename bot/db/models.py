@@ -214,8 +214,9 @@ class LongTermMemory(Base):
 class StmClear(Base):
     """When a channel's memory was last wiped (``/refresh``). A write from a turn that
     started before it is refused by every process, not only the one that cleared: the
-    row is the cross-process form of the in-process channel epoch. Kept two days (no turn
-    lasts that long), then purged by the janitor."""
+    row is the cross-process form of the in-process channel epoch; it also bounds a cold
+    channel's back-fill when the ``/refresh`` marker was deleted. Kept 30 days, then
+    purged by the janitor."""
 
     __tablename__ = "stm_clears"
 
