@@ -556,3 +556,23 @@ def test_back_in_summary_mode_the_summary_outranks_stale_categories() -> None:
     # In category mode the categories win, as SPEC §5 says.
     with_categories = config(categories=[category(0, "decisions", "Decisions")])
     assert "an old decision" in render_memory_text(stale, with_categories)
+
+
+def test_a_small_context_may_leave_out_other_channels_least_recent_first_then_facts() -> None:
+    prompt = run(
+        entry=entry(summary="this channel"),
+        others=[
+            other("#recent", summary="recent", updated=timedelta(minutes=5)),
+            other("#older", summary="older", updated=timedelta(hours=5)),
+        ],
+        long_term_notes=["likes tea"],
+        nudge_new_messages=3,
+    )
+    optional = [prompt.system_notes[index] for index in prompt.optional]
+
+    assert len(prompt.system_notes) == 5
+    assert "#older" in optional[0]
+    assert "#recent" in optional[1]
+    assert "likes tea" in optional[2]
+    kept = set(prompt.system_notes) - set(optional)
+    assert kept == {prompt.system_notes[0], prompt.system_notes[-1]}  # memory and nudge
