@@ -262,6 +262,8 @@ class TurnRunner:
                 offered=offered,
                 settings=self.settings.llm,
                 tool_calling=self.caps.tool_calling,
+                # The server may refuse tools this very turn: then nothing is stored.
+                without_tools_notes=[NO_LONG_TERM_TOOLS_NOTE] if intent else [],
             )
         except LlmUnavailable as exc:
             log.warning("turn %s: model unavailable (%s)", turn.turn_id, exc.__class__.__name__)

@@ -135,8 +135,9 @@ async def _typing(channel: discord.abc.Messageable) -> AsyncIterator[None]:
     try:
         await indicator.__aenter__()
         shown = True
-    except discord.HTTPException as exc:
-        log.info("no typing indicator in channel %s: %s", getattr(channel, "id", None), exc.status)
+    except (discord.HTTPException, aiohttp.ClientError, OSError, TimeoutError) as exc:
+        status = getattr(exc, "status", None) or type(exc).__name__
+        log.info("no typing indicator in channel %s: %s", getattr(channel, "id", None), status)
         shown = False
     try:
         yield

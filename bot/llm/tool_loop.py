@@ -151,10 +151,13 @@ async def run_tool_loop(
     offered: Callable[[], Sequence[str]],
     settings: LlmSettings,
     tool_calling: bool = True,
+    without_tools_notes: Sequence[str] = (),
 ) -> LoopResult:
     """Run one turn; see the module docstring. ``messages`` is not modified (the loop
     works on a copy). Raises :class:`LlmUnavailable` when a model call fails, except the
     final no-tools call after an early stop, whose failure yields :data:`FALLBACK_REPLY`.
+    ``without_tools_notes``: system notes for the model when the server refuses tools
+    and the turn goes on without them (what it can no longer do this turn).
     """
     api = client.with_options(max_retries=settings.max_retries)
     conversation: list[dict[str, Any]] = list(messages)
@@ -179,6 +182,13 @@ async def run_tool_loop(
             )
             result.tools_refused = True
             tool_calling = False
+            leading = next(
+                (i for i, m in enumerate(conversation) if m.get("role") != "system"),
+                len(conversation),
+            )
+            conversation[leading:leading] = [
+                {"role": "system", "content": note} for note in without_tools_notes
+            ]
             continue
         result.iterations += 1
         calls = _function_calls(message, result.iterations)
@@ -188,8 +198,8 @@ async def run_tool_loop(
             return result
 
         cleaned = strip_leaked_tool_syntax(content, registry.keys())
-        if cleaned:
-            interim.append(cleaned)
+        if cleaned and _plain(cleaned) not in {_plain(said) for said in interim}:
+            interim.append(cleaned)  # a model repeating its answer beside a retried call
         conversation.append(
             {
                 "role": "assistant",
@@ -261,11 +271,16 @@ def _final_text(content: str, interim: Sequence[str], tool_names: Collection[str
     turn with a line or nothing; a final answer that repeats it is not doubled."""
     text = strip_leaked_tool_syntax(content, tool_names)
     said = "\n\n".join(interim)
-    if not said or said in text:
+    if not said or _plain(said) in _plain(text):
         return text
-    if not text or text in said:
+    if not text or _plain(text) in _plain(said):
         return said
     return f"{said}\n\n{text}"
+
+
+def _plain(text: str) -> str:
+    """``text`` for comparing answers: case, spacing and closing punctuation aside."""
+    return " ".join(text.casefold().split()).rstrip(".!?")
 
 
 def _content_text(content: object) -> str:
@@ -468,6 +483,7 @@ async def _run_call(
 _LEADING_THINK = re.compile(r"\A\s*<(think|thinking)>.*?</\1>", re.IGNORECASE | re.DOTALL)
 _THINK_BLOCK = re.compile(r"<(think|thinking)>.*?</\1>", re.IGNORECASE | re.DOTALL)
 _THINK_CLOSE = re.compile(r"</(?:think|thinking)>", re.IGNORECASE)
+_THINK_OPEN = re.compile(r"<(?:think|thinking)>", re.IGNORECASE)
 
 # Tool-call blocks with their closing marker: removed wherever they stand.
 _CLOSED_CALLS = re.compile(
@@ -638,14 +654,24 @@ def _in_prose(text: str, start: int, end: int) -> bool:
     )
 
 
+# A block whose body is longer than this (in words), spans lines or holds a payload is a
+# leak wherever it stands; "<think> and </think>" is a sentence naming the tags.
+_PROSE_BODY_WORDS = 3
+
+
 def _strip_closed(pattern: re.Pattern[str], text: str) -> str:
-    """Remove ``pattern``'s closed blocks (or stray markers), except where the opening
-    marker is prose (see :func:`_in_prose`)."""
+    """Remove ``pattern``'s closed blocks (or stray markers), except where a block is
+    prose: its opening marker stands in a sentence (see :func:`_in_prose`) and its body
+    is a few words on one line, not reasoning or a payload."""
 
     def drop(match: re.Match[str]) -> str:
-        start = match.start()
-        marker_end = text.find(">", start) + 1
-        return match.group(0) if _in_prose(text, start, marker_end) else ""
+        block = match.group(0)
+        opener_end = block.find(">") + 1
+        closer = block.rfind("<")
+        body = block[opener_end:closer] if closer >= opener_end else ""
+        if "\n" in body or "{" in body or len(body.split()) > _PROSE_BODY_WORDS:
+            return ""
+        return block if _in_prose(text, match.start(), match.start() + opener_end) else ""
 
     return pattern.sub(drop, text)
 
@@ -655,7 +681,10 @@ def _strip_orphan_think_close(text: str) -> str:
     drop everything up to the last ``</think>``, unless that tag stands mid-line after a
     space and before a space or punctuation (prose about the tag)."""
     for match in reversed(list(_THINK_CLOSE.finditer(text))):
-        if not _in_prose(text, *match.span()):
+        start = match.start()
+        if _THINK_OPEN.search(text, 0, start) is not None:
+            continue  # the closer of a block kept as prose, not an orphan
+        if not _in_prose(text, start, match.end()):
             return text[match.end() :]
     return text
 
@@ -726,7 +755,8 @@ def _is_tool_call_json(body: str, tool_names: Collection[str] | None = None) -> 
 
 def _call_name(call: dict[str, Any]) -> object:
     function = call.get("function")
-    return function.get("name") if isinstance(function, dict) else call.get("name")
+    name = function.get("name") if isinstance(function, dict) else call.get("name")
+    return _clean_name(name) if isinstance(name, str) else name
 
 
 def _looks_like_tool_call(value: object) -> bool:

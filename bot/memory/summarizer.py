@@ -249,6 +249,16 @@ def _categories_json(config: GuildConfig, values: Mapping[str, str]) -> str:
     )
 
 
+def _fitting(line_lengths: Sequence[int], room: int) -> int:
+    """How many of the lines, from the first, fit whole in ``room`` (one per line)."""
+    used = -1
+    for count, length in enumerate(line_lengths):
+        used += length + 1
+        if used > room:
+            return count
+    return len(line_lengths)
+
+
 def build_messages(
     config: GuildConfig,
     batch: Sequence[RawMessage],
@@ -509,17 +519,26 @@ class Summarizer:
         )
         skipped, new = first, new[first:]
         calls = 0
+        read = 0  # how many of ``new`` the model has integrated
         try:
             for start, end in batches:
-                # The room again, for the memory as it is now; it only differs from the
-                # plan when JSON escaping made the values longer than their length.
+                batch = new[start - first : end - first]
+                # The room again, for the memory as it is now: JSON escaping (a line break
+                # or a quote takes two characters) can make the categories longer than the
+                # plan allowed. A later batch then reads only the messages that fit whole;
+                # the rest stay new for the next run (the marker stops before them).
                 fixed = build_messages(config, [], summary=summary, categories=categories)
+                room_now = budget.prompt_chars - _prompt_chars(fixed)
+                if read:
+                    batch = batch[: _fitting([len(m.line()) for m in batch], room_now)]
+                    if not batch:
+                        break
                 messages = build_messages(
                     config,
-                    new[start - first : end - first],
+                    batch,
                     summary=summary,
                     categories=categories,
-                    max_new_chars=max(MIN_ROOM_CHARS, budget.prompt_chars - _prompt_chars(fixed)),
+                    max_new_chars=max(MIN_ROOM_CHARS, room_now),
                 )
                 if _prompt_chars(messages) > budget.prompt_chars:
                     raise _Unusable("failed", NO_ROOM)
@@ -551,6 +570,9 @@ class Summarizer:
                     summary = sanitize_value(text.strip())
                     if not summary:
                         raise _Unusable("empty", EMPTY_ANSWER)
+                read += len(batch)
+                if start - first + len(batch) < end - first:
+                    break  # the batch was shortened: nothing after it is read this run
         except LlmUnavailable as exc:
             return SummaryOutcome(
                 "failed", len(new), error=exc.user_message, calls=calls, skipped=skipped
@@ -559,6 +581,8 @@ class Summarizer:
             return SummaryOutcome(
                 exc.status, len(new), error=exc.message, calls=calls, skipped=skipped
             )
+
+        new = new[:read]
 
         def failed(error: str) -> SummaryOutcome:
             return SummaryOutcome("failed", len(new), error=error, calls=calls, skipped=skipped)

@@ -11,6 +11,7 @@ import copy
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import discord
 import pytest
 from sqlalchemy import func, select
@@ -639,3 +640,19 @@ async def test_a_full_length_reply_that_starts_like_the_refresh_marker_fits_disc
     assert all(len(p) <= DISCORD_LIMIT for p in parts), [len(p) for p in parts]
     assert not parts[0].startswith(REFRESH_MARKER_PREFIX)  # the guard's zero-width space
     assert "".join(parts).replace("\u200b", "").replace("\n", "") == text.replace("\n", "")
+
+
+async def test_a_network_error_of_the_typing_indicator_does_not_drop_the_turn(
+    kioku: KiokuHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # discord.py re-raises an OSError (connection reset, ECONNRESET 104 on Linux) or an
+    # aiohttp ClientError from POST /typing as is, not as discord.HTTPException.
+    async def typing_down(channel_id: int) -> None:
+        raise aiohttp.ServerDisconnectedError()
+
+    monkeypatch.setattr(kioku.bot.http, "send_typing", typing_down)
+    kioku.llm.reply_text("Here is your answer.")
+    await kioku.env.send("what's the plan?", mention_bot=True, raise_errors=False)
+
+    assert kioku.env.errors == []
+    assert [s.content for s in kioku.env.sent] == ["Here is your answer."]

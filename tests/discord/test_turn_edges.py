@@ -11,12 +11,15 @@ from typing import Any
 import pytest
 from aiohttp import web
 from discord.ext import commands
+from sqlalchemy import func, select
 from sqlalchemy.engine import URL
 
 from bot.db.engine import Database
+from bot.db.models import LongTermMemory
 from bot.llm.tool_loop import FALLBACK_REPLY, UNAVAILABLE_MESSAGE
 from bot.llm.tools.stm import STM_TOOL_NAME
 from bot.memory.model import RawMessage
+from bot.turn import NO_LONG_TERM_TOOLS_NOTE
 from tests.helpers.bot import KiokuHarness, start_kioku, stop_kioku
 from tests.helpers.discord_harness import _complete_message_payload, snowflake
 from tests.helpers.fake_llm import ScriptedLLM
@@ -330,3 +333,26 @@ async def test_another_bad_request_is_still_the_unavailable_notice(kioku: KiokuH
 
     assert kioku.env.last_sent().content == UNAVAILABLE_MESSAGE
     assert kioku.bot.turns.caps.tool_calling  # not mistaken for a refusal of tools
+
+
+async def test_a_remember_request_in_the_turn_that_found_tools_refused_is_not_claimed_saved(
+    db: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path
+) -> None:
+    # Ollama answers 400 to a request with "tools" when the loaded model has none. The
+    # turn is asked again without tools, but the prompt still lets the model believe it
+    # can store the fact (later turns get NO_LONG_TERM_TOOLS_NOTE; this one does not).
+    kioku = await start_kioku(db, llm, pg_url, tmp_path, settings={"provider": "ollama"})
+    try:
+        llm.reply_error(400, "registry.ollama.ai/library/gemma3:4b does not support tools")
+        llm.reply_text("Got it, I'll remember that your cat is called Miso!")
+        await kioku.env.send(
+            "remember that my cat is called Miso", mention_bot=True, raise_errors=False
+        )
+
+        assert "tools" in llm.request(0) and "tools" not in llm.request(1)
+        async with db.sessions() as session:
+            assert await session.scalar(select(func.count()).select_from(LongTermMemory)) == 0
+        retried = [m["content"] for m in llm.messages(1) if m["role"] == "system"]
+        assert NO_LONG_TERM_TOOLS_NOTE in retried
+    finally:
+        await stop_kioku(kioku)

@@ -21,6 +21,7 @@ from bot.llm.providers import CHARS_PER_TOKEN, capabilities
 from bot.llm.tool_loop import UNAVAILABLE_MESSAGE
 from bot.memory import summarizer as summarizer_module
 from bot.memory.model import Category, Marker, RawMessage, ScopeKey, message_hash
+from bot.memory.prompt import VALUE_LIMIT
 from bot.memory.service import MemoryService, WriteResult
 from bot.memory.summarizer import (
     CHANGED_MEANWHILE,
@@ -35,7 +36,9 @@ from bot.memory.summarizer import (
     TOOL_CALL_ANSWER,
     Summarizer,
     SummaryOutcome,
+    _prompt_chars,
     auto_summarize_reason,
+    build_messages,
     ignored_nudges,
     plan_batches,
     should_auto_summarize,
@@ -1004,3 +1007,52 @@ async def test_a_model_write_in_flight_when_the_summary_is_checked_is_not_overwr
     assert server[0].summary == "Model's fresh update."
     assert server[0].covered_through_message_id == newest[-1].message_id
     assert new[-1].message_id < newest[-1].message_id
+
+
+async def test_a_later_batch_is_not_cut_when_the_running_categories_hold_line_breaks(
+    db: Database, pg_url: URL, tmp_path: Path, llm: ScriptedLLM
+) -> None:
+    # In category mode the memory is shown as JSON, where a line break or a quote takes
+    # two characters: a bullet list grows past its length in the prompt. The plan must
+    # leave room for that, or a later batch is cut and the marker passes unread text.
+    settings = make_test_settings(
+        pg_url, tmp_path, provider="novelai", llm={"max_retries": 0, "timeout_seconds": 5}
+    )
+    service = make_service(db.sessions, settings, ManualClock())
+    summarizer = Summarizer(service, openai_client(llm), settings)
+    await service.set_categories(GUILD, ALICE, [Category(0, "notes", "Notes", "what matters")])
+    config = await service.guild_config(GUILD)
+    budget = summarizer._budget(config)
+    unescaped = build_messages(config, [], summary="", categories={"notes": "x" * VALUE_LIMIT})
+    room = budget.prompt_chars - _prompt_chars(unescaped)
+    # Ten messages, five of them filling that (too generous) room exactly.
+    base = (room - 4) // 5
+    sizes = [base] * 4 + [room - 4 - 4 * base]
+    posted = [
+        message(ALICE, f"m{i} " + "w" * (size - len("Alice: m0 ")))
+        for i, size in enumerate(sizes * 2)
+    ]
+    for raw in posted:
+        service.observe_message(CHANNEL, raw)
+    bullets = ("- Bob prefers tea\n" * 200)[:VALUE_LIMIT].rstrip()
+    llm.reply_text(json.dumps({"notes": bullets}))
+    for _ in range(len(posted)):
+        llm.reply_text(json.dumps({"notes": bullets}))
+
+    outcome = await summarizer.summarize(
+        guild_id=GUILD, channel_id=CHANNEL, actor_user_id=ALICE, reason="test"
+    )
+
+    assert outcome.status == "updated", outcome
+    prompts = [str(llm.messages(i)[1]["content"]) for i in range(len(llm.requests))]
+    assert not any(CUT_MARK in prompt for prompt in prompts)
+    read = [raw for raw in posted if any(raw.line() in prompt for prompt in prompts)]
+    assert read == posted[: len(read)] and outcome.new_messages == len(read) < len(posted)
+    # The marker stops at the last message read whole; the rest waits for the next run.
+    assert (await service.entry(SERVER_KEY)).marker == Marker.of(read[-1])
+    again = await summarizer.summarize(
+        guild_id=GUILD, channel_id=CHANNEL, actor_user_id=ALICE, reason="test"
+    )
+    assert again.status == "updated" and again.skipped == 0 and again.new_messages > 0
+    later = posted[len(read) + again.new_messages - 1]
+    assert (await service.entry(SERVER_KEY)).marker == Marker.of(later)

@@ -793,3 +793,71 @@ def test_leaks_glued_to_their_payload_or_naming_a_tool_of_the_turn_are_removed(
     leaked: str, answer: str
 ) -> None:
     assert strip_leaked_tool_syntax(leaked, {"update_short_term_memory"}) == answer
+
+
+TURN_TOOLS = {STM_TOOL_NAME, "remember", "recall", "forget_memory"}
+
+
+async def test_an_answer_repeated_beside_each_tool_call_is_not_doubled(llm: ScriptedLLM) -> None:
+    """The nudge asks to answer, then update the memory. A model whose first update is
+    refused (malformed arguments) sends the same answer again beside its corrected call,
+    then closes the turn repeating it once more: the member gets it once, not twice."""
+    answer = "The capital of France is Paris."
+    answers = iter([ToolOutcome("rejected: arguments are not valid JSON", False)])
+
+    async def stm(raw: str | None) -> ToolOutcome:
+        return next(answers, ToolOutcome("saved", True))
+
+    tool = Recorder(STM_TOOL_NAME)
+    tool.run = stm  # type: ignore[method-assign]
+    llm.reply_tool_calls([(STM_TOOL_NAME, '{"summary": "Alice asked')], content=answer)
+    llm.reply_tool_calls([(STM_TOOL_NAME, {"summary": "Alice asked."})], content=answer)
+    llm.reply_text(answer)
+
+    result = await _loop(llm, {STM_TOOL_NAME: tool.spec})
+
+    assert result.text == answer
+
+
+@pytest.mark.parametrize(
+    ("leaked", "answer"),
+    [
+        # A reasoning block opened mid-line: the answer before it is dropped.
+        (
+            "Sure thing. <think> The user wants the capital.\nKeep it short.\n</think>\n"
+            "Paris is the capital.",
+            "Sure thing. \nParis is the capital.",
+        ),
+        # A closed tool call mid-line after a space: the answer after it is dropped.
+        (
+            'Done. <tool_call> {"name": "update_short_term_memory", "arguments": '
+            '{"summary": "x"}} </tool_call> Anything else?',
+            "Done.  Anything else?",
+        ),
+        (
+            'Saved. <function=update_short_term_memory> {"summary": "x"} </function> Bye!',
+            "Saved.  Bye!",
+        ),
+        # Reasoning mid-line between spaces is shown to the member.
+        (
+            "Okay. <think> the user is testing me, keep it short </think> It is 4.",
+            "Okay.  It is 4.",
+        ),
+    ],
+)
+def test_leaked_blocks_mid_line_are_removed_and_the_answer_around_them_kept(
+    leaked: str, answer: str
+) -> None:
+    # What the cleaner returned before 387fba3 for each of these.
+    assert strip_leaked_tool_syntax(leaked, TURN_TOOLS) == answer
+
+
+def test_a_fenced_call_to_a_turn_tool_with_the_functions_prefix_is_a_leak() -> None:
+    # The loop routes "functions.update_short_term_memory" to the STM tool (_clean_name);
+    # the same call leaked in a fence is shown in chat, memory text and all.
+    leaked = (
+        "Noted.\n```json\n"
+        '{"name": "functions.update_short_term_memory", '
+        '"arguments": {"summary": "Alice is moving to Berlin in May."}}\n```'
+    )
+    assert strip_leaked_tool_syntax(leaked, TURN_TOOLS) == "Noted."
