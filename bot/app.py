@@ -122,7 +122,9 @@ class KiokuBot(commands.Bot):
         )
         await self.listener.start()
         self.llm = make_client(self.settings)
-        self.longterm = LongTermService(self.database.sessions, self.settings, self.clock)
+        self.longterm = LongTermService(
+            self.database.sessions, self.settings, self.clock, spool=self.spool
+        )
         self.turns = TurnRunner(self.memory, self.llm, self.settings, longterm=self.longterm)
         self.summarizer = self.turns.summarizer
         install_error_handler(self.tree)

@@ -174,7 +174,9 @@ class TurnRunner:
         self.persona = persona or load_persona(settings.persona_file)
         self.caps = capabilities(settings.provider)
         self.summarizer = Summarizer(memory, client, settings)
-        self.longterm = longterm or LongTermService(memory.sessions, settings, memory.clock)
+        self.longterm = longterm or LongTermService(
+            memory.sessions, settings, memory.clock, spool=memory.spool
+        )
         # (user, guild, channel, opted in) known to show no long-term facts: most users never
         # ask the bot to remember anything, and their warm turns then need no query.
         self._no_facts: TTLCache[tuple[int, int | None, int, bool], bool] = TTLCache(

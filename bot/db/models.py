@@ -228,7 +228,7 @@ class StmForget(Base):
     """When a user was last forgotten (``/forget-me``), under a hash of their id, not the
     id. A write derived from their messages by a turn that started before it (a memory
     that was shown their words, a fact they asked for) is refused by every process, also
-    one that missed the notice or replays a spool later. Kept two days, then purged by the
+    one that missed the notice or replays a spool later. Kept 30 days, then purged by the
     janitor."""
 
     __tablename__ = "stm_forgets"

@@ -43,6 +43,7 @@ from bot.db.repositories.longterm import STOP_WORDS, Fact, FactEvent, ScoredFact
 from bot.memory.clock import Clock, SystemClock
 from bot.memory.model import Provenance
 from bot.memory.sanitize import sanitize_value
+from bot.memory.spool import DurableSpool
 from bot.memory.storage import storage
 
 __all__ = [
@@ -128,6 +129,12 @@ _CLAUSE_WORDS = _BINDERS | _NOT_FILLER | {"and", "but", "or", "because", "so", "
 FORGOTTEN_MEANWHILE = (
     "the user had everything about them forgotten (/forget-me) while this turn ran; "
     "nothing was saved"
+)
+
+
+FORGET_PENDING = (
+    "the user's /forget-me is still being applied (the database was unavailable); "
+    "nothing was saved, ask them to try again in a minute"
 )
 
 
@@ -260,9 +267,13 @@ class LongTermService:
         sessions: async_sessionmaker[AsyncSession],
         settings: Settings,
         clock: Clock | None = None,
+        *,
+        spool: DurableSpool | None = None,
     ) -> None:
         self._sessions = sessions
         self.settings = settings
+        # A /forget-me waiting there deletes every fact of the user when it is replayed.
+        self._spool = spool
         self.limits = settings.longterm
         self.clock: Clock = clock or SystemClock()
         # Per user, the number of the last save attempted in this process. One rising
@@ -336,6 +347,8 @@ class LongTermService:
         now = self.clock.now()
         async with self._storage("remembering a fact") as session, session.begin():
             await repo.lock_user(session, user_id)  # a /forget-me takes it too
+            if self._spool is not None and self._spool.forgetting(user_id):
+                raise FactRefused(FORGET_PENDING)
             if started_at is not None:
                 forgotten = (await stm_repo.forget_times(session, [user_id])).get(user_id)
                 if forgotten is not None and forgotten >= started_at:  # see writes_refused

@@ -75,9 +75,9 @@ FORGOTTEN_ELSEWHERE_SECONDS = 300.0
 # How long a channel's clear time is kept (``stm_clears``): longer than any turn, and
 # long enough to bound a back-fill whose /refresh marker was deleted.
 CLEAR_RECORD_KEPT = timedelta(days=30)
-# How long a /forget-me is kept (``stm_forgets``, a hash): longer than any turn or outage
-# a spool rides out, short since it concerns someone who asked to be forgotten.
-FORGET_RECORD_KEPT = timedelta(days=2)
+# How long a /forget-me is kept (``stm_forgets``, a hash of the id): longer than any turn,
+# and as long as a spool may wait for its replay (a process down for weeks is not).
+FORGET_RECORD_KEPT = CLEAR_RECORD_KEPT
 
 
 class _QueuedBehindSpool(Exception):
@@ -1106,6 +1106,9 @@ class MemoryService:
         self._notice_seq += 1
         self._noticed[FORGET_NOTICED] = self._notice_seq
         self.cache.clear()
+        # The raw windows too: a missed /forget-me leaves the user's words in them, and a
+        # turn starting now (after the forget, so not refused by it) would store them.
+        self.windows.drop_all()
         self._configs.clear()
         self._opt_ins.clear()
         self._guilds_hydrated.clear()

@@ -309,6 +309,10 @@ class DurableSpool:
         whose forget waits to be replayed: it is as good as deleted."""
         return any(entry.derived_from(user_id) for user_id in self._forgetting)
 
+    def forgetting(self, user_id: int) -> bool:
+        """Whether a /forget-me of the user waits to be replayed."""
+        return user_id in self._forgetting
+
     def blank_channel(self, channel_id: int) -> None:
         """Another process cleared the channel: its spooled states are shown empty from
         now on (their replay is refused if their turn began before the clear), keeping
@@ -699,7 +703,10 @@ async def _apply(session: AsyncSession, record: dict[str, Any], origin: str) -> 
         await longterm_repo.lock_user(session, user_id)
         if at is not None:
             await stm_repo.record_forget(session, user_id, at)
-        await stm_repo.delete_user(session, user_id, not_after=at)
+        # Everything derived from the user up to now, not only up to the /forget-me: other
+        # processes, which could not know of it, may have written their words since (this
+        # process queued its own later writes behind it in the spool).
+        await stm_repo.delete_user(session, user_id)
         await guild_repo.delete_long_term_of_user(session, user_id)
         await guild_repo.delete_user_settings(session, user_id)
         await stm_repo.delete_events_of_user(session, user_id)

@@ -133,10 +133,17 @@ class WindowCache:
     def clear(self, channel_id: int) -> None:
         """Forget a channel's messages; it counts as primed so history is not re-fetched
         from before the clear (the caller's ``/refresh`` marker bounds any back-fill)."""
-        self._windows.pop(channel_id, None)
+        self._windows[channel_id] = deque(maxlen=self._per_channel)  # empty, still primed
         self._primed[channel_id] = True
         for fill in self._fills.get(channel_id, ()):
             fill.cleared = True
+
+    def drop_all(self) -> None:
+        """Forget every window (after missed notices: a /refresh or a /forget-me made
+        elsewhere may concern them); each channel is back-filled again on its next use,
+        through what the database says was wiped."""
+        self._windows.clear()
+        self._primed.clear()
 
     def channels_with_author(self, author_id: int) -> set[int]:
         """The channels whose window holds a message by ``author_id``."""

@@ -28,6 +28,8 @@ from tests.helpers.builders import (
     GUILD,
     ManualClock,
     make_service,
+    message,
+    prepare,
     spooled_then_cleared_elsewhere,
     turn_for,
 )
@@ -256,3 +258,30 @@ async def test_a_forget_me_missed_while_deaf_is_not_undone_by_the_spool_replay(
     assert await server_summary(db) == ""
     async with db.sessions() as session:
         assert await session.scalar(select(func.count()).select_from(ShortTermMemory)) == 0
+
+
+async def test_a_forget_me_missed_while_deaf_leaves_nothing_in_the_windows_after_reconnect(
+    db: Database, settings: Settings
+) -> None:
+    # B kept Alice's message in its raw window while it could not hear A's /forget-me: a
+    # turn starting after the reconnect (so not refused by the forget's record) must not
+    # be shown her words, nor store them.
+    clock = ManualClock()
+    a = make_service(db.sessions, settings, clock)
+    b = make_service(db.sessions, settings, clock)
+    b.observe_message(CHANNEL, message(ALICE, "my secret plan: rob the bank on friday"))
+    b.listener_lost()
+    clock.advance(seconds=1)
+    await a.forget_user(ALICE)  # announced; B cannot hear it
+    clock.advance(seconds=60)
+
+    b.listening_again()
+    bobs = await prepare(b, BOB)
+    result = await b.update_stm(bobs.turn, summary="Bob is here")
+
+    assert ALICE not in [m.author_id for m in bobs.prompt.window]
+    assert result.ok
+    async with db.sessions() as session:
+        rows = await session.scalars(select(ShortTermMemory))
+        assert all(ALICE not in row.contributor_ids for row in rows)
+    assert not b.windows.is_primed(CHANNEL)  # back-filled again, through the wipe records

@@ -19,7 +19,8 @@ from bot.config import Settings
 from bot.db.engine import Database
 from bot.db.models import ShortTermMemory, StmEvent
 from bot.memory import spool as spool_module
-from bot.memory.model import ScopeKey
+from bot.memory.longterm import FactRefused, LongTermService
+from bot.memory.model import Provenance, ScopeKey
 from bot.memory.service import MemoryService, WriteResult
 from bot.memory.spool import DurableSpool, SpoolLocked, count_pending, inspect_spool, spool_path
 from bot.memory.storage import MemoryUnavailable
@@ -805,3 +806,72 @@ async def test_a_failed_reopen_after_replay_never_writes_into_a_reused_descripto
     finally:
         for fd in {victim, stale_fd}:
             os.close(fd)
+
+
+async def rows_derived_from(db: Database, user_id: int) -> list[str]:
+    async with db.sessions() as session:
+        rows = await session.scalars(select(ShortTermMemory))
+        return [r.summary for r in rows if user_id in r.contributor_ids or r.user_id == user_id]
+
+
+async def test_a_deferred_forget_me_also_deletes_what_another_process_wrote_before_its_replay(
+    db: Database, settings: Settings, spool: DurableSpool, dead_engine: AsyncEngine
+) -> None:
+    # A could not reach the database: its /forget-me waits in its spool. B, which could,
+    # commits a memory of Alice's words (its turn began before the forget, which the
+    # database has no record of yet). The replay deletes it too.
+    clock = ManualClock()
+    a = make_service(db.sessions, settings, clock, spool=spool)
+    b = make_service(db.sessions, settings, clock)
+    alices = (await prepare(b, ALICE)).turn
+    clock.advance(seconds=1)
+    real = await outage(a, dead_engine)
+    assert (await a.forget_user(ALICE)).pending_sync
+    a._sessions = real
+    clock.advance(seconds=5)
+    assert (await b.update_stm(alices, summary="Alice's secret plan")).ok
+
+    await spool.replay(db.sessions)
+
+    assert await rows_derived_from(db, ALICE) == []
+
+
+async def test_a_spooled_write_replayed_days_after_a_forget_me_elsewhere_stays_refused(
+    db: Database, settings: Settings, spool: DurableSpool, dead_engine: AsyncEngine
+) -> None:
+    # B spooled a write of Alice's words and went down for three days; meanwhile Alice ran
+    # /forget-me through A and the janitor ran: the forget's record outlives the outage.
+    clock = ManualClock()
+    b = make_service(db.sessions, settings, clock, spool=spool)
+    a = make_service(db.sessions, settings, clock)
+    turn = (await prepare(b, ALICE)).turn
+    await outage(b, dead_engine)
+    assert str(await b.update_stm(turn, summary="Alice's secret plan")) == "saved, pending sync"
+    clock.advance(seconds=5)
+    await a.forget_user(ALICE)
+    clock.advance(days=3)
+    await a.purge_expired_rows()
+
+    await spool.replay(db.sessions)
+
+    assert await rows_derived_from(db, ALICE) == []
+
+
+async def test_a_fact_cannot_be_saved_while_the_users_forget_me_waits_in_the_spool(
+    db: Database, settings: Settings, spool: DurableSpool
+) -> None:
+    # Its replay deletes every fact of the user: one saved before it would be lost.
+    clock = ManualClock()
+    spool.append_forget(ALICE, clock.now())
+    clock.advance(seconds=10)
+    longterm = LongTermService(db.sessions, settings, clock, spool=spool)
+    provenance = Provenance("model_tool", "m", ALICE, 1)
+
+    with pytest.raises(FactRefused, match="still being applied"):
+        await longterm.remember(ALICE, GUILD, "my new cat is Tofu", provenance)
+
+    await spool.replay(db.sessions)
+    saved = await longterm.remember(
+        ALICE, GUILD, "my new cat is Tofu", provenance, started_at=clock.now()
+    )
+    assert saved.created and (await longterm.list_facts(ALICE)).total == 1
