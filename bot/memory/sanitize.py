@@ -251,8 +251,9 @@ _PASSWORD: Final = regex.compile(
 # "the passcode is now 4821".  The value runs to the end of its line or sentence, as after
 # `password:`, unless its first word makes the sentence prose about the password rather
 # than the password itself ("is on the fridge", "is in the drawer", "is the same as
-# before", "is too short", "is strong") or it gives a length ("is 12 characters long").
-# The key word is singular ("passwords are hashed" is prose).  The match
+# before", "is too short", "is strong"), says what happened to it (a past participle: "is
+# printed on the router", "was sent to you", "was accepted") or gives a length ("is 12
+# characters long").  The key word is singular ("passwords are hashed" is prose).  The match
 # starts at the key word (kept verbatim in ``sep``): a literal start keeps the scan fast.
 _PROSE_AFTER_PASSWORD_TEXT: Final = """
     a an the this that these those my your his her its our their some any no none not
@@ -263,7 +264,8 @@ _PROSE_AFTER_PASSWORD_TEXT: Final = """
     through between beside somewhere nowhere anywhere everywhere
     too so very quite really pretty still now also just only always probably definitely
     already again more less much way kind sort almost actually literally totally even
-    usually currently supposed
+    usually currently supposed then later often sometimes apparently obviously clearly
+    hopefully supposedly indeed rarely automatically easily
     and or but because if
     strong weak long short secure insecure safe unsafe simple easy hard complex
     complicated wrong incorrect invalid valid expired expiring required needed mandatory
@@ -274,6 +276,22 @@ _PROSE_AFTER_PASSWORD_TEXT: Final = """
     lowercase uppercase numeric alphanumeric random unique generated available visible
     """
 _PROSE_AFTER_PASSWORD: Final = "|".join(_PROSE_AFTER_PASSWORD_TEXT.split())
+# Past participles: a regular one is an all-letters word ending in "ed" (lower case, or
+# capitalised), at least four letters and not "-eed" ("red", "speed" and "seed" may well be
+# the password); an irregular one is listed.  A value with a digit, a symbol or mixed case
+# (`Tr0ub4dor&3`, `hunter2`) is never one, so it stays redacted.  A password that really is
+# a lone participle ("the password is accepted") is left visible: that reading is rare,
+# and "the password was accepted" is a common sentence.
+_IRREGULAR_PARTICIPLES_TEXT: Final = """
+    sent kept given shown made taken chosen gotten spoken frozen beaten fallen drawn seen
+    done found held left told sold put read bought brought built caught taught thought
+    meant spent hung stuck begun driven ridden written shaken worn torn sworn grown thrown
+    blown flown withheld mistaken forgiven overwritten rewritten
+    """
+_PARTICIPLE: Final = (
+    r"(?:[A-Za-z][a-z]*[a-df-z]ed"
+    rf"|(?i:{'|'.join(_IRREGULAR_PARTICIPLES_TEXT.split())}))"
+)
 _LENGTH_VALUE: Final = r"\d+[ \t]+(?i:characters|chars|letters|digits|numbers|symbols)\b"
 # "is", "was", "is:", and "is now / still / set to / changed to" before the value; atomic,
 # so a prose word after "now" cannot be retried as the value "now ...".
@@ -285,18 +303,29 @@ _PASSWORD_STATED: Final = regex.compile(
     # The look-ahead is redundant but gives the engine a fast first-character scan.
     rf"(?=(?i:p[aw]))(?P<sep>(?:{_PASSWORD_WORDS})[\"']?{_STATED})"
     r"(?![\"']?\[REDACTED:)"
-    rf"(?!(?i:{_PROSE_AFTER_PASSWORD})(?![\w'\-])|{_LENGTH_VALUE})"
+    rf"(?!(?:(?i:{_PROSE_AFTER_PASSWORD})|{_PARTICIPLE})(?![\w'\-])|{_LENGTH_VALUE})"
     rf"(?P<value>{_QUOTED_VALUE}|(?=[^\s\"'])(?:[^\n.!?&]++|(?!{_PASSWORD_STOP})[^\n])+)"
 )
-# A PIN: "my PIN is 4821", "pin code: 0000", "SIM pin=1234".  Only a value that starts
-# with a digit counts, and only its words that start with a digit are hidden: "pin" is
-# also an ordinary word ("pin: this message", "the pin is in the map").
+# A PIN: "my PIN is 4821", "pin code: 0000", "SIM pin=1234", "my pin is 12 34".  "pin" is
+# also an ordinary word: a hardware pin ("LED pin: 13", "GPIO pin is 17"), a length ("the
+# pin is 2 inches long"), a version pin ("requests pin: 2.31.0"), "pin: this message".  So
+# the value is digits only, as whole words (up to four groups: "12 34"), not followed by a
+# word character, a decimal or version part or a unit; `_replace_pin` then wants 4 to 8
+# digits in all.
+_PIN_UNITS: Final = """
+    mm cm inch inches ft feet foot mil mils volt volts ma amp amps ohm ohms kohm hz khz mhz
+    rpm long wide deep tall high
+    """
 _PIN: Final = regex.compile(
     rf"(?P<sep>{_SEGMENT_START}(?i:pin)(?:[ \t]+(?i:code|number))?"
     rf"(?:{_STATED}|[\"']?[ \t]*+(?>:=|=>|[:=])[ \t]*+))"
-    rf"(?!{_LENGTH_VALUE})"
-    r"(?P<value>\d\S*(?:[ \t]+\d\S*)*)"
+    r"(?P<value>\d{1,8}+(?:[ \t]\d{1,8}+){0,3}+)"
+    r"(?![\w\-]|[.,:/]\d)"
+    rf"(?![ \t]+(?i:{'|'.join(_PIN_UNITS.split())})(?![\w'\-]))"
 )
+_MIN_PIN_DIGITS: Final = 4
+_MAX_PIN_DIGITS: Final = 8
+_TRAILING_SPACE: Final = regex.compile(r"[ \t]*\Z")
 _CREDENTIAL: Final = regex.compile(
     rf"(?<=(?:{_OTHER_SECRET_WORDS})[\"']?[ \t]*)"
     rf"{_SEPARATOR}"
@@ -439,13 +468,14 @@ def redact_secrets(text: str) -> str:
     ``pw``) is redacted up to the end of its line or sentence, spaces included, after a
     separator (``password: x``) or stated in words (``my password is x``, ``the pwd was
     x``) - unless, in words, it starts with prose about the password ("is on the fridge",
-    "is too short", "is the same as before", "is strong", "is 12 characters long").  A
-    PIN (``PIN: 4821``, ``my pin is 4821``) is redacted only when it starts with a digit,
-    and only its digit groups.  The value of a ``key``, ``token`` or ``secret`` is one
-    word and is redacted only if it looks like a secret: token-shaped (``abc123``), or for
-    anything but a bare ``key`` a lone word ending the line (``secret: opensesame``) or a
-    quoted string.  So "my password is strong", "the key = happiness" and "Secret: the
-    butler did it" are left alone.
+    "is too short", "is the same as before", "is strong", "is 12 characters long") or a
+    past participle ("is printed on the router", "was sent to you", "was accepted").  A
+    PIN (``PIN: 4821``, ``my pin is 4821``) is redacted only when it is 4 to 8 digits as
+    whole words ("LED pin: 13", "requests pin: 2.31.0", "the pin is 2 inches long" stay).
+    The value of a ``key``, ``token`` or ``secret`` is one word and is redacted only if it
+    looks like a secret: token-shaped (``abc123``), or for anything but a bare ``key`` a
+    lone word ending the line (``secret: opensesame``) or a quoted string.  So "my password
+    is strong", "the key = happiness" and "Secret: the butler did it" are left alone.
     Redaction is idempotent, so already-redacted text passes through unchanged.
     """
     return _redact(text)[0]
@@ -611,7 +641,7 @@ def _redact(text: str, *, cut: bool = False) -> tuple[str, list[str]]:
             text = text.replace(secret, _marker(found[secret]))
     sub(_PASSWORD, _replace_password, "credential", token=False)
     sub(_PASSWORD_STATED, _replace_password, "credential", token=False)
-    sub(_PIN, _replace_password, "credential", token=False)
+    sub(_PIN, _replace_pin, "credential", token=False)
     sub(_CREDENTIAL, _replace_credential, "credential", token=False)
     sub(_BEARER, _replace_bearer, "bearer", token=False)
     return text, kinds
@@ -670,6 +700,16 @@ def _replace_password(match: regex.Match[str], kind: str, cut: bool) -> tuple[st
     if not core:
         return match.group(), None
     return prefix + _marker(kind) + value[len(core) :], kind
+
+
+def _replace_pin(match: regex.Match[str], kind: str, cut: bool) -> tuple[str, str | None]:
+    """A PIN is 4 to 8 digits; fewer or more is a pin number, a count, a length..."""
+    digits = sum(char.isdigit() for char in match.group("value"))
+    # A value that runs into the cut may go on ("pin is 12 " of "pin is 12 34"): hidden.
+    at_cut = cut and _TRAILING_SPACE.match(match.string, match.end()) is not None
+    if not at_cut and not _MIN_PIN_DIGITS <= digits <= _MAX_PIN_DIGITS:
+        return match.group(), None
+    return match.group("sep") + _marker(kind), kind
 
 
 def _replace_credential(match: regex.Match[str], kind: str, cut: bool) -> tuple[str, str | None]:

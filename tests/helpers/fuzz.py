@@ -273,6 +273,9 @@ HOSTILE_PIECES: tuple[str, ...] = (
     "task-management-system",
     "sk-8 park",
     "my password is strong",
+    "the password was sent to you",
+    "PIN: 4821",
+    "LED pin: 13",
 )
 
 
