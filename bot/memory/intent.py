@@ -33,7 +33,13 @@ form, because "remember…" in chat is usually reminiscence, not an instruction:
 Addressed to the bot (mention or name, no request marker), any memory verb counts, but
 the "never mind" idioms still do not: ``<@bot> forget it``, ``kioku, forget (all) about
 it`` and a clause-final ``<@bot> forget that``. With a request marker they do count
-(``please forget it``, ``can you forget that?``).
+(``please forget it``, ``can you forget that?``), and so they do (addressed or bare)
+when the marker or a reason follows them in the message: ``forget it please``,
+``forget that, could you?``, ``forget that, it was wrong``, ``forget that. I lied``
+(wrong, lie, mistake, incorrect, not true, typo, false, kidding, outdated, changed…).
+A marker that starts another request (``forget it, please tell me a joke``) and the
+reasons to drop a subject (``wrong channel``, ``false alarm``, ``changed my mind``) do
+not count.
 
 Always (with or without a marker): ``remember`` followed by ``when``, ``how``, ``if``,
 ``back``, ``the time``, ``that time/night/guy/party``… never counts (it asks to
@@ -121,6 +127,26 @@ _ADDRESSED_ONLY = re.compile(
     rf"(?:remember{_END}{_REMEMBER_NEVER}|{_DONT}\s+forget{_END}|forget{_END}{_NEVER_MIND}"
     rf"|{_ALWAYS}|note\s+that\b)"
 )
+# ... but a "never mind" idiom ("forget it", "forget that", "forget about it") followed,
+# in its clause or later in the message, by a request marker or by why the fact must go
+# is a deletion request after all: "<@bot> forget that, it was wrong", "forget it please",
+# "forget that. I lied". A marker before it ("oh please, forget it") is exasperation. A
+# marker counts on its own ("forget that, could you?", "forget it please :)", "please,
+# it's outdated"), not when it starts another request ("forget it, please tell me a
+# joke", "forget it, can you check the weather"); and "wrong channel", "false alarm" or
+# "changed my mind" are reasons to drop the subject, not the fact.
+_MARKER_ALONE = (
+    r"(?=\s*(?:$|[^\w\s]|(?:please|pls|plz|forget|delete|remove|erase|thanks?|thank|ty|thx)\b))"
+)
+_NEVER_MIND_IDIOM = re.compile(r"forget\s+(?:it(?![\w'])|(?:all\s+)?about\s+it\b|that\b)")
+_MEANT_IT = re.compile(
+    rf"\b(?:(?:please|pls|plz){_MARKER_ALONE}"
+    rf"|(?:can|could|would|will)\s+(?:you|u){_MARKER_ALONE}"
+    r"|wrong(?!\s+(?:channel|chat|thread|server|person|window|tab|place|bot|dm|room)\b)"
+    r"|lied|lying|a\s+lie|mistake|mistaken|incorrect|inaccurate|untrue|not\s+true"
+    r"|isn't\s+true|wasn't\s+true|no\s+longer\s+true|typo|false(?!\s+alarm\b)"
+    r"|kidding|joking|jk|outdated|out\s+of\s+date|changed(?!\s+my\s+mind\b))\b"
+)
 _TAG_QUESTION = re.compile(r"\s(?:ok|okay|alright|right|yeah|please|pls)\s*$")
 _BOT_REQUEST = re.compile(rf"{_REQUEST}\s+(?:please\s+)?")
 _INTERJECTION = re.compile(rf"(?:{_INTERJECTIONS})\b[\s:!-]*")
@@ -167,7 +193,9 @@ def _strip_address(
     return rest, addressed, False
 
 
-def _verb_matches(rest: str, addressed: bool, question: bool) -> bool:
+def _verb_matches(rest: str, addressed: bool, question: bool, following: str) -> bool:
+    """Whether clause ``rest`` (address words stripped) is a request; ``following`` is
+    the rest of the message after the clause."""
     request = _BOT_REQUEST.match(rest)
     if request is not None:
         polite_only = _POLITE_ONLY.fullmatch(request.group(0)) is not None
@@ -176,8 +204,16 @@ def _verb_matches(rest: str, addressed: bool, question: bool) -> bool:
             return False  # "please note that…": an announcement, not a request
         return _ADDRESSED.match(rest) is not None
     if addressed:
-        return _ADDRESSED_ONLY.match(rest) is not None
-    return not question and _BARE.match(rest) is not None
+        if _ADDRESSED_ONLY.match(rest) is not None:
+            return True
+    elif question:
+        return False
+    elif _BARE.match(rest) is not None:
+        return True
+    idiom = _NEVER_MIND_IDIOM.match(rest)
+    if idiom is None:
+        return False
+    return _MEANT_IT.search(f"{rest[idiom.end() :]}\n{following}") is not None
 
 
 def explicit_long_term_intent(
@@ -196,7 +232,8 @@ def explicit_long_term_intent(
     alternatives = "|".join(re.escape(n.strip().lower()) for n in bot_names if n.strip())
     names = re.compile(rf"(?:{alternatives}){_NAME_TAIL}") if alternatives else None
     carried = False  # "hey kioku, remember …": the address is its own clause
-    for match in _CLAUSE.finditer(_prepare(text)):
+    prepared = _prepare(text)
+    for match in _CLAUSE.finditer(prepared):
         clause, end = match.group(1), match.group(2)
         rest, addressed, elsewhere = _strip_address(clause, bot_user_id, names)
         if elsewhere:
@@ -210,6 +247,6 @@ def explicit_long_term_intent(
         # "remember that my cat is Miso, ok?": a tag question asks for agreement; the
         # clause before it is still an instruction.
         question = end == "?" and _TAG_QUESTION.search(rest) is None
-        if _verb_matches(rest, addressed, question):
+        if _verb_matches(rest, addressed, question, prepared[match.end() :]):
             return True
     return False

@@ -66,6 +66,9 @@ POSITIVE = {
     "tag-question-ok": "remember that my cat is Miso ok?",
     "tag-question-comma": "remember that my cat is Miso, right?",
     "never-forget": "Never forget that I'm allergic to nuts",
+    # "never mind" idioms followed by a request marker or a reason to delete the fact.
+    "forget-it-please": "forget it please",
+    "forget-that-it-was-wrong": "forget that, it was wrong",
 }
 
 NEGATIVE = {
@@ -94,6 +97,7 @@ NEGATIVE = {
     "dont-forget-bare": "Don't forget!",
     "forget-it": "forget it, never mind",
     "forget-about-it": "Forget about it",
+    "forget-it-please-another-request": "forget it, please tell me a joke",
     "note-that-bare": "Note that this only works on Linux",
     "please-note-that": "Please note that the server will be down",
     "notes": "notes that are long",
@@ -178,6 +182,14 @@ def test_bot_names(names: tuple[str, ...], expected: bool) -> None:
         pytest.param("<@!999> Forget it!", id="nickname-mention-forget-it"),
         pytest.param("kioku, forget it", id="name-forget-it"),
         pytest.param("hey kioku, forget about it", id="carried-name-forget-about-it"),
+        # A marker before the idiom, or one that starts another request, is no request
+        # to delete; nor are these reasons to drop the subject.
+        pytest.param("<@999> oh please, forget it", id="please-before"),
+        pytest.param("<@999> forget it, please tell me a joke", id="please-another-request"),
+        pytest.param("<@999> forget it, can you check the weather", id="can-you-another-request"),
+        pytest.param("<@999> forget it, wrong channel", id="wrong-channel"),
+        pytest.param("<@999> forget it, false alarm", id="false-alarm"),
+        pytest.param("<@999> forget that, I changed my mind", id="changed-my-mind"),
     ],
 )
 def test_never_mind_addressed_to_the_bot_is_not_a_long_term_request(text: str) -> None:
@@ -197,6 +209,14 @@ def test_never_mind_addressed_to_the_bot_is_not_a_long_term_request(text: str) -
         pytest.param("kioku, forget it's my birthday", id="name-forget-its"),
         pytest.param("<@999> please forget it", id="mention-please-forget-it"),
         pytest.param("<@999> can you forget that?", id="mention-can-you-forget-that"),
+        # A request marker or a reason after the "never mind" idiom makes it a request.
+        pytest.param("<@999> forget that, it was wrong", id="forget-that-wrong"),
+        pytest.param("<@999> forget that, please", id="forget-that-comma-please"),
+        pytest.param("<@999> forget it please", id="forget-it-please"),
+        pytest.param("<@999> forget that. I lied", id="forget-that-i-lied"),
+        pytest.param("<@999> forget that, could you?", id="forget-that-could-you"),
+        pytest.param("<@999> forget about it, it's outdated", id="forget-about-it-outdated"),
+        pytest.param("kioku, forget it, my number changed", id="name-forget-it-changed"),
     ],
 )
 def test_explicit_forget_requests_addressed_to_the_bot_still_count(text: str) -> None:
