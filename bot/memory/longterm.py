@@ -124,6 +124,11 @@ _SINGLE_VALUED = frozenset(
 # Words that start another statement: an extension holding one is more than a longer
 # value ("my name is Ann" / "my name is Ann and I like cats").
 _CLAUSE_WORDS = _BINDERS | _NOT_FILLER | {"and", "but", "or", "because", "so", "with"}
+# What separates two statements in the text between two words ("my age is 34, vegan
+# since 2019"): an extension after one is another statement, not a longer value. A dot
+# or colon only before a space ("ann@x.com" and "10:30" are one value), a hyphen only
+# between spaces ("Ann-Marie" is one name); "UTC+2" and "she/her" are one value.
+_STATEMENT_SEPARATOR = re.compile(r"[,;!?()\[\]{}|&\u2014\u2013\u2026\n]|[.:]\s|\s-\s")
 
 
 FORGOTTEN_MEANWHILE = (
@@ -192,10 +197,24 @@ def normalized_tokens(text: str) -> list[str]:
     """``text`` case-folded, without punctuation or extra whitespace, as words (a few
     spelling variants made canonical: ``named`` → ``called``, ``colour`` → ``color``;
     contractions spelt out: ``I'm`` → ``i am``, ``don't`` → ``do not``)."""
+    return _words(text)[0]
+
+
+def _words(text: str) -> tuple[list[str], list[bool]]:
+    """:func:`normalized_tokens`, and for each word whether a statement separator
+    (``,`` ``;`` ``. `` ``—``…) stands between it and the word before."""
     folded = text.casefold().replace("\u2019", "'")
     for pattern, replacement in _CONTRACTIONS:
         folded = pattern.sub(replacement, folded)
-    return [_CANONICAL.get(word, word) for word in _TOKEN.findall(folded)]
+    words: list[str] = []
+    separated: list[bool] = []
+    end = 0
+    for match in _TOKEN.finditer(folded):
+        words.append(_CANONICAL.get(match.group(), match.group()))
+        gap = folded[end : match.start()] if end else ""  # none before the first word
+        separated.append(_STATEMENT_SEPARATOR.search(gap) is not None)
+        end = match.end()
+    return words, separated
 
 
 def _jaccard(a: Sequence[str], b: Sequence[str]) -> float:
@@ -203,7 +222,9 @@ def _jaccard(a: Sequence[str], b: Sequence[str]) -> float:
     return len(left & right) / len(left | right)
 
 
-def _same_subject_new_value(a: Sequence[str], b: Sequence[str]) -> bool:
+def _same_subject_new_value(
+    a: Sequence[str], b: Sequence[str], separated_a: Sequence[bool], separated_b: Sequence[bool]
+) -> bool:
     prefix = 0
     for left, right in zip(a, b, strict=False):
         if left != right:
@@ -224,10 +245,18 @@ def _same_subject_new_value(a: Sequence[str], b: Sequence[str]) -> bool:
         return names_a_value
     # One value extends the other ("my timezone is UTC" / "my timezone is UTC+2"): the
     # same single value restated, as long as the shorter one has a value at all and the
-    # extra words continue it rather than start another statement.
+    # extra words continue it rather than start another statement - by a clause word
+    # ("…and I like cats") or after a separator ("my age is 34, vegan since 2019": the
+    # shorter fact would overwrite the diet).
     extra = rest_a or rest_b
+    separated = (separated_a if rest_a else separated_b)[prefix:]
     has_value = binder + 1 < prefix
-    return names_a_value and has_value and not any(word in _CLAUSE_WORDS for word in extra)
+    return (
+        names_a_value
+        and has_value
+        and not any(word in _CLAUSE_WORDS for word in extra)
+        and not any(separated)
+    )
 
 
 def is_near_duplicate(new: str, old: str) -> bool:
@@ -245,15 +274,16 @@ def is_near_duplicate(new: str, old: str) -> bool:
        single-valued ("my favourite colour is blue" / "my favorite color is green";
        name, email, timezone, birthday, age, phone, favourite X…). One value may extend
        the other ("my timezone is UTC" / "my timezone is UTC+2") unless the extra words
-       start another statement ("…and I like cats"). "my cat is black" and "my cat is
+       start another statement ("…and I like cats", "…, allergic to peanuts"): restating
+       part of a fact must not overwrite the rest. "my cat is black" and "my cat is
        fat" are two facts, and so are "my job is boring" and "my job is remote".
     """
-    a, b = normalized_tokens(new), normalized_tokens(old)
+    (a, separated_a), (b, separated_b) = _words(new), _words(old)
     if not a or not b:  # no words at all (emoji only): only the same text is a duplicate
         return " ".join(new.casefold().split()) == " ".join(old.casefold().split())
     if _jaccard(a, b) >= JACCARD_THRESHOLD and set(a) ^ set(b) <= _FILLER:
         return True
-    return _same_subject_new_value(a, b)
+    return _same_subject_new_value(a, b, separated_a, separated_b)
 
 
 # ------------------------------------------------------------------ the service

@@ -228,6 +228,8 @@ NEAR_DUPLICATES = [
     ("My timezone is UTC", "My timezone is UTC+2"),
     ("My timezone is UTC+2", "My timezone is UTC"),
     ("My name is Ann", "My name is Ann Smith"),
+    ("My name is Ann", "My name is Ann-Marie"),
+    ("My favorite food is sushi", "My favorite food is sushi."),
 ]
 DIFFERENT = [
     ("My cat is black", "My cat is fat"),
@@ -242,6 +244,14 @@ DIFFERENT = [
     # An extension that starts another statement is more than a longer value.
     ("My name is Ann", "My name is Ann and I like cats"),
     ("My timezone is UTC", "My timezone is UTC in winter"),
+    # ... and so is one after a separator: restating part of a fact must not overwrite
+    # the rest of it (the allergy, the diet, the phone number), nor the reverse.
+    ("My favorite food is sushi, allergic to peanuts", "my favorite food is sushi"),
+    ("My age is 34, vegan since 2019", "my age is 34"),
+    ("My email is ann@x.com, phone 555 1234", "my email is ann@x.com"),
+    ("my email is ann@x.com", "My email is ann@x.com, phone 555 1234"),
+    ("My favorite food is sushi. Allergic to peanuts", "my favorite food is sushi"),
+    ("My name is Ann - she/her", "my name is Ann"),
     # A subject with no value yet is not a value.
     ("My email is", "My email is ann@example.com"),
 ]
