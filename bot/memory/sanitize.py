@@ -594,6 +594,8 @@ def _process(text: str, allowed: frozenset[str], *, cut: bool) -> str:
 _Replacer = Callable[[regex.Match[str], str, bool], tuple[str, str | None]]
 # Shorter tokens are not swept elsewhere in the text: too likely to occur by chance.
 _MIN_SWEPT_SECRET: Final = 16
+# Rounds of token passes and sweep (see `_redact`); a bound keeps the work linear.
+_MAX_SWEEP_ROUNDS: Final = 8
 
 
 def _redact(text: str, *, cut: bool = False) -> tuple[str, list[str]]:
@@ -631,14 +633,23 @@ def _redact(text: str, *, cut: bool = False) -> tuple[str, list[str]]:
         "url_credentials",
         token=False,
     )
-    for kind, pattern in _TOKEN_PATTERNS:
-        sub(pattern, _replace_token, kind, token=True)
-    # A token recognised once is hidden everywhere, also where it is glued to other text
-    # (`0sk-…`, `…KEYsk-…`) and its shape alone would not have given it away.
-    for secret in sorted(found, key=len, reverse=True):
-        if len(secret) >= _MIN_SWEPT_SECRET and secret in text:
-            kinds.extend([found[secret]] * text.count(secret))
-            text = text.replace(secret, _marker(found[secret]))
+    swept, rounds = True, 0
+    while swept and rounds < _MAX_SWEEP_ROUNDS:
+        rounds += 1
+        for kind, pattern in _TOKEN_PATTERNS:
+            sub(pattern, _replace_token, kind, token=True)
+        # A token recognised once is hidden everywhere, also where it is glued to other
+        # text (`0sk-…`, `…KEYsk-…`) and its shape alone would not have given it away.
+        # A marker put there can end the word before it (`AKIA…EXAMPLE` glued to `sk-…`
+        # is an AWS key id once the `sk-…` is a marker), so the token passes run again,
+        # as the next sanitize would.  Every round hides at least one more secret; only a
+        # contrived chain of keys glued to one another needs more than two.
+        swept = False
+        for secret in sorted(found, key=len, reverse=True):
+            if len(secret) >= _MIN_SWEPT_SECRET and secret in text:
+                kinds.extend([found[secret]] * text.count(secret))
+                text = text.replace(secret, _marker(found[secret]))
+                swept = True
     sub(_PASSWORD, _replace_password, "credential", token=False)
     sub(_PASSWORD_STATED, _replace_password, "credential", token=False)
     sub(_PIN, _replace_pin, "credential", token=False)

@@ -325,6 +325,16 @@ def test_a_token_recognised_once_is_hidden_where_it_is_glued_to_other_text_too()
     assert redact_secrets(f"0{OPENAI}key") == f"0{OPENAI}key", "not recognisable alone"
 
 
+def test_a_key_that_a_hidden_glued_token_ends_is_hidden_in_the_same_pass() -> None:
+    # Once the glued `sk-…` is a marker, the AWS key id before it ends there and is one;
+    # found only by a second sanitize, the first would not have been idempotent.
+    text = f"{OPENAI} AKIAIOSFODNN7EXAMPLE{OPENAI}"
+    once = redact_secrets(text)
+    assert once == "[REDACTED:openai_key] [REDACTED:aws_access_key][REDACTED:openai_key]"
+    assert redact_secrets(once) == once
+    assert redaction_kinds(text) == ["openai_key", "openai_key", "aws_access_key"]
+
+
 def test_redaction_kinds_count_every_redaction_and_never_carry_values() -> None:
     text = f"{OPENAI} and {OPENAI} with password=hunter2 <private>x"
     kinds = redaction_kinds(text)
