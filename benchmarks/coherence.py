@@ -1,7 +1,7 @@
 """Cross-process cache propagation (issue: scale).
 
-Two memory services with their own caches and their own LISTEN connections share one
-embedded PostgreSQL. Process A writes STM updates; the figure is the time from the start of A's
+Two memory services with their own caches share one embedded PostgreSQL (and, in this
+one process, one engine); B hears A's notices through its own LISTEN connection. Process A writes STM updates; the figure is the time from the start of A's
 write (its commit included) to B having evicted its stale copy (the notice handled),
 median and p99 over the writes — an upper bound on propagation.
 
@@ -72,6 +72,7 @@ async def main() -> None:
                 guild_id=1,
                 config=a.defaults,
                 epoch=a.epoch(channel),
+                started_at=a.clock.now(),  # as prepare_turn sets it (the database guard)
             )
             # B holds the current version, so the notice has something stale to evict.
             await b.entry(turn.channel_key)

@@ -4,8 +4,9 @@ Prints, in one run, on an embedded PostgreSQL in a temporary folder:
 - prompt assembly (``prepare_turn`` + ``assemble``) median and p99 in µs, with 100,000
   entries in the cache;
 - hydrate-on-miss p99 in ms with 1,000,000 rows in ``short_term_memories``;
-- sustained STM updates/s (each writes the server and the user row and two audit events
-  in one transaction) and their p99 latency in ms.
+- sustained STM updates/s (each writes the server and the user row and two audit events,
+  after the same /refresh and /forget-me checks as a turn's write; concurrent updates
+  share a transaction, as in production's group commit) and their p99 latency in ms.
 
 Usage: ``python benchmarks/stm_core.py [--entries 100000] [--rows 1000000]``
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import hashlib
 import random
 import statistics
 import tempfile
@@ -161,6 +163,9 @@ async def bench_upserts(service: MemoryService, updates: int, workers: int) -> t
                 guild_id=77,
                 config=service.defaults,
                 epoch=service.epoch(channel_id),
+                # As prepare_turn sets it: the write also checks /refresh and /forget-me
+                # times in the database (the cross-process guard), as in production.
+                started_at=service.clock.now(),
             )
             started = time.perf_counter()
             result = await service.update_stm(turn, summary=f"{SUMMARY[:800]} #{i}")
@@ -183,16 +188,18 @@ def bench_cache_bytes(entries: int) -> float:
     gc.collect()
     tracemalloc.start()
     before = tracemalloc.get_traced_memory()[0]
+    snowflake = 1_234_567_890_123_456_789  # 19 digits, like Discord ids
     for i, summary in enumerate(texts):
-        key = ScopeKey.server(1 + i // 100, 10_000_000 + i)
+        key = ScopeKey.server(snowflake + i // 100, snowflake + i)
+        # Each entry with its own marker hash, timestamp and ids, as real ones have.
         cache.put(
             StmEntry(
                 key=key,
-                updated_at=now,
+                updated_at=now - timedelta(microseconds=i),
                 summary=summary,
-                marker=Marker(i, "0" * 64),
-                contributor_ids=[7, 8],
-                provenance=Provenance("model_tool", "model", 7, i),
+                marker=Marker(snowflake + i, hashlib.sha256(str(i).encode()).hexdigest()),
+                contributor_ids=[snowflake + 7 + i, snowflake + 8 + i],
+                provenance=Provenance("model_tool", "model", snowflake + 7 + i, snowflake + i),
                 version=1,
             )
         )

@@ -4,8 +4,10 @@
 - The bot answers in DMs always; in servers when mentioned, replied to, or in a channel
   an admin marked always-on. Bots (itself included) never trigger a turn.
 - Turns in one channel run one after another; different channels run concurrently.
-- A cold channel is back-filled once from history, stopping at the newest ``/refresh``
-  marker, so nothing a refresh removed comes back.
+- A cold channel is back-filled from history (once; again after a network failure, a
+  window the cache dropped, or missed notices), stopping at the newest ``/refresh``
+  marker and leaving out what ``stm_clears``/``stm_forgets`` say was wiped, so nothing
+  a refresh or a /forget-me removed comes back.
 """
 
 from __future__ import annotations
@@ -146,15 +148,36 @@ async def _typing(channel: discord.abc.Messageable) -> AsyncIterator[None]:
             await indicator.__aexit__(None, None, None)
 
 
+def _sees(channel: discord.abc.GuildChannel, roles: Sequence[discord.Role]) -> bool:
+    """Whether a member holding exactly ``roles`` (no member overwrite) may view ``channel``."""
+    guild = channel.guild
+    base = discord.Permissions(guild.default_role.permissions.value)
+    for role in roles:
+        base.value |= role.permissions.value
+    if base.administrator:
+        return True
+    base.handle_overwrite(*(p.value for p in channel.overwrites_for(guild.default_role).pair()))
+    allow = deny = 0
+    for role in roles:
+        if not role.is_default():
+            a, d = channel.overwrites_for(role).pair()
+            allow, deny = allow | a.value, deny | d.value
+    base.handle_overwrite(allow, deny)
+    return base.view_channel
+
+
 def may_show_elsewhere(current: discord.abc.GuildChannel, other: discord.abc.GuildChannel) -> bool:
     """Whether ``other``'s memory may appear in ``current``: only if everyone who can read
     ``current`` can read ``other`` too (never leak a more private channel)."""
-    for role in current.guild.roles:
-        if (
-            current.permissions_for(role).view_channel
-            and not other.permissions_for(role).view_channel
-        ):
-            return False
+    roles = current.guild.roles
+    # A member's roles combine: one role may open ``current`` while another closes
+    # ``other``. Any such member is witnessed by at most two of their roles.
+    closers = [r for r in roles if other.overwrites_for(r).view_channel is False]
+    for role in roles:
+        for closer in (None, *closers):
+            held = (role,) if closer is None else (role, closer)
+            if _sees(current, held) and not _sees(other, held):
+                return False
     for target in (*current.overwrites, *other.overwrites):
         if isinstance(target, discord.Role):
             continue
@@ -357,7 +380,7 @@ class Chat(commands.Cog):
             guild
             for guild in (self.bot.get_guild(guild_id or 0) for guild_id in guild_ids)
             if guild is not None
-            and guild.get_member(user_id) is None
+            and self._cached_member(guild, user_id) is None
             and (guild.id, user_id) not in self._fetched
         ]
         members = await asyncio.gather(
@@ -383,8 +406,15 @@ class Chat(commands.Cog):
             channel.type is discord.ChannelType.private_thread or channel.parent is None
         ):
             return False  # a private thread, or one whose parent (and rights) is unknown
-        member = channel.guild.get_member(user_id) or self._fetched.get((channel.guild.id, user_id))
+        guild = channel.guild
+        member = self._cached_member(guild, user_id) or self._fetched.get((guild.id, user_id))
         return member is not None and channel.permissions_for(member).view_channel
+
+    def _cached_member(self, guild: discord.Guild, user_id: int) -> discord.Member | None:
+        """The member as the gateway keeps it current: only with the members intent.
+        Without it a member is cached while in voice (or after speaking) and their role
+        changes are never sent: a copy fetched at most MEMBER_CHECK_SECONDS ago is used."""
+        return guild.get_member(user_id) if self.bot.intents.members else None
 
     def _labeler(self, message: discord.Message, visible: Callable[[int], bool]) -> LabelFor:
         guild = message.guild

@@ -1,8 +1,8 @@
 """``/refresh``: wipe what the bot remembers of this channel and mark the spot.
 
-The public marker message is also where history back-fill stops (``cogs/chat.py``
-looks for :data:`REFRESH_MARKER_PREFIX`), so nothing said before a refresh is read
-back into memory.
+The public marker message is also where history back-fill stops (``cogs/history.py``
+looks for :data:`REFRESH_MARKER_PREFIX`; the database's clear record stands in when the
+marker was deleted), so nothing said before a refresh is read back into memory.
 """
 
 from __future__ import annotations

@@ -411,12 +411,30 @@ class StmCog(commands.Cog):
     @admin_only()
     async def history(self, interaction: discord.Interaction[KiokuBot]) -> None:
         await think(interaction)  # the database may be slow: Discord waits only 3 s
-        events = await self.memory.recent_events(self._guild_id(interaction), HISTORY_LIMIT)
+        # Manage Server does not open every channel: events of channels (and threads) the
+        # admin cannot read are left out, or they would show who talked there, and when.
+        found = await self.memory.recent_events(self._guild_id(interaction), HISTORY_LIMIT * 4)
+        events = [e for e in found if _may_see(interaction, e.channel_id)][:HISTORY_LIMIT]
         if not events:
             await answer(interaction, "No memory events recorded in this server yet.")
             return
         head = f"**Last {len(events)} memory events** (newest first; memory text is never logged)"
         await answer_blocks(interaction, [head, *(describe_event(e) for e in events)])
+
+
+def _may_see(interaction: discord.Interaction[Any], channel_id: int | None) -> bool:
+    """Whether the user of ``interaction`` can read that channel of its server (a guild-
+    wide event has none); an unknown or deleted one counts as not readable."""
+    if channel_id is None:
+        return True
+    guild, member = interaction.guild, interaction.user
+    channel = guild.get_channel_or_thread(channel_id) if guild is not None else None
+    if channel is None or not isinstance(member, discord.Member):
+        return False
+    if isinstance(channel, discord.Thread) and channel.type is discord.ChannelType.private_thread:
+        parent = channel.parent
+        return parent is not None and parent.permissions_for(member).manage_threads
+    return channel.permissions_for(member).view_channel
 
 
 async def setup(bot: KiokuBot) -> None:

@@ -13,9 +13,11 @@ Ordering is the whole point, so the rules are few:
   can therefore never be overtaken by an older write, and no write by an older one;
 - upserts carry their versions and the repository never lets an older version
   overwrite a newer row, so replaying a stale write is harmless;
-- clears and deletions carry the time they were asked for and reach only rows written
-  before it, so replaying one twice (a crash between the commit and the rewrite of this
-  file) cannot delete a newer write.
+- clears carry the time they were asked for and reach only rows written before it, so
+  replaying one twice (a crash between the commit and the rewrite of this file) cannot
+  delete a newer write; a ``/forget-me`` deletes everything derived from the user up to
+  its replay (other processes may have written their words meanwhile), so replayed
+  twice it also deletes what they said after it.
 
 One process owns a spool (an exclusive lock beside the file): two processes appending
 to and rewriting one file would lose each other's records. A crash can leave a torn last

@@ -11,7 +11,9 @@ moves to the last message gathered.
 gatherer's bound, default 20), and no more than fits in the provider's context. When more
 are new, they are folded in oldest first, one batch per call, each call integrating its
 batch into the running summary the previous call produced; the memory is written once, at
-the end, with the marker on the last message of the last batch. So 30 short new messages
+the end, with the marker on the last message read. (A later batch that no longer fits,
+because the JSON of the categories grew, reads only the messages that fit whole; the run
+stops there and the rest stay new for the next one.) So 30 short new messages
 with the defaults take two calls (20 + 10) and the marker lands on the 30th. At most
 :data:`MAX_BATCHES` calls are made per run: new messages that do not fit in that many
 batches are not read, the oldest first (the gatherer's own rule: the newest are read);

@@ -16,6 +16,7 @@ from bot.cogs.errors import GUILD_ONLY, SOMETHING_WENT_WRONG, UNAVAILABLE
 from bot.cogs.privacy import CANCELLED, NOT_YOURS
 from bot.cogs.refresh import REFRESH_MARKER_PREFIX
 from bot.db.models import LongTermMemory, ShortTermMemory, StmCategory, StmEvent
+from bot.llm.tools.stm import STM_TOOL_NAME
 from bot.memory.model import Category, ScopeKey
 from tests.helpers.bot import KiokuHarness
 from tests.helpers.fake_llm import refused_base_url
@@ -720,3 +721,25 @@ async def test_a_modal_command_on_a_stalled_database_answers_in_time(
 
     assert result.modal is None
     assert result.ephemeral and result.content == UNAVAILABLE
+
+
+async def test_stm_history_leaves_out_channels_the_admin_cannot_read(kioku: KiokuHarness) -> None:
+    # Manage Server does not open every channel; an event line names the channel, who
+    # talked there and when.
+    env, llm = kioku.env, kioku.llm
+    admin = await env.create_member("admin", kind="admin")
+    insider = await env.create_member("insider")
+    mods = await env.create_text_channel("mods", private=True, allow=[insider])
+    assert not mods.permissions_for(admin).view_channel
+    llm.reply_tool_calls([(STM_TOOL_NAME, {"summary": "x" * 42})]).reply_text("ok")
+    await env.send("a complaint about the admin", channel=mods, author=insider, mention_bot=True)
+    llm.reply_tool_calls([(STM_TOOL_NAME, {"summary": "y" * 7})]).reply_text("ok")
+    await env.send("hello", mention_bot=True)  # the public channel
+    assert llm.pending == 0
+
+    seen_by_admin = (await kioku.interactions.slash("stm history", user=admin)).content or ""
+    seen_by_insider = (await kioku.interactions.slash("stm history", user=insider)).content
+
+    assert str(mods.id) not in seen_by_admin and str(insider.id) not in seen_by_admin
+    assert f"<#{env.channel.id}>" in seen_by_admin
+    assert seen_by_insider is not None and "Manage Server" in seen_by_insider  # refused

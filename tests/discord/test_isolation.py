@@ -710,3 +710,69 @@ async def test_a_channel_one_member_is_denied_stays_out_of_channels_they_read(
     env.guild._remove_member(denied)
     assert not any(isinstance(target, discord.Member) for target in staff.overwrites)
     assert "G00-C07" not in await general_request(), "#staff's memory shown in #general"
+
+
+async def test_a_member_whose_roles_combine_to_read_one_channel_sees_no_memory_of_a_closed_one(
+    kioku: KiokuHarness,
+) -> None:
+    # #vip-lounge opens for the role vip; #planning closes for the role guest. Role by
+    # role, the lounge is no more private than #planning, but a member holding both reads
+    # the lounge and not #planning.
+    env, llm = kioku.env, kioku.llm
+    vip = await env.create_role("vip", discord.Permissions.none())
+    guest = await env.create_role("guest", discord.Permissions.none())
+    both = await env.create_member("vip-guest", roles=[vip, guest])
+    lounge = await env.create_text_channel("vip-lounge", private=True, allow=[vip])
+    planning = await env.create_text_channel(
+        "planning", overwrites={guest: discord.PermissionOverwrite(view_channel=False)}
+    )
+    assert lounge.permissions_for(both).view_channel
+    assert not planning.permissions_for(both).view_channel
+    llm.reply_tool_calls([(STM_TOOL_NAME, {"summary": "PLANNING-SECRET"})]).reply_text("ok")
+    await env.send("surprise party for vip-guest on friday", channel=planning, mention_bot=True)
+    assert llm.pending == 0
+
+    first = len(llm.requests)
+    llm.reply_text("hi")
+    await env.send("what's new?", channel=lounge, author=both, mention_bot=True)
+
+    shown = "\n".join(request_text(body) for body in llm.requests[first:])
+    assert "what's new?" in shown
+    assert "PLANNING-SECRET" not in shown
+
+
+async def test_without_the_members_intent_a_dm_judges_roles_by_a_fresh_fetch(
+    kioku: KiokuHarness,
+) -> None:
+    # Without the members intent Discord sends no role changes: a member cached while in
+    # voice keeps the roles they had. An admin removed the staff role; Discord's answer to
+    # a fetch says so, and the opted-in DM must follow it.
+    env, llm, memory = kioku.env, kioku.llm, kioku.bot.memory
+    staff_role = await env.create_role("staff", discord.Permissions.none())
+    member = await env.create_member("voice-sitter", roles=[staff_role])  # cached
+    staff = await env.create_text_channel("staff", private=True, allow=[staff_role])
+    await memory.set_cross_context_opt_in(member.id, True)
+    llm.reply_tool_calls([(STM_TOOL_NAME, {"summary": "STAFF-SECRET"})]).reply_text("ok")
+    await env.send("ban list for friday", channel=staff, author=member, mention_bot=True)
+    assert llm.pending == 0
+    kioku.bot._connection._intents.members = False  # as in production (Intents.default())
+    truth = {
+        "user": {"id": str(member.id), "username": member.name, "discriminator": "0"},
+        "roles": [],
+        "joined_at": "2024-01-01T00:00:00+00:00",
+        "deaf": False,
+        "mute": False,
+        "flags": 0,
+    }
+
+    async def get_member(guild_id: int, member_id: int) -> dict[str, Any]:
+        return truth
+
+    kioku.bot.http.get_member = get_member  # type: ignore[method-assign]
+    first = len(llm.requests)
+    llm.reply_text("hi")
+    await env.send("anything new?", channel=env.dm_channel(member), author=member)
+
+    shown = "\n".join(request_text(body) for body in llm.requests[first:])
+    assert "anything new?" in shown
+    assert "STAFF-SECRET" not in shown
