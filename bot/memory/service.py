@@ -318,6 +318,7 @@ class MemoryService:
 
     async def _hydrate(self, key: ScopeKey, parent_channel_id: int | None) -> StmEntry:
         epoch = self.epoch(key.channel_id)
+        writing_at_start = key in self._writing
         row: StmEntry | None = None
         # False while the last read was overtaken by a notice (or a /forget-me) about it:
         # then the result is used once and not cached, so the next use reads again.
@@ -363,7 +364,9 @@ class MemoryService:
             )
         ):  # a write landed while we were loading (or, deaf, the row is what we hold)
             return existing
-        if settled:  # deaf, a local write in flight leaves it unsettled (see update_stm)
+        # A write of this process to the key is on its way (its entry was evicted
+        # meanwhile): the row read may predate it, so it is used once, not cached.
+        if settled and key not in self._writing and not writing_at_start:
             self.cache.put(entry)
         return entry
 
@@ -433,7 +436,12 @@ class MemoryService:
 
     def _adopt(self, rows: Sequence[StmEntry]) -> None:
         for row in sorted(rows, key=lambda r: r.updated_at):
-            if row.key in self.cache or self._wiped(row.key.channel_id) or self._withheld(row):
+            if (
+                row.key in self.cache
+                or row.key in self._writing  # may predate the write on its way
+                or self._wiped(row.key.channel_id)
+                or self._withheld(row)
+            ):
                 continue
             spooled = self.spool.latest(row.key) if self.spool is not None else None
             if spooled is not None and spooled.version >= row.version:
@@ -959,7 +967,8 @@ class MemoryService:
                 await held.enter_async_context(self._lock(channel_id))
             return await self._forget_user(user_id)
 
-    async def _forget_user(self, user_id: int) -> ForgetReceipt:
+    def _drop_derived_from(self, user_id: int) -> int:
+        """Take every cached memory holding something of the user out of the cache."""
         dropped = 0
         for key in self.cache.keys_of_user(user_id):
             self.cache.pop(key)
@@ -968,6 +977,10 @@ class MemoryService:
             if entry.derived_from(user_id):
                 self.cache.pop(entry.key)
                 dropped += 1
+        return dropped
+
+    async def _forget_user(self, user_id: int) -> ForgetReceipt:
+        dropped = self._drop_derived_from(user_id)
         raw = self.windows.forget_author(user_id)
         self._opt_ins.pop(user_id, None)
         self._forget_set_aside(user_id)
@@ -995,6 +1008,11 @@ class MemoryService:
             log.warning("forgetting a user deferred: %s", exc.__class__.__name__)
             self._spool_or_raise(exc, lambda spool: spool.append_forget(user_id, at))
             return ForgetReceipt(0, 0, 0, 0, dropped, raw, pending_sync=True)
+        # A read that began while the deletion was on its way (a turn of another channel
+        # member) may have cached a row it deleted: such reads are stale, and what they
+        # cached goes.
+        self._note(FORGET_NOTICED)
+        self._drop_derived_from(user_id)
         return ForgetReceipt(
             user_rows=rows.user_rows,
             contributed_rows=rows.contributed_rows,
@@ -1124,8 +1142,15 @@ class MemoryService:
         return self.spool.pending_in(channel_id) if self.spool is not None else 0
 
     def spool_replayed(self) -> None:
-        """Every spooled operation reached the database: clears are now real deletions."""
+        """Every spooled operation reached the database: clears are now real deletions,
+        and the keys it wrote are read again (a write refused or skipped by the replay,
+        e.g. a newer row of another process, must not stay cached as if stored)."""
         self._tombstones.clear()
+        if self.spool is not None:
+            for key in self.spool.replayed_keys:
+                if key not in self._writing:
+                    self._note(key)
+                    self.cache.pop(key)
 
     async def purge_expired_rows(self) -> int:
         """The janitor's pass: delete rows not updated within the retention period."""

@@ -13,11 +13,12 @@ Ordering is the whole point, so the rules are few:
   can therefore never be overtaken by an older write, and no write by an older one;
 - upserts carry their versions and the repository never lets an older version
   overwrite a newer row, so replaying a stale write is harmless;
-- clears carry the time they were asked for and reach only rows written before it, so
-  replaying one twice (a crash between the commit and the rewrite of this file) cannot
-  delete a newer write; a ``/forget-me`` deletes everything derived from the user up to
-  its replay (other processes may have written their words meanwhile), so replayed
-  twice it also deletes what they said after it.
+- a ``/refresh`` or a ``/forget-me`` deletes, when replayed, everything of the channel
+  (or derived from the user) up to the replay, not only what was written before it was
+  asked for: other processes, which could not know of it, may have written since (this
+  process's own later writes wait behind it here). It is recorded (``stm_clears``,
+  ``stm_forgets``) in the same transaction, so replayed twice (a crash between the
+  commit and the rewrite of this file) it finds its record and deletes nothing newer.
 
 One process owns a spool (an exclusive lock beside the file): two processes appending
 to and rewriting one file would lose each other's records. A crash can leave a torn last
@@ -258,6 +259,8 @@ class DurableSpool:
         # the database are as good as deleted (also after a restart).
         self._clearing: set[int] = set()
         self._forgetting: set[int] = set()
+        # The keys whose spooled state the last complete replay settled.
+        self.replayed_keys: frozenset[ScopeKey] = frozenset()
         for record in self._records:
             self._track(record)
         self._blanks: int = sum(record.get("op") == "blank" for record in self._records)
@@ -459,6 +462,9 @@ class DurableSpool:
                 done += handled
                 if handled < len(batch):
                     raise ConnectionError("the database went away during the spool replay")
+            # What the replay stored may differ from the spooled states (a record refused
+            # or skipped as older): the owner re-reads these keys (see spool_replayed).
+            self.replayed_keys = frozenset(self._latest)
             self._latest.clear()
             self._clearing.clear()
             self._forgetting.clear()
@@ -671,22 +677,34 @@ async def _apply(session: AsyncSession, record: dict[str, Any], origin: str) -> 
     if op == "blank":
         return  # local bookkeeping only (see DurableSpool.blank_channel)
     if op == "upsert":
-        # A stale version is skipped by the repository: replay never overwrites newer.
         entries = [entry_from_json(e) for e in record["entries"]]
-        # Nor does it write back what a /refresh or a /forget-me (in any process, also one
+        # Never writes back what a /refresh or a /forget-me (in any process, also one
         # this process never heard of) wiped after the turn started.
         if await stm_repo.writes_refused(session, [(entries, _time(record, "started"))]):
             return
-        await stm_repo.upsert_entries(session, entries)
+        # Nor overwrites a row updated after it was spooled (by another process).
+        stored = await stm_repo.replay_entries(session, entries)
+        if not stored:
+            log.info("spool: a write was skipped, its memory was updated since elsewhere")
+            return
         await stm_repo.add_events(session, [_event_from_json(e) for e in record["events"]])
-        await send_notice(session, stm_notice(origin, entries))
+        await send_notice(session, stm_notice(origin, stored))
     elif op == "clear":
         channel_id = int(record["channel"])
         at = _time(record)
         await stm_repo.lock_channels(session, [channel_id], shared=False)
         if at is not None:
+            known = (await stm_repo.clear_times(session, [channel_id])).get(channel_id)
+            if known is not None and known >= at:
+                # Replayed already (a crash before the spool was rewritten), or a later
+                # /refresh wiped everything before it: what is there now came after.
+                return
             await stm_repo.record_clear(session, channel_id, at)
-        await stm_repo.delete_channel(session, channel_id, not_after=at)
+        # Every row of the channel, not only those written before the /refresh: a turn
+        # of another process that began before it may have written since (the database
+        # had no record of the refresh yet); this process queued its own later writes
+        # behind the clear in the spool.
+        await stm_repo.delete_channel(session, channel_id)
         await send_notice(session, {"o": origin, "t": "clear", "c": channel_id})
         await stm_repo.add_events(
             session,
@@ -704,6 +722,9 @@ async def _apply(session: AsyncSession, record: dict[str, Any], origin: str) -> 
         at = _time(record)
         await longterm_repo.lock_user(session, user_id)
         if at is not None:
+            known = (await stm_repo.forget_times(session, [user_id])).get(user_id)
+            if known is not None and known >= at:
+                return  # replayed already, or a later /forget-me deleted everything before
             await stm_repo.record_forget(session, user_id, at)
         # Everything derived from the user up to now, not only up to the /forget-me: other
         # processes, which could not know of it, may have written their words since (this

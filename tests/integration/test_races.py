@@ -434,3 +434,69 @@ async def test_a_user_who_speaks_again_after_forget_me_is_remembered_again(
 
     assert str(result) == "saved"
     assert [summary for _, summary, _ in await rows_of(db)] == ["new start", "new start"]
+
+
+async def stored_server_summary(db: Database) -> str | None:
+    async with db.sessions() as session:
+        row = await stm_repo.load_entry(session, ScopeKey.server(GUILD, CHANNEL))
+    return row.summary if row is not None else None
+
+
+async def test_a_turn_prepared_while_forget_me_commits_does_not_keep_the_forgotten_memory(
+    db: Database, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    service = make_service(db.sessions, settings, ManualClock())
+    turn = (await prepare(service, ALICE)).turn
+    assert str(await service.update_stm(turn, summary="Alice's secret plan")) == "saved"
+
+    # /forget-me of Alice is on its way to the database (its transaction has begun) ...
+    in_transaction, go_on = asyncio.Event(), asyncio.Event()
+    record_forget = stm_repo.record_forget
+
+    async def slow_record_forget(*args: Any, **kwargs: Any) -> None:
+        in_transaction.set()
+        await go_on.wait()
+        await record_forget(*args, **kwargs)
+
+    monkeypatch.setattr(stm_repo, "record_forget", slow_record_forget)
+    forgetting = asyncio.create_task(service.forget_user(ALICE))
+    await in_transaction.wait()
+    # ... when Bob's message in the same channel starts a turn (a cache miss: hydrated).
+    await prepare(service, BOB)
+    go_on.set()
+    receipt = await forgetting
+    assert receipt.contributed_rows + receipt.user_rows >= 1  # the rows are gone
+
+    # The receipt said everything is deleted, yet this process still shows Alice's memory.
+    assert not (await service.entry(SERVER_KEY)).has_content
+
+
+async def test_a_hydration_during_an_in_flight_write_does_not_cache_the_old_row(
+    db: Database, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    service = make_service(db.sessions, settings, ManualClock())
+    turn = (await prepare(service, ALICE)).turn
+    assert str(await service.update_stm(turn, summary="v1")) == "saved"
+    second = (await prepare(service, ALICE)).turn
+
+    committing, go_on = asyncio.Event(), asyncio.Event()
+    writes_refused = stm_repo.writes_refused
+
+    async def slow_check(*args: Any, **kwargs: Any) -> Any:
+        committing.set()
+        await go_on.wait()
+        return await writes_refused(*args, **kwargs)
+
+    monkeypatch.setattr(stm_repo, "writes_refused", slow_check)
+    writing = asyncio.create_task(service.update_stm(second, summary="v2"))
+    await committing.wait()  # v2 is in the cache and on its way to the database ...
+    # ... when the notice listener reconnects (the cache is dropped, as after any missed
+    # notice) and Bob's message starts a turn in the same channel (a miss: hydrated).
+    service.listener_lost()
+    service.listening_again()
+    await prepare(service, BOB)
+    go_on.set()
+    assert str(await writing) == "saved"
+    assert await stored_server_summary(db) == "v2"
+    # The cache kept the row as it was before the write committed.
+    assert (await service.entry(SERVER_KEY)).summary == "v2"

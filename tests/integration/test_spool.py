@@ -18,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async
 from bot.config import Settings
 from bot.db.engine import Database
 from bot.db.models import ShortTermMemory, StmEvent
+from bot.db.repositories import stm as stm_repo
 from bot.memory import spool as spool_module
 from bot.memory.longterm import FactRefused, LongTermService
 from bot.memory.model import Provenance, ScopeKey
@@ -28,6 +29,7 @@ from tests.helpers.builders import (
     ALICE,
     BOB,
     BOT,
+    CAROL,
     CHANNEL,
     GUILD,
     ManualClock,
@@ -875,3 +877,92 @@ async def test_a_fact_cannot_be_saved_while_the_users_forget_me_waits_in_the_spo
         ALICE, GUILD, "my new cat is Tofu", provenance, started_at=clock.now()
     )
     assert saved.created and (await longterm.list_facts(ALICE)).total == 1
+
+
+async def stored_server_summary(db: Database) -> str | None:
+    async with db.sessions() as session:
+        row = await stm_repo.load_entry(session, ScopeKey.server(GUILD, CHANNEL))
+    return row.summary if row is not None else None
+
+
+async def test_a_spool_replay_does_not_overwrite_a_newer_write_saved_by_another_process(
+    db: Database, settings: Settings, tmp_path: Path, dead_engine: AsyncEngine
+) -> None:
+    clock = ManualClock()
+    spool = DurableSpool(spool_path(tmp_path / "a"))
+    a = make_service(db.sessions, settings, clock, spool=spool)
+    b = make_service(db.sessions, settings, clock)
+    first, second = (await prepare(a, ALICE)).turn, (await prepare(a, BOB)).turn
+    a._sessions = async_sessionmaker(dead_engine)  # process A loses the database
+    assert str(await a.update_stm(first, summary="old plan, take 1")) == "saved, pending sync"
+    assert str(await a.update_stm(second, summary="old plan, take 2")) == "saved, pending sync"
+
+    clock.advance(minutes=10)  # later, process B (database fine) saves the current memory
+    turn = (await prepare(b, CAROL)).turn
+    assert str(await b.update_stm(turn, summary="the current plan")) == "saved"
+    assert await stored_server_summary(db) == "the current plan"
+
+    a._sessions = db.sessions  # A is back and replays its spool
+    await spool.replay(db.sessions)
+    a.spool_replayed()
+    # The replayed write is older (its turns ended ten minutes earlier) but carries a
+    # higher version number (A counted two local writes): it silently replaces B's.
+    assert await stored_server_summary(db) == "the current plan"
+    spool.close()
+
+
+async def test_a_refused_replay_does_not_leave_a_blank_entry_that_hides_the_newer_row(
+    db: Database, settings: Settings, tmp_path: Path, dead_engine: AsyncEngine
+) -> None:
+    clock = ManualClock()
+    spool = DurableSpool(spool_path(tmp_path / "a"))
+    a = make_service(db.sessions, settings, clock, spool=spool)
+    b = make_service(db.sessions, settings, clock)
+    first, second = (await prepare(a, ALICE)).turn, (await prepare(a, BOB)).turn
+    a._sessions = async_sessionmaker(dead_engine)  # A loses the database, spools v1 and v2
+    assert str(await a.update_stm(first, summary="before the refresh 1")) == "saved, pending sync"
+    assert str(await a.update_stm(second, summary="before the refresh 2")) == "saved, pending sync"
+
+    clock.advance(seconds=5)  # B runs /refresh; A hears it (its spooled state goes blank)
+    await b.clear_channel(CHANNEL, guild_id=GUILD, actor_user_id=BOB)
+    a.apply_notice({"o": b.instance_id, "t": "clear", "c": CHANNEL})
+    clock.advance(seconds=5)  # after the refresh, B saves a new memory (v1); A hears it
+    turn = (await prepare(b, CAROL)).turn
+    assert str(await b.update_stm(turn, summary="after the refresh")) == "saved"
+    a.apply_notice({"o": b.instance_id, "t": "stm", "k": [["server", GUILD, None, CHANNEL, 1]]})
+
+    a._sessions = db.sessions  # A is back; a turn there, then the replay (refused: cleared)
+    await prepare(a, CAROL)
+    await spool.replay(db.sessions)
+    a.spool_replayed()
+    assert await stored_server_summary(db) == "after the refresh"
+    # A keeps showing an empty memory (its blank spooled state, version 2) and ignores
+    # the notice of version 1; its next write (v3) would replace B's row.
+    assert (await a.entry(SERVER_KEY)).summary == "after the refresh"
+    spool.close()
+
+
+async def test_a_spooled_refresh_also_wipes_what_an_earlier_turn_wrote_before_its_replay(
+    db: Database, settings: Settings, tmp_path: Path, dead_engine: AsyncEngine
+) -> None:
+    clock = ManualClock()
+    spool = DurableSpool(spool_path(tmp_path / "a"))
+    a = make_service(db.sessions, settings, clock, spool=spool)
+    b = make_service(db.sessions, settings, clock)
+    turn = (await prepare(b, BOB)).turn  # a turn in process B starts (the model is thinking)
+
+    clock.advance(seconds=5)  # a moderator runs /refresh; A's database connection is down
+    a._sessions = async_sessionmaker(dead_engine)
+    receipt = await a.clear_channel(CHANNEL, guild_id=GUILD, actor_user_id=ALICE)
+    assert receipt.pending_sync
+
+    clock.advance(seconds=5)  # B's turn, begun before the /refresh, saves its summary
+    assert str(await b.update_stm(turn, summary="from before the refresh")) == "saved"
+
+    a._sessions = db.sessions  # A is back: the /refresh is replayed
+    await spool.replay(db.sessions)
+    a.spool_replayed()
+    # The replayed clear reaches only rows updated before the /refresh: the in-flight
+    # turn's write, saved after it, brings back what the /refresh wiped.
+    assert await stored_server_summary(db) is None
+    spool.close()

@@ -428,7 +428,7 @@ async def test_stale_version_never_overwrites_a_newer_row(
     stale = replace(await service.entry(SERVER_KEY), summary="stale", version=1)
     await service.update_stm(await start_turn(service), summary="v2")
     async with db.sessions() as session, session.begin():
-        assert await stm_repo.upsert_entries(session, [stale]) == 0
+        assert await stm_repo.replay_entries(session, [stale]) == []
     assert (await rows(db))[0].summary == "v2"
 
 

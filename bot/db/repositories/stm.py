@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -25,6 +25,7 @@ from sqlalchemy import (
     or_,
     select,
     text,
+    tuple_,
     union_all,
 )
 from sqlalchemy.dialects.postgresql import insert
@@ -145,16 +146,46 @@ _UPSERT_KEYS = _UPSERT.returning(
 )
 
 
-async def upsert_entries(session: AsyncSession, entries: Sequence[StmEntry]) -> int:
-    """Insert or update each entry's row unless the row already has a newer version,
-    in one statement. Returns the number of rows written; a row skipped because it is
-    newer is not counted (a replayed, stale write must never overwrite a newer one)."""
+def _build_replay_upsert() -> Any:
+    base = insert(ShortTermMemory)
+    excluded = base.excluded
+    key_columns = {"scope_kind", "guild_id", "user_id", "channel_id", "id", "created_at"}
+    updated = [c.name for c in ShortTermMemory.__table__.columns if c.name not in key_columns]
+    values = {name: excluded[name] for name in updated}
+    # Past every version the row had (another process may have counted further).
+    values["version"] = func.greatest(ShortTermMemory.version + 1, excluded.version)
+    return base.on_conflict_do_update(
+        index_elements=SCOPE_KEY_ELEMENTS,
+        set_=values,
+        # Later wins; at the same instant, the higher version (one process's sequence).
+        where=tuple_(ShortTermMemory.updated_at, ShortTermMemory.version)
+        < tuple_(excluded.updated_at, excluded.version),
+    ).returning(
+        ShortTermMemory.scope_kind,
+        ShortTermMemory.guild_id,
+        ShortTermMemory.user_id,
+        ShortTermMemory.channel_id,
+        ShortTermMemory.version,
+    )
+
+
+_REPLAY_UPSERT = _build_replay_upsert()
+
+
+async def replay_entries(session: AsyncSession, entries: Sequence[StmEntry]) -> list[StmEntry]:
+    """Write spooled entries, each unless its row was updated since (by any process):
+    version numbers of two processes cannot be compared (each counts from what it had
+    cached), their times can, and a replayed write must never overwrite a newer one.
+    Returns the entries written, with the version their row now has."""
     if not entries:
-        return 0
-    # Core execution on the session's connection: the ORM's bulk path adds ~1 ms a call.
+        return []
     connection = await session.connection()
-    result = await connection.execute(_UPSERT, [_row_values(entry) for entry in entries])
-    return len(result.all())
+    result = await connection.execute(_REPLAY_UPSERT, [_row_values(e) for e in entries])
+    versions = {
+        ScopeKey("server" if kind == "server" else "user", channel_id, guild_id, user_id): version
+        for kind, guild_id, user_id, channel_id, version in result.all()
+    }
+    return [replace(e, version=versions[e.key]) for e in entries if e.key in versions]
 
 
 async def upsert_entries_returning_keys(
