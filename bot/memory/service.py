@@ -345,7 +345,11 @@ class MemoryService:
             # and the replay lose to it.
             row = replace(spooled, categories=dict(spooled.categories))
         if self.epoch(key.channel_id) != epoch:
-            row = None  # cleared while we were reading: what we read is gone
+            # Cleared (or a /forget-me of someone here) while we were reading: what we
+            # read may be gone. Shown empty this once, not cached: a forget may have left
+            # the row (not theirs), and the next use reads what is there now.
+            row = None
+            settled = False
         entry = self._fresh(key, parent_channel_id)
         if row is not None:
             if self.cache.is_expired(row) or self._withheld(row):
@@ -813,8 +817,12 @@ class MemoryService:
                 # Stored durably: whatever follows, it is saved (and will be replayed).
                 self._forget_again_after(entries, started_at)
                 return WriteResult("saved, pending sync")
-        for old in before:  # never report or keep what was not saved
-            self.cache.put(old)
+        # Never report or keep what was not saved: what was cached before goes back,
+        # unless the entry left the cache meanwhile (a /refresh, a /forget-me, a notice):
+        # then what it held may be gone from the database too.
+        for old, new in zip(before, entries, strict=True):
+            if self.cache.get(old.key) is new:
+                self.cache.put(old)
         return rejected("the memory could not be saved right now (database unavailable)")
 
     def _forget_again_after(self, entries: Sequence[StmEntry], started_at: datetime | None) -> None:
@@ -938,8 +946,11 @@ class MemoryService:
                         lambda spool: spool.append_clear(channel_id, guild_id, actor_user_id, at),
                     )
                 except MemoryUnavailable:
-                    # Reported as not done: the rows stay, and may be read again.
+                    # Reported as not done: the rows stay, and may be read again (what
+                    # was cached meanwhile was read as wiped: empty, so it goes too).
                     self._tombstones.discard(channel_id)
+                    for key in self.cache.keys_of_channel(channel_id):
+                        self.cache.pop(key)
                     raise
                 return ClearReceipt(rows=0, cache_entries=len(keys), pending_sync=True)
             self._tombstones.discard(channel_id)
