@@ -227,6 +227,10 @@ _PASSWORD_WORDS: Final = rf"(?i:password|passwd|passphrase|passcode)|{_SEGMENT_S
 _OTHER_SECRET_WORDS: Final = rf"(?i:secret|token|apikey|authorization)|{_SEGMENT_START}(?i:key)"
 _SECRET_WORDS: Final = f"{_PASSWORD_WORDS}|{_OTHER_SECRET_WORDS}"
 _SCHEMES: Final = r"(?i:bearer|basic|token|bot|digest)"
+# What may close a key before its separator: a quote (`"password": "x"`) or Markdown
+# emphasis or code (`**Password**: x`, `__token__: x`, `` `password`: x ``) - the model
+# writes its notes in Markdown, and a bold label must not hide the value.
+_KEY_END: Final = r"(?:[\"']|[*_`]{1,3})?"
 # Atomic: `=>` must not be retried as `=` (nor `:=` as `:`), or the `>` of an already
 # redacted `key=>[REDACTED:...]` would look like the start of a new value.
 _SEPARATOR: Final = r"(?P<sep>(?>:=|=>|[:=])[ \t]*+)"
@@ -241,7 +245,7 @@ _QUOTED_VALUE: Final = (
 # text end it anyway.
 _PASSWORD_STOP: Final = r"[.!?](?:\s|\Z)|&[\w.\-]+="
 _PASSWORD: Final = regex.compile(
-    rf"(?<=(?:{_PASSWORD_WORDS})[\"']?[ \t]*)"
+    rf"(?<=(?:{_PASSWORD_WORDS}){_KEY_END}[ \t]*)"
     rf"{_SEPARATOR}"
     r"(?![\"']?\[REDACTED:)"
     # Runs of characters that cannot start a stop are taken whole; only `.!?&` are checked.
@@ -301,7 +305,7 @@ _STATED: Final = (
 )
 _PASSWORD_STATED: Final = regex.compile(
     # The look-ahead is redundant but gives the engine a fast first-character scan.
-    rf"(?=(?i:p[aw]))(?P<sep>(?:{_PASSWORD_WORDS})[\"']?{_STATED})"
+    rf"(?=(?i:p[aw]))(?P<sep>(?:{_PASSWORD_WORDS}){_KEY_END}{_STATED})"
     r"(?![\"']?\[REDACTED:)"
     rf"(?!(?:(?i:{_PROSE_AFTER_PASSWORD})|{_PARTICIPLE})(?![\w'\-])|{_LENGTH_VALUE})"
     rf"(?P<value>{_QUOTED_VALUE}|(?=[^\s\"'])(?:[^\n.!?&]++|(?!{_PASSWORD_STOP})[^\n])+)"
@@ -318,7 +322,7 @@ _PIN_UNITS: Final = """
     """
 _PIN: Final = regex.compile(
     rf"(?P<sep>{_SEGMENT_START}(?i:pin)(?:[ \t]+(?i:code|number))?"
-    rf"(?:{_STATED}|[\"']?[ \t]*+(?>:=|=>|[:=])[ \t]*+))"
+    rf"{_KEY_END}(?:{_STATED}|[ \t]*+(?>:=|=>|[:=])[ \t]*+))"
     r"(?P<value>\d{1,8}+(?:[ \t]\d{1,8}+){0,3}+)"
     r"(?![\w\-]|[.,:/]\d)"
     rf"(?![ \t]+(?i:{'|'.join(_PIN_UNITS.split())})(?![\w'\-]))"
@@ -327,7 +331,7 @@ _MIN_PIN_DIGITS: Final = 4
 _MAX_PIN_DIGITS: Final = 8
 _TRAILING_SPACE: Final = regex.compile(r"[ \t]*\Z")
 _CREDENTIAL: Final = regex.compile(
-    rf"(?<=(?:{_OTHER_SECRET_WORDS})[\"']?[ \t]*)"
+    rf"(?<=(?:{_OTHER_SECRET_WORDS}){_KEY_END}[ \t]*)"
     rf"{_SEPARATOR}"
     # `Authorization: Bearer x` keeps the scheme.  Without a token after it, the scheme
     # word itself is the value (as it would be in a truncated copy, which keeps this
@@ -339,9 +343,9 @@ _CREDENTIAL: Final = regex.compile(
 # Which key a credential match belongs to, checked on the text just before the separator
 # (searched with `endpos` at the separator, so the look-behinds still see the real text).
 _KEY_WINDOW: Final = 64
-_AUTHORIZATION_BEFORE: Final = regex.compile(r"(?i:authorization)[\"']?[ \t]*\Z")
+_AUTHORIZATION_BEFORE: Final = regex.compile(rf"(?i:authorization){_KEY_END}[ \t]*\Z")
 _AWS_SECRET_BEFORE: Final = regex.compile(
-    r"(?i:aws[_.\-]?secret[_.\-]?access[_.\-]?key)[\"']?[ \t]*\Z"
+    rf"(?i:aws[_.\-]?secret[_.\-]?access[_.\-]?key){_KEY_END}[ \t]*\Z"
 )
 # `key` alone (or `sort_key`, "primary key", "Answer key") names no secret; a qualified
 # key (`api_key`, `x-api-key`, `apiKey`, "API key", `SECRET_KEY`...) does.  The same names
@@ -350,8 +354,8 @@ _KEY_QUALIFIERS: Final = (
     r"api|secret|private|access|signing|encryption|auth|master|client|ssh|app|consumer|session"
 )
 _QUALIFIED_KEY: Final = rf"{_SEGMENT_START}(?i:(?:{_KEY_QUALIFIERS})[ _.\-]?key)"
-_KEY_BEFORE: Final = regex.compile(rf"{_SEGMENT_START}(?i:key)[\"']?[ \t]*\Z")
-_QUALIFIED_KEY_BEFORE: Final = regex.compile(rf"{_QUALIFIED_KEY}[\"']?[ \t]*\Z")
+_KEY_BEFORE: Final = regex.compile(rf"{_SEGMENT_START}(?i:key){_KEY_END}[ \t]*\Z")
+_QUALIFIED_KEY_BEFORE: Final = regex.compile(rf"{_QUALIFIED_KEY}{_KEY_END}[ \t]*\Z")
 # A dict key is secret-looking if its last segment is a secret word (same rule as above)...
 _SECRET_DICT_KEY: Final = regex.compile(rf"(?:{_SECRET_WORDS})\Z")
 # ... except that a bare `key` (`sort_key`, `cache_key`) needs a qualifier.

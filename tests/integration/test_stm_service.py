@@ -184,6 +184,20 @@ async def test_values_are_sanitized_before_storage(service: MemoryService, db: D
     assert len(stored) <= 1500
 
 
+async def test_a_markdown_labelled_password_is_redacted_before_storage(
+    service: MemoryService, db: Database
+) -> None:
+    # The model writes its notes in Markdown; a bold label must not hide the value.
+    summary = "Setup notes for Alice's router:\n- **Admin password**: Tr0ub4dor&3\n- **SSID**: home"
+    turn = await start_turn(service)
+    assert (await service.update_stm(turn, summary=summary)).ok
+    stored = [row.summary for row in await rows(db)]
+    assert stored
+    for text_stored in stored:
+        assert "Tr0ub4dor" not in text_stored
+        assert "- **Admin password**: [REDACTED:credential]\n- **SSID**: home" in text_stored
+
+
 async def test_each_change_adds_audit_events_without_memory_text(
     service: MemoryService, db: Database
 ) -> None:

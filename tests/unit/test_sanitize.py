@@ -156,6 +156,21 @@ POSITIVES = [
     ("passphrase_key", "passphrase = open the pod bay doors", "pod bay doors", "credential"),
     ("password_words_equals", "wifi password=two words here", "two words here", "credential"),
     ("password_markdown", "**Password:** hunter2 hunter3", "hunter3", "credential"),
+    # Markdown emphasis or code around the label (the model writes its notes in Markdown).
+    ("password_bold_label", "**Password**: hunter2", "hunter2", "credential"),
+    ("password_bold_list_item", "- **Wifi password**: Tr0ub4dor&3", "Tr0ub4dor", "credential"),
+    ("password_underscore_bold", "__password__: x", ": x", "credential"),
+    ("password_code_label", "`password`: hunter2", "hunter2", "credential"),
+    ("api_key_bold_label", "**API key**: Zx81kQ02pLm7Yt5R", "Zx81kQ02pLm7Yt5R", "credential"),
+    ("token_italic_label", "*token*: abc123def456", "abc123def456", "credential"),
+    ("password_bold_stated", "the **password** is hunter2", "hunter2", "credential"),
+    ("pin_bold_label", "**PIN**: 4821", "4821", "credential"),
+    (
+        "authorization_bold_label",
+        "**Authorization**: Bearer abc123",
+        "abc123",
+        "authorization",
+    ),
     # Deliberate: a password field's value is redacted even when it looks harmless.
     ("password_ask_bob", "password: ask Bob", "ask Bob", "credential"),
     ("password_query", "https://x.test/login?password=hunter2&user=bob", "hunter2", "credential"),
