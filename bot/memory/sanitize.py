@@ -591,7 +591,11 @@ def _process(text: str, allowed: frozenset[str], *, cut: bool) -> str:
     redacted = _redact(text, cut=cut)[0]
     stripped = strip_unknown_placeholders(redacted, allowed)
     if stripped != redacted:
-        stripped = _redact(stripped, cut=cut)[0]
+        # Taking braces off can also bring an invisible character that sat next to a
+        # space inside them (`{{ <ZWJ>abc }}`) next to a token character, where
+        # `strip_control_chars` would have removed it - so remove it here, as the next
+        # sanitize would, before redacting the joined text.
+        stripped = _redact(_INVISIBLE_IN_TOKEN.sub("", stripped), cut=cut)[0]
     return stripped
 
 

@@ -678,6 +678,18 @@ def test_invisible_characters_cannot_split_a_secret() -> None:
     assert sanitize_value(text) == "[REDACTED:openai_key]"
 
 
+# ZWJ and ZWNJ are word characters (`\w`), so they can be part of a placeholder's field.
+@pytest.mark.parametrize("splitter", ["\u200d", "\u200c"], ids=["zwj", "zwnj"])
+def test_an_invisible_character_in_a_padded_placeholder_cannot_split_a_secret(
+    splitter: str,
+) -> None:
+    # Next to the padding space it is not between two token characters; once the braces
+    # and the space are gone it is, so it must go then too (and only once).
+    once = sanitize_value(f"sk-abcdefghij{{{{ {splitter}1234567890KLMNOP}}}}")
+    assert once == "[REDACTED:openai_key]"
+    assert sanitize_value(once) == once
+
+
 # Default_Ignorable code points that used to pass through and split a token.
 SPLITTERS = {
     "soft_hyphen": "\u00ad",
