@@ -201,6 +201,18 @@ _TOKEN_PATTERNS: Final[tuple[tuple[str, regex.Pattern[str]], ...]] = tuple(
         ),
     )
 )
+# An AWS secret access key has no prefix of its own: 40 characters of base64 (`/` and `+`
+# included) mixing digits, upper and lower case.  Alone that shape is too common to hide,
+# but next to its key id - on the same line or the one before or after, as in the console's
+# CSV (`AKIA…,wJalr…`), `aws configure` or "keys: AKIA… / wJalr…" - it is the secret.
+# The key id is already a marker when this pass runs (see `_redact_aws_secret_pairs`).
+_AWS_KEY_ID_MARKER: Final = "[REDACTED:aws_access_key]"
+_AWS_SECRET_CANDIDATE: Final = regex.compile(
+    r"(?<![A-Za-z0-9/+=_.\-])"
+    r"(?=[A-Za-z0-9/+]{0,39}[0-9])(?=[A-Za-z0-9/+]{0,39}[a-z])(?=[A-Za-z0-9/+]{0,39}[A-Z])"
+    r"[A-Za-z0-9/+]{40}"
+    r"(?![A-Za-z0-9/+=_\-]|\.[A-Za-z0-9/+=_\-])"
+)
 # Real OpenAI keys (`sk-<48>`, `sk-proj-<~150>`, `sk-svcacct-...`) are random base62/64url,
 # so they contain a long run of letters and digits between their `-`/`_` separators.
 _ALNUM_RUN: Final = regex.compile(r"[A-Za-z0-9]{16,}")
@@ -231,6 +243,9 @@ _SCHEMES: Final = r"(?i:bearer|basic|token|bot|digest)"
 # emphasis or code (`**Password**: x`, `__token__: x`, `` `password`: x ``) - the model
 # writes its notes in Markdown, and a bold label must not hide the value.
 _KEY_END: Final = r"(?:[\"']|[*_`]{1,3})?"
+# ... then a short note in brackets may come before the separator, as the AWS CLI prompts
+# `AWS Secret Access Key [None]: ...`.
+_KEY_TAIL: Final = rf"{_KEY_END}(?:[ \t]*\[(?!REDACTED:)[^\[\]\n]{{0,32}}\])?[ \t]*"
 # Atomic: `=>` must not be retried as `=` (nor `:=` as `:`), or the `>` of an already
 # redacted `key=>[REDACTED:...]` would look like the start of a new value.
 _SEPARATOR: Final = r"(?P<sep>(?>:=|=>|[:=])[ \t]*+)"
@@ -245,7 +260,7 @@ _QUOTED_VALUE: Final = (
 # text end it anyway.
 _PASSWORD_STOP: Final = r"[.!?](?:\s|\Z)|&[\w.\-]+="
 _PASSWORD: Final = regex.compile(
-    rf"(?<=(?:{_PASSWORD_WORDS}){_KEY_END}[ \t]*)"
+    rf"(?<=(?:{_PASSWORD_WORDS}){_KEY_TAIL})"
     rf"{_SEPARATOR}"
     r"(?![\"']?\[REDACTED:)"
     # Runs of characters that cannot start a stop are taken whole; only `.!?&` are checked.
@@ -331,7 +346,7 @@ _MIN_PIN_DIGITS: Final = 4
 _MAX_PIN_DIGITS: Final = 8
 _TRAILING_SPACE: Final = regex.compile(r"[ \t]*\Z")
 _CREDENTIAL: Final = regex.compile(
-    rf"(?<=(?:{_OTHER_SECRET_WORDS}){_KEY_END}[ \t]*)"
+    rf"(?<=(?:{_OTHER_SECRET_WORDS}){_KEY_TAIL})"
     rf"{_SEPARATOR}"
     # `Authorization: Bearer x` keeps the scheme.  Without a token after it, the scheme
     # word itself is the value (as it would be in a truncated copy, which keeps this
@@ -343,9 +358,9 @@ _CREDENTIAL: Final = regex.compile(
 # Which key a credential match belongs to, checked on the text just before the separator
 # (searched with `endpos` at the separator, so the look-behinds still see the real text).
 _KEY_WINDOW: Final = 64
-_AUTHORIZATION_BEFORE: Final = regex.compile(rf"(?i:authorization){_KEY_END}[ \t]*\Z")
+_AUTHORIZATION_BEFORE: Final = regex.compile(rf"(?i:authorization){_KEY_TAIL}\Z")
 _AWS_SECRET_BEFORE: Final = regex.compile(
-    rf"(?i:aws[_.\-]?secret[_.\-]?access[_.\-]?key){_KEY_END}[ \t]*\Z"
+    rf"(?i:aws[ _.\-]?secret[ _.\-]?access[ _.\-]?key){_KEY_TAIL}\Z"
 )
 # `key` alone (or `sort_key`, "primary key", "Answer key") names no secret; a qualified
 # key (`api_key`, `x-api-key`, `apiKey`, "API key", `SECRET_KEY`...) does.  The same names
@@ -354,8 +369,8 @@ _KEY_QUALIFIERS: Final = (
     r"api|secret|private|access|signing|encryption|auth|master|client|ssh|app|consumer|session"
 )
 _QUALIFIED_KEY: Final = rf"{_SEGMENT_START}(?i:(?:{_KEY_QUALIFIERS})[ _.\-]?key)"
-_KEY_BEFORE: Final = regex.compile(rf"{_SEGMENT_START}(?i:key){_KEY_END}[ \t]*\Z")
-_QUALIFIED_KEY_BEFORE: Final = regex.compile(rf"{_QUALIFIED_KEY}{_KEY_END}[ \t]*\Z")
+_KEY_BEFORE: Final = regex.compile(rf"{_SEGMENT_START}(?i:key){_KEY_TAIL}\Z")
+_QUALIFIED_KEY_BEFORE: Final = regex.compile(rf"{_QUALIFIED_KEY}{_KEY_TAIL}\Z")
 # A dict key is secret-looking if its last segment is a secret word (same rule as above)...
 _SECRET_DICT_KEY: Final = regex.compile(rf"(?:{_SECRET_WORDS})\Z")
 # ... except that a bare `key` (`sort_key`, `cache_key`) needs a qualifier.
@@ -646,6 +661,7 @@ def _redact(text: str, *, cut: bool = False) -> tuple[str, list[str]]:
         rounds += 1
         for kind, pattern in _TOKEN_PATTERNS:
             sub(pattern, _replace_token, kind, token=True)
+        text = _redact_aws_secret_pairs(text, kinds, found)
         # A token recognised once is hidden everywhere, also where it is glued to other
         # text (`0sk-…`, `…KEYsk-…`) and its shape alone would not have given it away.
         # A marker put there can end the word before it (`AKIA…EXAMPLE` glued to `sk-…`
@@ -664,6 +680,27 @@ def _redact(text: str, *, cut: bool = False) -> tuple[str, list[str]]:
     sub(_CREDENTIAL, _replace_credential, "credential", token=False)
     sub(_BEARER, _replace_bearer, "bearer", token=False)
     return text, kinds
+
+
+def _redact_aws_secret_pairs(text: str, kinds: list[str], found: dict[str, str]) -> str:
+    """Hide AWS secret access keys on the lines around an (already hidden) AWS key id."""
+    if _AWS_KEY_ID_MARKER not in text:
+        return text
+    lines = text.split("\n")
+    near: set[int] = set()
+    for number, line in enumerate(lines):
+        if _AWS_KEY_ID_MARKER in line:
+            near.update((number - 1, number, number + 1))
+
+    def replace(match: regex.Match[str]) -> str:
+        kinds.append("aws_secret_key")
+        found[match.group()] = "aws_secret_key"
+        return _marker("aws_secret_key")
+
+    for number in sorted(near):
+        if 0 <= number < len(lines):
+            lines[number] = _AWS_SECRET_CANDIDATE.sub(replace, lines[number])
+    return "\n".join(lines)
 
 
 def _redact_regions(text: str, kinds: list[str]) -> str:

@@ -44,6 +44,8 @@ JWT = (
     "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0"
     ".SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c"
 )
+AWS_ID = "AKIAIOSFODNN7EXAMPLE"
+AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
 PEM_BODY = "MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7"
 KEYCAP_ONE = "1\ufe0f\u20e3"
 FAMILY_WWG = "\U0001f469\u200d\U0001f469\u200d\U0001f467"
@@ -94,6 +96,27 @@ POSITIVES = [
         "aws_secret_env",
         "AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
         "wJalrXUtnFEMI",
+        "aws_secret_key",
+    ),
+    # An AWS secret access key has no prefix; next to its key id it is recognised.
+    (
+        "aws_configure",
+        f"AWS Access Key ID [None]: {AWS_ID}\nAWS Secret Access Key [None]: {AWS_SECRET}",
+        AWS_SECRET,
+        "aws_secret_key",
+    ),
+    (
+        "aws_console_csv",
+        f"Access key ID,Secret access key\n{AWS_ID},{AWS_SECRET}",
+        AWS_SECRET,
+        "aws_secret_key",
+    ),
+    ("aws_pair", f"aws keys: {AWS_ID} / {AWS_SECRET}.", AWS_SECRET, "aws_secret_key"),
+    ("aws_secret_line_before", f"{AWS_SECRET}\n{AWS_ID}", AWS_SECRET, "aws_secret_key"),
+    (
+        "aws_secret_label_note",
+        f"AWS Secret Access Key [None]: {AWS_SECRET}",
+        AWS_SECRET,
         "aws_secret_key",
     ),
     ("google", "AIzaSyD-1234567890abcdefghijklmnopqrstu", "SyD-1234567890", "google_api_key"),
