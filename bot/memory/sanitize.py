@@ -236,6 +236,9 @@ _MIN_RANDOM_SWITCHES: Final = 4
 #   ("the key = happiness", "Secret: the butler did it", "token: 5 tokens left").
 _SEGMENT_START: Final = r"(?:(?<![A-Za-z0-9])|(?<=[a-z0-9])(?=[A-Z]))"
 _PASSWORD_WORDS: Final = rf"(?i:password|passwd|passphrase|passcode)|{_SEGMENT_START}(?i:pwd|pw)"
+# `.env` files shorten it to `pass` (`DB_PASS=`, `SMTP_PASS:`): only as the last segment of
+# an identifier after `_`, so "boarding pass: 12A" or "bypass: on" stay.
+_PASS_SEGMENT: Final = r"(?<=[A-Za-z0-9]_)(?i:pass)"
 _OTHER_SECRET_WORDS: Final = rf"(?i:secret|token|apikey|authorization)|{_SEGMENT_START}(?i:key)"
 _SECRET_WORDS: Final = f"{_PASSWORD_WORDS}|{_OTHER_SECRET_WORDS}"
 _SCHEMES: Final = r"(?i:bearer|basic|token|bot|digest)"
@@ -260,7 +263,7 @@ _QUOTED_VALUE: Final = (
 # text end it anyway.
 _PASSWORD_STOP: Final = r"[.!?](?:\s|\Z)|&[\w.\-]+="
 _PASSWORD: Final = regex.compile(
-    rf"(?<=(?:{_PASSWORD_WORDS}){_KEY_TAIL})"
+    rf"(?<=(?:{_PASSWORD_WORDS}|{_PASS_SEGMENT}){_KEY_TAIL})"
     rf"{_SEPARATOR}"
     r"(?![\"']?\[REDACTED:)"
     # Runs of characters that cannot start a stop are taken whole; only `.!?&` are checked.
@@ -372,7 +375,7 @@ _QUALIFIED_KEY: Final = rf"{_SEGMENT_START}(?i:(?:{_KEY_QUALIFIERS})[ _.\-]?key)
 _KEY_BEFORE: Final = regex.compile(rf"{_SEGMENT_START}(?i:key){_KEY_TAIL}\Z")
 _QUALIFIED_KEY_BEFORE: Final = regex.compile(rf"{_QUALIFIED_KEY}{_KEY_TAIL}\Z")
 # A dict key is secret-looking if its last segment is a secret word (same rule as above)...
-_SECRET_DICT_KEY: Final = regex.compile(rf"(?:{_SECRET_WORDS})\Z")
+_SECRET_DICT_KEY: Final = regex.compile(rf"(?:{_SECRET_WORDS}|{_PASS_SEGMENT})\Z")
 # ... except that a bare `key` (`sort_key`, `cache_key`) needs a qualifier.
 _SECRET_KEY_SUFFIX: Final = regex.compile(rf"{_QUALIFIED_KEY}\Z")
 # After a one-word value of a token/secret key: nothing else on the line.

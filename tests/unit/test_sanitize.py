@@ -251,6 +251,11 @@ POSITIVES = [
     ("pgpassword", "export PGPASSWORD=hunter2 && psql -h db", "hunter2", "credential"),
     ("mysqlpassword_lower", "mysqlpassword=hunter22", "hunter22", "credential"),
     ("adminpassword_colon", "ADMINPASSWORD: hunter22", "hunter22", "credential"),
+    # `.env` files shorten it to PASS, as the last segment of the name.
+    ("env_pass", "DB_PASS=hunter2", "hunter2", "credential"),
+    ("env_pass_colon", "SMTP_PASS: hunter2", "hunter2", "credential"),
+    ("env_pass_three_segments", "MYSQL_ROOT_PASS=hunter2", "hunter2", "credential"),
+    ("env_pass_quoted", "db_pass = 'hunter2'", "hunter2", "credential"),
     ("githubtoken", "GITHUBTOKEN=abcdef123456", "abcdef123456", "credential"),
     ("csrftoken", "csrftoken=Zx81kQ02pLm7", "Zx81kQ02pLm7", "credential"),
     # Passwords stated in words, and the other password words.
@@ -490,6 +495,10 @@ NEGATIVES = [
     ("pin_nine_digits", "pin: 123456789"),
     ("pin_time", "the pin is 12:30 on the map"),
     ("pwned", "pwned is 1 word"),
+    # `pass` is a password word only as the last segment of an identifier.
+    ("boarding_pass", "boarding pass: 12A"),
+    ("bypass", "bypass: enabled"),
+    ("pass_not_last", "DB_PASS_FILE=/run/secrets/db"),
 ]
 
 
@@ -941,6 +950,7 @@ def test_redact_leaves_walks_nested_json_and_respects_secret_keys() -> None:
     assert out["secret"] == ["[REDACTED:credential]", {"deep": "[REDACTED:credential]"}]
     assert (out["count"], out["none"], out["flag"]) == (3, None, True)
     assert redact_leaves({"PGPASSWORD": "hunter2"}) == {"PGPASSWORD": "[REDACTED:credential]"}
+    assert redact_leaves({"DB_PASS": "hunter2"}) == {"DB_PASS": "[REDACTED:credential]"}
     assert list(out) == list(obj)  # keys untouched, order kept
     assert redact_leaves(out) == out
 
