@@ -179,6 +179,18 @@ _URL_CREDENTIALS_AT_CUT: Final = regex.compile(
 _TOKEN_PATTERNS: Final[tuple[tuple[str, regex.Pattern[str]], ...]] = tuple(
     (kind, regex.compile(pattern))
     for kind, pattern in (
+        # Webhook URLs carry their secret in the path: whoever has the URL can post as the
+        # webhook.  The host may follow `//` or a subdomain's `.` (`canary.discord.com`).
+        (
+            "discord_webhook",
+            r"(?<![A-Za-z0-9_\-])(?i:discord(?:app)?\.com/api(?:/v\d+)?/webhooks/)"
+            rf"\d+/[{_B64U}]{{20,}}{_TAIL}",
+        ),
+        (
+            "slack_webhook",
+            r"(?<![A-Za-z0-9_.\-])(?i:hooks\.slack\.com/(?:services|workflows|triggers)/)"
+            r"[A-Za-z0-9_\-]+(?:/[A-Za-z0-9_\-]+)+",
+        ),
         ("anthropic_key", rf"{_LB}sk-ant-[{_B64U}]{{20,}}{_TAIL}"),
         # Only a candidate: `_is_openai_key` also wants a random-looking run in it, so
         # `sk-8 park` and words joined by hyphens (`sk-2024-annual-planning-notes-v2`) stay.
@@ -187,11 +199,21 @@ _TOKEN_PATTERNS: Final[tuple[tuple[str, regex.Pattern[str]], ...]] = tuple(
             "github_token",
             rf"{_LB}(?:gh[pousr]_[A-Za-z0-9]{{30,}}|github_pat_[A-Za-z0-9_]{{22,}}){_TAIL}",
         ),
-        ("gitlab_token", rf"{_LB}glpat-[{_B64U}]{{20,}}{_TAIL}"),
-        ("slack_token", rf"{_LB}(?:xox[abprs]|xapp)-[A-Za-z0-9\-]{{10,}}{_TAIL}"),
+        (
+            "gitlab_token",
+            rf"{_LB}gl(?:pat|rt|dt|ptt|ft|cbt|soat)-[{_B64U}]{{20,}}{_TAIL}",
+        ),
+        # `xoxe.xoxp-…` is a refresh token, `xoxe-…` a configuration token.
+        (
+            "slack_token",
+            rf"{_LB}(?:xoxe\.)?(?:xox[abprse]|xapp)-[A-Za-z0-9\-]{{10,}}{_TAIL}",
+        ),
+        ("stripe_key", rf"{_LB}(?:[sr]k_(?:live|test)_|whsec_)[A-Za-z0-9]{{16,}}{_TAIL}"),
         # Exactly 20 characters: a longer all-caps word (ASIAPACIFICSUMMIT2024) is none.
         ("aws_access_key", rf"{_LB}(?:AKIA|ASIA)[A-Z0-9]{{16}}(?![A-Za-z0-9])"),
         ("google_api_key", rf"{_LB}AIza[{_B64U}]{{35}}{_TAIL}"),
+        ("google_oauth_token", rf"{_LB}ya29\.[{_B64U}]{{20,}}{_TAIL}"),
+        ("google_client_secret", rf"{_LB}GOCSPX-[{_B64U}]{{20,}}{_TAIL}"),
         ("npm_token", rf"{_LB}npm_[A-Za-z0-9]{{36}}{_TAIL}"),
         ("jwt", rf"{_LB}eyJ[{_B64U}]{{5,}}\.[{_B64U}]{{5,}}\.{_TAIL}"),
         # base64(user id) . base64(timestamp) . HMAC
@@ -483,8 +505,10 @@ def redact_secrets(text: str) -> str:
     (scheme and host stay), ``credential`` (``key = value``, ``key: value``, JSON-style;
     the key stays), ``authorization`` (an ``Authorization:`` header; the scheme stays),
     ``aws_secret_key``, ``bearer``, ``openai_key``, ``anthropic_key``, ``github_token``,
-    ``gitlab_token``, ``slack_token``, ``aws_access_key``, ``google_api_key``,
-    ``npm_token``, ``jwt`` and ``discord_token``.
+    ``gitlab_token``, ``slack_token``, ``slack_webhook``, ``stripe_key``,
+    ``aws_access_key``, ``google_api_key``, ``google_oauth_token``,
+    ``google_client_secret``, ``npm_token``, ``jwt``, ``discord_token`` and
+    ``discord_webhook``.
 
     A password's value (``password``, ``passwd``, ``passphrase``, ``passcode``, ``pwd``,
     ``pw``) is redacted up to the end of its line or sentence, spaces included, after a

@@ -44,6 +44,7 @@ JWT = (
     "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0"
     ".SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c"
 )
+WEBHOOK_TOKEN = "AbCdEfGhIjKlMnOpQrStUvWxYz0123456789_-AbCdEfGhIjKlMnOpQrStUvWxYz012345"
 AWS_ID = "AKIAIOSFODNN7EXAMPLE"
 AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
 PEM_BODY = "MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7"
@@ -84,6 +85,53 @@ POSITIVES = [
     ("slack_xoxa", "xoxa-2-123456789012-abcdef", "123456789012", "slack_token"),
     ("slack_xoxr", "xoxr-123456789012-abcdef", "123456789012", "slack_token"),
     ("slack_xapp", "xapp-1-A0123456789-1234567890123-abcdef01", "A0123456789", "slack_token"),
+    ("slack_xoxe_refresh", "xoxe.xoxp-1-Mi0yLTE3NjgwNjQ0ODQyMDgtMTc2", "Mi0yLTE3", "slack_token"),
+    ("slack_xoxe", "xoxe-1-My0xLTE3NjgwNjQ0ODQyMDgt", "My0xLTE3", "slack_token"),
+    (
+        "slack_webhook",
+        "post to https://hooks.slack.com/services/T00000000/B00000000/XXXXXXXXXXXXXXXXXXXXXXXX.",
+        "XXXXXXXXXXXXXXXXXXXXXXXX",
+        "slack_webhook",
+    ),
+    (
+        "discord_webhook",
+        f"https://discord.com/api/webhooks/123456789012345678/{WEBHOOK_TOKEN}",
+        WEBHOOK_TOKEN,
+        "discord_webhook",
+    ),
+    (
+        "discord_webhook_canary_app",
+        f"<https://canary.discordapp.com/api/v10/webhooks/1234567890/{WEBHOOK_TOKEN}?wait=1>",
+        WEBHOOK_TOKEN,
+        "discord_webhook",
+    ),
+    ("gitlab_runner", "glrt-AbCdEfGhIjKlMnOpQrSt", "AbCdEfGhIjKlMnOpQrSt", "gitlab_token"),
+    ("gitlab_deploy", "gldt-AbCdEfGhIjKlMnOpQrSt", "AbCdEfGhIjKlMnOpQrSt", "gitlab_token"),
+    (
+        "gitlab_trigger",
+        "glptt-0123456789abcdef0123456789abcdef01234567",
+        "0123456789abcdef",
+        "gitlab_token",
+    ),
+    ("gitlab_feed", "glft-AbCdEfGhIjKlMnOpQrSt", "AbCdEfGhIjKlMnOpQrSt", "gitlab_token"),
+    ("gitlab_ci_build", "glcbt-64_AbCdEfGhIjKlMnOpQrSt", "AbCdEfGhIjKlMnOpQrSt", "gitlab_token"),
+    ("gitlab_service", "glsoat-AbCdEfGhIjKlMnOpQrSt", "AbCdEfGhIjKlMnOpQrSt", "gitlab_token"),
+    (
+        "google_oauth",
+        "ya29.a0AfH6SMBx1234567890abcdefghijklmnopqrstuvwxyz",
+        "a0AfH6SMBx1234567890",
+        "google_oauth_token",
+    ),
+    (
+        "google_client_secret",
+        "GOCSPX-AbCdEfGhIjKlMnOpQrStUvWxYz01",
+        "AbCdEfGhIjKlMnOpQrStUvWxYz01",
+        "google_client_secret",
+    ),
+    ("stripe_live", "sk_live_4eC39HqLyjWDarjtT1zdp7dc", "4eC39HqLyjWD", "stripe_key"),
+    ("stripe_test", "sk_test_4eC39HqLyjWDarjtT1zdp7dc", "4eC39HqLyjWD", "stripe_key"),
+    ("stripe_restricted", "rk_live_4eC39HqLyjWDarjtT1zdp7dc", "4eC39HqLyjWD", "stripe_key"),
+    ("stripe_webhook", "whsec_4eC39HqLyjWDarjtT1zdp7dc", "4eC39HqLyjWD", "stripe_key"),
     ("aws_akia", "id AKIAIOSFODNN7EXAMPLE ok", "AKIAIOSFODNN7EXAMPLE", "aws_access_key"),
     ("aws_asia", "ASIAY34FZKBOKMUTVV7A", "ASIAY34FZKBOKMUTVV7A", "aws_access_key"),
     (
@@ -422,6 +470,11 @@ NEGATIVES = [
     ("short_ghp", "ghp_short"),
     ("xoxo", "xoxo-gossip-girl"),
     ("npm_install", "npm_install"),
+    ("webhook_docs", "see https://discord.com/api/webhooks docs"),
+    ("slack_hooks_host", "hooks.slack.com/services is the host"),
+    ("ya29_word", "the ya29 group"),
+    ("stripe_word", "sk_live_events and rk_test_mode"),
+    ("gitlab_word", "glpat-short and glrt-abc"),
     ("mission", "Mission.Control.Center"),
     ("assignment_other", "a = b, x: y"),
     ("emoji", f"feeling \U0001f600 {FAMILY} {FLAG_JP}"),
