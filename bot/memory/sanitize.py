@@ -26,6 +26,8 @@ Discord or the database layer.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import functools
 import itertools
 from collections.abc import Callable
@@ -216,10 +218,12 @@ _TOKEN_PATTERNS: Final[tuple[tuple[str, regex.Pattern[str]], ...]] = tuple(
         ("google_client_secret", rf"{_LB}GOCSPX-[{_B64U}]{{20,}}{_TAIL}"),
         ("npm_token", rf"{_LB}npm_[A-Za-z0-9]{{36}}{_TAIL}"),
         ("jwt", rf"{_LB}eyJ[{_B64U}]{{5,}}\.[{_B64U}]{{5,}}\.{_TAIL}"),
-        # base64(user id) . base64(timestamp) . HMAC
+        # base64(user id) . base64(timestamp) . HMAC; only a candidate: `_is_discord_token`
+        # also wants the first part to decode to a user id, so dotted code identifiers
+        # (`NotificationServiceHandler.handle.process_incoming_message_queue_items`) stay.
         (
             "discord_token",
-            rf"{_LB}[MNO][{_B64U}]{{23,27}}\.[{_B64U}]{{6}}\.[{_B64U}]{{27,}}{_TAIL}",
+            rf"{_LB}[MNO][{_B64U}]{{22,26}}\.[{_B64U}]{{6}}\.[{_B64U}]{{27,}}{_TAIL}",
         ),
     )
 )
@@ -757,6 +761,8 @@ def _replace_token(match: regex.Match[str], kind: str, cut: bool) -> tuple[str, 
     token = match.group()
     if kind == "openai_key" and not _is_openai_key(token):
         return token, None
+    if kind == "discord_token" and not _is_discord_token(token):
+        return token, None
     core = token.rstrip(".")  # a sentence-ending dot is not part of the secret
     return _marker(kind) + token[len(core) :], kind
 
@@ -888,6 +894,20 @@ def _is_openai_key(token: str) -> bool:
         if switches >= _MIN_RANDOM_SWITCHES:
             return True
     return False
+
+
+def _is_discord_token(token: str) -> bool:
+    """Whether the first part of a Discord-token-shaped word is a base64url user id.
+
+    A bot token starts with the bot's snowflake id (17 to 20 decimal digits) in unpadded
+    base64url; a code identifier that merely has the token's shape decodes to noise.
+    """
+    first = token.split(".", 1)[0]
+    try:
+        decoded = base64.urlsafe_b64decode(first + "=" * (-len(first) % 4))
+    except (binascii.Error, ValueError):
+        return False
+    return decoded.isascii() and decoded.isdigit() and 17 <= len(decoded) <= 20
 
 
 def _cut_safely(text: str, bound: int) -> str:

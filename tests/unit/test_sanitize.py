@@ -173,6 +173,25 @@ POSITIVES = [
     ("jwt_payload_part", f"x={JWT}", "SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c", "jwt"),
     ("discord", f"bot token {DISCORD}", DISCORD, "discord_token"),
     ("discord_seg", f"'{DISCORD}'", "GhJkLm", "discord_token"),
+    # The first part is the bot's user id in base64: 17 to 20 digits.
+    (
+        "discord_17_digit_id",
+        "MTIzNDU2Nzg5MDEyMzQ1Njc.GxYz12.AbCdEfGhIjKlMnOpQrStUvWxYz0123456789",
+        "MTIzNDU2Nzg5MDEyMzQ1Njc",
+        "discord_token",
+    ),
+    (
+        "discord_20_digit_id",
+        "MTIzNDU2Nzg5MDEyMzQ1Njc4OTA.GxYz12.AbCdEfGhIjKlMnOpQrStUvWxYz0123456789",
+        "MTIzNDU2Nzg5MDEyMzQ1Njc4OTA",
+        "discord_token",
+    ),
+    (
+        "discord_old_token",
+        "NzE2MDk0MzI4NjM3NDc0ODE2.XsMW5A.7Ylf1bd6nrXoW8U1yIOoLuKkLVw",
+        "7Ylf1bd6nrXoW8U1yIOoLuKkLVw",
+        "discord_token",
+    ),
     ("private", "before <private>my diary entry</private> after", "my diary entry", "private"),
     ("private_multiline", "<PRIVATE>\nline one\nline two\n</Private> ok", "line one", "private"),
     ("private_unclosed", "note <private>everything after this\nand more", "and more", "private"),
@@ -476,6 +495,12 @@ NEGATIVES = [
     ("stripe_word", "sk_live_events and rk_test_mode"),
     ("gitlab_word", "glpat-short and glrt-abc"),
     ("mission", "Mission.Control.Center"),
+    # Dotted code identifiers have a Discord token's shape, but no user id in front.
+    (
+        "dotted_call",
+        "call NotificationServiceHandler.handle.process_incoming_message_queue_items()",
+    ),
+    ("dotted_path", "OrderProcessingServiceImpl.submit.validateCustomerShippingAddress"),
     ("assignment_other", "a = b, x: y"),
     ("emoji", f"feeling \U0001f600 {FAMILY} {FLAG_JP}"),
     ("japanese", "日本語のテキスト: こんにちは"),
