@@ -288,8 +288,17 @@ _QUOTED_VALUE: Final = (
 # end), or the next parameter of a query string (`&user=`); a newline or the end of the
 # text end it anyway.
 _PASSWORD_STOP: Final = r"[.!?](?:\s|\Z)|&[\w.\-]+="
+# A password word may be qualified before its separator or "is": "WiFi password for
+# guests: x", "Password of the router: x", "the password to the server is x", "password
+# (wifi): x" - a preposition and up to three short words, or a short parenthesis, on the
+# same line.  Bounded, so the look-behind stays cheap; "is"/"was" end the qualifier.
+_PASSWORD_QUALIFIER: Final = (
+    r"(?:[ \t]{1,3}(?i:for|of|to|on|at|in|from)"
+    r"(?:[ \t]{1,3}(?!(?i:is|was)(?![\w\-]))[\w\-]{1,24}){1,3}"
+    r"|[ \t]{0,3}\([^()\n]{1,32}\))"
+)
 _PASSWORD: Final = regex.compile(
-    rf"(?<=(?:{_PASSWORD_WORDS}|{_PASS_SEGMENT}){_KEY_TAIL})"
+    rf"(?<=(?:{_PASSWORD_WORDS}|{_PASS_SEGMENT})(?:{_KEY_END}{_PASSWORD_QUALIFIER})?{_KEY_TAIL})"
     rf"{_SEPARATOR}"
     r"(?![\"']?\[REDACTED:)"
     # Runs of characters that cannot start a stop are taken whole; only `.!?&` are checked.
@@ -349,7 +358,8 @@ _STATED: Final = (
 )
 _PASSWORD_STATED: Final = regex.compile(
     # The look-ahead is redundant but gives the engine a fast first-character scan.
-    rf"(?=(?i:p[aw]))(?P<sep>(?:{_PASSWORD_WORDS}){_KEY_END}{_STATED})"
+    rf"(?=(?i:p[aw]))(?P<sep>(?:{_PASSWORD_WORDS})(?:{_KEY_END}{_PASSWORD_QUALIFIER})?"
+    rf"{_KEY_END}{_STATED})"
     r"(?![\"']?\[REDACTED:)"
     rf"(?!(?:(?i:{_PROSE_AFTER_PASSWORD})|{_PARTICIPLE})(?![\w'\-])|{_LENGTH_VALUE})"
     rf"(?P<value>{_QUOTED_VALUE}|(?=[^\s\"'])(?:[^\n.!?&]++|(?!{_PASSWORD_STOP})[^\n])+)"

@@ -345,6 +345,12 @@ POSITIVES = [
     ("pin_colon", "PIN: 4821", "4821", "credential"),
     ("pin_code_equals", "pin code=0000", "0000", "credential"),
     ("pin_eight_digits", "my pin is 12345678", "12345678", "credential"),
+    # A short qualifier between the password word and its separator or "is".
+    ("password_for", "WiFi password for guests: hunter2", "hunter2", "credential"),
+    ("password_paren", "password (wifi): hunter2", "hunter2", "credential"),
+    ("password_of_the", "Password of the router: admin123", "admin123", "credential"),
+    ("password_to_is", "the password to the server is hunter2", "hunter2", "credential"),
+    ("password_for_it_is_now", "the password for it is now hunter2", "hunter2", "credential"),
     # Prose is told by its first word; a value that looks like a secret is one.
     ("password_is_phrase", "my password is correct horse battery staple", "horse", "credential"),
     ("password_is_participle_digit", "the password is Changed123", "Changed123", "credential"),
@@ -573,6 +579,11 @@ NEGATIVES = [
     ("pin_nine_digits", "pin: 123456789"),
     ("pin_time", "the pin is 12:30 on the map"),
     ("pwned", "pwned is 1 word"),
+    # A qualified password word followed by prose is still prose.
+    ("password_for_on_fridge", "the password for the wifi is on the fridge"),
+    ("password_for_changed", "The password for this account was changed yesterday"),
+    ("password_for_printed", "password for guests is printed on the card"),
+    ("password_many_words", "reset the password for all users in the org today: done"),
     # `pass` is a password word only as the last segment of an identifier.
     ("boarding_pass", "boarding pass: 12A"),
     ("bypass", "bypass: enabled"),
