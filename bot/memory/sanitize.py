@@ -394,6 +394,16 @@ _CREDENTIAL: Final = regex.compile(
     rf"(?![\"']?\[REDACTED:|{_SCHEMES}[ \t]+[\"']?\[REDACTED:)"
     rf"(?P<value>{_QUOTED_VALUE}|[^\s\"']\S*)"
 )
+# A key, token or secret stated in words: "my API key is Zx81kQ02pLm7Yt5R", "the bot token
+# was abc123def".  These words are common in prose ("the key is patience", "my secret is
+# that I like cats"), so only a one-word value shaped like a token counts (see
+# `_replace_stated_credential`).  The look-ahead gives the engine a fast first-character
+# scan; the match starts at the key word, which is kept verbatim in ``sep``.
+_CREDENTIAL_STATED: Final = regex.compile(
+    rf"(?=(?i:[stak]))(?P<sep>(?:{_OTHER_SECRET_WORDS}){_KEY_END}{_STATED})"
+    r"(?![\"']?\[REDACTED:)"
+    r"(?P<value>[^\s\"'\[]\S*)"
+)
 # Which key a credential match belongs to, checked on the text just before the separator
 # (searched with `endpos` at the separator, so the look-behinds still see the real text).
 _KEY_WINDOW: Final = 64
@@ -534,8 +544,9 @@ def redact_secrets(text: str) -> str:
     whole words ("LED pin: 13", "requests pin: 2.31.0", "the pin is 2 inches long" stay).
     The value of a ``key``, ``token`` or ``secret`` is one word and is redacted only if it
     looks like a secret: token-shaped (``abc123``), or for anything but a bare ``key`` a
-    lone word ending the line (``secret: opensesame``) or a quoted string.  So "my password
-    is strong", "the key = happiness" and "Secret: the butler did it" are left alone.
+    lone word ending the line (``secret: opensesame``) or a quoted string; stated in words
+    (``my API key is x``) it must be token-shaped.  So "my password is strong", "the key =
+    happiness", "the key is patience" and "Secret: the butler did it" are left alone.
     Redaction is idempotent, so already-redacted text passes through unchanged.
     """
     return _redact(text)[0]
@@ -717,6 +728,7 @@ def _redact(text: str, *, cut: bool = False) -> tuple[str, list[str]]:
                 swept = True
     sub(_PASSWORD, _replace_password, "credential", token=False)
     sub(_PASSWORD_STATED, _replace_password, "credential", token=False)
+    sub(_CREDENTIAL_STATED, _replace_stated_credential, "credential", token=False)
     sub(_PIN, _replace_pin, "credential", token=False)
     sub(_CREDENTIAL, _replace_credential, "credential", token=False)
     sub(_BEARER, _replace_bearer, "bearer", token=False)
@@ -849,6 +861,21 @@ def _replace_credential(match: regex.Match[str], kind: str, cut: bool) -> tuple[
         and _LINE_END.match(string, match.end()) is not None
     )
     if not (always or lone or _looks_like_token(core)):
+        return match.group(), None
+    return prefix + _marker(kind) + value[len(core) :], kind
+
+
+def _replace_stated_credential(
+    match: regex.Match[str], kind: str, cut: bool
+) -> tuple[str, str | None]:
+    """A key/token/secret stated in words is redacted only if its value looks like a token."""
+    prefix = match.group("sep")
+    if cut and match.end() == len(match.string):
+        # The value runs into the cut: it may continue, so nothing of it stays visible.
+        return prefix + _marker(kind), kind
+    value = match.group("value")
+    core = value.rstrip(_VALUE_TRAILING_PUNCT)
+    if not _looks_like_token(core):
         return match.group(), None
     return prefix + _marker(kind) + value[len(core) :], kind
 

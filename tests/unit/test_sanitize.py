@@ -345,6 +345,11 @@ POSITIVES = [
     ("pin_colon", "PIN: 4821", "4821", "credential"),
     ("pin_code_equals", "pin code=0000", "0000", "credential"),
     ("pin_eight_digits", "my pin is 12345678", "12345678", "credential"),
+    # A key, token or secret stated in words, with a token-shaped value.
+    ("api_key_is", "my API key is Zx81kQ02pLm7Yt5R.", "Zx81kQ02pLm7Yt5R", "credential"),
+    ("bot_token_is", "the bot token is abc123def456, ok", "abc123def456", "credential"),
+    ("secret_key_was", "her secret key was Zx81kQ02pLm7Yt5R", "Zx81kQ02pLm7Yt5R", "credential"),
+    ("token_is_now", "the token is now Zx81kQ02pLm7", "Zx81kQ02pLm7", "credential"),
     # A short qualifier between the password word and its separator or "is".
     ("password_for", "WiFi password for guests: hunter2", "hunter2", "credential"),
     ("password_paren", "password (wifi): hunter2", "hunter2", "credential"),
@@ -579,6 +584,12 @@ NEGATIVES = [
     ("pin_nine_digits", "pin: 123456789"),
     ("pin_time", "the pin is 12:30 on the map"),
     ("pwned", "pwned is 1 word"),
+    # Key words stated in words with a value that is no token.
+    ("key_is_patience", "the key is patience"),
+    ("key_is_year", "The key is 2024"),
+    ("token_is_expired", "the token is now expired"),
+    ("token_is_valid", "Token is valid"),
+    ("secret_is_out", "the secret is out"),
     # A qualified password word followed by prose is still prose.
     ("password_for_on_fridge", "the password for the wifi is on the fridge"),
     ("password_for_changed", "The password for this account was changed yesterday"),
