@@ -397,10 +397,11 @@ _CREDENTIAL: Final = regex.compile(
 # A key, token or secret stated in words: "my API key is Zx81kQ02pLm7Yt5R", "the bot token
 # was abc123def".  These words are common in prose ("the key is patience", "my secret is
 # that I like cats"), so only a one-word value shaped like a token counts (see
-# `_replace_stated_credential`).  The look-ahead gives the engine a fast first-character
-# scan; the match starts at the key word, which is kept verbatim in ``sep``.
+# `_replace_stated_credential`).  The match starts at the space before "is"/"was" and
+# checks the key word with a look-behind: these words' letters are too common in text for
+# a fast scan on them.
 _CREDENTIAL_STATED: Final = regex.compile(
-    rf"(?=(?i:[stak]))(?P<sep>(?:{_OTHER_SECRET_WORDS}){_KEY_END}{_STATED})"
+    rf"(?=[ \t]+(?i:is|was)[ \t:])(?<=(?:{_OTHER_SECRET_WORDS}){_KEY_END})(?P<sep>{_STATED})"
     r"(?![\"']?\[REDACTED:)"
     r"(?P<value>[^\s\"'\[]\S*)"
 )
