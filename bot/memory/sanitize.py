@@ -151,7 +151,11 @@ _REGION_OPEN: Final = regex.compile(
     r"(?P<private>(?i:<[ \t]*private[ \t]*>))"
     r"|(?P<private_key>(?i:-----BEGIN[ A-Z0-9]*PRIVATE KEY(?: BLOCK)?-----))"
 )
-_PRIVATE_CLOSE: Final = regex.compile(r"(?i:<[ \t]*/[ \t]*private[ \t]*>)")
+# `<private>` regions nest: a closer ends only the innermost open one, so the tail of an
+# outer region (`<private>a <private>b</private> c</private>`) stays hidden.
+_PRIVATE_TAG: Final = regex.compile(
+    r"(?P<open>(?i:<[ \t]*private[ \t]*>))|(?i:<[ \t]*/[ \t]*private[ \t]*>)"
+)
 _PEM_END: Final = regex.compile(r"(?i:-----END[ A-Z0-9]*PRIVATE KEY(?: BLOCK)?-----)")
 
 # Characters that make up token-like words.  Every token pattern refuses to start right
@@ -766,18 +770,34 @@ def _redact_regions(text: str, kinds: list[str]) -> str:
         if opener is None:
             break
         kind = "private" if opener.group("private") is not None else "private_key"
-        closer = (_PRIVATE_CLOSE if kind == "private" else _PEM_END).search(text, opener.end())
         pieces.append(text[pos : opener.start()])
         pieces.append(_marker(kind))
         kinds.append(kind)
-        if closer is None:
+        end = _private_end(text, opener.end()) if kind == "private" else _pem_end(text, opener)
+        if end is None:
             pos = len(text)
             break
-        pos = closer.end()
+        pos = end
     if not pieces:
         return text
     pieces.append(text[pos:])
     return "".join(pieces)
+
+
+def _private_end(text: str, pos: int) -> int | None:
+    """End of the closer that balances a ``<private>`` opened before ``pos`` (None: EOF)."""
+    depth = 1
+    for tag in _PRIVATE_TAG.finditer(text, pos):
+        depth += 1 if tag.group("open") is not None else -1
+        if depth == 0:
+            return tag.end()
+    return None
+
+
+def _pem_end(text: str, opener: regex.Match[str]) -> int | None:
+    """End of the END line of a PEM private key (None: the block runs to EOF)."""
+    closer = _PEM_END.search(text, opener.end())
+    return closer.end() if closer is not None else None
 
 
 def _replace_token(match: regex.Match[str], kind: str, cut: bool) -> tuple[str, str | None]:

@@ -197,6 +197,13 @@ POSITIVES = [
     ("private_unclosed", "note <private>everything after this\nand more", "and more", "private"),
     ("private_spaced", "a < private >hidden< / private > b", "hidden", "private"),
     (
+        "private_nested",
+        "<private>diary <private>note</private> SECRET PART</private> after",
+        "SECRET PART",
+        "private",
+    ),
+    ("private_nested_unclosed", "<private>a <private>b</private> c tail", "c tail", "private"),
+    (
         "pem",
         f"-----BEGIN RSA PRIVATE KEY-----\n{PEM_BODY}\n-----END RSA PRIVATE KEY-----\nafter",
         PEM_BODY,
@@ -380,6 +387,10 @@ def test_each_secret_kind_is_redacted(text: str, secret: str, kind: str) -> None
     ("text", "expected"),
     [
         ("before <private>x</private> after", "before [REDACTED:private] after"),
+        (
+            "<private>a <private>b</private> c</private> d <private>e</private> f",
+            "[REDACTED:private] d [REDACTED:private] f",
+        ),
         ("https://alice:pw@example.com/a", "https://[REDACTED:url_credentials]@example.com/a"),
         ("password: hunter2.", "password: [REDACTED:credential]."),
         ("password: correct horse battery staple", "password: [REDACTED:credential]"),
@@ -406,6 +417,7 @@ def test_each_secret_kind_is_redacted(text: str, secret: str, kind: str) -> None
     ],
     ids=[
         "private",
+        "private_nested_then_another",
         "url",
         "assignment",
         "passphrase",
