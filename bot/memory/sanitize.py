@@ -280,8 +280,9 @@ _KEY_END: Final = r"(?:[\"']|[*_`]{1,3})?"
 # `AWS Secret Access Key [None]: ...`.
 _KEY_TAIL: Final = rf"{_KEY_END}(?:[ \t]*\[(?!REDACTED:)[^\[\]\n]{{0,32}}\])?[ \t]*"
 # Atomic: `=>` must not be retried as `=` (nor `:=` as `:`), or the `>` of an already
-# redacted `key=>[REDACTED:...]` would look like the start of a new value.
-_SEPARATOR: Final = r"(?P<sep>(?>:=|=>|[:=])[ \t]*+)"
+# redacted `key=>[REDACTED:...]` would look like the start of a new value.  `==` compares
+# (`if password == confirm_password:`); it assigns nothing.
+_SEPARATOR: Final = r"(?P<sep>(?>:=|=>|[:=](?!=))[ \t]*+)"
 # A quoted value (JSON, a dict, a shell assignment) is taken whole, escapes included; an
 # unclosed quote runs to the end of the line.
 _QUOTED_VALUE: Final = (
@@ -380,7 +381,7 @@ _PIN_UNITS: Final = """
     """
 _PIN: Final = regex.compile(
     rf"(?P<sep>{_SEGMENT_START}(?i:pin)(?:[ \t]+(?i:code|number))?"
-    rf"{_KEY_END}(?:{_STATED}|[ \t]*+(?>:=|=>|[:=])[ \t]*+))"
+    rf"{_KEY_END}(?:{_STATED}|[ \t]*+(?>:=|=>|[:=](?!=))[ \t]*+))"
     r"(?P<value>\d{1,8}+(?:[ \t]\d{1,8}+){0,3}+)"
     r"(?![\w\-]|[.,:/]\d)"
     rf"(?![ \t]+(?i:{'|'.join(_PIN_UNITS.split())})(?![\w'\-]))"
@@ -412,6 +413,10 @@ _CREDENTIAL_STATED: Final = regex.compile(
 # Which key a credential match belongs to, checked on the text just before the separator
 # (searched with `endpos` at the separator, so the look-behinds still see the real text).
 _KEY_WINDOW: Final = 64
+# The key is an attribute (`self.password =`): the line is code.
+_ATTRIBUTE_KEY_BEFORE: Final = regex.compile(r"\.[A-Za-z_][A-Za-z0-9_]*+[\"']?[ \t]*\Z")
+# The key is compared (`if password == confirm_password: ok`): the `:` ends a condition.
+_COMPARED_KEY_BEFORE: Final = regex.compile(r"[=!]==?[ \t]*[A-Za-z_][A-Za-z0-9_]*+[ \t]*\Z")
 _AUTHORIZATION_BEFORE: Final = regex.compile(rf"(?i:authorization){_KEY_TAIL}\Z")
 _AWS_SECRET_BEFORE: Final = regex.compile(
     rf"(?i:aws[ _.\-]?secret[ _.\-]?access[ _.\-]?key){_KEY_TAIL}\Z"
@@ -446,6 +451,27 @@ _BEARER: Final = regex.compile(
     rf"{_LB}(?P<word>(?i:bearer)[ \t]+)(?!\[REDACTED:)"
     rf"(?:(?=[A-Za-z._~+/=\-]*[0-9])[{_BC}]{{8,}}|[{_BC}]{{20,}})"
 )
+
+# Code that uses a secret, rather than holding one: `self.password = password`, `api_key =
+# os.environ['API_KEY']`, `def check(password: str) -> bool:`, `token = get_token()`.  An
+# unquoted value that is such an expression is no secret (see `_is_code_value`); a literal
+# secret in code is quoted, and quoted values are always redacted.
+_IDENT_CHAIN: Final = regex.compile(r"[A-Za-z_][A-Za-z0-9_]*+(?:\.[A-Za-z_][A-Za-z0-9_]*+)*+")
+# What may follow an expression that is the whole value (the end, or code punctuation).
+_CODE_VALUE_END: Final = regex.compile(r"[ \t]*+(?:[),;|=#]|\Z)")
+_CODE_RECEIVERS: Final = frozenset(
+    {"self", "this", "cls", "os", "config", "settings", "env", "process", "request", "args"}
+    | {"options", "opts", "ctx", "params", "kwargs", "creds", "credentials"}
+)
+_TYPE_NAMES: Final = frozenset(
+    {"str", "bytes", "int", "bool", "float", "string", "String", "number", "Any", "any"}
+    | {"Optional", "SecretStr", "SecretBytes", "None", "object", "char"}
+)
+_SECRET_NAME_SEGMENTS: Final = frozenset(
+    {"password", "passwd", "passphrase", "passcode", "pwd", "pw", "pass", "token", "secret"}
+    | {"key", "apikey", "credential", "credentials", "auth"}
+)
+_IDENT_SEGMENTS: Final = regex.compile(r"_+|(?<=[a-z0-9])(?=[A-Z])")
 
 # Sentence punctuation after an unquoted value is kept visible: `password: hunter2.`
 _VALUE_TRAILING_PUNCT: Final = ".,;:)]}>"
@@ -529,7 +555,8 @@ def strip_unknown_placeholders(text: str, allowed: frozenset[str] = PROMPT_PLACE
 def redact_secrets(text: str) -> str:
     """Replace private regions and credentials with ``[REDACTED:<kind>]`` markers.
 
-    Kinds: ``private`` (``<private>...</private>``, an unclosed one runs to the end),
+    Kinds: ``private`` (``<private>...</private>``, nested ones included; an unclosed one
+    runs to the end),
     ``private_key`` (PEM; a block without END runs to the end), ``url_credentials``
     (scheme and host stay), ``credential`` (``key = value``, ``key: value``, JSON-style;
     the key stays), ``authorization`` (an ``Authorization:`` header; the scheme stays),
@@ -551,7 +578,9 @@ def redact_secrets(text: str) -> str:
     looks like a secret: token-shaped (``abc123``), or for anything but a bare ``key`` a
     lone word ending the line (``secret: opensesame``) or a quoted string; stated in words
     (``my API key is x``) it must be token-shaped.  So "my password is strong", "the key =
-    happiness", "the key is patience" and "Secret: the butler did it" are left alone.
+    happiness", "the key is patience" and "Secret: the butler did it" are left alone, and
+    so is code that uses a secret rather than holding one (``self.password = password``,
+    ``api_key = os.environ['API_KEY']``, ``if password == confirm_password:``).
     Redaction is idempotent, so already-redacted text passes through unchanged.
     """
     return _redact(text)[0]
@@ -828,6 +857,8 @@ def _replace_password(match: regex.Match[str], kind: str, cut: bool) -> tuple[st
     if cut and match.end() == len(match.string):
         # The value runs into the cut: it may continue, so nothing of it stays visible.
         return prefix + _marker(kind), kind
+    if _key_is_compared(match) or _is_code_value(value, _key_is_attribute(match)):
+        return match.group(), None
     core = value.rstrip(_VALUE_TRAILING_PUNCT + " \t")
     if not core:
         return match.group(), None
@@ -873,6 +904,8 @@ def _replace_credential(match: regex.Match[str], kind: str, cut: bool) -> tuple[
     if cut and match.end() == len(string):
         # The value runs into the cut: it may continue, so nothing of it stays visible.
         return prefix + _marker(kind), kind
+    if _key_is_compared(match) or _is_code_value(value, _key_is_attribute(match)):
+        return match.group(), None
     core = value.rstrip(_VALUE_TRAILING_PUNCT)
     if not core:
         return match.group(), None
@@ -899,6 +932,58 @@ def _replace_stated_credential(
     if not _looks_like_token(core):
         return match.group(), None
     return prefix + _marker(kind) + value[len(core) :], kind
+
+
+def _key_is_attribute(match: regex.Match[str]) -> bool:
+    """Whether the key before a separator match is an attribute (``self.password``)."""
+    window = (max(0, match.start() - _KEY_WINDOW), match.start())
+    return _ATTRIBUTE_KEY_BEFORE.search(match.string, *window) is not None
+
+
+def _key_is_compared(match: regex.Match[str]) -> bool:
+    """Whether the key before a separator match is the right side of ``==`` / ``!=``."""
+    window = (max(0, match.start() - _KEY_WINDOW), match.start())
+    return _COMPARED_KEY_BEFORE.search(match.string, *window) is not None
+
+
+def _is_code_value(value: str, key_is_attribute: bool) -> bool:
+    """Whether an unquoted value is a code expression that names a secret, not the secret.
+
+    Yes: a call or subscript (``getpass()``, ``os.environ['API_KEY']``); an attribute of
+    a usual receiver or named after a secret (``self.token``, ``settings.SECRET_KEY``); a
+    type annotation (``password: str)``); a variable named after a secret
+    (``confirm_password``, ``API_KEY``, ``apiKey``, or ``password`` itself when the key is
+    an attribute: ``self.password = password``).  No: a plain word (``hunter2``,
+    ``Password123``, ``MyPassword``, ``password``) - that is what a password looks like.
+    """
+    chain = _IDENT_CHAIN.match(value)
+    if chain is None:
+        return False
+    rest = value[chain.end() :]
+    if rest.startswith(("(", "[")):
+        return True
+    if _CODE_VALUE_END.match(rest) is None:
+        return False
+    parts = chain.group().split(".")
+    if len(parts) > 1:
+        return parts[0] in _CODE_RECEIVERS or _names_a_secret(parts[-1])
+    name = parts[0]
+    if name in _TYPE_NAMES:
+        return True
+    if not _names_a_secret(name):
+        return False
+    compound = "_" in name or (name[0].islower() and name.lower() != name)
+    return compound or key_is_attribute
+
+
+def _names_a_secret(name: str) -> bool:
+    """Whether an identifier is made of letter-only segments, one of them a secret word."""
+    segments = [segment for segment in _IDENT_SEGMENTS.split(name) if segment]
+    return (
+        bool(segments)
+        and all(segment.isalpha() for segment in segments)
+        and any(segment.lower() in _SECRET_NAME_SEGMENTS for segment in segments)
+    )
 
 
 def _redact_quoted(match: regex.Match[str], kind: str) -> str:

@@ -352,6 +352,16 @@ POSITIVES = [
     ("pin_colon", "PIN: 4821", "4821", "credential"),
     ("pin_code_equals", "pin code=0000", "0000", "credential"),
     ("pin_eight_digits", "my pin is 12345678", "12345678", "credential"),
+    # A plain word is what a password looks like, even one that names a password.
+    (
+        "password_is_password",
+        "router login: admin / password: password",
+        ": password",
+        "credential",
+    ),
+    ("password_capitalised_word", "password: Password123", "Password123", "credential"),
+    ("password_pascal_case", "password: MyPassword", "MyPassword", "credential"),
+    ("attribute_key_literal", "x.password = hunter2", "hunter2", "credential"),
     # A key, token or secret stated in words, with a token-shaped value.
     ("api_key_is", "my API key is Zx81kQ02pLm7Yt5R.", "Zx81kQ02pLm7Yt5R", "credential"),
     ("bot_token_is", "the bot token is abc123def456, ok", "abc123def456", "credential"),
@@ -596,6 +606,16 @@ NEGATIVES = [
     ("pin_nine_digits", "pin: 123456789"),
     ("pin_time", "the pin is 12:30 on the map"),
     ("pwned", "pwned is 1 word"),
+    # Code that uses a secret rather than holding one (a literal would be quoted).
+    ("code_comparison", "if password == confirm_password: ok"),
+    ("code_not_equal", "if token != expected_token: raise"),
+    ("code_attribute_assignment", "self.password = password"),
+    ("code_annotation", "def check(password: str) -> bool:"),
+    ("code_subscript", "api_key = os.environ['API_KEY']"),
+    ("code_call", "password = getpass.getpass()"),
+    ("code_settings", "token = settings.API_TOKEN"),
+    ("code_variable", "password = new_password"),
+    ("code_camel_variable", "apiKey: apiKey,"),
     # Key words stated in words with a value that is no token.
     ("key_is_patience", "the key is patience"),
     ("key_is_year", "The key is 2024"),
