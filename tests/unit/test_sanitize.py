@@ -1195,6 +1195,26 @@ FRAGMENTS = st.sampled_from(
         '"',
         "x",
         "Z9",
+        # Labels in Markdown, qualifiers, notes, stated keys, AWS pairs and code.
+        "**",
+        "`",
+        "__",
+        " [None]",
+        "DB_PASS=",
+        " for the ",
+        " (wifi)",
+        "API key is ",
+        " was ",
+        "==",
+        "self.",
+        "()",
+        "['",
+        "confirm_password",
+        AWS_SECRET,
+        "ya29.",
+        "xoxe.",
+        "discord.com/api/webhooks/1/",
+        WEBHOOK_TOKEN,
     ]
 )
 TEXTS = st.lists(
