@@ -1,9 +1,10 @@
 """Cross-process cache propagation (issue: scale).
 
 Two memory services with their own caches share one embedded PostgreSQL (and, in this
-one process, one engine); B hears A's notices through its own LISTEN connection. Process A writes STM updates; the figure is the time from the start of A's
-write (its commit included) to B having evicted its stale copy (the notice handled),
-median and p99 over the writes — an upper bound on propagation.
+one process, one engine); B hears A's notices through its own LISTEN connection. Process
+A writes STM updates; the figure is the time from the start of A's write (its commit
+included) to B having evicted its stale copy (the notice handled), median and p99 over
+the writes - an upper bound on propagation.
 
 Usage: ``python benchmarks/coherence.py [--writes 500]``
 """
