@@ -1013,7 +1013,8 @@ class MemoryService:
                     # The audit trail keeps that a deletion happened, not who asked.
                     await stm_repo.add_events(session, [EventRecord("forget")])
                     await self._announce(
-                        session, {"o": self.instance_id, "t": "forget", "u": user_id}
+                        session,
+                        {"o": self.instance_id, "t": "forget", "u": user_id, "at": at.isoformat()},
                     )
         except Exception as exc:
             log.warning("forgetting a user deferred: %s", exc.__class__.__name__)
@@ -1083,13 +1084,17 @@ class MemoryService:
         elif kind == "forget":
             user_id = int(notice["u"])
             self._noticed[FORGET_NOTICED] = self._notice_seq
+            # When it was asked for (a turn that began after it is not concerned); a notice
+            # of an older version of the bot does not say: the time it was heard, then.
+            sent_at = notice.get("at")
+            forgotten_at = datetime.fromisoformat(sent_at) if sent_at else self.clock.now()
             # A write of theirs still on its way may yet land in the spool: see _spool_write.
-            self._forgotten_elsewhere[user_id] = self.clock.now()
+            self._forgotten_elsewhere[user_id] = forgotten_at
             if self.spool is not None and self.spool.holds_user(user_id):
                 # Writes of theirs still wait in this process's spool and would be replayed
                 # after the deletion elsewhere: the deletion queues behind them here too.
                 try:
-                    self.spool.append_forget(user_id, self.clock.now())
+                    self.spool.append_forget(user_id, forgotten_at)
                 except (OSError, ValueError):
                     log.exception("could not queue a /forget-me behind the spool")
             # As in forget_user: no turn already holding their words may store them.

@@ -439,9 +439,16 @@ class DurableSpool:
         database refuses while it is otherwise answering is set aside and reported, so
         one bad record cannot hold every later one back forever."""
         done = 0
+        touched: set[ScopeKey] = set()
         async with self._replaying:
             while self._records:
                 batch = self._records[:REPLAY_BATCH]
+                touched.update(
+                    _key_from_json(data["key"])
+                    for record in batch
+                    if record.get("op") == "upsert"
+                    for data in record["entries"]
+                )
                 try:
                     await _apply_all(sessions, batch, self.notice_origin)
                     handled = len(batch)
@@ -463,8 +470,9 @@ class DurableSpool:
                 if handled < len(batch):
                     raise ConnectionError("the database went away during the spool replay")
             # What the replay stored may differ from the spooled states (a record refused
-            # or skipped as older): the owner re-reads these keys (see spool_replayed).
-            self.replayed_keys = frozenset(self._latest)
+            # or skipped as older, or deleted by a /forget-me behind it): the owner reads
+            # these keys again (see MemoryService.spool_replayed).
+            self.replayed_keys = frozenset(touched | set(self._latest))
             self._latest.clear()
             self._clearing.clear()
             self._forgetting.clear()
@@ -734,4 +742,7 @@ async def _apply(session: AsyncSession, record: dict[str, Any], origin: str) -> 
         await guild_repo.delete_user_settings(session, user_id)
         await stm_repo.delete_events_of_user(session, user_id)
         await stm_repo.add_events(session, [EventRecord("forget")])
-        await send_notice(session, {"o": origin, "t": "forget", "u": user_id})
+        notice: dict[str, Any] = {"o": origin, "t": "forget", "u": user_id}
+        if at is not None:
+            notice["at"] = at.isoformat()
+        await send_notice(session, notice)
