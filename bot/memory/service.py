@@ -1019,6 +1019,8 @@ class MemoryService:
         except Exception as exc:
             log.warning("forgetting a user deferred: %s", exc.__class__.__name__)
             self._spool_or_raise(exc, lambda spool: spool.append_forget(user_id, at))
+            self._note(FORGET_NOTICED)  # as below: what was cached while it was tried goes
+            self._drop_derived_from(user_id)
             return ForgetReceipt(0, 0, 0, 0, dropped, raw, pending_sync=True)
         # A read that began while the deletion was on its way (a turn of another channel
         # member) may have cached a row it deleted: such reads are stale, and what they

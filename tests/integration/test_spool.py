@@ -34,6 +34,7 @@ from tests.helpers.builders import (
     GUILD,
     ManualClock,
     make_service,
+    message,
     prepare,
     spooled_then_cleared_elsewhere,
     turn_for,
@@ -966,3 +967,47 @@ async def test_a_spooled_refresh_also_wipes_what_an_earlier_turn_wrote_before_it
     # turn's write, saved after it, brings back what the /refresh wiped.
     assert await stored_server_summary(db) is None
     spool.close()
+
+
+async def test_a_write_of_a_turn_begun_after_a_forget_me_elsewhere_survives_the_replay(
+    db: Database, settings: Settings, spool: DurableSpool, dead_engine: AsyncEngine
+) -> None:
+    # Alice ran /forget-me through A at T; B, its database down, spooled a write of hers
+    # from a turn that began after T, then heard the notice: the deletion queued behind
+    # it is the one made at T, which does not reach a write begun after it.
+    clock = ManualClock()
+    a = make_service(db.sessions, settings, clock)
+    b = make_service(db.sessions, settings, clock, spool=spool)
+    forgotten_at = clock.now()
+    await a.forget_user(ALICE)
+    clock.advance(seconds=5)
+    turn = (await prepare(b, ALICE)).turn  # begun after the /forget-me
+    await outage(b, dead_engine)
+    assert str(await b.update_stm(turn, summary="Alice again")) == "saved, pending sync"
+    b.apply_notice({"o": a.instance_id, "t": "forget", "u": ALICE, "at": forgotten_at.isoformat()})
+
+    await spool.replay(db.sessions)
+
+    assert "Alice again" in await rows_derived_from(db, ALICE)
+
+
+async def test_after_a_replay_the_cache_lets_go_of_writes_a_forget_behind_them_deleted(
+    db: Database, settings: Settings, spool: DurableSpool, dead_engine: AsyncEngine
+) -> None:
+    clock = ManualClock()
+    service = make_service(db.sessions, settings, clock, spool=spool)
+    service.observe_message(CHANNEL, message(BOB, "Bob's plan"))
+    turn = (await prepare(service, ALICE)).turn
+    real = await outage(service, dead_engine)
+    assert str(await service.update_stm(turn, summary="Bob's plan, noted")) == (
+        "saved, pending sync"
+    )
+    clock.advance(seconds=1)
+    assert (await service.forget_user(BOB)).pending_sync
+    service._sessions = real
+
+    await spool.replay(db.sessions)
+    service.spool_replayed()
+
+    assert await rows_derived_from(db, BOB) == []
+    assert not (await service.entry(ScopeKey.user(ALICE, CHANNEL, GUILD))).has_content
