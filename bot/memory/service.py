@@ -1188,8 +1188,10 @@ class MemoryService:
         channel (also one whose marker was deleted) or a ``/forget-me`` of their author
         (also one made in another process) wiped after they were sent."""
         async with self._storage("reading when history was wiped") as session:
-            cleared = (await stm_repo.clear_times(session, [channel_id])).get(channel_id)
-            forgotten = await stm_repo.forget_times(session, {m.author_id for m in messages})
+            clears, forgotten = await stm_repo.wipe_times(
+                session, {channel_id}, {m.author_id for m in messages}
+            )
+        cleared = clears.get(channel_id)
 
         def wiped(message: RawMessage) -> bool:
             if cleared is not None and message.created_at <= cleared:

@@ -123,43 +123,31 @@ def entry_from_row(row: ShortTermMemory) -> StmEntry:
     )
 
 
-def _build_upsert() -> Any:
+_NOT_UPDATED = {"scope_kind", "guild_id", "user_id", "channel_id", "id", "created_at"}
+
+
+def _build_upsert(*, replay: bool) -> Any:
+    """Insert or update rows by scope key, returning the keys written and their versions.
+    A live write (``replay=False``) lands only over an older version; a spool replay only
+    over a row updated earlier (two processes' version counts cannot be compared, their
+    times can), and then past every version the row had."""
     base = insert(ShortTermMemory)
     excluded = base.excluded
-    key_columns = {"scope_kind", "guild_id", "user_id", "channel_id"}
-    updated = [c.name for c in ShortTermMemory.__table__.columns if c.name not in key_columns]
-    return base.on_conflict_do_update(
-        index_elements=SCOPE_KEY_ELEMENTS,
-        set_={name: excluded[name] for name in updated if name not in ("id", "created_at")},
-        where=ShortTermMemory.version < excluded.version,
-    ).returning(ShortTermMemory.id)
-
-
-# Built once: the write path runs on every STM update, and re-building (and re-compiling)
-# an ON CONFLICT statement per call costs more than the database round trip.
-_UPSERT = _build_upsert()
-_UPSERT_KEYS = _UPSERT.returning(
-    ShortTermMemory.scope_kind,
-    ShortTermMemory.guild_id,
-    ShortTermMemory.user_id,
-    ShortTermMemory.channel_id,
-)
-
-
-def _build_replay_upsert() -> Any:
-    base = insert(ShortTermMemory)
-    excluded = base.excluded
-    key_columns = {"scope_kind", "guild_id", "user_id", "channel_id", "id", "created_at"}
-    updated = [c.name for c in ShortTermMemory.__table__.columns if c.name not in key_columns]
-    values = {name: excluded[name] for name in updated}
-    # Past every version the row had (another process may have counted further).
-    values["version"] = func.greatest(ShortTermMemory.version + 1, excluded.version)
-    return base.on_conflict_do_update(
-        index_elements=SCOPE_KEY_ELEMENTS,
-        set_=values,
+    values: dict[str, Any] = {
+        c.name: excluded[c.name]
+        for c in ShortTermMemory.__table__.columns
+        if c.name not in _NOT_UPDATED
+    }
+    if replay:
+        values["version"] = func.greatest(ShortTermMemory.version + 1, excluded.version)
         # Later wins; at the same instant, the higher version (one process's sequence).
-        where=tuple_(ShortTermMemory.updated_at, ShortTermMemory.version)
-        < tuple_(excluded.updated_at, excluded.version),
+        newer = tuple_(ShortTermMemory.updated_at, ShortTermMemory.version) < tuple_(
+            excluded.updated_at, excluded.version
+        )
+    else:
+        newer = ShortTermMemory.version < excluded.version
+    return base.on_conflict_do_update(
+        index_elements=SCOPE_KEY_ELEMENTS, set_=values, where=newer
     ).returning(
         ShortTermMemory.scope_kind,
         ShortTermMemory.guild_id,
@@ -169,43 +157,42 @@ def _build_replay_upsert() -> Any:
     )
 
 
-_REPLAY_UPSERT = _build_replay_upsert()
+# Built once: the write path runs on every STM update, and re-building (and re-compiling)
+# an ON CONFLICT statement per call costs more than the database round trip.
+_UPSERT = _build_upsert(replay=False)
+_REPLAY_UPSERT = _build_upsert(replay=True)
 
 
-async def replay_entries(session: AsyncSession, entries: Sequence[StmEntry]) -> list[StmEntry]:
-    """Write spooled entries, each unless its row was updated since (by any process):
-    version numbers of two processes cannot be compared (each counts from what it had
-    cached), their times can, and a replayed write must never overwrite a newer one.
-    Returns the entries written, with the version their row now has."""
+async def _upsert(
+    statement: Any, session: AsyncSession, entries: Sequence[StmEntry]
+) -> dict[ScopeKey, int]:
+    """Run an upsert for ``entries`` (distinct keys) in one statement; the keys it wrote,
+    with the version their row now has."""
     if not entries:
-        return []
+        return {}
+    # Core execution on the session's connection: the ORM's bulk path adds ~1 ms a call.
     connection = await session.connection()
-    result = await connection.execute(_REPLAY_UPSERT, [_row_values(e) for e in entries])
-    versions = {
+    result = await connection.execute(statement, [_row_values(e) for e in entries])
+    return {
         ScopeKey("server" if kind == "server" else "user", channel_id, guild_id, user_id): version
         for kind, guild_id, user_id, channel_id, version in result.all()
     }
-    return [replace(e, version=versions[e.key]) for e in entries if e.key in versions]
 
 
 async def upsert_entries_returning_keys(
     session: AsyncSession, entries: Sequence[StmEntry]
 ) -> set[ScopeKey]:
-    """Like :func:`upsert_entries`, in one statement for many entries (distinct keys);
-    returns the keys actually written (a key whose row is newer is left out)."""
-    if not entries:
-        return set()
-    connection = await session.connection()
-    result = await connection.execute(_UPSERT_KEYS, [_row_values(entry) for entry in entries])
-    return {
-        ScopeKey(
-            "server" if kind == "server" else "user",
-            channel_id,
-            guild_id,
-            user_id,
-        )
-        for _id, kind, guild_id, user_id, channel_id in result.all()
-    }
+    """Write each entry's row unless the row already has a newer version; returns the
+    keys actually written (a key whose row is newer is left out)."""
+    return set(await _upsert(_UPSERT, session, entries))
+
+
+async def replay_entries(session: AsyncSession, entries: Sequence[StmEntry]) -> list[StmEntry]:
+    """Write spooled entries, each unless its row was updated since (by any process): a
+    replayed write must never overwrite a newer one. Returns the entries written, with
+    the version their row now has."""
+    versions = await _upsert(_REPLAY_UPSERT, session, entries)
+    return [replace(e, version=versions[e.key]) for e in entries if e.key in versions]
 
 
 async def load_entry(session: AsyncSession, key: ScopeKey) -> StmEntry | None:
@@ -413,10 +400,10 @@ async def forget_times(session: AsyncSession, user_ids: Iterable[int]) -> dict[i
     return {by_hash[bytes(digest)]: at for digest, at in rows.all()}
 
 
-async def _wipe_times(
+async def wipe_times(
     session: AsyncSession, channel_ids: set[int], user_ids: set[int]
 ) -> tuple[dict[int, datetime], dict[int, datetime]]:
-    """:func:`clear_times` and :func:`forget_times` in one round trip (the write path)."""
+    """:func:`clear_times` and :func:`forget_times` in one round trip."""
     by_hash = {user_hash(user_id): user_id for user_id in user_ids}
     clears = select(
         StmClear.channel_id.label("channel"),
@@ -457,7 +444,7 @@ async def writes_refused(
     started = [(i, entries, at) for i, (entries, at) in enumerate(writes) if at is not None]
     if not started:
         return set()
-    cleared, forgotten = await _wipe_times(
+    cleared, forgotten = await wipe_times(
         session,
         {e.key.channel_id for _, es, _ in started for e in es},
         {user for _, es, _ in started for e in es for user in e.derived_from_users()},
