@@ -41,3 +41,49 @@ def reject_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
             )
         result[key] = value
     return result
+
+
+def utf8_size(text: str) -> int:
+    """Bytes of ``text`` in UTF-8 (lone surrogates, which JSON escapes allow, counted too)."""
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def load_object(raw: str | None, example: str, *, max_bytes: int, shorter: str) -> dict[str, Any]:
+    """The model's raw arguments as a JSON object, or ``ToolArgumentError`` saying what is
+    wrong and showing ``example``; ``shorter`` tells how to fit under ``max_bytes``."""
+    if raw is None or not raw.strip():
+        raise ToolArgumentError(f"no arguments were given; send a JSON object like {example}")
+    size = utf8_size(raw)
+    if size > max_bytes:
+        raise ToolArgumentError(
+            f"arguments are too large ({size} bytes, at most {max_bytes}); {shorter}"
+        )
+    try:
+        value = json.loads(raw, object_pairs_hook=reject_duplicate_keys)
+    except json.JSONDecodeError as exc:
+        # Ending inside the JSON is what a reply cut at the token limit looks like.
+        if exc.pos >= len(raw.rstrip()) or exc.msg.startswith("Unterminated string"):
+            raise ToolArgumentError(
+                "arguments are truncated JSON (the text ends before the JSON is complete); "
+                f"send one complete JSON object like {example}"
+            ) from None
+        raise ToolArgumentError(
+            f"arguments are not valid JSON ({exc.msg} at line {exc.lineno} column "
+            f"{exc.colno}); send one JSON object like {example}"
+        ) from None
+    except ToolArgumentError:
+        raise
+    except RecursionError:
+        raise ToolArgumentError(
+            f"arguments are nested too deeply; send one flat JSON object like {example}"
+        ) from None
+    except ValueError as exc:  # e.g. an integer literal with thousands of digits
+        raise ToolArgumentError(
+            f"arguments are not usable JSON ({exc}); send one JSON object like {example}"
+        ) from None
+    if not isinstance(value, dict):
+        raise ToolArgumentError(
+            f"arguments must be a JSON object, got a JSON {json_type(value)}; "
+            f"send one JSON object like {example}"
+        )
+    return value

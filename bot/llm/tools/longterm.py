@@ -12,13 +12,12 @@ anything is written.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
 from bot.llm.tool_loop import ToolSpec
-from bot.llm.tools.arguments import json_type, quoted, reject_duplicate_keys
+from bot.llm.tools.arguments import json_type, load_object, quoted
 from bot.llm.tools.base import ToolArgumentError, ToolOutcome
 from bot.memory.longterm import (
     ChannelFilter,
@@ -130,37 +129,12 @@ def forget_definition() -> dict[str, Any]:
 
 
 def _load_object(raw: str | None, example: str) -> dict[str, Any]:
-    if raw is None or not raw.strip():
-        raise ToolArgumentError(f"no arguments were given; send a JSON object like {example}")
-    size = len(raw.encode("utf-8", "surrogatepass"))
-    if size > MAX_RAW_ARGUMENT_BYTES:
-        raise ToolArgumentError(
-            f"arguments are too large ({size} bytes, at most {MAX_RAW_ARGUMENT_BYTES}); "
-            f"send one short fact like {example}"
-        )
-    try:
-        value = json.loads(raw, object_pairs_hook=reject_duplicate_keys)
-    except ToolArgumentError:
-        raise
-    except json.JSONDecodeError as exc:
-        if exc.pos >= len(raw.rstrip()) or exc.msg.startswith("Unterminated string"):
-            raise ToolArgumentError(
-                f"arguments are truncated JSON; send one complete JSON object like {example}"
-            ) from None
-        raise ToolArgumentError(
-            f"arguments are not valid JSON ({exc.msg} at line {exc.lineno} column "
-            f"{exc.colno}); send one JSON object like {example}"
-        ) from None
-    except (RecursionError, ValueError):
-        raise ToolArgumentError(
-            f"arguments are not usable JSON; send one flat JSON object like {example}"
-        ) from None
-    if not isinstance(value, dict):
-        raise ToolArgumentError(
-            f"arguments must be a JSON object, got a JSON {json_type(value)}; "
-            f"send one JSON object like {example}"
-        )
-    return value
+    return load_object(
+        raw,
+        example,
+        max_bytes=MAX_RAW_ARGUMENT_BYTES,
+        shorter=f"send one short fact like {example}",
+    )
 
 
 def _check_fields(payload: dict[str, Any], allowed: tuple[str, ...]) -> None:

@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from bot.llm.tools.arguments import json_type, quoted, reject_duplicate_keys
+from bot.llm.tools.arguments import json_type, load_object, quoted, utf8_size
 from bot.llm.tools.base import ToolArgumentError, ToolOutcome
 from bot.memory.model import SUMMARY_SLUG, Category, GuildConfig
 from bot.memory.sanitize import MAX_VALUE_CHARS as STM_VALUE_MAX_CHARS
@@ -106,10 +106,6 @@ def stm_tool_definition(config: GuildConfig) -> dict[str, Any]:
     }
 
 
-def _utf8_size(text: str) -> int:
-    return len(text.encode("utf-8", "surrogatepass"))
-
-
 def _example(config: GuildConfig) -> str:
     if not config.category_mode:
         return '{"summary": "..."}'
@@ -118,43 +114,12 @@ def _example(config: GuildConfig) -> str:
 
 
 def _load_object(raw: str | None, config: GuildConfig) -> dict[str, Any]:
-    example = _example(config)
-    if raw is None or not raw.strip():
-        raise ToolArgumentError(f"no arguments were given; send a JSON object like {example}")
-    size = _utf8_size(raw)
-    if size > MAX_RAW_ARGUMENT_BYTES:
-        raise ToolArgumentError(
-            f"arguments are too large ({size} bytes, at most {MAX_RAW_ARGUMENT_BYTES}); "
-            f"send only the memory text, each value under {STM_VALUE_MAX_CHARS} characters"
-        )
-    try:
-        value = json.loads(raw, object_pairs_hook=reject_duplicate_keys)
-    except json.JSONDecodeError as exc:
-        if exc.pos >= len(raw.rstrip()) or exc.msg.startswith("Unterminated string"):
-            raise ToolArgumentError(
-                "arguments are truncated JSON (the text ends before the JSON is complete); "
-                f"send one complete JSON object like {example}"
-            ) from None
-        raise ToolArgumentError(
-            f"arguments are not valid JSON ({exc.msg} at line {exc.lineno} column "
-            f"{exc.colno}); send one JSON object like {example}"
-        ) from None
-    except ToolArgumentError:
-        raise
-    except RecursionError:
-        raise ToolArgumentError(
-            f"arguments are nested too deeply; send one flat JSON object like {example}"
-        ) from None
-    except ValueError as exc:  # e.g. an integer literal with thousands of digits
-        raise ToolArgumentError(
-            f"arguments are not usable JSON ({exc}); send one JSON object like {example}"
-        ) from None
-    if not isinstance(value, dict):
-        raise ToolArgumentError(
-            f"arguments must be a JSON object, got a JSON {json_type(value)}; "
-            f"send one JSON object like {example}"
-        )
-    return value
+    return load_object(
+        raw,
+        _example(config),
+        max_bytes=MAX_RAW_ARGUMENT_BYTES,
+        shorter=f"send only the memory text, each value under {STM_VALUE_MAX_CHARS} characters",
+    )
 
 
 def _check_text(field: str, value: object) -> str:
@@ -176,7 +141,7 @@ def _check_text(field: str, value: object) -> str:
             "which is not valid Unicode; send plain text",
             field,
         )
-    size = _utf8_size(value)
+    size = utf8_size(value)
     if size > MAX_VALUE_BYTES:
         raise ToolArgumentError(
             f"field {name} is too large ({size} bytes); keep it under "
