@@ -213,6 +213,7 @@ async def main() -> None:
     parser.add_argument("--entries", type=int, default=100_000)
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--updates", type=int, default=3_000)
+    parser.add_argument("--writers", type=int, default=8, help="concurrent STM writers")
     parser.add_argument("--json", action="store_true", help="one line for run_all.py")
     args = parser.parse_args()
     overhead = bench_cache_bytes(100_000)
@@ -231,7 +232,7 @@ async def main() -> None:
             service = MemoryService(database.sessions, settings, clock=WallClock())
             asm_median, asm_p99 = await bench_assembly(service, args.entries)
             hydrate_p99 = await bench_hydrate(database, service, args.rows)
-            rate, upsert_p99 = await bench_upserts(service, args.updates, workers=8)
+            rate, upsert_p99 = await bench_upserts(service, args.updates, workers=args.writers)
         finally:
             await database.close()
 
@@ -255,9 +256,12 @@ async def main() -> None:
                 f"{2 * rate:,.0f}",
                 "≥ 1,000",
                 2 * rate >= 1000,
-                f"{rate:,.0f} STM updates/s (server + user row, 2 events each), 8 writers",
+                f"{rate:,.0f} STM updates/s (server + user row, 2 events each), "
+                f"{args.writers} writers",
             ),
-            Figure("STM update p99", f"{upsert_p99:.1f} ms", note="8 concurrent writers"),
+            Figure(
+                "STM update p99", f"{upsert_p99:.1f} ms", note=f"{args.writers} concurrent writers"
+            ),
             Figure(
                 "cache bytes per entry beyond the text",
                 f"{overhead:,.0f} B",
