@@ -911,9 +911,12 @@ class MemoryService:
         async with self._lock(channel_id):
             self._epochs[channel_id] = self.epoch(channel_id) + 1
             self._tombstones.add(channel_id)
-            keys = self.cache.keys_of_channel(channel_id)
-            for key in keys:
-                self.cache.pop(key)
+            # The receipt counts memories, not the empty entries a mere read caches.
+            held = 0
+            for key in self.cache.keys_of_channel(channel_id):
+                popped = self.cache.pop(key)
+                if popped is not None and popped.has_content:
+                    held += 1
             self.windows.clear(channel_id)
             at = self.clock.now()
             try:
@@ -952,9 +955,9 @@ class MemoryService:
                     for key in self.cache.keys_of_channel(channel_id):
                         self.cache.pop(key)
                     raise
-                return ClearReceipt(rows=0, cache_entries=len(keys), pending_sync=True)
+                return ClearReceipt(rows=0, cache_entries=held, pending_sync=True)
             self._tombstones.discard(channel_id)
-            return ClearReceipt(rows=rows, cache_entries=len(keys))
+            return ClearReceipt(rows=rows, cache_entries=held)
 
     async def forget_user(self, user_id: int) -> ForgetReceipt:
         """``/forget-me``: delete every memory derived from the user's messages.

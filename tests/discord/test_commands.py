@@ -158,6 +158,22 @@ async def test_refresh_in_a_dm_wipes_the_users_dm_memory(kioku: KiokuHarness) ->
     assert len(markers(kioku, dm)) == 1
 
 
+async def test_refresh_after_stm_show_counts_no_cached_memory(
+    kioku: KiokuHarness, moderator: discord.Member
+) -> None:
+    shown = await kioku.interactions.slash("stm show", user=moderator)
+    assert (shown.content or "").startswith("I don't remember anything")
+    key = ScopeKey.server(kioku.env.guild.id, kioku.env.channel.id)
+    assert kioku.bot.memory.cache.get(key) is not None  # the empty entry /stm show read
+
+    wiped = await kioku.interactions.slash("refresh", user=moderator)
+
+    assert wiped.texts()[-1] == (
+        "Memory of this channel wiped: 0 stored memories and 0 cached entries removed."
+    )
+    assert kioku.bot.memory.cache.get(key) is None
+
+
 # ------------------------------------------------------------------ /stm show
 
 
