@@ -20,6 +20,7 @@ from discord.ext import commands
 
 from bot.cogs.errors import UNAVAILABLE, answer, report_error, think
 from bot.cogs.refresh import plural
+from bot.cogs.stm import IntRange
 from bot.memory.longterm import Fact, FactPage, LongTermService
 from bot.memory.service import ForgetReceipt
 from bot.memory.storage import MemoryUnavailable
@@ -353,19 +354,18 @@ class PrivacyCog(commands.Cog):
     async def memories_forget(
         self,
         interaction: discord.Interaction[KiokuBot],
-        fact_id: app_commands.Range[int, 1, MAX_FACT_ID],
+        # Re-checked by the bot (a hand-made request may send anything): "**id** must be
+        # between 1 and …", not a TypeError.
+        fact_id: app_commands.Transform[int, IntRange(1, MAX_FACT_ID)],
     ) -> None:
         await think(interaction)
-        service = long_term_of(self.bot)
-        deleted: tuple[Fact, ...] = ()
-        if 1 <= fact_id <= MAX_FACT_ID:
-            result = await service.forget(
-                interaction.user.id,
-                fact_id=fact_id,
-                actor_user_id=interaction.user.id,
-                origin="user_command",
-            )
-            deleted = result.deleted
+        result = await long_term_of(self.bot).forget(
+            interaction.user.id,
+            fact_id=fact_id,
+            actor_user_id=interaction.user.id,
+            origin="user_command",
+        )
+        deleted: tuple[Fact, ...] = result.deleted
         if not deleted:
             await answer(
                 interaction,

@@ -3,6 +3,7 @@ long-term facts, and whether DMs may use what the bot remembers from servers."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -209,6 +210,24 @@ async def test_forget_refuses_someone_elses_fact_without_revealing_it(
     )
     assert missing.content == result.content.replace(str(theirs), str(theirs + 100))
     assert await fact_ids(kioku) == [theirs]
+
+
+@pytest.mark.parametrize("given", ["abc", 0, 2**60], ids=["not-a-number", "zero", "too-big"])
+async def test_forget_with_an_id_discord_would_not_send_names_the_option(
+    kioku: KiokuHarness,
+    longterm: LongTermService,
+    caplog: pytest.LogCaptureFixture,
+    given: object,
+) -> None:
+    kept = await remember(kioku, longterm, "I like tea")
+    with caplog.at_level(logging.ERROR):
+        # A hand-made request (or an outdated client): Discord's own bounds are bypassed.
+        result = await kioku.interactions.slash("memories forget", {"id": given})
+
+    assert result.ephemeral
+    assert result.texts() == [f"**id** must be between 1 and {2**53} (you gave `{given}`)."]
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert await fact_ids(kioku) == [kept]
 
 
 async def test_forget_autocompletes_over_the_users_own_facts(
