@@ -215,6 +215,25 @@ def parse_category_definitions(rows: Sequence[tuple[str, str]]) -> tuple[Categor
     return _validate(rows, [f"category {i}" for i in range(1, len(rows) + 1)])
 
 
+def _split_row(line: str) -> tuple[str, str, str]:
+    """``label``, ``":"``, ``description`` of one typed row (each sanitized later, on
+    its own), unless the colon is part of a secret.
+
+    Split first: the row's own colon reads like a secret's (``Password: reset requests
+    and who handled them`` would be redacted whole). But a secret can straddle it
+    (``password: Hunter2``, ``postgres://admin:pw@db``): when redacting the whole row
+    finds something the halves do not, and what follows the colon looks like a secret's
+    value on its own (one word, token-shaped or quoted, as ``secret: …`` redacts it), the
+    row is redacted before the split, so no half of the secret is kept."""
+    label, colon, description = line.partition(":")
+    redacted = redact_secrets(line)
+    if redacted != f"{redact_secrets(label)}{colon}{redact_secrets(description)}":
+        value = description.strip()
+        if redact_secrets(f"secret: {value}") != f"secret: {value}":
+            return redacted.partition(":")
+    return label, colon, description
+
+
 def parse_category_lines(text: str, *, place: str = "line") -> tuple[Category, ...]:
     """Parse text with one ``label: description`` per line (blank lines ignored).
 
@@ -227,9 +246,7 @@ def parse_category_lines(text: str, *, place: str = "line") -> tuple[Category, .
     for number, line in enumerate(_LINE_BREAK.split(text), start=1):
         if not line.strip():
             continue
-        # Redacted before the split: a secret with a colon in it ("password: …", a URL
-        # with credentials) would otherwise be cut into halves that look harmless.
-        label, colon, description = redact_secrets(line).partition(":")
+        label, colon, description = _split_row(line)
         if not colon:
             problems.append(f"{place} {number}: expected 'label: description' (no ':' found)")
             continue

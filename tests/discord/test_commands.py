@@ -354,6 +354,18 @@ async def test_stm_categories_set_stores_the_categories_with_slugs(
     ]
 
 
+async def test_stm_categories_set_keeps_the_description_of_a_category_labelled_password(
+    kioku: KiokuHarness, admin: discord.Member
+) -> None:
+    opened = await kioku.interactions.slash("stm categories set", user=admin)
+    await kioku.interactions.submit_modal(
+        opened, {"category_1": "Password: reset requests and who handled them"}, user=admin
+    )
+    async with kioku.database.sessions() as session:
+        stored = [(c.label, c.description) for c in await session.scalars(select(StmCategory))]
+    assert stored == [("Password", "reset requests and who handled them")]
+
+
 async def test_stm_categories_set_prefills_the_current_categories(
     kioku: KiokuHarness, admin: discord.Member
 ) -> None:

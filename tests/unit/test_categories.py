@@ -269,3 +269,33 @@ def test_a_secret_with_a_colon_in_a_modal_line_is_not_split_past_redaction(line:
     stored = f"{category.label}:{category.description}"
     for secret in ("Hunter2-Zq9vXw", "Tr0ub4dor-77x", "S3cr3tPw-991"):
         assert secret not in stored
+
+
+@pytest.mark.parametrize(
+    ("line", "label", "description"),
+    [
+        (
+            "Password: reset requests and who handled them",
+            "Password",
+            "reset requests and who handled them",
+        ),
+        ("Token: who holds the deploy token", "Token", "who holds the deploy token"),
+        ("Authorization: who may approve what", "Authorization", "who may approve what"),
+        (
+            "Deploy: token=ghp_abcdefghijklmnopqrstuvwxyz0123456789",
+            "Deploy",
+            "token=[REDACTED:github_token]",
+        ),
+        (
+            "Docs: https://admin:S3cr3tPw-991@db.example.com/app",
+            "Docs",
+            "https://[REDACTED:url_credentials]@db.example.com/app",
+        ),
+    ],
+    ids=["password-label", "token-label", "authorization-label", "token", "url-credentials"],
+)
+def test_a_modal_line_is_split_before_its_halves_are_sanitized(
+    line: str, label: str, description: str
+) -> None:
+    (category,) = parse_category_lines(line)
+    assert (category.label, category.description) == (label, description)
