@@ -83,3 +83,13 @@ def moderator_only(*, dm_allowed: bool = False) -> Callable[[T], T]:
 def admin_only() -> Callable[[T], T]:
     """Manage Server, guild-only."""
     return _memory_permission("manage_guild", MANAGE_SERVER, dm_allowed=False)
+
+
+_admin_check = _permission_check("manage_guild", MANAGE_SERVER, dm_allowed=False)
+
+
+def require_admin(interaction: discord.Interaction[Any]) -> None:
+    """The runtime check of :func:`admin_only`, for a form or a button a command left
+    open: Manage Server may be taken away before it is used, so its submit or click is
+    checked again. Raises :class:`MissingMemoryPermission` (or ``NoPrivateMessage``)."""
+    _admin_check(interaction)

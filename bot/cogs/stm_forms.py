@@ -15,6 +15,7 @@ from typing import Any
 import discord
 
 from bot.cogs.chat import split_reply
+from bot.cogs.checks import require_admin
 from bot.cogs.errors import answer, report_error, think
 from bot.memory.categories import (
     DESCRIPTION_MAX_LENGTH,
@@ -24,9 +25,9 @@ from bot.memory.categories import (
 )
 from bot.memory.model import MAX_CATEGORIES, SUMMARY_SLUG, Category
 from bot.memory.prompt import VALUE_LIMIT
-from bot.memory.service import MemoryService, WriteResult
+from bot.memory.service import REASON_ALL_EMPTY, MemoryService, WriteResult
 from bot.memory.storage import MemoryUnavailable
-from bot.memory.turn import REASON_CHANGED
+from bot.memory.turn import REASON_CHANGED, REASON_CLEARED, REASON_STORAGE
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +41,48 @@ CATEGORY_ROW_LIMIT = LABEL_MAX_LENGTH + 2 + DESCRIPTION_MAX_LENGTH
 CATEGORY_PLACEHOLDERS = ("Decisions: what the group decided", "Open questions: what is unsettled")
 
 NOTHING_EDITED = "Nothing changed, so nothing was saved."
+SUMMARY_EMPTY = (
+    "Not saved: the summary can't be empty. To wipe this channel's memory, use `/refresh`."
+)
+TYPED_AGAIN = "What you typed, to paste again:"
+
+# The memory service words its refusals for the model (they are its tool's results:
+# "give `summary` instead", "during this turn"); an admin at a form is told this instead.
+# Matched by the start of the reason, so a reworded detail still finds its answer.
+_CHANGED = (
+    "Not saved: the memory changed while you were editing it (the model or another "
+    "admin updated it). Run `/stm edit` again to start from the new text."
+)
+_CATEGORIES_CHANGED = (
+    "Not saved: the categories changed since you opened the form. "
+    "Run `/stm edit` again to get the current fields."
+)
+_STORAGE = "Not saved: memory storage is unavailable right now. Try again shortly."
+_UNSAFE = (
+    "Not saved: nothing is left of {what} after removing unsafe content (secrets, "
+    "placeholders, invisible characters)."
+)
+ADMIN_REASONS: tuple[tuple[str, str], ...] = (
+    (REASON_CHANGED, _CHANGED),
+    ("a newer version of this memory exists", _CHANGED),
+    (
+        REASON_CLEARED,
+        "Not saved: this channel's memory was wiped while you were editing (a `/refresh`, "
+        "or a `/forget-me` of someone in it). Run `/stm edit` again to start from there.",
+    ),
+    ("this server uses categories", _CATEGORIES_CHANGED),
+    ("this server uses a single summary", _CATEGORIES_CHANGED),
+    ("unknown categories", _CATEGORIES_CHANGED),
+    (REASON_STORAGE, _STORAGE),
+    ("the memory could not be saved right now", _STORAGE),
+    ("the summary is empty after removing unsafe content", _UNSAFE.format(what="the summary")),
+    ("categories [", _UNSAFE.format(what="a field you filled in")),
+    (
+        REASON_ALL_EMPTY,
+        "Not saved: that would leave every category empty. "
+        "To wipe this channel's memory, use `/refresh`.",
+    ),
+)
 
 
 def chunked(blocks: Sequence[str], limit: int = MESSAGE_LIMIT) -> list[str]:
@@ -77,18 +120,18 @@ def quoted(text: str) -> str:
 
 
 def describe_write(result: WriteResult) -> str:
+    """The answer to a ``/stm edit`` form, in an admin's terms."""
     if result.status == "saved":
         return "Saved. The model sees the new memory from its next reply on."
     if result.status == "saved, pending sync":
         return (
             "Saved, pending sync: the database is unavailable; it will be written when it is back."
         )
-    if result.reason == REASON_CHANGED:
-        return (
-            "Not saved: the memory changed while you were editing it (the model or another "
-            "admin updated it). Run `/stm edit` again to start from the new text."
-        )
-    return f"Not saved: {result.reason}."
+    reason = result.reason or ""
+    for start, wording in ADMIN_REASONS:
+        if reason.startswith(start):
+            return wording
+    return f"Not saved: {reason.rstrip('.')}."
 
 
 def describe_categories(categories: Sequence[Category]) -> list[str]:
@@ -102,8 +145,14 @@ def fit_title(text: str) -> str:
 # ----------------------------------------------------------------------- modals
 
 
-class ReportingModal(discord.ui.Modal):
-    """A modal whose errors get the tree's answers (a modal bypasses ``tree.on_error``)."""
+class AdminModal(discord.ui.Modal):
+    """A form only Manage Server may submit. The permission is checked again on submit,
+    as it may be taken away while the form is open; errors (the refusal included) get
+    the tree's answers (a modal bypasses ``tree.on_error``)."""
+
+    async def interaction_check(self, interaction: discord.Interaction[Any], /) -> bool:
+        require_admin(interaction)  # raises: answered by on_error
+        return True
 
     async def on_error(  # type: ignore[override]  # Modal narrows View's signature
         self, interaction: discord.Interaction[Any], error: Exception, /
@@ -140,7 +189,7 @@ class EditTarget:
     opened_at: datetime
 
 
-class _EditModal(ReportingModal):
+class _EditModal(AdminModal):
     """``/stm edit``: what both modes share (where the memory is, how it is saved)."""
 
     def __init__(self, memory: MemoryService, target: EditTarget) -> None:
@@ -154,7 +203,7 @@ class _EditModal(ReportingModal):
         *,
         summary: str | None = None,
         categories: dict[str, str] | None = None,
-    ) -> None:
+    ) -> WriteResult:
         target = self.target
         await think(interaction)  # the database may be slow: Discord waits only 3 s
         result = await self.memory.admin_edit(
@@ -169,10 +218,7 @@ class _EditModal(ReportingModal):
             epoch=target.epoch,
             started_at=target.opened_at,
         )
-        content = describe_write(result)
-        if summary is not None and not result.ok:
-            content += f"\nWhat you typed, to paste again:\n{quoted(summary)}"
-        await answer_blocks(interaction, [content])
+        return result
 
 
 class SummaryEditModal(_EditModal):
@@ -191,10 +237,19 @@ class SummaryEditModal(_EditModal):
         self.add_item(self.summary)
 
     async def on_submit(self, interaction: discord.Interaction[Any]) -> None:
-        if self.summary.value == (self.summary.default or ""):
+        typed = self.summary.value
+        if typed == (self.summary.default or ""):
             await answer(interaction, NOTHING_EDITED)
             return
-        await self._save(interaction, summary=self.summary.value)
+        if not typed.strip():
+            # Discord's "required" lets whitespace through; there is nothing to hand back.
+            await answer(interaction, SUMMARY_EMPTY)
+            return
+        result = await self._save(interaction, summary=typed)
+        blocks = [describe_write(result)]
+        if not result.ok:
+            blocks.append(f"{TYPED_AGAIN}\n{quoted(typed)}")
+        await answer_blocks(interaction, blocks)
 
 
 class CategoryEditModal(_EditModal):
@@ -209,6 +264,7 @@ class CategoryEditModal(_EditModal):
         current: dict[str, str],
     ) -> None:
         super().__init__(memory, target)
+        self.labels = {category.slug: category.label for category in categories}
         self.inputs: dict[str, discord.ui.TextInput[CategoryEditModal]] = {}
         for category in categories:
             field: discord.ui.TextInput[CategoryEditModal] = discord.ui.TextInput(
@@ -226,18 +282,29 @@ class CategoryEditModal(_EditModal):
     async def on_submit(self, interaction: discord.Interaction[Any]) -> None:
         # Only the fields the admin changed: Discord sends every field back, and the
         # others hold what they showed at opening, which the model may have updated since.
-        changed = {
-            slug: field.value
-            for slug, field in self.inputs.items()
-            if field.value != (field.default or "")
-        }
+        changed: dict[str, str] = {}
+        for slug, field in self.inputs.items():
+            # Whitespace alone is no content: it clears the category, as an empty field does.
+            value = field.value if field.value.strip() else ""
+            if value != (field.default or ""):
+                changed[slug] = value
         if not changed:
             await answer(interaction, NOTHING_EDITED)
             return
-        await self._save(interaction, categories=changed)
+        result = await self._save(interaction, categories=changed)
+        blocks = [describe_write(result)]
+        # Only text is worth handing back (emptied fields are listed along with it).
+        if not result.ok and any(changed.values()):
+            blocks.append(TYPED_AGAIN)
+            for slug, value in changed.items():
+                label = self.labels[slug]
+                blocks.append(
+                    f"**{label}**\n{quoted(value)}" if value else f"**{label}**: *(emptied)*"
+                )
+        await answer_blocks(interaction, blocks)
 
 
-class CategoriesModal(ReportingModal):
+class CategoriesModal(AdminModal):
     """``/stm categories set``: five rows, each ``label: description`` (empty rows are
     ignored; at least one is needed)."""
 
@@ -300,7 +367,10 @@ class RetryCategoriesView(discord.ui.View):
         self.rows = list(rows)
 
     async def interaction_check(self, interaction: discord.Interaction[Any]) -> bool:
-        return interaction.user.id == self.user_id
+        if interaction.user.id != self.user_id:
+            return False
+        require_admin(interaction)  # Manage Server may be gone since; raises: on_error
+        return True
 
     @discord.ui.button(label="Edit again", style=discord.ButtonStyle.primary)
     async def edit_again(

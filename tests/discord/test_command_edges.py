@@ -125,6 +125,66 @@ async def test_a_stale_summary_edit_is_refused_and_hands_back_what_was_typed(
     assert (await memory.entry(server_key(kioku))).summary == "v2"
 
 
+async def test_a_category_edit_refused_as_the_categories_went_hands_back_each_field(
+    kioku: KiokuHarness, admin: discord.Member
+) -> None:
+    await use_categories(kioku, "Decisions", "Questions")
+    await kioku.bot.memory.admin_edit(
+        guild_id=kioku.env.guild.id,
+        channel_id=kioku.env.channel.id,
+        actor_user_id=admin.id,
+        categories={"questions": "who writes docs?"},
+    )
+    opened = await kioku.interactions.slash("stm edit", user=admin)
+    # Another admin goes back to one summary while the form is open.
+    await kioku.bot.memory.set_categories(kioku.env.guild.id, admin.id, [])
+    typed = "Launch on Friday; Alice owns the docs; budget approved at 4k"
+
+    saved = await kioku.interactions.submit_modal(
+        opened, {"decisions": typed, "questions": ""}, user=admin
+    )
+
+    assert saved.texts() == [
+        "Not saved: the categories changed since you opened the form. "
+        "Run `/stm edit` again to get the current fields.\n"
+        "What you typed, to paste again:\n"
+        f"**Decisions**\n> {typed}\n"
+        "**Questions**: *(emptied)*"
+    ]
+
+
+async def test_a_category_edit_refused_after_a_refresh_hands_back_what_was_typed(
+    kioku: KiokuHarness, admin: discord.Member, moderator: discord.Member
+) -> None:
+    await use_categories(kioku, "Decisions")
+    opened = await kioku.interactions.slash("stm edit", user=admin)
+    await kioku.interactions.slash("refresh", user=moderator)
+
+    saved = await kioku.interactions.submit_modal(
+        opened, {"decisions": "a paragraph that took ten minutes"}, user=admin
+    )
+
+    text = "\n".join(saved.texts())
+    assert text.startswith("Not saved: this channel's memory was wiped while you were editing")
+    assert "this turn" not in text
+    assert "**Decisions**\n> a paragraph that took ten minutes" in text
+    assert not (await kioku.bot.memory.entry(server_key(kioku))).has_content
+
+
+async def test_a_summary_edit_refused_as_categories_came_says_so_in_admin_terms(
+    kioku: KiokuHarness, admin: discord.Member
+) -> None:
+    opened = await kioku.interactions.slash("stm edit", user=admin)
+    await use_categories(kioku, "Decisions")
+
+    saved = await kioku.interactions.submit_modal(opened, {"summary": "by hand"}, user=admin)
+
+    text = "\n".join(saved.texts())
+    assert text.startswith("Not saved: the categories changed since you opened the form.")
+    assert "give category values" not in text
+    assert text.endswith("What you typed, to paste again:\n> by hand")
+
+
 # --------------------------------------- F2: settings change raced by a config read in flight
 
 
@@ -191,7 +251,9 @@ async def test_modal_submits_acknowledge_before_touching_the_database(
 
     opened = await kioku.interactions.slash("stm categories set", user=admin)
     watching("set_categories")
-    await kioku.interactions.submit_modal(opened, {"category_1": "Decisions: what we decided"})
+    await kioku.interactions.submit_modal(
+        opened, {"category_1": "Decisions: what we decided"}, user=admin
+    )
     opened = await kioku.interactions.slash("stm edit", user=admin)
     watching("admin_edit")
     await kioku.interactions.submit_modal(opened, {"decisions": "ship friday"}, user=admin)

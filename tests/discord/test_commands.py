@@ -305,7 +305,10 @@ async def test_stm_edit_reports_a_rejected_write(
     emptied = await kioku.interactions.submit_modal(opened, {"decisions": ""}, user=admin)
 
     assert emptied.content is not None
-    assert emptied.content.startswith("Not saved: every category would be empty")
+    assert emptied.content.startswith(
+        "Not saved: that would leave every category empty. "
+        "To wipe this channel's memory, use `/refresh`."
+    )
     assert [r.categories for r in await stm_rows(kioku)] == [{"decisions": "Friday"}] * 2
 
 
@@ -317,6 +320,55 @@ async def test_stm_edit_submitted_unchanged_saves_nothing(
     saved = await kioku.interactions.submit_modal(opened, {}, user=admin)
     assert saved.content == "Nothing changed, so nothing was saved."
     assert await stm_rows(kioku) == []
+
+
+async def test_stm_edit_with_a_whitespace_only_summary_says_it_cannot_be_empty(
+    kioku: KiokuHarness, admin: discord.Member
+) -> None:
+    await seed(kioku, summary="old summary")
+    opened = await kioku.interactions.slash("stm edit", user=admin)
+
+    saved = await kioku.interactions.submit_modal(opened, {"summary": "   \n  "}, user=admin)
+
+    assert saved.ephemeral
+    assert saved.texts() == [
+        "Not saved: the summary can't be empty. To wipe this channel's memory, use `/refresh`."
+    ]
+    assert [r.summary for r in await stm_rows(kioku)] == ["old summary"] * 2
+
+
+async def test_stm_edit_with_a_whitespace_only_category_field_clears_that_category(
+    kioku: KiokuHarness, admin: discord.Member
+) -> None:
+    await use_categories(kioku, "Decisions", "Questions")
+    await seed(kioku, categories={"decisions": "ship friday", "questions": "who writes docs?"})
+    opened = await kioku.interactions.slash("stm edit", user=admin)
+    assert opened.modal is not None
+    prefill = {f["custom_id"]: f.get("value") or "" for f in opened.modal.text_inputs}
+
+    saved = await kioku.interactions.submit_modal(
+        opened, {**prefill, "decisions": "  \n "}, user=admin
+    )
+
+    assert saved.texts()[-1].startswith("Saved.")
+    server = next(r for r in await stm_rows(kioku) if r.scope_kind == "server")
+    assert server.categories == {"questions": "who writes docs?"}
+
+
+async def test_stm_edit_with_whitespace_in_an_empty_category_field_changes_nothing(
+    kioku: KiokuHarness, admin: discord.Member
+) -> None:
+    await use_categories(kioku, "Decisions", "Questions")
+    await seed(kioku, categories={"questions": "who writes docs?"})
+    opened = await kioku.interactions.slash("stm edit", user=admin)
+    assert opened.modal is not None
+    prefill = {f["custom_id"]: f.get("value") or "" for f in opened.modal.text_inputs}
+
+    saved = await kioku.interactions.submit_modal(
+        opened, {**prefill, "decisions": "   "}, user=admin
+    )
+
+    assert saved.content == "Nothing changed, so nothing was saved."
 
 
 # ------------------------------------------------------------ /stm categories

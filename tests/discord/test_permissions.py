@@ -19,9 +19,11 @@ from dataclasses import dataclass, field
 
 import discord
 from discord import app_commands
+from sqlalchemy import select
 
 from bot.cogs.checks import MANAGE_MESSAGES, MANAGE_SERVER
 from bot.cogs.errors import GUILD_ONLY
+from bot.db.models import ShortTermMemory, StmCategory
 from tests.conftest import Figures
 from tests.helpers.bot import KiokuHarness
 from tests.helpers.discord_harness import InteractionResult
@@ -235,3 +237,77 @@ async def test_every_command_answers_every_kind_of_user_as_the_spec_says(
     assert not hidden_wrongly, "\n".join(f"{c.row()} hidden: {c.hidden}" for c in hidden_wrongly)
     assert not shown_wrongly, "\n".join(c.row() for c in shown_wrongly)
     assert {c.got for c in cells} == {"allowed", "refused"}
+
+
+# ------------------------------------- forms and buttons outlive the command that opened them
+
+
+async def demoted(kioku: KiokuHarness, member: discord.Member) -> discord.Member:
+    """``member`` without the roles that gave them Manage Server."""
+    await kioku.env.set_roles(member, [])
+    member = kioku.env.guild.get_member(member.id) or member
+    assert not kioku.env.channel.permissions_for(member).manage_guild
+    return member
+
+
+async def category_slugs(kioku: KiokuHarness) -> list[str]:
+    async with kioku.database.sessions() as session:
+        return [c.slug for c in await session.scalars(select(StmCategory))]
+
+
+def refused_for_manage_server(result: InteractionResult) -> bool:
+    texts = result.texts()
+    return (
+        result.modal is None
+        and result.ephemeral
+        and len(texts) == 1
+        and texts[0].startswith(f"You need the **{MANAGE_SERVER}** permission")
+    )
+
+
+async def test_a_categories_form_submitted_after_losing_manage_server_is_refused(
+    kioku: KiokuHarness,
+) -> None:
+    admin = await kioku.env.create_member("admin", kind="admin")
+    opened = await kioku.interactions.slash("stm categories set", user=admin)
+    assert opened.modal is not None
+    member = await demoted(kioku, admin)
+
+    submitted = await kioku.interactions.submit_modal(
+        opened, {"category_1": "Decisions: what we decided"}, user=member
+    )
+
+    assert refused_for_manage_server(submitted), submitted.texts()
+    assert await category_slugs(kioku) == []
+
+
+async def test_an_stm_edit_form_submitted_after_losing_manage_server_is_refused(
+    kioku: KiokuHarness,
+) -> None:
+    admin = await kioku.env.create_member("admin", kind="admin")
+    opened = await kioku.interactions.slash("stm edit", user=admin)
+    assert opened.modal is not None
+    member = await demoted(kioku, admin)
+
+    submitted = await kioku.interactions.submit_modal(
+        opened, {"summary": "rewritten by hand"}, user=member
+    )
+
+    assert refused_for_manage_server(submitted), submitted.texts()
+    async with kioku.database.sessions() as session:
+        assert list(await session.scalars(select(ShortTermMemory))) == []
+
+
+async def test_edit_again_after_losing_manage_server_reopens_no_form(
+    kioku: KiokuHarness,
+) -> None:
+    admin = await kioku.env.create_member("admin", kind="admin")
+    opened = await kioku.interactions.slash("stm categories set", user=admin)
+    failed = await kioku.interactions.submit_modal(opened, {"category_1": "no colon"}, user=admin)
+    assert failed.texts()[-1].startswith("Nothing was changed. Please fix:")
+    member = await demoted(kioku, admin)
+
+    clicked = await kioku.interactions.click(failed, label="Edit again", user=member)
+
+    assert refused_for_manage_server(clicked), clicked.texts()
+    assert await category_slugs(kioku) == []
