@@ -1,4 +1,5 @@
-"""Who may run which command: one decorator hides a command *and* enforces it.
+"""Who may run which command (one decorator hides a command *and* enforces it), and
+the option values a command accepts.
 
 ``default_permissions`` only tells Discord whom to show a top-level command to (admins
 can change it, and it is ignored on subcommands), so every decorator here also adds a
@@ -93,3 +94,34 @@ def require_admin(interaction: discord.Interaction[Any]) -> None:
     open: Manage Server may be taken away before it is used, so its submit or click is
     checked again. Raises :class:`MissingMemoryPermission` (or ``NoPrivateMessage``)."""
     _admin_check(interaction)
+
+
+class IntRange(app_commands.Transformer):
+    """An integer option Discord bounds in its UI and the bot re-checks, so an
+    out-of-range value (an outdated client, a hand-made request) is refused with a
+    clear message instead of being stored. (``app_commands.Range`` only does the first.)"""
+
+    def __init__(self, low: int, high: int) -> None:
+        self.low = low
+        self.high = high
+
+    @property
+    def type(self) -> discord.AppCommandOptionType:
+        return discord.AppCommandOptionType.integer
+
+    @property
+    def min_value(self) -> int:
+        return self.low
+
+    @property
+    def max_value(self) -> int:
+        return self.high
+
+    async def transform(self, interaction: discord.Interaction[Any], value: Any, /) -> int:
+        if (
+            not isinstance(value, int)
+            or isinstance(value, bool)
+            or not (self.low <= value <= self.high)
+        ):
+            raise app_commands.TransformerError(value, self.type, self)
+        return value

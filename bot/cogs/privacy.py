@@ -18,9 +18,9 @@ import discord
 from discord import app_commands
 from discord.ext import commands
 
+from bot.cogs.checks import IntRange
 from bot.cogs.errors import UNAVAILABLE, answer, report_error, think
 from bot.cogs.refresh import plural
-from bot.cogs.stm import IntRange
 from bot.memory.longterm import Fact, FactPage, LongTermService
 from bot.memory.service import ForgetReceipt
 from bot.memory.storage import MemoryUnavailable

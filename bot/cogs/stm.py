@@ -15,7 +15,7 @@ import discord
 from discord import app_commands
 from discord.ext import commands
 
-from bot.cogs.checks import admin_only, moderator_only
+from bot.cogs.checks import IntRange, admin_only, moderator_only
 from bot.cogs.errors import answer, think
 from bot.cogs.history import backfill
 from bot.cogs.stm_forms import (
@@ -56,37 +56,6 @@ ORIGINS = {
     "user_command": "a command",
     "import": "an import",
 }
-
-
-class IntRange(app_commands.Transformer):
-    """An integer option Discord bounds in its UI and the bot re-checks, so an
-    out-of-range value (an outdated client, a hand-made request) is refused with a
-    clear message instead of being stored. (``app_commands.Range`` only does the first.)"""
-
-    def __init__(self, low: int, high: int) -> None:
-        self.low = low
-        self.high = high
-
-    @property
-    def type(self) -> discord.AppCommandOptionType:
-        return discord.AppCommandOptionType.integer
-
-    @property
-    def min_value(self) -> int:
-        return self.low
-
-    @property
-    def max_value(self) -> int:
-        return self.high
-
-    async def transform(self, interaction: discord.Interaction[Any], value: Any, /) -> int:
-        if (
-            not isinstance(value, int)
-            or isinstance(value, bool)
-            or not (self.low <= value <= self.high)
-        ):
-            raise app_commands.TransformerError(value, self.type, self)
-        return value
 
 
 # ------------------------------------------------------------------- formatting
