@@ -213,6 +213,18 @@ async def test_a_fact_empty_after_sanitizing_is_rejected_and_stores_nothing(
     assert await snapshot(db) == ([], 0)
 
 
+async def test_a_nul_character_is_stripped_from_a_fact_and_a_query_not_refused(
+    service: LongTermService, db: Database
+) -> None:
+    # SPEC §3: NUL and other control characters are stripped before storing.
+    turn = tools(service)
+    saved = await turn[REMEMBER_TOOL_NAME].run('{"fact": "My cat\\u0000 is called Miso"}')
+    [row] = await rows(db)
+    assert saved.ok and row.content == CAT
+    found = await turn[RECALL_TOOL_NAME].run('{"query": "cat\\u0000 name"}')
+    assert found.ok and CAT in found.content
+
+
 async def test_a_database_outage_is_unavailable_for_every_tool(
     settings: Settings, clock: ManualClock
 ) -> None:

@@ -153,8 +153,6 @@ def _text(payload: dict[str, Any], field: str, *, limit: int | None = None) -> s
     value = payload[field]
     if not isinstance(value, str):
         raise ToolArgumentError(f"field {name} must be a string, got {json_type(value)}", field)
-    if "\x00" in value:
-        raise ToolArgumentError(f"field {name} contains a NUL character; send plain text", field)
     if any("\ud800" <= char <= "\udfff" for char in value):
         raise ToolArgumentError(
             f"field {name} contains a lone surrogate (an unpaired \\ud800-\\udfff escape); "

@@ -4,7 +4,10 @@ The schema depends on the guild's configuration (SPEC §3): summary mode takes o
 ``summary`` string; category mode takes one optional string per category slug (at least
 one). Parsing validates the model's raw JSON and raises ``ToolArgumentError`` with a
 message the model can act on; it never truncates or sanitizes (``memory.service`` does,
-to 1500 characters, before storing).
+to 1500 characters, before storing). So the schema states no ``maxLength``: longer text
+is cut, not refused (servers that check arguments against the schema, as Groq does,
+would refuse the whole call); the limit is in the description instead. Likewise NUL and
+other control characters are the sanitizer's to strip, not a reason to refuse.
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ _SUMMARY_PROPERTY_DESCRIPTION = (
     "The complete new summary of this conversation (replaces the previous one)."
 )
 _CATEGORY_SUFFIX = " Omit to keep its current value; an empty string clears it."
+# In each property, so that it holds under a guild's own tool description too.
+_LIMIT_NOTE = f" At most {STM_VALUE_MAX_CHARS} characters; longer text is cut."
 
 
 @dataclass(frozen=True)
@@ -55,12 +60,13 @@ class StmUpdate:
 def _summary_description(config: GuildConfig) -> str:
     # A guild whose only category is ``summary`` is in summary mode: use its wording.
     if len(config.categories) == 1 and config.categories[0].description.strip():
-        return f"{config.categories[0].description.strip()} (replaces the previous summary)"
-    return _SUMMARY_PROPERTY_DESCRIPTION
+        described = f"{config.categories[0].description.strip()} (replaces the previous summary)"
+        return described + _LIMIT_NOTE
+    return _SUMMARY_PROPERTY_DESCRIPTION + _LIMIT_NOTE
 
 
 def _category_description(category: Category) -> str:
-    return f"{category.label}: {category.description}{_CATEGORY_SUFFIX}"
+    return f"{category.label}: {category.description}{_CATEGORY_SUFFIX}{_LIMIT_NOTE}"
 
 
 def stm_tool_definition(config: GuildConfig) -> dict[str, Any]:
@@ -73,7 +79,6 @@ def stm_tool_definition(config: GuildConfig) -> dict[str, Any]:
                 SUMMARY_SLUG: {
                     "type": "string",
                     "description": _summary_description(config),
-                    "maxLength": STM_VALUE_MAX_CHARS,
                 }
             },
             "required": [SUMMARY_SLUG],
@@ -87,7 +92,6 @@ def stm_tool_definition(config: GuildConfig) -> dict[str, Any]:
                 category.slug: {
                     "type": "string",
                     "description": _category_description(category),
-                    "maxLength": STM_VALUE_MAX_CHARS,
                 }
                 for category in ordered
             },
@@ -129,11 +133,6 @@ def _check_text(field: str, value: object) -> str:
         hint = '; use "" to clear it' if value is None and field != SUMMARY_SLUG else ""
         raise ToolArgumentError(
             f"field {name} must be a string, got {json_type(value)}{hint}", field
-        )
-    if "\x00" in value:
-        raise ToolArgumentError(
-            f"field {name} contains a NUL character (\\u0000); send plain text without it",
-            field,
         )
     if any("\ud800" <= char <= "\udfff" for char in value):
         raise ToolArgumentError(
