@@ -3,17 +3,26 @@
 One call of :func:`run_tool_loop` is one turn of the bot's reply (SPEC §3):
 
 * every model call re-reads ``offered()``, so a tool can stop being offered mid-turn (the
-  STM tool after a successful update); ``tools`` is omitted when nothing is offered;
+  STM tool after a successful update). When nothing is offered, ``tools`` is omitted
+  until the conversation holds a tool call; from then on the definitions of the tools
+  called go along with ``tool_choice`` ``"none"`` (servers in front of Bedrock refuse a
+  history of tool calls without them). Without tool calling (the provider's, or after
+  the server refused tools) no request carries tools, nor tool calls in its history;
 * every tool call is answered with a ``tool`` message (an id repeated within one answer
   gets ``_2``, ``_3``, ... so each result answers exactly one call). Calls are routed by
   name to the registry even when the tool is not offered right now (its own guards refuse
   it with a message the model can read); unknown names, and tools that raise, get an
   error result;
 * at most ``max_tool_iterations`` model calls with tools; ``max_consecutive_tool_errors``
-  failed tool calls in a row end the loop early. Either way one last call is made
-  *without* tools so the model can still answer the user;
+  failed tool calls in a row end the loop early. Either way one last call is made in
+  which no tool may be called, so the model can still answer the user;
+* a 400 that refuses tools themselves ("does not support tools") makes the turn go on
+  without them (:attr:`LoopResult.tools_refused`); a 400 that refuses one generation's
+  tool call (Groq's ``tool_use_failed``) is a failed tool call of this turn: asked
+  again once, then the loop ends early;
 * transport problems surface as :class:`LlmUnavailable` carrying a short message safe to
-  show in Discord. Retries (429/5xx/timeouts, honouring ``retry-after``) are the
+  show in Discord, unless the model already answered beside a tool call: that answer
+  ends the turn. Retries (429/5xx/timeouts, honouring ``retry-after``) are the
   ``openai`` client's own, with ``settings.max_retries``; nothing here retries again.
 
 The reply text has leaked tool-call syntax and ``<think>`` blocks removed
@@ -75,6 +84,9 @@ FRIENDLY_ERRORS = frozenset(
 
 STOPPED_MAX_ITERATIONS = "max_iterations"
 STOPPED_TOOL_ERRORS = "too_many_tool_errors"
+# Answers the server refused as bad tool calls (ToolCallFailed) before the turn stops
+# offering tools: the first is asked again, the second ends the loop.
+MAX_FAILED_GENERATIONS = 2
 
 UnavailableKind = Literal["timeout", "rate_limited", "unavailable", "configuration"]
 
@@ -137,6 +149,16 @@ class LlmUnavailable(Exception):
         self.status = status
 
 
+class ToolCallFailed(LlmUnavailable):
+    """The server refused the model's own answer: a tool call whose arguments failed the
+    server's schema check (Groq's 400 ``tool_use_failed``). A failed tool call of this
+    turn, not a sign that the model cannot take tools; where it is not handled as such
+    it is the ordinary unavailable notice."""
+
+    def __init__(self) -> None:
+        super().__init__("unavailable", UNAVAILABLE_MESSAGE, status=400)
+
+
 # --------------------------------------------------------------------------------------------
 # The loop
 # --------------------------------------------------------------------------------------------
@@ -154,7 +176,8 @@ async def run_tool_loop(
     without_tools_notes: Sequence[str] = (),
 ) -> LoopResult:
     """Run one turn; see the module docstring. ``messages`` is not modified (the loop
-    works on a copy). Raises :class:`LlmUnavailable` when a model call fails, except the
+    works on a copy). Raises :class:`LlmUnavailable` when a model call fails, except when
+    the model already answered beside a tool call (that answer is the reply) and the
     final no-tools call after an early stop, whose failure yields :data:`FALLBACK_REPLY`.
     ``without_tools_notes``: system notes for the model when the server refuses tools
     and the turn goes on without them (what it can no longer do this turn).
@@ -164,32 +187,51 @@ async def run_tool_loop(
     result = LoopResult(text="", iterations=0)
     interim: list[str] = []  # text the model wrote alongside its tool calls
     consecutive_errors = 0
+    failed_generations = 0
+    called: list[str] = []  # registry tools the conversation holds calls to
 
     while result.iterations < settings.max_tool_iterations:
         names = _offered_names(offered, registry) if tool_calling else []
+        tools, tool_choice = _request_tools(registry, names, called, tool_calling=tool_calling)
         try:
             message, result.truncated = await _complete(
                 api,
                 model=model,
                 messages=conversation,
                 settings=settings,
-                tools=[registry[name].definition for name in names],
+                tools=tools,
+                tool_choice=tool_choice,
             )
         except ToolsRefused:
-            log.warning(
-                "the model refused a request with tools (it cannot call them): asking "
-                "without tools; set provider to one without tool calling to stop offering them"
-            )
-            result.tools_refused = True
+            _go_tool_less(result, conversation, without_tools_notes)
             tool_calling = False
-            leading = next(
-                (i for i, m in enumerate(conversation) if m.get("role") != "system"),
-                len(conversation),
-            )
-            conversation[leading:leading] = [
-                {"role": "system", "content": note} for note in without_tools_notes
-            ]
             continue
+        except ToolCallFailed:
+            # One bad generation (arguments the server's schema check refused): a failed
+            # tool call of this turn, not a sign that the model cannot take tools.
+            failed_generations += 1
+            consecutive_errors += 1
+            result.errors += 1
+            if (
+                failed_generations >= MAX_FAILED_GENERATIONS
+                or consecutive_errors >= settings.max_consecutive_tool_errors
+            ):
+                result.stopped = STOPPED_TOOL_ERRORS
+                break
+            log.warning("the server refused the model's tool call (tool_use_failed): asking again")
+            continue
+        except LlmUnavailable as exc:
+            if not interim:
+                raise
+            # The model already answered beside its tool call: the member gets that
+            # answer rather than the outage notice.
+            log.warning(
+                "model call failed after an answer written beside a tool call (%s); "
+                "finishing with that answer",
+                exc,
+            )
+            result.text = "\n\n".join(interim)
+            return result
         result.iterations += 1
         calls = _function_calls(message, result.iterations)
         content = _content_text(getattr(message, "content", None))
@@ -215,6 +257,8 @@ async def run_tool_loop(
             }
         )
         for call in calls:
+            if call.routed_name not in called:
+                called.append(call.routed_name)
             outcome = await _run_call(registry, call, names)
             conversation.append(
                 {"role": "tool", "tool_call_id": call.id, "content": outcome.content}
@@ -237,20 +281,77 @@ async def run_tool_loop(
         result.stopped,
         result.iterations,
     )
+    # The history may hold tool calls: their definitions go along, with tool_choice
+    # "none" (any call that still comes is ignored below).
+    tools, tool_choice = _request_tools(registry, [], called, tool_calling=tool_calling)
     try:
-        message, result.truncated = await _complete(
-            api, model=model, messages=conversation, settings=settings, tools=[]
-        )
+        try:
+            message, result.truncated = await _complete(
+                api,
+                model=model,
+                messages=conversation,
+                settings=settings,
+                tools=tools,
+                tool_choice=tool_choice,
+            )
+        except ToolsRefused:
+            _go_tool_less(result, conversation, without_tools_notes)
+            message, result.truncated = await _complete(
+                api, model=model, messages=conversation, settings=settings, tools=[]
+            )
     except LlmUnavailable as exc:
         log.warning("final no-tools call failed (%s); using the fallback reply", exc)
         result.text = "\n\n".join(interim) or FALLBACK_REPLY
         result.gave_up = not interim
         return result
     result.iterations += 1
-    # Any tool calls in this answer are ignored: no tools were offered.
+    # Any tool calls in this answer are ignored: none may be made.
     final = _content_text(getattr(message, "content", None))
     result.text = _final_text(final, interim, registry.keys())
     return result
+
+
+def _request_tools(
+    registry: Mapping[str, ToolSpec],
+    offered: Sequence[str],
+    called: Sequence[str],
+    *,
+    tool_calling: bool,
+) -> tuple[list[dict[str, Any]], str | None]:
+    """The ``tools`` and ``tool_choice`` of the next request.
+
+    The offered tools, when there are any. Otherwise, once the conversation holds tool
+    calls, the definitions of the tools called (the registry's when none of them is in
+    it) with ``tool_choice`` ``"none"``: Bedrock, and LiteLLM or Anthropic-compatible
+    servers in front of it, refuse a history with tool calls and results in a request
+    that defines no tools. A provider without tool calling never gets any.
+    """
+    if not tool_calling:
+        return [], None
+    if offered:
+        return [registry[name].definition for name in offered], None
+    if not called:
+        return [], None
+    names = [name for name in called if name in registry] or list(registry)
+    definitions = [registry[name].definition for name in names]
+    return definitions, ("none" if definitions else None)
+
+
+def _go_tool_less(
+    result: LoopResult, conversation: list[dict[str, Any]], notes: Sequence[str]
+) -> None:
+    """The server refused tools: the turn goes on without them, the model told what it
+    can no longer do (``notes``, placed after the leading system messages)."""
+    log.warning(
+        "the model refused a request with tools (it cannot call them): asking "
+        "without tools; set provider to one without tool calling to stop offering them"
+    )
+    result.tools_refused = True
+    leading = next(
+        (i for i, m in enumerate(conversation) if m.get("role") != "system"),
+        len(conversation),
+    )
+    conversation[leading:leading] = [{"role": "system", "content": note} for note in notes]
 
 
 def _offered_names(
@@ -268,14 +369,35 @@ def _offered_names(
 def _final_text(content: str, interim: Sequence[str], tool_names: Collection[str]) -> str:
     """The cleaned final answer, after what the model wrote next to its tool calls: some
     models answer there (as the nudge asks: answer, then update the memory) and close the
-    turn with a line or nothing; a final answer that repeats it is not doubled."""
+    turn with a line or nothing; a final answer that repeats it is not doubled. Only a
+    repeat is dropped (see :func:`_repeats`), never an answer for being short."""
     text = strip_leaked_tool_syntax(content, tool_names)
     said = "\n\n".join(interim)
-    if not said or _plain(said) in _plain(text):
+    if not said:
         return text
-    if not text or _plain(text) in _plain(said):
+    if not text:
         return said
+    if _repeats(text, said):
+        return text if len(_plain(text)) >= len(_plain(said)) else said
     return f"{said}\n\n{text}"
+
+
+# How much of the longer text the shorter must cover to count as the same answer.
+_REPEAT_SHARE = 0.8
+
+
+def _repeats(one: str, other: str) -> bool:
+    """Whether two answers are the same: equal for :func:`_plain`, or one found in the
+    other at word boundaries and covering most of it ("Monday." is not a repeat of
+    "Let me check my notes on Friday vs Monday.")."""
+    a, b = _plain(one), _plain(other)
+    short, long = (a, b) if len(a) <= len(b) else (b, a)
+    if short == long:
+        return True
+    if not short or len(short) < _REPEAT_SHARE * len(long):
+        return False
+    pattern = rf"(?<!\w){re.escape(short)}(?!\w)"
+    return re.search(pattern, long) is not None
 
 
 def _plain(text: str) -> str:
@@ -308,16 +430,21 @@ async def _complete(
     messages: list[dict[str, Any]],
     settings: LlmSettings,
     tools: list[dict[str, Any]],
+    tool_choice: str | None = None,
 ) -> tuple[Any, bool]:
     """One Chat Completions call; returns the first choice's message and whether it was
-    cut off at ``max_tokens``."""
+    cut off at ``max_tokens``. Without ``tools`` the request carries no tool calls or
+    results either (servers refuse them without definitions): an answer written beside
+    a call stays, as a plain assistant message."""
     request: dict[str, Any] = {
         "model": model,
-        "messages": messages,
+        "messages": messages if tools else _without_tool_calls(messages),
         "timeout": settings.timeout_seconds,
     }
     if tools:
         request["tools"] = tools
+        if tool_choice is not None:
+            request["tool_choice"] = tool_choice
     # Only send what is set: some servers reject explicit nulls.
     if settings.temperature is not None:
         request["temperature"] = settings.temperature
@@ -326,6 +453,12 @@ async def _complete(
     try:
         completion = await api.chat.completions.create(**request)
     except openai.BadRequestError as exc:
+        if _failed_generation(exc):
+            log.warning(
+                "LLM refused the model's tool call (HTTP 400 tool_use_failed)%s",
+                f" request_id={exc.request_id}" if exc.request_id else "",
+            )
+            raise ToolCallFailed from exc
         if tools and _refuses_tools(exc):
             raise ToolsRefused from exc
         raise _unavailable(exc) from exc
@@ -341,13 +474,56 @@ async def _complete(
     return choices[0].message, getattr(choices[0], "finish_reason", None) == "length"
 
 
-# What servers say when the loaded model cannot take ``tools`` (e.g. Ollama's "… does not
-# support tools"), as opposed to other bad requests (a context overflow).
-_TOOLS_REFUSED = re.compile(r"\btool|function.?call", re.IGNORECASE)
+def _without_tool_calls(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``messages`` without tool results, and assistant tool calls reduced to their text."""
+    kept: list[dict[str, Any]] = []
+    for message in messages:
+        if message.get("role") == "tool":
+            continue
+        if message.get("role") == "assistant" and message.get("tool_calls"):
+            if message.get("content"):
+                kept.append({"role": "assistant", "content": message["content"]})
+            continue
+        kept.append(message)
+    return kept
+
+
+# What servers say when the loaded model cannot take ``tools`` at all: Ollama's "… does
+# not support tools", "tools are not supported", "function calling is not supported",
+# "tool_choice … is not supported", vLLM without a tool parser, llama.cpp without
+# --jinja. Other bad requests that mention tools (a schema check of one generation, a
+# malformed history) are not a refusal: one of them must not make the process tool-less.
+_TOOL_WORDS = r"(?:tools?|tool[ _-]?(?:use|calls?|calling)|function[ _-]?call(?:s|ing)?)"
+_TOOLS_REFUSED = re.compile(
+    "|".join(
+        (
+            rf"\bdoes(?: not|n't) support {_TOOL_WORDS}\b",
+            rf"\b{_TOOL_WORDS} (?:is|are) not supported\b",
+            r"\btool[ _-]?choice\b[^.\n]{0,80}?\bnot supported\b",
+            r"--enable-auto-tool-choice",
+            r"\btools param requires --jinja\b",
+        )
+    ),
+    re.IGNORECASE,
+)
+# A generation the server refused: its tool call did not match the tool's schema (Groq:
+# code "tool_use_failed", "tool call validation failed: …", "Failed to call a function").
+_FAILED_GENERATION = re.compile(
+    r"\btool_use_failed\b|\btool call validation failed\b|\bfailed to call a function\b",
+    re.IGNORECASE,
+)
+
+
+def _error_text(exc: openai.BadRequestError) -> str:
+    return str(getattr(exc, "message", "") or exc)
 
 
 def _refuses_tools(exc: openai.BadRequestError) -> bool:
-    return bool(_TOOLS_REFUSED.search(str(getattr(exc, "message", "") or exc)))
+    return bool(_TOOLS_REFUSED.search(_error_text(exc)))
+
+
+def _failed_generation(exc: openai.BadRequestError) -> bool:
+    return exc.code == "tool_use_failed" or bool(_FAILED_GENERATION.search(_error_text(exc)))
 
 
 def _unavailable(exc: openai.OpenAIError) -> LlmUnavailable:

@@ -160,9 +160,60 @@ async def test_a_second_update_in_one_turn_is_rejected(kioku: KiokuHarness, db: 
     kioku.llm.reply_tool_calls([stm_call("second")])
     kioku.llm.reply_text("done")
     await kioku.env.send("hello", mention_bot=True)
-    assert kioku.llm.tool_names(1) == []  # no longer offered after the update
+    # No longer offered after the update: defined (the history holds a call), not callable.
+    assert kioku.llm.request(1)["tool_choice"] == "none"
     assert tool_results(kioku.llm, 2) == ["saved", f"rejected: {REASON_ALREADY_UPDATED}"]
     assert [r.summary for r in await rows(db)] == ["first", "first"]
+
+
+async def test_a_request_replaying_tool_calls_still_defines_the_tools(
+    kioku: KiokuHarness,
+) -> None:
+    # Bedrock (directly or behind LiteLLM / bedrock-access-gateway) and older Anthropic
+    # endpoints answer 400 "The toolConfig field must be defined when using toolUse and
+    # toolResult content blocks" to a request whose history holds tool calls but which
+    # defines no tools: after a successful update the STM tool is no longer offered.
+    kioku.llm.reply_tool_calls([stm_call("Alice asked about Paris.")])
+    kioku.llm.reply_text("Paris is the capital of France.")
+    await kioku.env.send("what's the capital of France?", mention_bot=True)
+
+    follow_up = kioku.llm.request(1)
+    assert any(m.get("role") == "tool" for m in follow_up["messages"])
+    assert kioku.llm.tool_names(1) == [STM_TOOL_NAME]
+    assert follow_up["tool_choice"] == "none"  # defined, not offered
+    assert kioku.env.last_sent().content == "Paris is the capital of France."
+
+
+async def test_answer_written_beside_a_tool_call_survives_a_failed_follow_up_call(
+    kioku: KiokuHarness, db: Database
+) -> None:
+    # The nudge asks the model to answer, then update the memory: the answer comes with
+    # the tool call. The follow-up request then fails (rate limit, outage).
+    kioku.llm.reply_tool_calls(
+        [stm_call("Asked about the capital of France.")],
+        content="The capital of France is Paris.",
+    )
+    kioku.llm.reply_error(500)
+    await kioku.env.send("what's the capital of France?", mention_bot=True, raise_errors=False)
+
+    assert [r.summary for r in await rows(db)] == ["Asked about the capital of France."] * 2
+    assert kioku.env.last_sent().content == "The capital of France is Paris."
+
+
+async def test_a_short_final_answer_is_not_dropped_as_a_repeat_of_the_interim_text(
+    kioku: KiokuHarness,
+) -> None:
+    kioku.llm.reply_tool_calls(
+        [stm_call("Launch date question: Friday or Monday.")],
+        content="Let me check my notes on Friday vs Monday.",
+    )
+    kioku.llm.reply_text("Monday.")
+    await kioku.env.send("is the launch friday or monday?", mention_bot=True)
+
+    # "Monday." is found inside the interim text, but it is the answer.
+    assert kioku.env.last_sent().content == (
+        "Let me check my notes on Friday vs Monday.\n\nMonday."
+    )
 
 
 async def test_refresh_during_a_turn_cannot_bring_the_memory_back(

@@ -326,6 +326,35 @@ async def test_a_model_that_cannot_take_tools_is_asked_again_without_them(
         await stop_kioku(kioku)
 
 
+async def test_groq_tool_use_failed_does_not_switch_the_process_to_tool_less(
+    db: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path
+) -> None:
+    # Groq checks the model's tool-call arguments against the schema and answers 400
+    # "tool_use_failed" when they do not match. The model CAN call tools; this one
+    # generation was bad.
+    kioku = await start_kioku(db, llm, pg_url, tmp_path, settings={"provider": "groq"})
+    try:
+        llm.reply_error(
+            400,
+            "tool call validation failed: parameters for tool update_short_term_memory did "
+            "not match schema: errors: [at '/summary': length must be <= 1500, but got 1873]",
+            code="tool_use_failed",
+        )
+        llm.reply_text("Hello!")
+        llm.reply_text("Still here.")
+        await kioku.env.send("hi", mention_bot=True, raise_errors=False)
+        await kioku.env.send("are you there?", mention_bot=True, raise_errors=False)
+
+        assert [m.content for m in kioku.env.sent] == ["Hello!", "Still here."]
+        assert llm.tool_names(0) == [STM_TOOL_NAME]
+        # One bad generation must not take the tools (STM, long-term memory) from every
+        # guild of this process until a restart.
+        assert kioku.bot.turns.caps.tool_calling and kioku.bot.turns.caps.stm_allowed
+        assert llm.tool_names(2) == [STM_TOOL_NAME]
+    finally:
+        await stop_kioku(kioku)
+
+
 async def test_another_bad_request_is_still_the_unavailable_notice(kioku: KiokuHarness) -> None:
     kioku.llm.reply_error(400, "This model's maximum context length is 8192 tokens")
 

@@ -266,7 +266,9 @@ async def test_call_to_tool_not_offered_is_routed_to_its_guard(llm: ScriptedLLM)
     assert guarded.received == ['{"x": "again"}']
     assert result.tool_calls == [("stm", "rejected: already updated this turn")]
     assert result.errors == 1
-    assert "tools" not in llm.request(1)
+    # The history holds a call: the tool is defined, but no call may be made.
+    assert llm.tool_names(1) == ["stm"]
+    assert llm.request(1)["tool_choice"] == "none"
 
 
 async def test_text_written_beside_tool_calls_is_kept_if_final_is_empty(
@@ -342,7 +344,8 @@ async def test_five_consecutive_tool_errors_end_the_loop_with_a_final_no_tools_c
     assert result.text == "Sorry, I could not save that, but here is your answer."
     assert len(llm.requests) == 6
     assert llm.tool_names(4) == ["stm"]
-    assert llm.tool_names(-1) == []
+    assert "tool_choice" not in llm.request(4)
+    assert llm.request(-1)["tool_choice"] == "none"
     assert llm.messages(-1)[-1]["role"] == "tool"
     assert result.iterations == 6
     assert llm.unscripted == 0
@@ -369,7 +372,7 @@ async def test_errors_within_one_batch_count_and_every_call_is_answered(
     assert len(bad.received) == 6  # the API needs a tool message for every call
     tool_messages = [m for m in llm.messages(-1) if m["role"] == "tool"]
     assert len(tool_messages) == 6
-    assert llm.tool_names(-1) == []
+    assert llm.request(-1)["tool_choice"] == "none"
 
 
 async def test_max_iterations_then_one_call_without_tools(llm: ScriptedLLM) -> None:
@@ -382,7 +385,8 @@ async def test_max_iterations_then_one_call_without_tools(llm: ScriptedLLM) -> N
     assert result.text == "Final answer."
     assert result.iterations == 4
     assert len(tool.received) == 3
-    assert [llm.tool_names(i) for i in range(4)] == [["remember"]] * 3 + [[]]
+    assert [llm.tool_names(i) for i in range(4)] == [["remember"]] * 4
+    assert [llm.request(i).get("tool_choice") for i in range(4)] == [None] * 3 + ["none"]
     assert llm.unscripted == 0
 
 
@@ -472,6 +476,205 @@ async def test_error_mid_turn_raises_unavailable(llm: ScriptedLLM) -> None:
         await _loop(llm, {"remember": tool.spec})
     assert info.value.kind == "unavailable"
     assert tool.received == ['{"x": "1"}']
+
+
+async def test_an_answer_written_beside_a_tool_call_survives_a_failed_follow_up(
+    llm: ScriptedLLM, caplog: pytest.LogCaptureFixture
+) -> None:
+    tool = Recorder("stm")
+    answer = "The capital of France is Paris."
+    llm.reply_tool_calls([("stm", {"x": "Asked about France."})], content=answer)
+    llm.reply_error(503)
+    with caplog.at_level(logging.WARNING, logger="bot.llm.tool_loop"):
+        result = await _loop(llm, {"stm": tool.spec})
+    assert result.text == answer
+    assert not result.gave_up and result.stopped is None
+    assert tool.received == ['{"x": "Asked about France."}']
+    assert "finishing with that answer" in caplog.text
+    assert "France" not in caplog.text  # no memory text in the log
+
+
+# Groq checks each generation's tool call against the schema and answers 400
+# "tool_use_failed" when it does not match: one bad answer, not a model without tools.
+GROQ_TOOL_USE_FAILED = (
+    "tool call validation failed: parameters for tool stm did not match schema: "
+    "errors: [at '/x': length must be <= 1500, but got 1873]"
+)
+
+
+@pytest.mark.parametrize(
+    ("message", "code"),
+    [
+        pytest.param(GROQ_TOOL_USE_FAILED, "tool_use_failed", id="groq-validation"),
+        pytest.param(
+            "Failed to call a function. Please adjust your prompt. See 'failed_generation' "
+            "for more details.",
+            "tool_use_failed",
+            id="groq-failed-generation",
+        ),
+        pytest.param(GROQ_TOOL_USE_FAILED, None, id="wording-without-code"),
+    ],
+)
+async def test_a_tool_call_the_server_refused_is_asked_again_not_a_refusal_of_tools(
+    llm: ScriptedLLM, message: str, code: str | None
+) -> None:
+    tool = Recorder("stm")
+    llm.reply_error(400, message, code=code)
+    llm.reply_tool_calls([("stm", {"x": "short"})]).reply_text("Done.")
+    result = await _loop(llm, {"stm": tool.spec})
+    assert result.text == "Done."
+    assert not result.tools_refused
+    assert result.errors == 1  # a failed tool call of this turn
+    assert tool.received == ['{"x": "short"}']
+    assert [llm.tool_names(i) for i in range(2)] == [["stm"], ["stm"]]
+
+
+async def test_a_second_refused_tool_call_ends_the_loop_with_an_answer_without_tools(
+    llm: ScriptedLLM,
+) -> None:
+    tool = Recorder("stm")
+    llm.reply_error(400, GROQ_TOOL_USE_FAILED, code="tool_use_failed")
+    llm.reply_error(400, GROQ_TOOL_USE_FAILED, code="tool_use_failed")
+    llm.reply_text("Here is your answer.")
+    result = await _loop(llm, {"stm": tool.spec})
+    assert result.text == "Here is your answer."
+    assert result.stopped == "too_many_tool_errors"
+    assert result.errors == 2
+    assert not result.tools_refused
+    assert tool.received == []
+    assert llm.tool_names(1) == ["stm"]
+    assert "tools" not in llm.request(2)  # nothing was called: nothing to define
+    assert llm.unscripted == 0
+
+
+@pytest.mark.parametrize(
+    "refusal",
+    [
+        "registry.ollama.ai/library/gemma3:4b does not support tools",
+        "This model does not support function calling",
+        "tools are not supported for this model",
+        "Function calling is not supported by this endpoint",
+        "tool_choice 'none' is not supported",
+        '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set',
+    ],
+)
+async def test_a_server_that_cannot_take_tools_is_asked_again_without_them(
+    llm: ScriptedLLM, refusal: str
+) -> None:
+    llm.reply_error(400, refusal).reply_text("Hello!")
+    result = await _loop(llm, {"stm": Recorder("stm").spec})
+    assert result.tools_refused
+    assert result.text == "Hello!"
+    assert "tools" in llm.request(0) and "tools" not in llm.request(1)
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "Invalid 'messages[3]': 'tool_call_id' of 'call_1' not found",
+        "Invalid schema for function 'stm': 'maxLength' is not permitted",
+        "This model's maximum context length is 8192 tokens (tools included)",
+    ],
+)
+async def test_other_bad_requests_mentioning_tools_are_not_a_refusal(
+    llm: ScriptedLLM, message: str
+) -> None:
+    llm.reply_error(400, message)
+    with pytest.raises(LlmUnavailable) as info:
+        await _loop(llm, {"stm": Recorder("stm").spec})
+    assert info.value.user_message == UNAVAILABLE_MESSAGE
+    assert len(llm.requests) == 1
+
+
+async def test_a_follow_up_after_a_tool_call_still_defines_the_tools_called(
+    llm: ScriptedLLM,
+) -> None:
+    # Bedrock (also behind LiteLLM) refuses a history of tool calls in a request that
+    # defines no tools ("The toolConfig field must be defined ...").
+    offered = ["stm", "remember"]
+
+    async def run_stm(arguments: str | None) -> ToolOutcome:
+        offered.clear()  # nothing is offered after the update
+        return ToolOutcome("saved", ok=True)
+
+    registry = {
+        "stm": ToolSpec(_definition("stm"), run_stm),
+        "remember": Recorder("remember").spec,
+    }
+    llm.reply_tool_calls([("stm", {"x": "summary"})]).reply_text("Done.")
+    async with openai_client(llm) as client:
+        result = await run_tool_loop(
+            client,
+            model="test-model",
+            messages=list(USER),
+            registry=registry,
+            offered=lambda: offered,
+            settings=_settings(),
+        )
+    assert result.text == "Done."
+    assert "tool_choice" not in llm.request(0)
+    assert any(m["role"] == "tool" for m in llm.messages(1))
+    assert llm.tool_names(1) == ["stm"]  # the tool called, not every tool
+    assert llm.request(1)["tool_choice"] == "none"
+
+
+async def test_after_tools_are_refused_mid_turn_no_request_carries_tools_or_tool_calls(
+    llm: ScriptedLLM,
+) -> None:
+    # A server that takes tools but refuses tool_choice "none": the turn goes tool-less,
+    # and its history loses the tool calls (what was written beside them stays).
+    tool = Recorder("stm")
+    llm.reply_tool_calls([("stm", {"x": "summary"})], content="Paris.")
+    llm.reply_error(400, "tool_choice 'none' is not supported")
+    llm.reply_text("Anything else?")
+    result = await _loop(llm, {"stm": tool.spec}, offered=[])
+    assert result.tools_refused
+    assert result.text == "Paris.\n\nAnything else?"
+    assert llm.request(1)["tool_choice"] == "none"
+    assert "tools" not in llm.request(2) and "tool_choice" not in llm.request(2)
+    history = llm.messages(2)
+    assert all(m["role"] != "tool" and not m.get("tool_calls") for m in history)
+    assert history[-1] == {"role": "assistant", "content": "Paris."}
+
+
+async def test_a_provider_without_tool_calling_never_gets_tools_even_after_a_call(
+    llm: ScriptedLLM,
+) -> None:
+    tool = Recorder("stm")
+    for _ in range(2):
+        llm.reply_tool_calls([("stm", {"x": "anyway"})])
+    llm.reply_text("Hi.")
+    result = await _loop(llm, {"stm": tool.spec}, tool_calling=False, max_tool_iterations=2)
+    assert result.text == "Hi."
+    for i in range(3):
+        assert "tools" not in llm.request(i) and "tool_choice" not in llm.request(i)
+        assert all(m["role"] != "tool" and not m.get("tool_calls") for m in llm.messages(i))
+
+
+@pytest.mark.parametrize(
+    ("interim", "final", "expected"),
+    [
+        # A short answer inside a longer lead-in is an answer, not a repeat.
+        (
+            "Let me check my notes on Friday vs Monday.",
+            "Monday.",
+            "Let me check my notes on Friday vs Monday.\n\nMonday.",
+        ),
+        ("I'll look at my notes.", "No.", "I'll look at my notes.\n\nNo."),
+        ("The answer is 42, I think", "42", "The answer is 42, I think\n\n42"),
+        # Repeats: equal but for case, spacing and closing punctuation, or nearly all of it.
+        ("The capital of France is Paris.", "the capital of  France is Paris!", None),
+        ("The capital of France is Paris.", "The capital of France is Paris, yes.", None),
+        ("The capital of France is Paris, yes.", "The capital of France is Paris.", None),
+    ],
+)
+async def test_a_final_answer_is_dropped_only_when_it_repeats_the_interim_text(
+    llm: ScriptedLLM, interim: str, final: str, expected: str | None
+) -> None:
+    llm.reply_tool_calls([("stm", {"x": "memory"})], content=interim).reply_text(final)
+    result = await _loop(llm, {"stm": Recorder("stm").spec})
+    longer = max(interim, final, key=len)
+    assert result.text == (expected if expected is not None else longer)
 
 
 async def test_leaked_syntax_in_a_real_reply_is_stripped(llm: ScriptedLLM) -> None:
