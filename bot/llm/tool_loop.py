@@ -453,6 +453,13 @@ async def _complete(
     try:
         completion = await api.chat.completions.create(**request)
     except openai.BadRequestError as exc:
+        if tool_choice is not None and _TOOL_CHOICE.search(_error_text(exc)):
+            # A server that takes tools but not this tool_choice: ask again without it
+            # (the loop ignores any call that comes anyway) rather than go tool-less.
+            log.warning("LLM refused tool_choice %r: asking again without it", tool_choice)
+            return await _complete(
+                api, model=model, messages=messages, settings=settings, tools=tools
+            )
         if _failed_generation(exc):
             log.warning(
                 "LLM refused the model's tool call (HTTP 400 tool_use_failed)%s",
@@ -506,6 +513,7 @@ _TOOLS_REFUSED = re.compile(
     ),
     re.IGNORECASE,
 )
+_TOOL_CHOICE = re.compile(r"\btool[ _-]?choice\b", re.IGNORECASE)
 # A generation the server refused: its tool call did not match the tool's schema (Groq:
 # code "tool_use_failed", "tool call validation failed: …", "Failed to call a function").
 _FAILED_GENERATION = re.compile(

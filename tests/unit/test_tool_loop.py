@@ -621,11 +621,11 @@ async def test_a_follow_up_after_a_tool_call_still_defines_the_tools_called(
 async def test_after_tools_are_refused_mid_turn_no_request_carries_tools_or_tool_calls(
     llm: ScriptedLLM,
 ) -> None:
-    # A server that takes tools but refuses tool_choice "none": the turn goes tool-less,
+    # A server that refuses tools once the turn holds calls: the turn goes tool-less,
     # and its history loses the tool calls (what was written beside them stays).
     tool = Recorder("stm")
     llm.reply_tool_calls([("stm", {"x": "summary"})], content="Paris.")
-    llm.reply_error(400, "tool_choice 'none' is not supported")
+    llm.reply_error(400, "this model does not support tools")
     llm.reply_text("Anything else?")
     result = await _loop(llm, {"stm": tool.spec}, offered=[])
     assert result.tools_refused
@@ -649,6 +649,23 @@ async def test_a_provider_without_tool_calling_never_gets_tools_even_after_a_cal
     for i in range(3):
         assert "tools" not in llm.request(i) and "tool_choice" not in llm.request(i)
         assert all(m["role"] != "tool" and not m.get("tool_calls") for m in llm.messages(i))
+
+
+async def test_a_server_refusing_tool_choice_none_is_asked_again_without_it(
+    llm: ScriptedLLM,
+) -> None:
+    # It takes tools, only not tool_choice "none": the turn keeps its tools (never
+    # tool-less for that), the follow-up goes again with the definitions alone.
+    tool = Recorder("stm")
+    llm.reply_tool_calls([("stm", {"x": "summary"})], content="Paris.")
+    llm.reply_error(400, "tool_choice 'none' is not supported")
+    llm.reply_text("Paris it is.")
+    result = await _loop(llm, {"stm": tool.spec}, offered=[])
+    assert not result.tools_refused
+    assert result.text == "Paris.\n\nParis it is."
+    assert llm.request(1)["tool_choice"] == "none"
+    assert llm.tool_names(2) == ["stm"] and "tool_choice" not in llm.request(2)
+    assert any(m["role"] == "tool" for m in llm.messages(2))
 
 
 @pytest.mark.parametrize(
