@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
 
+from bot.memory.sanitize import redact_secrets
+
 ScopeKind = Literal["server", "user"]
 Origin = Literal["model_tool", "summarizer", "admin", "user_command", "import"]
 RenderMode = Literal["crude_summary", "supersede"]
@@ -56,6 +58,17 @@ class RawMessage:
     content: str
     created_at: datetime
     is_bot: bool = False
+    # line() with secrets and <private> regions hidden, once computed (see shared_line).
+    _shared: str | None = field(default=None, init=False, repr=False, compare=False)
+
+    def shared_line(self) -> str:
+        """:meth:`line` as another channel's (or a DM's) prompt shows it: secrets and
+        ``<private>`` regions redacted, as in stored memory. Computed once per message
+        (redaction costs tens of µs, and one message is shown in many prompts)."""
+        if self._shared is None:
+            object.__setattr__(self, "_shared", redact_secrets(self.line()))
+        assert self._shared is not None
+        return self._shared
 
     def line(self) -> str:
         """The gatherer's ``Name: text`` form. Continuation lines of a multi-line message

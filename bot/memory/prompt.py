@@ -264,9 +264,10 @@ def _history(inp: PromptInput) -> list[dict[str, str]]:
 
 def _raw_block(label: str, messages: Sequence[RawMessage]) -> str:
     # line() indents continuation lines: no line of one message passes for another speaker.
-    # Other channels' raw text is not sanitized like memory text: drop what could hide
-    # a fence closer from _defuse (and stray controls) before showing it.
-    lines = "\n".join(_defuse(_visible(message.line())) for message in messages)
+    # What was said elsewhere is shown as stored memory is: secrets and <private> regions
+    # redacted (the live conversation of this channel is not). Then drop what could hide
+    # a fence closer from _defuse (and stray controls).
+    lines = "\n".join(_defuse(_visible(message.shared_line())) for message in messages)
     noun = "message" if len(messages) == 1 else "messages"
     return (
         f"The last {len(messages)} {noun} in {label}:\n"

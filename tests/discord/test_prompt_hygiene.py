@@ -184,3 +184,25 @@ def test_the_fence_check_catches_a_broken_fence() -> None:
     ):
         with pytest.raises(AssertionError):
             fenced_blocks(bad)
+
+
+async def test_another_channels_raw_messages_reach_the_prompt_redacted(
+    kioku: KiokuHarness,
+) -> None:
+    # crude_summary (the default) shows other channels' last messages: a <private>
+    # region or a token said there is hidden, as it is in stored memory.
+    token = "ghp_" + "Ab1Cd2Ef3Gh4Ij5Kl6Mn7Op8Qr9St0UvWxYz12"
+    env, llm = kioku.env, kioku.llm
+    other = await env.create_text_channel("other")
+    llm.reply_tool_calls([(STM_TOOL_NAME, {"summary": "chat about lunch"})]).reply_text("ok")
+    await env.send(
+        f"lunch? <private>my phone is 555-0199</private> also {token}",
+        channel=other,
+        mention_bot=True,
+    )
+    llm.reply_text("hi")
+    await env.send("what's new?", mention_bot=True)
+    shown = "\n".join(str(m.get("content")) for m in llm.messages(-1))
+    assert "chat about lunch" in shown and "lunch?" in shown  # the block is there
+    assert "[REDACTED:private]" in shown and "[REDACTED:github_token]" in shown
+    assert "555-0199" not in shown and token not in shown
