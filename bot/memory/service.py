@@ -234,8 +234,6 @@ class MemoryService:
             maxsize=10_000, ttl=FORGOTTEN_ELSEWHERE_SECONDS
         )
         self._locks: weakref.WeakValueDictionary[int, asyncio.Lock] = weakref.WeakValueDictionary()
-        # Guild-level read-modify-writes (the always-on list); few, so kept plainly.
-        self._guild_locks: dict[int, asyncio.Lock] = {}
         self._commits = GroupCommit(
             lambda: self._sessions(),
             lambda session, entries: self._announce(session, stm_notice(self.instance_id, entries)),
@@ -1221,21 +1219,18 @@ class MemoryService:
     ) -> GuildConfig:
         """Change a guild's settings in one transaction (all or nothing); ``always_on``
         marks one channel as answering every message, or unmarks it."""
-        # Read, change, write the whole always-on list: two toggles must not interleave.
-        async with self._guild_locks.setdefault(guild_id, asyncio.Lock()):
-            if always_on is not None:
-                channel_id, enabled = always_on
-                channels = set((await self.guild_config(guild_id)).always_on_channels)
-                channels = channels | {channel_id} if enabled else channels - {channel_id}
-                changes["always_on_channel_ids"] = sorted(channels)
-            async with self._storage("saving guild settings") as session, session.begin():
-                await guild_repo.update_guild_settings(session, guild_id, self.defaults, changes)
-                await self._announce(session, {"o": self.instance_id, "t": "guild", "g": guild_id})
-                await stm_repo.add_events(
-                    session,
-                    [EventRecord("settings", guild_id=guild_id, actor_user_id=actor_user_id)],
-                )
-            self._guild_changed(guild_id)
+        # The always-on channel is added or removed by the database, against the list as
+        # committed (not this process's cached copy): toggles elsewhere are kept.
+        async with self._storage("saving guild settings") as session, session.begin():
+            await guild_repo.update_guild_settings(
+                session, guild_id, self.defaults, changes, always_on=always_on
+            )
+            await self._announce(session, {"o": self.instance_id, "t": "guild", "g": guild_id})
+            await stm_repo.add_events(
+                session,
+                [EventRecord("settings", guild_id=guild_id, actor_user_id=actor_user_id)],
+            )
+        self._guild_changed(guild_id)
         return await self.guild_config(guild_id)
 
     async def set_always_on(

@@ -11,7 +11,7 @@ from sqlalchemy import func, select
 
 from bot.config import Settings
 from bot.db.engine import Database
-from bot.db.models import ShortTermMemory, StmEvent
+from bot.db.models import GuildSettings, ShortTermMemory, StmEvent
 from bot.db.repositories import stm as stm_repo
 from bot.memory.model import ScopeKey
 from bot.memory.service import MemoryService
@@ -500,3 +500,35 @@ async def test_a_hydration_during_an_in_flight_write_does_not_cache_the_old_row(
     assert await stored_server_summary(db) == "v2"
     # The cache kept the row as it was before the write committed.
     assert (await service.entry(SERVER_KEY)).summary == "v2"
+
+
+async def test_always_on_toggled_in_two_processes_at_once_keeps_both_channels(
+    db: Database, settings: Settings
+) -> None:
+    # Each process changes the list it has cached: computed there and written whole, the
+    # second write would drop the first one's channel.
+    a = make_service(db.sessions, settings, ManualClock())
+    b = make_service(db.sessions, settings, ManualClock())
+
+    async def stored() -> list[int]:
+        async with db.sessions() as session:
+            return sorted(await session.scalar(select(GuildSettings.always_on_channel_ids)) or ())
+
+    await a.guild_config(GUILD)
+    await b.guild_config(GUILD)
+    await asyncio.gather(
+        a.set_always_on(GUILD, CHANNEL, True, ALICE),
+        b.set_always_on(GUILD, OTHER_CHANNEL, True, BOB),
+    )
+    assert await stored() == [CHANNEL, OTHER_CHANNEL]
+    await asyncio.gather(
+        a.set_always_on(GUILD, CHANNEL, False, ALICE),
+        b.set_always_on(GUILD, OTHER_CHANNEL + 1, True, BOB),
+        b.set_always_on(GUILD, OTHER_CHANNEL, True, BOB),  # already on: not doubled
+    )
+    assert await stored() == [OTHER_CHANNEL, OTHER_CHANNEL + 1]
+    fresh = make_service(db.sessions, settings, ManualClock())
+    assert (await fresh.guild_config(GUILD)).always_on_channels == {
+        OTHER_CHANNEL,
+        OTHER_CHANNEL + 1,
+    }

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import delete, select
+from sqlalchemy import BigInteger, any_, case, delete, func, literal, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -55,9 +55,17 @@ async def load_guild_config(
 
 
 async def update_guild_settings(
-    session: AsyncSession, guild_id: int, defaults: GuildConfig, changes: dict[str, Any]
+    session: AsyncSession,
+    guild_id: int,
+    defaults: GuildConfig,
+    changes: dict[str, Any],
+    *,
+    always_on: tuple[int, bool] | None = None,
 ) -> None:
-    """Create the guild's row from the defaults if needed, then apply ``changes``."""
+    """Create the guild's row from the defaults if needed, then apply ``changes``.
+    ``always_on`` adds one channel to the always-on list (or removes it) in the
+    statement itself, against the row as committed: two toggles of different channels
+    at once (any processes) both stay."""
     unknown = set(changes) - SETTABLE
     if unknown:
         raise ValueError(f"unknown guild settings: {sorted(unknown)}")
@@ -68,10 +76,23 @@ async def update_guild_settings(
         "render_mode": defaults.render_mode,
         "crude_message_count": defaults.crude_message_count,
     }
-    statement = insert(GuildSettings).values(**{**base, **changes})
-    if changes:
+    updates: dict[str, Any] = dict(changes)
+    inserted: dict[str, Any] = {**base, **changes}
+    if always_on is not None:
+        channel_id, enabled = always_on
+        stored = GuildSettings.always_on_channel_ids
+        channel = literal(channel_id, BigInteger)
+        # ON CONFLICT DO UPDATE locks the row and computes from its latest version.
+        updates["always_on_channel_ids"] = (
+            case((channel == any_(stored), stored), else_=func.array_append(stored, channel))
+            if enabled
+            else func.array_remove(stored, channel)
+        )
+        inserted["always_on_channel_ids"] = [channel_id] if enabled else []
+    statement = insert(GuildSettings).values(**inserted)
+    if updates:
         statement = statement.on_conflict_do_update(
-            index_elements=[GuildSettings.guild_id], set_=changes
+            index_elements=[GuildSettings.guild_id], set_=updates
         )
     else:
         statement = statement.on_conflict_do_nothing(index_elements=[GuildSettings.guild_id])
