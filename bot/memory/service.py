@@ -140,6 +140,19 @@ REASON_ALL_EMPTY = (
 )
 
 
+REASON_CATEGORIES_CHANGED = (
+    "the server's memory categories changed since this turn began; nothing was saved"
+)
+
+
+def _slugs(config: GuildConfig) -> tuple[bool, frozenset[str]]:
+    """What a write's shape depends on: summary or category mode, and which categories.
+    (Labels, descriptions and order may change under a turn: its values still fit.)"""
+    if not config.category_mode:
+        return False, frozenset()
+    return True, frozenset(c.slug for c in config.categories)
+
+
 def _keeps_a_value(entry: StmEntry, change: Mapping[str, str], config: GuildConfig) -> bool:
     """Whether the memory still holds a category value after ``change`` ("" clears): an
     update may clear some categories, not empty the whole memory."""
@@ -626,13 +639,20 @@ class MemoryService:
             reason = turn.stm_block_reason()
             if reason is not None:
                 return rejected(reason)
-            # An admin may have turned memory off since the turn began (cached: no query).
-            try:
-                if not (await self.guild_config(turn.guild_id)).stm_enabled:
-                    return rejected(REASON_DISABLED)
-            except MemoryUnavailable:
-                return rejected(REASON_STORAGE)
-        change = self._sanitized_change(turn.config, summary, categories)
+        # The settings as they are now (cached: no query), in case an admin changed them
+        # (in any process) since the turn began, or while the summarizer waited on its
+        # model: memory turned off refuses every write but an admin's own edit.
+        try:
+            config = await self.guild_config(turn.guild_id)
+        except MemoryUnavailable:
+            return rejected(REASON_STORAGE)
+        if origin != "admin" and not config.stm_enabled:
+            return rejected(REASON_DISABLED)
+        if _slugs(config) != _slugs(turn.config):
+            # Written in the shape the turn was offered, the update would wipe what was
+            # stored under the new one (a summary, or other categories).
+            return rejected(REASON_CATEGORIES_CHANGED)
+        change = self._sanitized_change(config, summary, categories)
         if isinstance(change, WriteResult):
             return change
         new_summary, new_categories = change
@@ -658,7 +678,7 @@ class MemoryService:
             if expected_version is not None and entries[0].version != expected_version:
                 return rejected(REASON_CHANGED)
             if new_categories is not None and not _keeps_a_value(
-                entries[0], new_categories, turn.config
+                entries[0], new_categories, config
             ):
                 return rejected(REASON_ALL_EMPTY)
             # Every key of one write holds the same text, so every row carries the whole
@@ -687,7 +707,7 @@ class MemoryService:
                             entry.categories.pop(slug, None)
                     # Values of categories an admin removed or renamed go with this write
                     # (they could no longer be seen, changed or cleared by the model).
-                    defined = {c.slug for c in turn.config.categories}
+                    defined = {c.slug for c in config.categories}
                     for slug in [s for s in entry.categories if s not in defined]:
                         del entry.categories[slug]
                 entry.marker = marker or turn.marker or entry.marker

@@ -31,8 +31,9 @@ fails the run before any model call.
 **All or nothing.** A failed call (after the ``openai`` client's own retries), an empty
 or unusable answer in any batch (a tool call instead of a summary is unusable too), a
 ``/refresh`` of the channel meanwhile (the turn's epoch is captured before the first
-call), or another update of the memory meanwhile leaves the summary and the marker
-exactly as they were; the outcome says why.
+call), another update of the memory meanwhile, short-term memory turned off or the
+server's categories changed meanwhile (in any process: the write re-checks the current
+settings) leaves the summary and the marker exactly as they were; the outcome says why.
 
 **One at a time.** Never two runs for the same channel: a second one while the first is
 in flight returns ``busy`` at once, without gathering or calling the model.
@@ -60,9 +61,9 @@ from bot.memory.gather import gather_new_messages, messages_after_marker
 from bot.memory.model import GuildConfig, Marker, RawMessage, StmEntry
 from bot.memory.prompt import VALUE_LIMIT, render_memory_text
 from bot.memory.sanitize import sanitize_value, truncate_graphemes
-from bot.memory.service import MemoryService
+from bot.memory.service import REASON_CATEGORIES_CHANGED, MemoryService
 from bot.memory.storage import MemoryUnavailable
-from bot.memory.turn import REASON_CHANGED, REASON_CLEARED, TurnState
+from bot.memory.turn import REASON_CHANGED, REASON_CLEARED, REASON_DISABLED, TurnState
 
 __all__ = [
     "MAX_BATCHES",
@@ -144,6 +145,9 @@ INVALID_JSON = "the model did not answer with the JSON object asked for"
 NO_CATEGORY_VALUES = "the model's answer had no usable category values"
 CLEARED_MEANWHILE = "the channel's memory was cleared while the summary was being made"
 CHANGED_MEANWHILE = "the memory was updated by someone else while the summary was being made"
+CATEGORIES_CHANGED_MEANWHILE = (
+    "the server's memory categories changed while the summary was being made"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,7 +156,8 @@ class SummaryOutcome:
 
     ``status``: ``updated`` (written; ``pending_sync`` when it went to the spool),
     ``nothing_new`` (no model call made), ``busy`` (another run holds the channel),
-    ``disabled`` (short-term memory is off in the guild; no model call made), ``failed``
+    ``disabled`` (short-term memory is off in the guild: no model call made, or turned
+    off while the model was answering and nothing stored), ``failed``
     (model, storage or write refused: ``error`` says which, in words safe to show a user)
     or ``empty`` (the model answered nothing usable). Only ``updated`` changed the memory.
     ``new_messages`` counts the messages read (and now covered, when updated); ``chars``
@@ -614,7 +619,14 @@ class Summarizer:
             )
         if not result.ok:
             reason = result.reason or "the memory could not be saved"
-            known = {REASON_CLEARED: CLEARED_MEANWHILE, REASON_CHANGED: CHANGED_MEANWHILE}
+            if reason == REASON_DISABLED:
+                # Turned off (here or in another process) while the model was answering.
+                return SummaryOutcome("disabled", len(new), calls=calls, skipped=skipped)
+            known = {
+                REASON_CLEARED: CLEARED_MEANWHILE,
+                REASON_CHANGED: CHANGED_MEANWHILE,
+                REASON_CATEGORIES_CHANGED: CATEGORIES_CHANGED_MEANWHILE,
+            }
             return failed(known.get(reason, reason))
         written = memory.cache.get(turn.channel_key)
         return SummaryOutcome(

@@ -17,7 +17,7 @@ from bot.db.models import LongTermMemory, ShortTermMemory, StmEvent
 from bot.db.repositories import stm as stm_repo
 from bot.memory.model import Category, ScopeKey
 from bot.memory.prompt import assemble
-from bot.memory.service import MemoryService
+from bot.memory.service import REASON_CATEGORIES_CHANGED, MemoryService
 from bot.memory.turn import (
     REASON_ALREADY_UPDATED,
     REASON_CLEARED,
@@ -892,3 +892,43 @@ async def test_a_turn_in_flight_when_an_admin_disables_memory_does_not_write(
     assert str(result) == f"rejected: {REASON_DISABLED}"
     async with db.sessions() as session:
         assert await session.scalar(select(func.count()).select_from(ShortTermMemory)) == 0
+
+
+async def test_a_summarizer_write_after_memory_was_turned_off_is_refused(
+    service: MemoryService, db: Database
+) -> None:
+    turn = await start_turn(service)
+    await service.update_guild_settings(GUILD, BOB, short_term_memory_enabled=False)
+    result = await service.update_stm(turn, summary="x", origin="summarizer")
+    assert str(result) == f"rejected: {REASON_DISABLED}"
+    # An admin's own edit still goes through (they may correct what is stored).
+    edited = await service.admin_edit(
+        guild_id=GUILD, channel_id=CHANNEL, actor_user_id=BOB, summary="edited"
+    )
+    assert edited.ok
+    assert [r.summary for r in await rows(db)] == ["edited", "edited"]
+
+
+async def test_a_turn_begun_under_other_categories_is_refused(
+    service: MemoryService, db: Database
+) -> None:
+    await use_categories(service, "Decisions", "Todo")
+    turn = await start_turn(service)
+    await use_categories(service, "Decisions", "Risks")
+    result = await service.update_stm(turn, categories={"todo": "buy cake"})
+    assert str(result) == f"rejected: {REASON_CATEGORIES_CHANGED}"
+    assert await rows(db) == []
+
+
+async def test_a_turn_begun_before_a_category_was_relabelled_still_writes(
+    service: MemoryService, db: Database
+) -> None:
+    await use_categories(service, "Decisions", "Todo")
+    turn = await start_turn(service)
+    await service.set_categories(
+        GUILD,
+        ALICE,
+        [Category(0, "todo", "To do", "open tasks"), Category(1, "decisions", "Decided", "")],
+    )
+    assert (await service.update_stm(turn, categories={"todo": "buy cake"})).ok
+    assert [r.categories for r in await rows(db)] == [{"todo": "buy cake"}] * 2

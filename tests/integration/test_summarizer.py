@@ -24,6 +24,7 @@ from bot.memory.model import Category, Marker, RawMessage, ScopeKey, message_has
 from bot.memory.prompt import VALUE_LIMIT
 from bot.memory.service import MemoryService, WriteResult
 from bot.memory.summarizer import (
+    CATEGORIES_CHANGED_MEANWHILE,
     CHANGED_MEANWHILE,
     CLEARED_MEANWHILE,
     CUT_MARK,
@@ -58,6 +59,7 @@ from tests.helpers.builders import (
 )
 from tests.helpers.database import make_test_settings
 from tests.helpers.fake_llm import ScriptedLLM, openai_client
+from tests.integration.test_coherence import start_process
 
 EXISTING = "The team is planning a launch party."
 SERVER_KEY = ScopeKey.server(GUILD, CHANNEL)
@@ -513,6 +515,64 @@ async def test_a_guild_with_memory_off_is_not_summarized(
 
     assert (await summarize(summarizer)).status == "disabled"
     assert llm.requests == []
+
+
+async def test_a_summary_finished_after_memory_was_turned_off_is_not_stored(
+    db: Database, service: MemoryService, summarizer: Summarizer, llm: ScriptedLLM
+) -> None:
+    post(service, 3, "new")
+    gate = llm.hold()
+    llm.reply_text("A summary made while memory was being turned off.")
+    task = asyncio.create_task(summarize(summarizer))
+    await llm.wait_for_requests(1)
+    await service.update_guild_settings(GUILD, BOB, short_term_memory_enabled=False)
+    gate.set()
+    outcome = await task
+
+    assert (outcome.status, outcome.calls) == ("disabled", 1)
+    assert await rows(db) == []
+
+
+async def test_a_summary_finished_after_memory_was_turned_off_elsewhere_is_not_stored(
+    db: Database, pg_url: URL, quick_settings: Settings, llm: ScriptedLLM
+) -> None:
+    a = await start_process(db, quick_settings, pg_url)
+    b = await start_process(db, quick_settings, pg_url)
+    try:
+        summarizer = Summarizer(b.memory, openai_client(llm), quick_settings)
+        b.memory.observe_message(CHANNEL, message(ALICE, "my new address is 12 Elm Street"))
+        gate = llm.hold()
+        llm.reply_text("Alice moved to 12 Elm Street.")
+        task = asyncio.create_task(summarize(summarizer))
+        await llm.wait_for_requests(1)
+        # The admin (served by process A) turns short-term memory off.
+        await a.memory.update_guild_settings(GUILD, ALICE, short_term_memory_enabled=False)
+        while (await b.next_notice()).get("t") != "guild":
+            pass
+        gate.set()
+        outcome = await task
+        assert outcome.status == "disabled"
+        assert await rows(db) == []
+    finally:
+        await a.listener.close()
+        await b.listener.close()
+
+
+async def test_a_summary_finished_after_the_categories_changed_is_not_stored(
+    db: Database, service: MemoryService, summarizer: Summarizer, llm: ScriptedLLM
+) -> None:
+    await seed_summary(service)
+    post(service, 3, "new")
+    gate = llm.hold()
+    llm.reply_text("A summary, while the admin moved to categories.")
+    task = asyncio.create_task(summarize(summarizer))
+    await llm.wait_for_requests(1)
+    await service.set_categories(GUILD, BOB, [Category(0, "goals", "Goals", "goals")])
+    gate.set()
+    outcome = await task
+
+    assert (outcome.status, outcome.error) == ("failed", CATEGORIES_CHANGED_MEANWHILE)
+    assert [r.summary for r in await rows(db) if r.scope_kind == "server"] == [EXISTING]
 
 
 # -------------------------------------------------------------- the provider's context
