@@ -2,7 +2,8 @@
 
 Runs ``janitor_delay_seconds`` after start (default 60 s, so start-up stays fast), then
 every ``janitor_interval_hours`` (default daily). A failed pass is logged and retried at
-the next interval; it never stops the bot.
+the next interval; it never stops the bot. A pass that deleted rows tells the other
+processes (a ``purge`` notice), so none keeps the version of a deleted row.
 """
 
 from __future__ import annotations

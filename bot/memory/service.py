@@ -1048,6 +1048,7 @@ class MemoryService:
         # cached goes.
         self._note(FORGET_NOTICED)
         self._drop_derived_from(user_id)
+        self._drop_stand_ins()
         return ForgetReceipt(
             user_rows=rows.user_rows,
             contributed_rows=rows.contributed_rows,
@@ -1056,6 +1057,17 @@ class MemoryService:
             cache_entries=dropped,
             raw_messages=raw,
         )
+
+    def _drop_stand_ins(self) -> None:
+        """Rows were deleted without their keys being named (a /forget-me deletes rows it
+        does not list; the janitor, expired ones): drop every cached entry that stands in
+        for a row without showing it (expired, or withheld), keeping only its version.
+        Once the row is gone the next write elsewhere counts from 1 again, and a write
+        built on the stand-in (a higher version) would overwrite it. Each costs one read
+        on its next use. Entries for keys with no row (version 0) stay: still true."""
+        for entry in list(self.cache.entries()):
+            if entry.version and not entry.has_content and entry.key not in self._writing:
+                self.cache.pop(entry.key)
 
     def _forget_set_aside(self, user_id: int) -> None:
         """Records the database refused were set aside in the data folder, words and all:
@@ -1081,14 +1093,14 @@ class MemoryService:
         self._notice_seq += 1
         kind = notice.get("t")
         if kind == "stm":
-            for kind_, guild, user, channel, version in notice.get("k", ()):
+            for kind_, guild, user, channel, _version in notice.get("k", ()):
                 key = ScopeKey("server" if kind_ == "server" else "user", int(channel), guild, user)
                 self._noticed[key] = self._notice_seq
-                cached = self.cache.get(key)
-                # The same version from another process is a conflict (both wrote it, e.g.
-                # one into its spool during a blip): the database decides, so re-read.
-                if cached is not None and cached.version <= int(version):
-                    self.cache.pop(key)
+                # Whatever the versions: rows deleted without a notice naming them (the
+                # janitor's purge, a /forget-me) count from 1 again, so a cached version
+                # higher than the notice's is no proof of being newer. A notice never
+                # inserts, so evicting on a late one costs only a re-read.
+                self.cache.pop(key)
                 # "Other channels" of that guild and that user's DMs load again on next use
                 # (a memory that was not cached here may be new, or newer).
                 if guild is not None:
@@ -1131,6 +1143,12 @@ class MemoryService:
             self.windows.forget_author(user_id)
             self._opt_ins.pop(user_id, None)
             self._forget_set_aside(user_id)
+            self._drop_stand_ins()
+        elif kind == "purge":
+            # The janitor deleted rows (not named): in-flight reads are stale, and the
+            # versions held for expired rows go (see _drop_stand_ins).
+            self._noticed[FORGET_NOTICED] = self._notice_seq
+            self._drop_stand_ins()
         elif kind == "opt-in":
             self._noticed[("opt-in", int(notice["u"]))] = self._notice_seq
             self._opt_ins.pop(int(notice["u"]), None)
@@ -1192,7 +1210,9 @@ class MemoryService:
                     self.cache.pop(key)
 
     async def purge_expired_rows(self) -> int:
-        """The janitor's pass: delete rows not updated within the retention period."""
+        """The janitor's pass: delete rows not updated within the retention period. When
+        it deleted any, every process (this one too) drops the entries standing in for
+        expired rows: their versions would outrank the rows written next."""
         cutoff = self.clock.now() - timedelta(days=self.settings.stm.retention_days)
         async with self._storage("purging expired rows") as session, session.begin():
             deleted = await stm_repo.delete_older_than(session, cutoff)
@@ -1200,6 +1220,11 @@ class MemoryService:
             await stm_repo.purge_forgets(session, self.clock.now() - FORGET_RECORD_KEPT)
             if deleted:
                 await stm_repo.add_events(session, [EventRecord("expire")])
+                # One small notice, not the keys: a pass may delete thousands of rows.
+                await self._announce(session, {"o": self.instance_id, "t": "purge"})
+        if deleted:
+            self._note(FORGET_NOTICED)  # a read in flight may hold a row just deleted
+            self._drop_stand_ins()
         return deleted
 
     async def wiped_history(

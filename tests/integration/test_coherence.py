@@ -27,8 +27,8 @@ from bot.db.engine import Database, DatabaseUnavailable
 from bot.db.notify import NOTIFY_CHANNEL, CacheListener, ListenerUnavailable, Notice
 from bot.db.repositories import guilds as guild_repo
 from bot.db.repositories import stm as stm_repo
-from bot.memory.model import ScopeKey
-from bot.memory.service import MemoryService
+from bot.memory.model import Category, ScopeKey
+from bot.memory.service import REASON_CATEGORIES_CHANGED, MemoryService
 from bot.memory.spool import DurableSpool, spool_path
 from bot.memory.turn import REASON_CLEARED
 from tests.helpers.builders import (
@@ -644,3 +644,179 @@ async def test_a_spooled_write_that_lost_to_another_processs_same_version_is_not
     a.spool_replayed()
 
     assert (await a.entry(KEY)).summary == "B's v2"
+
+
+# ------------------------------------------- rows deleted without naming their keys
+
+
+def clock_of(process: Process) -> ManualClock:
+    clock = process.memory.clock
+    assert isinstance(clock, ManualClock)
+    return clock
+
+
+def advance_both(two: tuple[Process, Process], **delta: float) -> None:
+    for process in two:
+        clock_of(process).advance(**delta)
+
+
+async def next_of(process: Process, kind: str) -> Notice:
+    while (notice := await process.next_notice()).get("t") != kind:
+        pass
+    return notice
+
+
+async def category_write(process: Process, values: dict[str, str], user: int = ALICE) -> bool:
+    turn = (
+        await process.memory.prepare_turn(
+            channel_id=CHANNEL, user_id=user, guild_id=GUILD, bot_user_id=BOT
+        )
+    ).turn
+    return (await process.memory.update_stm(turn, categories=values)).ok
+
+
+async def expired_stand_in_in_b(two: tuple[Process, Process]) -> None:
+    """A writes v1..v3; three months pass; B serves the channel: the expired row is not
+    shown, B keeps only its version (3)."""
+    a, b = two
+    for text_ in ("v1", "v2", "v3"):
+        assert await write(a, text_) == "saved"
+        await next_of(b, "stm")
+    advance_both(two, days=91)
+    stand_in = await b.memory.entry(KEY)
+    assert (stand_in.has_content, stand_in.version) == (False, 3)
+
+
+async def test_a_memory_written_after_the_janitor_purge_elsewhere_is_seen_here(
+    two: tuple[Process, Process],
+) -> None:
+    a, b = two
+    await expired_stand_in_in_b(two)
+    assert await a.memory.purge_expired_rows() == 2  # the server and user rows
+    # A new conversation starts; A writes a fresh memory (version 1 again)...
+    assert await write(a, "fresh plan: launch on Friday") == "saved"
+    await next_of(b, "stm")
+    # ...and B, having heard its notice, serves it.
+    assert (await b.memory.entry(KEY)).summary == "fresh plan: launch on Friday"
+
+
+async def test_the_janitor_purge_elsewhere_drops_the_stand_ins_here(
+    two: tuple[Process, Process],
+) -> None:
+    a, b = two
+    await expired_stand_in_in_b(two)
+    assert await a.memory.purge_expired_rows() == 2
+    await next_of(b, "purge")
+    # Its version would outrank the row written next (counted from 1 again).
+    assert KEY not in b.memory.cache
+    assert (await b.memory.entry(KEY)).version == 0
+
+
+async def test_a_notice_evicts_a_cached_version_higher_than_its_own(
+    two: tuple[Process, Process], db: Database
+) -> None:
+    # Rows deleted with no notice at all (by hand, or an older bot's janitor): B's stand-in
+    # keeps version 3; the next memory written elsewhere is version 1.
+    a, b = two
+    await expired_stand_in_in_b(two)
+    async with db.sessions() as session, session.begin():
+        await session.execute(text("DELETE FROM short_term_memories"))
+    assert await write(a, "fresh plan: launch on Friday") == "saved"
+    notice = await next_of(b, "stm")
+    assert [k[4] for k in notice["k"]] == [1, 1]
+    assert (await b.memory.entry(KEY)).summary == "fresh plan: launch on Friday"
+
+
+async def test_a_write_here_after_the_janitor_purge_elsewhere_keeps_the_new_memory(
+    two: tuple[Process, Process],
+) -> None:
+    a, b = two
+    await a.memory.set_categories(
+        GUILD, ALICE, [Category(0, "goals", "Goals", "g"), Category(1, "mood", "Mood", "m")]
+    )
+    await next_of(b, "guild")
+    for n in range(3):
+        assert await category_write(a, {"goals": f"old {n}"})
+        await next_of(b, "stm")
+    advance_both(two, days=91)
+    assert not (await b.memory.entry(KEY)).has_content  # expired: version 3 kept in B
+    assert await a.memory.purge_expired_rows() == 2
+    assert await category_write(a, {"goals": "launch Friday"})
+    await next_of(b, "stm")
+    # Bob's turn on B sets only the mood ("omitted categories keep their value").
+    assert await category_write(b, {"mood": "excited"}, user=BOB)
+    await next_of(a, "stm")
+    stored = await a.memory.entry(KEY)
+    assert stored.categories == {"goals": "launch Friday", "mood": "excited"}
+
+
+async def test_a_memory_written_after_a_forget_me_elsewhere_is_seen_here(
+    two: tuple[Process, Process],
+) -> None:
+    # No janitor needed: a memory quiet for a day is expired, and its stand-in in B keeps
+    # the old version but no contributors, so the /forget-me notice does not name it.
+    a, b = two
+    for text_ in ("v1", "v2", "v3"):
+        assert await write(a, text_) == "saved"
+        await next_of(b, "stm")
+    advance_both(two, hours=25)
+    assert not (await b.memory.entry(KEY)).has_content  # expired row: version 3 kept in B
+    await a.memory.forget_user(ALICE)  # deletes the channel's row (Alice contributed)
+    await next_of(b, "forget")
+    assert KEY not in b.memory.cache
+    assert await write(a, "Bob: the launch is on Friday", user=BOB) == "saved"  # version 1
+    await next_of(b, "stm")
+    assert (await b.memory.entry(KEY)).summary == "Bob: the launch is on Friday"
+
+
+@pytest.mark.parametrize(
+    ("categories", "alive_h", "dead_h"), [(False, 23.9, 24.0), (True, 11.9, 12.0)]
+)
+async def test_a_memory_hydrated_in_another_process_expires_on_the_writers_schedule(
+    two: tuple[Process, Process], categories: bool, alive_h: float, dead_h: float
+) -> None:
+    a, b = two
+    if categories:
+        await a.memory.set_categories(GUILD, ALICE, [Category(0, "goals", "Goals", "g")])
+        await next_of(b, "guild")
+    advance_both(two, hours=5)
+    if categories:
+        assert await category_write(a, {"goals": "x"})
+    else:
+        assert await write(a, "x") == "saved"
+    await next_of(b, "stm")
+    clock_of(b).advance(hours=alive_h)
+    assert (await b.memory.entry(KEY)).has_content
+    b.memory.cache.clear()
+    assert (await b.memory.entry(KEY)).has_content  # hydrated: the TTL runs from the write
+    clock_of(b).advance(hours=dead_h - alive_h)
+    assert not (await b.memory.entry(KEY)).has_content
+    b.memory.cache.clear()
+    assert not (await b.memory.entry(KEY)).has_content
+
+
+# ------------------------------------------------ settings changed under a running turn
+
+
+async def test_a_turn_in_flight_cannot_write_the_old_category_schema_over_a_summary(
+    two: tuple[Process, Process],
+) -> None:
+    a, b = two
+    await a.memory.set_categories(GUILD, ALICE, [Category(0, "goals", "Goals", "goals")])
+    await next_of(b, "guild")
+    # B's turn starts while the guild is in category mode (the model is offered `goals`).
+    in_flight = (
+        await b.memory.prepare_turn(
+            channel_id=CHANNEL, user_id=BOB, guild_id=GUILD, bot_user_id=BOT
+        )
+    ).turn
+    # Meanwhile the admin (served by A) goes back to summary mode, and A's turn writes one.
+    await a.memory.set_categories(GUILD, ALICE, [])
+    await next_of(b, "guild")
+    assert await write(a, "Decided: the launch moves to Friday.") == "saved"
+    await next_of(b, "stm")
+    # B's turn now calls the tool with the schema it was offered.
+    result = await b.memory.update_stm(in_flight, categories={"goals": "ship it"})
+    assert str(result) == f"rejected: {REASON_CATEGORIES_CHANGED}"
+    entry = await b.memory.entry(KEY)
+    assert (entry.summary, entry.categories) == ("Decided: the launch moves to Friday.", {})
