@@ -238,6 +238,9 @@ class MemoryService:
         self._noticed: LRUCache[object, int] = LRUCache(100_000)
         # The notice listener is down: the cache is a fallback, read through every time.
         self._deaf = False
+        # Deaf, and the wipe records could not be read since (see recent_messages): when
+        # the first read failed.
+        self._wipes_unread_since: datetime | None = None
         # Keys whose write is on its way to the database (held under the channel lock).
         self._writing: set[ScopeKey] = set()
         # Channels whose clear is on its way to the database: never hydrate them back.
@@ -538,7 +541,13 @@ class MemoryService:
         except MemoryUnavailable:
             entry, storage_ok = self._fresh(turn.channel_key, parent_channel_id), False
         turn.storage_available = storage_ok
-        window = answering(self.windows.get(channel_id), source_message_id, bot_user_id)
+        window = answering(
+            await self.recent_messages(
+                channel_id, source_message_id=source_message_id, database_up=storage_ok
+            ),
+            source_message_id,
+            bot_user_id,
+        )
         if window:
             turn.marker = Marker.of(window[-1])
         try:
@@ -617,6 +626,44 @@ class MemoryService:
 
     def observe_message(self, channel_id: int, message: RawMessage) -> None:
         self.windows.append(channel_id, message)
+
+    async def recent_messages(
+        self,
+        channel_id: int,
+        *,
+        source_message_id: int | None = None,
+        database_up: bool = True,
+    ) -> Sequence[RawMessage]:
+        """The channel's raw window, as a prompt or a summary may use it.
+
+        Notices keep it current. Deaf (see :meth:`listener_lost`), a ``/refresh`` or a
+        ``/forget-me`` made in another process went unheard: the window is checked
+        against the stored clear and forget times (one query) and what they wiped leaves
+        it. If they cannot be read (the database is down too; ``database_up=False``: the
+        caller already found it down), only the messages sent since the first failed
+        read are used (a wipe must reach the database, so none can cover them) and the
+        message being answered (``source_message_id``; without it there is no turn)."""
+        window = self.windows.get(channel_id)
+        if not self._deaf or not window:
+            return window
+        began = self.clock.now()
+        try:
+            if not database_up:
+                raise MemoryUnavailable("memory storage is unavailable right now")
+            wiped = await self.wiped_history(channel_id, window)
+        except MemoryUnavailable:
+            if self._wipes_unread_since is None:
+                self._wipes_unread_since = began
+            since = self._wipes_unread_since
+            return tuple(
+                m for m in window if m.created_at > since or m.message_id == source_message_id
+            )
+        self._wipes_unread_since = None
+        for message in window:
+            if wiped(message):
+                self.windows.delete(channel_id, message.message_id)
+        # Messages that arrived during the query are checked too (by the clear time).
+        return tuple(m for m in self.windows.get(channel_id) if not wiped(m))
 
     # ------------------------------------------------------------------ writing
 
@@ -1161,7 +1208,9 @@ class MemoryService:
         """The notice connection is gone: notices from other processes go unheard until
         it is back. Meanwhile every use reads the database again (slower, never stale);
         the cache only stands in when the database is down too (then no other process
-        can change anything either), and other channels' memories are not shown."""
+        can change anything either), other channels' memories are not shown, and the
+        raw windows are checked against the stored wipe times (see
+        :meth:`recent_messages`)."""
         if not self._deaf:
             log.warning(
                 "cache notices unavailable: reading memory from the database on every use "
@@ -1172,6 +1221,7 @@ class MemoryService:
     def listening_again(self) -> None:
         """The notice connection is back (LISTEN done): caching resumes, from empty."""
         self._deaf = False
+        self._wipes_unread_since = None
         self.drop_all()
 
     def drop_all(self) -> None:

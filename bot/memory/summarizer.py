@@ -492,7 +492,7 @@ class Summarizer:
             return SummaryOutcome("failed", error=str(exc))
         if not config.stm_enabled:
             return SummaryOutcome("disabled")
-        new = messages_after_marker(memory.windows.get(channel_id), entry.marker)
+        new = messages_after_marker(await memory.recent_messages(channel_id), entry.marker)
         if not new:
             return SummaryOutcome("nothing_new")
 

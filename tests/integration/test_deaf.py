@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import resource
 import signal
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +21,13 @@ from bot.db.models import ShortTermMemory
 from bot.db.repositories import guilds as guild_repo
 from bot.memory.model import ScopeKey
 from bot.memory.spool import DurableSpool, inspect_spool, spool_path
+from bot.memory.summarizer import Summarizer
 from tests.helpers.builders import (
     ALICE,
     BOB,
     BOT,
     CHANNEL,
+    EPOCH,
     GUILD,
     ManualClock,
     make_service,
@@ -33,6 +36,7 @@ from tests.helpers.builders import (
     spooled_then_cleared_elsewhere,
     turn_for,
 )
+from tests.helpers.fake_llm import ScriptedLLM, openai_client
 
 SERVER_KEY = ScopeKey.server(GUILD, CHANNEL)
 
@@ -285,3 +289,120 @@ async def test_a_forget_me_missed_while_deaf_leaves_nothing_in_the_windows_after
         rows = await session.scalars(select(ShortTermMemory))
         assert all(ALICE not in row.contributor_ids for row in rows)
     assert not b.windows.is_primed(CHANNEL)  # back-filled again, through the wipe records
+
+
+# A /forget-me or /refresh made in another process while this one is deaf ------------
+
+
+async def stored_rows(db: Database) -> list[tuple[str, list[int]]]:
+    async with db.sessions() as session:
+        return [
+            (row.summary, list(row.contributor_ids))
+            for row in await session.scalars(select(ShortTermMemory))
+        ]
+
+
+async def test_a_forget_me_made_elsewhere_while_deaf_is_not_undone_by_a_later_turn(
+    db: Database, settings: Settings
+) -> None:
+    clock = ManualClock()
+    a = make_service(db.sessions, settings, clock)
+    b = make_service(db.sessions, settings, clock)
+    b.observe_message(CHANNEL, message(ALICE, "my secret plan: rob the bank on friday"))
+    b.listener_lost()  # B's notice connection is down (it keeps reading through)
+    clock.advance(seconds=1)
+    assert not (await a.forget_user(ALICE)).pending_sync  # announced; B cannot hear it
+    clock.advance(seconds=60)
+
+    # Still deaf: Bob talks in the channel a minute after Alice's /forget-me. His turn
+    # began after the forget, so the database would not refuse a write of her words.
+    bobs = await prepare(b, BOB)
+    assert ALICE not in [m.author_id for m in bobs.prompt.window]
+    assert b.windows.channels_with_author(ALICE) == set()  # gone from the window too
+    assert (await b.update_stm(bobs.turn, summary="Bob is here")).ok
+    assert all(ALICE not in contributors for _, contributors in await stored_rows(db))
+
+
+async def test_words_said_after_the_listener_was_lost_are_forgotten_too(
+    db: Database, settings: Settings
+) -> None:
+    # Dropping the windows when the listener goes would not do: the deaf spell goes on,
+    # and what is said during it may be forgotten during it.
+    clock = ManualClock()
+    a = make_service(db.sessions, settings, clock)
+    b = make_service(db.sessions, settings, clock)
+    b.listener_lost()
+    await prepare(b, BOB)  # a deaf turn: the window checked (nothing to wipe yet)
+    b.observe_message(CHANNEL, message(BOB, "hi all", at=EPOCH + timedelta(seconds=1)))
+    b.observe_message(
+        CHANNEL, message(ALICE, "my address is 12 Elm St", at=EPOCH + timedelta(seconds=2))
+    )
+    clock.advance(seconds=5)
+    await a.forget_user(ALICE)
+    clock.advance(seconds=5)
+    assert [m.content for m in (await prepare(b, BOB)).prompt.window] == ["hi all"]
+
+
+async def test_a_refresh_made_elsewhere_while_deaf_does_not_bring_back_the_messages(
+    db: Database, settings: Settings
+) -> None:
+    clock = ManualClock()
+    a = make_service(db.sessions, settings, clock)
+    b = make_service(db.sessions, settings, clock)
+    b.observe_message(CHANNEL, message(ALICE, "the wiped conversation"))
+    b.listener_lost()
+    clock.advance(seconds=1)
+    await a.clear_channel(CHANNEL, guild_id=GUILD, actor_user_id=BOB)
+    clock.advance(seconds=60)
+    b.observe_message(CHANNEL, message(BOB, "after the refresh", at=clock.now()))
+    bobs = await prepare(b, BOB)
+    assert [m.content for m in bobs.prompt.window] == ["after the refresh"]
+    assert [m.content for m in b.windows.get(CHANNEL)] == ["after the refresh"]
+
+
+async def test_deaf_with_the_database_down_only_messages_sent_since_are_shown(
+    db: Database, settings: Settings, dead_engine: AsyncEngine
+) -> None:
+    # The wipe times cannot be read: a /forget-me committed elsewhere just before the
+    # outage may cover anything older, so only what was said since the first failed read
+    # is shown, and the message being answered.
+    clock = ManualClock()
+    b = make_service(db.sessions, settings, clock)
+    b.observe_message(CHANNEL, message(ALICE, "said before the outage"))
+    b.listener_lost()
+    b._sessions = async_sessionmaker(dead_engine)
+    clock.advance(seconds=10)
+    question = message(BOB, "anyone there?", at=EPOCH + timedelta(seconds=9))
+    b.observe_message(CHANNEL, question)
+    first = await b.prepare_turn(
+        channel_id=CHANNEL,
+        user_id=BOB,
+        guild_id=GUILD,
+        bot_user_id=BOT,
+        source_message_id=question.message_id,
+    )
+    assert [m.content for m in first.prompt.window] == ["anyone there?"]
+    clock.advance(seconds=10)
+    b.observe_message(CHANNEL, message(BOB, "hello?", at=clock.now()))
+    later = await prepare(b, BOB)
+    assert [m.content for m in later.prompt.window] == ["hello?"]
+
+    b._sessions = db.sessions  # back (still deaf): checked, and all of it shown again
+    assert len((await prepare(b, BOB)).prompt.window) == 3
+
+
+async def test_the_summarizer_of_a_deaf_process_does_not_read_words_forgotten_elsewhere(
+    db: Database, settings: Settings, llm: ScriptedLLM
+) -> None:
+    clock = ManualClock()
+    a = make_service(db.sessions, settings, clock)
+    b = make_service(db.sessions, settings, clock)
+    b.observe_message(CHANNEL, message(ALICE, "my secret plan: rob the bank on friday"))
+    b.listener_lost()
+    clock.advance(seconds=1)
+    await a.forget_user(ALICE)
+    summarizer = Summarizer(b, openai_client(llm), settings)
+    outcome = await summarizer.summarize(
+        guild_id=GUILD, channel_id=CHANNEL, actor_user_id=BOB, reason="test"
+    )
+    assert (outcome.status, llm.requests) == ("nothing_new", [])
