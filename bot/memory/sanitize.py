@@ -181,6 +181,10 @@ _URL_CREDENTIALS_AT_CUT: Final = regex.compile(
     r"://(?!\[REDACTED:)[^\s/?#@:\[\]]*:[^\s/?#\[\]]*(?:@|\Z)"
 )
 
+# A token alone in a URL's userinfo, as git takes one: `https://<token>@github.com/…`.
+# Only a long, token-shaped user (see `_replace_url_token`): `https://bob@host` stays.
+_URL_TOKEN_USERINFO: Final = regex.compile(r"://(?!\[REDACTED:)(?P<user>[^\s/?#@:\[\]]{16,})@")
+
 # One pattern per kind, applied in this order.  Each match is a whole token-like word.
 _TOKEN_PATTERNS: Final[tuple[tuple[str, regex.Pattern[str]], ...]] = tuple(
     (kind, regex.compile(pattern))
@@ -221,6 +225,9 @@ _TOKEN_PATTERNS: Final[tuple[tuple[str, regex.Pattern[str]], ...]] = tuple(
         ("google_oauth_token", rf"{_LB}ya29\.[{_B64U}]{{20,}}{_TAIL}"),
         ("google_client_secret", rf"{_LB}GOCSPX-[{_B64U}]{{20,}}{_TAIL}"),
         ("npm_token", rf"{_LB}npm_[A-Za-z0-9]{{36}}{_TAIL}"),
+        ("huggingface_token", rf"{_LB}hf_[A-Za-z0-9]{{30,}}{_TAIL}"),
+        ("groq_key", rf"{_LB}gsk_[A-Za-z0-9]{{40,}}{_TAIL}"),
+        ("xai_key", rf"{_LB}xai-[A-Za-z0-9]{{40,}}{_TAIL}"),
         ("jwt", rf"{_LB}eyJ[{_B64U}]{{5,}}\.[{_B64U}]{{5,}}\.{_TAIL}"),
         # base64(user id) . base64(timestamp) . HMAC; only a candidate: `_is_discord_token`
         # also wants the first part to decode to a user id, so dotted code identifiers
@@ -436,6 +443,8 @@ _SECRET_DICT_KEY: Final = regex.compile(rf"(?:{_SECRET_WORDS}|{_PASS_SEGMENT})\Z
 _SECRET_KEY_SUFFIX: Final = regex.compile(rf"{_QUALIFIED_KEY}\Z")
 # After a one-word value of a token/secret key: nothing else on the line.
 _LINE_END: Final = regex.compile(r"[ \t]*(?:\n|\Z)")
+# The character before a bare `=`: the key is glued to it (`SECRET=x`, not `secret = x`).
+_ASSIGNED_KEY: Final = regex.compile(r"[A-Za-z0-9_]")
 # Value shapes (see `_looks_like_token`).
 _MIN_TOKEN_CHARS: Final = 6
 _MIN_MIXED_CLASS_CHARS: Final = 8
@@ -563,8 +572,9 @@ def redact_secrets(text: str) -> str:
     ``aws_secret_key``, ``bearer``, ``openai_key``, ``anthropic_key``, ``github_token``,
     ``gitlab_token``, ``slack_token``, ``slack_webhook``, ``stripe_key``,
     ``aws_access_key``, ``google_api_key``, ``google_oauth_token``,
-    ``google_client_secret``, ``npm_token``, ``jwt``, ``discord_token`` and
-    ``discord_webhook``.
+    ``google_client_secret``, ``npm_token``, ``huggingface_token``, ``groq_key``,
+    ``xai_key``, ``jwt``, ``discord_token`` and ``discord_webhook``. A long token-shaped
+    user alone in a URL (``https://<token>@github.com``) is a ``url_credentials`` too.
 
     A password's value (``password``, ``passwd``, ``passphrase``, ``passcode``, ``pwd``,
     ``pw``) is redacted up to the end of its line or sentence, spaces included, after a
@@ -576,7 +586,8 @@ def redact_secrets(text: str) -> str:
     whole words ("LED pin: 13", "requests pin: 2.31.0", "the pin is 2 inches long" stay).
     The value of a ``key``, ``token`` or ``secret`` is one word and is redacted only if it
     looks like a secret: token-shaped (``abc123``), or for anything but a bare ``key`` a
-    lone word ending the line (``secret: opensesame``) or a quoted string; stated in words
+    lone word ending the line (``secret: opensesame``) or assigned (``SECRET=opensesame &&
+    ./run.sh``), or a quoted string; stated in words
     (``my API key is x``) it must be token-shaped.  So "my password is strong", "the key =
     happiness", "the key is patience" and "Secret: the butler did it" are left alone, and
     so is code that uses a secret rather than holding one (``self.password = password``,
@@ -742,6 +753,7 @@ def _redact(text: str, *, cut: bool = False) -> tuple[str, list[str]]:
         "url_credentials",
         token=False,
     )
+    sub(_URL_TOKEN_USERINFO, _replace_url_token, "url_credentials", token=False)
     swept, rounds = True, 0
     while swept and rounds < _MAX_SWEEP_ROUNDS:
         rounds += 1
@@ -844,6 +856,12 @@ def _replace_url(match: regex.Match[str], kind: str, cut: bool) -> tuple[str, st
     return f"://{_marker(kind)}{at}", kind
 
 
+def _replace_url_token(match: regex.Match[str], kind: str, cut: bool) -> tuple[str, str | None]:
+    if not _looks_like_token(match.group("user")):
+        return match.group(), None
+    return f"://{_marker(kind)}@", kind
+
+
 def _replace_bearer(match: regex.Match[str], kind: str, cut: bool) -> tuple[str, str | None]:
     return match.group("word") + _marker(kind), kind
 
@@ -912,7 +930,17 @@ def _replace_credential(match: regex.Match[str], kind: str, cut: bool) -> tuple[
     lone = (
         not bare_key
         and len(core) >= _MIN_LONE_VALUE_CHARS
-        and _LINE_END.match(string, match.end()) is not None
+        and (
+            _LINE_END.match(string, match.end()) is not None
+            # `GITHUB_TOKEN=value && ./deploy.sh`: an assignment (the key glued to a bare
+            # `=`) holds its value, whatever follows on the line.
+            # (`f(token=token)` passes a variable: a value naming a secret holds none.)
+            or (
+                match.group("sep") == "="
+                and _ASSIGNED_KEY.match(string, match.start() - 1) is not None
+                and not _names_a_secret(core)
+            )
+        )
     )
     if not (always or lone or _looks_like_token(core)):
         return match.group(), None
