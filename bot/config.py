@@ -10,12 +10,14 @@ is allowed (see :func:`format_validation_error`).
 from __future__ import annotations
 
 import difflib
+import json
 import os
 import re
 import typing
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal, Self
+from urllib.parse import urlsplit, urlunsplit
 
 import annotated_types
 from dotenv import dotenv_values
@@ -246,9 +248,7 @@ class Settings(BaseSettings):
     def _check_base_url(cls, value: str | None) -> str | None:
         if value is None or not value.strip():
             return None
-        if not value.startswith(("http://", "https://")):
-            raise ValueError("must start with http:// or https://")
-        return value.rstrip("/")
+        return openai_base_url(value.strip())
 
     @classmethod
     def settings_customise_sources(
@@ -269,10 +269,11 @@ class Settings(BaseSettings):
                 f"cannot read the configuration file {chosen} (KIOKU_CONFIG): {why}"
             )
         toml = TomlConfigSettingsSource(settings_cls, toml_file=config_file)
-        dotenv = _KnownKeysOnly(
-            settings_cls,
-            DotEnvSettingsSource(settings_cls, env_file=os.environ.get("KIOKU_ENV_FILE", ".env")),
-        )
+        env_file = env_file_path()
+        try:
+            dotenv = _KnownKeysOnly(settings_cls, DotEnvSettingsSource(settings_cls, env_file))
+        except (OSError, UnicodeDecodeError) as exc:  # read here, when the source is made
+            raise env_file_error(env_file, exc) from None
         # Order is precedence: explicit arguments, environment, .env, then the file.
         return (
             init_settings,
@@ -284,6 +285,14 @@ class Settings(BaseSettings):
     @property
     def embedded_database(self) -> bool:
         return self.database_url is None
+
+    @property
+    def llm_base_url(self) -> str:
+        """The endpoint the LLM client talks to: ``OPENAI_BASE_URL``, or OpenAI itself.
+        Always handed to the ``openai`` client: given none, it reads ``OPENAI_BASE_URL``
+        again by itself, and compose's ``OPENAI_BASE_URL=`` (blank, "not set" here) is
+        no URL to it."""
+        return self.openai_base_url or OPENAI_DEFAULT_BASE_URL
 
 
 class _KnownKeysOnly(PydanticBaseSettingsSource):
@@ -327,6 +336,22 @@ class _BlankPathsUnset(PydanticBaseSettingsSource):
         }
 
 
+def env_file_path() -> Path:
+    """The ``.env`` file read: ``KIOKU_ENV_FILE`` or ``.env``."""
+    return Path(os.environ.get("KIOKU_ENV_FILE", ".env"))
+
+
+def env_file_error(path: Path, exc: OSError | UnicodeDecodeError) -> SettingsError:
+    """The ``.env`` file cannot be read: one line naming it (not the TOML file, which the
+    decoding error would otherwise be blamed on, being a ``ValueError`` like its own)."""
+    if isinstance(exc, UnicodeDecodeError):
+        why = f"it is not UTF-8 text (byte {exc.start}): save it as UTF-8"
+    else:
+        why = exc.strerror or str(exc)
+    named = " (KIOKU_ENV_FILE)" if "KIOKU_ENV_FILE" in os.environ else ""
+    return SettingsError(f"cannot read the .env file {path}{named}: {why}")
+
+
 def config_file_path() -> Path:
     """The TOML file read: ``KIOKU_CONFIG`` or ``config/kioku.toml``."""
     chosen = os.environ.get("KIOKU_CONFIG")
@@ -361,6 +386,39 @@ def _folder_problem(path: Path, named: str) -> str | None:
     if not os.access(parent, os.W_OK | os.X_OK):
         return f"{named} cannot be created: {parent} is not writable by this user"
     return None
+
+
+OPENAI_DEFAULT_BASE_URL = "https://api.openai.com/v1"
+_BASE_URL_ALLOWED = (
+    "allowed: an http:// or https:// URL with a host, e.g. http://localhost:11434/v1"
+)
+
+
+def openai_base_url(raw: str) -> str:
+    """Check an ``OPENAI_BASE_URL`` and return it without a trailing ``/`` on its path;
+    raise ``ValueError`` saying what is wrong. Checked here, as a URL, because the HTTP
+    library only refuses a bad one (no host, a port out of range) at the first call."""
+    if any(char.isspace() for char in raw):
+        problem = "contains a space"
+    else:
+        try:
+            parts = urlsplit(raw)
+        except ValueError as exc:  # "Invalid IPv6 URL"
+            problem = f"is not a URL ({exc})"
+        else:
+            try:
+                port = parts.port  # parsed only when asked: "…:99999" got through urlsplit
+            except ValueError:
+                port = -1
+            if parts.scheme not in ("http", "https"):  # urlsplit lowercases the scheme
+                problem = "must start with http:// or https://"
+            elif not parts.hostname:
+                problem = "names no host"
+            elif port is not None and not 1 <= port <= 65535:
+                problem = "has a port that is not a number in 1–65535"
+            else:
+                return urlunsplit(parts._replace(path=parts.path.rstrip("/")))
+    raise ValueError(f"{problem} ({_BASE_URL_ALLOWED})")
 
 
 SSL_MODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
@@ -479,15 +537,20 @@ def unknown_variables(names: Iterable[str], where: str) -> list[str]:
     return lines
 
 
-def _dotenv_names(environ: Mapping[str, str]) -> list[str]:
-    path = Path(environ.get("KIOKU_ENV_FILE", ".env"))
-    return list(dotenv_values(path)) if path.is_file() else []
+def _dotenv_values() -> dict[str, str | None]:
+    path = env_file_path()
+    if not path.is_file():
+        return {}
+    try:
+        return dotenv_values(path, encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise env_file_error(path, exc) from None
 
 
 def load_settings(**overrides: Any) -> Settings:
     """Build the settings; raise :class:`SettingsError` with readable lines on bad values."""
     problems = unknown_variables(os.environ, "the environment") + unknown_variables(
-        _dotenv_names(os.environ), os.environ.get("KIOKU_ENV_FILE", ".env")
+        _dotenv_values(), str(env_file_path())
     )
     if problems:
         raise SettingsError("\n".join(problems))
@@ -580,7 +643,30 @@ def _unknown_key_line(loc: list[str]) -> str:
     key = ".".join(loc)
     guess = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
     hint = f": did you mean {guess[0]}?" if guess else ""
-    return f"unknown key {key} in {config_file_path()}{hint}"
+    return f"unknown key {key} in {_section_variable(loc) or config_file_path()}{hint}"
+
+
+def _section_variable(loc: list[str]) -> str | None:
+    """``KIOKU_STM (the environment)`` when the unknown key came from a whole section set
+    as JSON (``KIOKU_STM={…}``), in the environment or the ``.env`` file; ``None`` when
+    it came from the TOML file (sections are merged, so the key is looked for)."""
+    if len(loc) < 2 or loc[0] not in _SECTIONS:
+        return None
+    variable = f"KIOKU_{loc[0].upper()}"
+    sources: list[tuple[str, Mapping[str, str | None]]] = [
+        ("the environment", os.environ),
+        (str(env_file_path()), _dotenv_values()),
+    ]
+    for where, values in sources:
+        # Names are matched case-insensitively, as pydantic-settings reads them.
+        raw = next((v for k, v in values.items() if k.upper() == variable), None)
+        try:
+            section = json.loads(raw) if raw else None
+        except ValueError:
+            continue
+        if isinstance(section, dict) and loc[1] in section:
+            return f"{variable} ({where})"
+    return None
 
 
 def _combination_line(section: list[str], ctx: dict[str, Any]) -> str:

@@ -13,7 +13,7 @@ def make_client(settings: Settings, *, max_retries: int | None = None) -> openai
     api_key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else "unset"
     return openai.AsyncOpenAI(
         api_key=api_key,
-        base_url=settings.openai_base_url,
+        base_url=settings.llm_base_url,
         timeout=settings.llm.timeout_seconds,
         max_retries=settings.llm.max_retries if max_retries is None else max_retries,
     )

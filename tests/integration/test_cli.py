@@ -438,6 +438,31 @@ def test_a_kioku_config_naming_a_folder_stops_start_up_with_one_line(tmp_path: P
     )
 
 
+def test_a_dotenv_file_that_is_not_utf8_stops_start_up_with_one_line(tmp_path: Path) -> None:
+    env_file = tmp_path / "kioku.env"
+    env_file.write_bytes("KIOKU_MODEL=café\n".encode("latin-1"))
+    result = kioku("migrate", data_dir=tmp_path, KIOKU_ENV_FILE=str(env_file))
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        f"kioku: cannot read the .env file {env_file} (KIOKU_ENV_FILE): it is not UTF-8 text "
+        "(byte 15): save it as UTF-8"
+    ]
+
+
+def test_an_openai_base_url_that_is_no_url_stops_the_console_before_it_starts(
+    tmp_path: Path,
+) -> None:
+    # It used to be accepted (it starts with http://) and fail in the socket layer.
+    result = kioku("console", data_dir=tmp_path, OPENAI_BASE_URL="http://127.0.0.1:99999/v1")
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith(
+        "kioku: invalid setting openai_base_url (OPENAI_BASE_URL) = 'http://127.0.0.1:99999/v1'"
+    )
+    assert not (tmp_path / "postgres").exists(), "nothing should start"
+
+
 def test_a_missing_kioku_config_file_stops_start_up_with_one_line(tmp_path: Path) -> None:
     result = kioku("migrate", data_dir=tmp_path, KIOKU_CONFIG="/nonexistent/kioku.toml")
     assert result.returncode == 2

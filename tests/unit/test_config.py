@@ -15,6 +15,7 @@ from bot.config import (
     load_settings,
     unknown_variables,
 )
+from bot.llm.client import make_client
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -532,3 +533,117 @@ def test_data_dir_problems_name_the_variable_and_the_reason(tmp_path: Path) -> N
         f"the data folder {a_file / 'inner'} (KIOKU_DATA_DIR) cannot be created: "
         f"{a_file} is a file, not a folder"
     )
+
+
+@pytest.mark.parametrize("value", ["", "  "])
+def test_a_blank_openai_base_url_means_openai_itself(
+    monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    # compose's env_file turns `OPENAI_BASE_URL=` into a blank variable in the container;
+    # the openai client, given no base URL, would read that blank variable itself.
+    monkeypatch.setenv("OPENAI_BASE_URL", value)
+    settings = load_settings()
+    assert settings.openai_base_url is None
+    assert str(make_client(settings).base_url) == "https://api.openai.com/v1/"
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("http://127.0.0.1:99999/v1", "has a port that is not a number in 1–65535"),
+        ("http://localhost:0/v1", "has a port that is not a number in 1–65535"),
+        ("http://localhost:abc/v1", "has a port that is not a number in 1–65535"),
+        ("http://[::1/v1", "is not a URL (Invalid IPv6 URL)"),
+        ("http://", "names no host"),
+        ("http:///v1", "names no host"),
+        ("http://local host/v1", "contains a space"),
+        ("ftp://localhost/v1", "must start with http:// or https://"),
+    ],
+)
+def test_an_openai_base_url_that_is_no_url_is_refused_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, url: str, expected: str
+) -> None:
+    monkeypatch.setenv("OPENAI_BASE_URL", url)
+    with pytest.raises(SettingsError) as caught:
+        load_settings()
+    assert str(caught.value) == (
+        f"invalid setting openai_base_url (OPENAI_BASE_URL) = {url!r}: {expected} "
+        "(allowed: an http:// or https:// URL with a host, e.g. http://localhost:11434/v1)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("HTTP://localhost:11434/v1", "http://localhost:11434/v1"),
+        ("Https://api.example.com/v1/", "https://api.example.com/v1"),
+        ("http://[::1]:8080/v1/", "http://[::1]:8080/v1"),
+        ("http://gateway/v1/?api-version=1", "http://gateway/v1?api-version=1"),
+    ],
+)
+def test_an_openai_base_url_loses_only_the_trailing_slash_of_its_path(
+    monkeypatch: pytest.MonkeyPatch, url: str, expected: str
+) -> None:
+    monkeypatch.setenv("OPENAI_BASE_URL", url)
+    assert load_settings().openai_base_url == expected
+
+
+def test_an_unknown_key_of_a_json_section_variable_names_the_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("KIOKU_STM", '{"refresh_cadenc": 3}')
+    with pytest.raises(SettingsError) as caught:
+        load_settings()
+    assert str(caught.value) == (
+        "unknown key stm.refresh_cadenc in KIOKU_STM (the environment): "
+        "did you mean stm.refresh_cadence?"
+    )
+
+
+def test_an_unknown_key_of_a_json_section_in_dotenv_names_the_variable_and_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env_file = tmp_path / "kioku.env"
+    env_file.write_text('KIOKU_LLM={"timeout": 5}\n')
+    monkeypatch.setenv("KIOKU_ENV_FILE", str(env_file))
+    with pytest.raises(SettingsError) as caught:
+        load_settings()
+    assert str(caught.value).startswith(f"unknown key llm.timeout in KIOKU_LLM ({env_file}): ")
+
+
+def test_an_unknown_toml_key_is_blamed_on_the_file_while_a_json_section_is_set(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Sections from the file and a variable are merged: the key says where it came from.
+    write_toml(tmp_path, "[stm]\nrefresh_cadance = 3\n", monkeypatch)
+    monkeypatch.setenv("KIOKU_STM", '{"raw_window": 40}')
+    with pytest.raises(SettingsError) as caught:
+        load_settings()
+    assert str(caught.value).startswith(
+        f"unknown key stm.refresh_cadance in {tmp_path / 'kioku.toml'}: "
+    )
+
+
+def test_a_dotenv_file_that_is_not_utf8_is_one_line_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env_file = tmp_path / "kioku.env"
+    env_file.write_bytes("KIOKU_MODEL=café\n".encode("latin-1"))
+    monkeypatch.setenv("KIOKU_ENV_FILE", str(env_file))
+    with pytest.raises(SettingsError) as caught:
+        load_settings()
+    assert str(caught.value) == (
+        f"cannot read the .env file {env_file} (KIOKU_ENV_FILE): "
+        "it is not UTF-8 text (byte 15): save it as UTF-8"
+    )
+
+
+def test_settings_built_directly_refuse_a_dotenv_file_that_is_not_utf8(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Not blamed on the TOML file (the decoding error is a ValueError, like a TOML one).
+    env_file = tmp_path / "kioku.env"
+    env_file.write_bytes(b"KIOKU_MODEL=\xff\n")
+    monkeypatch.setenv("KIOKU_ENV_FILE", str(env_file))
+    with pytest.raises(SettingsError, match=r"\.env file .*kioku\.env .*save it as UTF-8"):
+        Settings()
