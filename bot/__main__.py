@@ -17,9 +17,15 @@ from typing import TypeVar
 
 import aiohttp
 import discord
-from sqlalchemy.exc import DBAPIError
 
-from bot.config import Settings, SettingsError, data_dir_problem, load_settings
+from bot.config import (
+    Settings,
+    SettingsError,
+    data_dir_problem,
+    database_unreachable,
+    load_settings,
+    one_line_error,
+)
 from bot.db.engine import Database, DatabaseUnavailable, describe_url
 from bot.db.migrate import MigrationsMissing
 from bot.memory.spool import SpoolLocked
@@ -160,27 +166,21 @@ async def _migrate(database: Database) -> tuple[str | None, str | None]:
     except MigrationsMissing as exc:
         raise CliError(str(exc), EXIT_CONFIG) from None
     except (OSError, TimeoutError) as exc:
-        raise CliError(f"cannot reach {_where(database)}: {_one_line(exc)}") from None
+        raise CliError(
+            f"cannot reach {_where(database)}: {database_unreachable(exc, database.settings)}"
+        ) from None
     except Exception as exc:
         # The driver's own refusals (TLS, authentication, no such database) end here too:
         # the operator gets one line, the traceback stays available in debug logs.
         log.debug("database start failed", exc_info=True)
         raise CliError(
-            f"cannot use {_where(database)}: {_one_line(exc, with_class=True)} "
+            f"cannot use {_where(database)}: {one_line_error(exc, with_class=True)} "
             "(KIOKU_LOG_LEVEL=DEBUG shows the details)"
         ) from None
 
 
 def _where(database: Database) -> str:
     return describe_url(database.url) if database.url else "the database"
-
-
-def _one_line(exc: BaseException, *, with_class: bool = False) -> str:
-    """The driver's own error on one line (SQLAlchemy wraps it and adds a second line)."""
-    if isinstance(exc, DBAPIError) and exc.orig is not None:
-        exc = exc.orig.__cause__ or exc.orig
-    text = " ".join(str(exc).split())
-    return f"{exc.__class__.__name__}: {text}" if with_class else text
 
 
 def _token(settings: Settings) -> str:

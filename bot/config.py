@@ -45,7 +45,7 @@ from pydantic_settings import (
     SettingsError as PydanticSettingsError,
 )
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError
+from sqlalchemy.exc import ArgumentError, DBAPIError
 
 from bot.llm.providers import provider_problem
 
@@ -494,6 +494,36 @@ def _asyncpg_query(url: URL) -> URL:
     if cache_size is not None and not (isinstance(cache_size, str) and cache_size.isdigit()):
         raise ValueError("has prepared_statement_cache_size that is not a whole number")
     return url.set(query=query)
+
+
+# SQLAlchemy's pointer to its documentation, which ends the text of its own errors.
+_BACKGROUND_LINK = re.compile(r"\(Background on this error at: [^)]*\)")
+
+
+def one_line_error(exc: BaseException, *, with_class: bool = False) -> str:
+    """A failure's own text on one line, for the operator: the driver's error rather than
+    SQLAlchemy's wrapper (which adds the statement and a documentation link on further
+    lines), and the class name when the text is empty (a bare ``TimeoutError``).
+    Shared by the command line and ``kioku doctor``, which describe the same failures."""
+    if isinstance(exc, DBAPIError) and exc.orig is not None:
+        exc = exc.orig.__cause__ or exc.orig
+    text = " ".join(_BACKGROUND_LINK.sub("", str(exc)).split())
+    if not text:
+        return exc.__class__.__name__
+    return f"{exc.__class__.__name__}: {text}" if with_class else text
+
+
+def database_unreachable(exc: BaseException, settings: Settings) -> str:
+    """Why the database could not be reached, on one line. A server that never answers
+    ends the connection attempt with a bare ``TimeoutError`` (no text at all): the
+    timeout and the setting that chose it are named instead."""
+    if isinstance(exc, TimeoutError) and not str(exc):
+        seconds = settings.database.connect_timeout_seconds
+        return (
+            f"no answer within {seconds:g} s "
+            "(KIOKU_DATABASE__CONNECT_TIMEOUT_SECONDS sets how long to wait)"
+        )
+    return one_line_error(exc)
 
 
 class SettingsError(Exception):

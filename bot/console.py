@@ -77,7 +77,10 @@ async def console(
             if command == "/help":
                 say(HELP)
             elif command == "/show":
-                say(await _show(memory))
+                try:
+                    say(await _show(memory))
+                except MemoryUnavailable as exc:  # the database went away: say so, go on
+                    say(f"Nothing to show: {exc}.")
             elif command == "/refresh":
                 try:
                     receipt = await memory.clear_channel(

@@ -16,7 +16,13 @@ from dataclasses import dataclass
 import openai
 from sqlalchemy import text
 
-from bot.config import DEFAULT_PERSONA_FILE, Settings, data_dir_problem
+from bot.config import (
+    DEFAULT_PERSONA_FILE,
+    Settings,
+    data_dir_problem,
+    database_unreachable,
+    one_line_error,
+)
 from bot.db.engine import Database, describe_url
 from bot.db.migrate import MigrationsMissing, current_revision, head_revision
 from bot.llm.client import make_client
@@ -39,8 +45,7 @@ async def doctor(settings: Settings) -> int:
         Check(
             "config",
             True,
-            f"model {settings.model} via {settings.provider} at "
-            f"{settings.openai_base_url or 'api.openai.com'}",
+            f"model {settings.model} via {settings.provider} at {settings.llm_base_url}",
         ),
         Check(
             "discord token",
@@ -50,7 +55,7 @@ async def doctor(settings: Settings) -> int:
     ]
     database = Database(settings)
     try:
-        checks.extend(await _database_checks(database))
+        checks.extend(await _database_checks(database, settings))
     finally:
         await database.close()
     checks.append(_spool_check(settings))
@@ -95,15 +100,18 @@ def _persona_check(settings: Settings) -> Check:
     return Check("persona", True, f"{path} ({size} chars)")
 
 
-async def _database_checks(database: Database) -> list[Check]:
+async def _database_checks(database: Database, settings: Settings) -> list[Check]:
     try:
         await database.start()
         started = time.perf_counter()
         async with database.engine.connect() as connection:
             version = (await connection.execute(text("SHOW server_version"))).scalar_one()
         elapsed_ms = (time.perf_counter() - started) * 1000
-    except Exception as exc:  # any failure is the finding
-        return [Check("database", False, f"unreachable: {exc.__class__.__name__}: {exc}")]
+    except (OSError, TimeoutError) as exc:
+        # Worded as `kioku migrate` words it (one line, a silent server named as such).
+        return [Check("database", False, f"unreachable: {database_unreachable(exc, settings)}")]
+    except Exception as exc:  # any other failure is the finding too
+        return [Check("database", False, f"unusable: {one_line_error(exc, with_class=True)}")]
     assert database.url is not None
     checks = [
         Check(
@@ -116,7 +124,11 @@ async def _database_checks(database: Database) -> list[Check]:
         head = head_revision()
     except MigrationsMissing as exc:
         return [*checks, Check("migrations", False, str(exc))]
-    current = await current_revision(database.engine)
+    try:
+        current = await current_revision(database.engine)
+    except Exception as exc:  # e.g. a role not allowed to read alembic_version
+        detail = f"cannot read the revision: {one_line_error(exc, with_class=True)}"
+        return [*checks, Check("migrations", False, detail)]
     if current == head:
         detail = f"at {current}"
     elif current is None:

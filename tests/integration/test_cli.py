@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from unittest.mock import Mock
@@ -461,6 +463,112 @@ def test_an_openai_base_url_that_is_no_url_stops_the_console_before_it_starts(
         "kioku: invalid setting openai_base_url (OPENAI_BASE_URL) = 'http://127.0.0.1:99999/v1'"
     )
     assert not (tmp_path / "postgres").exists(), "nothing should start"
+
+
+@pytest.fixture
+def silent_server() -> Iterator[int]:
+    """A TCP port where connections are made (the kernel's backlog takes them) but nothing
+    ever answers: a hung PostgreSQL, or a firewall that swallows the traffic."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(16)
+        yield server.getsockname()[1]
+
+
+def test_a_database_that_never_answers_is_named_as_a_timeout(
+    tmp_path: Path, silent_server: int
+) -> None:
+    result = kioku(
+        "migrate",
+        data_dir=tmp_path,
+        DATABASE_URL=f"postgresql://u:p@127.0.0.1:{silent_server}/db",
+        KIOKU_DATABASE__CONNECT_TIMEOUT_SECONDS="1",
+    )
+    assert result.returncode == 1
+    # Was "kioku: cannot reach postgresql at 127.0.0.1:PORT/db: " and then nothing.
+    assert result.stderr.strip().splitlines() == [
+        f"kioku: cannot reach postgresql at 127.0.0.1:{silent_server}/db: no answer within 1 s "
+        "(KIOKU_DATABASE__CONNECT_TIMEOUT_SECONDS sets how long to wait)"
+    ]
+
+
+async def test_doctor_names_a_database_that_never_answers_as_a_timeout(
+    tmp_path: Path, silent_server: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from bot.config import load_settings
+    from bot.doctor import doctor
+    from tests.helpers.fake_llm import refused_base_url
+
+    settings = load_settings(
+        database_url=f"postgresql://u:p@127.0.0.1:{silent_server}/db",
+        data_dir=tmp_path,
+        openai_base_url=refused_base_url(),
+        database={"connect_timeout_seconds": 0.5},
+    )
+    assert await doctor(settings) == 1
+    assert doctor_rows(capsys.readouterr().out)["database"] == (
+        "FAIL",
+        "unreachable: no answer within 0.5 s "
+        "(KIOKU_DATABASE__CONNECT_TIMEOUT_SECONDS sets how long to wait)",
+    )
+
+
+async def test_doctor_database_row_is_one_line_when_the_server_refuses(
+    pg_url: URL, migrated_database: Database, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from bot.doctor import doctor
+    from tests.helpers.database import make_test_settings
+    from tests.helpers.fake_llm import refused_base_url
+
+    settings = make_test_settings(
+        pg_url.set(database="kioku_does_not_exist"), tmp_path, openai_base_url=refused_base_url()
+    )
+    assert await doctor(settings) == 1
+    table = capsys.readouterr().out
+    # SQLAlchemy's "(Background on this error at: …)" was a stray line of the table.
+    assert "Background on this error" not in table
+    assert len(table.strip().splitlines()) == 2 + len(doctor_rows(table)), table
+    assert doctor_rows(table)["database"] == (
+        "FAIL",
+        'unusable: InvalidCatalogNameError: database "kioku_does_not_exist" does not exist',
+    )
+
+
+async def test_doctor_fails_the_migrations_row_when_the_revision_cannot_be_read(
+    pg_url: URL, migrated_database: Database, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    from bot.doctor import doctor
+    from tests.helpers.database import make_test_settings
+    from tests.helpers.fake_llm import refused_base_url
+
+    # A role that may connect but not read alembic_version (a least-privilege setup gone
+    # wrong): doctor printed a traceback instead of the table.
+    await fresh_database(migrated_database, "kioku_no_read")
+    async with migrated_database.engine.connect() as connection:
+        await connection.execution_options(isolation_level="AUTOCOMMIT")
+        await connection.execute(text("DROP ROLE IF EXISTS kioku_no_read"))
+        await connection.execute(text("CREATE ROLE kioku_no_read LOGIN PASSWORD 'pw'"))
+    owner = create_async_engine(pg_url.set(database="kioku_no_read"))
+    try:
+        async with owner.begin() as connection:
+            await connection.execute(
+                text("CREATE TABLE alembic_version (version_num varchar(32) PRIMARY KEY)")
+            )
+            await connection.execute(text("INSERT INTO alembic_version VALUES ('0001')"))
+    finally:
+        await owner.dispose()
+    url = pg_url.set(database="kioku_no_read", username="kioku_no_read", password="pw")
+    settings = make_test_settings(url, tmp_path, openai_base_url=refused_base_url())
+    assert await doctor(settings) == 1
+    rows = doctor_rows(capsys.readouterr().out)
+    assert rows["database"][0] == "ok"
+    assert rows["migrations"] == (
+        "FAIL",
+        "cannot read the revision: InsufficientPrivilegeError: "
+        "permission denied for table alembic_version",
+    )
 
 
 def test_a_missing_kioku_config_file_stops_start_up_with_one_line(tmp_path: Path) -> None:

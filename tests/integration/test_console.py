@@ -11,10 +11,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from sqlalchemy import text
 from sqlalchemy.engine import URL
 
 from bot.console import console
 from bot.db.engine import Database
+from bot.db.migrate import upgrade
 from bot.llm.tools.stm import STM_TOOL_NAME
 from bot.turn import DEFAULT_PERSONA
 from tests.helpers.database import make_test_settings
@@ -126,6 +128,39 @@ async def test_a_persona_file_that_turned_not_utf8_falls_back_to_the_built_in_on
     assert await console(settings, read_line=lines("hello"), out=out) == 0
     assert "kioku> Hello!" in out.getvalue()
     assert DEFAULT_PERSONA.split("{")[0] in prompt_text(llm, 0)
+
+
+async def test_show_and_refresh_with_the_database_gone_say_so_and_go_on(
+    migrated_database: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path
+) -> None:
+    async with migrated_database.engine.connect() as connection:
+        await connection.execution_options(isolation_level="AUTOCOMMIT")
+        await connection.execute(text("DROP DATABASE IF EXISTS kioku_console_gone"))
+        await connection.execute(text("CREATE DATABASE kioku_console_gone"))
+    settings = make_test_settings(
+        pg_url.set(database="kioku_console_gone"),
+        tmp_path,
+        openai_base_url=llm.base_url,
+        model="m",
+    )
+    database = Database(settings)
+    await database.start()
+    await upgrade(database.engine)
+    # The database goes away once the console is running (FORCE ends its connections).
+    async with migrated_database.engine.connect() as connection:
+        await connection.execution_options(isolation_level="AUTOCOMMIT")
+        await connection.execute(text("DROP DATABASE kioku_console_gone WITH (FORCE)"))
+    out = io.StringIO()
+    code = await console(
+        settings, read_line=lines("/show", "/refresh", "/quit"), out=out, database=database
+    )
+    # /show let MemoryUnavailable out of console(): `kioku console` ended in a traceback.
+    assert code == 0
+    assert out.getvalue().splitlines()[1:] == [
+        "Nothing to show: memory storage is unavailable right now.",
+        "Nothing was refreshed: the database is unavailable; try again shortly.",
+    ]
+    assert llm.requests == []
 
 
 def test_ctrl_c_at_the_console_prompt_leaves_the_console(

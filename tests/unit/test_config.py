@@ -6,13 +6,16 @@ import re
 from pathlib import Path
 
 import pytest
+import sqlalchemy.exc
 
 from bot.config import (
     DEFAULT_PERSONA_FILE,
     Settings,
     SettingsError,
     data_dir_problem,
+    database_unreachable,
     load_settings,
+    one_line_error,
     unknown_variables,
 )
 from bot.llm.client import make_client
@@ -647,3 +650,26 @@ def test_settings_built_directly_refuse_a_dotenv_file_that_is_not_utf8(
     monkeypatch.setenv("KIOKU_ENV_FILE", str(env_file))
     with pytest.raises(SettingsError, match=r"\.env file .*kioku\.env .*save it as UTF-8"):
         Settings()
+
+
+def test_an_error_without_text_is_named_by_its_class() -> None:
+    assert one_line_error(TimeoutError()) == "TimeoutError"
+    assert one_line_error(ConnectionRefusedError(111, "Connection refused")) == (
+        "[Errno 111] Connection refused"
+    )
+
+
+def test_sqlalchemys_documentation_link_is_not_part_of_the_line() -> None:
+    # What the pool raises when every connection is taken (its code adds the link).
+    error = sqlalchemy.exc.TimeoutError("QueuePool limit of size 5 overflow 5 reached", code="3o7r")
+    assert "Background on this error" in str(error)
+    assert one_line_error(error, with_class=True) == (
+        "TimeoutError: QueuePool limit of size 5 overflow 5 reached"
+    )
+
+
+def test_a_database_that_never_answered_is_named_as_a_timeout() -> None:
+    settings = load_settings()
+    assert database_unreachable(TimeoutError(), settings) == (
+        "no answer within 10 s (KIOKU_DATABASE__CONNECT_TIMEOUT_SECONDS sets how long to wait)"
+    )
