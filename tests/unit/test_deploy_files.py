@@ -1,5 +1,7 @@
-"""Deployment files: docker-compose.yml wires the bot to PostgreSQL correctly, and
-config/example.env documents every setting with config/kioku.toml's default."""
+"""Deployment files and the operator's documentation: docker-compose.yml wires the bot to
+PostgreSQL correctly, config/example.env documents every setting with config/kioku.toml's
+default and the range the code enforces, and README's commands and error examples are
+what the command line has and prints."""
 
 from __future__ import annotations
 
@@ -10,10 +12,13 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+import annotated_types
 import pytest
 import yaml
 from pydantic import AliasChoices, BaseModel
+from pydantic.fields import FieldInfo
 
+from bot.__main__ import main
 from bot.config import Settings, load_settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -285,3 +290,138 @@ def test_example_env_defaults_load_as_the_defaults(
     loaded = load_settings()
     assert loaded.model_dump() == expected.model_dump()
     assert readable, "no documented defaults were found"
+
+
+# ------------------------------------------------------------- documented limits and commands
+
+
+def field_of(key: str) -> FieldInfo:
+    """The settings field of a dotted key (``stm.refresh_cadence``)."""
+    model: type[BaseModel] = Settings
+    *sections, name = key.split(".")
+    for section in sections:
+        annotation = model.model_fields[section].annotation
+        assert isinstance(annotation, type) and issubclass(annotation, BaseModel)
+        model = annotation
+    return model.model_fields[name]
+
+
+def number(value: object) -> str:
+    """A bound as the documentation writes it (``720``, not ``720.0``)."""
+    as_float = float(value)  # type: ignore[arg-type]
+    return str(int(as_float)) if as_float.is_integer() else str(as_float)
+
+
+def range_phrases(field: FieldInfo) -> list[str]:
+    """What a comment must say of a bounded field: ``1–100``, or for a lower bound that
+    is excluded ``more than 0`` and ``at most 600``; nothing for an unbounded field."""
+    lower: object = None
+    upper: object = None
+    strict = False
+    for meta in field.metadata:
+        if isinstance(meta, annotated_types.Ge):
+            lower = meta.ge
+        elif isinstance(meta, annotated_types.Gt):
+            lower, strict = meta.gt, True
+        elif isinstance(meta, annotated_types.Le):
+            upper = meta.le
+    if lower is None or upper is None:
+        return []
+    if strict:
+        return [f"more than {number(lower)}", f"at most {number(upper)}"]
+    return [f"{number(lower)}–{number(upper)}"]
+
+
+def says(comment: str, phrase: str) -> bool:
+    # "1–100" must not be found inside "11–1000".
+    return re.search(rf"(?<![\d.]){re.escape(phrase)}(?!\.?\d)", comment) is not None
+
+
+def example_env_comments() -> dict[str, str]:
+    """config/example.env: each commented default ``# KIOKU_…=`` → the comment above it."""
+    found: dict[str, str] = {}
+    comment: list[str] = []
+    for line in EXAMPLE_ENV.read_text(encoding="utf-8").splitlines():
+        assigned = ENV_LINE.match(line.strip())
+        if assigned is not None and assigned["comment"] is not None:
+            found[assigned["name"]] = " ".join(comment)
+            comment = []
+        elif line.startswith("# "):
+            comment.append(line[2:])
+        else:
+            comment = []
+    return found
+
+
+def test_example_env_states_the_range_the_code_enforces() -> None:
+    keys = settings_env_names()
+    comments = {n: c for n, c in example_env_comments().items() if n in keys}
+    assert len(comments) > 25
+    wrong = {}
+    for name, comment in comments.items():
+        phrases = range_phrases(field_of(keys[name]))
+        if not all(says(comment, phrase) for phrase in phrases):
+            wrong[name] = (comment, phrases)
+    assert wrong == {}, "example.env comment (left) does not say the range (right)"
+
+
+def test_kioku_toml_comments_state_the_range_the_code_enforces() -> None:
+    section = ""
+    checked = 0
+    wrong = {}
+    for line in KIOKU_TOML.read_text(encoding="utf-8").splitlines():
+        header = re.match(r"\[(\w+)\]", line)
+        if header:
+            section = header.group(1)
+            continue
+        keyed = re.match(r"(\w+) = [^#]*#(.*)", line)
+        if keyed is None:
+            continue
+        key = f"{section}.{keyed[1]}" if section else keyed[1]
+        for documented in re.findall(r"\d+(?:\.\d+)?–\d+(?:\.\d+)?", keyed[2]):
+            checked += 1
+            if [documented] != range_phrases(field_of(key)):
+                wrong[key] = (documented, range_phrases(field_of(key)))
+    assert checked > 3
+    assert wrong == {}, "kioku.toml comment (left) differs from the code (right)"
+
+
+def test_readme_command_table_lists_the_commands_of_the_parser(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    table = readme.split("## Command line", 1)[1].split("\n\n", 2)[1]
+    documented = set(re.findall(r"^\| `kioku (\w+)", table, re.MULTILINE))
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    # argparse lists each sub-command with its help under the COMMAND metavar.
+    listed = set(re.findall(r"^ {4}(\w+) +\S", capsys.readouterr().out, re.MULTILINE))
+    assert documented == listed
+    assert len(listed) >= 5
+
+
+@pytest.mark.usefixtures("clean_environment")
+@pytest.mark.parametrize(
+    ("env", "shown"),
+    [
+        ({"KIOKU_STM__RENDER_MODE": "fancy"}, "kioku: invalid setting stm.render_mode "),
+        ({"KIOKU_REFRESH_CADENCE": "3"}, "kioku: unknown setting KIOKU_REFRESH_CADENCE "),
+        (
+            {"KIOKU_STM__MIN_RAW_TAIL": "49", "KIOKU_STM__RAW_WINDOW": "20"},
+            "kioku: invalid setting stm.min_raw_tail ",
+        ),
+    ],
+)
+def test_readme_error_examples_are_what_the_cli_prints(
+    env: dict[str, str],
+    shown: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    documented = [line for line in readme.splitlines() if line.startswith(shown)]
+    assert len(documented) == 1, f"README shows no (or several) {shown!r} examples"
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert main(["migrate"]) == 2
+    assert capsys.readouterr().err.strip() == documented[0]
