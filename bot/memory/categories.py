@@ -229,7 +229,9 @@ def _split_row(line: str) -> tuple[str, str, str]:
     redacted = redact_secrets(line)
     if redacted != f"{redact_secrets(label)}{colon}{redact_secrets(description)}":
         value = description.strip()
-        if redact_secrets(f"secret: {value}") != f"secret: {value}":
+        # (A URL's scheme colon, `postgres://admin:pw@db …`: the credentials follow it.)
+        url = description.startswith("//")
+        if url or redact_secrets(f"secret: {value}") != f"secret: {value}":
             return redacted.partition(":")
     return label, colon, description
 

@@ -184,6 +184,10 @@ _URL_CREDENTIALS_AT_CUT: Final = regex.compile(
 # A token alone in a URL's userinfo, as git takes one: `https://<token>@github.com/…`.
 # Only a long, token-shaped user (see `_replace_url_token`): `https://bob@host` stays.
 _URL_TOKEN_USERINFO: Final = regex.compile(r"://(?!\[REDACTED:)(?P<user>[^\s/?#@:\[\]]{16,})@")
+# Same, for input that was cut: the token may have lost its `@` to the cut.
+_URL_TOKEN_USERINFO_AT_CUT: Final = regex.compile(
+    r"://(?!\[REDACTED:)(?P<user>[^\s/?#@:\[\]]{16,})(?:@|\Z)"
+)
 
 # One pattern per kind, applied in this order.  Each match is a whole token-like word.
 _TOKEN_PATTERNS: Final[tuple[tuple[str, regex.Pattern[str]], ...]] = tuple(
@@ -443,8 +447,13 @@ _SECRET_DICT_KEY: Final = regex.compile(rf"(?:{_SECRET_WORDS}|{_PASS_SEGMENT})\Z
 _SECRET_KEY_SUFFIX: Final = regex.compile(rf"{_QUALIFIED_KEY}\Z")
 # After a one-word value of a token/secret key: nothing else on the line.
 _LINE_END: Final = regex.compile(r"[ \t]*(?:\n|\Z)")
-# The character before a bare `=`: the key is glued to it (`SECRET=x`, not `secret = x`).
-_ASSIGNED_KEY: Final = regex.compile(r"[A-Za-z0-9_]")
+# An environment variable glued to a bare `=`, where a shell assignment stands (a line's
+# start, after a space, `;`, `&` or `|`): `export GITHUB_TOKEN=x && ./deploy.sh`.
+_SHELL_ASSIGNED_KEY: Final = regex.compile(r"(?<![^\s;&|])[A-Z][A-Z0-9_]*\Z")
+# Values of an assignment that hold no secret: a reference to one, a placeholder, a literal.
+_NOT_A_SECRET_VALUE: Final = regex.compile(
+    r"[$<%{]|(?:None|True|False|true|false|null|nil|undefined)\Z"
+)
 # Value shapes (see `_looks_like_token`).
 _MIN_TOKEN_CHARS: Final = 6
 _MIN_MIXED_CLASS_CHARS: Final = 8
@@ -753,7 +762,12 @@ def _redact(text: str, *, cut: bool = False) -> tuple[str, list[str]]:
         "url_credentials",
         token=False,
     )
-    sub(_URL_TOKEN_USERINFO, _replace_url_token, "url_credentials", token=False)
+    sub(
+        _URL_TOKEN_USERINFO_AT_CUT if cut else _URL_TOKEN_USERINFO,
+        _replace_url_token,
+        "url_credentials",
+        token=False,
+    )
     swept, rounds = True, 0
     while swept and rounds < _MAX_SWEEP_ROUNDS:
         rounds += 1
@@ -859,7 +873,8 @@ def _replace_url(match: regex.Match[str], kind: str, cut: bool) -> tuple[str, st
 def _replace_url_token(match: regex.Match[str], kind: str, cut: bool) -> tuple[str, str | None]:
     if not _looks_like_token(match.group("user")):
         return match.group(), None
-    return f"://{_marker(kind)}@", kind
+    at = "@" if match.group().endswith("@") else ""
+    return f"://{_marker(kind)}{at}", kind
 
 
 def _replace_bearer(match: regex.Match[str], kind: str, cut: bool) -> tuple[str, str | None]:
@@ -930,21 +945,22 @@ def _replace_credential(match: regex.Match[str], kind: str, cut: bool) -> tuple[
     lone = (
         not bare_key
         and len(core) >= _MIN_LONE_VALUE_CHARS
-        and (
-            _LINE_END.match(string, match.end()) is not None
-            # `GITHUB_TOKEN=value && ./deploy.sh`: an assignment (the key glued to a bare
-            # `=`) holds its value, whatever follows on the line.
-            # (`f(token=token)` passes a variable: a value naming a secret holds none.)
-            or (
-                match.group("sep") == "="
-                and _ASSIGNED_KEY.match(string, match.start() - 1) is not None
-                and not _names_a_secret(core)
-            )
-        )
+        and not _NOT_A_SECRET_VALUE.match(core)
+        and (_LINE_END.match(string, match.end()) is not None or _is_shell_assignment(match))
     )
     if not (always or lone or _looks_like_token(core)):
         return match.group(), None
     return prefix + _marker(kind) + value[len(core) :], kind
+
+
+def _is_shell_assignment(match: regex.Match[str]) -> bool:
+    """``GITHUB_TOKEN=value && ./deploy.sh``: an environment variable assigned in a shell
+    line holds its value, whatever follows it (``f(token=None)``, ``token=enabled`` in
+    prose, ``API_TOKEN=$API_TOKEN`` do not)."""
+    if match.group("sep") != "=":
+        return False
+    start = max(0, match.start() - _KEY_WINDOW)
+    return _SHELL_ASSIGNED_KEY.search(match.string, start, match.start()) is not None
 
 
 def _replace_stated_credential(

@@ -272,6 +272,20 @@ def test_a_secret_with_a_colon_in_a_modal_line_is_not_split_past_redaction(line:
 
 
 @pytest.mark.parametrize(
+    "line",
+    [
+        "postgres://admin:letmein@db.example.com/app is the staging db",
+        "redis://:letmein@cache.example.com:6379 for sessions",
+    ],
+)
+def test_a_row_starting_with_a_url_keeps_none_of_its_password(line: str) -> None:
+    # The row's first colon is the URL's: its password is not a plain word of the
+    # description to keep.
+    (category,) = parse_category_lines(line)
+    assert "letmein" not in f"{category.label}:{category.description}"
+
+
+@pytest.mark.parametrize(
     ("line", "label", "description"),
     [
         (

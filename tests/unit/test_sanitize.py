@@ -561,6 +561,13 @@ NEGATIVES = [
     ("url_git_user", "ssh://git@github.com/o/r.git"),
     ("url_long_plain_user", "https://firstname.lastname@example.com/page"),
     ("token_variable_passed", "client = Client(token=token, retries=3)"),
+    ("keyword_defaults", "def connect(host, token=None, secret=False): pass"),
+    ("keyword_literal", "client = Client(secret=True, retries=3)"),
+    ("shell_reference", "API_TOKEN=$API_TOKEN docker compose up"),
+    ("shell_placeholder", "FOO_SECRET=<your-secret> then run it"),
+    ("reference_ends_line", "export API_TOKEN=$API_TOKEN"),
+    ("literal_ends_line", "secret: None"),
+    ("lowercase_setting_prose", "set token=enabled in the config and restart"),
     ("hf_word", "the hf_model loader"),
     ("spaced_token_prose", "the token = thing we discussed yesterday"),
     ("webhook_docs", "see https://discord.com/api/webhooks docs"),
@@ -1287,3 +1294,24 @@ def test_redaction_is_idempotent(text: str) -> None:
     assert redact_secrets(once) == once
     stripped = strip_unknown_placeholders(text)
     assert strip_unknown_placeholders(stripped) == stripped
+
+
+def test_a_url_token_user_at_the_processing_cut_is_not_stored() -> None:
+    # A token alone as a URL's user must not survive the cut that drops its `@`: the
+    # long collapsed <private> block puts the `@` exactly at the first cut.
+    token = "Zx81kQ02pLm7Yt5RaBcD"
+    bound = MAX_VALUE_CHARS * 16  # sanitize_value's first cut
+    leaked = []
+    for filler in range(1400, 1500, 7):
+        head = f"https://{token}"
+        body = bound - len(head) - filler - len("<private></private>")
+        text = (
+            f"<private>{'x' * body}</private>"
+            + ("word " * 400)[:filler]
+            + head
+            + "@gitlab.example.com/o/r.git and more"
+        )
+        assert text.index("@") == bound
+        if token in sanitize_value(text):
+            leaked.append(filler)
+    assert leaked == []
