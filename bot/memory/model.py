@@ -7,7 +7,7 @@ these, repositories translate rows into them.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Literal
 
@@ -66,7 +66,9 @@ class RawMessage:
         ``<private>`` regions redacted, as in stored memory. Computed once per message
         (redaction costs tens of µs, and one message is shown in many prompts)."""
         if self._shared is None:
-            object.__setattr__(self, "_shared", redact_secrets(self.line()))
+            # The text only: a speaker called "Password" says no password.
+            shown = replace(self, content=redact_secrets(self.content))
+            object.__setattr__(self, "_shared", shown.line())
         assert self._shared is not None
         return self._shared
 

@@ -686,19 +686,9 @@ class MemoryService:
             reason = turn.stm_block_reason()
             if reason is not None:
                 return rejected(reason)
-        # The settings as they are now (cached: no query), in case an admin changed them
-        # (in any process) since the turn began, or while the summarizer waited on its
-        # model: memory turned off refuses every write but an admin's own edit.
-        try:
-            config = await self.guild_config(turn.guild_id)
-        except MemoryUnavailable:
-            return rejected(REASON_STORAGE)
-        if origin != "admin" and not config.stm_enabled:
-            return rejected(REASON_DISABLED)
-        if _slugs(config) != _slugs(turn.config):
-            # Written in the shape the turn was offered, the update would wipe what was
-            # stored under the new one (a summary, or other categories).
-            return rejected(REASON_CATEGORIES_CHANGED)
+        config = await self._current_config(turn, origin)
+        if isinstance(config, WriteResult):
+            return config
         change = self._sanitized_change(config, summary, categories)
         if isinstance(change, WriteResult):
             return change
@@ -717,6 +707,10 @@ class MemoryService:
                 ]
             except MemoryUnavailable:
                 return rejected(REASON_STORAGE)
+            # Again: the settings may have changed while this write waited for the lock.
+            config = await self._current_config(turn, origin)
+            if isinstance(config, WriteResult):
+                return config
             # Checked after the awaits above, with no await until the cache is mutated.
             if self.epoch(turn.channel_id) != turn.epoch:
                 return rejected(REASON_CLEARED)
@@ -786,6 +780,22 @@ class MemoryService:
             if result.ok and origin == "model_tool":
                 turn.stm_updated = True
             return result
+
+    async def _current_config(self, turn: TurnState, origin: str) -> GuildConfig | WriteResult:
+        """The guild's settings as they are now (cached: no query), or why a write must
+        be refused: an admin changed them (in any process) since the turn began, or while
+        the summarizer waited on its model. Memory turned off refuses every write but an
+        admin's own edit; other categories refuse a write shaped for the old ones (it would
+        wipe what was stored under the new ones: a summary, or other categories)."""
+        try:
+            config = await self.guild_config(turn.guild_id)
+        except MemoryUnavailable:
+            return rejected(REASON_STORAGE)
+        if origin != "admin" and not config.stm_enabled:
+            return rejected(REASON_DISABLED)
+        if _slugs(config) != _slugs(turn.config):
+            return rejected(REASON_CATEGORIES_CHANGED)
+        return config
 
     def _sanitized_change(
         self,
@@ -1253,6 +1263,10 @@ class MemoryService:
         and the keys it wrote are read again (a write refused or skipped by the replay,
         e.g. a newer row of another process, must not stay cached as if stored)."""
         self._tombstones.clear()
+        # A replayed /forget-me deleted rows it does not name (this process ignores its
+        # own notice): the versions held for expired rows go, as in forget_user.
+        self._note(FORGET_NOTICED)
+        self._drop_stand_ins()
         if self.spool is not None:
             for key in self.spool.replayed_keys:
                 if key not in self._writing:

@@ -16,7 +16,7 @@ from typing import Any
 
 import asyncpg
 import pytest
-from sqlalchemy import text
+from sqlalchemy import select, text
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 
@@ -24,6 +24,7 @@ import bot.db.notify as notify_module
 from bot.app import build_bot
 from bot.config import Settings, async_database_url
 from bot.db.engine import Database, DatabaseUnavailable
+from bot.db.models import ShortTermMemory
 from bot.db.notify import NOTIFY_CHANNEL, CacheListener, ListenerUnavailable, Notice
 from bot.db.repositories import guilds as guild_repo
 from bot.db.repositories import stm as stm_repo
@@ -35,11 +36,13 @@ from tests.helpers.builders import (
     ALICE,
     BOB,
     BOT,
+    CAROL,
     CHANNEL,
     GUILD,
     OTHER_CHANNEL,
     ManualClock,
     make_service,
+    prepare,
     turn_for,
 )
 from tests.helpers.database import make_test_settings
@@ -820,3 +823,113 @@ async def test_a_turn_in_flight_cannot_write_the_old_category_schema_over_a_summ
     assert str(result) == f"rejected: {REASON_CATEGORIES_CHANGED}"
     entry = await b.memory.entry(KEY)
     assert (entry.summary, entry.categories) == ("Decided: the launch moves to Friday.", {})
+
+
+async def _server_rows(db: Database) -> list[tuple[str, list[int]]]:
+    async with db.sessions() as session:
+        rows = await session.scalars(select(ShortTermMemory))
+        return [(r.summary, list(r.contributor_ids)) for r in rows]
+
+
+async def test_categories_changed_while_a_write_waits_for_the_channel_lock(
+    two: tuple[Process, Process], db: Database
+) -> None:
+    # The write reads the guild's settings before it takes the channel's lock. While it
+    # waits there (in production: another write of the channel in its database round
+    # trip, or a /refresh), the admin adds a category in process A and A's turn stores a
+    # value under it. B's old-schema write then drops that value as "an undefined
+    # category" instead of being refused (REASON_CATEGORIES_CHANGED).
+    a, b = two
+    await a.memory.set_categories(GUILD, ALICE, [Category(0, "decisions", "Decisions", "")])
+    await next_of(b, "guild")
+    in_flight = (
+        await b.memory.prepare_turn(
+            channel_id=CHANNEL, user_id=BOB, guild_id=GUILD, bot_user_id=BOT
+        )
+    ).turn
+    lock = b.memory._lock(CHANNEL)
+    async with lock:  # the channel's lock is busy
+        task = asyncio.create_task(
+            b.memory.update_stm(in_flight, categories={"decisions": "ship on friday"})
+        )
+        # One yield runs it up to the lock: everything before it is cached (no await
+        # suspends), as the assertion shows.
+        await asyncio.sleep(0)
+        assert lock._waiters and not task.done()
+        await a.memory.set_categories(
+            GUILD,
+            ALICE,
+            [Category(0, "decisions", "Decisions", ""), Category(1, "risks", "Risks", "")],
+        )
+        await next_of(b, "guild")
+        assert await category_write(a, {"risks": "the vendor may be late"})
+        await next_of(b, "stm")
+    result = await task
+    async with db.sessions() as session:
+        row = await session.scalar(
+            select(ShortTermMemory).where(ShortTermMemory.scope_kind == "server")
+        )
+    assert row is not None
+    assert row.categories.get("risks") == "the vendor may be late", (str(result), row.categories)
+
+
+async def _stand_in_then_forget(
+    db: Database, settings: Settings, tmp_path: Path, dead_engine: AsyncEngine, *, spooled: bool
+) -> tuple[str, str, str]:
+    """Alice's memory (v3) expired; process A holds its stand-in (v3, no content). Alice
+    runs /forget-me in A (during a database blip when ``spooled``: replayed after). Then
+    process C starts a new memory (version 1 again); A, not having heard C's notice yet,
+    runs a turn and writes. Returns (the memory A's turn was shown, A's write result,
+    the server row's summary)."""
+    clock = ManualClock()
+    spool = DurableSpool(spool_path(tmp_path))
+    a = make_service(db.sessions, settings, clock, spool=spool)
+    b = make_service(db.sessions, settings, clock)
+    for n in (1, 2, 3):
+        assert (await b.update_stm(await turn_for(b, ALICE), summary=f"alice v{n}")).ok
+    clock.advance(hours=30)  # past the 24 h TTL, well within retention
+    stand_in = await a.entry(ScopeKey.server(GUILD, CHANNEL))
+    assert (stand_in.has_content, stand_in.version) == (False, 3)
+    if spooled:
+        a._sessions = async_sessionmaker(dead_engine)
+        assert (await a.forget_user(ALICE)).pending_sync
+        a._sessions = db.sessions
+        assert await spool.replay(db.sessions) == 1
+        a.spool_replayed()  # as the replayer does (bot/app.py)
+    else:
+        assert not (await a.forget_user(ALICE)).pending_sync
+    assert await _server_rows(db) == []  # Alice's rows are gone; versions restart at 1
+
+    clock.advance(minutes=5)
+    c = make_service(db.sessions, settings, clock)
+    assert str(await c.update_stm(await turn_for(c, BOB), summary="bob: new plan")) == "saved"
+    # A has not heard C's notice yet (notices are asynchronous).
+    carols = await prepare(a, CAROL)
+    shown = carols.entry.summary  # the live entry: the write mutates it
+    result = await a.update_stm(carols.turn, summary="carol: hello")
+    async with db.sessions() as session:
+        row = await session.scalar(
+            select(ShortTermMemory).where(ShortTermMemory.scope_kind == "server")
+        )
+    assert row is not None
+    return shown, str(result), row.summary
+
+
+async def test_an_online_forget_drops_stand_ins_so_no_new_memory_is_overwritten(
+    db: Database, settings: Settings, tmp_path: Path, dead_engine: AsyncEngine
+) -> None:
+    shown, result, _ = await _stand_in_then_forget(
+        db, settings, tmp_path, dead_engine, spooled=False
+    )
+    # A re-read the key: its write is built on C's memory.
+    assert (shown, result) == ("bob: new plan", "saved")
+
+
+async def test_a_replayed_forget_drops_stand_ins_so_no_new_memory_is_overwritten(
+    db: Database, settings: Settings, tmp_path: Path, dead_engine: AsyncEngine
+) -> None:
+    shown, result, stored = await _stand_in_then_forget(
+        db, settings, tmp_path, dead_engine, spooled=True
+    )
+    # A write never shown C's memory must not replace it (it would be refused as stale).
+    assert shown == "bob: new plan" or stored == "bob: new plan", (shown, result, stored)

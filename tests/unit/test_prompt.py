@@ -576,3 +576,14 @@ def test_a_small_context_may_leave_out_other_channels_least_recent_first_then_fa
     assert "likes tea" in optional[2]
     kept = set(prompt.system_notes) - set(optional)
     assert kept == {prompt.system_notes[0], prompt.system_notes[-1]}  # memory and nudge
+
+
+def test_a_speakers_display_name_does_not_make_their_words_a_secret() -> None:
+    # Other channels' lines are redacted: the text, not the "Name: " in front of it.
+    said = "see you tomorrow at the lake"
+    for name in ("Password", "pwd", "passwd"):
+        line = RawMessage(1, 2, name, said, datetime(2026, 11, 1, tzinfo=UTC)).shared_line()
+        assert line == f"{name}: {said}", line
+    token = "ghp_" + "Ab1Cd2Ef3Gh4Ij5Kl6Mn7Op8Qr9St0UvWxYz12"
+    line = RawMessage(1, 2, "Alice", f"use {token}", datetime(2026, 11, 1, tzinfo=UTC))
+    assert line.shared_line() == "Alice: use [REDACTED:github_token]"
