@@ -63,6 +63,8 @@ class TurnRequest:
     content: str
     bot_user_id: int
     guild_id: int | None = None
+    # The bot's own role(s) in the guild: mentioning one addresses the bot like ``<@bot>``.
+    bot_role_ids: tuple[int, ...] = ()
     parent_channel_id: int | None = None
     user_name: str = "user"
     bot_name: str = "Kioku"
@@ -190,7 +192,10 @@ class TurnRunner:
 
     async def run(self, request: TurnRequest) -> TurnReply:
         intent = explicit_long_term_intent(
-            request.content, bot_user_id=request.bot_user_id, bot_names=(request.bot_name,)
+            request.content,
+            bot_user_id=request.bot_user_id,
+            bot_role_ids=request.bot_role_ids,
+            bot_names=(request.bot_name,),
         )
         opted_in = await self._opted_in(request)
         notes = await self._recall(request, opted_in)

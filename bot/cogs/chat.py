@@ -318,6 +318,7 @@ class Chat(commands.Cog):
         guild = message.guild
         parent_id = channel.parent_id if isinstance(channel, discord.Thread) else None
         visible = self._visible_here(message)
+        own_role = guild.self_role if guild else None
         return TurnRequest(
             channel_id=channel.id,
             user_id=message.author.id,
@@ -325,6 +326,7 @@ class Chat(commands.Cog):
             content=message.content,
             bot_user_id=me.id,
             guild_id=guild.id if guild else None,
+            bot_role_ids=(own_role.id,) if own_role is not None else (),
             parent_channel_id=parent_id,
             user_name=message.author.display_name,
             bot_name=me.display_name,

@@ -9,9 +9,9 @@ inline code and quotes are ignored first: quoted words are not requests; as in D
 counts when, at its START, after optional address words, it holds a memory verb in the
 IMPERATIVE:
 
-* address words (any number): the bot's mention ``<@id>`` (any mention when the bot id
-  is unknown), the bot's name (``kioku``), interjections (``hey``, ``ok``, ``also``,
-  ``btw``, ``and``…);
+* address words (any number): the bot's mention ``<@id>`` or its own role's ``<@&id>``
+  (any mention when the bot id is unknown), the bot's name (``kioku``), interjections
+  (``hey``, ``ok``, ``also``, ``btw``, ``and``…);
 * then optionally a request marker: ``please``/``pls``/``kindly``, ``can/could/would/
   will you``, ``I want/need/'d like you to``, ``make sure to``;
 * then a memory verb, matched as whole words (``misremembered``, ``unforgettable``,
@@ -54,7 +54,7 @@ title``, ``do you remember``) never count.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 _DEFAULT_BOT_NAMES = ("kioku",)
 
@@ -65,7 +65,8 @@ _BLOCK_QUOTE = re.compile(r"^[ \t]*>>>[ \t].*", re.MULTILINE | re.DOTALL)
 _QUOTE_LINE = re.compile(r"^\s*>.*$", re.MULTILINE)
 # Clause text and the character that ended it ("" at the end of the message).
 _CLAUSE = re.compile(r"([^.!?;,\n]*)([.!?;,\n]|$)")
-_MENTION = re.compile(r"<@[!&]?(\d+)>")
+# A user mention ``<@id>`` (``<@!id>`` is rewritten to it) or a role mention ``<@&id>``.
+_MENTION = re.compile(r"<@(&?)(\d+)>")
 _APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'", "\u02bc": "'", "`": "'"})
 
 _INTERJECTIONS = r"hey|hi|hello|yo|ok|okay|oh|ah|and|also|btw|so|now|lol|alright|well|but|oi|bot"
@@ -162,20 +163,35 @@ def _prepare(text: str) -> str:
     return text.translate(_APOSTROPHES).lower()
 
 
+def _is_bot_mention(
+    mention: re.Match[str], bot_user_id: int | None, bot_role_ids: Collection[int]
+) -> bool:
+    """Whether a mention names the bot: its user, or its own role (Discord's mention
+    picker offers the bot's managed role beside the bot, and the bot answers both).
+    Any mention does while the bot's id is unknown."""
+    if bot_user_id is None:
+        return True
+    mentioned = int(mention.group(2))
+    return mentioned in bot_role_ids if mention.group(1) else mentioned == bot_user_id
+
+
 def _strip_address(
-    clause: str, bot_user_id: int | None, names: re.Pattern[str] | None
+    clause: str,
+    bot_user_id: int | None,
+    bot_role_ids: Collection[int],
+    names: re.Pattern[str] | None,
 ) -> tuple[str, bool, bool]:
     """Drop leading mentions, bot names and interjections.
 
-    Returns the rest, whether the bot was addressed, and whether another user was
-    (a leading mention of someone else when the bot's id is known).
+    Returns the rest, whether the bot was addressed, and whether someone else was
+    (a leading mention of another user or role when the bot's id is known).
     """
     rest = clause.lstrip()
     addressed = False
     while rest:
         mention = _MENTION.match(rest)
         if mention is not None:
-            if bot_user_id is not None and int(mention.group(1)) != bot_user_id:
+            if not _is_bot_mention(mention, bot_user_id, bot_role_ids):
                 return rest, addressed, True
             addressed = True
             rest = rest[mention.end() :].lstrip(" :!-")
@@ -220,14 +236,16 @@ def explicit_long_term_intent(
     text: str,
     *,
     bot_user_id: int | None = None,
+    bot_role_ids: Collection[int] = (),
     bot_names: Sequence[str] = _DEFAULT_BOT_NAMES,
 ) -> bool:
     """True when ``text`` explicitly asks the bot to remember or forget something.
 
     ``bot_user_id``, when known, makes only the bot's own mention an address (a clause
-    that starts by mentioning someone else is addressed to them); ``bot_names`` are the
-    names a user may call the bot by (``kioku, remember that…``). See the module doc for
-    the full rule.
+    that starts by mentioning someone else is addressed to them); ``bot_role_ids`` are
+    the bot's own roles (its managed role in a server), whose mention addresses it too;
+    ``bot_names`` are the names a user may call the bot by (``kioku, remember that…``).
+    See the module doc for the full rule.
     """
     alternatives = "|".join(re.escape(n.strip().lower()) for n in bot_names if n.strip())
     names = re.compile(rf"(?:{alternatives}){_NAME_TAIL}") if alternatives else None
@@ -235,7 +253,7 @@ def explicit_long_term_intent(
     prepared = _prepare(text)
     for match in _CLAUSE.finditer(prepared):
         clause, end = match.group(1), match.group(2)
-        rest, addressed, elsewhere = _strip_address(clause, bot_user_id, names)
+        rest, addressed, elsewhere = _strip_address(clause, bot_user_id, bot_role_ids, names)
         if elsewhere:
             carried = False
             continue

@@ -113,6 +113,24 @@ async def test_a_secret_in_a_fact_is_stored_redacted(kioku: KiokuHarness, db: Da
     assert "[REDACTED:discord_token]" in fact.content
 
 
+async def test_remember_that_after_the_bots_role_mention_offers_long_term_tools(
+    kioku: KiokuHarness, db: Database
+) -> None:
+    # Discord's mention picker offers the bot's managed role next to the bot, and the chat
+    # cog answers it: "remember that…" after it reserves the turn as after "<@bot>".
+    env = kioku.env
+    role = env.guild.self_role
+    assert role is not None and role.is_bot_managed()
+    kioku.llm.reply_tool_calls([("remember", {"fact": "The user's cat is called Miso."})])
+    kioku.llm.reply_text("Noted.")
+    await env.send(f"<@&{role.id}> please remember that my cat is called Miso")
+
+    offered = set(kioku.llm.tool_names(0))
+    assert "remember" in offered, offered
+    assert STM_TOOL_NAME not in offered
+    assert [f.content for f in await facts(db)] == ["The user's cat is called Miso."]
+
+
 async def test_without_an_explicit_request_the_model_cannot_remember_or_forget(
     kioku: KiokuHarness, db: Database
 ) -> None:

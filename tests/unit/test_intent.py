@@ -157,6 +157,20 @@ def test_bot_user_id_limits_mentions(text: str, expected: bool) -> None:
     assert explicit_long_term_intent(text, bot_user_id=123) is expected
 
 
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        pytest.param("<@&77> please remember that my cat is Miso", True, id="own-role"),
+        pytest.param("<@&77> remember the cake", True, id="own-role-bare-verb"),
+        pytest.param("<@&77> forget it", False, id="own-role-never-mind"),
+        pytest.param("<@&88> remember that you owe me", False, id="other-role"),
+        pytest.param("<@&123> remember that you owe me", False, id="role-with-bot-user-id"),
+    ],
+)
+def test_the_bots_own_role_mention_addresses_it(text: str, expected: bool) -> None:
+    assert explicit_long_term_intent(text, bot_user_id=123, bot_role_ids=(77,)) is expected
+
+
 def test_any_mention_is_an_address_when_bot_id_unknown() -> None:
     assert explicit_long_term_intent("<@456> remember the cake") is True
 
