@@ -5,9 +5,11 @@ offered (SPEC §3 guards, §6 long-term memory).
 
 The rule. A message is split into clauses at ``. ! ? ; ,`` and line breaks (code blocks,
 inline code and quotes are ignored first: quoted words are not requests; as in Discord,
-``> `` quotes its line and ``>>> `` everything to the end of the message). A clause
-counts when, at its START, after optional address words, it holds a memory verb in the
-IMPERATIVE:
+``> `` quotes its line and ``>>> `` everything to the end of the message). Formatting
+is not quoting: emphasis markers (``**``, ``*``, ``__``, ``_``, ``~~``, ``||``) and a
+list, header or subtext marker at a line start (``-``, ``*``, ``1.``, ``#``, ``-#``)
+are dropped. A clause counts when, at its START, after optional address words, it holds
+a memory verb in the IMPERATIVE:
 
 * address words (any number): the bot's mention ``<@id>`` or its own role's ``<@&id>``
   (any mention when the bot id is unknown), the bot's name (``kioku``), interjections
@@ -22,7 +24,9 @@ form, because "remember…" in chat is usually reminiscence, not an instruction:
 
 * ``remember`` / ``don't forget`` must be followed by ``that``, ``:``, `` - ``, ``this``,
   ``my``, ``I``/``I'm``, ``we``/``our``, ``it``, ``for later``, ``the following``…
-  — ``Remember when…``, ``Remember the Alamo``, ``Don't forget to vote`` do not count;
+  (``remember,`` before a first-person statement: ``Remember, I'm allergic…``)
+  — ``Remember when…``, ``Remember the Alamo``, ``Don't forget to vote``, ``Remember,
+  you're not alone`` do not count;
 * ``forget`` must be followed by ``that`` (and more: a clause-final ``forget that`` is
   "never mind"), ``what``, ``about`` (not ``about it``), ``my``, ``everything``,
   ``this``… — ``Forget it`` and ``forget all about it`` do not count;
@@ -43,12 +47,27 @@ not count.
 
 Always (with or without a marker): ``remember`` followed by ``when``, ``how``, ``if``,
 ``back``, ``the time``, ``that time/night/guy/party``… never counts (it asks to
-reminisce or recall). ``memorize`` / ``memorise``, ``keep in mind``, ``make/take a
+reminisce or recall); nor does reminiscence typed without a ``?``: ``remember we/you
+used to…``, ``remember our first/last/old…`` without a verb like ``is``/``was``, and
+``remember that <noun> we/you… <past tense>`` (``remember that movie we watched``, while
+``remember that my…``, ``remember that I'm…`` and ``remember that tuesday we have…``
+count). ``memorize`` / ``memorise``, ``keep in mind``, ``make/take a
 note``, ``note (this) down``, ``write this down``, ``commit/add/save/store this to
 memory`` count at clause start. ``note that`` counts only when addressed to the bot
 (mention/name or ``can you``…): a bare or ``please note that…`` is the announcement
 idiom. Subjects other than an address (``I remember that``, ``I can't remember the
 title``, ``do you remember``) never count.
+
+Other languages the bot may be addressed in count as clause-initial imperatives with
+what they ask to keep (``que``/``dass``/``che`` or ``:``), bare or addressed: French
+``souviens-toi que``, ``rappelle-toi que``, ``retiens que``, ``n'oublie pas que``;
+German ``merk(e) dir, dass``, ``vergiss nicht, dass``; Spanish ``recuerda que``,
+``acuérdate de que``, ``no olvides que``; Portuguese ``lembre-se de que``, ``lembra
+que``, ``não esqueças que``; Italian ``ricorda che``, ``ricordati che``, ``non
+dimenticare che``; and "forget that…": ``oublie que``, ``vergiss, dass``, ``olvida
+que``, ``esquece que``, ``dimentica che``. Statements and questions (``je ne me souviens
+pas``, ``no recuerdo``, ``¿recuerdas que…?``) and "never mind" (``oublie ça``, ``vergiss
+es``) do not.
 """
 
 from __future__ import annotations
@@ -63,13 +82,31 @@ _INLINE_CODE = re.compile(r"`[^`\n]*`")
 # Discord quotes: ``>>> `` quotes everything to the END of the message, ``> `` one line.
 _BLOCK_QUOTE = re.compile(r"^[ \t]*>>>[ \t].*", re.MULTILINE | re.DOTALL)
 _QUOTE_LINE = re.compile(r"^\s*>.*$", re.MULTILINE)
+# Formatting is not quoting: a header, list item or subtext marker at a line start and
+# emphasis markers (bold, italics, underline, strikethrough, spoiler) are dropped, so
+# "**Remember:** I'm vegan", "- remember that…" and "# Remember that…" read as plain text.
+_LINE_MARKER = re.compile(r"^[ \t]*(?:-#|#{1,6}|[-*+\u2022]|\d{1,3}[.)])[ \t]+", re.MULTILINE)
+_EMPHASIS = re.compile(r"\*+|~~|\|\||(?<!\w)_+|_+(?!\w)")
+# "Remember, I'm allergic to nuts": a comma before a first-person statement is the
+# colon of "Remember: I'm allergic…" ("Remember, you're not alone" is encouragement).
+_REMEMBER_COMMA = re.compile(
+    r"\b(remember)\s*,(?=\s*(?:i|i'm|im|i've|i'll|i'd|my|me|mine|we|we're|our|us)\b)"
+)
+# German puts a comma before "dass" ("merk dir, dass…"): keep the clause whole.
+_COMMA_DASS = re.compile(r"\s*,\s*(?=(?:dass|daß)\b)")
 # Clause text and the character that ended it ("" at the end of the message).
 _CLAUSE = re.compile(r"([^.!?;,\n]*)([.!?;,\n]|$)")
 # A user mention ``<@id>`` (``<@!id>`` is rewritten to it) or a role mention ``<@&id>``.
 _MENTION = re.compile(r"<@(&?)(\d+)>")
 _APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'", "\u02bc": "'", "`": "'"})
 
-_INTERJECTIONS = r"hey|hi|hello|yo|ok|okay|oh|ah|and|also|btw|so|now|lol|alright|well|but|oi|bot"
+_INTERJECTIONS = (
+    r"hey|hi|hello|yo|ok|okay|oh|ah|and|also|btw|so|now|lol|alright|well|but|oi|bot"
+    # French, German, Spanish, Portuguese, Italian: "and", "also", greetings, "please"
+    # (their memory verbs below always need an object, so "please" adds nothing).
+    r"|et|aussi|salut|coucou|stp|svp|s'il\s+(?:te|vous)\s+pla[iî]t|und|auch|hallo|bitte"
+    r"|y|también|tambien|hola|oye|por\s+favor|e|também|olá|ola|anche|ciao|per\s+favore"
+)
 _REQUEST = (
     r"(?:please|pls|plz|kindly"
     r"|(?:can|could|would|will)\s+(?:you|u)"
@@ -86,6 +123,27 @@ _REMEMBER_NEVER = (
     r"|where|what\s+(?:happened|it\s+was|it's)|anything|nothing"
     r"|that\s+(?:time|night|day|guy|girl|party|song|place|one(?!\s+of\b)))\b)"
 )
+# Reminiscence typed without a "?" ("remember we used to play minecraft", "remember our
+# first raid 😭", "remember that movie we watched lol") asks to recall, not to store.
+# "that" before a bare noun and a past-tense relative clause is "that movie we watched";
+# "remember that my…", "remember that I'm…", "remember that tuesday we have…" still count.
+_PAST = (
+    r"(?:used\s+to|would\s+always|\w+(?<!e)ed|went|saw|had|did|made|got|met|ate|took|found"
+    r"|heard|sang|wrote|bought|built|drank|drove|left|lost|ran|said|sent|sat|slept|spent"
+    r"|told|thought|won|wore|broke|came|fell|felt|flew|gave|knew|paid|rode|shot|swam|threw"
+    r"|were|was|caught|brought|taught|showed|kept)\b"
+)
+_DETERMINER = (
+    r"(?:i|i'm|im|i've|i'll|i'd|we|we're|you|you're|u|he|she|they|it|it's|my|our|your|his"
+    r"|her|their|its|the|a|an|this|these|those|some|all|every|each|no|there|here)\b"
+)
+_REMINISCING = (
+    r"(?!(?:\s*[:\u2014\u2013]|\s+-)?\s*(?:that\s+)?"
+    r"(?:(?:we|you|u|they|y'all)\s+(?:used\s+to|would\s+always)\b"
+    r"|our\s+(?:very\s+)?(?:first|last|old|best)\b"
+    r"(?!.*\b(?:is|are|was|were|will|falls|starts|ends)\b)"
+    rf"|that\s+(?!{_DETERMINER})\w+(?:\s+\w+)?\s+(?:we|you|u|i|they|he|she)\s+{_PAST}))"
+)
 _BARE_REMEMBER_OBJECT = (
     r"(?:\s*[:\u2014\u2013]|\s+-(?=\s)"
     r"|\s+(?:that|this|these|my|mine|i|i'm|im|i've|i'll|i'd|we|we're|our|us|it|it's"
@@ -101,6 +159,25 @@ _BARE_FORGET_OBJECT = (
     r"|we|our|the\s+(?:thing|fact|part|stuff))\b)"
 )
 _DONT = r"(?:don't|dont|do\s+not|never)"
+# Imperatives in languages the bot may be addressed in, each only with what it asks to
+# keep ("que", "dass", "che", ":"), so "je ne me souviens pas", "no recuerdo", "tu te
+# souviens…", "ich merke mir…" never count, and "forget" only as "forget that…" ("oublie
+# ça", "vergiss es" are "never mind").
+_CONJUNCTION = r"(?:qu'|(?:que|dass|daß|che)(?![\w-]))"  # "qu'" is elided: "qu'il"
+_THAT = rf"(?:\s*:|(?:\s+(?:bien|bitte|mal|doch|de|di))*\s+{_CONJUNCTION})"
+_FOREIGN = (
+    r"(?:(?:souviens|rappelle)-toi|(?:souvenez|rappelez)-vous|retiens|retenez"
+    r"|n'oublie(?:z)?\s+pas"
+    r"|merke?\s+dir|merken\s+sie\s+sich|vergiss\s+nicht|vergessen\s+sie\s+nicht"
+    r"|recuerda|recuerde|recuerden|acu[ée]rdate|acu[ée]rdese|no\s+(?:te\s+)?olvides"
+    r"|no\s+(?:se\s+)?olvide"
+    r"|lembre-se|lembra-te|lembrem-se|lembra|lembre|n[ãa]o\s+(?:se\s+|te\s+)?esque(?:[çc]as?|ce)"
+    r"|ricorda|ricordati|ricordatevi|non\s+(?:dimenticare|dimenticarti|scordare|scordarti)"
+    rf"){_THAT}"
+    # "forget that…": oublie que, vergiss dass, olvida que, esquece que, dimentica che.
+    r"|(?:oublie(?:z)?|vergiss|olvida|olvide|olv[íi]date|esque[çc]a|esquece|dimentica|scordati)"
+    rf"(?:\s+(?:de|di))?\s+{_CONJUNCTION}"
+)
 _ALWAYS = (
     rf"(?:memori[sz]e{_END}|keep\s+(?:(?:this|that|it)\s+)?in\s+mind{_END}"
     rf"|(?:make|take)\s+(?:a\s+)?note{_END}|note\s+(?:(?:this|that|it)\s+)?down{_END}"
@@ -110,14 +187,14 @@ _ALWAYS = (
 )
 
 _BARE = re.compile(
-    rf"(?:remember{_END}{_REMEMBER_NEVER}{_BARE_REMEMBER_OBJECT}"
+    rf"(?:remember{_END}{_REMEMBER_NEVER}{_REMINISCING}{_BARE_REMEMBER_OBJECT}"
     rf"|{_DONT}\s+forget{_END}{_BARE_REMEMBER_OBJECT}"
     rf"|forget{_END}{_BARE_FORGET_OBJECT}"
-    rf"|{_ALWAYS})"
+    rf"|{_ALWAYS}|{_FOREIGN})"
 )
 _ADDRESSED = re.compile(
-    rf"(?:remember{_END}{_REMEMBER_NEVER}|{_DONT}\s+forget{_END}|forget{_END}|{_ALWAYS}"
-    r"|note\s+that\b)"
+    rf"(?:remember{_END}{_REMEMBER_NEVER}{_REMINISCING}|{_DONT}\s+forget{_END}|forget{_END}"
+    rf"|{_ALWAYS}|{_FOREIGN}|note\s+that\b)"
 )
 # "never mind" idioms: "forget it", "forget (all) about it" and a clause-final "forget
 # that". Said to the bot by mention or name they still mean "never mind" (in a server the
@@ -125,8 +202,8 @@ _ADDRESSED = re.compile(
 # marker ("please forget it", "can you forget that?") makes them a deletion request.
 _NEVER_MIND = r"(?!\s+(?:it(?![\w'])|(?:all\s+)?about\s+it\b|that\s*$))"
 _ADDRESSED_ONLY = re.compile(
-    rf"(?:remember{_END}{_REMEMBER_NEVER}|{_DONT}\s+forget{_END}|forget{_END}{_NEVER_MIND}"
-    rf"|{_ALWAYS}|note\s+that\b)"
+    rf"(?:remember{_END}{_REMEMBER_NEVER}{_REMINISCING}|{_DONT}\s+forget{_END}|forget{_END}{_NEVER_MIND}"
+    rf"|{_ALWAYS}|{_FOREIGN}|note\s+that\b)"
 )
 # ... but a "never mind" idiom ("forget it", "forget that", "forget about it") followed,
 # in its clause or later in the message, by a request marker or by why the fact must go
@@ -160,7 +237,10 @@ def _prepare(text: str) -> str:
     text = _BLOCK_QUOTE.sub(" ", text)
     text = _QUOTE_LINE.sub(" ", text)
     text = text.replace("<@!", "<@")  # the legacy nickname mention holds a "!"
-    return text.translate(_APOSTROPHES).lower()
+    text = _EMPHASIS.sub("", _LINE_MARKER.sub("", text))
+    # "¡Recuerda que…!": the opening mark is not part of the verb ("¿" stays: a question).
+    text = text.replace("¡", " ").translate(_APOSTROPHES).lower()
+    return _COMMA_DASS.sub(" ", _REMEMBER_COMMA.sub(r"\1:", text))
 
 
 def _is_bot_mention(
@@ -247,7 +327,9 @@ def explicit_long_term_intent(
     ``bot_names`` are the names a user may call the bot by (``kioku, remember that…``).
     See the module doc for the full rule.
     """
-    alternatives = "|".join(re.escape(n.strip().lower()) for n in bot_names if n.strip())
+    # A name is matched in text whose emphasis markers are gone ("_kioku_" is "kioku").
+    cleaned = (_EMPHASIS.sub("", n).strip().lower() for n in bot_names)
+    alternatives = "|".join(re.escape(n) for n in cleaned if n)
     names = re.compile(rf"(?:{alternatives}){_NAME_TAIL}") if alternatives else None
     carried = False  # "hey kioku, remember …": the address is its own clause
     prepared = _prepare(text)

@@ -235,3 +235,130 @@ def test_never_mind_addressed_to_the_bot_is_not_a_long_term_request(text: str) -
 )
 def test_explicit_forget_requests_addressed_to_the_bot_still_count(text: str) -> None:
     assert explicit_long_term_intent(text, bot_user_id=999) is True
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param("**Remember:** I'm allergic to peanuts", id="bold-colon"),
+        pytest.param("**remember** that I'm vegan", id="bold-verb"),
+        pytest.param("*remember* that I'm vegan", id="italic-verb"),
+        pytest.param("_remember_ that I'm vegan", id="underscore-italic-verb"),
+        pytest.param("__Remember that my birthday is May 3__", id="underline-clause"),
+        pytest.param("||remember that I'm vegan||", id="spoiler"),
+        pytest.param("- remember that I'm vegan", id="dash-list-item"),
+        pytest.param("* remember that I'm vegan", id="star-list-item"),
+        pytest.param("2) remember that I'm vegan", id="numbered-list-item"),
+        pytest.param("# Remember that I'm vegan", id="header"),
+        pytest.param("### Remember that I'm vegan", id="small-header"),
+        pytest.param("-# remember that I'm vegan", id="subtext"),
+        pytest.param("notes:\n- remember that I'm vegan", id="list-item-second-line"),
+        pytest.param("<@1> **please remember** that I'm vegan", id="mention-bold-request"),
+        pytest.param("**kioku**, remember the cake", id="bold-name"),
+    ],
+)
+def test_discord_formatting_does_not_hide_a_request(text: str) -> None:
+    assert explicit_long_term_intent(text, bot_user_id=1) is True
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        pytest.param("Remember, I'm allergic to peanuts", True, id="comma-im"),
+        pytest.param("remember, my birthday is May 3", True, id="comma-my"),
+        pytest.param("Remember, we meet on Fridays", True, id="comma-we"),
+        pytest.param("Remember, you're not alone", False, id="comma-encouragement"),
+        pytest.param("Remember, I'm allergic?", False, id="comma-question"),
+        pytest.param("I remember, I was there", False, id="comma-subject"),
+    ],
+)
+def test_remember_comma_before_a_first_person_statement(text: str, expected: bool) -> None:
+    assert explicit_long_term_intent(text) is expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        pytest.param("remember that movie we watched lol", False, id="that-movie-we-watched"),
+        pytest.param("remember that game you showed me", False, id="that-game-you-showed"),
+        pytest.param("remember that trip we took to rome", False, id="that-trip-we-took"),
+        pytest.param("remember we used to play minecraft", False, id="we-used-to"),
+        pytest.param("remember, we used to play minecraft", False, id="comma-we-used-to"),
+        pytest.param("<@1> remember we used to play minecraft", False, id="mention-we-used-to"),
+        pytest.param("remember our first raid 😭", False, id="our-first"),
+        pytest.param("remember our last day at school lol", False, id="our-last"),
+        pytest.param("can you remember that song we loved", False, id="can-you-that-song-we"),
+        # Facts that look alike: a determiner after "that", a present tense, a copula.
+        pytest.param("remember that I'm vegan", True, id="that-im"),
+        pytest.param("remember that my birthday is May 3", True, id="that-my"),
+        pytest.param("remember my birthday is May 3", True, id="my"),
+        pytest.param("remember that tuesday we have standup", True, id="that-day-we-have"),
+        pytest.param("remember that the code we picked is 42", True, id="that-the-we-picked"),
+        pytest.param("remember that I used to live in Paris", True, id="that-i-used-to"),
+        pytest.param("remember our first date was June 5", True, id="our-first-was"),
+        pytest.param("remember our anniversary is June 5", True, id="our-is"),
+    ],
+)
+def test_reminiscing_without_a_question_mark_is_not_a_request(text: str, expected: bool) -> None:
+    assert explicit_long_term_intent(text, bot_user_id=1) is expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param("souviens-toi que je suis allergique aux arachides", id="fr-souviens-toi"),
+        pytest.param("rappelle-toi que j'ai un chat", id="fr-rappelle-toi"),
+        pytest.param("souviens-toi qu'il est allergique", id="fr-elided-qu"),
+        pytest.param("retiens bien que je suis végane", id="fr-retiens"),
+        pytest.param("N’oublie pas que je suis allergique", id="fr-noublie-pas"),
+        pytest.param("oublie que j'ai dit ça", id="fr-oublie-que"),
+        pytest.param("salut kioku, souviens-toi que j'aime le thé", id="fr-addressed"),
+        pytest.param("merk dir, dass ich allergisch gegen Erdnüsse bin", id="de-merk-dir"),
+        pytest.param("Merke dir bitte, dass ich vegan bin", id="de-merke-dir-bitte"),
+        pytest.param("vergiss nicht, dass ich vegan bin", id="de-vergiss-nicht"),
+        pytest.param("merk dir: ich bin vegan", id="de-colon"),
+        pytest.param("vergiss, dass ich das gesagt habe", id="de-vergiss-dass"),
+        pytest.param("recuerda que soy alérgico al maní", id="es-recuerda"),
+        pytest.param("¡Recuerda que soy vegano!", id="es-exclamation"),
+        pytest.param("acuérdate de que soy vegano", id="es-acuerdate"),
+        pytest.param("por favor, no olvides que soy vegano", id="es-no-olvides"),
+        pytest.param("olvida que dije eso", id="es-olvida-que"),
+        pytest.param("lembre-se de que sou vegano", id="pt-lembre-se"),
+        pytest.param("lembra que sou vegano", id="pt-lembra"),
+        pytest.param("não esqueças que sou vegano", id="pt-nao-esquecas"),
+        pytest.param("nao esqueca que sou vegano", id="pt-unaccented"),
+        pytest.param("ricorda che sono vegano", id="it-ricorda"),
+        pytest.param("ricordati che sono vegano", id="it-ricordati"),
+        pytest.param("non dimenticare che sono vegano", id="it-non-dimenticare"),
+    ],
+)
+def test_imperatives_in_other_languages_count(text: str) -> None:
+    assert explicit_long_term_intent(text, bot_user_id=1) is True
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param("je ne me souviens pas", id="fr-i-dont-remember"),
+        pytest.param("je me souviens que tu étais là", id="fr-i-remember-that"),
+        pytest.param("tu te souviens de ce film ?", id="fr-do-you-remember"),
+        pytest.param("souviens-toi quand on était petits", id="fr-remember-when"),
+        pytest.param("n'oublie pas de voter", id="fr-dont-forget-to"),
+        pytest.param("oublie ça", id="fr-forget-it"),
+        pytest.param("ich merke mir das", id="de-i-note"),
+        pytest.param("vergiss es", id="de-forget-it"),
+        pytest.param("merk dir das", id="de-no-object"),
+        pytest.param("no recuerdo", id="es-i-dont-remember"),
+        pytest.param("recuerdo que fuimos a la playa", id="es-i-remember-that"),
+        pytest.param("¿recuerdas que fuimos a la playa?", id="es-do-you-remember"),
+        pytest.param("¿recuerda que fuimos?", id="es-question"),
+        pytest.param("recuerda cuando fuimos a la playa", id="es-remember-when"),
+        pytest.param("olvídalo", id="es-forget-it"),
+        pytest.param("lembra que a gente jogava?", id="pt-question"),
+        pytest.param("eu lembro que", id="pt-i-remember"),
+        pytest.param("ricordi che bello?", id="it-do-you-remember"),
+        pytest.param("non mi ricordo", id="it-i-dont-remember"),
+    ],
+)
+def test_other_languages_statements_and_questions_do_not_count(text: str) -> None:
+    assert explicit_long_term_intent(text, bot_user_id=1) is False
