@@ -17,7 +17,7 @@ import typing
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal, Self
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 import annotated_types
 from dotenv import dotenv_values
@@ -397,7 +397,8 @@ _BASE_URL_ALLOWED = (
 def openai_base_url(raw: str) -> str:
     """Check an ``OPENAI_BASE_URL`` and return it without a trailing ``/`` on its path;
     raise ``ValueError`` saying what is wrong. Checked here, as a URL, because the HTTP
-    library only refuses a bad one (no host, a port out of range) at the first call."""
+    library only refuses a bad one (no host, a port out of range) at the first call. A
+    query (``?api-version=…``) is kept: the client sends it with every request."""
     if any(char.isspace() for char in raw):
         problem = "contains a space"
     else:
@@ -416,9 +417,20 @@ def openai_base_url(raw: str) -> str:
                 problem = "names no host"
             elif port is not None and not 1 <= port <= 65535:
                 problem = "has a port that is not a number in 1–65535"
+            elif parts.fragment:
+                # Never sent to a server; the client would append its paths after it.
+                problem = "has a #fragment"
+            elif repeated := _repeated_query_names(parts.query):
+                # The client sends the query as a mapping (a list as name[]=…).
+                problem = f"repeats the query parameter {repeated[0]!r}"
             else:
                 return urlunsplit(parts._replace(path=parts.path.rstrip("/")))
     raise ValueError(f"{problem} ({_BASE_URL_ALLOWED})")
+
+
+def _repeated_query_names(query: str) -> list[str]:
+    names = [name for name, _ in parse_qsl(query, keep_blank_values=True)]
+    return [name for i, name in enumerate(names) if name in names[:i]]
 
 
 SSL_MODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
+
 import openai
 
 from bot.config import Settings
@@ -9,11 +11,25 @@ from bot.config import Settings
 
 def make_client(settings: Settings, *, max_retries: int | None = None) -> openai.AsyncOpenAI:
     """A client for the configured endpoint. Local servers need no key, so a placeholder
-    stands in when ``OPENAI_API_KEY`` is unset (the ``openai`` client insists on one)."""
+    stands in when ``OPENAI_API_KEY`` is unset (the ``openai`` client insists on one).
+
+    A query in the base URL (Azure-style gateways' ``?api-version=…``) goes along with
+    every request as ``default_query``: left in the base URL, the client would append
+    ``/chat/completions`` after it and every request would miss the endpoint."""
     api_key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else "unset"
+    base_url, query = _split_query(settings.llm_base_url)
     return openai.AsyncOpenAI(
         api_key=api_key,
-        base_url=settings.llm_base_url,
+        base_url=base_url,
+        default_query=query or None,
         timeout=settings.llm.timeout_seconds,
         max_retries=settings.llm.max_retries if max_retries is None else max_retries,
     )
+
+
+def _split_query(url: str) -> tuple[str, dict[str, str]]:
+    """``url`` without its query, and the query's parameters (settings refuse a name
+    given twice)."""
+    parts = urlsplit(url)
+    query = dict(parse_qsl(parts.query, keep_blank_values=True))
+    return urlunsplit(parts._replace(query="")), query

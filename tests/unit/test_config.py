@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy.exc
+from aiohttp import web
 
 from bot.config import (
     DEFAULT_PERSONA_FILE,
@@ -19,6 +20,7 @@ from bot.config import (
     unknown_variables,
 )
 from bot.llm.client import make_client
+from tests.helpers.fake_llm import ScriptedLLM
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -561,6 +563,8 @@ def test_a_blank_openai_base_url_means_openai_itself(
         ("http:///v1", "names no host"),
         ("http://local host/v1", "contains a space"),
         ("ftp://localhost/v1", "must start with http:// or https://"),
+        ("http://gateway/v1#chat", "has a #fragment"),
+        ("http://gateway/v1?tag=a&tag=b", "repeats the query parameter 'tag'"),
     ],
 )
 def test_an_openai_base_url_that_is_no_url_is_refused_in_one_line(
@@ -589,6 +593,40 @@ def test_an_openai_base_url_loses_only_the_trailing_slash_of_its_path(
 ) -> None:
     monkeypatch.setenv("OPENAI_BASE_URL", url)
     assert load_settings().openai_base_url == expected
+
+
+class QueryRecordingLLM(ScriptedLLM):
+    """Records the query string of each chat request."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.queries: list[dict[str, list[str]]] = []
+
+    async def _handle_chat(self, request: web.Request) -> web.StreamResponse:
+        self.queries.append({key: request.query.getall(key) for key in request.query})
+        return await super()._handle_chat(request)
+
+
+async def test_a_base_url_query_goes_with_each_request_to_the_chat_endpoint(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Azure-style gateways want ?api-version=… on every call; left in the base URL, the
+    # client would append /chat/completions after it and miss the endpoint.
+    async with QueryRecordingLLM() as llm:
+        monkeypatch.setenv("OPENAI_BASE_URL", f"{llm.base_url}/?api-version=1&tag=")
+        settings = load_settings()
+        assert settings.openai_base_url == f"{llm.base_url}?api-version=1&tag="
+        llm.reply_text("Hello!")
+        client = make_client(settings, max_retries=0)
+        try:
+            completion = await client.chat.completions.create(
+                model="test-model", messages=[{"role": "user", "content": "hi"}]
+            )
+        finally:
+            await client.close()
+        assert completion.choices[0].message.content == "Hello!"
+        assert llm.queries == [{"api-version": ["1"], "tag": [""]}]
+        assert llm.unscripted == 0
 
 
 def test_an_unknown_key_of_a_json_section_variable_names_the_variable(
