@@ -16,10 +16,16 @@ One call of :func:`run_tool_loop` is one turn of the bot's reply (SPEC §3):
 * at most ``max_tool_iterations`` model calls with tools; ``max_consecutive_tool_errors``
   failed tool calls in a row end the loop early. Either way one last call is made in
   which no tool may be called, so the model can still answer the user;
-* a 400 that refuses tools themselves ("does not support tools") makes the turn go on
-  without them (:attr:`LoopResult.tools_refused`); a 400 that refuses one generation's
-  tool call (Groq's ``tool_use_failed``) is a failed tool call of this turn: asked
-  again once, then the loop ends early;
+* a 400 (or OpenRouter's 404) that refuses tools themselves ("does not support tools")
+  makes the turn go on without them (:attr:`LoopResult.tools_refused`); a 400 that
+  refuses one generation's tool call (Groq's ``tool_use_failed``) is a failed tool call
+  of this turn: asked again once, then the loop ends early;
+* a request whose tools only define the calls in its history (``tool_choice`` ``"none"``)
+  that the server refuses with a 400, 404 or 422 (OpenRouter: 404 "No endpoints found
+  that support the provided 'tool_choice' value") is asked again with the definitions
+  alone, then with neither tools nor tool calls in the history; the turn remembers what
+  worked. The first request of a turn never carries ``tool_choice``, so a wrong model
+  name or URL is still a configuration problem;
 * transport problems surface as :class:`LlmUnavailable` carrying a short message safe to
   show in Discord, unless the model already answered beside a tool call: that answer
   ends the turn. Retries (429/5xx/timeouts, honouring ``retry-after``) are the
@@ -189,18 +195,20 @@ async def run_tool_loop(
     consecutive_errors = 0
     failed_generations = 0
     called: list[str] = []  # registry tools the conversation holds calls to
+    history = _HistoryTools()
 
     while result.iterations < settings.max_tool_iterations:
         names = _offered_names(offered, registry) if tool_calling else []
         tools, tool_choice = _request_tools(registry, names, called, tool_calling=tool_calling)
         try:
-            message, result.truncated = await _complete(
+            message, result.truncated = await _ask(
                 api,
                 model=model,
                 messages=conversation,
                 settings=settings,
                 tools=tools,
                 tool_choice=tool_choice,
+                history=history,
             )
         except ToolsRefused:
             _go_tool_less(result, conversation, without_tools_notes)
@@ -286,16 +294,25 @@ async def run_tool_loop(
     tools, tool_choice = _request_tools(registry, [], called, tool_calling=tool_calling)
     try:
         try:
-            message, result.truncated = await _complete(
+            message, result.truncated = await _ask(
                 api,
                 model=model,
                 messages=conversation,
                 settings=settings,
                 tools=tools,
                 tool_choice=tool_choice,
+                history=history,
             )
         except ToolsRefused:
             _go_tool_less(result, conversation, without_tools_notes)
+            message, result.truncated = await _complete(
+                api, model=model, messages=conversation, settings=settings, tools=[]
+            )
+        except ToolCallFailed:
+            # The server refused a tool call in the call that must allow none (Groq:
+            # "Tool choice is none, but model called a tool"): once more, with no tools
+            # at all, so no call can come.
+            log.warning("the model called a tool in the final call: asking again without tools")
             message, result.truncated = await _complete(
                 api, model=model, messages=conversation, settings=settings, tools=[]
             )
@@ -423,6 +440,68 @@ def _content_text(content: object) -> str:
 # --------------------------------------------------------------------------------------------
 
 
+@dataclass
+class _HistoryTools:
+    """What this turn learned about requests whose tools only define the calls in their
+    history: each fallback that was needed once is used from the start next time."""
+
+    tool_choice: bool = True  # False: the server refused ``tool_choice``
+    definitions: bool = True  # False: it refused the definitions too
+
+
+class _HistoryToolsRefused(Exception):
+    """The server refused a request whose tools are only there for the history."""
+
+
+async def _ask(
+    api: openai.AsyncOpenAI,
+    *,
+    model: str,
+    messages: list[dict[str, Any]],
+    settings: LlmSettings,
+    tools: list[dict[str, Any]],
+    tool_choice: str | None,
+    history: _HistoryTools,
+) -> tuple[Any, bool]:
+    """:func:`_complete`, except that a request with ``tool_choice`` (tools defined only
+    for the calls in the history, none may be called) the server refuses is asked again
+    without ``tool_choice``, then without tools (and tool calls in the history): OpenRouter
+    answers 404 when no provider it routes to takes the ``tool_choice`` value."""
+    if tool_choice is None:
+        return await _complete(api, model=model, messages=messages, settings=settings, tools=tools)
+    if history.tool_choice:
+        try:
+            return await _complete(
+                api,
+                model=model,
+                messages=messages,
+                settings=settings,
+                tools=tools,
+                tool_choice=tool_choice,
+                history_only=True,
+            )
+        except _HistoryToolsRefused:
+            history.tool_choice = False
+            log.warning("LLM refused tool_choice %r: asking again without it", tool_choice)
+    if history.definitions:
+        try:
+            return await _complete(
+                api,
+                model=model,
+                messages=messages,
+                settings=settings,
+                tools=tools,
+                history_only=True,
+            )
+        except _HistoryToolsRefused:
+            history.definitions = False
+            log.warning(
+                "LLM refused the tool definitions of a follow-up: asking again with the "
+                "tool calls taken out of the history"
+            )
+    return await _complete(api, model=model, messages=messages, settings=settings, tools=[])
+
+
 async def _complete(
     api: openai.AsyncOpenAI,
     *,
@@ -431,11 +510,14 @@ async def _complete(
     settings: LlmSettings,
     tools: list[dict[str, Any]],
     tool_choice: str | None = None,
+    history_only: bool = False,
 ) -> tuple[Any, bool]:
     """One Chat Completions call; returns the first choice's message and whether it was
     cut off at ``max_tokens``. Without ``tools`` the request carries no tool calls or
     results either (servers refuse them without definitions): an answer written beside
-    a call stays, as a plain assistant message."""
+    a call stays, as a plain assistant message. ``history_only``: the tools are there
+    only for the calls in the history; a 400/404/422 that is not about the tools
+    themselves or one generation raises :class:`_HistoryToolsRefused`."""
     request: dict[str, Any] = {
         "model": model,
         "messages": messages if tools else _without_tool_calls(messages),
@@ -452,23 +534,10 @@ async def _complete(
         request["max_tokens"] = settings.max_reply_tokens
     try:
         completion = await api.chat.completions.create(**request)
-    except openai.BadRequestError as exc:
-        if tool_choice is not None and _TOOL_CHOICE.search(_error_text(exc)):
-            # A server that takes tools but not this tool_choice: ask again without it
-            # (the loop ignores any call that comes anyway) rather than go tool-less.
-            log.warning("LLM refused tool_choice %r: asking again without it", tool_choice)
-            return await _complete(
-                api, model=model, messages=messages, settings=settings, tools=tools
-            )
-        if _failed_generation(exc):
-            log.warning(
-                "LLM refused the model's tool call (HTTP 400 tool_use_failed)%s",
-                f" request_id={exc.request_id}" if exc.request_id else "",
-            )
-            raise ToolCallFailed from exc
-        if tools and _refuses_tools(exc):
-            raise ToolsRefused from exc
-        raise _unavailable(exc) from exc
+    except openai.APIStatusError as exc:
+        raise _refusal(
+            exc, tools=bool(tools), tool_choice=tool_choice, history_only=history_only
+        ) from exc
     except openai.OpenAIError as exc:
         raise _unavailable(exc) from exc
     except ValueError as exc:  # a 200 whose JSON body does not parse (a proxy's fault)
@@ -479,6 +548,38 @@ async def _complete(
         log.warning("LLM answer had no choices (%s)", type(completion).__name__)
         raise LlmUnavailable("unavailable", UNAVAILABLE_MESSAGE)
     return choices[0].message, getattr(choices[0], "finish_reason", None) == "length"
+
+
+# Statuses with which servers refuse what a request asks for (400; OpenRouter's 404 when
+# no provider takes it; 422 from some gateways' validation), rather than the caller.
+_REFUSAL_STATUSES = frozenset((400, 404, 422))
+
+
+def _refusal(
+    exc: openai.APIStatusError, *, tools: bool, tool_choice: str | None, history_only: bool
+) -> Exception:
+    """What a refused request means, in this order: one generation's tool call the server
+    refused (also when it names tool choice: Groq's "Tool choice is none, but model called
+    a tool"); ``tool_choice`` refused; tools refused; a request whose tools are only for
+    the history refused; otherwise the model is unavailable (a 404 that is none of these,
+    a wrong model name or URL, is a configuration problem)."""
+    if exc.status_code not in _REFUSAL_STATUSES:
+        return _unavailable(exc)
+    text = _error_text(exc)
+    if exc.status_code == 400 and _failed_generation(exc):
+        log.warning(
+            "LLM refused the model's tool call (HTTP 400 tool_use_failed)%s",
+            f" request_id={exc.request_id}" if exc.request_id else "",
+        )
+        return ToolCallFailed()
+    if tool_choice is not None and _TOOL_CHOICE.search(text):
+        return _HistoryToolsRefused()
+    if tools and _TOOLS_REFUSED.search(text):
+        return ToolsRefused()
+    if history_only:
+        log.warning("LLM refused a follow-up defining the tools called (HTTP %d)", exc.status_code)
+        return _HistoryToolsRefused()
+    return _unavailable(exc)
 
 
 def _without_tool_calls(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -509,6 +610,8 @@ _TOOLS_REFUSED = re.compile(
             r"\btool[ _-]?choice\b[^.\n]{0,80}?\bnot supported\b",
             r"--enable-auto-tool-choice",
             r"\btools param requires --jinja\b",
+            # OpenRouter, as a 404, for a model none of its providers runs with tools.
+            r"\bno endpoints found that support tool use\b",
         )
     ),
     re.IGNORECASE,
@@ -522,15 +625,11 @@ _FAILED_GENERATION = re.compile(
 )
 
 
-def _error_text(exc: openai.BadRequestError) -> str:
+def _error_text(exc: openai.APIStatusError) -> str:
     return str(getattr(exc, "message", "") or exc)
 
 
-def _refuses_tools(exc: openai.BadRequestError) -> bool:
-    return bool(_TOOLS_REFUSED.search(_error_text(exc)))
-
-
-def _failed_generation(exc: openai.BadRequestError) -> bool:
+def _failed_generation(exc: openai.APIStatusError) -> bool:
     return exc.code == "tool_use_failed" or bool(_FAILED_GENERATION.search(_error_text(exc)))
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import openai
 import pytest
+from aiohttp import web
 from sqlalchemy import func, select
 from sqlalchemy.engine import URL
 
@@ -45,7 +46,7 @@ from bot.memory.turn import REASON_PROVIDER
 from bot.turn import TurnRequest, TurnRunner
 from tests.helpers.builders import ALICE, BOT, CHANNEL, GUILD, make_service, message
 from tests.helpers.database import make_test_settings
-from tests.helpers.fake_llm import ScriptedLLM, openai_client, refused_base_url
+from tests.helpers.fake_llm import ScriptedLLM, _Recorded, openai_client, refused_base_url
 
 USER: list[dict[str, Any]] = [
     {"role": "system", "content": "You are Kioku."},
@@ -666,6 +667,181 @@ async def test_a_server_refusing_tool_choice_none_is_asked_again_without_it(
     assert llm.request(1)["tool_choice"] == "none"
     assert llm.tool_names(2) == ["stm"] and "tool_choice" not in llm.request(2)
     assert any(m["role"] == "tool" for m in llm.messages(2))
+
+
+OPENROUTER_TOOL_CHOICE_404 = (
+    "No endpoints found that support the provided 'tool_choice' value. To learn more "
+    "about provider routing, visit: https://openrouter.ai/docs/provider-routing"
+)
+
+
+class OpenRouterLike(ScriptedLLM):
+    """Answers 404 to any request carrying ``tool_choice`` (no provider OpenRouter routes
+    to takes it), the script otherwise."""
+
+    async def _handle_chat(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        if isinstance(body, dict) and "tool_choice" in body:
+            self._recorded.append(_Recorded(body=body, headers={}))
+            return self._error_response(404, OPENROUTER_TOOL_CHOICE_404, "api_error")
+        return await super()._handle_chat(request)
+
+
+def _stm_updated_once(offered: list[str]) -> ToolSpec:
+    """The STM tool: no longer offered once it succeeded, as in a real turn."""
+
+    async def run(arguments: str | None) -> ToolOutcome:
+        offered.clear()
+        return ToolOutcome("saved", ok=True)
+
+    return ToolSpec(_definition("stm"), run)
+
+
+async def test_a_follow_up_refused_for_tool_choice_with_a_404_is_asked_again_without_it() -> None:
+    offered = ["stm"]
+    async with OpenRouterLike() as llm:
+        llm.reply_tool_calls([("stm", {"x": "summary"})]).reply_text("Done.")
+        async with openai_client(llm) as client:
+            result = await run_tool_loop(
+                client,
+                model="test-model",
+                messages=list(USER),
+                registry={"stm": _stm_updated_once(offered)},
+                offered=lambda: offered,
+                settings=_settings(),
+            )
+        assert result.text == "Done."
+        assert not result.tools_refused
+        assert llm.request(1)["tool_choice"] == "none"
+        assert llm.tool_names(2) == ["stm"] and "tool_choice" not in llm.request(2)
+        assert any(m["role"] == "tool" for m in llm.messages(2))
+        assert len(llm.requests) == 3
+
+
+@pytest.mark.parametrize(
+    ("status", "message"),
+    [
+        (404, OPENROUTER_TOOL_CHOICE_404),
+        (422, "Unprocessable request"),
+        (400, "Invalid request"),
+    ],
+)
+async def test_a_follow_up_refused_with_and_without_tool_choice_goes_without_tool_calls(
+    llm: ScriptedLLM, status: int, message: str
+) -> None:
+    # The tools of a follow-up after the STM update are only there for the history: if
+    # the server refuses them, with tool_choice and without, the history loses its tool
+    # calls (what was written beside them stays) rather than the turn failing.
+    offered = ["stm"]
+    llm.reply_tool_calls([("stm", {"x": "summary"})], content="Paris.")
+    llm.reply_error(status, message).reply_error(status, message)
+    llm.reply_text("Anything else?")
+    async with openai_client(llm) as client:
+        result = await run_tool_loop(
+            client,
+            model="test-model",
+            messages=list(USER),
+            registry={"stm": _stm_updated_once(offered)},
+            offered=lambda: offered,
+            settings=_settings(),
+        )
+    assert result.text == "Paris.\n\nAnything else?"
+    assert not result.tools_refused  # the process keeps offering tools
+    assert llm.request(1)["tool_choice"] == "none"
+    assert llm.tool_names(2) == ["stm"] and "tool_choice" not in llm.request(2)
+    assert "tools" not in llm.request(3) and "tool_choice" not in llm.request(3)
+    history = llm.messages(3)
+    assert all(m["role"] != "tool" and not m.get("tool_calls") for m in history)
+    assert history[-1] == {"role": "assistant", "content": "Paris."}
+
+
+async def test_a_turn_remembers_that_its_follow_ups_cannot_carry_tool_choice() -> None:
+    # Nothing offered: every request after the first defines the tools called. Once the
+    # server refused tool_choice, the turn's later follow-ups go without it at once.
+    tool = Recorder("stm")
+    async with OpenRouterLike() as llm:
+        llm.reply_tool_calls([("stm", {"x": "1"})])  # a call the model makes anyway
+        llm.reply_tool_calls([("stm", {"x": "2"})])  # the follow-up without tool_choice
+        llm.reply_text("Done.")
+        result = await _loop(llm, {"stm": tool.spec}, offered=[])
+        assert result.text == "Done."
+        assert ["tool_choice" in body for body in llm.requests] == [False, True, False, False]
+        assert llm.tool_names(3) == ["stm"]
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "The model `gpt-5-typo` does not exist or you do not have access to it.",
+        "No endpoints found for vendor/model-typo.",
+    ],
+)
+async def test_a_404_on_the_first_request_is_still_a_configuration_problem(
+    llm: ScriptedLLM, message: str
+) -> None:
+    llm.reply_error(404, message)
+    with pytest.raises(LlmUnavailable) as info:
+        await _loop(llm, {"stm": Recorder("stm").spec})
+    assert info.value.kind == "configuration" and info.value.status == 404
+    assert len(llm.requests) == 1 and "tools" in llm.request(0)
+
+
+async def test_openrouters_404_for_a_model_without_tools_is_a_refusal_of_tools(
+    llm: ScriptedLLM,
+) -> None:
+    llm.reply_error(
+        404,
+        "No endpoints found that support tool use. To learn more about provider routing, "
+        "visit: https://openrouter.ai/docs/provider-routing",
+    )
+    llm.reply_text("Hello!")
+    result = await _loop(llm, {"stm": Recorder("stm").spec})
+    assert result.tools_refused
+    assert result.text == "Hello!"
+    assert "tools" in llm.request(0) and "tools" not in llm.request(1)
+
+
+GROQ_CALLED_UNDER_NONE = "Tool choice is none, but model called a tool"
+
+
+async def test_a_tool_called_in_the_final_call_is_asked_again_without_tools(
+    llm: ScriptedLLM,
+) -> None:
+    # Groq's 400 tool_use_failed names tool choice: it is the model's failed generation,
+    # not a refusal of tool_choice; asked again allowing tools, the model calls again.
+    tool = Recorder("stm")
+    llm.reply_tool_calls([("stm", {"x": "summary"})])  # iteration 1 = max: loop stops
+    llm.reply_error(400, GROQ_CALLED_UNDER_NONE, code="tool_use_failed")
+    llm.reply_text("Done.")
+    result = await _loop(llm, {"stm": tool.spec}, max_tool_iterations=1)
+    assert result.text == "Done." and not result.gave_up
+    assert llm.request(1)["tool_choice"] == "none"
+    assert "tools" not in llm.request(2) and "tool_choice" not in llm.request(2)
+    assert all(m["role"] != "tool" and not m.get("tool_calls") for m in llm.messages(2))
+    assert tool.received == ['{"x": "summary"}']
+
+
+async def test_a_tool_called_under_tool_choice_none_mid_turn_is_a_failed_generation(
+    llm: ScriptedLLM,
+) -> None:
+    # Not read as "tool_choice refused": the follow-up is asked again as it was.
+    offered = ["stm"]
+    llm.reply_tool_calls([("stm", {"x": "summary"})])
+    llm.reply_error(400, GROQ_CALLED_UNDER_NONE, code="tool_use_failed")
+    llm.reply_text("Done.")
+    async with openai_client(llm) as client:
+        result = await run_tool_loop(
+            client,
+            model="test-model",
+            messages=list(USER),
+            registry={"stm": _stm_updated_once(offered)},
+            offered=lambda: offered,
+            settings=_settings(),
+        )
+    assert result.text == "Done."
+    assert result.errors == 1
+    assert llm.request(1)["tool_choice"] == "none"
+    assert llm.request(2)["tool_choice"] == "none"
 
 
 @pytest.mark.parametrize(
