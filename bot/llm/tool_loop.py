@@ -386,35 +386,62 @@ def _offered_names(
 def _final_text(content: str, interim: Sequence[str], tool_names: Collection[str]) -> str:
     """The cleaned final answer, after what the model wrote next to its tool calls: some
     models answer there (as the nudge asks: answer, then update the memory) and close the
-    turn with a line or nothing; a final answer that repeats it is not doubled. Only a
-    repeat is dropped (see :func:`_repeats`), never an answer for being short."""
+    turn with a line or nothing; a final answer that repeats it is not doubled.
+
+    The final is compared with each interim text on its own. An interim text the final
+    restates (holds as whole sentences, see :func:`_restates`) is dropped: nothing of it
+    is lost. The final is dropped when one interim text covers it (holds it at word
+    boundaries, and it is most of that text). Never an answer for being short: "Monday."
+    after "Let me check my notes on Friday vs Monday." stays, and so does "No." before
+    "I have no other notes."
+    """
     text = strip_leaked_tool_syntax(content, tool_names)
-    said = "\n\n".join(interim)
-    if not said:
-        return text
     if not text:
-        return said
-    if _repeats(text, said):
-        return text if len(_plain(text)) >= len(_plain(said)) else said
-    return f"{said}\n\n{text}"
+        return "\n\n".join(interim)
+    kept = [said for said in interim if not _restates(text, said)]
+    if any(_covers(said, text) for said in kept):
+        # What was dropped above is inside the final, so inside the text covering it.
+        return "\n\n".join(kept)
+    return "\n\n".join([*kept, text])
 
 
-# How much of the longer text the shorter must cover to count as the same answer.
+# How much of an interim text the final must be to be dropped as its repeat.
 _REPEAT_SHARE = 0.8
 
 
-def _repeats(one: str, other: str) -> bool:
-    """Whether two answers are the same: equal for :func:`_plain`, or one found in the
-    other at word boundaries and covering most of it ("Monday." is not a repeat of
-    "Let me check my notes on Friday vs Monday.")."""
-    a, b = _plain(one), _plain(other)
-    short, long = (a, b) if len(a) <= len(b) else (b, a)
-    if short == long:
-        return True
-    if not short or len(short) < _REPEAT_SHARE * len(long):
+def _covers(said: str, final: str) -> bool:
+    """Whether ``final`` is found in ``said`` at word boundaries and is most of it (case,
+    spacing and closing punctuation aside, see :func:`_plain`)."""
+    outer, inner = _plain(said), _plain(final)
+    if not inner or len(inner) < _REPEAT_SHARE * len(outer):
         return False
-    pattern = rf"(?<!\w){re.escape(short)}(?!\w)"
-    return re.search(pattern, long) is not None
+    return re.search(rf"(?<!\w){re.escape(inner)}(?!\w)", outer) is not None
+
+
+# Where a restated answer may start and end in the final: its start or end, a line's, or
+# a sentence's (an ending comma too: "Paris, yes.").
+_SENTENCE_START = r"(?:^|(?<=[.!?:;\n])|(?<=[.!?:;] ))"
+_SENTENCE_END = r"(?=$|[.!?,;:\n])"
+
+
+def _restates(final: str, said: str) -> bool:
+    """Whether ``final`` holds all of ``said`` as whole sentences (case, spacing and
+    ``said``'s closing punctuation aside): "The capital of France is Paris. Anything
+    else?" restates "The capital of France is Paris."; "I have no other notes." does not
+    restate "No.", nor "Paris it is." "Paris."
+    """
+    inner = _squash(said).rstrip(".!? ")
+    if not inner:
+        return False
+    pattern = rf"{_SENTENCE_START}{re.escape(inner)}{_SENTENCE_END}"
+    return re.search(pattern, _squash(final)) is not None
+
+
+def _squash(text: str) -> str:
+    """``text`` casefolded, each run of whitespace one space or, holding a line break,
+    one line break."""
+    text = re.sub(r"\s*\n\s*", "\n", text.casefold().strip())
+    return re.sub(r"[^\S\n]+", " ", text)
 
 
 def _plain(text: str) -> str:

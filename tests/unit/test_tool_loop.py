@@ -859,6 +859,16 @@ async def test_a_tool_called_under_tool_choice_none_mid_turn_is_a_failed_generat
         ("The capital of France is Paris.", "the capital of  France is Paris!", None),
         ("The capital of France is Paris.", "The capital of France is Paris, yes.", None),
         ("The capital of France is Paris, yes.", "The capital of France is Paris.", None),
+        # A final that restates the interim answer and goes on: the answer once.
+        (
+            "The capital of France is Paris.",
+            "The capital of France is Paris. Is there anything else you'd like to know?",
+            None,
+        ),
+        ("The capital of France is Paris.", "Sure!\n\nThe capital of France is Paris.", None),
+        # Found in the final only as a word of another sentence: not restated.
+        ("No.", "I have no other notes.", "No.\n\nI have no other notes."),
+        ("Paris.", "Paris it is.", "Paris.\n\nParis it is."),
     ],
 )
 async def test_a_final_answer_is_dropped_only_when_it_repeats_the_interim_text(
@@ -868,6 +878,19 @@ async def test_a_final_answer_is_dropped_only_when_it_repeats_the_interim_text(
     result = await _loop(llm, {"stm": Recorder("stm").spec})
     longer = max(interim, final, key=len)
     assert result.text == (expected if expected is not None else longer)
+
+
+async def test_a_final_answer_repeating_one_of_two_interim_texts_is_not_doubled(
+    llm: ScriptedLLM,
+) -> None:
+    # Compared with each interim text on its own: the final is "Let me save that." and
+    # the answer, which it restates; only the answer's repeat goes.
+    tool = Recorder("stm")
+    llm.reply_tool_calls([("stm", {"x": "1"})], content="Let me save that.")
+    llm.reply_tool_calls([("stm", {"x": "2"})], content="The capital of France is Paris.")
+    llm.reply_text("The capital of France is Paris.")
+    result = await _loop(llm, {"stm": tool.spec})
+    assert result.text == "Let me save that.\n\nThe capital of France is Paris."
 
 
 async def test_leaked_syntax_in_a_real_reply_is_stripped(llm: ScriptedLLM) -> None:
