@@ -5,6 +5,7 @@ by ``/stm summarize``)."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import aiohttp
@@ -32,11 +33,21 @@ BOT_NOTICES = FRIENDLY_ERRORS | {WIPED_WHILE_ANSWERING}
 
 def to_raw(message: discord.Message) -> RawMessage:
     """A Discord message as the memory core sees it: display name, text with mentions
-    resolved, attachment names."""
-    text = message.clean_content
-    if message.attachments:
-        names = ", ".join(a.filename for a in message.attachments)
-        text = f"{text}\n[attachments: {names}]" if text else f"[attachments: {names}]"
+    resolved, attachment names; what a message without text shows (a forward, a sticker,
+    an embed, a poll) in brackets, so it is not an empty line."""
+    text = _with_attachments(message.clean_content, message.attachments)
+    extras = [
+        _with_attachments(f"[forwarded: {snapshot.content}]", snapshot.attachments)
+        if snapshot.content
+        else _with_attachments("[forwarded]", snapshot.attachments)
+        for snapshot in message.message_snapshots
+    ]
+    extras += [f"[sticker: {sticker.name}]" for sticker in message.stickers]
+    if message.poll is not None:
+        extras.append(f"[poll: {message.poll.question}]")
+    if not text and not extras and message.embeds:
+        extras.append(_embed_text(message.embeds[0]))
+    text = "\n".join(part for part in (text, *extras) if part)
     return RawMessage(
         message_id=message.id,
         author_id=message.author.id,
@@ -47,6 +58,19 @@ def to_raw(message: discord.Message) -> RawMessage:
         created_at=message.created_at,
         is_bot=message.author.bot,
     )
+
+
+def _with_attachments(text: str, attachments: Sequence[discord.Attachment]) -> str:
+    if not attachments:
+        return text
+    names = ", ".join(a.filename for a in attachments)
+    return f"{text}\n[attachments: {names}]" if text else f"[attachments: {names}]"
+
+
+def _embed_text(embed: discord.Embed) -> str:
+    """An embed-only message (a link preview, another bot's card): its title and text."""
+    shown = [part for part in (embed.title, embed.description) if part]
+    return "\n".join(shown) if shown else "[embed]"
 
 
 async def backfill(
@@ -70,13 +94,15 @@ async def backfill(
                 break
             if belongs_in_window(old, me):
                 history.append(to_raw(old))
-    except discord.HTTPException as exc:
-        log.info("no history back-fill for channel %s: %s", channel_id, exc.status)
-    except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-        # The network failed: the turn goes on without history; a later one tries again.
+    except (discord.DiscordServerError, aiohttp.ClientError, OSError, TimeoutError) as exc:
+        # The network or Discord (5xx, after discord.py's own retries) failed: the turn
+        # goes on without history; a later one tries again.
         windows.abandon_backfill(channel_id, fill)
         log.info("no history back-fill for channel %s now: %s", channel_id, type(exc).__name__)
         return
+    except discord.HTTPException as exc:
+        # Refused for good (403 without Read Message History, 404): the window starts empty.
+        log.info("no history back-fill for channel %s: %s", channel_id, exc.status)
     except BaseException:
         windows.abandon_backfill(channel_id, fill)  # a cancelled turn
         raise

@@ -14,14 +14,21 @@ Synchronisation is by events only: the scripted LLM's ``hold()`` gate and
 from __future__ import annotations
 
 import asyncio
+import copy
 from typing import Any
 
+import discord
 import pytest
 from discord.ext import commands
 
 from bot.cogs.refresh import REFRESH_MARKER_PREFIX, marker_text
 from bot.memory.window import WindowCache
 from tests.helpers.bot import KiokuHarness
+from tests.helpers.discord_harness import (
+    FakeResponse,
+    _complete_message_payload,
+    snowflake,
+)
 from tests.helpers.fake_llm import ScriptedLLM
 
 
@@ -253,3 +260,110 @@ async def test_forget_me_is_not_undone_by_a_later_back_fill(kioku: KiokuHarness)
     prompt = prompt_text(kioku.llm)
     assert "Elm Street" not in prompt
     assert "I like tea" in prompt  # said after the /forget-me
+
+
+# ------------------------------------------------------ what a message shows
+
+
+def _raw_payload(kioku: KiokuHarness, author: Any, **fields: Any) -> dict[str, Any]:
+    """A message created through the gateway with fields the harness's send has not."""
+    env = kioku.env
+    data: dict[str, Any] = {
+        "id": snowflake(),
+        "channel_id": env.channel.id,
+        "guild_id": env.guild.id,
+        "author": {
+            "id": str(author.id),
+            "username": author.name,
+            "discriminator": "0",
+            "global_name": None,
+            "avatar": None,
+            "bot": False,
+        },
+        "content": "",
+        "type": 0,
+        **fields,
+    }
+    _complete_message_payload(data, env.state)
+    env._store(data)
+    return data
+
+
+async def _window_after(kioku: KiokuHarness, **fields: Any) -> list[tuple[str, str]]:
+    env = kioku.env
+    data = _raw_payload(kioku, env.member, **fields)
+    await env.run_parser(env.state.parse_message_create, copy.deepcopy(data))
+    return [(m.author_name, m.content) for m in kioku.bot.memory.windows.get(env.channel.id)]
+
+
+async def test_a_forwarded_message_enters_the_window_with_its_text(kioku: KiokuHarness) -> None:
+    # Discord's "Forward": a default message with empty content, the forwarded text in
+    # message_snapshots and a message_reference of type 1 (FORWARD).
+    env = kioku.env
+    snapshot = {
+        "type": 0,
+        "content": "The launch moved to Friday the 13th.",
+        "embeds": [],
+        "attachments": [],
+        "timestamp": "2024-01-01T00:00:00+00:00",
+        "edited_timestamp": None,
+        "flags": 0,
+        "mentions": [],
+        "mention_roles": [],
+    }
+    window = await _window_after(
+        kioku,
+        message_reference={"type": 1, "message_id": "1", "channel_id": "2", "guild_id": "3"},
+        message_snapshots=[{"message": snapshot}],
+    )
+    assert window == [
+        (env.member.display_name, "[forwarded: The launch moved to Friday the 13th.]")
+    ]
+    kioku.llm.reply_text("ok")
+    await env.send("when is the launch, per what I just forwarded?", mention_bot=True)
+    assert "Friday the 13th" in prompt_text(kioku.llm)
+
+
+async def test_a_sticker_only_message_is_not_an_empty_line(kioku: KiokuHarness) -> None:
+    sticker = {"id": "749054660769218631", "name": "Wave", "format_type": 1}
+    window = await _window_after(kioku, sticker_items=[sticker])
+    assert window == [(kioku.env.member.display_name, "[sticker: Wave]")]
+
+
+async def test_an_embed_only_message_shows_the_embeds_title_and_text(
+    kioku: KiokuHarness,
+) -> None:
+    card = {"type": "rich", "title": "Release 2.0", "description": "Ships on Monday."}
+    window = await _window_after(kioku, embeds=[card])
+    assert window == [(kioku.env.member.display_name, "Release 2.0\nShips on Monday.")]
+
+
+# ------------------------------------------------------ a failing back-fill
+
+
+async def test_a_discord_5xx_during_the_back_fill_is_retried_by_a_later_turn(
+    kioku: KiokuHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The module says a cold channel is back-filled "again after a network failure";
+    # a Discord 503 on GET /messages (after discord.py's own retries) is such a failure.
+    env, bot = kioku.env, kioku.bot
+    chat = bot.get_cog("Chat")
+    assert isinstance(chat, commands.Cog)
+    await bot.remove_cog(chat.qualified_name)
+    await env.send("said while the bot was offline: the venue is the boathouse")
+    await bot.add_cog(chat)
+    fetch = bot.http.logs_from
+    calls: list[int] = []
+
+    async def flaky_logs_from(channel_id: int, *args: Any, **kwargs: Any) -> Any:
+        calls.append(int(channel_id))
+        if len(calls) == 1:
+            raise discord.DiscordServerError(FakeResponse(503, "Service Unavailable"), "down")
+        return await fetch(channel_id, *args, **kwargs)
+
+    monkeypatch.setattr(bot.http, "logs_from", flaky_logs_from)
+    kioku.llm.reply_text("hmm").reply_text("the boathouse")
+    await env.send("hi", mention_bot=True)
+    await env.send("where is the venue?", mention_bot=True)
+    assert calls == [env.channel.id, env.channel.id]
+    assert "the boathouse" in prompt_text(kioku.llm)
