@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
@@ -27,6 +28,7 @@ from bot.llm.tools.longterm import LONG_TERM_TOOL_NAMES, long_term_tools
 from bot.llm.tools.stm import STM_TOOL_NAME, run_stm_tool, stm_tool_definition
 from bot.memory.intent import explicit_long_term_intent
 from bot.memory.longterm import ChannelFilter, LongTermService
+from bot.memory.model import RawMessage
 from bot.memory.prompt import AssembledPrompt, assemble
 from bot.memory.sanitize import strip_control_chars
 from bot.memory.service import LabelFor, MemoryService
@@ -73,6 +75,9 @@ class TurnRequest:
     label_for: LabelFor | None = None
     # Whether something said in another channel may be shown here (None: anything).
     may_show_channel: ChannelFilter | None = None
+    # The message being answered, as it arrived: shown to the model when it is no longer
+    # in the raw window (see :func:`with_trigger`). None when it may not be shown.
+    trigger: RawMessage | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +122,22 @@ def fit_history(history: list[dict[str, str]], *, budget_chars: int) -> list[dic
         kept.append(message)
     kept.reverse()
     return kept
+
+
+def with_trigger(
+    window: Sequence[RawMessage], trigger: RawMessage | None, deleted: Callable[[int], bool]
+) -> Sequence[RawMessage]:
+    """The turn's window, ending with the message being answered even when a busy channel
+    pushed it out of the raw window while the turn waited in the queue (then the window
+    holds nothing older either). A deleted message stays out. The turn's marker was set
+    from ``window`` before: it does not claim the trigger, nor what scrolled out with it."""
+    if (
+        trigger is None
+        or deleted(trigger.message_id)
+        or any(m.message_id == trigger.message_id for m in window)
+    ):
+        return window
+    return (*window, trigger)
 
 
 def load_persona(path: Path) -> str:
@@ -213,7 +234,10 @@ class TurnRunner:
             long_term_notes=notes,
         )
         turn = prepared.turn
-        prompt = assemble(prepared.prompt)
+        window = with_trigger(
+            prepared.prompt.window, request.trigger, self.memory.windows.was_deleted
+        )
+        prompt = assemble(replace(prepared.prompt, window=window))
         messages: list[dict[str, Any]] = [
             {
                 "role": "system",

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import re
 import weakref
@@ -128,6 +129,15 @@ def _may_reply(channel: discord.abc.Messageable) -> bool:
     if isinstance(channel, discord.Thread):
         return permissions.send_messages_in_threads
     return permissions.send_messages
+
+
+def _may_reference(channel: discord.abc.Messageable) -> bool:
+    """Whether a reply may point at the message it answers: Discord refuses a reference
+    (403, code 160002) from a member without Read Message History (always in DMs)."""
+    guild = getattr(channel, "guild", None)
+    if guild is None or not isinstance(channel, discord.abc.GuildChannel | discord.Thread):
+        return True
+    return channel.permissions_for(guild.me).read_message_history
 
 
 @contextlib.asynccontextmanager
@@ -283,6 +293,9 @@ class Chat(commands.Cog):
 
     async def _answer(self, message: discord.Message, *, addressed: bool) -> None:
         channel = message.channel
+        memory = self.bot.memory
+        # Whether a /refresh or a /forget-me wiped the message while its turn waited.
+        arrived_epoch = memory.epoch(channel.id)
         # The queue slot is taken before anything is awaited, so turns of one channel run
         # in the order their messages arrived.
         async with self._lock(channel.id):
@@ -295,21 +308,22 @@ class Chat(commands.Cog):
             await backfill(self.bot, channel, before=message)
             if message.guild is None:
                 await self._load_dm_members(message.author.id)
+            if memory.windows.was_deleted(message.id):
+                # Deleted while the turn waited: nothing is left to answer (the window
+                # would end with the previous question, answered a second time).
+                log.debug("message %s was deleted before its turn", message.id)
+                return
             request = self._request(message)
+            if memory.epoch(channel.id) == arrived_epoch:
+                # A busy channel may have pushed the message out of the raw window while
+                # the turn waited; the turn still answers it.
+                request = dataclasses.replace(request, trigger=to_raw(message))
+            epoch = memory.epoch(channel.id)
             async with _typing(channel):
                 reply = await self.bot.turns.run(request)
-            text, failed = reply.text, reply.failed
-            if reply.turn is not None and reply.turn.epoch != self.bot.memory.epoch(channel.id):
-                # A /refresh (or a /forget-me of someone here) while the model answered:
-                # an answer made from what was wiped must not bring it back.
-                text, failed = WIPED_WHILE_ANSWERING, True
-            sent = await self._send(message, text)
-            windows = self.bot.memory.windows
-            for part in sent:
-                if failed:
-                    windows.delete(channel.id, part.id)  # in case the echo came first
-                else:
-                    self.bot.memory.observe_message(channel.id, to_raw(part))
+            if reply.turn is not None:
+                epoch = reply.turn.epoch
+            await self._send(message, reply.text, epoch=epoch, failed=reply.failed)
 
     def _request(self, message: discord.Message) -> TurnRequest:
         me = self.bot.user
@@ -442,30 +456,85 @@ class Chat(commands.Cog):
 
         return guild_label
 
-    async def _send(self, message: discord.Message, text: str) -> Sequence[discord.Message]:
+    async def _send(
+        self, message: discord.Message, text: str, *, epoch: int, failed: bool = False
+    ) -> list[discord.Message]:
+        """Post ``text`` in parts, the first replying to ``message``; parts that went out
+        join the raw window unless the turn ``failed``.
+
+        A ``/refresh`` (or a /forget-me of someone here) since the turn read its memory
+        (``epoch``) stops the answer, also between two parts: what is still to come was
+        made from what it wiped, and a part posted after the refresh marker would be read
+        back by a back-fill. A part whose sending overlapped the refresh is taken back
+        (it may sit after the marker); the member is told to ask again."""
+        memory = self.bot.memory
+        channel_id = message.channel.id
+
+        def wiped() -> bool:
+            return memory.epoch(channel_id) != epoch
+
         sent: list[discord.Message] = []
-        # The first part replies to the message; if it was deleted meanwhile, the reply is
-        # sent anyway, without the reference.
-        reference = message.to_reference(fail_if_not_exists=False)
         # One character kept free for the marker guard below.
-        for index, chunk in enumerate(split_reply(text, DISCORD_LIMIT - 1) or ["…"]):
+        for chunk in split_reply(text, DISCORD_LIMIT - 1) or ["…"]:
+            if wiped():
+                break
             if chunk.startswith(REFRESH_MARKER_PREFIX):
                 # Only /refresh may post a marker: one a member coaxed out of the model
                 # would hide the history before it, after a restart, like a refresh.
                 chunk = "\u200b" + chunk
+            part = await self._post(message, chunk, reply=not sent)
+            if part is None:
+                break
+            if wiped():
+                await self._take_back(part)
+                break
+            sent.append(part)
+            if failed:
+                memory.windows.delete(channel_id, part.id)  # in case the echo came first
+            else:
+                memory.observe_message(channel_id, to_raw(part))
+        if wiped():
+            await self._post(message, WIPED_WHILE_ANSWERING, reply=not sent)
+        return sent
+
+    async def _post(
+        self, message: discord.Message, text: str, *, reply: bool
+    ) -> discord.Message | None:
+        """Send one message in ``message``'s channel, as a reply to it when ``reply``;
+        None when Discord refused it."""
+        channel = message.channel
+        # If the message was deleted meanwhile, the reply is sent anyway, without it.
+        reference = message.to_reference(fail_if_not_exists=False)
+        if reply and not _may_reference(channel):
+            reply = False  # Discord refuses the reference, not the message (see below)
+        try:
             try:
-                sent.append(
-                    await message.channel.send(
-                        chunk,
-                        allowed_mentions=NO_MENTIONS,
-                        reference=reference if index == 0 else None,  # type: ignore[arg-type]
-                        mention_author=False,
-                    )
+                return await channel.send(
+                    text,
+                    allowed_mentions=NO_MENTIONS,
+                    reference=reference if reply else None,  # type: ignore[arg-type]
+                    mention_author=False,
                 )
             except discord.HTTPException as exc:
-                log.warning("could not send a reply in %s: %s", message.channel.id, exc.status)
-                break
-        return sent
+                if not reply or exc.status >= 500:
+                    raise
+                # A reply Discord refuses (403 code 160002 without Read Message History,
+                # a permission overwrite the cache has not caught up with): the answer
+                # still goes out, without the reference.
+                log.info("reply refused in %s (%s); sending without it", channel.id, exc.code)
+                return await channel.send(text, allowed_mentions=NO_MENTIONS)
+        except discord.HTTPException as exc:
+            log.warning("could not send a reply in %s: %s", channel.id, exc.status)
+            return None
+
+    async def _take_back(self, part: discord.Message) -> None:
+        """Delete a part of an answer that a /refresh overtook, from Discord and from the
+        raw window (the delete also keeps a late echo of it out)."""
+        self.bot.memory.windows.delete(part.channel.id, part.id)
+        try:
+            await part.delete()
+        except discord.HTTPException as exc:
+            log.warning("could not take back a reply in %s: %s", part.channel.id, exc.status)
 
 
 async def setup(bot: KiokuBot) -> None:

@@ -15,6 +15,9 @@ from cachetools import LRUCache
 
 from bot.memory.model import RawMessage
 
+# Deleted message ids remembered (all channels): far more than a turn queue holds.
+DELETED_REMEMBERED = 10_000
+
 
 @dataclass(eq=False)
 class Backfill:
@@ -37,6 +40,14 @@ class WindowCache:
         # Back-fills in flight, per channel: what happened to the channel while Discord
         # was answering, applied to the fetched history when it arrives.
         self._fills: dict[int, list[Backfill]] = {}
+        # The newest message id each channel has shown, and, once cleared, that id at the
+        # clear: a message at or below it predates the clear (ids grow with time), so a
+        # late gateway echo of one cannot bring back what a /refresh wiped.
+        self._newest: LRUCache[int, int] = LRUCache(max_channels)
+        self._floors: LRUCache[int, int] = LRUCache(max_channels)
+        # Messages deleted (or taken out as wiped) lately: a late echo of one is not
+        # added back, and a turn whose message is among them has nothing to answer.
+        self._deleted: LRUCache[int, bool] = LRUCache(DELETED_REMEMBERED)
 
     def get(self, channel_id: int) -> Sequence[RawMessage]:
         window = self._windows.get(channel_id)
@@ -63,6 +74,7 @@ class WindowCache:
         """Seed a cold channel from history (oldest first); messages seen live are kept."""
         if fill is not None:
             history = self._end_backfill(channel_id, fill, history)
+        history = [m for m in history if self._admits(channel_id, m)]
         window = self._windows.get(channel_id)
         known = {m.message_id for m in window} if window is not None else set()
         merged = sorted(
@@ -71,6 +83,8 @@ class WindowCache:
         )
         self._windows[channel_id] = deque(merged[-self._per_channel :], maxlen=self._per_channel)
         self._primed[channel_id] = True
+        if merged:
+            self._seen(channel_id, merged[-1].message_id)
 
     def abandon_backfill(self, channel_id: int, fill: Backfill) -> None:
         """The fetch failed: stop recording for it (the channel stays cold)."""
@@ -92,7 +106,25 @@ class WindowCache:
             if m.message_id not in fill.deleted and m.author_id not in fill.forgotten
         ]
 
+    def was_deleted(self, message_id: int) -> bool:
+        """Whether the message was deleted (or wiped out of its window) lately."""
+        return message_id in self._deleted
+
+    def _admits(self, channel_id: int, message: RawMessage) -> bool:
+        floor = self._floors.get(channel_id)
+        return message.message_id not in self._deleted and (
+            floor is None or message.message_id > floor
+        )
+
+    def _seen(self, channel_id: int, message_id: int) -> None:
+        self._newest[channel_id] = max(self._newest.get(channel_id, 0), message_id)
+
     def append(self, channel_id: int, message: RawMessage) -> None:
+        """Add a message seen live (in id order; duplicates, deleted messages and messages
+        from before the channel's last clear are ignored)."""
+        if not self._admits(channel_id, message):
+            return
+        self._seen(channel_id, message.message_id)
         window = self._windows.get(channel_id)
         if window is None:
             window = self._windows[channel_id] = deque(maxlen=self._per_channel)
@@ -119,6 +151,7 @@ class WindowCache:
         return False
 
     def delete(self, channel_id: int, message_id: int) -> bool:
+        self._deleted[message_id] = True
         for fill in self._fills.get(channel_id, ()):
             fill.deleted.add(message_id)
         window = self._windows.get(channel_id)
@@ -132,7 +165,11 @@ class WindowCache:
 
     def clear(self, channel_id: int) -> None:
         """Forget a channel's messages; it counts as primed so history is not re-fetched
-        from before the clear (the caller's ``/refresh`` marker bounds any back-fill)."""
+        from before the clear (the caller's ``/refresh`` marker bounds any back-fill), and
+        no message seen before it can be added again (a late echo, a reply being posted)."""
+        newest = self._newest.get(channel_id)
+        if newest is not None:
+            self._floors[channel_id] = newest
         self._windows[channel_id] = deque(maxlen=self._per_channel)  # empty, still primed
         self._primed[channel_id] = True
         for fill in self._fills.get(channel_id, ()):

@@ -26,7 +26,7 @@ from bot.llm.tools.stm import STM_TOOL_NAME
 from bot.memory.model import Category, ScopeKey
 from bot.memory.turn import REASON_ALREADY_UPDATED, REASON_CLEARED, REASON_DISABLED
 from tests.helpers.bot import KiokuHarness, start_kioku, stop_kioku
-from tests.helpers.discord_harness import FakeResponse
+from tests.helpers.discord_harness import FakeResponse, _body_of
 from tests.helpers.fake_llm import ScriptedLLM, refused_base_url
 
 
@@ -707,3 +707,57 @@ async def test_a_network_error_of_the_typing_indicator_does_not_drop_the_turn(
 
     assert kioku.env.errors == []
     assert [s.content for s in kioku.env.sent] == ["Here is your answer."]
+
+
+def _refuse_references(kioku: KiokuHarness, monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Discord refuses a reply (message_reference) from a member without Read Message
+    History: 403, JSON error 160002. The harness's fake Discord does not enforce it; this
+    wrapper refuses every reference, as Discord does when its view of the permissions is
+    newer than the bot's cache. Records whether each send carried a reference."""
+    bot = kioku.bot
+    send = bot.http.send_message
+    references: list[bool] = []
+
+    async def refusing(channel_id: int, *, params: Any) -> Any:
+        body = _body_of(params.payload, params.multipart)
+        references.append(bool(body.get("message_reference")))
+        if body.get("message_reference"):
+            raise discord.Forbidden(
+                FakeResponse(403, "Forbidden"),
+                {
+                    "code": 160002,
+                    "message": "Cannot reply without permission to read message history",
+                },
+            )
+        return await send(channel_id, params=params)
+
+    monkeypatch.setattr(bot.http, "send_message", refusing)
+    return references
+
+
+async def test_a_channel_without_read_message_history_gets_the_answer_without_a_reference(
+    kioku: KiokuHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env = kioku.env
+    no_history = discord.PermissionOverwrite(read_message_history=False)
+    await env.set_overwrite(env.channel, env.guild.me, no_history)
+    references = _refuse_references(kioku, monkeypatch)
+    kioku.llm.reply_text("Here is your answer.")
+
+    await env.send("what's the plan?", mention_bot=True, raise_errors=False)
+
+    assert [s.content for s in env.sent] == ["Here is your answer."]
+    assert references == [False]  # known from the permissions: not even tried
+
+
+async def test_a_refused_reply_reference_is_sent_again_without_it(
+    kioku: KiokuHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env = kioku.env
+    references = _refuse_references(kioku, monkeypatch)
+    kioku.llm.reply_text("Here is your answer.")
+
+    await env.send("what's the plan?", mention_bot=True, raise_errors=False)
+
+    assert [s.content for s in env.sent] == ["Here is your answer."]
+    assert references == [True, False]

@@ -15,7 +15,7 @@ from sqlalchemy import func, select
 from sqlalchemy.engine import URL
 
 from bot.db.engine import Database
-from bot.db.models import LongTermMemory
+from bot.db.models import LongTermMemory, ShortTermMemory
 from bot.llm.tool_loop import FALLBACK_REPLY, UNAVAILABLE_MESSAGE
 from bot.llm.tools.stm import STM_TOOL_NAME
 from bot.memory.model import RawMessage
@@ -175,6 +175,83 @@ async def test_a_queued_turn_answers_its_own_message_not_a_later_one(
     turn_for_france = llm.messages(1)
     last_user = [m for m in turn_for_france if m.get("role") == "user"][-1]
     assert "capital of France" in str(last_user["content"]), last_user
+
+
+async def test_a_message_deleted_while_its_turn_is_queued_is_not_answered(
+    kioku: KiokuHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The member deletes a message while its turn waits behind another: nothing is left
+    to answer (the window would end with the previous question, answered twice)."""
+    env, llm = kioku.env, kioku.llm
+    held = llm.hold()
+    llm.reply_text("4").reply_text("2+2 is 4, as I said.")
+    first = asyncio.create_task(env.send("what is 2+2?", mention_bot=True))
+    await llm.wait_for_requests(1)
+    llm.hold().set()
+    (arrived,) = arrivals(kioku, monkeypatch, "my password is hunter2")
+    second = asyncio.create_task(env.send("oops my password is hunter2", mention_bot=True))
+    await asyncio.wait_for(arrived.wait(), 5)
+    window = kioku.bot.memory.windows.get(env.channel.id)
+    (oops,) = [m for m in window if "hunter2" in m.content]
+    await kioku.bot.http.delete_message(env.channel.id, oops.message_id)
+    held.set()
+    await asyncio.gather(first, second)
+
+    assert [s.content for s in env.sent_to(env.channel)] == ["4"]
+    assert len(llm.requests) == 1
+
+
+async def test_a_queued_turn_whose_message_scrolled_out_of_the_window_still_sees_it(
+    kioku: KiokuHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While a slow answer is generated, more messages arrive than the raw window holds:
+    the queued turn's own message is pushed out of the window before its turn runs, and
+    the model is still shown it."""
+    env, llm = kioku.env, kioku.llm
+    held = llm.hold()
+    llm.reply_text("4").reply_text("Paris")
+    first = asyncio.create_task(env.send("what is 2+2?", mention_bot=True))
+    await llm.wait_for_requests(1)
+    llm.hold().set()
+    (arrived,) = arrivals(kioku, monkeypatch, "capital of France")
+    second = asyncio.create_task(env.send("what is the capital of France?", mention_bot=True))
+    await asyncio.wait_for(arrived.wait(), 5)
+    for i in range(kioku.bot.settings.stm.raw_window):
+        await env.send(f"unrelated chatter {i}")
+    held.set()
+    await asyncio.gather(first, second)
+
+    users = [m for m in llm.messages(1) if m["role"] == "user"]
+    assert len(users) == 1, users
+    assert "capital of France" in str(users[0]["content"])
+    assert "unrelated chatter" not in prompt_text(llm, 1)  # said after it: turns of their own
+
+
+async def test_a_memory_written_for_a_message_that_scrolled_out_claims_none_of_the_window(
+    kioku: KiokuHarness, db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The model of that turn saw its question and none of what scrolled out with it: a
+    summary it writes must not mark them (or the chatter after it) as covered."""
+    env, llm = kioku.env, kioku.llm
+    held = llm.hold()
+    llm.reply_text("4")
+    llm.reply_tool_calls([(STM_TOOL_NAME, {"summary": "Asked about France."})]).reply_text("Paris")
+    first = asyncio.create_task(env.send("what is 2+2?", mention_bot=True))
+    await llm.wait_for_requests(1)
+    llm.hold().set()
+    (arrived,) = arrivals(kioku, monkeypatch, "capital of France")
+    second = asyncio.create_task(env.send("what is the capital of France?", mention_bot=True))
+    await asyncio.wait_for(arrived.wait(), 5)
+    for i in range(kioku.bot.settings.stm.raw_window):
+        await env.send(f"unrelated chatter {i}")
+    held.set()
+    await asyncio.gather(first, second)
+
+    assert [str(m["content"]) for m in llm.messages(2) if m["role"] == "tool"] == ["saved"]
+    async with db.sessions() as session:
+        stored = (await session.scalars(select(ShortTermMemory))).all()
+    assert stored and all(m.summary == "Asked about France." for m in stored)
+    assert [m.covered_through_message_id for m in stored] == [None] * len(stored)
 
 
 async def _cold_channel_with_slow_history(

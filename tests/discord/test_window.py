@@ -21,11 +21,13 @@ import discord
 import pytest
 from discord.ext import commands
 
+from bot.cogs.history import WIPED_WHILE_ANSWERING
 from bot.cogs.refresh import REFRESH_MARKER_PREFIX, marker_text
 from bot.memory.window import WindowCache
 from tests.helpers.bot import KiokuHarness
 from tests.helpers.discord_harness import (
     FakeResponse,
+    _body_of,
     _complete_message_payload,
     snowflake,
 )
@@ -260,6 +262,64 @@ async def test_forget_me_is_not_undone_by_a_later_back_fill(kioku: KiokuHarness)
     prompt = prompt_text(kioku.llm)
     assert "Elm Street" not in prompt
     assert "I like tea" in prompt  # said after the /forget-me
+
+
+# ------------------------------------------------------- a refresh mid-answer
+
+
+async def _refresh_between_two_parts(kioku: KiokuHarness, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A long answer goes out as several messages, one HTTP round trip (and rate-limit
+    wait) each; a moderator's /refresh lands while the second part is being sent."""
+    env, bot = kioku.env, kioku.bot
+    moderator = await env.create_member("mod", kind="moderator")
+    await env.send("the secret codename is HERON")
+    part_one = "HERON part one. " + "filler " * 200
+    part_two = "HERON part two. " + "filler " * 200
+    kioku.llm.reply_text(part_one.strip() + "\n\n" + part_two.strip())
+    send = bot.http.send_message
+    second_part_started, release = asyncio.Event(), asyncio.Event()
+
+    async def slow_send(channel_id: int, *, params: Any) -> Any:
+        content = _body_of(params.payload, params.multipart).get("content") or ""
+        if content.startswith("HERON part two"):
+            second_part_started.set()
+            await release.wait()  # the second part's round trip is slow
+        return await send(channel_id, params=params)
+
+    monkeypatch.setattr(bot.http, "send_message", slow_send)
+    turn = asyncio.create_task(env.send("tell me everything", mention_bot=True))
+    await asyncio.wait_for(second_part_started.wait(), 5)
+    refreshed = await kioku.interactions.slash("refresh", user=moderator)
+    assert not refreshed.command_failed
+    release.set()
+    await turn
+
+
+async def test_a_refresh_while_a_long_reply_is_posted_lets_no_part_in_after_the_marker(
+    kioku: KiokuHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env, bot = kioku.env, kioku.bot
+    await _refresh_between_two_parts(kioku, monkeypatch)
+
+    shown = [s.content for s in env.sent_to(env.channel) if not s.deleted]
+    marker_at = next(i for i, c in enumerate(shown) if c.startswith(REFRESH_MARKER_PREFIX))
+    assert shown[:marker_at] and shown[0].startswith("HERON part one")  # sent before it
+    # The part sent across the refresh is taken back; the member is told to ask again.
+    assert shown[marker_at + 1 :] == [WIPED_WHILE_ANSWERING]
+    window = [m.content for m in bot.memory.windows.get(env.channel.id)]
+    assert not any("HERON" in c for c in window), window
+
+
+async def test_a_part_sent_across_a_refresh_is_not_read_back_after_a_restart(
+    kioku: KiokuHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await _refresh_between_two_parts(kioku, monkeypatch)
+
+    bot = kioku.bot
+    bot.memory.windows = WindowCache(per_channel=bot.settings.stm.raw_window)  # a restart
+    kioku.llm.reply_text("ok")
+    await kioku.env.send("what do you know?", mention_bot=True)
+    assert "HERON" not in prompt_text(kioku.llm)
 
 
 # ------------------------------------------------------ what a message shows

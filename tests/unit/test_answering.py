@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from bot.memory.model import Marker
 from bot.memory.service import answering
+from bot.turn import with_trigger
 from tests.helpers.builders import ALICE, BOB, BOT, message
 
 
@@ -29,3 +30,28 @@ def test_the_turn_never_claims_to_cover_messages_after_its_own() -> None:
     seen = answering((first, later, reply), source_id, BOT)
     assert later not in seen
     assert Marker.of(seen[-1]).message_id <= source_id
+
+
+def test_a_message_that_scrolled_out_is_still_the_last_one_the_turn_sees() -> None:
+    question = message(ALICE, "capital of France?")
+    later = [message(BOB, f"chatter {i}") for i in range(3)]  # all that is left of the window
+    seen = with_trigger(answering(later, question.message_id, BOT), question, lambda _id: False)
+    assert [m.content for m in seen] == ["capital of France?"]
+
+
+def test_a_deleted_message_is_not_shown_again() -> None:
+    question = message(ALICE, "my password is hunter2")
+    later = message(BOB, "later", message_id=question.message_id + 1)
+    seen = with_trigger(
+        answering((later,), question.message_id, BOT), question, {question.message_id}.__contains__
+    )
+    assert question not in seen
+
+
+def test_a_message_still_in_the_window_is_not_shown_twice() -> None:
+    question = message(ALICE, "capital of France?")
+    window = (message(BOB, "earlier", message_id=question.message_id - 1), question)
+    assert (
+        with_trigger(answering(window, question.message_id, BOT), question, lambda _id: False)
+        == window
+    )

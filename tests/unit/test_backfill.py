@@ -1,9 +1,10 @@
 """The window cache: a back-fill that fails leaves nothing behind (and a failure that
-may pass is tried again)."""
+may pass is tried again), and nothing wiped or deleted gets back in late."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from datetime import UTC, datetime
 from types import SimpleNamespace
 from typing import Any
@@ -90,3 +91,24 @@ async def test_a_refused_history_read_is_final(status: int) -> None:
     )
     await backfill(_bot(windows), _Channel(error))  # type: ignore[arg-type]
     assert windows.is_primed(CHANNEL), "asking again would be refused again"
+
+
+def test_a_late_echo_of_a_message_from_before_a_clear_stays_out() -> None:
+    windows = WindowCache(per_channel=10)
+    before = RawMessage(100, 7, "Alice", "the codename is HERON", datetime.now(UTC))
+    windows.append(CHANNEL, replace(before, message_id=101, content="a reply part"))
+    windows.clear(CHANNEL)  # a /refresh
+
+    windows.append(CHANNEL, before)  # its gateway echo arrives only now
+    windows.prime(CHANNEL, [before])  # nor does a back-fill bring it
+    windows.append(CHANNEL, replace(before, message_id=102, content="said after it"))
+    assert [m.content for m in windows.get(CHANNEL)] == ["said after it"]
+
+
+def test_a_deleted_message_whose_echo_arrives_late_stays_out() -> None:
+    windows = WindowCache(per_channel=10)
+    part = RawMessage(100, 1, "Kioku", "a reply taken back", datetime.now(UTC), is_bot=True)
+    windows.delete(CHANNEL, part.message_id)  # before its gateway echo
+    windows.append(CHANNEL, part)
+    assert windows.get(CHANNEL) == ()
+    assert windows.was_deleted(part.message_id)
