@@ -4,10 +4,10 @@
 - The bot answers in DMs always; in servers when mentioned, replied to, or in a channel
   an admin marked always-on. Bots (itself included) never trigger a turn.
 - Turns in one channel run one after another; different channels run concurrently.
-- A cold channel is back-filled from history (once; again after a network failure, a
-  window the cache dropped, or missed notices), stopping at the newest ``/refresh``
-  marker and leaving out what ``stm_clears``/``stm_forgets`` say was wiped, so nothing
-  a refresh or a /forget-me removed comes back.
+- A cold channel is back-filled from history (once; again after a network failure or a
+  Discord 5xx, a window the cache dropped, or missed notices), stopping at the newest
+  ``/refresh`` marker and leaving out what ``stm_clears``/``stm_forgets`` say was wiped,
+  so nothing a refresh or a /forget-me removed comes back.
 """
 
 from __future__ import annotations
