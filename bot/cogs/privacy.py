@@ -217,12 +217,22 @@ def describe_fact(bot: discord.Client, fact: Fact) -> str:
             origin,
         ]
     )
+    return f"**#{fact.id}** {shown_text(fact)}\n-# {details}"
+
+
+def shown_text(fact: Fact) -> str:
+    """The fact's text as markdown, escaped and cut to :data:`FACT_SHOWN_CHARS`."""
     text = discord.utils.escape_markdown(fact.content)
     if len(text) > FACT_SHOWN_CHARS:
         # Escaping can double a 500-character fact; five of those must still fit in one
         # embed (4,096 characters). The whole fact stays stored and recallable.
         text = text[: FACT_SHOWN_CHARS - 1].rstrip("\\") + "…"
-    return f"**#{fact.id}** {text}\n-# {details}"
+    return text
+
+
+def quoted_block(text: str) -> str:
+    """``text`` as a Discord block quote, every line of it."""
+    return "\n".join(f"> {line}" for line in text.splitlines() or [""])
 
 
 def facts_embed(bot: discord.Client, page: FactPage) -> discord.Embed:
@@ -238,20 +248,22 @@ def facts_embed(bot: discord.Client, page: FactPage) -> discord.Embed:
 
 
 class MemoriesPager(discord.ui.View):
-    """Previous / Next over one user's facts; each click reads the page afresh."""
+    """Previous / Next over one user's facts; each click reads the page afresh, from
+    the first or last fact shown (a fact deleted meanwhile moves no other off the
+    pages)."""
 
     def __init__(self, bot: discord.Client, service: LongTermService, *, user_id: int) -> None:
         super().__init__(timeout=PAGER_TIMEOUT)
         self.bot = bot
         self.service = service
         self.user_id = user_id
-        self.page = 1
+        self.shown: FactPage | None = None
         self.origin: discord.Interaction[Any] | None = None
 
     def show(self, page: FactPage) -> None:
-        self.page = page.page
-        self.previous.disabled = page.page <= 1
-        self.next.disabled = page.page >= page.pages
+        self.shown = page
+        self.previous.disabled = not page.has_previous
+        self.next.disabled = not page.has_next
 
     async def interaction_check(self, interaction: discord.Interaction[Any]) -> bool:
         if interaction.user.id == self.user_id:
@@ -259,9 +271,15 @@ class MemoriesPager(discord.ui.View):
         await answer(interaction, MEMORIES_NOT_YOURS)
         return False
 
-    async def _turn(self, interaction: discord.Interaction[Any], page_number: int) -> None:
+    async def _turn(self, interaction: discord.Interaction[Any], *, forward: bool) -> None:
         await interaction.response.defer()  # a click, too, is dropped unanswered after 3 s
-        page = await self.service.list_facts(self.user_id, page_number, PAGE_SIZE)
+        shown = self.shown
+        page = await self.service.list_facts(
+            self.user_id,
+            page_size=PAGE_SIZE,
+            older_than=shown.last if shown is not None and forward else None,
+            newer_than=shown.first if shown is not None and not forward else None,
+        )
         if not page.facts:
             self.stop()
             await interaction.edit_original_response(content=NO_MEMORIES, embed=None, view=None)
@@ -275,13 +293,13 @@ class MemoriesPager(discord.ui.View):
     async def previous(
         self, interaction: discord.Interaction[Any], button: discord.ui.Button[Any]
     ) -> None:
-        await self._turn(interaction, self.page - 1)
+        await self._turn(interaction, forward=False)
 
     @discord.ui.button(label="Next", style=discord.ButtonStyle.secondary)
     async def next(
         self, interaction: discord.Interaction[Any], button: discord.ui.Button[Any]
     ) -> None:
-        await self._turn(interaction, self.page + 1)
+        await self._turn(interaction, forward=True)
 
     async def on_timeout(self) -> None:
         if self.origin is None:
@@ -372,8 +390,9 @@ class PrivacyCog(commands.Cog):
                 f"You have no long-term memory #{fact_id}. `/memories list` shows yours.",
             )
             return
-        text = discord.utils.escape_markdown(deleted[0].content)
-        await answer(interaction, f"Forgot memory #{fact_id}:\n> {text}")
+        # Cut like a listed fact: escaping can double a long fact past Discord's 2,000.
+        quote = quoted_block(shown_text(deleted[0]))
+        await answer(interaction, f"Forgot memory #{fact_id}:\n{quote}")
 
     @memories_forget.autocomplete("fact_id")
     async def memories_forget_choices(

@@ -39,7 +39,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from bot.config import Settings
 from bot.db.repositories import longterm as repo
 from bot.db.repositories import stm as stm_repo
-from bot.db.repositories.longterm import STOP_WORDS, Fact, FactEvent, ScoredFact
+from bot.db.repositories.longterm import STOP_WORDS, Fact, FactCursor, FactEvent, ScoredFact
 from bot.memory.clock import Clock, SystemClock
 from bot.memory.model import Provenance
 from bot.memory.sanitize import sanitize_value
@@ -48,6 +48,7 @@ from bot.memory.storage import storage
 
 __all__ = [
     "Fact",
+    "FactCursor",
     "FactPage",
     "FactRefused",
     "ForgetResult",
@@ -181,13 +182,33 @@ class ForgetResult:
 
 @dataclass(frozen=True, slots=True)
 class FactPage:
-    """One page of a user's facts, newest first. ``page`` is 1-based and clamped."""
+    """One page of a user's facts, newest first. ``page`` is 1-based and clamped;
+    ``newer`` is how many of the user's facts come before the page."""
 
     facts: tuple[Fact, ...]
     page: int
     pages: int
     total: int
     page_size: int
+    newer: int = 0
+
+    @property
+    def has_previous(self) -> bool:
+        return self.newer > 0
+
+    @property
+    def has_next(self) -> bool:
+        return self.newer + len(self.facts) < self.total
+
+    @property
+    def first(self) -> FactCursor | None:
+        """Where the page starts (for the page before it), None when empty."""
+        return (self.facts[0].updated_at, self.facts[0].id) if self.facts else None
+
+    @property
+    def last(self) -> FactCursor | None:
+        """Where the page ends (for the page after it), None when empty."""
+        return (self.facts[-1].updated_at, self.facts[-1].id) if self.facts else None
 
 
 # ------------------------------------------------------------------ near-duplicates
@@ -580,18 +601,49 @@ class LongTermService:
             await repo.bump_recall(session, (hit.fact.id for hit in hits), now)
         return [hit.fact for hit in hits]
 
-    async def list_facts(self, user_id: int, page: int = 1, page_size: int = 5) -> FactPage:
+    async def list_facts(
+        self,
+        user_id: int,
+        page: int = 1,
+        page_size: int = 5,
+        *,
+        older_than: FactCursor | None = None,
+        newer_than: FactCursor | None = None,
+    ) -> FactPage:
         """One page of the user's facts from every place, newest first (``/memories
-        list``). A page past the end shows the last page."""
+        list``): page number ``page`` (past the end: the last page), or the page after
+        the fact at ``older_than`` / before the one at ``newer_than`` (a page's
+        :attr:`FactPage.last` / :attr:`FactPage.first`). Paging by those cursors skips
+        no fact when some were deleted meanwhile. Past the end, the last page; short of
+        a whole page before the first shown, the first page."""
         page_size = max(1, page_size)
         async with self._storage("listing facts") as session:
             total = await repo.count_facts(session, user_id)
-            pages = max(1, math.ceil(total / page_size))
-            page = min(max(1, page), pages)
-            facts = await repo.list_facts(
-                session, user_id, offset=(page - 1) * page_size, limit=page_size
-            )
-        return FactPage(tuple(facts), page, pages, total, page_size)
+            facts: list[Fact] = []
+            if older_than is not None:
+                facts = await repo.list_facts(
+                    session, user_id, limit=page_size, older_than=older_than
+                )
+                page = sys.maxsize  # nothing older any more: the last page
+            elif newer_than is not None:
+                facts = await repo.list_facts(
+                    session, user_id, limit=page_size, newer_than=newer_than
+                )
+                if len(facts) < page_size:
+                    facts, page = [], 1
+            if facts:
+                newer = await repo.count_newer(session, user_id, (facts[0].updated_at, facts[0].id))
+            else:
+                pages = max(1, math.ceil(total / page_size))
+                page = min(max(1, page), pages)
+                newer = (page - 1) * page_size
+                facts = await repo.list_facts(session, user_id, offset=newer, limit=page_size)
+        # Numbered by the facts before and after the page, which need not be a multiple
+        # of the page size once facts were deleted between two clicks.
+        older = max(0, total - newer - len(facts))
+        number = math.ceil(newer / page_size) + 1
+        pages = number + math.ceil(older / page_size)
+        return FactPage(tuple(facts), number, pages, total, page_size, newer)
 
     async def get(self, user_id: int, fact_id: int) -> Fact | None:
         async with self._storage("reading a fact") as session:

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import discord
 import pytest
 from sqlalchemy import select
+from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 
 from bot.cogs.errors import UNAVAILABLE
@@ -19,13 +21,14 @@ from bot.cogs.privacy import (
     NO_MEMORIES,
     NOTHING_TO_CLEAR,
 )
+from bot.db.engine import Database
 from bot.db.models import LongTermMemory, StmEvent, UserSettings
 from bot.llm.tools.stm import STM_TOOL_NAME
 from bot.memory.longterm import LongTermService
 from bot.memory.model import Provenance
-from tests.helpers.bot import KiokuHarness
+from tests.helpers.bot import KiokuHarness, start_kioku, stop_kioku
 from tests.helpers.discord_harness import InteractionResult
-from tests.helpers.fake_llm import refused_base_url
+from tests.helpers.fake_llm import ScriptedLLM, refused_base_url
 
 
 @pytest.fixture
@@ -166,6 +169,58 @@ async def test_list_pages_with_previous_and_next(
     assert footer(result).startswith("Page 2/3")
 
 
+async def test_next_after_forgetting_a_shown_fact_skips_none(
+    kioku: KiokuHarness, longterm: LongTermService
+) -> None:
+    user = kioku.env.member
+    ids = []
+    for i in range(10):
+        ids.append(await remember(kioku, longterm, f"fact number {i} about topic {i}"))
+        kioku.clock.advance(minutes=1)
+    newest_first = ids[::-1]
+    listed = await kioku.interactions.slash("memories list", user=user)
+    assert all(f"**#{i}**" in description(listed) for i in newest_first[:5])
+
+    # The user deletes a fact of the page they are looking at, then clicks Next.
+    gone = newest_first[2]
+    forgot = await kioku.interactions.slash("memories forget", {"id": gone}, user=user)
+    assert not forgot.command_failed
+    await kioku.interactions.click(listed, label="Next", user=user)
+
+    assert [i for i in ids if f"**#{i}**" in description(listed)] == newest_first[5:][::-1]
+    assert footer(listed).startswith("Page 2/2 · 9 memories")
+    assert buttons(listed) == {"Previous": False, "Next": True}
+
+
+async def test_previous_after_forgetting_a_newer_fact_shows_the_first_page(
+    kioku: KiokuHarness, longterm: LongTermService
+) -> None:
+    user = kioku.env.member
+    ids = []
+    for i in range(12):
+        ids.append(await remember(kioku, longterm, f"fact number {i} about topic {i}"))
+        kioku.clock.advance(minutes=1)
+    newest_first = ids[::-1]
+    listed = await kioku.interactions.slash("memories list", user=user)
+    await kioku.interactions.click(listed, label="Next", user=user)
+    await kioku.interactions.click(listed, label="Next", user=user)
+    assert footer(listed).startswith("Page 3/3")
+
+    # Facts of pages 1 and 2 are deleted meanwhile: Previous shows the five just newer
+    # than the page, then the first page, leaving none out.
+    for gone in (newest_first[0], newest_first[6]):
+        await kioku.interactions.slash("memories forget", {"id": gone}, user=user)
+    await kioku.interactions.click(listed, label="Previous", user=user)
+    shown = [i for i in newest_first if f"**#{i}**" in description(listed)]
+    assert shown == [newest_first[i] for i in (4, 5, 7, 8, 9)]
+    assert footer(listed).startswith("Page 2/3 · 10 memories")
+    await kioku.interactions.click(listed, label="Previous", user=user)
+    shown = [i for i in newest_first if f"**#{i}**" in description(listed)]
+    assert shown == newest_first[1:6]  # short of a page before it: the first page
+    assert footer(listed).startswith("Page 1/2")
+    assert buttons(listed) == {"Previous": True, "Next": False}
+
+
 async def test_list_works_in_a_dm(kioku: KiokuHarness, longterm: LongTermService) -> None:
     await remember(kioku, longterm, "My cat is called Miso")
     result = await kioku.interactions.slash("memories list", dm=True)
@@ -193,6 +248,27 @@ async def test_forget_deletes_the_users_own_fact(
     async with kioku.database.sessions() as session:
         events = list(await session.scalars(select(StmEvent).where(StmEvent.event == "ltm_forget")))
     assert [(e.user_id, e.origin) for e in events] == [(kioku.env.member.id, "user_command")]
+
+
+async def test_forget_answer_quotes_every_line_and_fits_discords_2000_characters(
+    db: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path
+) -> None:
+    # max_fact_chars may be set up to 1500; escaping markdown doubles such a fact.
+    kioku = await start_kioku(
+        db, llm, pg_url, tmp_path, settings={"longterm": {"max_fact_chars": 1500}}
+    )
+    try:
+        service = kioku.bot.longterm
+        long_fact = await remember(kioku, service, "My shell aliases: " + "a_b*c_d*e " * 148)
+        two_lines = await remember(kioku, service, "Groceries:\nmilk and eggs")
+
+        forgot = await kioku.interactions.slash("memories forget", {"id": long_fact})
+        [text] = forgot.texts()
+        assert len(text) <= 2000 and text.endswith("…")
+        forgot = await kioku.interactions.slash("memories forget", {"id": two_lines})
+        assert forgot.texts() == [f"Forgot memory #{two_lines}:\n> Groceries:\n> milk and eggs"]
+    finally:
+        await stop_kioku(kioku)
 
 
 async def test_forget_refuses_someone_elses_fact_without_revealing_it(

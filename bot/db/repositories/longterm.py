@@ -19,9 +19,11 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import regex
 from sqlalchemy import (
+    BigInteger,
     ColumnElement,
     DateTime,
     Float,
@@ -35,6 +37,7 @@ from sqlalchemy import (
     or_,
     select,
     text,
+    tuple_,
     update,
 )
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -278,16 +281,53 @@ async def get_fact(session: AsyncSession, user_id: int, fact_id: int) -> Fact | 
     return _fact(row) if row is not None else None
 
 
-async def list_facts(session: AsyncSession, user_id: int, *, offset: int, limit: int) -> list[Fact]:
-    """The user's facts, newest first (every place)."""
-    rows = await session.execute(
-        select(*_COLUMNS)
-        .where(LongTermMemory.user_id == user_id)
-        .order_by(LongTermMemory.updated_at.desc(), LongTermMemory.id.desc())
-        .offset(offset)
-        .limit(limit)
+# A fact's place in the newest-first order of a user's facts: (updated_at, id).
+FactCursor = tuple[datetime, int]
+
+
+def _position() -> ColumnElement[Any]:
+    return tuple_(LongTermMemory.updated_at, LongTermMemory.id)
+
+
+def _at(cursor: FactCursor) -> ColumnElement[Any]:
+    updated_at, fact_id = cursor
+    return tuple_(literal(updated_at, DateTime(timezone=True)), literal(fact_id, BigInteger))
+
+
+async def list_facts(
+    session: AsyncSession,
+    user_id: int,
+    *,
+    offset: int = 0,
+    limit: int,
+    older_than: FactCursor | None = None,
+    newer_than: FactCursor | None = None,
+) -> list[Fact]:
+    """The user's facts, newest first (every place): from ``offset``, or those just
+    older than ``older_than`` or just newer than ``newer_than`` (the ``limit`` nearest
+    to it, still newest first). A cursor keeps its place when facts before it are
+    deleted meanwhile; an offset would skip one."""
+    query = select(*_COLUMNS).where(LongTermMemory.user_id == user_id)
+    if newer_than is not None:
+        query = query.where(_position() > _at(newer_than))
+        query = query.order_by(LongTermMemory.updated_at, LongTermMemory.id)
+    else:
+        if older_than is not None:
+            query = query.where(_position() < _at(older_than))
+        query = query.order_by(LongTermMemory.updated_at.desc(), LongTermMemory.id.desc())
+    rows = await session.execute(query.offset(offset).limit(limit))
+    facts = [_fact(row) for row in rows]
+    return facts[::-1] if newer_than is not None else facts
+
+
+async def count_newer(session: AsyncSession, user_id: int, than: FactCursor) -> int:
+    """How many of the user's facts come before ``than`` in the newest-first order."""
+    count = await session.scalar(
+        select(func.count())
+        .select_from(LongTermMemory)
+        .where(LongTermMemory.user_id == user_id, _position() > _at(than))
     )
-    return [_fact(row) for row in rows]
+    return int(count or 0)
 
 
 async def insert_fact(
