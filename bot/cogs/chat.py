@@ -29,6 +29,7 @@ from discord.ext import commands
 
 from bot.cogs.history import WIPED_WHILE_ANSWERING, backfill, belongs_in_window, to_raw
 from bot.cogs.refresh import REFRESH_MARKER_PREFIX
+from bot.memory.longterm import ChannelView, Place
 from bot.memory.model import StmEntry
 from bot.memory.service import LabelFor
 from bot.memory.storage import MemoryUnavailable
@@ -206,6 +207,112 @@ def may_show_elsewhere(current: discord.abc.GuildChannel, other: discord.abc.Gui
     return True
 
 
+def readable_by_everyone(channel: discord.abc.GuildChannel) -> bool:
+    """Whether every member of the server may read ``channel``: @everyone may view it
+    and no overwrite takes that from a role or a member."""
+    everyone = channel.guild.default_role
+    if not _sees(channel, (everyone,)):
+        return False
+    return not any(
+        overwrite.view_channel is False
+        for target, overwrite in channel.overwrites.items()
+        if target != everyone
+    )
+
+
+def place_of(channel: discord.abc.Messageable) -> Place:
+    """What a long-term fact said in ``channel`` records about it (see :class:`Place`)."""
+    channel_id: int = getattr(channel, "id", 0)
+    if isinstance(channel, discord.Thread):
+        private = channel.type is discord.ChannelType.private_thread
+        parent = channel.parent
+        everyone = not private and parent is not None and readable_by_everyone(parent)
+        return Place(channel.id, channel.parent_id, private, everyone)
+    if isinstance(channel, discord.abc.GuildChannel):
+        return Place(channel_id, None, False, readable_by_everyone(channel))
+    return Place(channel_id)
+
+
+class OnlyHere(ChannelView):
+    """Nothing from elsewhere (a channel whose rights are unknown)."""
+
+    def __init__(self, channel_id: int, here: Place) -> None:
+        self.channel_id, self.here = channel_id, here
+
+    def __call__(self, channel_id: int, /) -> bool:
+        return channel_id == self.channel_id
+
+    def shows(self, guild_id: int | None, place: Place) -> bool:
+        return place.channel_id == self.channel_id
+
+
+class ServerView(ChannelView):
+    """What a server channel (or a thread, judged by its parent ``base``) may show."""
+
+    def __init__(
+        self, guild: discord.Guild, current_id: int, base: discord.abc.GuildChannel, here: Place
+    ) -> None:
+        self.guild, self.current_id, self.base, self.here = guild, current_id, base, here
+
+    def __call__(self, channel_id: int, /) -> bool:
+        if channel_id in (self.current_id, self.base.id):
+            return True
+        other = self.guild.get_channel_or_thread(channel_id)
+        if other is None:
+            return False
+        if isinstance(other, discord.Thread):
+            if other.type is discord.ChannelType.private_thread or other.parent is None:
+                return False
+            return may_show_elsewhere(self.base, other.parent)
+        return may_show_elsewhere(self.base, other)
+
+    def shows(self, guild_id: int | None, place: Place) -> bool:
+        """A fact's place as Discord shows it now; else, by what the fact recorded: a
+        public thread Discord no longer caches (archived, or after a restart) as its
+        parent channel; a deleted channel (or thread parent) only if every member of
+        the server could read it, as then no channel here is more public than it was. A
+        private thread is never shown elsewhere, cached or not."""
+        if self(place.channel_id):
+            return True
+        if self.guild.get_channel_or_thread(place.channel_id) is not None:
+            return False  # Discord shows it: judged as it is now
+        if place.private_thread or guild_id != self.guild.id:
+            return False
+        parent = place.parent_channel_id
+        if parent is not None and self.guild.get_channel(parent) is not None:
+            return self(parent)
+        return place.readable_by_everyone
+
+
+class DirectView(ChannelView):
+    """What a DM may show: the DM itself, and what the user may still read in servers."""
+
+    def __init__(self, chat: Chat, user_id: int, dm_id: int, here: Place) -> None:
+        self.chat, self.user_id, self.dm_id, self.here = chat, user_id, dm_id, here
+
+    def __call__(self, channel_id: int, /) -> bool:
+        return channel_id == self.dm_id or self.chat._member_sees(self.user_id, channel_id)
+
+    def shows(self, guild_id: int | None, place: Place) -> bool:
+        """As :meth:`ServerView.shows`, for the user: an archived public thread if they
+        may read its parent, a deleted channel every member could read if they are
+        still a member of that server."""
+        if self(place.channel_id):
+            return True
+        bot = self.chat.bot
+        if guild_id is None or place.private_thread:
+            return False
+        if bot.get_channel(place.channel_id) is not None:
+            return False  # Discord shows it: judged as it is now
+        guild = bot.get_guild(guild_id)
+        if guild is None:
+            return False  # a server the bot left: who may read what is unknown
+        parent = place.parent_channel_id
+        if parent is not None and guild.get_channel(parent) is not None:
+            return self.chat._member_sees(self.user_id, parent)
+        return place.readable_by_everyone and self.chat._member(guild, self.user_id) is not None
+
+
 class Chat(commands.Cog):
     def __init__(self, bot: KiokuBot) -> None:
         self.bot = bot
@@ -352,34 +459,22 @@ class Chat(commands.Cog):
             may_show_channel=visible,
         )
 
-    def _visible_here(self, message: discord.Message) -> Callable[[int], bool]:
+    def _visible_here(self, message: discord.Message) -> ChannelView:
         """Whether what was said in another channel may be shown where ``message`` was
         sent: in a DM, the user's own DM shows anything; in a server, only channels no
         more private than this one (threads judged by their parent; never a private
-        thread)."""
+        thread). Long-term facts said where Discord shows nothing now are judged by what
+        was recorded with them (see :class:`ServerView` and :class:`DirectView`)."""
         guild = message.guild
+        here = place_of(message.channel)
         if guild is None:
             # A DM shows what the user said in it, and what they may still read in servers.
-            user_id, dm_id = message.author.id, message.channel.id
-            return lambda channel_id: channel_id == dm_id or self._member_sees(user_id, channel_id)
+            return DirectView(self, message.author.id, message.channel.id, here)
         current = message.channel
         base = current.parent if isinstance(current, discord.Thread) else current
         if not isinstance(base, discord.abc.GuildChannel):
-            return lambda channel_id: channel_id == current.id
-
-        def visible(channel_id: int) -> bool:
-            if channel_id in (current.id, base.id):
-                return True
-            other = guild.get_channel_or_thread(channel_id)
-            if other is None:
-                return False
-            if isinstance(other, discord.Thread):
-                if other.type is discord.ChannelType.private_thread or other.parent is None:
-                    return False
-                return may_show_elsewhere(base, other.parent)
-            return may_show_elsewhere(base, other)
-
-        return visible
+            return OnlyHere(current.id, here)
+        return ServerView(guild, current.id, base, here)
 
     async def _load_dm_members(self, user_id: int) -> None:
         """Before an opted-in DM turn: the user's membership in every server whose memory
@@ -422,9 +517,12 @@ class Chat(commands.Cog):
             channel.type is discord.ChannelType.private_thread or channel.parent is None
         ):
             return False  # a private thread, or one whose parent (and rights) is unknown
-        guild = channel.guild
-        member = self._cached_member(guild, user_id) or self._fetched.get((guild.id, user_id))
+        member = self._member(channel.guild, user_id)
         return member is not None and channel.permissions_for(member).view_channel
+
+    def _member(self, guild: discord.Guild, user_id: int) -> discord.Member | None:
+        """The user as a member of ``guild`` as far as known (cached or fetched lately)."""
+        return self._cached_member(guild, user_id) or self._fetched.get((guild.id, user_id))
 
     def _cached_member(self, guild: discord.Guild, user_id: int) -> discord.Member | None:
         """The member as the gateway keeps it current: only with the members intent.

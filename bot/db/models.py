@@ -197,6 +197,17 @@ class LongTermMemory(Base):
     guild_id: Mapped[int | None] = mapped_column(BigInteger)
     # Where the fact was said: it is never recalled in a channel more public than that.
     channel_id: Mapped[int | None] = mapped_column(BigInteger)
+    # What the bot knew of that place when the fact was said, to judge it once Discord
+    # no longer shows it (an archived thread is not cached; a channel may be deleted):
+    # a thread's parent channel, whether the thread was private, and whether every
+    # member of the server could read the place.
+    parent_channel_id: Mapped[int | None] = mapped_column(BigInteger)
+    private_thread: Mapped[bool] = mapped_column(
+        Boolean, nullable=False, server_default=text("false")
+    )
+    readable_by_everyone: Mapped[bool] = mapped_column(
+        Boolean, nullable=False, server_default=text("false")
+    )
     content: Mapped[str] = mapped_column(Text, nullable=False)
     # Generated, so the full-text index can never disagree with the text it indexes.
     content_tsv: Mapped[str] = mapped_column(

@@ -10,11 +10,15 @@ The one path through which facts are stored, recalled and deleted (SPEC §6):
   one more evicts the least-recalled, oldest first. Every change writes an audit event
   (``ltm_remember``, ``ltm_forget``, ``ltm_evict``, ``ltm_clear``) without the text.
 * **Recalling** (:meth:`LongTermService.recall_notes`): the user's facts visible here,
-  ranked by PostgreSQL full-text search over the message (words of other scripts than
-  Latin also as substrings, for languages written without spaces) plus recency, within
-  ``recall_char_budget`` characters. Facts made in a server are recalled in that server
-  only; in DMs, DM facts always and server facts only if the user opted in to
-  cross-context memory. Every recalled fact has its recall counter bumped.
+  ranked by how many of the message's words they hold, then PostgreSQL full-text rank
+  (words of other scripts than Latin also as substrings, for languages written without
+  spaces) plus recency, within ``recall_char_budget`` characters. Facts made in a server
+  are recalled in that server only; in DMs, DM facts always and server facts only if
+  the user opted in to cross-context memory; never in a channel more public than where
+  they were said (:class:`ChannelView`). Every recalled fact has its recall counter
+  bumped.
+* **Forgetting** by words (:meth:`LongTermService.forget`) deletes the one visible fact
+  holding every word of the query; several such facts are returned, not guessed at.
 
 Database failures surface as :class:`~bot.memory.storage.MemoryUnavailable`. This module
 imports nothing from Discord.
@@ -28,6 +32,7 @@ import logging
 import math
 import re
 import sys
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -39,7 +44,14 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from bot.config import Settings
 from bot.db.repositories import longterm as repo
 from bot.db.repositories import stm as stm_repo
-from bot.db.repositories.longterm import STOP_WORDS, Fact, FactCursor, FactEvent, ScoredFact
+from bot.db.repositories.longterm import (
+    STOP_WORDS,
+    Fact,
+    FactCursor,
+    FactEvent,
+    Place,
+    ScoredFact,
+)
 from bot.memory.clock import Clock, SystemClock
 from bot.memory.model import Provenance
 from bot.memory.sanitize import sanitize_value
@@ -47,12 +59,15 @@ from bot.memory.spool import DurableSpool
 from bot.memory.storage import storage
 
 __all__ = [
+    "ChannelFilter",
+    "ChannelView",
     "Fact",
     "FactCursor",
     "FactPage",
     "FactRefused",
     "ForgetResult",
     "LongTermService",
+    "Place",
     "RememberResult",
     "is_near_duplicate",
     "normalized_tokens",
@@ -171,9 +186,11 @@ class RememberResult:
 
 @dataclass(frozen=True, slots=True)
 class ForgetResult:
-    """The facts :meth:`LongTermService.forget` deleted (empty: nothing matched)."""
+    """The facts :meth:`LongTermService.forget` deleted (empty: nothing matched), or,
+    when a query fits several facts, those facts (``candidates``; none deleted)."""
 
     deleted: tuple[Fact, ...] = ()
+    candidates: tuple[Fact, ...] = ()
 
     @property
     def ids(self) -> list[int]:
@@ -363,9 +380,12 @@ class LongTermService:
         provenance: Provenance,
         *,
         channel_id: int | None = None,
+        place: Place | None = None,
         started_at: datetime | None = None,
     ) -> RememberResult:
-        """Store ``text`` as a fact of ``user_id`` made in ``guild_id`` (``None``: a DM).
+        """Store ``text`` as a fact of ``user_id`` made in ``guild_id`` (``None``: a DM),
+        said in ``channel_id`` (or at ``place``, which also records a thread's parent and
+        what else decides who may read it later; see :class:`Place`).
         ``started_at``: when the asking turn started; a /forget-me of the user since then
         (in any process) refuses the fact, which comes from before it.
 
@@ -376,9 +396,11 @@ class LongTermService:
         content, truncated = self.clean(text)
         if not content:
             raise FactRefused("the fact is empty after removing unsafe content")
+        if place is None and channel_id is not None:
+            place = Place(channel_id)
         try:
             return await self._remember(
-                user_id, guild_id, content, truncated, provenance, channel_id, started_at
+                user_id, guild_id, content, truncated, provenance, place, started_at
             )
         finally:
             # After the commit (or failure): a recall that ran meanwhile and found
@@ -392,7 +414,7 @@ class LongTermService:
         content: str,
         truncated: bool,
         provenance: Provenance,
-        channel_id: int | None,
+        place: Place | None,
         started_at: datetime | None,
     ) -> RememberResult:
         now = self.clock.now()
@@ -417,7 +439,7 @@ class LongTermService:
                     content=content,
                     provenance=provenance,
                     now=now,
-                    channel_id=channel_id,
+                    place=place,
                 )
                 status: Literal["created", "updated"] = "updated"
                 chars_before: int | None = len(twin.content)
@@ -436,7 +458,7 @@ class LongTermService:
                     content=content,
                     provenance=provenance,
                     now=now,
-                    channel_id=channel_id,
+                    place=place,
                 )
                 status, chars_before = "created", None
             events.append(
@@ -472,16 +494,21 @@ class LongTermService:
         source_message_id: int | None = None,
         origin: str = "model_tool",
     ) -> ForgetResult:
-        """Delete one of the user's facts: by id (any of theirs), or the best full-text
-        match for ``query`` among the facts that may be shown here (``guild_id`` and
-        ``may_show``, as for recall). Deletes nothing when the id is not theirs or
-        nothing matches."""
+        """Delete one of the user's facts: by id (any of theirs), or by ``query``: the
+        fact that holds every word of it, among the facts that may be shown here
+        (``guild_id`` and ``may_show``, as for recall). Deletes nothing when the id is not
+        theirs or no fact holds every word; when several do, deletes none of them and
+        returns them as ``candidates`` (at most :data:`SEARCH_LIMIT`), to be told apart
+        by id: a query like "sister Anna" must never delete "My sister is called Maria",
+        nor guess between two sisters."""
         if (fact_id is None) == (query is None):
             raise ValueError("give exactly one of fact_id and query")
         now = self.clock.now()
         async with self._storage("forgetting a fact") as session, session.begin():
             target = fact_id
             if target is None:
+                # Only facts this channel may see: one said somewhere more private is
+                # neither found nor deleted (nor named) from here.
                 hits = await repo.search(
                     session,
                     user_id=user_id,
@@ -489,15 +516,13 @@ class LongTermService:
                     opted_in=opted_in,
                     words=repo.query_words(query or ""),
                     now=now,
-                    limit=RECALL_CANDIDATES,
-                    matched_only=True,
+                    limit=SEARCH_LIMIT,
+                    all_words=True,
+                    hidden=await _hidden(session, user_id, guild_id, opted_in, may_show),
                 )
-                # The best match this channel may see: a fact said somewhere more
-                # private is neither found nor deleted (nor named) from here.
-                visible = _visible(hits, may_show)
-                if not visible:
-                    return ForgetResult()
-                target = visible[0].fact.id
+                if len(hits) != 1:
+                    return ForgetResult(candidates=tuple(hit.fact for hit in hits))
+                target = hits[0].fact.id
             deleted = await repo.delete_fact(session, user_id, target)
             if deleted is None:
                 return ForgetResult()
@@ -550,10 +575,10 @@ class LongTermService:
     ) -> list[str]:
         """The facts to put in this turn's prompt, most relevant first.
 
-        Facts visible here are ranked by full-text relevance to ``query_text`` (the
-        user's message), then recency; they are taken in that order until the next one
-        would take the total past ``recall_char_budget`` characters. The recalled facts
-        have their recall counter bumped.
+        Facts visible here are ranked by how many words of ``query_text`` (the user's
+        message) they hold, then full-text relevance and recency; they are taken in that
+        order until the next one would take the total past ``recall_char_budget``
+        characters. The recalled facts have their recall counter bumped.
         """
         budget = self.limits.recall_char_budget
         if budget <= 0:
@@ -568,8 +593,9 @@ class LongTermService:
                 words=repo.query_words(query_text),
                 now=now,
                 limit=RECALL_CANDIDATES,
+                hidden=await _hidden(session, user_id, guild_id, opted_in, may_show),
             )
-            chosen = _within_budget(_visible(hits, may_show), budget)
+            chosen = _within_budget(hits, budget)
             await repo.bump_recall(session, (fact.id for fact in chosen), now)
         return [fact.content for fact in chosen]
 
@@ -583,8 +609,9 @@ class LongTermService:
         limit: int = SEARCH_LIMIT,
         may_show: ChannelFilter | None = None,
     ) -> list[Fact]:
-        """The facts visible here that match ``query``'s words, best first (the
-        ``recall`` tool). The returned facts have their recall counter bumped."""
+        """The facts visible here that match ``query``'s words, best first (those
+        holding the most of its words; the ``recall`` tool). The returned facts have
+        their recall counter bumped."""
         now = self.clock.now()
         async with self._storage("searching facts") as session, session.begin():
             hits = await repo.search(
@@ -596,8 +623,8 @@ class LongTermService:
                 now=now,
                 limit=limit,
                 matched_only=True,
+                hidden=await _hidden(session, user_id, guild_id, opted_in, may_show),
             )
-            hits = _visible(hits, may_show)
             await repo.bump_recall(session, (hit.fact.id for hit in hits), now)
         return [hit.fact for hit in hits]
 
@@ -677,9 +704,38 @@ class LongTermService:
         return facts[:limit]
 
 
-# Whether a fact said in a given channel may be shown where the turn happens: never in a
-# channel more public than where it was said (the same rule as other channels' STM).
+# Whether what was said in a given channel may be shown where the turn happens: never in
+# a channel more public than where it was said (the same rule as other channels' STM).
 ChannelFilter = Callable[[int], bool]
+
+
+class ChannelView(ABC):
+    """A :data:`ChannelFilter` from a caller that knows the places (the chat cog knows
+    Discord's channels and permissions), which can also judge a long-term fact by all
+    its :class:`Place` recorded: a fact said in a thread Discord no longer shows (an
+    archived thread is not cached) or in a channel since deleted.
+
+    ``here`` is where the turn happens, recorded with the facts saved in it."""
+
+    here: Place | None = None
+
+    @abstractmethod
+    def __call__(self, channel_id: int, /) -> bool:
+        """Whether what was said in ``channel_id`` may be shown here."""
+
+    def shows(self, guild_id: int | None, place: Place) -> bool:
+        """Whether a fact said at ``place`` in ``guild_id`` may be shown here (by
+        default, as its channel)."""
+        return self(place.channel_id)
+
+
+def may_show_place(may_show: ChannelFilter | None, guild_id: int | None, place: Place) -> bool:
+    """``may_show``'s verdict on a fact said at ``place`` (anything, without a filter)."""
+    if may_show is None:
+        return True
+    if isinstance(may_show, ChannelView):
+        return may_show.shows(guild_id, place)
+    return may_show(place.channel_id)
 
 
 def visible_here(
@@ -692,13 +748,33 @@ def visible_here(
         return False
     if guild_id is None and fact.guild_id is not None and not opted_in:
         return False
-    return fact.channel_id is None or may_show is None or may_show(fact.channel_id)
+    place = fact.place
+    return place is None or may_show_place(may_show, fact.guild_id, place)
 
 
-def _visible(hits: Sequence[ScoredFact], may_show: ChannelFilter | None) -> list[ScoredFact]:
+async def _hidden(
+    session: AsyncSession,
+    user_id: int,
+    guild_id: int | None,
+    opted_in: bool,
+    may_show: ChannelFilter | None,
+) -> list[int]:
+    """The ids of the user's facts in scope that ``may_show`` keeps from this channel.
+    Found before searching, so the search's limit counts only facts that may be shown
+    (ten private matches must not hide a visible one); each place is judged once."""
     if may_show is None:
-        return list(hits)
-    return [h for h in hits if h.fact.channel_id is None or may_show(h.fact.channel_id)]
+        return []
+    verdicts: dict[tuple[int | None, Place], bool] = {}
+    hidden: list[int] = []
+    for fact_id, fact_guild, place in await repo.fact_places(
+        session, user_id, guild_id, opted_in=opted_in
+    ):
+        shown = verdicts.get((fact_guild, place))
+        if shown is None:
+            shown = verdicts[(fact_guild, place)] = may_show_place(may_show, fact_guild, place)
+        if not shown:
+            hidden.append(fact_id)
+    return hidden
 
 
 def _within_budget(hits: Sequence[ScoredFact], budget: int) -> list[Fact]:

@@ -11,6 +11,7 @@ from sqlalchemy.engine import URL
 
 from bot.db.engine import Database
 from bot.db.models import LongTermMemory
+from bot.llm.tools.longterm import NO_FULL_MATCH
 from bot.llm.tools.stm import STM_TOOL_NAME
 from bot.memory.longterm import LongTermService
 from bot.memory.model import Provenance
@@ -199,7 +200,7 @@ async def test_forgetting_by_query_in_public_neither_finds_nor_names_a_private_f
     await env.send("forget that my therapist thing", author=member, mention_bot=True)
 
     (result,) = tool_results(llm)
-    assert result == "nothing deleted: no saved fact matches that query"
+    assert result == NO_FULL_MATCH
     assert "Kowalski" not in "\n".join(str(m.get("content")) for m in llm.messages(-1))
     assert len(await facts(db)) == 1  # still there, to be forgotten where it was said
 
@@ -222,3 +223,123 @@ async def test_forgetting_a_dm_fact_by_id_in_a_server_does_not_repeat_it_there(
     (result,) = tool_results(llm)
     assert result == f"deleted #{fact.id} (saved elsewhere; its text is not shown here)"
     assert await facts(db) == []
+
+
+# ------------------------------------------- facts said where Discord shows nothing now
+
+
+async def remember_in(kioku: KiokuHarness, channel: discord.abc.Messageable, fact: str) -> None:
+    kioku.llm.reply_tool_calls([("remember", {"fact": fact})])
+    kioku.llm.reply_text("Noted.")
+    await kioku.env.send(f"remember that {fact}", channel=channel, mention_bot=True)
+
+
+async def archive(kioku: KiokuHarness, thread: discord.Thread) -> None:
+    """Discord archives an idle thread; discord.py drops it from the guild's cache, as it
+    does for every archived thread after a restart."""
+    env = kioku.env
+    payload = {
+        "id": str(thread.id),
+        "guild_id": str(env.guild.id),
+        "parent_id": str(thread.parent_id),
+        "owner_id": str(thread.owner_id),
+        "name": thread.name,
+        "type": thread.type.value,
+        "thread_metadata": {
+            "archived": True,
+            "auto_archive_duration": 1440,
+            "archive_timestamp": "2026-01-02T00:00:00+00:00",
+            "locked": False,
+        },
+    }
+    await env.run_parser(env.state.parse_thread_update, payload)
+    assert env.guild.get_thread(thread.id) is None
+
+
+async def delete_channel(kioku: KiokuHarness, channel: discord.TextChannel) -> None:
+    env = kioku.env
+    await env.run_parser(
+        env.state.parse_channel_delete,
+        {"id": str(channel.id), "guild_id": str(env.guild.id), "type": 0, "name": channel.name},
+    )
+    assert env.guild.get_channel(channel.id) is None
+
+
+async def recalled(kioku: KiokuHarness, channel: discord.abc.Messageable | None = None) -> str:
+    """The prompt of a turn in ``channel`` (default: the first channel)."""
+    kioku.llm.reply_text("Something vegan.")
+    in_dm = isinstance(channel, discord.DMChannel)
+    await kioku.env.send(
+        "what should I cook tonight? I'm vegan-curious", channel=channel, mention_bot=not in_dm
+    )
+    return prompt_text(kioku.llm)
+
+
+VEGAN = "The user is vegan."
+
+
+async def test_a_fact_said_in_a_thread_is_still_recalled_after_the_thread_archives(
+    kioku: KiokuHarness, db: Database
+) -> None:
+    env = kioku.env
+    thread = await env.create_thread(env.channel, "chat")
+    await remember_in(kioku, thread, VEGAN)
+    (fact,) = await facts(db)
+    assert (fact.channel_id, fact.parent_channel_id, fact.private_thread) == (
+        thread.id,
+        env.channel.id,
+        False,
+    )
+    assert VEGAN in await recalled(kioku)  # in the parent channel
+
+    await archive(kioku, thread)
+    assert VEGAN in await recalled(kioku), "the long-term fact was lost"
+
+
+async def test_a_fact_said_in_a_private_thread_stays_out_of_its_parent_once_archived(
+    kioku: KiokuHarness, db: Database
+) -> None:
+    env = kioku.env
+    thread = await env.create_thread(env.channel, "just us", private=True)
+    await remember_in(kioku, thread, VEGAN)
+    (fact,) = await facts(db)
+    assert fact.private_thread
+    assert VEGAN not in await recalled(kioku)
+
+    await archive(kioku, thread)
+    assert VEGAN not in await recalled(kioku)
+
+
+async def test_an_opted_in_dm_recalls_a_fact_from_an_archived_public_thread(
+    kioku: KiokuHarness,
+) -> None:
+    env = kioku.env
+    await kioku.bot.memory.set_cross_context_opt_in(env.member.id, True)
+    thread = await env.create_thread(env.channel, "chat")
+    await remember_in(kioku, thread, VEGAN)
+    await archive(kioku, thread)
+    assert VEGAN in await recalled(kioku, env.dm_channel(env.member))
+
+
+async def test_a_fact_said_in_a_deleted_channel_everyone_could_read_is_recalled_in_its_server(
+    kioku: KiokuHarness,
+) -> None:
+    env = kioku.env
+    scratch = await env.create_text_channel("bot-scratch")
+    await remember_in(kioku, scratch, VEGAN)
+    await delete_channel(kioku, scratch)
+    assert VEGAN in await recalled(kioku), "the long-term fact was lost"
+
+
+async def test_a_fact_said_in_a_deleted_private_channel_is_not_recalled(
+    kioku: KiokuHarness, db: Database
+) -> None:
+    # Nobody can read the channel any more, and not every member could before: no
+    # channel of the server is known to be as private as it was.
+    env = kioku.env
+    staff = await env.create_text_channel("staff", private=True, allow=[env.member])
+    await remember_in(kioku, staff, VEGAN)
+    (fact,) = await facts(db)
+    assert not fact.readable_by_everyone
+    await delete_channel(kioku, staff)
+    assert VEGAN not in await recalled(kioku)

@@ -16,7 +16,7 @@ from bot.config import Settings
 from bot.db.engine import Database
 from bot.db.models import LongTermMemory, StmEvent
 from bot.db.repositories.longterm import query_words
-from bot.memory.longterm import FactRefused, LongTermService, is_near_duplicate
+from bot.memory.longterm import FactRefused, LongTermService, Place, is_near_duplicate
 from bot.memory.model import Provenance
 from bot.memory.storage import MemoryUnavailable
 from bot.turn import TurnRequest, TurnRunner
@@ -471,7 +471,38 @@ def test_query_words_are_plain_words() -> None:
         "dogs",
         "dog",
     ]
-    assert len(query_words(" ".join(f"word{i}" for i in range(100)))) == 32
+    assert query_words(" ".join(f"word{i}" for i in range(100))) == [
+        f"word{i}" for i in range(68, 100)
+    ]
+
+
+def test_query_words_keep_the_end_of_a_long_text_and_singulars_do_not_count() -> None:
+    # A long message usually ends with its question.
+    words = query_words(" ".join(f"plans{i}" for i in range(40)) + " what is my cat called?")
+    assert words[-2:] == ["cat", "called"]
+    # 30 plurals and their 30 singulars: all kept, the added forms take no place.
+    plurals = [f"boat{i}s" for i in range(30)]
+    words = query_words(" ".join(plurals))
+    assert words[::2] == plurals and len(words) == 60
+
+
+async def test_a_long_message_still_recalls_the_fact_its_question_is_about(
+    service: LongTermService, clock: ManualClock
+) -> None:
+    await remember(service, CAT)
+    for n in range(40):
+        clock.advance(hours=1)
+        await remember(service, f"Reminder {n}: project deadline number {n} is important")
+    # A long Discord message (about 400 characters) that ends with the question.
+    story = (
+        "Long day today. Woke up early, walked downtown, grabbed breakfast burritos, "
+        "argued with coworkers regarding quarterly budgets, fixed three flaky builds, "
+        "reviewed pull requests, answered emails, skipped lunch, drove home through "
+        "heavy traffic, watched football highlights, cooked pasta, washed dishes, "
+        "folded laundry. Anyway, what was my cat called again?"
+    )
+    notes = await service.recall_notes(ALICE, GUILD, story, opted_in=False)
+    assert notes[0] == CAT
 
 
 # ------------------------------------------------------------------ forgetting and listing
@@ -509,6 +540,97 @@ async def test_forget_by_query_deletes_the_best_visible_match(
     assert nothing.deleted == ()
     with pytest.raises(ValueError):
         await service.forget(ALICE)
+
+
+async def test_forget_by_query_does_not_delete_a_fact_that_shares_one_word(
+    service: LongTermService, db: Database
+) -> None:
+    # "Forget that my sister is Anna": the model calls forget_memory(query="sister Anna").
+    # There is no Anna fact (never saved, or already forgotten): another sister's fact,
+    # which shares only the word "sister", must not be deleted in its place.
+    await remember(service, "My sister is called Maria")
+    result = await service.forget(ALICE, query="sister Anna", guild_id=GUILD)
+    assert (result.deleted, result.candidates) == ((), ())
+    assert len(await rows(db)) == 1
+
+
+async def test_forget_by_query_prefers_the_fact_holding_every_word_over_a_newer_one(
+    service: LongTermService, clock: ManualClock
+) -> None:
+    anna = await remember(service, "My sister is called Anna")
+    clock.advance(days=90)
+    await remember(service, "My sister Maria lives in Berlin")
+    result = await service.forget(ALICE, query="sister Anna", guild_id=GUILD)
+    assert result.ids == [anna]
+
+
+async def test_forget_by_query_does_not_guess_between_facts_holding_every_word(
+    service: LongTermService, db: Database
+) -> None:
+    maria = await remember(service, "My sister is called Maria")
+    anna = await remember(service, "My other sister is called Anna")
+    await remember(service, "I live in Lisbon")
+    result = await service.forget(ALICE, query="sisters", guild_id=GUILD)
+    assert result.deleted == ()
+    assert sorted(fact.id for fact in result.candidates) == [maria, anna]
+    assert len(await rows(db)) == 3
+
+
+async def test_a_fact_holding_every_word_ranks_before_a_newer_one_holding_some(
+    service: LongTermService, clock: ManualClock
+) -> None:
+    await remember(service, "My sister Anna is a nurse")
+    clock.advance(days=365)
+    await remember(service, "My sister lives in Berlin and my sister visits often")
+    query = "Where does my sister Anna work?"
+    assert (await service.recall_notes(ALICE, GUILD, query, opted_in=False))[0] == (
+        "My sister Anna is a nurse"
+    )
+    found = await service.search(ALICE, GUILD, "sister anna", opted_in=False)
+    assert found[0].content == "My sister Anna is a nurse"
+
+
+PUBLIC, PRIVATE = 1001, 1002
+
+
+def public_only(channel_id: int) -> bool:
+    return channel_id == PUBLIC
+
+
+async def test_matches_from_channels_not_shown_here_do_not_take_the_visible_ones_places(
+    service: LongTermService, db: Database, clock: ManualClock
+) -> None:
+    # Searching in #general (PUBLIC); the user also keeps many facts said in a staff
+    # channel (PRIVATE), which may not be shown there.
+    tea = "My favourite tea is sencha"
+    await service.remember(ALICE, GUILD, tea, by_model(), channel_id=PUBLIC)
+    clock.advance(days=1)
+    await bulk_insert(
+        db,
+        ALICE,
+        [f"Staff tea rota slot {n} belongs to shift {n}" for n in range(60)],
+        channel_id=PRIVATE,
+    )
+    found = await service.search(ALICE, GUILD, "tea", opted_in=False, may_show=public_only)
+    assert [f.content for f in found] == [tea]
+    notes = await service.recall_notes(
+        ALICE, GUILD, "which tea?", opted_in=False, may_show=public_only
+    )
+    assert notes == [tea]
+    forgotten = await service.forget(ALICE, query="tea", guild_id=GUILD, may_show=public_only)
+    assert [f.content for f in forgotten.deleted] == [tea]
+
+
+async def test_a_fact_keeps_where_it_was_said(service: LongTermService, db: Database) -> None:
+    thread = Place(PRIVATE, parent_channel_id=PUBLIC, private_thread=True)
+    await service.remember(ALICE, GUILD, CAT, by_model(), place=thread)
+    [row] = await rows(db)
+    assert (row.channel_id, row.parent_channel_id, row.private_thread) == (PRIVATE, PUBLIC, True)
+    # Restated in a channel every member reads: the fact is now from there.
+    channel = Place(PUBLIC, readable_by_everyone=True)
+    result = await service.remember(ALICE, GUILD, CAT + "!", by_model(), place=channel)
+    assert result.status == "updated" and result.fact is not None
+    assert result.fact.place == channel
 
 
 async def test_list_pages_and_clear(
@@ -616,7 +738,7 @@ PLURAL_CATS = "I have two cats, Miso and Tofu"
         pytest.param("My favourite city is Porto", "cities", True, id="cities-city"),
         pytest.param("I lived in three cities", "city", True, id="city-cities"),
         pytest.param("I work in catering", "cat", False, id="no-prefix-match"),
-        pytest.param(PLURAL_CATS, "cat'):* | !dogs --", True, id="query-syntax-is-plain"),
+        pytest.param(PLURAL_CATS, "cat'):* | !cats --", True, id="query-syntax-is-plain"),
     ],
 )
 async def test_a_query_finds_the_fact_in_either_number(

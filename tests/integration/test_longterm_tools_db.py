@@ -19,6 +19,7 @@ from bot.llm.tools.longterm import (
     FORGET_TOOL_NAME,
     LONG_TERM_TOOL_NAMES,
     MAX_REMEMBERS_PER_TURN,
+    NO_FULL_MATCH,
     RECALL_TOOL_NAME,
     REMEMBER_TOOL_NAME,
     UNAVAILABLE,
@@ -332,12 +333,38 @@ async def test_forget_by_id_and_by_query(service: LongTermService, db: Database)
             f"nothing deleted: this user has no fact #{fact_id}"
         )
     outcome = await forget.run('{"query": "spaceships"}')
-    assert outcome.ok and outcome.content == "nothing deleted: no saved fact matches that query"
+    assert outcome.ok and outcome.content == NO_FULL_MATCH
     assert [row.content for row in await rows(db)] == ["I live in Lisbon", "Bob owns a boat"]
 
     outcome = await forget.run('{"query": "lisbon"}')
     assert outcome.ok and outcome.content.endswith("in a server): I live in Lisbon")
     assert [row.content for row in await rows(db)] == ["Bob owns a boat"]
+
+
+async def test_forget_by_query_lists_the_facts_holding_every_word_and_deletes_none(
+    service: LongTermService, db: Database
+) -> None:
+    maria = await remember(service, "My sister is called Maria")
+    anna = await remember(service, "My other sister is called Anna, " + "she likes tea " * 30)
+    await remember(service, "My brother is called Tom")
+    forget = tools(service)[FORGET_TOOL_NAME]
+
+    outcome = await forget.run('{"query": "sister called"}')
+
+    assert outcome.ok
+    head, *listed = outcome.content.splitlines()
+    assert head == (
+        "nothing deleted: 2 saved facts hold every word of that query; call forget_memory "
+        "again with the fact_id of the one the user means (or ask them which):"
+    )
+    saved = "(saved 2026-11-01, in a server): "
+    assert f"#{maria} {saved}My sister is called Maria" in listed
+    [long] = [line for line in listed if line.startswith(f"#{anna} ")]
+    assert long.endswith("…") and len(long.removeprefix(f"#{anna} {saved}")) <= 200
+    assert len(await rows(db)) == 3
+
+    outcome = await forget.run(f'{{"fact_id": {maria}}}')
+    assert outcome.content.startswith(f"deleted #{maria} ")
 
 
 async def test_recall_and_forget_find_a_word_in_a_language_written_without_spaces(

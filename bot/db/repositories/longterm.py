@@ -16,7 +16,7 @@ Scoping (who sees which fact where) is decided by :func:`scope_filter`:
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -27,6 +27,8 @@ from sqlalchemy import (
     ColumnElement,
     DateTime,
     Float,
+    Integer,
+    any_,
     case,
     cast,
     delete,
@@ -34,12 +36,14 @@ from sqlalchemy import (
     insert,
     literal,
     literal_column,
+    not_,
     or_,
     select,
     text,
     tuple_,
     update,
 )
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from bot.db.models import LongTermMemory, StmEvent
@@ -104,15 +108,42 @@ class Fact:
     created_at: datetime
     updated_at: datetime
     channel_id: int | None = None
+    parent_channel_id: int | None = None
+    private_thread: bool = False
+    readable_by_everyone: bool = False
+
+    @property
+    def place(self) -> Place | None:
+        """Where the fact was said (None: no channel recorded)."""
+        if self.channel_id is None:
+            return None
+        return Place(
+            self.channel_id, self.parent_channel_id, self.private_thread, self.readable_by_everyone
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Place:
+    """Where a fact was said, as the bot saw it then: the channel (a thread's own id);
+    for a thread, its parent channel and whether it was private; and whether every
+    member of the server could read it. Discord may later forget the place (an archived
+    thread is not cached, a channel may be deleted); this is what it is judged by then."""
+
+    channel_id: int
+    parent_channel_id: int | None = None
+    private_thread: bool = False
+    readable_by_everyone: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class ScoredFact:
-    """A search hit: the fact, whether it matched the query's words, and its score."""
+    """A search hit: the fact, whether it matched the query's words, how many of the
+    query's words it holds (a word in either number), and its score."""
 
     fact: Fact
     matched: bool
     score: float
+    words_matched: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +172,9 @@ _COLUMNS = (
     LongTermMemory.created_at,
     LongTermMemory.updated_at,
     LongTermMemory.channel_id,
+    LongTermMemory.parent_channel_id,
+    LongTermMemory.private_thread,
+    LongTermMemory.readable_by_everyone,
 )
 
 
@@ -152,23 +186,43 @@ def query_words(text_: str) -> list[str]:
     """The distinct searchable words of ``text_``: lower-cased word characters only
     (so nothing in them can act as query syntax), stop words and one-letter words
     dropped (except one character of a script written without spaces, such as ``猫``),
-    plus the singular of simple English plurals (``cats`` → ``cat``)."""
-    words: list[str] = []
+    plus the singular of simple English plurals (``cats`` → ``cat``).
+
+    At most :data:`MAX_QUERY_WORDS` words of the text are kept, the last ones: a long
+    message usually ends with what it asks. The added singulars do not count."""
+    keywords: list[str] = []
     # lower(), not casefold(): PostgreSQL's to_tsvector lowers "ß" and "ς" as they are,
     # where casefold() would make "ss" and "σ", and such words would never match.
     for raw in _WORD.findall(text_.lower()):
         word = raw.strip("_")[:MAX_WORD_CHARS]
         if not word or word in STOP_WORDS or (len(word) < 2 and not _UNSPACED.match(word)):
             continue
+        if word in keywords:
+            keywords.remove(word)  # kept at its last place, so the end of the text wins
+        keywords.append(word)
+    words: list[str] = []
+    for word in keywords[-MAX_QUERY_WORDS:]:
         forms = [word]
         if len(word) > 3 and word.endswith("s") and not word.endswith("ss"):
             forms.append(word[:-1])
-        for form in forms:
-            if form not in words:
-                words.append(form)
-        if len(words) >= MAX_QUERY_WORDS:
-            break
-    return words[:MAX_QUERY_WORDS]
+        words.extend(form for form in forms if form not in words)
+    return words
+
+
+def word_groups(words: Sequence[str]) -> list[list[str]]:
+    """``words`` (from :func:`query_words`) as the query's words, each with every form
+    it is searched in (:func:`search_terms`): ``["cats", "cat", "box"]`` is two words,
+    ``[["cats", "cat"], ["box", "boxes"]]``. A fact "holds" a word when it holds one of
+    its forms."""
+    groups: list[list[str]] = []
+    for word in words:
+        forms = search_terms([word])
+        same = next((group for group in groups if set(group) & set(forms)), None)
+        if same is None:
+            groups.append(forms)
+        else:
+            same.extend(form for form in forms if form not in same)
+    return groups
 
 
 def search_terms(words: Sequence[str]) -> list[str]:
@@ -330,6 +384,22 @@ async def count_newer(session: AsyncSession, user_id: int, than: FactCursor) -> 
     return int(count or 0)
 
 
+def _place_values(place: Place | None) -> dict[str, object]:
+    if place is None:  # no channel known: judged by nothing but its server (or DMs)
+        return {
+            "channel_id": None,
+            "parent_channel_id": None,
+            "private_thread": False,
+            "readable_by_everyone": False,
+        }
+    return {
+        "channel_id": place.channel_id,
+        "parent_channel_id": place.parent_channel_id,
+        "private_thread": place.private_thread,
+        "readable_by_everyone": place.readable_by_everyone,
+    }
+
+
 async def insert_fact(
     session: AsyncSession,
     *,
@@ -338,7 +408,7 @@ async def insert_fact(
     content: str,
     provenance: Provenance,
     now: datetime,
-    channel_id: int | None = None,
+    place: Place | None = None,
 ) -> Fact:
     row = (
         await session.execute(
@@ -346,7 +416,7 @@ async def insert_fact(
             .values(
                 user_id=user_id,
                 guild_id=guild_id,
-                channel_id=channel_id,
+                **_place_values(place),
                 content=content,
                 origin=provenance.origin,
                 origin_detail=provenance.detail,
@@ -367,16 +437,17 @@ async def update_fact(
     content: str,
     provenance: Provenance,
     now: datetime,
-    channel_id: int | None = None,
+    place: Place | None = None,
 ) -> Fact:
-    """Replace a fact's text and provenance (a near-duplicate was remembered again)."""
+    """Replace a fact's text, place and provenance (a near-duplicate was remembered
+    again)."""
     row = (
         await session.execute(
             update(LongTermMemory)
             .where(LongTermMemory.id == fact_id)
             .values(
                 content=content,
-                channel_id=channel_id,
+                **_place_values(place),
                 origin=provenance.origin,
                 origin_detail=provenance.detail,
                 source_message_id=provenance.source_message_id,
@@ -435,13 +506,19 @@ async def search(
     now: datetime,
     limit: int,
     matched_only: bool = False,
+    all_words: bool = False,
+    hidden: Collection[int] = (),
 ) -> list[ScoredFact]:
-    """The user's facts visible here, most relevant first.
+    """The user's facts visible here (in scope, and none of the ``hidden`` ids), most
+    relevant first.
 
-    Relevance is full-text: the words and their other number (:func:`search_terms`)
-    are OR-ed into one ``websearch_to_tsquery`` (they are plain words, see
-    :func:`query_words`) and ranked with ``ts_rank``; a recency
-    term (halving every :data:`RECENCY_HALF_DAYS` days) orders facts of similar rank.
+    A fact holding more of the query's words (:func:`word_groups`, a word in either
+    number) comes first: one that holds every word is never outranked by a newer one
+    holding some. Among facts holding as many, relevance is full-text: the words and
+    their other number (:func:`search_terms`) are OR-ed into one
+    ``websearch_to_tsquery`` (they are plain words, see :func:`query_words`) and ranked
+    with ``ts_rank``; a recency term (halving every :data:`RECENCY_HALF_DAYS` days)
+    orders facts of similar rank.
 
     Words in another script than Latin (:func:`is_non_latin`) also match as substrings
     (``ILIKE``), since scripts written without spaces have no word boundaries the
@@ -450,7 +527,7 @@ async def search(
     matches whole words only ("cat" never finds "catering").
 
     Facts matching no word come after every match, newest first, unless
-    ``matched_only``.
+    ``matched_only``; with ``all_words`` only the facts holding every word are returned.
     """
     age_days = func.greatest(
         func.extract("epoch", literal(now, DateTime(timezone=True)) - LongTermMemory.updated_at)
@@ -458,13 +535,16 @@ async def search(
         0.0,
     )
     recency = RECENCY_WEIGHT / (1.0 + age_days / RECENCY_HALF_DAYS)
+    # One array parameter, however many facts are hidden.
+    shown = not_(LongTermMemory.id == any_(literal(sorted(hidden), ARRAY(BigInteger))))
+    where = (LongTermMemory.user_id == user_id, scope_filter(guild_id, opted_in=opted_in), shown)
     if not words:
-        if matched_only:
+        if matched_only or all_words:
             return []
         newest = recency.label("score")
         recent = await session.execute(
             select(*_COLUMNS, newest)
-            .where(LongTermMemory.user_id == user_id, scope_filter(guild_id, opted_in=opted_in))
+            .where(*where)
             .order_by(newest.desc(), LongTermMemory.id.desc())
             .limit(limit)
         )
@@ -484,18 +564,60 @@ async def search(
         (matched, _substring_rank(inside, len(words))),
         else_=0.0,
     )
+    groups = word_groups(words)
+    held = sum((case((_holds(group), 1), else_=0) for group in groups), literal(0, Integer)).label(
+        "held"
+    )
     score = (rank + recency).label("score")
     is_match = matched.label("matched")
     query = (
-        select(*_COLUMNS, is_match, score)
-        .where(LongTermMemory.user_id == user_id, scope_filter(guild_id, opted_in=opted_in))
-        .order_by(is_match.desc(), score.desc(), LongTermMemory.id.desc())
+        select(*_COLUMNS, is_match, held, score)
+        .where(*where)
+        .order_by(held.desc(), score.desc(), LongTermMemory.id.desc())
         .limit(limit)
     )
     if matched_only:
         query = query.where(matched)
+    if all_words:
+        query = query.where(held == len(groups))
     rows = await session.execute(query)
-    return [ScoredFact(_fact(row), bool(row.matched), float(row.score)) for row in rows]
+    return [
+        ScoredFact(_fact(row), bool(row.matched), float(row.score), int(row.held)) for row in rows
+    ]
+
+
+def _holds(forms: Sequence[str]) -> ColumnElement[bool]:
+    """Whether a fact holds one of ``forms`` (one query word, see :func:`word_groups`)."""
+    words = func.websearch_to_tsquery(_SIMPLE, " or ".join(forms))
+    found: list[ColumnElement[bool]] = [LongTermMemory.content_tsv.bool_op("@@")(words)]
+    found += [_contains(form) for form in forms if is_non_latin(form)]
+    return or_(*found)
+
+
+async def fact_places(
+    session: AsyncSession, user_id: int, guild_id: int | None, *, opted_in: bool
+) -> list[tuple[int, int | None, Place]]:
+    """``(id, guild_id, place)`` of the user's facts in scope here that were said in a
+    known channel (to decide which of them may be shown before searching)."""
+    rows = await session.execute(
+        select(
+            LongTermMemory.id,
+            LongTermMemory.guild_id,
+            LongTermMemory.channel_id,
+            LongTermMemory.parent_channel_id,
+            LongTermMemory.private_thread,
+            LongTermMemory.readable_by_everyone,
+        ).where(
+            LongTermMemory.user_id == user_id,
+            scope_filter(guild_id, opted_in=opted_in),
+            LongTermMemory.channel_id.is_not(None),
+        )
+    )
+    return [
+        (fact_id, fact_guild, Place(channel, parent, private, everyone))
+        for fact_id, fact_guild, channel, parent, private, everyone in rows
+        if channel is not None
+    ]
 
 
 async def bump_recall(session: AsyncSession, fact_ids: Iterable[int], now: datetime) -> None:

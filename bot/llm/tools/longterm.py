@@ -20,10 +20,13 @@ from bot.llm.tool_loop import ToolSpec
 from bot.llm.tools.arguments import json_type, load_object, quoted
 from bot.llm.tools.base import ToolArgumentError, ToolOutcome
 from bot.memory.longterm import (
+    SEARCH_LIMIT,
     ChannelFilter,
+    ChannelView,
     Fact,
     FactRefused,
     LongTermService,
+    Place,
     visible_here,
 )
 from bot.memory.model import Provenance
@@ -40,6 +43,12 @@ MAX_REMEMBERS_PER_TURN = 5
 MAX_FACT_ID = 2**63 - 1
 REDACTION_MARK = "[REDACTED"
 UNAVAILABLE = "error: long-term memory storage is unavailable right now; nothing was changed"
+NO_FULL_MATCH = (
+    "nothing deleted: no saved fact holds every word of that query (recall finds facts "
+    "by any word and shows their ids; forget one by its fact_id)"
+)
+# How much of each fact a list of candidates for forget_memory shows.
+CANDIDATE_CHARS = 200
 
 
 def remember_definition(max_fact_chars: int = 500) -> dict[str, Any]:
@@ -103,7 +112,9 @@ def forget_definition() -> dict[str, Any]:
             "description": (
                 "Delete one fact from the user's long-term memory, because they asked you "
                 "to forget it. Give `fact_id` (from `recall`) or a `query`; with a query "
-                "the single best-matching fact is deleted. Give exactly one of the two."
+                "the fact holding every word of it is deleted (if several do, none is "
+                "deleted and their ids are listed: call again with the right `fact_id`). "
+                "Give exactly one of the two."
             ),
             "parameters": {
                 "type": "object",
@@ -218,12 +229,31 @@ def parse_forget_arguments(raw: str | None) -> tuple[int | None, str | None]:
 # ------------------------------------------------------------------ running
 
 
-def describe_fact(fact: Fact) -> str:
-    """``#12 (saved 2026-11-01, in a server): My cat is called Miso`` for the model."""
+def describe_fact(fact: Fact, limit: int | None = None) -> str:
+    """``#12 (saved 2026-11-01, in a server): My cat is called Miso`` for the model; the
+    text cut to ``limit`` characters (with ``…``) when given."""
     where = "in DMs" if fact.guild_id is None else "in a server"
     saved = fact.updated_at.strftime("%Y-%m-%d")
     # One line per fact: a stored line break cannot forge another fact's line.
-    return f"#{fact.id} (saved {saved}, {where}): {' '.join(fact.content.split())}"
+    text = " ".join(fact.content.split())
+    if limit is not None and len(text) > limit:
+        text = text[: limit - 1].rstrip() + "…"
+    return f"#{fact.id} (saved {saved}, {where}): {text}"
+
+
+def _how_many(candidates: tuple[Fact, ...]) -> str:
+    # The service lists at most SEARCH_LIMIT: there may be more.
+    count = len(candidates)
+    return f"at least {count}" if count >= SEARCH_LIMIT else str(count)
+
+
+def _place_here(channel_id: int | None, may_show: ChannelFilter | None) -> Place | None:
+    """Where a fact saved this turn is said: the caller's view of this channel when it
+    has one (a thread's parent, who may read it), else just the channel."""
+    here = may_show.here if isinstance(may_show, ChannelView) else None
+    if here is not None and here.channel_id == channel_id:
+        return here
+    return Place(channel_id) if channel_id is not None else None
 
 
 def long_term_tools(
@@ -245,6 +275,7 @@ def long_term_tools(
     ``forget_memory`` (by query) reach facts made in servers.
     """
     remembered = 0
+    place = _place_here(channel_id, may_show)
 
     async def remember(raw: str | None) -> ToolOutcome:
         nonlocal remembered
@@ -260,7 +291,7 @@ def long_term_tools(
         provenance = Provenance("model_tool", model, user_id, source_message_id)
         try:
             result = await service.remember(
-                user_id, guild_id, fact, provenance, channel_id=channel_id, started_at=started_at
+                user_id, guild_id, fact, provenance, place=place, started_at=started_at
             )
         except FactRefused as exc:
             return ToolOutcome.error(f"rejected: {exc}")
@@ -317,10 +348,18 @@ def long_term_tools(
             )
         except MemoryUnavailable:
             return ToolOutcome.error(UNAVAILABLE)
+        if result.candidates:
+            listed = "\n".join(describe_fact(f, CANDIDATE_CHARS) for f in result.candidates)
+            return ToolOutcome(
+                f"nothing deleted: {_how_many(result.candidates)} saved facts hold every word of "
+                "that query; call forget_memory again with the fact_id of the one the user "
+                f"means (or ask them which):\n{listed}",
+                ok=True,
+            )
         if not result.deleted:
             if fact_id is not None:
                 return ToolOutcome(f"nothing deleted: this user has no fact #{fact_id}", ok=True)
-            return ToolOutcome("nothing deleted: no saved fact matches that query", ok=True)
+            return ToolOutcome(NO_FULL_MATCH, ok=True)
         described = [
             describe_fact(fact)
             if visible_here(fact, guild_id, opted_in=opted_in, may_show=may_show)
