@@ -51,7 +51,14 @@ from bot.memory.prompt import OtherChannel, PromptInput
 from bot.memory.sanitize import sanitize_value
 from bot.memory.singleflight import SingleFlight
 from bot.memory.spool import DurableSpool
-from bot.memory.storage import DB_TIMEOUT_SECONDS, MemoryUnavailable, storage
+from bot.memory.storage import (
+    DB_TIMEOUT_SECONDS,
+    MemoryUnavailable,
+    database_answered,
+    database_down,
+    database_failed,
+    storage,
+)
 from bot.memory.turn import (
     REASON_CHANGED,
     REASON_CLEARED,
@@ -268,6 +275,11 @@ class MemoryService:
     def _storage(self, what: str) -> contextlib.AbstractAsyncContextManager[AsyncSession]:
         return storage(self._sessions, what)
 
+    def _database_down(self) -> bool:
+        """The database failed and has not answered since (see ``storage``): a read with
+        a fallback uses it rather than wait for a timeout."""
+        return database_down(self._sessions)
+
     def _lock(self, channel_id: int) -> asyncio.Lock:
         lock = self._locks.get(channel_id)
         if lock is None:
@@ -320,8 +332,9 @@ class MemoryService:
     async def _cached_or_read(self, cached: T | None, read: Callable[[], Awaitable[T]]) -> T:
         """The cached value if there is one and notices are heard; else read it. Deaf
         (see :meth:`listener_lost`) every use reads, and the cached value stands in only
-        when the database is down too (then no other process can change it either)."""
-        if cached is not None and not self._deaf:
+        when the database is down too (then no other process can change it either): at
+        once while it is known to be down (each read would wait for its timeout)."""
+        if cached is not None and (not self._deaf or self._database_down()):
             return cached
         try:
             return await read()
@@ -338,7 +351,10 @@ class MemoryService:
         # then the result is used once and not cached, so the next use reads again.
         settled = True
         unavailable: MemoryUnavailable | None = None
-        if not self._wiped(key.channel_id):
+        if self.spool is not None and self.spool.latest(key) is not None and self._database_down():
+            # What waits in the spool is what a read would fall back on: no need to wait.
+            unavailable = MemoryUnavailable("memory storage is unavailable right now")
+        elif not self._wiped(key.channel_id):
             try:
                 for _ in range(STALE_READ_RETRIES):
                     seq = self._notice_seq
@@ -648,7 +664,7 @@ class MemoryService:
             return window
         began = self.clock.now()
         try:
-            if not database_up:
+            if not database_up or self._database_down():
                 raise MemoryUnavailable("memory storage is unavailable right now")
             wiped = await self.wiped_history(channel_id, window)
         except MemoryUnavailable:
@@ -856,7 +872,9 @@ class MemoryService:
         before: Sequence[StmEntry],
         started_at: datetime | None,
     ) -> WriteResult:
-        if self._spool_first():
+        if self._spool_first() or (self.spool is not None and self._database_down()):
+            # Queued behind earlier operations; or the database is known to be down, and
+            # the write would only wait for its timeout to land in the spool anyway.
             return self._spool_write(entries, events, before, started_at)
         outcome = await self._commits.write(entries, events, started_at)
         if outcome is None:
@@ -869,10 +887,9 @@ class MemoryService:
             if isinstance(outcome, ClearedElsewhere):
                 return rejected(REASON_CLEARED)
             return rejected("a newer version of this memory exists; nothing was saved")
-        log.warning(
-            "STM write for %s failed: %s",
-            ", ".join(str(e.key) for e in entries),
-            outcome.__class__.__name__,
+        # Logged once per outage, not on every turn's write (see storage.database_failed).
+        database_failed(
+            self._sessions, f"STM write for {', '.join(str(e.key) for e in entries)}", outcome
         )
         return self._spool_write(entries, events, before, started_at)
 
@@ -1229,7 +1246,9 @@ class MemoryService:
         self._deaf = True
 
     def listening_again(self) -> None:
-        """The notice connection is back (LISTEN done): caching resumes, from empty."""
+        """The notice connection is back (LISTEN done): caching resumes, from empty. The
+        database answered that connection: it is up again."""
+        database_answered(self._sessions)
         self._deaf = False
         self._wipes_unread_since = None
         self.drop_all()

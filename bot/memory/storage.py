@@ -1,33 +1,192 @@
 """Database access for the memory services: one way to open a session whose failures
-surface as :class:`MemoryUnavailable` (a message safe to show a user), with a timeout."""
+surface as :class:`MemoryUnavailable` (a message safe to show a user), with a timeout.
+
+It also keeps, per session factory, whether the database is down (a small circuit
+breaker): after a failure that says the database cannot be used (unreachable, timed out,
+shutting down, out of resources), a read that has a cached value to fall back on uses it
+at once (see :func:`database_down`) instead of waiting :data:`DB_TIMEOUT_SECONDS` again
+on a database that does not answer; one probe at a time, with a short timeout, finds out
+when it is back (so does any operation that succeeds, a spool replay, or the cache
+listener reconnecting). The outage is logged once, when it begins, and once when it
+ends, not on every failed operation.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
+import time
+import weakref
 from collections.abc import AsyncIterator
 
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 log = logging.getLogger(__name__)
 
 DB_TIMEOUT_SECONDS = 5.0
+# A probe of a database marked down: SELECT 1 must answer within this, and probes start
+# at most this often (one at a time).
+PROBE_TIMEOUT_SECONDS = 1.0
+PROBE_INTERVAL_SECONDS = 1.0
+# SQLSTATE classes of a server that cannot serve anyone now, whatever the statement:
+# connection exception, insufficient resources, operator intervention (shutting down,
+# cannot connect now), system error, internal error.
+OUTAGE_SQLSTATE_CLASSES = frozenset({"08", "53", "57", "58", "XX"})
 
 
 class MemoryUnavailable(RuntimeError):
     """The database refused or timed out; the message is safe to show a user."""
 
 
+def sqlstate(exc: BaseException) -> str | None:
+    """The SQLSTATE the server (or the driver) gave for ``exc``, looked up through the
+    wrapping SQLAlchemy adds (``orig``, ``__cause__``); None when there is none (a lost
+    connection, a timeout)."""
+    seen: set[int] = set()
+    pending: list[BaseException | None] = [exc]
+    while pending:
+        candidate = pending.pop()
+        if candidate is None or id(candidate) in seen:
+            continue
+        seen.add(id(candidate))
+        code = getattr(candidate, "sqlstate", None)
+        if isinstance(code, str) and code:
+            return code
+        orig = getattr(candidate, "orig", None)
+        pending.append(orig if isinstance(orig, BaseException) else None)
+        pending.append(candidate.__cause__)
+    return None
+
+
+def is_outage(exc: BaseException) -> bool:
+    """Whether ``exc`` says the database cannot be used now (unreachable, timed out, a
+    dropped connection, a server shutting down or out of resources), not that it refused
+    this statement."""
+    if isinstance(exc, TimeoutError | OSError | ConnectionError):
+        return True
+    if not isinstance(exc, DBAPIError):
+        return False  # an ORM error (no row found…): the database answered
+    code = sqlstate(exc)
+    return code is None or code[:2] in OUTAGE_SQLSTATE_CLASSES
+
+
+class _Breaker:
+    """Whether one database (one session factory) is down, and since when."""
+
+    def __init__(self) -> None:
+        self.down_since: float | None = None
+        self.failed_meanwhile = 0
+        # Operations served without it (a cached value, the spool) while it was down.
+        self.spared = 0
+        self.probe: asyncio.Task[None] | None = None
+        self.next_probe = 0.0
+
+    def failed(self, what: str, exc: BaseException) -> None:
+        name = exc.__class__.__name__
+        if self.down_since is None:
+            self.down_since = time.monotonic()
+            self.failed_meanwhile, self.spared = 1, 0
+            self.next_probe = 0.0
+            log.warning(
+                "database unavailable: %s failed (%s); reads use cached values where they "
+                "can until it answers again (further failures are logged at DEBUG)",
+                what,
+                name,
+            )
+        else:
+            self.failed_meanwhile += 1
+            log.debug("%s failed: %s", what, name)
+
+    def answered(self) -> None:
+        if self.down_since is None:
+            return
+        log.warning(
+            "database back after %.0f s (%d operations failed meanwhile, %d were served "
+            "without it)",
+            time.monotonic() - self.down_since,
+            self.failed_meanwhile,
+            self.spared,
+        )
+        self.down_since = None
+        self.failed_meanwhile = 0
+
+    def start_probe(self, sessions: async_sessionmaker[AsyncSession]) -> None:
+        loop = asyncio.get_running_loop()
+        probe = self.probe
+        if probe is not None and not probe.done() and probe.get_loop() is loop:
+            return  # one at a time
+        if time.monotonic() < self.next_probe:
+            return
+        self.probe = loop.create_task(self._probe(sessions), name="database-probe")
+
+    async def _probe(self, sessions: async_sessionmaker[AsyncSession]) -> None:
+        try:
+            async with asyncio.timeout(PROBE_TIMEOUT_SECONDS), sessions() as session:
+                await session.execute(text("SELECT 1"))
+        except Exception as exc:  # whatever it is, the database did not answer
+            log.debug("database probe failed: %s", exc.__class__.__name__)
+            self.next_probe = time.monotonic() + PROBE_INTERVAL_SECONDS
+            return
+        self.answered()
+
+
+# One breaker per session factory (a database), forgotten with it.
+_breakers: weakref.WeakKeyDictionary[async_sessionmaker[AsyncSession], _Breaker] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _breaker(sessions: async_sessionmaker[AsyncSession]) -> _Breaker:
+    breaker = _breakers.get(sessions)
+    if breaker is None:
+        breaker = _breakers[sessions] = _Breaker()
+    return breaker
+
+
+def database_down(sessions: async_sessionmaker[AsyncSession]) -> bool:
+    """Whether the database was found down and has not answered since: a read with a
+    cached fallback should use it now rather than wait for a timeout. While down, this
+    starts a probe (one at a time, at most every :data:`PROBE_INTERVAL_SECONDS`) that
+    finds out when it is back."""
+    breaker = _breakers.get(sessions)
+    if breaker is None or breaker.down_since is None:
+        return False
+    breaker.spared += 1
+    breaker.start_probe(sessions)
+    return True
+
+
+def database_failed(
+    sessions: async_sessionmaker[AsyncSession], what: str, exc: BaseException
+) -> None:
+    """Report a failure of ``what`` outside :func:`storage` (a write, a replay): an
+    outage marks the database down (logged once), anything else is logged as it is."""
+    if is_outage(exc):
+        _breaker(sessions).failed(what, exc)
+    else:
+        log.warning("%s failed: %s", what, exc.__class__.__name__)
+
+
+def database_answered(sessions: async_sessionmaker[AsyncSession]) -> None:
+    """The database answered (a spool replay went through, the cache listener
+    reconnected): it is up again."""
+    breaker = _breakers.get(sessions)
+    if breaker is not None:
+        breaker.answered()
+
+
 @contextlib.asynccontextmanager
 async def storage(
     sessions: async_sessionmaker[AsyncSession], what: str
 ) -> AsyncIterator[AsyncSession]:
-    """A session for ``what`` (named in the warning logged if the database fails)."""
+    """A session for ``what`` (named in the log if the database fails)."""
     try:
         async with asyncio.timeout(DB_TIMEOUT_SECONDS), sessions() as session:
             yield session
     except (SQLAlchemyError, OSError, TimeoutError) as exc:
-        log.warning("%s failed: %s", what, exc.__class__.__name__)
+        database_failed(sessions, what, exc)
         raise MemoryUnavailable("memory storage is unavailable right now") from exc
+    database_answered(sessions)

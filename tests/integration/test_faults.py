@@ -9,10 +9,13 @@ other test. The figures (sent, acknowledged, found after recovery…) are printe
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
+import socket
 import sys
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -20,12 +23,15 @@ from typing import IO
 import pytest
 from sqlalchemy import func, select
 from sqlalchemy.engine import URL
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker, create_async_engine
 
+from bot.config import Settings
 from bot.db.engine import Database, EmbeddedPostgres
 from bot.db.migrate import upgrade
 from bot.db.models import ShortTermMemory, StmEvent
 from bot.llm.tools.stm import STM_TOOL_NAME
+from bot.memory import commit as commit_module
+from bot.memory import storage as storage_module
 from bot.memory.service import MemoryService
 from bot.memory.spool import (
     DurableSpool,
@@ -36,6 +42,16 @@ from bot.memory.spool import (
 )
 from tests.conftest import Figures
 from tests.helpers.bot import start_kioku, stop_kioku
+from tests.helpers.builders import (
+    ALICE,
+    BOT,
+    CHANNEL,
+    GUILD,
+    ManualClock,
+    make_service,
+    message,
+    turn_for,
+)
 from tests.helpers.database import make_test_settings
 from tests.helpers.fake_llm import ScriptedLLM
 
@@ -395,3 +411,105 @@ async def test_sigkill_mid_stream_loses_nothing_acknowledged(
     assert inspect_spool(data_dir) == SpoolStatus(pending=0, set_aside=())
     assert found == len(acks)
     assert behind == []
+
+
+# ----------------------------------------------------- a hung database, a long outage
+
+
+@pytest.fixture
+def silent_server() -> Iterator[int]:
+    """A TCP port where connections are made (the kernel's backlog takes them) but nothing
+    ever answers: a hung PostgreSQL, or a firewall that swallows the traffic."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(16)
+        yield server.getsockname()[1]
+
+
+async def test_a_hung_database_costs_one_timeout_not_one_per_read(
+    db: Database,
+    settings: Settings,
+    tmp_path: Path,
+    silent_server: int,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The database stops answering (a partition, a hung server) while the cache listener
+    is down: the first read waits for its timeout and the database is marked down; then
+    reads with a cached value use it at once, the window is filtered as with the database
+    down, and the write goes to the spool, instead of every read of every turn waiting
+    for the timeout (5 s each, about 40 s a turn)."""
+    monkeypatch.setattr(storage_module, "DB_TIMEOUT_SECONDS", 1.0)
+    monkeypatch.setattr(commit_module, "DB_TIMEOUT_SECONDS", 1.0)
+    clock = ManualClock()
+    service = make_service(db.sessions, settings, clock, spool=DurableSpool(spool_path(tmp_path)))
+    assert str(await service.update_stm(await turn_for(service), summary="warm")) == "saved"
+    service.observe_message(CHANNEL, message(ALICE, "said before the outage"))
+    hung = create_async_engine(
+        URL.create("postgresql+asyncpg", "u", "p", "127.0.0.1", silent_server, "db")
+    )
+    try:
+        service._sessions = async_sessionmaker(hung)
+        service.listener_lost()  # what the listener's failed ping reports
+        clock.advance(seconds=10)
+        first = await service.update_stm(await turn_for(service), summary="in the outage")
+        clock.advance(seconds=10)
+        question = message(ALICE, "still there?", at=clock.now())
+        service.observe_message(CHANNEL, question)
+        started = time.monotonic()
+        prepared = await service.prepare_turn(
+            channel_id=CHANNEL,
+            user_id=ALICE,
+            guild_id=GUILD,
+            bot_user_id=BOT,
+            source_message_id=question.message_id,
+        )
+        shown = prepared.entry.summary
+        second = await service.update_stm(prepared.turn, summary="later in the outage")
+        elapsed = time.monotonic() - started
+    finally:
+        await hung.dispose()
+    assert (str(first), str(second)) == (PENDING, PENDING)
+    assert shown == "in the outage"
+    # The wipe times could not be read: only what was said since the first failed read.
+    assert [m.content for m in prepared.prompt.window] == ["still there?"]
+    # Without the breaker: guild settings, three entries and the wipe times, 1 s each.
+    assert elapsed < 1.0, f"the second turn took {elapsed:.1f} s"
+
+
+async def test_a_long_outage_is_logged_once_not_on_every_turn(
+    own_postgres: OwnPostgres,
+    llm: ScriptedLLM,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    pg = own_postgres
+    probe = watch_replayer(monkeypatch)
+    kioku = await start_kioku(pg.database, llm, pg.url, tmp_path / "bot")
+    statuses = []
+    try:
+        channel = kioku.env.channels[0]
+        llm.reply_tool_calls([(STM_TOOL_NAME, {"summary": "warm"})]).reply_text("warm")
+        await kioku.env.send("warm up", channel=channel, mention_bot=True)
+        await asyncio.to_thread(pg.server.stop)
+        caplog.clear()
+        caplog.set_level(logging.INFO)
+        for i in range(10):
+            llm.reply_tool_calls([(STM_TOOL_NAME, {"summary": f"update {i}"})]).reply_text(f"r{i}")
+            await kioku.env.send(f"message {i}", channel=channel, mention_bot=True)
+            (status,) = [m["content"] for m in llm.messages(-1) if m.get("role") == "tool"]
+            statuses.append(status)
+        during = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+        probe.replayed.clear()
+        await asyncio.to_thread(pg.server.start)
+        async with asyncio.timeout(RECOVERY_LIMIT_SECONDS):
+            await probe.replayed.wait()
+        back = [r.getMessage() for r in caplog.records if "database back after" in r.getMessage()]
+    finally:
+        await stop_kioku(kioku)
+    print(during, back)
+    assert statuses == [PENDING] * 10
+    # Once when it began (and the cache listener's own report), not per turn or per read.
+    assert sum(m.startswith("database unavailable") for m in during) == 1, during
+    assert len(during) <= 3, during
+    assert len(back) == 1 and "operations failed meanwhile" in back[0], back
