@@ -24,8 +24,18 @@ One process owns a spool (an exclusive lock beside the file): two processes appe
 to and rewriting one file would lose each other's records. A crash can leave a torn last
 line; it was never acknowledged, so it is cut off when the spool is opened. A line that
 cannot be read (a damaged file) is moved aside to ``stm.corrupt-<time>.jsonl`` and
-reported, instead of stopping the bot; so is a record the database refuses while it
-answers (a deadlock, a timeout or a lost connection is retried later, never set aside).
+reported, instead of stopping the bot; so is a record the database refuses as wrong
+(SQLSTATE class 22, a data exception, or 23, an integrity violation: the record itself
+can never be stored). Any other failure is the database's, not the record's (a lost
+connection, a timeout, a deadlock, a read-only standby, a full disk…): the replay stops
+and is retried with backoff, and nothing is set aside; so when every record of a batch
+is refused (the fault is more likely the server's than that of each record).
+
+A set-aside file holds memory text: a ``/forget-me`` removes the user's lines from it,
+also when the forget is replayed from the spool, and a refused record that a forget
+queued behind it covers is dropped, not set aside. To re-queue set-aside records once
+their cause is fixed, stop the bot and append the file's lines to ``stm.jsonl`` (see the
+README, "Reliability").
 """
 
 from __future__ import annotations
@@ -36,13 +46,12 @@ import fcntl
 import json
 import logging
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from bot.db.notify import send_notice, stm_notice
@@ -51,6 +60,7 @@ from bot.db.repositories import longterm as longterm_repo
 from bot.db.repositories import stm as stm_repo
 from bot.db.repositories.stm import EventRecord
 from bot.memory.model import Marker, Provenance, ScopeKey, StmEntry
+from bot.memory.storage import database_answered, sqlstate
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +70,10 @@ REPLAY_BATCH = 100
 
 class SpoolLocked(RuntimeError):
     """Another process owns this data folder's spool."""
+
+
+class ReplayRefused(RuntimeError):
+    """The database refused every record of a batch: treated as an outage (retried)."""
 
 
 def spool_path(data_dir: Path) -> Path:
@@ -246,6 +260,7 @@ class DurableSpool:
                 "process its own KIOKU_DATA_DIR"
             ) from None
         self._records: list[dict[str, Any]] = []
+        bad: list[bytes] = []
         if path.exists():
             self._records, bad, torn = _parse(path.read_bytes())
             if bad:
@@ -263,6 +278,10 @@ class DurableSpool:
         self.replayed_keys: frozenset[ScopeKey] = frozenset()
         for record in self._records:
             self._track(record)
+        if bad:
+            # A line set aside just now may hold the words of a user whose /forget-me
+            # waits here: it never reaches the database, so nothing else removes them.
+            self._purge_set_aside(self._forgetting)
         self._blanks: int = sum(record.get("op") == "blank" for record in self._records)
         self._fd = self._open_for_append()
         self._closed = False
@@ -436,8 +455,8 @@ class DurableSpool:
     async def replay(self, sessions: async_sessionmaker[AsyncSession]) -> int:
         """Apply every pending operation in order; return how many. Raises on the first
         database failure, leaving the rest (and the failed batch) pending. A record the
-        database refuses while it is otherwise answering is set aside and reported, so
-        one bad record cannot hold every later one back forever."""
+        database refuses as wrong (see the module's docstring) is set aside and reported,
+        so one bad record cannot hold every later one back forever."""
         done = 0
         touched: set[ScopeKey] = set()
         async with self._replaying:
@@ -451,21 +470,19 @@ class DurableSpool:
                 )
                 try:
                     await _apply_all(sessions, batch, self.notice_origin)
-                    handled = len(batch)
+                    handled, applied = len(batch), batch
                 except Exception as exc:
-                    if _transient(exc) or not await _reachable(sessions):
+                    if not _refused_record(exc):
                         raise
-                    handled = await self._apply_one_by_one(sessions, batch)
+                    handled, applied = await self._apply_one_by_one(sessions, batch)
+                if handled == 0:  # nothing stored: the file and the bookkeeping stand
+                    raise ConnectionError("the database went away during the spool replay")
+                if applied:
+                    database_answered(sessions)
                 del self._records[:handled]
-                self._blanks = sum(record.get("op") == "blank" for record in self._records)
-                # The number is never kept after closing: reused by the next file the
-                # process opens, it would take the spool's lines.
-                fd, self._fd = self._fd, -1
-                os.close(fd)
-                try:
-                    self._rewrite()
-                finally:  # appends must keep working even if the rewrite failed
-                    self._fd = self._open_for_append()
+                # From here on what was handled is in the database: the bookkeeping
+                # follows whatever happens to the file.
+                self._after_batch(applied)
                 done += handled
                 if handled < len(batch):
                     raise ConnectionError("the database went away during the spool replay")
@@ -478,31 +495,93 @@ class DurableSpool:
             self._forgetting.clear()
         return done
 
+    def _after_batch(self, applied: Sequence[dict[str, Any]]) -> None:
+        """Bring the bookkeeping and the file in line with the records still pending,
+        after a batch reached the database. Never raises: those records are stored, and
+        a failure to rewrite the file (a read-only file system, an I/O error) must not
+        leave clears or forgets looking pending (their channels would read as wiped)."""
+        self._blanks = sum(record.get("op") == "blank" for record in self._records)
+        self._clearing = {int(r["channel"]) for r in self._records if r.get("op") == "clear"}
+        self._forgetting = {int(r["user"]) for r in self._records if r.get("op") == "forget"}
+        # The number is never kept after closing: reused by the next file the process
+        # opens, it would take the spool's lines.
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        try:
+            self._rewrite()
+        except OSError as exc:
+            # The replayed records stay in the file until the next rewrite; replayed
+            # again after a restart they change nothing (see the module's docstring).
+            log.error(
+                "spool: could not rewrite %s after a replay (%s); its replayed records stay "
+                "in it until the next replay rewrites it",
+                self.path,
+                exc.__class__.__name__,
+            )
+        try:
+            self._fd = self._open_for_append()
+        except OSError as exc:  # the next append tries again (or is refused, unsaved)
+            log.error("spool: could not reopen %s (%s)", self.path, exc.__class__.__name__)
+        self._purge_set_aside(int(r["user"]) for r in applied if r.get("op") == "forget")
+
+    def _purge_set_aside(self, users: Iterable[int]) -> None:
+        for user_id in sorted(set(users)):
+            try:
+                self.forget_set_aside(user_id)
+            except OSError:
+                log.exception("spool: could not remove a user's records from set-aside files")
+
     async def _apply_one_by_one(
         self, sessions: async_sessionmaker[AsyncSession], batch: list[dict[str, Any]]
-    ) -> int:
-        """Apply ``batch`` record by record, setting aside those the database refuses;
-        return how many were handled before the database stopped answering (if it did)."""
-        refused: list[bytes] = []
+    ) -> tuple[int, list[dict[str, Any]]]:
+        """Apply ``batch`` record by record, setting aside those the database refuses as
+        wrong; return how many were handled before the database stopped answering (if it
+        did), and the records applied."""
+        refused: list[tuple[int, dict[str, Any], str | None]] = []
+        applied: list[dict[str, Any]] = []
         handled = 0
-        for record in batch:
+        for index, record in enumerate(batch):
             try:
                 await _apply_all(sessions, [record], self.notice_origin)
             except Exception as exc:
-                # Only a refusal by a database that answers is final; a deadlock, a
-                # timeout or a lost connection is retried with the rest, later.
-                if _transient(exc) or not await _reachable(sessions):
-                    break
-                log.error(
-                    "spool: the database refused a %s record (%s)",
-                    record.get("op"),
-                    exc.__class__.__name__,
-                )
-                refused.append(json.dumps(record, ensure_ascii=False).encode())
+                if not _refused_record(exc):
+                    break  # the database's failure: retried with the rest, later
+                refused.append((index, record, sqlstate(exc)))
+            else:
+                applied.append(record)
             handled += 1
-        if refused:
-            self._set_aside(refused, "were refused by the database")
-        return handled
+        if len(batch) > 1 and len(refused) == len(batch):
+            # Every record at once is more likely the server's fault than each record's.
+            raise ReplayRefused(
+                f"the database refused every record of a batch of {len(batch)} "
+                f"(SQLSTATE {refused[0][2]}); retried later, nothing set aside"
+            )
+        aside: list[bytes] = []
+        for index, record, code in refused:
+            if self._forget_behind(index, record):
+                log.warning(
+                    "spool: the database refused a %s record (SQLSTATE %s); dropped, a "
+                    "/forget-me queued behind it deletes what it holds",
+                    record.get("op"),
+                    code,
+                )
+                continue
+            log.error(
+                "spool: the database refused a %s record (SQLSTATE %s)", record.get("op"), code
+            )
+            aside.append(json.dumps(record, ensure_ascii=False).encode())
+        if aside:
+            self._set_aside(aside, "were refused by the database")
+        return handled, applied
+
+    def _forget_behind(self, index: int, record: dict[str, Any]) -> bool:
+        """Whether a /forget-me queued after ``self._records[index]`` covers ``record``."""
+        return any(
+            later.get("op") == "forget" and _record_holds_user(record, int(later["user"]))
+            for later in self._records[index + 1 :]
+        )
 
     def _set_aside(self, lines: Sequence[bytes], why: str) -> None:
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%f")
@@ -626,31 +705,19 @@ def _record_holds_user(record: dict[str, Any], user_id: int) -> bool:
     return False
 
 
-async def _reachable(sessions: async_sessionmaker[AsyncSession]) -> bool:
-    """Whether the database answers at all (tells a refused record from an outage)."""
-    try:
-        async with asyncio.timeout(5), sessions() as session:
-            await session.execute(text("SELECT 1"))
-    except Exception:
-        return False
-    return True
-
-
-# Errors that say "try again", not "this record is wrong": deadlock, serialization
-# failure, lock not available, statement cancelled (timeout).
-TRANSIENT_SQLSTATES = frozenset({"40P01", "40001", "55P03", "57014"})
+# SQLSTATE classes that blame the record, not the server: data exception (a value out of
+# range, invalid text…) and integrity constraint violation. Only these are set aside.
+RECORD_SQLSTATE_CLASSES = frozenset({"22", "23"})
 REPLAY_TIMEOUT_SECONDS = 30.0
 
 
-def _transient(exc: BaseException) -> bool:
+def _refused_record(exc: BaseException) -> bool:
+    """Whether ``exc`` says this record can never be stored (see the module's docstring);
+    anything else (no SQLSTATE: a lost connection, a timeout) is an outage."""
     if isinstance(exc, TimeoutError | OSError | ConnectionError):
-        return True
-    for cause in (exc, getattr(exc, "orig", None), exc.__cause__):
-        seen = getattr(cause, "__cause__", None)
-        for candidate in (cause, seen):
-            if getattr(candidate, "sqlstate", None) in TRANSIENT_SQLSTATES:
-                return True
-    return False
+        return False
+    code = sqlstate(exc)
+    return code is not None and code[:2] in RECORD_SQLSTATE_CLASSES
 
 
 def _channels(records: Sequence[dict[str, Any]]) -> list[int]:

@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 from sqlalchemy import select
+from sqlalchemy.engine import URL
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
 
 from bot.config import Settings
@@ -21,9 +23,16 @@ from bot.db.models import ShortTermMemory, StmEvent
 from bot.db.repositories import stm as stm_repo
 from bot.memory import spool as spool_module
 from bot.memory.longterm import FactRefused, LongTermService
-from bot.memory.model import Provenance, ScopeKey
+from bot.memory.model import Provenance, ScopeKey, StmEntry
 from bot.memory.service import MemoryService, WriteResult
-from bot.memory.spool import DurableSpool, SpoolLocked, count_pending, inspect_spool, spool_path
+from bot.memory.spool import (
+    DurableSpool,
+    ReplayRefused,
+    SpoolLocked,
+    count_pending,
+    inspect_spool,
+    spool_path,
+)
 from bot.memory.storage import MemoryUnavailable
 from tests.helpers.builders import (
     ALICE,
@@ -438,6 +447,164 @@ async def test_a_transient_refusal_is_retried_never_set_aside(
     assert await summaries(db) == []
 
 
+class _ServerRefusal(Exception):
+    """What asyncpg raises for a failure of the server, not of the record."""
+
+    def __init__(self, sqlstate: str | None) -> None:
+        super().__init__(f"server refused ({sqlstate})")
+        self.sqlstate = sqlstate
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "53100",  # disk full
+        "53300",  # too many connections
+        "57P01",  # admin shutdown
+        "58030",  # I/O error
+        "08006",  # connection failure
+        "42P01",  # undefined table: a schema older than this version of the bot
+        None,  # no SQLSTATE at all
+    ],
+)
+async def test_a_server_failure_while_it_answers_is_retried_never_set_aside(
+    db: Database, settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: str
+) -> None:
+    service = make_service(db.sessions, settings, ManualClock())
+    entry = await service.entry(SERVER_KEY)
+    entry.summary, entry.version = "acknowledged", 1
+    spool = DurableSpool(spool_path(tmp_path))
+    spool.append([entry])
+    real = spool_module._apply
+    failures = 0
+
+    async def fail_once(*args: Any) -> None:
+        nonlocal failures
+        if failures == 0:
+            failures += 1
+            raise _ServerRefusal(code)
+        await real(*args)
+
+    monkeypatch.setattr(spool_module, "_apply", fail_once)
+    with pytest.raises(_ServerRefusal):  # SELECT 1 works meanwhile: still not the record's
+        await spool.replay(db.sessions)
+    assert spool.pending == 1 and inspect_spool(tmp_path).set_aside == ()
+    assert await spool.replay(db.sessions) == 1
+    assert await summaries(db) == [("server", "acknowledged", 1)]
+
+
+async def test_a_read_only_database_does_not_set_aside_acknowledged_writes(
+    db: Database, settings: Settings, tmp_path: Path, pg_url: URL
+) -> None:
+    """The database answers but refuses writes for a while (a failover to a standby that
+    is still read-only, SQLSTATE 25006): the write acknowledged "saved, pending sync"
+    waits, and reaches the database once it is writable."""
+    read_only = create_async_engine(
+        pg_url, connect_args={"server_settings": {"default_transaction_read_only": "on"}}
+    )
+    spool = DurableSpool(spool_path(tmp_path))
+    try:
+        ro_sessions = async_sessionmaker(read_only, expire_on_commit=False)
+        service = make_service(ro_sessions, settings, ManualClock(), spool=spool)
+        result = await service.update_stm(await turn_for(service), summary="during failover")
+        assert str(result) == "saved, pending sync"
+        with pytest.raises(DBAPIError):  # the replayer backs off and tries again
+            await spool.replay(ro_sessions)
+    finally:
+        await read_only.dispose()
+    assert (spool.pending, inspect_spool(tmp_path).set_aside) == (1, ())
+
+    assert await spool.replay(db.sessions) == 1  # writable again
+    assert ("server", "during failover", 1) in await summaries(db)
+
+
+def beyond_bigint(entry: StmEntry, summary: str, channel_offset: int = 5) -> StmEntry:
+    """A copy of ``entry`` the database refuses (its channel id does not fit a bigint)."""
+    poisoned = replace(entry, key=ScopeKey.server(GUILD, 2**63 + channel_offset))
+    poisoned.summary, poisoned.version = summary, 1
+    return poisoned
+
+
+async def test_a_batch_whose_every_record_is_refused_is_retried_not_set_aside(
+    db: Database, settings: Settings, tmp_path: Path
+) -> None:
+    """Every record refused at once is more likely the server's fault than each record's:
+    nothing is set aside; once a record goes through, the refused ones are set aside."""
+    spool = DurableSpool(spool_path(tmp_path))
+    service = make_service(db.sessions, settings, ManualClock(), spool=spool)
+    entry = await service.entry(SERVER_KEY)
+    spool.append([beyond_bigint(entry, "one", 5)])
+    spool.append([beyond_bigint(entry, "two", 6)])
+    with pytest.raises(ReplayRefused):
+        await spool.replay(db.sessions)
+    assert (spool.pending, inspect_spool(tmp_path).set_aside) == (2, ())
+
+    entry.summary, entry.version = "fine", 1
+    spool.append([entry])
+    assert await spool.replay(db.sessions) == 3
+    assert await summaries(db) == [("server", "fine", 1)]
+    (aside,) = inspect_spool(tmp_path).set_aside
+    assert len(aside.read_text().splitlines()) == 2
+
+
+async def test_a_replayed_forget_me_also_clears_records_set_aside_by_the_same_replay(
+    db: Database, settings: Settings, tmp_path: Path
+) -> None:
+    """/forget-me queued behind a write of the user's that the database then refuses:
+    the refused write is not set aside with the user's words (the forget covers it)."""
+    spool = DurableSpool(spool_path(tmp_path))
+    service = make_service(db.sessions, settings, ManualClock(), spool=spool)
+    poisoned = beyond_bigint(await service.entry(SERVER_KEY), "ALICE-SECRET-WORDS")
+    poisoned.contributor_ids = [ALICE]
+    spool.append([poisoned])
+    assert (await service.forget_user(ALICE)).pending_sync  # queued behind her write
+
+    assert await spool.replay(db.sessions) == 2
+
+    leftovers = [p.read_text() for p in inspect_spool(tmp_path).set_aside]
+    assert not any("ALICE-SECRET-WORDS" in text for text in leftovers), leftovers
+
+
+async def test_a_replayed_forget_me_clears_what_an_earlier_replay_set_aside(
+    db: Database, settings: Settings, tmp_path: Path
+) -> None:
+    """A forget queued in the spool without the command's own clean-up (queued behind a
+    late write of the user's, see MemoryService._forget_again_after) removes the user's
+    set-aside records when it is replayed."""
+    spool = DurableSpool(spool_path(tmp_path))
+    service = make_service(db.sessions, settings, ManualClock(), spool=spool)
+    poisoned = beyond_bigint(await service.entry(SERVER_KEY), "ALICE-SECRET-WORDS")
+    poisoned.contributor_ids = [ALICE]
+    spool.append([poisoned])
+    await spool.replay(db.sessions)
+    assert len(inspect_spool(tmp_path).set_aside) == 1
+
+    spool.append_forget(ALICE, ManualClock().now())
+    assert await spool.replay(db.sessions) == 1
+    assert inspect_spool(tmp_path).set_aside == ()
+
+
+async def test_a_damaged_line_set_aside_at_open_loses_the_words_of_a_user_forgetting(
+    tmp_path: Path,
+) -> None:
+    """A damaged line naming a user whose /forget-me waits in the same spool is set aside
+    when the spool is opened: the user's words go at once (the line never reaches the
+    database, so no replayed deletion would remove them)."""
+    path = spool_path(tmp_path)
+    spool = DurableSpool(path)
+    spool.append_forget(ALICE, ManualClock().now())
+    spool.close()
+    with path.open("ab") as handle:
+        handle.write(b'{"op": "upsert", "summary": "ALICE-SECRET", "contributors": [%d]\n' % ALICE)
+        handle.write(b'{"op": "upsert", "summary": "someone else\'s", "contributors": [%d]\n' % BOB)
+
+    reopened = DurableSpool(path)
+
+    assert reopened.forgetting(ALICE)
+    (aside,) = inspect_spool(tmp_path).set_aside
+    assert "ALICE-SECRET" not in aside.read_text() and "someone else" in aside.read_text()
+
+
 async def test_two_processes_replaying_clears_of_the_same_channels_do_not_deadlock(
     db: Database, tmp_path: Path
 ) -> None:
@@ -465,14 +632,48 @@ async def test_a_failed_rewrite_leaves_the_spool_writable(
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(DurableSpool, "_rewrite", disk_full)
-    with pytest.raises(OSError):
-        await spool.replay(db.sessions)
+    # The clear reached the database: the replay is done, the file is rewritten later.
+    assert await spool.replay(db.sessions) == 1
+    assert (spool.pending, spool.clearing(CHANNEL)) == (0, False)
     monkeypatch.setattr(DurableSpool, "_rewrite", real)
 
     spool.append_forget(BOB, ManualClock().now())  # still appends (the file is open)
     assert spool.pending == 1
     spool.close()
-    assert DurableSpool(spool_path(tmp_path)).pending >= 1
+    # The forget survives a restart (the replayed clear may be replayed again: harmless).
+    assert DurableSpool(spool_path(tmp_path)).forgetting(BOB)
+
+
+async def test_a_failed_rewrite_after_the_last_batch_does_not_hide_the_channel(
+    db: Database, settings: Settings, tmp_path: Path, dead_engine: AsyncEngine
+) -> None:
+    """A spooled /refresh is replayed, then rewriting the (now empty) spool file fails
+    (a real OSError: here a directory in the way of the temporary file). The clear
+    reached the database and nothing is pending: the channel must not stay "being
+    cleared" (every hydration skipping the database, so a memory saved afterwards would
+    never be read back and the next write, built on version 0, refused as stale)."""
+    spool = DurableSpool(spool_path(tmp_path))
+    service = make_service(db.sessions, settings, ManualClock(), spool=spool)
+    await turn_for(service)
+    real = await outage(service, dead_engine)
+    receipt = await service.clear_channel(CHANNEL, guild_id=GUILD, actor_user_id=BOB)
+    assert receipt.pending_sync
+    service._sessions = real
+
+    in_the_way = spool.path.with_suffix(".tmp")
+    in_the_way.mkdir()  # os.open(stm.tmp, O_WRONLY | O_CREAT | O_TRUNC): IsADirectoryError
+    try:
+        assert await spool.replay(db.sessions) == 1  # as the bot's replayer does it
+        service.spool_replayed()
+    finally:
+        in_the_way.rmdir()
+    assert spool.pending == 0
+
+    assert str(await service.update_stm(await turn_for(service), summary="said after")) == "saved"
+    service.drop_all()  # e.g. the cache listener reconnected
+    shown = (await service.entry(SERVER_KEY)).summary
+    next_write = await service.update_stm(await turn_for(service), summary="and later")
+    assert (shown, str(next_write)) == ("said after", "saved")
 
 
 # ---------------------------------------- failed appends; deletions waiting in a spool
@@ -790,8 +991,7 @@ async def test_a_failed_reopen_after_replay_never_writes_into_a_reused_descripto
         raise OSError(24, "Too many open files")
 
     monkeypatch.setattr(DurableSpool, "_open_for_append", out_of_descriptors)
-    with pytest.raises(OSError):
-        await spool.replay(db.sessions)
+    assert await spool.replay(db.sessions) == 1  # replayed; the file is reopened later
     monkeypatch.undo()
 
     # The process opens something else (a socket, a log file...) under the freed number.
