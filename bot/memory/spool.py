@@ -29,7 +29,8 @@ reported, instead of stopping the bot; so is a record the database refuses as wr
 can never be stored). Any other failure is the database's, not the record's (a lost
 connection, a timeout, a deadlock, a read-only standby, a full disk…): the replay stops
 and is retried with backoff, and nothing is set aside; so when every record of a batch
-is refused (the fault is more likely the server's than that of each record).
+is refused (the fault is more likely the server's than that of each record), a few
+times in a row, before they are set aside (so they cannot block the spool for good).
 
 A set-aside file holds memory text: a ``/forget-me`` removes the user's lines from it,
 also when the forget is replayed from the spool, and a refused record that a forget
@@ -70,6 +71,11 @@ REPLAY_BATCH = 100
 
 class SpoolLocked(RuntimeError):
     """Another process owns this data folder's spool."""
+
+
+# How many times in a row a batch whose every record the database refused is retried
+# before its records are set aside as wrong (with the replayer's backoff: minutes).
+ALL_REFUSED_RETRIES = 5
 
 
 class ReplayRefused(RuntimeError):
@@ -287,6 +293,8 @@ class DurableSpool:
         self._closed = False
         # Set when an operation is appended (work to do) ...
         self._wake = asyncio.Event()
+        # Batches in a row whose every record was refused (see _apply_one_by_one).
+        self._all_refused = 0
         # ... and when the database is known to be back (ends a backoff wait early; new
         # work does not, or every write during an outage would cost a failed attempt).
         self._back = asyncio.Event()
@@ -553,11 +561,16 @@ class DurableSpool:
                 applied.append(record)
             handled += 1
         if len(batch) > 1 and len(refused) == len(batch):
-            # Every record at once is more likely the server's fault than each record's.
-            raise ReplayRefused(
-                f"the database refused every record of a batch of {len(batch)} "
-                f"(SQLSTATE {refused[0][2]}); retried later, nothing set aside"
-            )
+            # Every record at once is more likely the server's fault than each record's:
+            # retried, a few times. Records that really are all wrong must not block the
+            # spool (and every write queued behind them) for good: then they go aside.
+            self._all_refused += 1
+            if self._all_refused <= ALL_REFUSED_RETRIES:
+                raise ReplayRefused(
+                    f"the database refused every record of a batch of {len(batch)} "
+                    f"(SQLSTATE {refused[0][2]}); retried later, nothing set aside"
+                )
+        self._all_refused = 0
         aside: list[bytes] = []
         for index, record, code in refused:
             if self._forget_behind(index, record):

@@ -26,6 +26,7 @@ from bot.memory.longterm import FactRefused, LongTermService
 from bot.memory.model import Provenance, ScopeKey, StmEntry
 from bot.memory.service import MemoryService, WriteResult
 from bot.memory.spool import (
+    ALL_REFUSED_RETRIES,
     DurableSpool,
     ReplayRefused,
     SpoolLocked,
@@ -545,6 +546,29 @@ async def test_a_batch_whose_every_record_is_refused_is_retried_not_set_aside(
     assert await summaries(db) == [("server", "fine", 1)]
     (aside,) = inspect_spool(tmp_path).set_aside
     assert len(aside.read_text().splitlines()) == 2
+
+
+async def test_records_that_are_all_wrong_do_not_block_the_spool_for_good(
+    db: Database, settings: Settings, tmp_path: Path
+) -> None:
+    """Retried a few times as the server's fault, then set aside as the records' own: a
+    write queued behind them reaches the database."""
+    spool = DurableSpool(spool_path(tmp_path))
+    service = make_service(db.sessions, settings, ManualClock(), spool=spool)
+    entry = await service.entry(SERVER_KEY)
+    spool.append([beyond_bigint(entry, "one", 5)])
+    spool.append([beyond_bigint(entry, "two", 6)])
+    for _ in range(ALL_REFUSED_RETRIES):
+        with pytest.raises(ReplayRefused):
+            await spool.replay(db.sessions)
+    assert (spool.pending, inspect_spool(tmp_path).set_aside) == (2, ())
+    assert await spool.replay(db.sessions) == 2
+    (aside,) = inspect_spool(tmp_path).set_aside
+    assert len(aside.read_text().splitlines()) == 2
+    entry.summary, entry.version = "queued behind them", 1
+    spool.append([entry])
+    assert await spool.replay(db.sessions) == 1
+    assert await summaries(db) == [("server", "queued behind them", 1)]
 
 
 async def test_a_replayed_forget_me_also_clears_records_set_aside_by_the_same_replay(
