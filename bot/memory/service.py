@@ -57,6 +57,7 @@ from bot.memory.storage import (
     database_answered,
     database_down,
     database_failed,
+    outage_number,
     storage,
 )
 from bot.memory.turn import (
@@ -72,6 +73,9 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 OTHER_CHANNEL_HYDRATE_LIMIT = 10
+# Deaf with the database down: failed reads of the wipe times further apart than this
+# are not taken for one outage (the database may have answered others in between).
+WIPES_UNREAD_GAP_SECONDS = 30.0
 # A database read overtaken by a notice about what it read is repeated at most this often.
 STALE_READ_RETRIES = 3
 # Marks a /forget-me (or a cache reset): it may concern any entry.
@@ -248,6 +252,8 @@ class MemoryService:
         # Deaf, and the wipe records could not be read since (see recent_messages): when
         # the first read failed.
         self._wipes_unread_since: datetime | None = None
+        self._wipes_unread_outage: int | None = None
+        self._wipes_unread_last: datetime | None = None
         # Keys whose write is on its way to the database (held under the channel lock).
         self._writing: set[ScopeKey] = set()
         # Channels whose clear is on its way to the database: never hydrate them back.
@@ -668,8 +674,21 @@ class MemoryService:
                 raise MemoryUnavailable("memory storage is unavailable right now")
             wiped = await self.wiped_history(channel_id, window)
         except MemoryUnavailable:
-            if self._wipes_unread_since is None:
-                self._wipes_unread_since = began
+            # Since when the wipe times could not be read: the start of this outage, as
+            # far as this process saw it. Only one outage seen without a break counts:
+            # the database answering in between (a new outage since), or a long silence
+            # in which it may have, could have taken a wipe of older messages.
+            outage = outage_number(self._sessions)
+            last = self._wipes_unread_last
+            if (
+                outage is None
+                or self._wipes_unread_since is None
+                or self._wipes_unread_outage != outage
+                or last is None
+                or (began - last).total_seconds() > WIPES_UNREAD_GAP_SECONDS
+            ):
+                self._wipes_unread_since, self._wipes_unread_outage = began, outage
+            self._wipes_unread_last = began
             since = self._wipes_unread_since
             return tuple(
                 m for m in window if m.created_at > since or m.message_id == source_message_id

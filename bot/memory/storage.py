@@ -78,6 +78,8 @@ class _Breaker:
 
     def __init__(self) -> None:
         self.down_since: float | None = None
+        # Counts the outages: tells one outage from the next (see outage_number).
+        self.outages = 0
         self.failed_meanwhile = 0
         # Operations served without it (a cached value, the spool) while it was down.
         self.spared = 0
@@ -88,6 +90,7 @@ class _Breaker:
         name = exc.__class__.__name__
         if self.down_since is None:
             self.down_since = time.monotonic()
+            self.outages += 1
             self.failed_meanwhile, self.spared = 1, 0
             self.next_probe = 0.0
             log.warning(
@@ -157,6 +160,15 @@ def database_down(sessions: async_sessionmaker[AsyncSession]) -> bool:
     breaker.spared += 1
     breaker.start_probe(sessions)
     return True
+
+
+def outage_number(sessions: async_sessionmaker[AsyncSession]) -> int | None:
+    """Which outage of the database this is (a new number each time it goes down and
+    nobody saw it answer since), or None while it is not known to be down."""
+    breaker = _breakers.get(sessions)
+    if breaker is None or breaker.down_since is None:
+        return None
+    return breaker.outages
 
 
 def database_failed(

@@ -20,7 +20,9 @@ from bot.db.engine import Database
 from bot.db.models import ShortTermMemory
 from bot.db.repositories import guilds as guild_repo
 from bot.memory.model import ScopeKey
+from bot.memory.service import MemoryService
 from bot.memory.spool import DurableSpool, inspect_spool, spool_path
+from bot.memory.storage import database_answered
 from bot.memory.summarizer import Summarizer
 from tests.helpers.builders import (
     ALICE,
@@ -406,3 +408,79 @@ async def test_the_summarizer_of_a_deaf_process_does_not_read_words_forgotten_el
         guild_id=GUILD, channel_id=CHANNEL, actor_user_id=BOB, reason="test"
     )
     assert (outcome.status, llm.requests) == ("nothing_new", [])
+
+
+async def _deaf_with_alice_forgotten_between_two_outages(
+    db: Database, settings: Settings, dead_engine: AsyncEngine, clock: ManualClock, gap: int
+) -> tuple[MemoryService, async_sessionmaker[Any]]:
+    """Deaf process B: a first outage, the database back, Alice speaks and another
+    process forgets her (unheard by B), ``gap`` seconds later a second outage."""
+    a = make_service(db.sessions, settings, clock)
+    b = make_service(db.sessions, settings, clock)
+    dead: async_sessionmaker[Any] = async_sessionmaker(dead_engine)
+    await prepare(b, BOB)  # B's entry and settings are cached
+    b.observe_message(CHANNEL, message(BOB, "hi", at=EPOCH))
+    b.listener_lost()
+    b._sessions = dead  # outage 1
+    clock.advance(seconds=1)
+    await prepare(b, BOB)  # the wipe times cannot be read
+    b._sessions = db.sessions  # back
+    b.observe_message(
+        CHANNEL, message(ALICE, "my address is 12 Elm St", at=clock.now() + timedelta(seconds=1))
+    )
+    clock.advance(seconds=2)
+    await a.forget_user(ALICE)
+    clock.advance(seconds=gap)
+    b._sessions = dead  # outage 2
+    return b, dead
+
+
+async def test_a_second_outage_after_a_silence_does_not_reuse_the_first_ones_start(
+    db: Database, settings: Settings, dead_engine: AsyncEngine
+) -> None:
+    # No failed read for a minute: the database may have answered others (it did: the
+    # forget) in between, so the second outage counts from itself.
+    clock = ManualClock()
+    b, _ = await _deaf_with_alice_forgotten_between_two_outages(
+        db, settings, dead_engine, clock, gap=60
+    )
+    window = (await prepare(b, BOB)).prompt.window
+    assert "my address is 12 Elm St" not in [m.content for m in window]
+
+
+async def test_a_second_outage_after_the_database_answered_does_not_reuse_the_first_ones_start(
+    db: Database, settings: Settings, dead_engine: AsyncEngine
+) -> None:
+    # Seconds apart, but the database was seen answering in between: a new outage.
+    clock = ManualClock()
+    b, dead = await _deaf_with_alice_forgotten_between_two_outages(
+        db, settings, dead_engine, clock, gap=1
+    )
+    database_answered(dead)  # e.g. the spool's replay or the probe got through
+    window = (await prepare(b, BOB)).prompt.window
+    assert "my address is 12 Elm St" not in [m.content for m in window]
+
+
+async def test_words_forgotten_between_two_outages_do_not_reach_a_summary(
+    db: Database, settings: Settings, dead_engine: AsyncEngine, tmp_path: Path, llm: ScriptedLLM
+) -> None:
+    clock = ManualClock()
+    b, _ = await _deaf_with_alice_forgotten_between_two_outages(
+        db, settings, dead_engine, clock, gap=60
+    )
+    spool = DurableSpool(spool_path(tmp_path))
+    b.spool = spool
+    spool.notice_origin = b.instance_id
+    llm.reply_text("Alice lives at 12 Elm St.")
+    outcome = await Summarizer(b, openai_client(llm), settings).summarize(
+        guild_id=GUILD, channel_id=CHANNEL, actor_user_id=BOB, reason="test"
+    )
+    b._sessions = db.sessions
+    b.listening_again()
+    await spool.replay(db.sessions)
+    async with db.sessions() as session:
+        rows = list(await session.scalars(select(ShortTermMemory)))
+    assert all("Elm" not in row.summary and ALICE not in row.contributor_ids for row in rows), (
+        outcome,
+        [(row.summary, row.contributor_ids) for row in rows],
+    )
