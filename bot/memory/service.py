@@ -1169,7 +1169,7 @@ class MemoryService:
             return
         try:
             self.spool.forget_set_aside(user_id)
-        except OSError:
+        except Exception:  # the deletion in the database must not depend on that file
             log.exception("could not remove a user's records from the set-aside spool files")
 
     # ------------------------------------------------------------- coherence

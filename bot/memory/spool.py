@@ -74,7 +74,9 @@ class SpoolLocked(RuntimeError):
 
 
 # How many times in a row a batch whose every record the database refused is retried
-# before its records are set aside as wrong (with the replayer's backoff: minutes).
+# before its records are set aside as wrong (with the replayer's backoff, 0.5 s doubling:
+# about 15 s; long enough for a momentary fault of the server, short enough not to hold
+# every write queued behind them).
 ALL_REFUSED_RETRIES = 5
 
 
@@ -479,6 +481,7 @@ class DurableSpool:
                 try:
                     await _apply_all(sessions, batch, self.notice_origin)
                     handled, applied = len(batch), batch
+                    self._all_refused = 0  # the row of all-refused batches ends here
                 except Exception as exc:
                     if not _refused_record(exc):
                         raise
@@ -538,7 +541,7 @@ class DurableSpool:
         for user_id in sorted(set(users)):
             try:
                 self.forget_set_aside(user_id)
-            except OSError:
+            except Exception:  # never fails the replay or the start (the file is the operator's)
                 log.exception("spool: could not remove a user's records from set-aside files")
 
     async def _apply_one_by_one(
@@ -560,7 +563,8 @@ class DurableSpool:
             else:
                 applied.append(record)
             handled += 1
-        if len(batch) > 1 and len(refused) == len(batch):
+        sent = sum(record.get("op") != "blank" for record in batch)
+        if sent > 1 and len(refused) == sent:
             # Every record at once is more likely the server's fault than each record's:
             # retried, a few times. Records that really are all wrong must not block the
             # spool (and every write queued behind them) for good: then they go aside.
@@ -697,9 +701,9 @@ def _line_holds_user(line: bytes, user_id: int) -> bool:
         record = json.loads(line)
         if not isinstance(record, dict):
             raise ValueError
-    except ValueError:
+        return _record_holds_user(record, user_id)
+    except (ValueError, TypeError, AttributeError, IndexError, KeyError):
         return str(user_id).encode() in line  # unreadable: judged by the id alone
-    return _record_holds_user(record, user_id)
 
 
 def _record_holds_user(record: dict[str, Any], user_id: int) -> bool:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, text
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
@@ -1235,3 +1235,148 @@ async def test_after_a_replay_the_cache_lets_go_of_writes_a_forget_behind_them_d
 
     assert await rows_derived_from(db, BOB) == []
     assert not (await service.entry(ScopeKey.user(ALICE, CHANNEL, GUILD))).has_content
+
+
+# A damaged line that is valid JSON but not a record this version can replay (a key
+# lost, a provenance cut short): set aside at open as "could not be read".
+DAMAGED = (
+    b'{"op": "upsert", "entries": [{"summary": "x", "provenance": ["admin"]}], "events": []}\n'
+)
+
+
+def damaged_spool(tmp_path: Path) -> DurableSpool:
+    """A spool whose file had one damaged line: it is set aside when opened."""
+    path = spool_path(tmp_path)
+    DurableSpool(path).close()
+    with path.open("ab") as handle:
+        handle.write(DAMAGED)
+    spool = DurableSpool(path)
+    assert len(inspect_spool(tmp_path).set_aside) == 1
+    return spool
+
+
+async def test_a_damaged_set_aside_line_does_not_block_every_forget_me(
+    db: Database, settings: Settings, tmp_path: Path
+) -> None:
+    spool = damaged_spool(tmp_path)
+    service = make_service(db.sessions, settings, ManualClock(), spool=spool)
+    assert (
+        str(await service.update_stm(await turn_for(service), summary="Alice's words")) == "saved"
+    )
+
+    receipt = await service.forget_user(ALICE)  # AttributeError/IndexError today
+
+    assert receipt.user_rows >= 1
+
+
+async def test_a_damaged_line_does_not_stop_the_bot_when_a_forget_me_waits(tmp_path: Path) -> None:
+    path = spool_path(tmp_path)
+    spool = DurableSpool(path)
+    spool.append_forget(ALICE, ManualClock().now())
+    spool.close()
+    with path.open("ab") as handle:
+        handle.write(DAMAGED)
+
+    reopened = DurableSpool(path)  # raises today: the bot does not start
+
+    assert reopened.forgetting(ALICE) and reopened.pending == 1
+
+
+async def test_a_replayed_forget_me_with_a_damaged_set_aside_file_keeps_the_bookkeeping(
+    db: Database, settings: Settings, tmp_path: Path, dead_engine: AsyncEngine
+) -> None:
+    clock = ManualClock()
+    spool = DurableSpool(spool_path(tmp_path))
+    service = make_service(db.sessions, settings, clock, spool=spool)
+    await turn_for(service)
+    real = await outage(service, dead_engine)
+    assert (await service.clear_channel(CHANNEL, guild_id=GUILD, actor_user_id=BOB)).pending_sync
+    spool.append_forget(BOB, clock.now())  # as _forget_again_after queues one
+    service._sessions = real
+    # A line an earlier run set aside as unreadable.
+    spool.path.with_name("stm.corrupt-20260101T000000000000.jsonl").write_bytes(DAMAGED)
+
+    # As the bot's replayer runs it (run_replayer): an exception is logged and retried,
+    # and spool_replayed (on_replayed) is called only after a replay that returned > 0.
+    replayed = await spool.replay(db.sessions)  # the damaged file cannot make it raise
+    assert replayed == 2
+    service.spool_replayed()
+    assert spool.pending == 0  # both reached the database
+
+    written = await service.update_stm(await turn_for(service), summary="said after")
+    service.drop_all()  # e.g. the cache listener reconnected
+    shown = (await service.entry(SERVER_KEY)).summary
+    assert (str(written), shown) == ("saved", "said after")
+
+
+async def _refuse_every_memory_write(db: Database, on: bool) -> None:
+    """A real server-side refusal of every STM row (SQLSTATE 23514), as a constraint of
+    another schema version would give, switched on and off."""
+    statement = (
+        "ALTER TABLE short_term_memories ADD CONSTRAINT audit_glitch CHECK (false) NOT VALID"
+        if on
+        else "ALTER TABLE short_term_memories DROP CONSTRAINT IF EXISTS audit_glitch"
+    )
+    async with db.sessions() as session, session.begin():
+        await session.execute(text(statement))
+
+
+async def test_an_earlier_incident_does_not_use_up_the_retries_of_the_next_one(
+    db: Database, settings: Settings, tmp_path: Path
+) -> None:
+    """ALL_REFUSED_RETRIES counts all-refused batches "in a row"; a replay that went
+    through must end the row, or the next incident's writes are set aside at once."""
+    spool = DurableSpool(spool_path(tmp_path))
+    service = make_service(db.sessions, settings, ManualClock(), spool=spool)
+    first = await service.entry(SERVER_KEY)
+    second = await service.entry(ScopeKey.server(GUILD, CHANNEL + 1))
+    try:
+        # Incident 1: every record refused, retried, and then the server is fine again.
+        await _refuse_every_memory_write(db, True)
+        first.summary, first.version = "one", 1
+        second.summary, second.version = "two", 1
+        spool.append([first])
+        spool.append([second])
+        for _ in range(ALL_REFUSED_RETRIES):
+            with pytest.raises(ReplayRefused):
+                await spool.replay(db.sessions)
+        await _refuse_every_memory_write(db, False)
+        assert await spool.replay(db.sessions) == 2  # stored, nothing set aside
+        assert inspect_spool(tmp_path).set_aside == ()
+
+        # Incident 2, later: its first all-refused batch must be retried like the first.
+        await _refuse_every_memory_write(db, True)
+        first.summary, first.version = "three", 2
+        second.summary, second.version = "four", 2
+        spool.append([first])
+        spool.append([second])
+        with contextlib.suppress(ReplayRefused):
+            await spool.replay(db.sessions)
+        assert (spool.pending, inspect_spool(tmp_path).set_aside) == (2, ())
+    finally:
+        await _refuse_every_memory_write(db, False)
+
+
+async def test_a_local_blank_record_does_not_make_a_refused_batch_look_like_bad_records(
+    db: Database, settings: Settings, tmp_path: Path
+) -> None:
+    """A 'blank' record (a clear heard by notice: local bookkeeping, never sent to the
+    database) between writes the server refuses must not turn "every record refused"
+    (retried as the server's fault) into "some refused" (set aside at once)."""
+    spool = DurableSpool(spool_path(tmp_path))
+    service = make_service(db.sessions, settings, ManualClock(), spool=spool)
+    first = await service.entry(SERVER_KEY)
+    second = await service.entry(ScopeKey.server(GUILD, CHANNEL + 1))
+    try:
+        await _refuse_every_memory_write(db, True)
+        first.summary, first.version = "one", 1
+        second.summary, second.version = "two", 1
+        spool.append([first])
+        spool.append([second])
+        spool.blank_channel(CHANNEL + 1)  # a clear elsewhere of the second channel
+        assert spool.pending == 2 and len(spool._records) == 3
+        with contextlib.suppress(ReplayRefused):
+            await spool.replay(db.sessions)
+        assert (spool.pending, inspect_spool(tmp_path).set_aside) == (2, ())
+    finally:
+        await _refuse_every_memory_write(db, False)
