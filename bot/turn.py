@@ -78,6 +78,8 @@ class TurnRequest:
     # The message being answered, as it arrived: shown to the model when it is no longer
     # in the raw window (see :func:`with_trigger`). None when it may not be shown.
     trigger: RawMessage | None = None
+    # The channel's epoch when ``trigger`` was taken: a wipe since then drops it.
+    trigger_epoch: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,9 +236,8 @@ class TurnRunner:
             long_term_notes=notes,
         )
         turn = prepared.turn
-        window = with_trigger(
-            prepared.prompt.window, request.trigger, self.memory.windows.was_deleted
-        )
+        trigger = await self._trigger(request, turn.epoch, prepared.prompt.window)
+        window = with_trigger(prepared.prompt.window, trigger, self.memory.windows.was_deleted)
         prompt = assemble(replace(prepared.prompt, window=window))
         messages: list[dict[str, Any]] = [
             {
@@ -317,6 +318,25 @@ class TurnRunner:
         self.memory.record_bot_turn(turn)
         self._maybe_summarize(turn)
         return TurnReply(result.text, stm_results=tuple(stm_results), turn=turn)
+
+    async def _trigger(
+        self, request: TurnRequest, epoch: int, window: Sequence[RawMessage]
+    ) -> RawMessage | None:
+        """The message being answered, when it must be added to the window and nothing
+        wiped it: no /refresh or /forget-me here since it was taken (the epoch), and none
+        recorded in the database (made in another process, or missed while deaf: the
+        window drops what those wiped, but the trigger is carried beside it). One query,
+        only when the message scrolled out of the window (rare); in doubt it is left out."""
+        trigger = request.trigger
+        if trigger is None or any(m.message_id == trigger.message_id for m in window):
+            return trigger
+        if request.trigger_epoch != epoch:
+            return None
+        try:
+            wiped = await self.memory.wiped_history(request.channel_id, [trigger])
+        except MemoryUnavailable:
+            return None
+        return None if wiped(trigger) else trigger
 
     async def _opted_in(self, request: TurnRequest) -> bool:
         if request.guild_id is not None:

@@ -424,7 +424,9 @@ class Chat(commands.Cog):
             if memory.epoch(channel.id) == arrived_epoch:
                 # A busy channel may have pushed the message out of the raw window while
                 # the turn waited; the turn still answers it.
-                request = dataclasses.replace(request, trigger=to_raw(message))
+                request = dataclasses.replace(
+                    request, trigger=to_raw(message), trigger_epoch=arrived_epoch
+                )
             epoch = memory.epoch(channel.id)
             async with _typing(channel):
                 reply = await self.bot.turns.run(request)
