@@ -15,7 +15,7 @@ from typing import Any
 import discord
 
 from bot.cogs.chat import split_reply
-from bot.cogs.checks import require_admin
+from bot.cogs.checks import is_bot_owner, require_admin
 from bot.cogs.errors import answer, report_error, think
 from bot.memory.categories import (
     DESCRIPTION_MAX_LENGTH,
@@ -41,8 +41,12 @@ CATEGORY_ROW_LIMIT = LABEL_MAX_LENGTH + 2 + DESCRIPTION_MAX_LENGTH
 CATEGORY_PLACEHOLDERS = ("Decisions: what the group decided", "Open questions: what is unsettled")
 
 NOTHING_EDITED = "Nothing changed, so nothing was saved."
-SUMMARY_EMPTY = (
-    "Not saved: the summary can't be empty. To wipe this channel's memory, use `/refresh`."
+SUMMARY_EMPTY = "Not saved: the summary can't be empty."
+ALL_EMPTY = "Not saved: that would leave every category empty."
+# /stm edit needs Manage Server, /refresh Manage Messages: an admin may lack the latter.
+WIPE_WITH_REFRESH = "To wipe this channel's memory, use `/refresh`."
+WIPE_ASK_A_MODERATOR = (
+    "To wipe this channel's memory, ask a moderator (Manage Messages) to run `/refresh`."
 )
 TYPED_AGAIN = "What you typed, to paste again:"
 
@@ -77,12 +81,20 @@ ADMIN_REASONS: tuple[tuple[str, str], ...] = (
     ("the memory could not be saved right now", _STORAGE),
     ("the summary is empty after removing unsafe content", _UNSAFE.format(what="the summary")),
     ("categories [", _UNSAFE.format(what="a field you filled in")),
-    (
-        REASON_ALL_EMPTY,
-        "Not saved: that would leave every category empty. "
-        "To wipe this channel's memory, use `/refresh`.",
-    ),
 )
+
+
+def may_refresh(interaction: discord.Interaction[Any]) -> bool:
+    """Whether the user may run ``/refresh`` here (the check of ``moderator_only``)."""
+    if interaction.guild_id is None or is_bot_owner(interaction):
+        return True
+    permissions = interaction.permissions
+    return permissions.administrator or permissions.manage_messages
+
+
+def wipe_advice(interaction: discord.Interaction[Any]) -> str:
+    """How this user can wipe the channel's memory instead of emptying it."""
+    return WIPE_WITH_REFRESH if may_refresh(interaction) else WIPE_ASK_A_MODERATOR
 
 
 def chunked(blocks: Sequence[str], limit: int = MESSAGE_LIMIT) -> list[str]:
@@ -119,8 +131,9 @@ def quoted(text: str) -> str:
     return "\n".join(f"> {line}" for line in text.strip().splitlines())
 
 
-def describe_write(result: WriteResult) -> str:
-    """The answer to a ``/stm edit`` form, in an admin's terms."""
+def describe_write(result: WriteResult, interaction: discord.Interaction[Any]) -> str:
+    """The answer to a ``/stm edit`` form, in an admin's terms (``interaction``: whose
+    permissions decide what to advise)."""
     if result.status == "saved":
         return "Saved. The model sees the new memory from its next reply on."
     if result.status == "saved, pending sync":
@@ -128,6 +141,8 @@ def describe_write(result: WriteResult) -> str:
             "Saved, pending sync: the database is unavailable; it will be written when it is back."
         )
     reason = result.reason or ""
+    if reason.startswith(REASON_ALL_EMPTY):
+        return f"{ALL_EMPTY} {wipe_advice(interaction)}"
     for start, wording in ADMIN_REASONS:
         if reason.startswith(start):
             return wording
@@ -135,7 +150,10 @@ def describe_write(result: WriteResult) -> str:
 
 
 def describe_categories(categories: Sequence[Category]) -> list[str]:
-    return [f"• **{c.label}** → `{c.slug}`: {c.description}" for c in categories]
+    # Labels and descriptions are an admin's text, shown as markdown: a `**` or `_` in
+    # one must not break the list (mentions in them never ping: the bot allows none).
+    escape = discord.utils.escape_markdown
+    return [f"• **{escape(c.label)}** → `{c.slug}`: {escape(c.description)}" for c in categories]
 
 
 def fit_title(text: str) -> str:
@@ -243,10 +261,10 @@ class SummaryEditModal(_EditModal):
             return
         if not typed.strip():
             # Discord's "required" lets whitespace through; there is nothing to hand back.
-            await answer(interaction, SUMMARY_EMPTY)
+            await answer(interaction, f"{SUMMARY_EMPTY} {wipe_advice(interaction)}")
             return
         result = await self._save(interaction, summary=typed)
-        blocks = [describe_write(result)]
+        blocks = [describe_write(result, interaction)]
         if not result.ok:
             blocks.append(f"{TYPED_AGAIN}\n{quoted(typed)}")
         await answer_blocks(interaction, blocks)
@@ -292,12 +310,12 @@ class CategoryEditModal(_EditModal):
             await answer(interaction, NOTHING_EDITED)
             return
         result = await self._save(interaction, categories=changed)
-        blocks = [describe_write(result)]
+        blocks = [describe_write(result, interaction)]
         # Only text is worth handing back (emptied fields are listed along with it).
         if not result.ok and any(changed.values()):
             blocks.append(TYPED_AGAIN)
             for slug, value in changed.items():
-                label = self.labels[slug]
+                label = discord.utils.escape_markdown(self.labels[slug])
                 blocks.append(
                     f"**{label}**\n{quoted(value)}" if value else f"**{label}**: *(emptied)*"
                 )
