@@ -134,7 +134,12 @@ SYSTEM_CATEGORIES = (
 SummaryStatus = Literal["updated", "nothing_new", "busy", "failed", "empty", "disabled"]
 
 EMPTY_ANSWER = "the model's answer was empty"
-CUT_OFF = "the model's answer was cut off at its length limit (raise llm.max_reply_tokens)"
+# Shown to whoever ran /stm summarize, often a moderator: the setting to raise
+# (llm.max_reply_tokens) is only named in the log, for the operator.
+CUT_OFF = (
+    "the model's answer was cut off at its length limit (ask the bot's operator to allow "
+    "longer answers)"
+)
 CUT_OFF_BY_CONTEXT = (
     "the model's answer was cut off at its length limit, which the provider's context "
     "size keeps small"
@@ -558,6 +563,13 @@ class Summarizer:
                     calls += 1
                     raise _Unusable("failed", TOOL_CALL_ANSWER)
                 if answer.truncated:
+                    if not budget.capped:
+                        log.warning(
+                            "summarizer in channel %s: answer cut off at %d tokens; raise "
+                            "llm.max_reply_tokens",
+                            channel_id,
+                            budget.reply_tokens,
+                        )
                     raise _Unusable("failed", CUT_OFF_BY_CONTEXT if budget.capped else CUT_OFF)
                 text = answer.text
                 if not text.strip():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -119,6 +120,24 @@ async def test_an_empty_answer_is_reported(kioku: KiokuHarness, moderator: disco
     assert result.texts() == [
         "The summarizer failed: the model's answer was empty. The memory was left unchanged."
     ]
+    assert await stored(kioku, kioku.env.channel.id) == []
+
+
+async def test_a_cut_off_answer_names_no_setting_to_the_moderator(
+    kioku: KiokuHarness, moderator: discord.Member, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The setting to raise is the operator's business: in the log, not in the answer.
+    await chat(kioku, 2)
+    kioku.llm.reply_text("Launch on", finish_reason="length")
+
+    with caplog.at_level(logging.WARNING, logger="bot.memory.summarizer"):
+        result = await kioku.interactions.slash("stm summarize", user=moderator)
+
+    assert result.texts() == [
+        "The summarizer failed: the model's answer was cut off at its length limit (ask the "
+        "bot's operator to allow longer answers). The memory was left unchanged."
+    ]
+    assert "raise llm.max_reply_tokens" in caplog.text
     assert await stored(kioku, kioku.env.channel.id) == []
 
 
