@@ -1,7 +1,7 @@
 """``/forget-me`` and ``/memories``: what the bot keeps about a user, and deleting it.
 
 ``/forget-me`` deletes every memory derived from the user's messages, after a confirm.
-``/memories list / forget / clear`` show and delete the user's long-term facts (their
+``/memories list / forget / clear`` show and delete the user's long-term memories (their
 own only, wherever they were made); ``/memories cross-context`` turns on or off whether
 DMs may use what the bot remembers about the user from servers. Everything happens in
 the user's ephemeral messages, so nobody else learns what they keep or delete.
@@ -38,7 +38,7 @@ EXPLANATION = (
     "• your own short-term memories\n"
     "• shared channel memories built from your messages (the whole channel memory, "
     "since it can't be split by author)\n"
-    "• the long-term facts you asked me to remember\n"
+    "• the long-term memories you asked me to keep\n"
     "• audit entries about you, and the messages of yours I have cached\n"
     "This cannot be undone."
 )
@@ -63,7 +63,7 @@ def describe_receipt(receipt: ForgetReceipt) -> str:
             f"• {plural(receipt.user_rows, 'memory of yours', 'memories of yours')}",
             f"• {plural(receipt.contributed_rows, 'shared memory', 'shared memories')} "
             "built from your messages",
-            f"• {plural(receipt.long_term, 'long-term fact')}",
+            f"• {plural(receipt.long_term, 'long-term memory', 'long-term memories')}",
             f"• {plural(receipt.events, 'audit entry', 'audit entries')}",
             f"• {plural(receipt.raw_messages, 'cached message')} and "
             f"{plural(receipt.cache_entries, 'cached memory', 'cached memories')}",
@@ -159,8 +159,8 @@ MEMORIES_NOT_YOURS = "These buttons belong to the person who ran the command."
 CROSS_CONTEXT_EFFECT = {
     True: (
         "in our DMs I may use what I remember about you from servers: the memories of "
-        "server conversations you took part in and the long-term facts you asked me to "
-        "remember there."
+        "server conversations you took part in and the long-term memories you asked me to "
+        "keep there."
     ),
     False: (
         "in our DMs I use only what was said in our DMs; what I remember about you from "

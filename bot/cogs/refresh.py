@@ -22,6 +22,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# What the back-fill recognises a marker by: markers posted by every version start with
+# it, so the wording after it may change but this must not.
 REFRESH_MARKER_PREFIX = "🧹 **Memory refreshed**"
 
 
@@ -32,9 +34,12 @@ def plural(count: int, singular: str, plural_form: str | None = None) -> str:
 
 
 def marker_text(user: discord.abc.User) -> str:
+    # Only the channel's conversation memory is wiped: the long-term memories people
+    # asked the bot to keep are not, so the marker must not promise they are.
     return (
-        f"{REFRESH_MARKER_PREFIX} by {user.mention}. "
-        "I start fresh here: nothing above this line is part of my memory."
+        f"{REFRESH_MARKER_PREFIX} by {user.mention}. My memory of this channel's "
+        "conversation starts fresh here: what was said above this line is no longer part "
+        "of it. Long-term memories people asked me to keep stay (see `/memories`)."
     )
 
 
@@ -61,7 +66,7 @@ class RefreshCog(commands.Cog):
         lines = [
             "Memory of this channel wiped: "
             f"{plural(receipt.rows, 'stored memory', 'stored memories')} and "
-            f"{plural(receipt.cache_entries, 'cached entry', 'cached entries')} removed."
+            f"{plural(receipt.cache_entries, 'cached memory', 'cached memories')} removed."
         ]
         if receipt.pending_sync:
             lines = [

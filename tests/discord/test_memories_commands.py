@@ -376,6 +376,33 @@ async def test_clear_cancel_deletes_nothing(kioku: KiokuHarness, longterm: LongT
     assert len(await fact_ids(kioku)) == 1
 
 
+async def test_long_term_memories_have_one_name_across_commands(
+    kioku: KiokuHarness, longterm: LongTermService
+) -> None:
+    # /memories calls them "long-term memories": /forget-me and /refresh say the same
+    # (and "cached memories", as the /forget-me receipt does, not "cached entries").
+    env = kioku.env
+    moderator = await env.create_member("mod", kind="moderator")
+    await remember(kioku, longterm, "My cat is called Miso")
+    listed = await kioku.interactions.slash("memories list")
+    assert listed.embeds and listed.embeds[0].title == "Your long-term memories"
+    refreshed = await kioku.interactions.slash("refresh", user=moderator)
+    asked = await kioku.interactions.slash("forget-me")
+    explanation = asked.content or ""
+    done = await kioku.interactions.click(asked, label="Delete my memories")
+    cross = await kioku.interactions.slash("memories cross-context", {"enabled": "on"})
+
+    marker = next(s.content for s in env.sent_to(env.channel) if "Memory refreshed" in s.content)
+    said = [explanation, done.original_message["content"], cross.content, marker]
+    said.extend(refreshed.texts())
+    everything = "\n".join(text or "" for text in said)
+    assert "• 1 long-term memory\n" in done.original_message["content"]
+    assert "long-term memories you asked me to keep" in explanation
+    assert "Long-term memories people asked me to keep stay" in marker
+    assert "long-term fact" not in everything
+    assert "cached entr" not in everything
+
+
 # ------------------------------------------------------------------ /memories cross-context
 
 SERVER_SUMMARY = "The user is planning a trip to Lisbon-Qz7 in May."

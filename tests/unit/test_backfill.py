@@ -13,7 +13,8 @@ import aiohttp
 import discord
 import pytest
 
-from bot.cogs.history import backfill
+from bot.cogs.history import backfill, is_refresh_marker
+from bot.cogs.refresh import marker_text
 from bot.memory.model import RawMessage
 from bot.memory.window import WindowCache
 
@@ -112,3 +113,17 @@ def test_a_deleted_message_whose_echo_arrives_late_stays_out() -> None:
     windows.append(CHANNEL, part)
     assert windows.get(CHANNEL) == ()
     assert windows.was_deleted(part.message_id)
+
+
+def test_refresh_markers_of_every_wording_stop_the_backfill() -> None:
+    # Markers already posted keep their old wording: the back-fill must still stop there.
+    me = SimpleNamespace(id=1, mention="<@1>")
+    old = (
+        "🧹 **Memory refreshed** by <@5>. "
+        "I start fresh here: nothing above this line is part of my memory."
+    )
+    for content in (old, marker_text(me)):  # type: ignore[arg-type]
+        message = SimpleNamespace(author=me, content=content)
+        assert is_refresh_marker(message, me), content  # type: ignore[arg-type]
+    quoted = SimpleNamespace(author=SimpleNamespace(id=2), content=old)
+    assert not is_refresh_marker(quoted, me)  # type: ignore[arg-type]
