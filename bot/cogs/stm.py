@@ -9,6 +9,7 @@ the person who asked, never logged.
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
 import discord
@@ -18,6 +19,7 @@ from discord.ext import commands
 from bot.cogs.checks import IntRange, admin_only, moderator_only
 from bot.cogs.errors import answer, think
 from bot.cogs.history import backfill
+from bot.cogs.refresh import plural
 from bot.cogs.stm_forms import (
     CategoriesModal,
     CategoryEditModal,
@@ -36,6 +38,7 @@ from bot.memory.model import (
 )
 from bot.memory.prompt import VALUE_LIMIT, relative_time, render_memory_text
 from bot.memory.service import MemoryService
+from bot.memory.storage import MemoryUnavailable
 from bot.memory.summarizer import Summarizer, SummaryOutcome
 
 if TYPE_CHECKING:
@@ -44,6 +47,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 HISTORY_LIMIT = 15
+# Always-on channels named in /stm settings: a server may mark hundreds (threads too),
+# and one answer must stay within Discord's 2,000 characters.
+ALWAYS_ON_SHOWN = 20
 
 RENDER_MODES = {
     "crude_summary": "crude summary: distilled text plus the last raw messages",
@@ -55,6 +61,15 @@ ORIGINS = {
     "admin": "an admin",
     "user_command": "a command",
     "import": "an import",
+}
+# What /stm history calls each kind of audit event (``EventRecord.event``).
+EVENTS = {
+    "update": "Memory updated",
+    "refresh": "Wiped (/refresh)",
+    "forget": "Forgotten (/forget-me)",
+    "expire": "Expired",
+    "settings": "Settings changed",
+    "categories": "Categories changed",
 }
 
 
@@ -113,8 +128,10 @@ def memory_sections(entry: StmEntry, config: GuildConfig) -> list[str]:
     """One block per stored value, with its size against the limit."""
 
     def section(label: str, value: str) -> str:
+        # Labels are an admin's text: a `**` or `_` in one must not break the heading.
         size = f"({len(value)}/{VALUE_LIMIT} chars)"
-        return f"**{label}** {size}\n{quoted(value) if value.strip() else '*(empty)*'}"
+        heading = discord.utils.escape_markdown(label)
+        return f"**{heading}** {size}\n{quoted(value) if value.strip() else '*(empty)*'}"
 
     sections: list[str] = []
     defined = {category.slug for category in config.categories}
@@ -130,7 +147,36 @@ def memory_sections(entry: StmEntry, config: GuildConfig) -> list[str]:
     return sections
 
 
-def describe_settings(config: GuildConfig) -> list[str]:
+def describe_always_on(
+    channel_ids: Collection[int], guild: discord.Guild | None, here: int | None = None
+) -> str:
+    """The always-on channels the server still shows (``here`` first), at most
+    :data:`ALWAYS_ON_SHOWN` of them; the others are counted, not named."""
+    present = sorted(
+        c for c in channel_ids if guild is None or guild.get_channel_or_thread(c) is not None
+    )
+    if here in present:
+        present.remove(here)
+        present.insert(0, here)
+    parts = [", ".join(f"<#{c}>" for c in present[:ALWAYS_ON_SHOWN])] if present else []
+    if len(present) > ALWAYS_ON_SHOWN:
+        parts.append(f"and {len(present) - ALWAYS_ON_SHOWN} more")
+    # Discord does not tell a bot about archived threads: such a thread (or a channel
+    # deleted while the bot was away) is kept, and counted here.
+    unseen = len(channel_ids) - len(present)
+    if unseen:
+        gone = plural(
+            unseen,
+            "archived thread or deleted channel",
+            "archived threads or deleted channels",
+        )
+        parts.append(f"(and {gone})" if parts else gone)
+    return " ".join(parts) or "none"
+
+
+def describe_settings(
+    config: GuildConfig, guild: discord.Guild | None = None, here: int | None = None
+) -> list[str]:
     if config.category_mode:
         categories = ", ".join(f"`{c.slug}`" for c in config.categories)
     else:
@@ -141,27 +187,113 @@ def describe_settings(config: GuildConfig) -> list[str]:
         f"Render mode: **{RENDER_MODES.get(config.render_mode, config.render_mode)}**",
         f"Raw messages from other channels: **{config.crude_message_count}**",
         f"Categories: {categories}",
-        "Always-on channels: "
-        + (", ".join(f"<#{c}>" for c in sorted(config.always_on_channels)) or "none"),
+        f"Always-on channels: {describe_always_on(config.always_on_channels, guild, here)}",
     ]
 
 
-def describe_event(event: StmEvent) -> str:
-    parts = [f"**{event.event}**"]
-    if event.origin:
-        parts[0] += f" ({event.origin})"
-    if event.scope_kind:
-        parts.append(event.scope_kind)
-    elif event.event == "refresh":
-        parts.append("all scopes")
+def describe_pending(memory: MemoryService, channel_id: int) -> list[str]:
+    """What ``/stm show`` says of the channel's changes waiting for the database."""
+    pending = memory.pending_changes_in(channel_id)
+    notes: list[str] = []
+    if pending.cleared:
+        notes.append(
+            "This channel's memory was wiped; the deletion reaches the database when it is back."
+        )
+    if pending.writes:
+        verb = "is" if pending.writes == 1 else "are"
+        notes.append(
+            f"{plural(pending.writes, 'change')} to this channel's memory {verb} waiting for "
+            "the database (saved locally)."
+        )
+    return notes
+
+
+def _event_author(event: StmEvent) -> str | None:
+    """Who made an update (the origin, with the member it was for), or who acted."""
+    actor = f"<@{event.actor_user_id}>" if event.actor_user_id else None
+    if event.event != "update" or not event.origin:
+        return f"by {actor}" if actor else None
+    who = ORIGINS.get(event.origin, event.origin)
+    if actor is None:
+        return f"by {who}"
+    if event.origin == "model_tool":
+        return f"by {who}, answering {actor}"
+    return f"by {who} ({actor})"
+
+
+def _chars(event: StmEvent) -> str | None:
+    if event.chars_before is None and event.chars_after is None:
+        return None
+    return f"{event.chars_before or 0} → {event.chars_after or 0} chars"
+
+
+def _scope(event: StmEvent) -> str | None:
+    if event.scope_kind == "server":
+        return "channel memory"
+    if event.scope_kind == "user":
+        return f"<@{event.user_id}>'s copy" if event.user_id else "a member's copy"
+    if event.event == "refresh":
+        return "channel memory and every copy"
+    return None
+
+
+def _pair(first: StmEvent, second: StmEvent) -> tuple[StmEvent, StmEvent] | None:
+    """(channel memory, member's copy) when the two are one write's rows: an update
+    stores the channel's memory and the copy of the member it answered together."""
+    if first.event != "update" or second.event != "update":
+        return None
+    same = ("channel_id", "origin", "actor_user_id", "message_id", "created_at")
+    if any(getattr(first, name) != getattr(second, name) for name in same):
+        return None
+    kinds = (first.scope_kind, second.scope_kind)
+    if kinds == ("server", "user"):
+        return first, second
+    if kinds == ("user", "server"):
+        return second, first
+    return None
+
+
+def describe_event(event: StmEvent, copy: StmEvent | None = None) -> str:
+    """One line of ``/stm history``; ``copy`` is the member's copy written with
+    ``event`` (the channel memory), shown on the same line."""
+    head = f"**{EVENTS.get(event.event, event.event)}**"
+    author = _event_author(event)
+    if event.event == "update" and author:
+        head, author = f"{head} {author}", None
+    parts = [head]
+    scope = _scope(event)
+    if copy is not None and scope:
+        copy_scope = _scope(copy)
+        if _chars(event) == _chars(copy):
+            scope = f"{scope} and {copy_scope}"
+        else:
+            scope = f"{scope} ({_chars(event)}) and {copy_scope} ({_chars(copy)})"
+    if scope:
+        parts.append(scope)
     if event.channel_id:
         parts.append(f"<#{event.channel_id}>")
     parts.append(discord.utils.format_dt(event.created_at, "R"))
-    if event.chars_before is not None or event.chars_after is not None:
-        parts.append(f"{event.chars_before or 0} → {event.chars_after or 0} chars")
-    if event.actor_user_id:
-        parts.append(f"by <@{event.actor_user_id}>")
+    chars = _chars(event)
+    if chars and (copy is None or _chars(copy) == chars):
+        parts.append(chars)
+    if author:
+        parts.append(author)
     return "• " + " · ".join(parts)
+
+
+def describe_events(events: Sequence[StmEvent]) -> list[str]:
+    """The lines of ``/stm history``: a write's channel memory and member's copy on one."""
+    lines: list[str] = []
+    index = 0
+    while index < len(events):
+        pair = _pair(events[index], events[index + 1]) if index + 1 < len(events) else None
+        if pair is not None:
+            lines.append(describe_event(*pair))
+            index += 2
+        else:
+            lines.append(describe_event(events[index]))
+            index += 1
+    return lines
 
 
 def channel_label(interaction: discord.Interaction[Any]) -> str:
@@ -211,12 +343,7 @@ class StmCog(commands.Cog):
         notes: list[str] = []
         if interaction.guild_id is not None and not config.stm_enabled:
             notes.append("Short-term memory is turned off in this server, so I am not updating it.")
-        pending = self.memory.pending_sync_in(entry.key.channel_id)
-        if pending:
-            notes.append(
-                f"{pending} memory writes of this channel are waiting for the database "
-                "(saved locally, pending sync)."
-            )
+        notes.extend(describe_pending(self.memory, entry.key.channel_id))
         if not entry.has_content:
             await answer_blocks(interaction, [f"I don't remember anything {where} yet.", *notes])
             return
@@ -374,7 +501,8 @@ class StmCog(commands.Cog):
             head = "**Settings updated.** Short-term memory settings of this server:"
         else:
             head = "**Short-term memory settings of this server**"
-        await answer(interaction, "\n".join([head, *describe_settings(config)]))
+        lines = describe_settings(config, interaction.guild, interaction.channel_id)
+        await answer_blocks(interaction, [head, *lines])
 
     @stm.command(name="history", description="Recent changes to this server's memory")
     @admin_only()
@@ -383,12 +511,47 @@ class StmCog(commands.Cog):
         # Manage Server does not open every channel: events of channels (and threads) the
         # admin cannot read are left out, or they would show who talked there, and when.
         found = await self.memory.recent_events(self._guild_id(interaction), HISTORY_LIMIT * 4)
-        events = [e for e in found if _may_see(interaction, e.channel_id)][:HISTORY_LIMIT]
-        if not events:
+        seen = [e for e in found if _may_see(interaction, e.channel_id)]
+        lines = describe_events(seen)[:HISTORY_LIMIT]
+        if not lines:
             await answer(interaction, "No memory events recorded in this server yet.")
             return
-        head = f"**Last {len(events)} memory events** (newest first; memory text is never logged)"
-        await answer_blocks(interaction, [head, *(describe_event(e) for e in events)])
+        count = plural(len(lines), "memory event")
+        head = f"**Last {count}** (newest first; memory text is never logged)"
+        await answer_blocks(interaction, [head, *lines])
+
+    # ------------------------------------------------------------ deleted channels
+
+    @commands.Cog.listener()
+    async def on_guild_channel_delete(self, channel: discord.abc.GuildChannel) -> None:
+        await self._drop_always_on(channel.guild.id, channel.id)
+
+    @commands.Cog.listener()
+    async def on_raw_thread_delete(self, payload: discord.RawThreadDeleteEvent) -> None:
+        # Also dispatched for the known threads of a deleted channel.
+        await self._drop_always_on(payload.guild_id, payload.thread_id)
+
+    async def _drop_always_on(self, guild_id: int, channel_id: int) -> None:
+        """Unmark a deleted always-on channel or thread, or the list only ever grows."""
+        try:
+            config = await self.memory.guild_config(guild_id)
+            if channel_id not in config.always_on_channels:
+                return
+            me = self.bot.user
+            # Recorded as a settings change by the bot itself: nobody else made it.
+            await self.memory.set_always_on(
+                guild_id, channel_id, False, actor_user_id=me.id if me is not None else 0
+            )
+        except MemoryUnavailable as exc:
+            # Harmless: /stm settings counts it among the channels it can't find.
+            log.warning(
+                "deleted always-on channel %s of guild %s stays listed: %s",
+                channel_id,
+                guild_id,
+                exc.__class__.__name__,
+            )
+            return
+        log.info("deleted always-on channel %s of guild %s unmarked", channel_id, guild_id)
 
 
 def _may_see(interaction: discord.Interaction[Any], channel_id: int | None) -> bool:

@@ -50,7 +50,7 @@ from bot.memory.model import (
 from bot.memory.prompt import OtherChannel, PromptInput
 from bot.memory.sanitize import sanitize_value
 from bot.memory.singleflight import SingleFlight
-from bot.memory.spool import DurableSpool
+from bot.memory.spool import DurableSpool, PendingChanges
 from bot.memory.storage import (
     DB_TIMEOUT_SECONDS,
     MemoryUnavailable,
@@ -1295,6 +1295,12 @@ class MemoryService:
     def pending_sync_in(self, channel_id: int) -> int:
         """Operations on one channel's memory waiting in the spool."""
         return self.spool.pending_in(channel_id) if self.spool is not None else 0
+
+    def pending_changes_in(self, channel_id: int) -> PendingChanges:
+        """The channel's writes and clear waiting in the spool (``/stm show``)."""
+        if self.spool is None:
+            return PendingChanges(0, False)
+        return self.spool.pending_changes_in(channel_id)
 
     def spool_replayed(self) -> None:
         """Every spooled operation reached the database: clears are now real deletions,

@@ -89,6 +89,16 @@ def spool_path(data_dir: Path) -> Path:
 
 
 @dataclass(frozen=True, slots=True)
+class PendingChanges:
+    """What waits in the spool for one channel's memory (for ``/stm show``)."""
+
+    # Writes of its memory queued after its last clear (those before it are moot).
+    writes: int
+    # A /refresh of the channel waits to reach the database.
+    cleared: bool
+
+
+@dataclass(frozen=True, slots=True)
 class SpoolStatus:
     pending: int
     # Files of records that could not be read or applied, moved aside for the operator.
@@ -329,6 +339,21 @@ class DurableSpool:
             for record in self._records
             if record.get("op") != "blank"
         )
+
+    def pending_changes_in(self, channel_id: int) -> PendingChanges:
+        """The channel's pending writes and whether a clear of it waits, read-only.
+        A write queued before a clear of the channel (or before a clear another process
+        made, a local 'blank' record) is counted with neither: the clear undoes it."""
+        writes, cleared = 0, False
+        for record in self._records:
+            op = record.get("op")
+            if op in ("clear", "blank") and record.get("channel") == channel_id:
+                writes, cleared = 0, cleared or op == "clear"
+            elif op == "upsert" and any(
+                data["key"].get("channel") == channel_id for data in record.get("entries", ())
+            ):
+                writes += 1
+        return PendingChanges(writes, cleared)
 
     def latest(self, key: ScopeKey) -> StmEntry | None:
         """The newest spooled (not yet replayed) state of ``key``."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from datetime import UTC, datetime
 from typing import Any
 
 import discord
@@ -15,13 +16,17 @@ from bot.cogs import stm_forms
 from bot.cogs.errors import GUILD_ONLY, SOMETHING_WENT_WRONG, UNAVAILABLE
 from bot.cogs.privacy import CANCELLED, NOT_YOURS
 from bot.cogs.refresh import REFRESH_MARKER_PREFIX
-from bot.db.models import LongTermMemory, ShortTermMemory, StmCategory, StmEvent
+from bot.cogs.stm import ALWAYS_ON_SHOWN, describe_events
+from bot.cogs.stm_forms import WIPE_ASK_A_MODERATOR, WIPE_WITH_REFRESH
+from bot.db.models import GuildSettings, LongTermMemory, ShortTermMemory, StmCategory, StmEvent
 from bot.llm.tools.stm import STM_TOOL_NAME
-from bot.memory.model import Category, ScopeKey
+from bot.memory.model import Category, Provenance, ScopeKey
 from tests.helpers.bot import KiokuHarness
+from tests.helpers.discord_harness import _channel_payload
 from tests.helpers.fake_llm import refused_base_url
 
 SUMMARY = "Team picked Friday for the launch."
+DISCORD_CONTENT_LIMIT = 2000
 
 
 # ------------------------------------------------------------------- helpers
@@ -127,7 +132,7 @@ async def test_refresh_by_a_moderator_wipes_cache_and_rows_and_posts_the_marker(
 
     assert result.ephemeral
     assert result.texts()[-1] == (
-        "Memory of this channel wiped: 2 stored memories and 2 cached entries removed."
+        "Memory of this channel wiped: 2 stored memories and 2 cached memories removed."
     )
     assert await stm_rows(kioku, kioku.env.channel.id) == []
     assert len(await stm_rows(kioku, other.id)) == 2  # another channel is untouched
@@ -169,9 +174,33 @@ async def test_refresh_after_stm_show_counts_no_cached_memory(
     wiped = await kioku.interactions.slash("refresh", user=moderator)
 
     assert wiped.texts()[-1] == (
-        "Memory of this channel wiped: 0 stored memories and 0 cached entries removed."
+        "Memory of this channel wiped: 0 stored memories and 0 cached memories removed."
     )
     assert kioku.bot.memory.cache.get(key) is None
+
+
+async def test_the_refresh_marker_promises_only_the_channels_conversation_is_forgotten(
+    kioku: KiokuHarness, moderator: discord.Member
+) -> None:
+    # Long-term memories said above the marker are still recalled: it must not claim
+    # that nothing above it is remembered.
+    env = kioku.env
+    await kioku.bot.longterm.remember(
+        env.member.id,
+        env.guild.id,
+        "My cat is called Miso",
+        Provenance("model_tool"),
+        channel_id=env.channel.id,
+    )
+    await kioku.interactions.slash("refresh", user=moderator)
+    [marker] = markers(kioku, env.channel)
+    kioku.llm.reply_text("Miso!")
+    await env.send("what is my cat called?", mention_bot=True)
+
+    assert "Miso" in str(kioku.llm.messages(-1)), "long-term memories survive a refresh"
+    assert "nothing above this line is part of my memory" not in marker
+    assert "conversation starts fresh" in marker
+    assert "Long-term memories people asked me to keep stay (see `/memories`)." in marker
 
 
 # ------------------------------------------------------------------ /stm show
@@ -232,6 +261,56 @@ async def test_stm_show_splits_long_memories_into_messages_within_discords_limit
     assert all(call.ephemeral for call in result.calls)
     joined = "\n".join(texts)
     assert all(f"> {label[0] * 1500}" in joined for label in labels)
+
+
+async def test_stm_show_counts_one_pending_change_in_the_singular(
+    kioku: KiokuHarness, admin: discord.Member
+) -> None:
+    await seed(kioku, author=admin, summary="old")
+    break_database(kioku)
+    opened = await kioku.interactions.slash("stm edit", user=admin)
+    saved = await kioku.interactions.submit_modal(opened, {"summary": "new"}, user=admin)
+    assert saved.texts()[-1].startswith("Saved, pending sync")
+
+    shown = (await kioku.interactions.slash("stm show")).texts()[-1]
+
+    assert "1 change to this channel's memory is waiting for the database (saved locally)." in shown
+    assert "memory writes" not in shown and "wiped" not in shown
+
+
+async def test_stm_show_after_a_refresh_in_an_outage_reports_the_wipe_not_a_saved_write(
+    kioku: KiokuHarness, admin: discord.Member, moderator: discord.Member
+) -> None:
+    await seed(kioku, author=admin, summary="plan")
+    break_database(kioku)
+    wiped = await kioku.interactions.slash("refresh", user=moderator)
+    assert "queued durably" in wiped.texts()[-1]
+
+    shown = (await kioku.interactions.slash("stm show")).texts()[-1]
+
+    assert shown.startswith("I don't remember anything in this channel yet.")
+    assert (
+        "This channel's memory was wiped; the deletion reaches the database when it is back."
+        in shown
+    )
+    assert "saved locally" not in shown
+
+    # Two writes after the wipe: counted (in the plural) beside it.
+    for summary in ("first", "second"):
+        opened = await kioku.interactions.slash("stm edit", user=admin)
+        await kioku.interactions.submit_modal(opened, {"summary": summary}, user=admin)
+    shown = (await kioku.interactions.slash("stm show")).texts()[-1]
+    assert "was wiped" in shown
+    assert "2 changes to this channel's memory are waiting for the database" in shown
+
+
+async def test_stm_show_escapes_markdown_in_category_headings(kioku: KiokuHarness) -> None:
+    await kioku.bot.memory.set_categories(
+        kioku.env.guild.id, kioku.env.member.id, [Category(0, "pointers", "C** pointers", "")]
+    )
+    await seed(kioku, categories={"pointers": "Use them."})
+    shown = (await kioku.interactions.slash("stm show")).texts()[-1]
+    assert "**C\\*\\* pointers** (9/1500 chars)" in shown
 
 
 # ------------------------------------------------------------------ /stm edit
@@ -306,8 +385,7 @@ async def test_stm_edit_reports_a_rejected_write(
 
     assert emptied.content is not None
     assert emptied.content.startswith(
-        "Not saved: that would leave every category empty. "
-        "To wipe this channel's memory, use `/refresh`."
+        f"Not saved: that would leave every category empty. {WIPE_ASK_A_MODERATOR}"
     )
     assert [r.categories for r in await stm_rows(kioku)] == [{"decisions": "Friday"}] * 2
 
@@ -331,10 +409,25 @@ async def test_stm_edit_with_a_whitespace_only_summary_says_it_cannot_be_empty(
     saved = await kioku.interactions.submit_modal(opened, {"summary": "   \n  "}, user=admin)
 
     assert saved.ephemeral
-    assert saved.texts() == [
-        "Not saved: the summary can't be empty. To wipe this channel's memory, use `/refresh`."
-    ]
+    # The admin has Manage Server only: /refresh (Manage Messages) would refuse them.
+    assert saved.texts() == [f"Not saved: the summary can't be empty. {WIPE_ASK_A_MODERATOR}"]
     assert [r.summary for r in await stm_rows(kioku)] == ["old summary"] * 2
+    refused = await kioku.interactions.slash("refresh", user=admin)
+    assert refused.content is not None and "**Manage Messages**" in refused.content
+
+
+async def test_stm_edit_tells_an_admin_who_may_refresh_to_use_refresh(
+    kioku: KiokuHarness,
+) -> None:
+    both = await kioku.env.create_member(
+        "both", kind="admin", permissions=discord.Permissions(manage_messages=True)
+    )
+    await seed(kioku, summary="old summary")
+    opened = await kioku.interactions.slash("stm edit", user=both)
+
+    saved = await kioku.interactions.submit_modal(opened, {"summary": "   "}, user=both)
+
+    assert saved.texts() == [f"Not saved: the summary can't be empty. {WIPE_WITH_REFRESH}"]
 
 
 async def test_stm_edit_with_a_whitespace_only_category_field_clears_that_category(
@@ -474,6 +567,25 @@ async def test_stm_categories_list_shows_the_categories(
     )
 
 
+async def test_category_labels_and_descriptions_are_escaped_in_the_list_and_the_receipt(
+    kioku: KiokuHarness, admin: discord.Member
+) -> None:
+    # An admin's `**` or `_` must not break the bold of the list.
+    label = "C** pointers"
+    opened = await kioku.interactions.slash("stm categories set", user=admin)
+    receipt = await kioku.interactions.submit_modal(
+        opened, {"category_1": f"{label}: what **we** decided <@&1>"}, user=admin
+    )
+    listed = await kioku.interactions.slash("stm categories list", user=admin)
+
+    escaped = "• **C\\*\\* pointers** → `c_pointers`: what \\*\\*we\\*\\* decided <@&1>"
+    assert escaped in receipt.texts()[-1]
+    assert escaped in listed.texts()[-1]
+    # A mention in a label is shown, never pinged: the bot allows no mentions.
+    assert kioku.bot.allowed_mentions is not None
+    assert kioku.bot.allowed_mentions.to_dict()["parse"] == []
+
+
 async def test_stm_categories_clear_goes_back_to_summary_mode(
     kioku: KiokuHarness, admin: discord.Member
 ) -> None:
@@ -521,6 +633,79 @@ async def test_stm_settings_changes_and_shows_the_settings(
     assert [e.event for e in await events(kioku)] == ["settings"]
 
 
+async def test_stm_settings_with_many_always_on_channels_fits_in_one_message(
+    kioku: KiokuHarness, admin: discord.Member
+) -> None:
+    # 90 channels named in full are over Discord's 2,000 characters: Discord refuses the
+    # answer and the admin gets "Something went wrong" although the change was applied.
+    env = kioku.env
+    channels = [await env.create_text_channel(f"help-{i}") for i in range(90)]
+    for channel in channels:
+        await kioku.bot.memory.set_always_on(env.guild.id, channel.id, True, admin.id)
+
+    result = await kioku.interactions.slash(
+        "stm settings", {"always_on": True}, user=admin, channel=channels[-1]
+    )
+
+    [text] = result.texts()
+    assert len(text) <= DISCORD_CONTENT_LIMIT
+    line = text.splitlines()[-1]
+    # The channel the admin is in comes first, then the oldest.
+    named = [channels[-1], *channels[: ALWAYS_ON_SHOWN - 1]]
+    assert line == (
+        "Always-on channels: "
+        + ", ".join(c.mention for c in named)
+        + f" and {90 - ALWAYS_ON_SHOWN} more"
+    )
+
+
+async def test_a_deleted_always_on_channel_or_thread_is_unmarked(
+    kioku: KiokuHarness, admin: discord.Member
+) -> None:
+    env = kioku.env
+    doomed = await env.create_text_channel("doomed")
+    kept = await env.create_text_channel("kept")
+    doomed_thread = await env.create_thread(doomed, "in doomed")
+    thread = await env.create_thread(kept, "thread")
+    for place in (doomed, doomed_thread, kept, thread):
+        await kioku.bot.memory.set_always_on(env.guild.id, place.id, True, admin.id)
+
+    await env.run_parser(env.state.parse_channel_delete, _channel_payload(doomed))
+    thread_gone = {
+        "id": str(thread.id),
+        "guild_id": str(env.guild.id),
+        "parent_id": str(kept.id),
+        "type": thread.type.value,
+    }
+    await env.run_parser(env.state.parse_thread_delete, thread_gone)
+
+    # The channel's thread went with it.
+    config = await kioku.bot.memory.guild_config(env.guild.id)
+    assert config.always_on_channels == {kept.id}
+    async with kioku.database.sessions() as session:
+        stored = await session.get(GuildSettings, env.guild.id)
+    assert stored is not None and stored.always_on_channel_ids == [kept.id]
+    last = (await events(kioku))[-1]
+    assert (last.event, last.actor_user_id) == ("settings", kioku.bot.user.id)
+
+
+async def test_stm_settings_leaves_out_channels_the_server_no_longer_shows(
+    kioku: KiokuHarness, admin: discord.Member
+) -> None:
+    # Deleted while the bot was away, or an archived thread Discord does not tell of.
+    env = kioku.env
+    unknown = 4242
+    await kioku.bot.memory.set_always_on(env.guild.id, unknown, True, admin.id)
+    await kioku.bot.memory.set_always_on(env.guild.id, env.channel.id, True, admin.id)
+
+    shown = await kioku.interactions.slash("stm settings", user=admin)
+
+    assert shown.content is not None
+    assert shown.content.splitlines()[-1] == (
+        f"Always-on channels: {env.channel.mention} (and 1 archived thread or deleted channel)"
+    )
+
+
 @pytest.mark.parametrize(
     ("option", "value", "expected"),
     [
@@ -556,16 +741,57 @@ async def test_stm_history_shows_events_without_memory_text(
     content = result.content
     assert content is not None
     lines = content.splitlines()
-    assert lines[0].startswith("**Last 3 memory events**")
-    refresh, *updates = lines[1:]
+    # The write's channel memory and the admin's copy are one line.
+    assert lines[0].startswith("**Last 2 memory events**")
+    refresh, update = lines[1:]
     channel = kioku.env.channel.mention
-    assert refresh.startswith(f"• **refresh** · all scopes · {channel} · <t:")
+    assert refresh.startswith(
+        f"• **Wiped (/refresh)** · channel memory and every copy · {channel} · <t:"
+    )
     assert refresh.endswith(f"by {moderator.mention}")
-    assert sorted(u.split(" · ")[1] for u in updates) == ["server", "user"]
-    for update in updates:
-        assert update.startswith("• **update** (admin) · ")
-        assert f"0 → {len(secret_text)} chars · by {admin.mention}" in update
+    assert update.startswith(
+        f"• **Memory updated** by an admin ({admin.mention}) · "
+        f"channel memory and {admin.mention}'s copy · {channel} · <t:"
+    )
+    assert update.endswith(f" · 0 → {len(secret_text)} chars")
     assert "pelican" not in content
+
+
+async def test_stm_history_names_a_model_update_in_words(
+    kioku: KiokuHarness, admin: discord.Member
+) -> None:
+    env = kioku.env
+    kioku.llm.reply_tool_calls([(STM_TOOL_NAME, {"summary": "Launch on Friday."})])
+    kioku.llm.reply_text("Noted!")
+    await env.send("we launch on friday", mention_bot=True)
+
+    result = await kioku.interactions.slash("stm history", user=admin)
+
+    [head, update] = result.texts()[-1].splitlines()
+    assert head.startswith("**Last 1 memory event**")
+    assert update.startswith(
+        f"• **Memory updated** by the model, answering {env.member.mention} · "
+        f"channel memory and {env.member.mention}'s copy · {env.channel.mention} · <t:"
+    )
+    assert update.endswith(" · 0 → 17 chars")
+    for code in ("model_tool", " server ", " user ", "**update**"):
+        assert code not in update
+
+
+def test_a_write_whose_two_copies_differ_in_size_shows_both_sizes() -> None:
+    at = datetime(2025, 1, 1, tzinfo=UTC)
+    common = {"event": "update", "origin": "admin", "actor_user_id": 7, "channel_id": 9}
+    server = StmEvent(scope_kind="server", chars_before=10, chars_after=40, created_at=at, **common)
+    user = StmEvent(
+        scope_kind="user", user_id=7, chars_before=0, chars_after=40, created_at=at, **common
+    )
+    later = StmEvent(scope_kind="user", user_id=7, created_at=at.replace(hour=1), **common)
+
+    lines = describe_events([user, server, later])
+
+    assert len(lines) == 2
+    assert "channel memory (10 → 40 chars) and <@7>'s copy (0 → 40 chars)" in lines[0]
+    assert " · <@7>'s copy · " in lines[1]
 
 
 async def test_stm_history_without_events_says_so(
@@ -605,7 +831,7 @@ async def test_forget_me_confirm_deletes_everything_and_shows_the_receipt(
         "**Done.** I deleted everything derived from your messages:\n"
         "• 1 memory of yours\n"
         "• 1 shared memory built from your messages\n"
-        "• 1 long-term fact\n"
+        "• 1 long-term memory\n"
         "• 2 audit entries\n"
         "• 0 cached messages and 2 cached memories"
     )

@@ -177,7 +177,7 @@ async def test_database_outage_during_500_updates_loses_nothing_acknowledged(
                 await asyncio.to_thread(pg.server.stop)
             if i == 350:
                 # Just before the database comes back: /stm show tells what waits.
-                shown_pending = kioku.bot.memory.pending_sync_in(channel.id)
+                shown_pending = kioku.bot.memory.pending_changes_in(channel.id).writes
                 result = await kioku.interactions.slash("stm show", channel=channel)
                 shown = "\n".join(result.texts()) if result.ephemeral else "(not ephemeral)"
                 await asyncio.to_thread(pg.server.start)
@@ -223,7 +223,7 @@ async def test_database_outage_during_500_updates_loses_nothing_acknowledged(
     assert found == sent
     assert pending > 0, "the outage must have been exercised"
     assert shown_pending > 0
-    assert f"{shown_pending} memory writes of this channel are waiting for the database" in shown
+    assert f"{shown_pending} changes to this channel's memory are waiting for the database" in shown
     assert probe.failed_attempts > 0, "the replayer retried while the database was down"
     assert probe.replays > 0, "the bot's own replayer brought the spool back"
     assert left_in_spool == 0 and count_pending(tmp_path / "bot") == 0
