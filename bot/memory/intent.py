@@ -47,16 +47,23 @@ not count.
 
 Always (with or without a marker): ``remember`` followed by ``when``, ``how``, ``if``,
 ``back``, ``the time``, ``that time/night/guy/party``… never counts (it asks to
-reminisce or recall); nor does reminiscence typed without a ``?``: ``remember we/you
-used to…``, ``remember our first/last/old…`` without a verb like ``is``/``was``, and
-``remember that <noun> we/you… <past tense>`` (``remember that movie we watched``, while
-``remember that my…``, ``remember that I'm…`` and ``remember that tuesday we have…``
-count). ``memorize`` / ``memorise``, ``keep in mind``, ``make/take a
-note``, ``note (this) down``, ``write this down``, ``commit/add/save/store this to
-memory`` count at clause start. ``note that`` counts only when addressed to the bot
-(mention/name or ``can you``…): a bare or ``please note that…`` is the announcement
-idiom. Subjects other than an address (``I remember that``, ``I can't remember the
-title``, ``do you remember``) never count.
+reminisce or recall). Nor does reminiscence typed without a ``?``, bare, addressed or
+after ``can you``/``try to`` (not after ``please``, ``I want you to``, ``make sure to``:
+``please remember that restaurant I booked for Friday`` asks to keep it):
+``remember we/you used to…``, ``remember our first/last/old/best…`` unless a colon, a
+copula or a verb in the present follows (``our first date was June 5``, ``our best
+friend Sam likes tea``, ``our old address: 12 Main Street``), and ``remember that <noun>
+we/you/you and I… <past tense>`` unless a colon or a copula follows (``remember that
+movie we watched`` does not count; ``remember that laptop I bought is a ThinkPad``,
+``remember that Tom and I got married``, ``remember that my…``, ``remember that I'm…``
+and ``remember that tuesday we have…`` do).
+
+``memorize`` / ``memorise``, ``keep in mind``, ``make/take a note``, ``note (this)
+down``, ``write this down``, ``commit/add/save/store this to memory`` count at clause
+start. ``note that`` counts only when addressed to the bot (mention/name or ``can
+you``…): a bare or ``please note that…`` is the announcement idiom. Subjects other than
+an address (``I remember that``, ``I can't remember the title``, ``do you remember``)
+never count.
 
 Other languages the bot may be addressed in count as clause-initial imperatives with
 what they ask to keep (``que``/``dass``/``che`` or ``:``), bare or addressed: French
@@ -137,12 +144,28 @@ _DETERMINER = (
     r"(?:i|i'm|im|i've|i'll|i'd|we|we're|you|you're|u|he|she|they|it|it's|my|our|your|his"
     r"|her|their|its|the|a|an|this|these|those|some|all|every|each|no|there|here)\b"
 )
+# After the reminiscence's noun, a copula or a colon states a fact about it ("remember
+# our first date was June 5", "that laptop I bought is a ThinkPad", "our old address: 12
+# Main Street"; a colon before a space: ":(" and "<:sob:123>" are emoji); after "our
+# first/last/old/best" so does a verb in the present ("our best friend Sam likes tea",
+# "our landlord doesn't allow pets").
+_COPULA = r"is|are|was|were|will|isn't|aren't|wasn't|weren't|won't"
+_IS_A_FACT = rf"(?!.*(?::\s|\b(?:{_COPULA})\b))"
+_HAS_A_FACT = (
+    rf"(?!.*(?::\s|\b(?:{_COPULA}|has|have|had|doesn't|don't|can't|cannot|should|must"
+    r"|falls|starts|ends|begins|likes|loves|hates|lives|works|turns|needs|wants|prefers"
+    r"|goes|moves|costs|means|uses|eats|drinks|plays|stays|gets|knows|owns|comes|calls"
+    r"|studies|speaks|belongs)\b))"
+)
 _REMINISCING = (
     r"(?!(?:\s*[:\u2014\u2013]|\s+-)?\s*(?:that\s+)?"
     r"(?:(?:we|you|u|they|y'all)\s+(?:used\s+to|would\s+always)\b"
-    r"|our\s+(?:very\s+)?(?:first|last|old|best)\b"
-    r"(?!.*\b(?:is|are|was|were|will|falls|starts|ends)\b)"
-    rf"|that\s+(?!{_DETERMINER})\w+(?:\s+\w+)?\s+(?:we|you|u|i|they|he|she)\s+{_PAST}))"
+    rf"|our\s+(?:very\s+)?(?:first|last|old|best)\b{_HAS_A_FACT}"
+    # "that Tom and I got married" says who did it: a fact, not "that movie we watched"
+    # (nor "that concert you and I went to").
+    rf"|that\s+(?!{_DETERMINER})\w+(?:\s+(?!and\b)\w+)?"
+    r"\s+(?:(?:you|u|me|him|her|them|he|she|they)\s+(?:and|&)\s+)?"
+    rf"(?:we|you|u|i|me|they|he|she)\s+{_PAST}{_IS_A_FACT}))"
 )
 _BARE_REMEMBER_OBJECT = (
     r"(?:\s*[:\u2014\u2013]|\s+-(?=\s)"
@@ -196,6 +219,15 @@ _ADDRESSED = re.compile(
     rf"(?:remember{_END}{_REMEMBER_NEVER}{_REMINISCING}|{_DONT}\s+forget{_END}|forget{_END}"
     rf"|{_ALWAYS}|{_FOREIGN}|note\s+that\b)"
 )
+# After "please", "I want you to" or "make sure to" the user asks to keep something, even
+# when it sounds like a memory ("please remember that restaurant I booked for Friday");
+# "can you remember that song we loved" and "try to remember our first raid" still ask to
+# recall.
+_INSISTED = re.compile(
+    rf"(?:remember{_END}{_REMEMBER_NEVER}|{_DONT}\s+forget{_END}|forget{_END}"
+    rf"|{_ALWAYS}|{_FOREIGN}|note\s+that\b)"
+)
+_INSISTING = re.compile(r"\b(?:please|pls|plz|kindly|(?:want|need|like)\s+you\s+to|make\s+sure)\b")
 # "never mind" idioms: "forget it", "forget (all) about it" and a clause-final "forget
 # that". Said to the bot by mention or name they still mean "never mind" (in a server the
 # bot only answers when mentioned, so the mention is the normal form); only a request
@@ -298,7 +330,8 @@ def _verb_matches(rest: str, addressed: bool, question: bool, following: str) ->
         rest = rest[request.end() :]
         if polite_only and not addressed and rest.startswith("note"):
             return False  # "please note that…": an announcement, not a request
-        return _ADDRESSED.match(rest) is not None
+        insisted = _INSISTING.search(request.group(0)) is not None
+        return (_INSISTED if insisted else _ADDRESSED).match(rest) is not None
     if addressed:
         if _ADDRESSED_ONLY.match(rest) is not None:
             return True

@@ -132,6 +132,20 @@ async def test_remember_that_after_the_bots_role_mention_offers_long_term_tools(
     assert [f.content for f in await facts(db)] == ["The user's cat is called Miso."]
 
 
+async def test_please_remember_a_past_event_offers_the_long_term_tools(
+    kioku: KiokuHarness, db: Database
+) -> None:
+    # "please" asks to keep it, though "remember that … got married" reads like a memory.
+    kioku.llm.reply_tool_calls([("remember", {"fact": "The user married Tom in 2025."})])
+    kioku.llm.reply_text("Noted.")
+    await kioku.env.send("please remember that Tom and I got married last year", mention_bot=True)
+
+    offered = set(kioku.llm.tool_names(0))
+    assert "remember" in offered, offered
+    assert STM_TOOL_NAME not in offered
+    assert [f.content for f in await facts(db)] == ["The user married Tom in 2025."]
+
+
 async def test_without_an_explicit_request_the_model_cannot_remember_or_forget(
     kioku: KiokuHarness, db: Database
 ) -> None:

@@ -306,6 +306,63 @@ def test_reminiscing_without_a_question_mark_is_not_a_request(text: str, expecte
 @pytest.mark.parametrize(
     "text",
     [
+        # "please", "I want you to", "make sure to" ask to keep it, whatever it sounds like.
+        pytest.param("please remember that Tom and I got married last year", id="please-and-i"),
+        pytest.param("<@1> please remember that Anna and I met in 2019", id="mention-please"),
+        pytest.param("please remember that Sarah and I went vegan", id="please-went"),
+        pytest.param("please remember that restaurant I booked for Friday", id="please-booked"),
+        pytest.param("please remember we used to live in Paris", id="please-used-to"),
+        pytest.param("please remember our old address: 12 Main Street", id="please-our-colon"),
+        pytest.param("please remember our last name: Smith", id="please-our-last-colon"),
+        pytest.param("please remember our old cat Miso", id="please-our-old"),
+        pytest.param("I want you to remember that movie we watched", id="want-you-to"),
+        pytest.param("make sure to remember our first date", id="make-sure"),
+        pytest.param("can you please remember that cafe we liked", id="can-you-please"),
+        # Addressed or bare: who did it, a copula, a colon or a present-tense verb.
+        pytest.param("<@1> remember that Tom and I got married last year", id="mention-and-i"),
+        pytest.param("remember that Tom and I got married last year", id="bare-and-i"),
+        pytest.param("remember that mom and I moved to Berlin in May", id="bare-mom-and-i"),
+        pytest.param("remember that Tom & I got married", id="bare-ampersand"),
+        pytest.param("kioku remember that laptop I bought is a ThinkPad", id="name-is"),
+        pytest.param("remember that laptop I bought is a ThinkPad", id="bare-is"),
+        pytest.param("remember that movie we watched was great", id="bare-was"),
+        pytest.param("remember that thing I said: no spoilers", id="bare-colon"),
+        pytest.param("<@1> remember our old address: 12 Main Street", id="mention-our-colon"),
+        pytest.param("<@1> remember our best friend Sam likes tea", id="mention-our-likes"),
+        pytest.param("remember our first child Mia turns 3 in May", id="our-turns"),
+        pytest.param("remember our old landlord doesn't allow pets", id="our-doesnt"),
+    ],
+)
+def test_an_explicit_request_about_a_past_event_counts(text: str) -> None:
+    assert explicit_long_term_intent(text, bot_user_id=1) is True
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # "can you", "try to", a mention or a name alone still ask to recall.
+        pytest.param("try to remember our first raid", id="try-to"),
+        pytest.param("could you remember that movie we watched lol", id="could-you"),
+        pytest.param("kioku remember that game we played yesterday", id="name"),
+        pytest.param("<@1> remember our last game lol", id="mention-our-last"),
+        # "you and I" is the reminiscence's "we"; emoji are no colon of a value.
+        pytest.param("remember that concert you and I went to", id="you-and-i"),
+        pytest.param("remember that trip me and you took lol", id="me-and-you"),
+        pytest.param("remember that game we were playing", id="were-is-the-past-verb"),
+        pytest.param("remember our first raid :(", id="emoticon"),
+        pytest.param("remember our first raid <:sob:123>", id="custom-emoji"),
+        # "please" never makes "remember when…" a request.
+        pytest.param("please remember when we met", id="please-when"),
+        pytest.param("please remember that time we went camping", id="please-that-time"),
+    ],
+)
+def test_reminiscing_stays_out_unless_the_user_insists(text: str) -> None:
+    assert explicit_long_term_intent(text, bot_user_id=1) is False
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
         pytest.param("souviens-toi que je suis allergique aux arachides", id="fr-souviens-toi"),
         pytest.param("rappelle-toi que j'ai un chat", id="fr-rappelle-toi"),
         pytest.param("souviens-toi qu'il est allergique", id="fr-elided-qu"),
