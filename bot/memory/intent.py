@@ -4,12 +4,12 @@ When it does, the turn is reserved for long-term memory tools and the STM tool i
 offered (SPEC §3 guards, §6 long-term memory).
 
 The rule. A message is split into clauses at ``. ! ? ; ,`` and line breaks (code blocks,
-inline code and quotes are ignored first: quoted words are not requests; as in Discord,
-``> `` quotes its line and ``>>> `` everything to the end of the message). Formatting
-is not quoting: emphasis markers (``**``, ``*``, ``__``, ``_``, ``~~``, ``||``) and a
-list, header or subtext marker at a line start (``-``, ``*``, ``1.``, ``#``, ``-#``)
-are dropped. A clause counts when, at its START, after optional address words, it holds
-a memory verb in the IMPERATIVE:
+inline code, quotes and struck-through text are ignored first: quoted or struck words
+are not requests; as in Discord, ``> `` quotes its line and ``>>> `` everything to the
+end of the message). Formatting is not quoting: emphasis markers (``**``, ``*``,
+``__``, ``_``, an unpaired ``~~``, ``||``) and a list, header or subtext marker at a
+line start (``-``, ``*``, ``1.``, ``#``, ``-#``) are dropped. A clause counts when, at
+its START, after optional address words, it holds a memory verb in the IMPERATIVE:
 
 * address words (any number): the bot's mention ``<@id>`` or its own role's ``<@&id>``
   (any mention when the bot id is unknown), the bot's name (``kioku``), interjections
@@ -94,6 +94,9 @@ _QUOTE_LINE = re.compile(r"^\s*>.*$", re.MULTILINE)
 # "**Remember:** I'm vegan", "- remember that…" and "# Remember that…" read as plain text.
 _LINE_MARKER = re.compile(r"^[ \t]*(?:-#|#{1,6}|[-*+\u2022]|\d{1,3}[.)])[ \t]+", re.MULTILINE)
 _EMPHASIS = re.compile(r"\*+|~~|\|\||(?<!\w)_+|_+(?!\w)")
+# Struck-through text is taken back ("~~remember that I'm vegan~~ jk"): dropped like a
+# quote, not read as plain text (an unpaired "~~" is only a marker).
+_STRUCK = re.compile(r"~~.+?~~", re.DOTALL)
 # "Remember, I'm allergic to nuts": a comma before a first-person statement is the
 # colon of "Remember: I'm allergic…" ("Remember, you're not alone" is encouragement).
 _REMEMBER_COMMA = re.compile(
@@ -268,6 +271,7 @@ def _prepare(text: str) -> str:
     text = _INLINE_CODE.sub(" ", text)
     text = _BLOCK_QUOTE.sub(" ", text)
     text = _QUOTE_LINE.sub(" ", text)
+    text = _STRUCK.sub(" ", text)
     text = text.replace("<@!", "<@")  # the legacy nickname mention holds a "!"
     text = _EMPHASIS.sub("", _LINE_MARKER.sub("", text))
     # "¡Recuerda que…!": the opening mark is not part of the verb ("¿" stays: a question).

@@ -146,6 +146,16 @@ async def test_please_remember_a_past_event_offers_the_long_term_tools(
     assert [f.content for f in await facts(db)] == ["The user married Tom in 2025."]
 
 
+async def test_a_struck_through_request_does_not_offer_the_long_term_tools(
+    kioku: KiokuHarness, db: Database
+) -> None:
+    kioku.llm.reply_text("Ha, noted that you're kidding.")
+    await kioku.env.send("~~remember that I'm vegan~~ jk", mention_bot=True)
+
+    assert kioku.llm.tool_names(0) == [STM_TOOL_NAME]
+    assert await facts(db) == []
+
+
 async def test_without_an_explicit_request_the_model_cannot_remember_or_forget(
     kioku: KiokuHarness, db: Database
 ) -> None:

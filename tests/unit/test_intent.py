@@ -262,6 +262,32 @@ def test_discord_formatting_does_not_hide_a_request(text: str) -> None:
 
 
 @pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param("~~remember that I'm vegan~~ jk", id="struck-jk"),
+        pytest.param("~~remember that my cat is called Miso~~ never mind", id="struck-never-mind"),
+        pytest.param("<@1> ~~please remember that I'm vegan~~", id="struck-after-mention"),
+        pytest.param("lol ~~forget my address~~", id="struck-forget"),
+        pytest.param("~~remember that\nI'm vegan~~ nvm", id="struck-over-a-line-break"),
+    ],
+)
+def test_struck_through_text_is_not_a_request(text: str) -> None:
+    assert explicit_long_term_intent(text, bot_user_id=1) is False
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param("~~remember that I'm vegan~~ remember that I'm vegetarian", id="after-struck"),
+        pytest.param("remember that I'm ~~vegan~~ vegetarian", id="struck-word-inside"),
+        pytest.param("remember that I'm vegan ~~", id="unpaired-marker"),
+    ],
+)
+def test_a_request_beside_struck_through_text_still_counts(text: str) -> None:
+    assert explicit_long_term_intent(text, bot_user_id=1) is True
+
+
+@pytest.mark.parametrize(
     ("text", "expected"),
     [
         pytest.param("Remember, I'm allergic to peanuts", True, id="comma-im"),
