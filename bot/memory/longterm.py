@@ -518,6 +518,7 @@ class LongTermService:
                     now=now,
                     limit=SEARCH_LIMIT,
                     all_words=True,
+                    whole_words=True,
                     hidden=await _hidden(session, user_id, guild_id, opted_in, may_show),
                 )
                 if len(hits) != 1:
@@ -623,6 +624,7 @@ class LongTermService:
                 now=now,
                 limit=limit,
                 matched_only=True,
+                whole_words=True,
                 hidden=await _hidden(session, user_id, guild_id, opted_in, may_show),
             )
             await repo.bump_recall(session, (hit.fact.id for hit in hits), now)

@@ -716,6 +716,9 @@ async def test_a_database_outage_is_memory_unavailable_and_stores_nothing(
         pytest.param(["day"], ["day", "days"], id="vowel-y-s"),
         pytest.param(["cities", "citie"], ["cities", "city", "citie"], id="ies-y"),
         pytest.param(["boxes", "boxe"], ["boxes", "box", "boxe"], id="xes-x"),
+        pytest.param(["tomato"], ["tomato", "tomatos", "tomatoes"], id="o-s-oes"),
+        pytest.param(["tomatoes", "tomatoe"], ["tomatoes", "tomato", "tomatoe"], id="oes-o"),
+        pytest.param(["photos", "photo"], ["photos", "photo", "photoes"], id="os-o"),
         pytest.param(["42", "v2", "foo_bar", "猫"], ["42", "v2", "foo_bar", "猫"], id="not-words"),
     ],
 )
@@ -737,6 +740,9 @@ PLURAL_CATS = "I have two cats, Miso and Tofu"
         pytest.param("I keep my letters in boxes", "box", True, id="box-boxes"),
         pytest.param("My favourite city is Porto", "cities", True, id="cities-city"),
         pytest.param("I lived in three cities", "city", True, id="city-cities"),
+        pytest.param("I am allergic to tomatoes", "allergic tomato", True, id="tomato-tomatoes"),
+        pytest.param("My tomato plant died", "tomatoes", True, id="tomatoes-tomato"),
+        pytest.param("I keep my photos on a NAS", "photo", True, id="photo-photos"),
         pytest.param("I work in catering", "cat", False, id="no-prefix-match"),
         pytest.param(PLURAL_CATS, "cat'):* | !cats --", True, id="query-syntax-is-plain"),
     ],
@@ -859,6 +865,54 @@ async def test_a_substring_match_is_ranked_and_its_wildcards_are_plain_character
     notes = await service.recall_notes(ALICE, GUILD, "猫 犬", opted_in=False)
     assert notes[-1] == "私の猫はミソです"
     assert set(notes[:2]) == {"猫x犬は仲良し", "猫_犬のメモ"}
+
+
+@pytest.mark.parametrize(
+    ("fact", "query"),
+    [
+        ("My email is ann@example.com", "email ann@example.com"),
+        ("My email is Ann@Example.COM", "my email ann@example.com"),
+        ("My shoe size is 10.5", "shoe size 10.5"),
+        ("My website is kioku.example.org", "website kioku.example.org"),
+        ("I use Python 3.11.4 at work", "python 3.11.4"),
+        ("I was born on 12/05/1990", "born 12/05/1990"),
+    ],
+)
+async def test_forget_by_query_finds_the_words_of_an_email_a_host_a_number_or_a_date(
+    service: LongTermService, db: Database, fact: str, query: str
+) -> None:
+    # The parser keeps "ann@example.com", "10.5", "3.11.4", "12/05/1990" as one token:
+    # quoting the fact must still hold every word of the query.
+    saved = await remember(service, fact)
+    await remember(service, "I live in Lisbon")
+    found = await service.search(ALICE, GUILD, query, opted_in=False)
+    result = await service.forget(ALICE, query=query, guild_id=GUILD)
+    assert [f.id for f in found] == [saved]
+    assert result.ids == [saved]
+    assert [row.content for row in await rows(db)] == ["I live in Lisbon"]
+
+
+async def test_a_word_inside_an_email_is_found_without_the_fact_naming_it(
+    service: LongTermService,
+) -> None:
+    email = "My email is ann@example.com"
+    await remember(service, email)
+    await remember(service, "I live in Lisbon")
+    found = await service.search(ALICE, GUILD, "ann@example.com", opted_in=False)
+    assert [f.content for f in found] == [email]
+
+
+async def test_forget_by_query_holds_whole_words_of_a_token_never_parts_of_one(
+    service: LongTermService, db: Database
+) -> None:
+    # "ann" is a word of "ann@example.com" but only a part of "annabel@example.com", and
+    # "10" only a part of "100.5": neither fact holds every word of the query.
+    await remember(service, "My email is annabel@example.com")
+    await remember(service, "My shoe size is 100.5")
+    for query in ("email ann@example.com", "shoe size 10"):
+        result = await service.forget(ALICE, query=query, guild_id=GUILD)
+        assert (result.deleted, result.candidates) == ((), ()), query
+    assert len(await rows(db)) == 2
 
 
 def test_one_character_of_a_script_without_spaces_is_a_query_word() -> None:

@@ -28,6 +28,7 @@ from sqlalchemy import (
     DateTime,
     Float,
     Integer,
+    and_,
     any_,
     case,
     cast,
@@ -229,18 +230,21 @@ def search_terms(words: Sequence[str]) -> list[str]:
     """``words`` (from :func:`query_words`) with the other number of simple English
     nouns added, so that a singular query finds a plural fact and the reverse (the
     ``simple`` configuration does not stem): ``cat`` → ``cats``, ``box`` → ``boxes``,
-    ``city`` → ``cities``, and back ``cities`` → ``city``, ``boxes`` → ``box``. The
-    added forms are the words' own letters plus ASCII suffixes: still plain words."""
+    ``city`` → ``cities``, ``tomato`` → ``tomatos``/``tomatoes``, and back ``cities`` →
+    ``city``, ``boxes`` → ``box``, ``tomatoes`` → ``tomato``. The added forms are the
+    words' own letters plus ASCII suffixes: still plain words."""
     terms: list[str] = []
     for word in words:
         forms = [word]
         if word.isascii() and word.isalpha():
             if len(word) > 4 and word.endswith("ies"):
                 forms.append(word[:-3] + "y")
-            elif len(word) > 4 and word.endswith(("sses", "xes", "zes", "ches", "shes")):
+            elif len(word) > 4 and word.endswith(("sses", "xes", "zes", "ches", "shes", "oes")):
                 forms.append(word[:-2])
             if word.endswith(("ss", "x", "z", "ch", "sh")):
                 forms.append(word + "es")
+            elif word.endswith("o"):  # "tomato" → "tomatoes", "photo" → "photos"
+                forms.extend((word + "s", word + "es"))
             elif len(word) > 2 and word.endswith("y") and word[-2] not in "aeiou":
                 forms.append(word[:-1] + "ies")
             elif not word.endswith("s"):  # a word ending in "s" is taken as a plural
@@ -266,6 +270,30 @@ def _like_pattern(word: str) -> str:
 
 def _contains(word: str) -> ColumnElement[bool]:
     return LongTermMemory.content.ilike(_like_pattern(word), escape=_LIKE_ESCAPE)
+
+
+def _whole_word(forms: Sequence[str]) -> ColumnElement[bool]:
+    """Whether a fact's text holds one of ``forms`` as a whole word (case-insensitive).
+
+    The parser keeps an email, a host name, a decimal, a version or a date as one token
+    ("ann@example.com", "10.5", "3.11.4", "12/05/1990"), so full-text search never finds
+    "ann" or "10" in them; a regular expression between word boundaries (``\\m…\\M``)
+    does. The pattern is a bound parameter and the forms are escaped."""
+    alternatives = "|".join(re.escape(form) for form in forms)
+    return LongTermMemory.content.regexp_match(rf"\m(?:{alternatives})\M", flags="i")
+
+
+def _found(forms: Sequence[str], *, whole_words: bool) -> ColumnElement[bool] | None:
+    """Whether a fact holds one of ``forms`` outside full-text search: as a substring for
+    a word in another script than Latin (:func:`is_non_latin`), and, with
+    ``whole_words``, a Latin word as a whole word of the text (:func:`_whole_word`, behind
+    a cheaper ``ILIKE`` that spares most facts the regular expression). ``None`` when
+    there is nothing to look for."""
+    inside = [_contains(form) for form in forms if is_non_latin(form)]
+    latin = [form for form in forms if not is_non_latin(form)]
+    if whole_words and latin:
+        inside.append(and_(or_(*(_contains(form) for form in latin)), _whole_word(latin)))
+    return or_(*inside) if inside else None
 
 
 def _substring_rank(found: Sequence[ColumnElement[bool]], words: int) -> ColumnElement[float]:
@@ -507,6 +535,7 @@ async def search(
     limit: int,
     matched_only: bool = False,
     all_words: bool = False,
+    whole_words: bool = False,
     hidden: Collection[int] = (),
 ) -> list[ScoredFact]:
     """The user's facts visible here (in scope, and none of the ``hidden`` ids), most
@@ -522,7 +551,10 @@ async def search(
 
     Words in another script than Latin (:func:`is_non_latin`) also match as substrings
     (``ILIKE``), since scripts written without spaces have no word boundaries the
-    parser knows ("猫" in "私の猫の名前はミソです"); such a match that full-text search
+    parser knows ("猫" in "私の猫の名前はミソです"); with ``whole_words`` a Latin word
+    also matches as a whole word of the text (a regular expression per word, too slow
+    for every turn's recall), since the parser keeps an email, a host name, a decimal or
+    a date as one token ("ann" in "ann@example.com"). Such a match that full-text search
     missed ranks :data:`SUBSTRING_RANK` times the share of words found. A Latin word
     matches whole words only ("cat" never finds "catering").
 
@@ -557,17 +589,19 @@ async def search(
     # so a rank keeps its size next to RECENCY_WEIGHT.
     dilution = len(terms) / len(words)
     ts_rank = cast(func.ts_rank(LongTermMemory.content_tsv, tsquery), Float) * dilution
-    inside = [_contains(word) for word in words if is_non_latin(word)]
+    groups = word_groups(words)
+    # One pattern per query word, the same in every expression: PostgreSQL caches only
+    # a few compiled regular expressions per session.
+    found = [_found(group, whole_words=whole_words) for group in groups]
+    inside = [each for each in found if each is not None]
     matched = or_(full_text, *inside)
     rank = case(
         (full_text, ts_rank),
-        (matched, _substring_rank(inside, len(words))),
+        (matched, _substring_rank(inside, len(groups))),
         else_=0.0,
     )
-    groups = word_groups(words)
-    held = sum((case((_holds(group), 1), else_=0) for group in groups), literal(0, Integer)).label(
-        "held"
-    )
+    holds = (_holds(group, each) for group, each in zip(groups, found, strict=True))
+    held = sum((case((each, 1), else_=0) for each in holds), literal(0, Integer)).label("held")
     score = (rank + recency).label("score")
     is_match = matched.label("matched")
     query = (
@@ -586,12 +620,12 @@ async def search(
     ]
 
 
-def _holds(forms: Sequence[str]) -> ColumnElement[bool]:
-    """Whether a fact holds one of ``forms`` (one query word, see :func:`word_groups`)."""
+def _holds(forms: Sequence[str], found: ColumnElement[bool] | None) -> ColumnElement[bool]:
+    """Whether a fact holds one of ``forms`` (one query word, see :func:`word_groups`),
+    by full-text search or else by ``found`` (:func:`_found`)."""
     words = func.websearch_to_tsquery(_SIMPLE, " or ".join(forms))
-    found: list[ColumnElement[bool]] = [LongTermMemory.content_tsv.bool_op("@@")(words)]
-    found += [_contains(form) for form in forms if is_non_latin(form)]
-    return or_(*found)
+    full_text = LongTermMemory.content_tsv.bool_op("@@")(words)
+    return full_text if found is None else or_(full_text, found)
 
 
 async def fact_places(
