@@ -7,15 +7,17 @@ import socket
 from pathlib import Path
 
 import pytest
+from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import func, select, text
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import create_async_engine
 
 from bot.config import load_settings
 from bot.db.engine import Database
-from bot.db.migrate import current_revision, head_revision, upgrade
+from bot.db.migrate import alembic_config, current_revision, head_revision, upgrade
 from bot.db.models import Base, GuildSettings
 from tests.helpers.database import count_statements, make_test_settings
 
@@ -133,6 +135,60 @@ async def test_upgrade_is_idempotent(db: Database) -> None:
     assert head is not None
     assert await current_revision(db.engine) == head
     assert await upgrade(db.engine) == (head, head)
+
+
+async def test_migration_0005_goes_down_and_up_again_with_facts_stored(
+    db: Database, pg_url: URL
+) -> None:
+    # In a database of its own: the shared one stays at head for the other tests.
+    name = "kioku_migration_0005"
+    async with db.engine.connect() as connection:
+        await connection.execution_options(isolation_level="AUTOCOMMIT")
+        await connection.execute(text(f"DROP DATABASE IF EXISTS {name}"))
+        await connection.execute(text(f"CREATE DATABASE {name}"))
+    engine = create_async_engine(pg_url.set(database=name))
+    try:
+        await upgrade(engine)
+        async with engine.begin() as connection:
+            await connection.execute(
+                text(
+                    "INSERT INTO long_term_memories (user_id, guild_id, channel_id,"
+                    " parent_channel_id, private_thread, readable_by_everyone, content, origin)"
+                    " VALUES (1, 2, 3, 4, true, true, 'fact one', 'import'),"
+                    " (1, NULL, 5, NULL, false, false, 'dm fact', 'import')"
+                )
+            )
+        async with engine.begin() as connection:
+            await connection.run_sync(lambda sync: command.downgrade(alembic_config(sync), "0004"))
+            columns = await connection.scalars(
+                text(
+                    "SELECT column_name FROM information_schema.columns"
+                    " WHERE table_name = 'long_term_memories'"
+                )
+            )
+            assert {"parent_channel_id", "private_thread", "readable_by_everyone"}.isdisjoint(
+                columns.all()
+            )
+        await upgrade(engine)
+        async with engine.begin() as connection:
+            rows = await connection.execute(
+                text(
+                    "SELECT content, channel_id, parent_channel_id, private_thread,"
+                    " readable_by_everyone FROM long_term_memories ORDER BY id"
+                )
+            )
+            # The facts survive; what they knew of their place is back to the
+            # conservative default (never judged by a parent nor readable by everyone).
+            assert rows.all() == [
+                ("fact one", 3, None, False, False),
+                ("dm fact", 5, None, False, False),
+            ]
+        assert await current_revision(engine) == head_revision()
+    finally:
+        await engine.dispose()
+        async with db.engine.connect() as connection:
+            await connection.execution_options(isolation_level="AUTOCOMMIT")
+            await connection.execute(text(f"DROP DATABASE IF EXISTS {name}"))
 
 
 @pytest.mark.parametrize("attempt", [1, 2])

@@ -657,6 +657,35 @@ async def test_list_pages_and_clear(
     assert (empty.facts, empty.page, empty.pages, empty.total) == ((), 1, 1, 0)
 
 
+async def test_list_pages_by_cursor_when_every_fact_has_the_same_time(
+    service: LongTermService,
+) -> None:
+    # The clock never moves: only the id orders the facts, and paging by (updated_at,
+    # id) must still skip none and repeat none, forward, back, and after new facts.
+    words = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima"
+    ids = [await remember(service, f"fact {word} about {word}") for word in words.split()]
+    newest_first = ids[::-1]
+    p1 = await service.list_facts(ALICE, 1, 5)
+    assert [f.id for f in p1.facts] == newest_first[:5]
+    p2 = await service.list_facts(ALICE, page_size=5, older_than=p1.last)
+    assert [f.id for f in p2.facts] == newest_first[5:10] and p2.page == 2
+    p3 = await service.list_facts(ALICE, page_size=5, older_than=p2.last)
+    assert [f.id for f in p3.facts] == newest_first[10:] and (p3.page, p3.pages) == (3, 3)
+    back2 = await service.list_facts(ALICE, page_size=5, newer_than=p3.first)
+    assert [f.id for f in back2.facts] == newest_first[5:10] and back2.page == 2
+    back1 = await service.list_facts(ALICE, page_size=5, newer_than=back2.first)
+    assert [f.id for f in back1.facts] == newest_first[:5]
+    assert back1.page == 1 and not back1.has_previous
+    # Two newer facts arrive; Previous from the old page 2 shows the five just newer.
+    for word in ("mike", "november"):
+        await remember(service, f"fact {word} about {word}")
+    back = await service.list_facts(ALICE, page_size=5, newer_than=p2.first)
+    assert [f.id for f in back.facts] == newest_first[:5]
+    assert back.has_previous and (back.page, back.pages) == (2, 4)
+    top = await service.list_facts(ALICE, page_size=5, newer_than=back.first)
+    assert top.page == 1 and not top.has_previous and len(top.facts) == 5
+
+
 async def test_forget_me_deletes_the_facts_and_their_audit_events(
     service: LongTermService, db: Database, settings: Settings, clock: ManualClock
 ) -> None:
