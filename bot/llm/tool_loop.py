@@ -38,6 +38,7 @@ database.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import re
@@ -196,19 +197,14 @@ async def run_tool_loop(
     failed_generations = 0
     called: list[str] = []  # registry tools the conversation holds calls to
     history = _HistoryTools()
+    ask = functools.partial(_ask, api, model=model, settings=settings, history=history)
 
     while result.iterations < settings.max_tool_iterations:
         names = _offered_names(offered, registry) if tool_calling else []
         tools, tool_choice = _request_tools(registry, names, called, tool_calling=tool_calling)
         try:
-            message, result.truncated = await _ask(
-                api,
-                model=model,
-                messages=conversation,
-                settings=settings,
-                tools=tools,
-                tool_choice=tool_choice,
-                history=history,
+            message, result.truncated = await ask(
+                messages=conversation, tools=tools, tool_choice=tool_choice
             )
         except ToolsRefused:
             _go_tool_less(result, conversation, without_tools_notes)
@@ -294,28 +290,18 @@ async def run_tool_loop(
     tools, tool_choice = _request_tools(registry, [], called, tool_calling=tool_calling)
     try:
         try:
-            message, result.truncated = await _ask(
-                api,
-                model=model,
-                messages=conversation,
-                settings=settings,
-                tools=tools,
-                tool_choice=tool_choice,
-                history=history,
+            message, result.truncated = await ask(
+                messages=conversation, tools=tools, tool_choice=tool_choice
             )
         except ToolsRefused:
             _go_tool_less(result, conversation, without_tools_notes)
-            message, result.truncated = await _complete(
-                api, model=model, messages=conversation, settings=settings, tools=[]
-            )
+            message, result.truncated = await ask(messages=conversation, tools=[])
         except ToolCallFailed:
             # The server refused a tool call in the call that must allow none (Groq:
             # "Tool choice is none, but model called a tool"): once more, with no tools
             # at all, so no call can come.
             log.warning("the model called a tool in the final call: asking again without tools")
-            message, result.truncated = await _complete(
-                api, model=model, messages=conversation, settings=settings, tools=[]
-            )
+            message, result.truncated = await ask(messages=conversation, tools=[])
     except LlmUnavailable as exc:
         log.warning("final no-tools call failed (%s); using the fallback reply", exc)
         result.text = "\n\n".join(interim) or FALLBACK_REPLY
@@ -487,8 +473,8 @@ async def _ask(
     messages: list[dict[str, Any]],
     settings: LlmSettings,
     tools: list[dict[str, Any]],
-    tool_choice: str | None,
     history: _HistoryTools,
+    tool_choice: str | None = None,
 ) -> tuple[Any, bool]:
     """:func:`_complete`, except that a request with ``tool_choice`` (tools defined only
     for the calls in the history, none may be called) the server refuses is asked again

@@ -8,6 +8,7 @@ instead; **that database is wiped** (every Kioku table is dropped and re-migrate
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -99,6 +100,16 @@ async def dead_engine() -> AsyncIterator[AsyncEngine]:
     )
     yield engine
     await engine.dispose()
+
+
+@pytest.fixture
+def silent_server() -> Iterator[int]:
+    """A TCP port where connections are made (the kernel's backlog takes them) but nothing
+    ever answers: a hung PostgreSQL, or a firewall that swallows the traffic."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(16)
+        yield server.getsockname()[1]
 
 
 class StatementCounter:

@@ -5,10 +5,8 @@ from __future__ import annotations
 import asyncio
 import os
 import re
-import socket
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from unittest.mock import Mock
@@ -463,16 +461,6 @@ def test_an_openai_base_url_that_is_no_url_stops_the_console_before_it_starts(
         "kioku: invalid setting openai_base_url (OPENAI_BASE_URL) = 'http://127.0.0.1:99999/v1'"
     )
     assert not (tmp_path / "postgres").exists(), "nothing should start"
-
-
-@pytest.fixture
-def silent_server() -> Iterator[int]:
-    """A TCP port where connections are made (the kernel's backlog takes them) but nothing
-    ever answers: a hung PostgreSQL, or a firewall that swallows the traffic."""
-    with socket.socket() as server:
-        server.bind(("127.0.0.1", 0))
-        server.listen(16)
-        yield server.getsockname()[1]
 
 
 def test_a_database_that_never_answers_is_named_as_a_timeout(

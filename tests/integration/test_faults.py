@@ -12,10 +12,9 @@ import asyncio
 import logging
 import os
 import signal
-import socket
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -414,16 +413,6 @@ async def test_sigkill_mid_stream_loses_nothing_acknowledged(
 
 
 # ----------------------------------------------------- a hung database, a long outage
-
-
-@pytest.fixture
-def silent_server() -> Iterator[int]:
-    """A TCP port where connections are made (the kernel's backlog takes them) but nothing
-    ever answers: a hung PostgreSQL, or a firewall that swallows the traffic."""
-    with socket.socket() as server:
-        server.bind(("127.0.0.1", 0))
-        server.listen(16)
-        yield server.getsockname()[1]
 
 
 async def test_a_hung_database_costs_one_timeout_not_one_per_read(
