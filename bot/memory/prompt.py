@@ -241,7 +241,9 @@ def _history(inp: PromptInput) -> list[dict[str, str]]:
         # The window is oldest first and ids are time-ordered, so what the marker does
         # not cover is a suffix of it.
         uncovered = len(messages_after_marker(window, entry.marker))
-        shown = min(max(uncovered, inp.min_raw_tail), raw_window)
+        # At least the message being answered (the last one), whatever the marker covers
+        # (a summary may have folded in a message whose turn was still queued).
+        shown = min(max(uncovered, inp.min_raw_tail, 1), raw_window)
     else:
         shown = raw_window
     start = max(count - shown, 0)

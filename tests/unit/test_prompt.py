@@ -268,6 +268,8 @@ def test_min_raw_tail_is_kept_even_when_covered() -> None:
         f"Ann: message {index}" for index in range(17, 21)
     ]
     assert len(run(entry=stm, window=messages, min_raw_tail=7).history) == 7
+    # Even with no tail configured, the message being answered (the last) is there.
+    assert contents(run(entry=stm, window=messages, min_raw_tail=0)) == ["Ann: message 20"]
 
 
 def test_edited_marker_message_reappears_in_history() -> None:
