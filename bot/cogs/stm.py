@@ -30,8 +30,8 @@ from bot.cogs.stm_forms import (
     describe_categories,
     quoted,
 )
-from bot.db.models import StmEvent
 from bot.memory.model import (
+    AuditEvent,
     GuildConfig,
     ScopeKey,
     StmEntry,
@@ -208,7 +208,7 @@ def describe_pending(memory: MemoryService, channel_id: int) -> list[str]:
     return notes
 
 
-def _event_author(event: StmEvent) -> str | None:
+def _event_author(event: AuditEvent) -> str | None:
     """Who made an update (the origin, with the member it was for), or who acted."""
     actor = f"<@{event.actor_user_id}>" if event.actor_user_id else None
     if event.event != "update" or not event.origin:
@@ -221,13 +221,13 @@ def _event_author(event: StmEvent) -> str | None:
     return f"by {who} ({actor})"
 
 
-def _chars(event: StmEvent) -> str | None:
+def _chars(event: AuditEvent) -> str | None:
     if event.chars_before is None and event.chars_after is None:
         return None
     return f"{event.chars_before or 0} → {event.chars_after or 0} chars"
 
 
-def _scope(event: StmEvent) -> str | None:
+def _scope(event: AuditEvent) -> str | None:
     if event.scope_kind == "server":
         return "channel memory"
     if event.scope_kind == "user":
@@ -237,7 +237,7 @@ def _scope(event: StmEvent) -> str | None:
     return None
 
 
-def _pair(first: StmEvent, second: StmEvent) -> tuple[StmEvent, StmEvent] | None:
+def _pair(first: AuditEvent, second: AuditEvent) -> tuple[AuditEvent, AuditEvent] | None:
     """(channel memory, member's copy) when the two are one write's rows: an update
     stores the channel's memory and the copy of the member it answered together."""
     if first.event != "update" or second.event != "update":
@@ -253,7 +253,7 @@ def _pair(first: StmEvent, second: StmEvent) -> tuple[StmEvent, StmEvent] | None
     return None
 
 
-def describe_event(event: StmEvent, copy: StmEvent | None = None) -> str:
+def describe_event(event: AuditEvent, copy: AuditEvent | None = None) -> str:
     """One line of ``/stm history``; ``copy`` is the member's copy written with
     ``event`` (the channel memory), shown on the same line."""
     head = f"**{EVENTS.get(event.event, event.event)}**"
@@ -281,7 +281,7 @@ def describe_event(event: StmEvent, copy: StmEvent | None = None) -> str:
     return "• " + " · ".join(parts)
 
 
-def describe_events(events: Sequence[StmEvent]) -> list[str]:
+def describe_events(events: Sequence[AuditEvent]) -> list[str]:
     """The lines of ``/stm history``: a write's channel memory and member's copy on one."""
     lines: list[str] = []
     index = 0

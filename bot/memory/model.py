@@ -159,6 +159,23 @@ class StmEntry:
 
 
 @dataclass(frozen=True, slots=True)
+class AuditEvent:
+    """One audit event of ``/stm history`` as the cogs see it (a ``stm_events`` row). It
+    holds sizes, never memory text."""
+
+    event: str
+    created_at: datetime
+    scope_kind: str | None = None
+    user_id: int | None = None
+    channel_id: int | None = None
+    origin: str | None = None
+    actor_user_id: int | None = None
+    message_id: int | None = None
+    chars_before: int | None = None
+    chars_after: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Category:
     """An admin-defined STM category."""
 

@@ -28,7 +28,6 @@ from cachetools import LRUCache, TTLCache
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from bot.config import Settings
-from bot.db.models import StmEvent
 from bot.db.notify import Notice, send_notice, stm_notice
 from bot.db.repositories import guilds as guild_repo
 from bot.db.repositories import longterm as longterm_repo
@@ -39,6 +38,7 @@ from bot.memory.clock import Clock, SystemClock
 from bot.memory.commit import ClearedElsewhere, GroupCommit, StaleWrite
 from bot.memory.gather import count_new_messages, messages_after_marker
 from bot.memory.model import (
+    AuditEvent,
     Category,
     GuildConfig,
     Marker,
@@ -1355,7 +1355,7 @@ class MemoryService:
 
         return wiped
 
-    async def recent_events(self, guild_id: int, limit: int = 15) -> list[StmEvent]:
+    async def recent_events(self, guild_id: int, limit: int = 15) -> list[AuditEvent]:
         """The guild's latest audit events (``/stm history``); they hold no memory text."""
         async with self._storage("reading audit events") as session:
             return await stm_repo.recent_events(session, guild_id, limit)

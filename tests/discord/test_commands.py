@@ -20,7 +20,7 @@ from bot.cogs.stm import ALWAYS_ON_SHOWN, describe_events
 from bot.cogs.stm_forms import WIPE_ASK_A_MODERATOR, WIPE_WITH_REFRESH
 from bot.db.models import GuildSettings, LongTermMemory, ShortTermMemory, StmCategory, StmEvent
 from bot.llm.tools.stm import STM_TOOL_NAME
-from bot.memory.model import Category, Provenance, ScopeKey
+from bot.memory.model import AuditEvent, Category, Provenance, ScopeKey
 from tests.helpers.bot import KiokuHarness
 from tests.helpers.discord_harness import _channel_payload
 from tests.helpers.fake_llm import refused_base_url
@@ -781,11 +781,13 @@ async def test_stm_history_names_a_model_update_in_words(
 def test_a_write_whose_two_copies_differ_in_size_shows_both_sizes() -> None:
     at = datetime(2025, 1, 1, tzinfo=UTC)
     common = {"event": "update", "origin": "admin", "actor_user_id": 7, "channel_id": 9}
-    server = StmEvent(scope_kind="server", chars_before=10, chars_after=40, created_at=at, **common)
-    user = StmEvent(
+    server = AuditEvent(
+        scope_kind="server", chars_before=10, chars_after=40, created_at=at, **common
+    )
+    user = AuditEvent(
         scope_kind="user", user_id=7, chars_before=0, chars_after=40, created_at=at, **common
     )
-    later = StmEvent(scope_kind="user", user_id=7, created_at=at.replace(hour=1), **common)
+    later = AuditEvent(scope_kind="user", user_id=7, created_at=at.replace(hour=1), **common)
 
     lines = describe_events([user, server, later])
 

@@ -15,7 +15,7 @@ from bot.config import Settings
 from bot.db.engine import Database
 from bot.db.models import LongTermMemory, ShortTermMemory, StmEvent
 from bot.db.repositories import stm as stm_repo
-from bot.memory.model import Category, ScopeKey
+from bot.memory.model import AuditEvent, Category, ScopeKey
 from bot.memory.prompt import assemble
 from bot.memory.service import REASON_CATEGORIES_CHANGED, MemoryService
 from bot.memory.turn import (
@@ -210,6 +210,22 @@ async def test_each_change_adds_audit_events_without_memory_text(
     async with db.engine.connect() as connection:
         dump = (await connection.execute(text("SELECT stm_events::text FROM stm_events"))).all()
     assert not any("Friday" in row[0] for row in dump)
+
+
+async def test_recent_events_are_plain_audit_events_newest_first(service: MemoryService) -> None:
+    turn = await start_turn(service)
+    await service.update_stm(turn, summary="private words about Friday")
+
+    events = await service.recent_events(GUILD)
+
+    # Plain values, not ORM rows: the cogs never hold a database object.
+    assert all(type(e) is AuditEvent for e in events)
+    assert [(e.event, e.scope_kind, e.channel_id) for e in events] == [
+        ("update", "user", CHANNEL),
+        ("update", "server", CHANNEL),
+    ]
+    assert events[0].user_id == ALICE and events[1].user_id is None
+    assert all(e.chars_before == 0 and e.chars_after == 26 for e in events)
 
 
 # ------------------------------------------------------------------ categories

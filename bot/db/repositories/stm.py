@@ -32,7 +32,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from bot.db.models import ShortTermMemory, StmClear, StmEvent, StmForget
-from bot.memory.model import Marker, Provenance, ScopeKey, StmEntry
+from bot.memory.model import AuditEvent, Marker, Provenance, ScopeKey, StmEntry
 
 ZERO: ColumnElement[int] = literal_column("0")
 # The conflict target must repeat the unique index's expressions exactly.
@@ -499,11 +499,25 @@ async def delete_events_of_user(session: AsyncSession, user_id: int) -> int:
     return len(result.all())
 
 
-async def recent_events(session: AsyncSession, guild_id: int, limit: int = 20) -> list[StmEvent]:
+async def recent_events(session: AsyncSession, guild_id: int, limit: int = 20) -> list[AuditEvent]:
     rows = await session.scalars(
         select(StmEvent)
         .where(StmEvent.guild_id == guild_id)
         .order_by(StmEvent.id.desc())
         .limit(limit)
     )
-    return list(rows)
+    return [
+        AuditEvent(
+            event=row.event,
+            created_at=row.created_at,
+            scope_kind=row.scope_kind,
+            user_id=row.user_id,
+            channel_id=row.channel_id,
+            origin=row.origin,
+            actor_user_id=row.actor_user_id,
+            message_id=row.message_id,
+            chars_before=row.chars_before,
+            chars_after=row.chars_after,
+        )
+        for row in rows
+    ]
