@@ -16,20 +16,20 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import re
 import weakref
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING
 
 import aiohttp
 import discord
-import regex
 from cachetools import TTLCache
 from discord.ext import commands
 
 from bot.cogs.history import WIPED_WHILE_ANSWERING, backfill, belongs_in_window, to_raw
 from bot.cogs.refresh import REFRESH_MARKER_PREFIX
-from bot.memory.longterm import ChannelView, Place
+from bot.cogs.replies import DISCORD_LIMIT, split_reply
+from bot.cogs.visibility import DirectView, OnlyHere, ServerView, place_of
+from bot.memory.longterm import ChannelView
 from bot.memory.model import StmEntry
 from bot.memory.service import LabelFor
 from bot.memory.storage import MemoryUnavailable
@@ -40,7 +40,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-DISCORD_LIMIT = 2000
 MEMBER_CHECK_SECONDS = 300
 # At most this many servers are asked about one user before a DM turn (the rest show
 # nothing this turn; they are asked on later turns as the cache fills).
@@ -48,77 +47,6 @@ MAX_MEMBER_FETCHES = 10
 MEMBER_FETCH_TIMEOUT_SECONDS = 5.0
 NO_MENTIONS = discord.AllowedMentions.none()
 MessageableChannel = discord.TextChannel | discord.Thread | discord.DMChannel | discord.VoiceChannel
-
-
-_FENCE = re.compile(r"```([\w+#.-]*)")
-_CLOSE_FENCE = "\n```"
-# A longer "language" is a word glued to the fence, not a language: reopened without it.
-_LANGUAGE_MAX = 32
-
-
-def _open_fence(text: str) -> str | None:
-    """The opening line (```` ``` ```` plus its language) of a code block ``text`` leaves
-    open, or None when every block is closed."""
-    opener: str | None = None
-    for match in _FENCE.finditer(text):
-        language = match.group(1) if len(match.group(1)) <= _LANGUAGE_MAX else ""
-        opener = None if opener is not None else f"```{language}"
-    return opener
-
-
-def _grapheme_boundary(window: str) -> int:
-    """The last cut in ``window`` that splits no grapheme (an emoji family, a flag, a
-    letter with its accents), so a hard cut shows no broken characters."""
-    cut = 0
-    for match in regex.finditer(r"\X", window):
-        if match.end() == len(window) and len(window) > 1:
-            break  # the last cluster may continue past the window
-        cut = match.end()
-    return cut or len(window)
-
-
-def _outside_fence_opener(text: str, cut: int) -> int:
-    """``cut``, or the start of the code fence opener (```` ```lang ````) it falls in, so
-    the language tag is not split between two messages."""
-    for match in _FENCE.finditer(text, 0, cut + 32):
-        if match.start() < cut <= match.end() and match.start() > 0:
-            return match.start()
-    return cut
-
-
-def split_reply(text: str, limit: int = DISCORD_LIMIT) -> list[str]:
-    """Split at Discord's limit, preferring paragraph, line, then word boundaries. A code
-    block cut in two is closed at the end of one part and reopened (same language) at
-    the start of the next, so both render as code."""
-    chunks: list[str] = []
-    rest = text.strip()
-    while len(rest) > limit:
-        budget = limit - len(_CLOSE_FENCE)
-        window = rest[:budget]
-        cut = max(window.rfind("\n\n"), window.rfind("\n"))
-        if cut < budget // 2:
-            cut = window.rfind(" ")
-        if cut < budget // 2:
-            cut = _grapheme_boundary(window)
-        cut = _outside_fence_opener(rest, cut)
-        chunk, after = rest[:cut].rstrip(), rest[cut:]
-        opener = _open_fence(chunk)
-        if opener is None:
-            after = after.lstrip()
-        else:
-            # Inside code, indentation is content: drop only the line break we cut at.
-            chunk += _CLOSE_FENCE
-            after = f"{opener}\n{after.removeprefix(chr(10))}"
-        if not chunk.strip() or len(after) >= len(rest):
-            # No cut that makes progress (the reopened fence gives back what was cut):
-            # a plain cut, code block or not, so every pass shortens the text.
-            cut = _grapheme_boundary(window)
-            chunk, after = rest[:cut], rest[cut:]
-        chunks.append(chunk)
-        rest = after
-    if rest:
-        chunks.append(rest)
-    return chunks
 
 
 def _may_reply(channel: discord.abc.Messageable) -> bool:
@@ -157,160 +85,6 @@ async def _typing(channel: discord.abc.Messageable) -> AsyncIterator[None]:
     finally:
         if shown:
             await indicator.__aexit__(None, None, None)
-
-
-def _sees(channel: discord.abc.GuildChannel, roles: Sequence[discord.Role]) -> bool:
-    """Whether a member holding exactly ``roles`` (no member overwrite) may view ``channel``."""
-    guild = channel.guild
-    base = discord.Permissions(guild.default_role.permissions.value)
-    for role in roles:
-        base.value |= role.permissions.value
-    if base.administrator:
-        return True
-    base.handle_overwrite(*(p.value for p in channel.overwrites_for(guild.default_role).pair()))
-    allow = deny = 0
-    for role in roles:
-        if not role.is_default():
-            a, d = channel.overwrites_for(role).pair()
-            allow, deny = allow | a.value, deny | d.value
-    base.handle_overwrite(allow, deny)
-    return base.view_channel
-
-
-def may_show_elsewhere(current: discord.abc.GuildChannel, other: discord.abc.GuildChannel) -> bool:
-    """Whether ``other``'s memory may appear in ``current``: only if everyone who can read
-    ``current`` can read ``other`` too (never leak a more private channel)."""
-    roles = current.guild.roles
-    # A member's roles combine: one role may open ``current`` while another closes
-    # ``other``. Any such member is witnessed by at most two of their roles.
-    closers = [r for r in roles if other.overwrites_for(r).view_channel is False]
-    for role in roles:
-        for closer in (None, *closers):
-            held = (role,) if closer is None else (role, closer)
-            if _sees(current, held) and not _sees(other, held):
-                return False
-    for target in (*current.overwrites, *other.overwrites):
-        if isinstance(target, discord.Role):
-            continue
-        if isinstance(target, discord.Member):
-            if (
-                current.permissions_for(target).view_channel
-                and not other.permissions_for(target).view_channel
-            ):
-                return False
-            continue
-        # A member the bot has not cached (no members intent): their roles are unknown,
-        # so judge by their own overwrites, and refuse when in doubt.
-        here, there = current.overwrites_for(target), other.overwrites_for(target)
-        if there.view_channel is False or (here.view_channel is True and not there.view_channel):
-            return False
-    return True
-
-
-def readable_by_everyone(channel: discord.abc.GuildChannel) -> bool:
-    """Whether every member of the server may read ``channel``: @everyone may view it
-    and no overwrite takes that from a role or a member."""
-    everyone = channel.guild.default_role
-    if not _sees(channel, (everyone,)):
-        return False
-    return not any(
-        overwrite.view_channel is False
-        for target, overwrite in channel.overwrites.items()
-        if target != everyone
-    )
-
-
-def place_of(channel: discord.abc.Messageable) -> Place:
-    """What a long-term fact said in ``channel`` records about it (see :class:`Place`)."""
-    channel_id: int = getattr(channel, "id", 0)
-    if isinstance(channel, discord.Thread):
-        private = channel.type is discord.ChannelType.private_thread
-        parent = channel.parent
-        everyone = not private and parent is not None and readable_by_everyone(parent)
-        return Place(channel.id, channel.parent_id, private, everyone)
-    if isinstance(channel, discord.abc.GuildChannel):
-        return Place(channel_id, None, False, readable_by_everyone(channel))
-    return Place(channel_id)
-
-
-class OnlyHere(ChannelView):
-    """Nothing from elsewhere (a channel whose rights are unknown)."""
-
-    def __init__(self, channel_id: int, here: Place) -> None:
-        self.channel_id, self.here = channel_id, here
-
-    def __call__(self, channel_id: int, /) -> bool:
-        return channel_id == self.channel_id
-
-    def shows(self, guild_id: int | None, place: Place) -> bool:
-        return place.channel_id == self.channel_id
-
-
-class ServerView(ChannelView):
-    """What a server channel (or a thread, judged by its parent ``base``) may show."""
-
-    def __init__(
-        self, guild: discord.Guild, current_id: int, base: discord.abc.GuildChannel, here: Place
-    ) -> None:
-        self.guild, self.current_id, self.base, self.here = guild, current_id, base, here
-
-    def __call__(self, channel_id: int, /) -> bool:
-        if channel_id in (self.current_id, self.base.id):
-            return True
-        other = self.guild.get_channel_or_thread(channel_id)
-        if other is None:
-            return False
-        if isinstance(other, discord.Thread):
-            if other.type is discord.ChannelType.private_thread or other.parent is None:
-                return False
-            return may_show_elsewhere(self.base, other.parent)
-        return may_show_elsewhere(self.base, other)
-
-    def shows(self, guild_id: int | None, place: Place) -> bool:
-        """A fact's place as Discord shows it now; else, by what the fact recorded: a
-        public thread Discord no longer caches (archived, or after a restart) as its
-        parent channel; a deleted channel (or thread parent) only if every member of
-        the server could read it, as then no channel here is more public than it was. A
-        private thread is never shown elsewhere, cached or not."""
-        if self(place.channel_id):
-            return True
-        if self.guild.get_channel_or_thread(place.channel_id) is not None:
-            return False  # Discord shows it: judged as it is now
-        if place.private_thread or guild_id != self.guild.id:
-            return False
-        parent = place.parent_channel_id
-        if parent is not None and self.guild.get_channel(parent) is not None:
-            return self(parent)
-        return place.readable_by_everyone
-
-
-class DirectView(ChannelView):
-    """What a DM may show: the DM itself, and what the user may still read in servers."""
-
-    def __init__(self, chat: Chat, user_id: int, dm_id: int, here: Place) -> None:
-        self.chat, self.user_id, self.dm_id, self.here = chat, user_id, dm_id, here
-
-    def __call__(self, channel_id: int, /) -> bool:
-        return channel_id == self.dm_id or self.chat._member_sees(self.user_id, channel_id)
-
-    def shows(self, guild_id: int | None, place: Place) -> bool:
-        """As :meth:`ServerView.shows`, for the user: an archived public thread if they
-        may read its parent, a deleted channel every member could read if they are
-        still a member of that server."""
-        if self(place.channel_id):
-            return True
-        bot = self.chat.bot
-        if guild_id is None or place.private_thread:
-            return False
-        if bot.get_channel(place.channel_id) is not None:
-            return False  # Discord shows it: judged as it is now
-        guild = bot.get_guild(guild_id)
-        if guild is None:
-            return False  # a server the bot left: who may read what is unknown
-        parent = place.parent_channel_id
-        if parent is not None and guild.get_channel(parent) is not None:
-            return self.chat._member_sees(self.user_id, parent)
-        return place.readable_by_everyone and self.chat._member(guild, self.user_id) is not None
 
 
 class Chat(commands.Cog):

@@ -14,9 +14,9 @@ from typing import Any
 
 import discord
 
-from bot.cogs.chat import split_reply
 from bot.cogs.checks import is_bot_owner, require_admin
 from bot.cogs.errors import answer, report_error, think
+from bot.cogs.replies import split_reply
 from bot.memory.categories import (
     DESCRIPTION_MAX_LENGTH,
     LABEL_MAX_LENGTH,

@@ -17,9 +17,9 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.engine import URL
 
-from bot.cogs.chat import DISCORD_LIMIT
 from bot.cogs.history import WIPED_WHILE_ANSWERING
 from bot.cogs.refresh import REFRESH_MARKER_PREFIX
+from bot.cogs.replies import DISCORD_LIMIT
 from bot.db.engine import Database
 from bot.db.models import ShortTermMemory, StmEvent
 from bot.llm.tools.stm import STM_TOOL_NAME

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.cogs.chat import DISCORD_LIMIT, split_reply
+from bot.cogs.replies import DISCORD_LIMIT, split_reply
 
 
 def test_a_short_reply_is_one_part() -> None:
@@ -80,7 +80,7 @@ _PROBE = textwrap.dedent(
     """
     import random, sys
     sys.path.insert(0, {root!r})
-    from bot.cogs.chat import split_reply
+    from bot.cogs.replies import split_reply
     texts = {texts!r}
     pieces = ["```", "```py", "\\n", " ", "a" * 40, "\\U0001F468\\u200D\\U0001F469", "x"]
     rng = random.Random(7)
