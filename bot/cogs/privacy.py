@@ -177,14 +177,6 @@ FACT_ORIGINS = {
 }
 
 
-def long_term_of(bot: commands.Bot) -> LongTermService:
-    """The bot's long-term memory service (``bot.longterm``)."""
-    service: LongTermService | None = getattr(bot, "longterm", None)
-    if service is None:
-        raise MemoryUnavailable("long-term memory is not set up")
-    return service
-
-
 def describe_cross_context(enabled: bool, *, changed: bool) -> str:
     """The answer to ``/memories cross-context``: the state now, and what it means."""
     state = "on" if enabled else "off"
@@ -352,7 +344,7 @@ class PrivacyCog(commands.Cog):
     @memories.command(name="list", description="Show what the bot remembers about you")
     async def memories_list(self, interaction: discord.Interaction[KiokuBot]) -> None:
         await think(interaction)
-        service = long_term_of(self.bot)
+        service = self.bot.longterm
         page = await service.list_facts(interaction.user.id, 1, PAGE_SIZE)
         if not page.facts:
             await answer(interaction, NO_MEMORIES)
@@ -377,7 +369,7 @@ class PrivacyCog(commands.Cog):
         fact_id: app_commands.Transform[int, IntRange(1, MAX_FACT_ID)],
     ) -> None:
         await think(interaction)
-        result = await long_term_of(self.bot).forget(
+        result = await self.bot.longterm.forget(
             interaction.user.id,
             fact_id=fact_id,
             actor_user_id=interaction.user.id,
@@ -399,7 +391,7 @@ class PrivacyCog(commands.Cog):
         self, interaction: discord.Interaction[KiokuBot], current: str
     ) -> list[app_commands.Choice[int]]:
         try:
-            facts = await long_term_of(self.bot).suggest(interaction.user.id, str(current or ""))
+            facts = await self.bot.longterm.suggest(interaction.user.id, str(current or ""))
         except MemoryUnavailable:
             return []
         choices = []
@@ -437,7 +429,7 @@ class PrivacyCog(commands.Cog):
     @memories.command(name="clear", description="Delete all your long-term memories")
     async def memories_clear(self, interaction: discord.Interaction[KiokuBot]) -> None:
         await think(interaction)
-        service = long_term_of(self.bot)
+        service = self.bot.longterm
         total = await service.count(interaction.user.id)
         if total == 0:
             await answer(interaction, NOTHING_TO_CLEAR)

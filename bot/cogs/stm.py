@@ -39,7 +39,7 @@ from bot.memory.model import (
 from bot.memory.prompt import VALUE_LIMIT, relative_time, render_memory_text
 from bot.memory.service import MemoryService
 from bot.memory.storage import MemoryUnavailable
-from bot.memory.summarizer import Summarizer, SummaryOutcome
+from bot.memory.summarizer import SummaryOutcome
 
 if TYPE_CHECKING:
     from bot.app import KiokuBot
@@ -351,16 +351,6 @@ class StmCog(commands.Cog):
         header = f"**What I remember {where}**\nUpdated {updated} by {describe_origin(entry)}."
         await answer_blocks(interaction, [header, *notes, *memory_sections(entry, config)])
 
-    @property
-    def summarizer(self) -> Summarizer:
-        """The bot's one summarizer (``bot.summarizer``), made here if the bot has none:
-        one instance, so a command and an automatic run never overlap in a channel."""
-        summarizer = getattr(self.bot, "summarizer", None)
-        if not isinstance(summarizer, Summarizer):
-            summarizer = Summarizer(self.bot.memory, self.bot.llm, self.bot.settings)
-            setattr(self.bot, "summarizer", summarizer)  # noqa: B010  # not declared on KiokuBot
-        return summarizer
-
     @stm.command(name="summarize", description="Fold the new messages into this channel's memory")
     @moderator_only(dm_allowed=True)
     async def summarize(self, interaction: discord.Interaction[KiokuBot]) -> None:
@@ -373,7 +363,9 @@ class StmCog(commands.Cog):
             # After a restart the window is empty until the channel's next turn: read the
             # history first, or "nothing new" would hide what was said before it.
             await backfill(self.bot, channel)
-        outcome = await self.summarizer.summarize(
+        # The bot's one summarizer (the turn runner's): a command and an automatic run
+        # never overlap in a channel.
+        outcome = await self.bot.summarizer.summarize(
             guild_id=interaction.guild_id,
             channel_id=channel_id,
             actor_user_id=interaction.user.id,

@@ -33,12 +33,8 @@ from tests.helpers.fake_llm import ScriptedLLM, refused_base_url
 
 @pytest.fixture
 def longterm(kioku: KiokuHarness) -> LongTermService:
-    """The bot's service (set here until ``setup_hook`` creates it)."""
-    service: LongTermService | None = getattr(kioku.bot, "longterm", None)
-    if service is None:
-        service = LongTermService(kioku.database.sessions, kioku.bot.settings, kioku.clock)
-        kioku.bot.longterm = service  # type: ignore[attr-defined]
-    return service
+    """The bot's service, as ``setup_hook`` creates it."""
+    return kioku.bot.longterm
 
 
 async def remember(

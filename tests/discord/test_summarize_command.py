@@ -29,14 +29,8 @@ async def moderator(kioku: KiokuHarness) -> discord.Member:
 
 @pytest.fixture(autouse=True)
 def summarizer(kioku: KiokuHarness) -> Summarizer:
-    """``bot.summarizer``, as the app's setup hook makes it (made here if it does not)."""
-    bot = kioku.bot
-    existing = getattr(bot, "summarizer", None)
-    if isinstance(existing, Summarizer):
-        return existing
-    made = Summarizer(bot.memory, bot.llm, bot.settings)
-    bot.summarizer = made  # type: ignore[attr-defined]
-    return made
+    """``bot.summarizer``, as the app's setup hook makes it (the turn runner's)."""
+    return kioku.bot.summarizer
 
 
 async def chat(kioku: KiokuHarness, count: int, prefix: str = "message") -> list[discord.Message]:
