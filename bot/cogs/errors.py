@@ -142,6 +142,24 @@ async def report_error(interaction: discord.Interaction[Any], error: BaseExcepti
         log.warning("could not report a command error to the user: %s", exc.__class__.__name__)
 
 
+class ReportingView(discord.ui.View):
+    """A view whose errors get the tree's answers (a view bypasses ``tree.on_error``)."""
+
+    async def on_error(
+        self, interaction: discord.Interaction[Any], error: Exception, item: discord.ui.Item[Any], /
+    ) -> None:
+        await report_error(interaction, error)
+
+
+class ReportingModal(discord.ui.Modal):
+    """A modal whose errors get the tree's answers (a modal bypasses ``tree.on_error``)."""
+
+    async def on_error(  # type: ignore[override]  # Modal narrows View's signature
+        self, interaction: discord.Interaction[Any], error: Exception, /
+    ) -> None:
+        await report_error(interaction, error)
+
+
 def install_error_handler(tree: app_commands.CommandTree[Any]) -> None:
     """Make :func:`report_error` the tree's error handler."""
 

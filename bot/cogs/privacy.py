@@ -19,7 +19,7 @@ from discord import app_commands
 from discord.ext import commands
 
 from bot.cogs.checks import IntRange
-from bot.cogs.errors import UNAVAILABLE, answer, report_error, think
+from bot.cogs.errors import UNAVAILABLE, ReportingView, answer, think
 from bot.cogs.refresh import plural
 from bot.memory.longterm import Fact, FactPage, LongTermService
 from bot.memory.service import ForgetReceipt
@@ -71,7 +71,7 @@ def describe_receipt(receipt: ForgetReceipt) -> str:
     )
 
 
-class ConfirmView(discord.ui.View):
+class ConfirmView(ReportingView):
     """Confirm / Cancel for one user: ``action`` runs only if they confirm in time, and
     its text replaces the prompt. Used by ``/forget-me`` and ``/memories clear``."""
 
@@ -135,11 +135,6 @@ class ConfirmView(discord.ui.View):
         # The message may be gone or the token expired: then there is nothing to tidy.
         with contextlib.suppress(discord.HTTPException):
             await self.origin.edit_original_response(content=self.timed_out, view=None)
-
-    async def on_error(
-        self, interaction: discord.Interaction[Any], error: Exception, item: discord.ui.Item[Any]
-    ) -> None:
-        await report_error(interaction, error)
 
 
 # ------------------------------------------------------------------ /memories
@@ -239,7 +234,7 @@ def facts_embed(bot: discord.Client, page: FactPage) -> discord.Embed:
     return embed
 
 
-class MemoriesPager(discord.ui.View):
+class MemoriesPager(ReportingView):
     """Previous / Next over one user's facts; each click reads the page afresh, from
     the first or last fact shown (a fact deleted meanwhile moves no other off the
     pages)."""
@@ -298,11 +293,6 @@ class MemoriesPager(discord.ui.View):
             return
         with contextlib.suppress(discord.HTTPException):
             await self.origin.edit_original_response(view=None)
-
-    async def on_error(
-        self, interaction: discord.Interaction[Any], error: Exception, item: discord.ui.Item[Any]
-    ) -> None:
-        await report_error(interaction, error)
 
 
 class PrivacyCog(commands.Cog):

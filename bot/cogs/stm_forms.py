@@ -15,7 +15,7 @@ from typing import Any
 import discord
 
 from bot.cogs.checks import is_bot_owner, require_admin
-from bot.cogs.errors import answer, report_error, think
+from bot.cogs.errors import ReportingModal, ReportingView, answer, think
 from bot.cogs.replies import split_reply
 from bot.memory.categories import (
     DESCRIPTION_MAX_LENGTH,
@@ -163,7 +163,7 @@ def fit_title(text: str) -> str:
 # ----------------------------------------------------------------------- modals
 
 
-class AdminModal(discord.ui.Modal):
+class AdminModal(ReportingModal):
     """A form only Manage Server may submit. The permission is checked again on submit,
     as it may be taken away while the form is open; errors (the refusal included) get
     the tree's answers (a modal bypasses ``tree.on_error``)."""
@@ -171,11 +171,6 @@ class AdminModal(discord.ui.Modal):
     async def interaction_check(self, interaction: discord.Interaction[Any], /) -> bool:
         require_admin(interaction)  # raises: answered by on_error
         return True
-
-    async def on_error(  # type: ignore[override]  # Modal narrows View's signature
-        self, interaction: discord.Interaction[Any], error: Exception, /
-    ) -> None:
-        await report_error(interaction, error)
 
 
 # A modal must be the first answer, so nothing can be acknowledged before the reads
@@ -372,7 +367,7 @@ class CategoriesModal(AdminModal):
         await answer(interaction, "\n".join([head, *describe_categories(categories)]))
 
 
-class RetryCategoriesView(discord.ui.View):
+class RetryCategoriesView(ReportingView):
     """Reopens the categories modal with what the admin typed, so nothing is lost."""
 
     def __init__(
@@ -396,8 +391,3 @@ class RetryCategoriesView(discord.ui.View):
     ) -> None:
         modal = CategoriesModal(self.memory, guild_id=self.guild_id, rows=self.rows)
         await interaction.response.send_modal(modal)
-
-    async def on_error(
-        self, interaction: discord.Interaction[Any], error: Exception, item: discord.ui.Item[Any]
-    ) -> None:
-        await report_error(interaction, error)

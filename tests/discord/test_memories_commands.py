@@ -165,6 +165,30 @@ async def test_list_pages_with_previous_and_next(
     assert footer(result).startswith("Page 2/3")
 
 
+async def test_a_page_turn_with_the_database_down_answers_unavailable(
+    kioku: KiokuHarness, longterm: LongTermService
+) -> None:
+    # A button's error bypasses the tree's handler: the view routes it there itself.
+    user = kioku.env.member
+    for i in range(6):
+        await remember(kioku, longterm, f"fact number {i} about topic {i}")
+        kioku.clock.advance(minutes=1)
+    result = await kioku.interactions.slash("memories list", user=user)
+    real = longterm._sessions
+    dead = create_async_engine(
+        refused_base_url().replace("http://", "postgresql+asyncpg://u:p@") + "db"
+    )
+    longterm._sessions = async_sessionmaker(dead)
+    try:
+        clicked = await kioku.interactions.click(result, label="Next", user=user)
+    finally:
+        longterm._sessions = real
+        await dead.dispose()
+    [reported] = clicked.followups
+    assert reported.ephemeral and reported.content == UNAVAILABLE
+    assert footer(result).startswith("Page 1/2")
+
+
 async def test_next_after_forgetting_a_shown_fact_skips_none(
     kioku: KiokuHarness, longterm: LongTermService
 ) -> None:
