@@ -16,7 +16,6 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import weakref
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING
 
@@ -32,6 +31,7 @@ from bot.cogs.visibility import DirectView, OnlyHere, ServerView, place_of
 from bot.memory.longterm import ChannelView
 from bot.memory.model import StmEntry
 from bot.memory.service import LabelFor
+from bot.memory.singleflight import KeyedLocks
 from bot.memory.storage import MemoryUnavailable
 from bot.turn import TurnRequest
 
@@ -90,7 +90,8 @@ async def _typing(channel: discord.abc.Messageable) -> AsyncIterator[None]:
 class Chat(commands.Cog):
     def __init__(self, bot: KiokuBot) -> None:
         self.bot = bot
-        self._locks: weakref.WeakValueDictionary[int, asyncio.Lock] = weakref.WeakValueDictionary()
+        # Turns of one channel wait for each other (see _answer).
+        self._lock: KeyedLocks[int] = KeyedLocks()
         # Members fetched from Discord to judge what a DM may show (the bot has no members
         # intent, so most are not cached); None: not a member any more. Short-lived, so a
         # member who loses access stops seeing that channel within minutes at most.
@@ -165,12 +166,6 @@ class Chat(commands.Cog):
             # Mentions are still answered during an outage; unaddressed chatter is not.
             return False
         return message.channel.id in config.always_on_channels
-
-    def _lock(self, channel_id: int) -> asyncio.Lock:
-        lock = self._locks.get(channel_id)
-        if lock is None:
-            lock = self._locks[channel_id] = asyncio.Lock()
-        return lock
 
     async def _answer(self, message: discord.Message, *, addressed: bool) -> None:
         channel = message.channel

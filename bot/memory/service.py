@@ -18,7 +18,6 @@ import asyncio
 import contextlib
 import logging
 import uuid
-import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -49,7 +48,7 @@ from bot.memory.model import (
 )
 from bot.memory.prompt import OtherChannel, PromptInput
 from bot.memory.sanitize import sanitize_value
-from bot.memory.singleflight import SingleFlight
+from bot.memory.singleflight import KeyedLocks, SingleFlight
 from bot.memory.spool import DurableSpool, PendingChanges
 from bot.memory.storage import (
     DB_TIMEOUT_SECONDS,
@@ -262,7 +261,7 @@ class MemoryService:
         self._forgotten_elsewhere: TTLCache[int, datetime] = TTLCache(
             maxsize=10_000, ttl=FORGOTTEN_ELSEWHERE_SECONDS
         )
-        self._locks: weakref.WeakValueDictionary[int, asyncio.Lock] = weakref.WeakValueDictionary()
+        self._locks: KeyedLocks[int] = KeyedLocks()
         self._commits = GroupCommit(
             lambda: self._sessions(),
             lambda session, entries: self._announce(session, stm_notice(self.instance_id, entries)),
@@ -287,10 +286,7 @@ class MemoryService:
         return database_down(self._sessions)
 
     def _lock(self, channel_id: int) -> asyncio.Lock:
-        lock = self._locks.get(channel_id)
-        if lock is None:
-            lock = self._locks[channel_id] = asyncio.Lock()
-        return lock
+        return self._locks(channel_id)
 
     async def guild_config(self, guild_id: int | None) -> GuildConfig:
         """The guild's STM configuration (cached; DMs use the operator's defaults)."""

@@ -1,8 +1,11 @@
-"""Concurrent callers asking for the same missing key share one load."""
+"""Per-key coordination of concurrent callers: those asking for the same missing key
+share one load (:class:`SingleFlight`); those working on the same key take turns
+(:class:`KeyedLocks`)."""
 
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Generic, TypeVar
 
@@ -34,3 +37,21 @@ class SingleFlight(Generic[K, V]):
             self._inflight.pop(key, None)
 
         return done
+
+
+class KeyedLocks(Generic[K]):
+    """One :class:`asyncio.Lock` per key (a channel's turns run one after another).
+
+    A lock lives only while someone holds or awaits it (weak values), so the thousands
+    of channels nobody is talking in cost nothing.
+    """
+
+    def __init__(self) -> None:
+        self._locks: weakref.WeakValueDictionary[K, asyncio.Lock] = weakref.WeakValueDictionary()
+
+    def __call__(self, key: K) -> asyncio.Lock:
+        """The lock of ``key``: the same one for every caller while any of them keeps it."""
+        lock = self._locks.get(key)
+        if lock is None:
+            lock = self._locks[key] = asyncio.Lock()
+        return lock
