@@ -1,9 +1,11 @@
-"""The one error handler of the command tree, and the helper every cog answers with.
+"""The one error handler of the command tree, and the helpers every cog answers with
+(``answer``, ``think``, ``plural``).
 
 Each known error type maps to a short ephemeral answer; anything else is logged with
 its traceback (never with memory text: commands put none in their exceptions) and
-answered with a generic apology. Modals and views route their errors here too, so the
-user gets the same answer wherever a command fails.
+answered with a generic apology. Modals and views route their errors here too (they
+subclass :class:`ReportingModal` and :class:`ReportingView`), so the user gets the same
+answer wherever a command fails.
 """
 
 from __future__ import annotations
@@ -53,6 +55,12 @@ async def answer(interaction: discord.Interaction[Any], content: str, **kwargs: 
         await interaction.followup.send(content, **kwargs)
     else:
         await interaction.response.send_message(content, **kwargs)
+
+
+def plural(count: int, singular: str, plural_form: str | None = None) -> str:
+    """``1 row``, ``2 rows``: a count as the answers word it."""
+    word = singular if count == 1 else (plural_form or singular + "s")
+    return f"{count} {word}"
 
 
 def _option_name(interaction: discord.Interaction[Any], transformer: object) -> str | None:

@@ -19,8 +19,7 @@ from discord import app_commands
 from discord.ext import commands
 
 from bot.cogs.checks import IntRange
-from bot.cogs.errors import UNAVAILABLE, ReportingView, answer, think
-from bot.cogs.refresh import plural
+from bot.cogs.errors import UNAVAILABLE, ReportingView, answer, plural, think
 from bot.memory.longterm import Fact, FactPage, LongTermService
 from bot.memory.service import ForgetReceipt
 from bot.memory.storage import MemoryUnavailable
@@ -194,7 +193,7 @@ def fact_place(bot: discord.Client, fact: Fact) -> str:
     return guild.name if guild is not None else "a server I'm no longer in"
 
 
-def describe_fact(bot: discord.Client, fact: Fact) -> str:
+def fact_line(bot: discord.Client, fact: Fact) -> str:
     """``**#12** My cat is called Miso`` and a line saying where, when and how."""
     origin = FACT_ORIGINS.get(fact.origin, fact.origin)
     details = " · ".join(
@@ -225,7 +224,7 @@ def quoted_block(text: str) -> str:
 def facts_embed(bot: discord.Client, page: FactPage) -> discord.Embed:
     embed = discord.Embed(
         title="Your long-term memories",
-        description="\n\n".join(describe_fact(bot, fact) for fact in page.facts),
+        description="\n\n".join(fact_line(bot, fact) for fact in page.facts),
     )
     embed.set_footer(
         text=f"Page {page.page}/{page.pages} · {plural(page.total, 'memory', 'memories')} · "

@@ -15,7 +15,7 @@ from discord import app_commands
 from discord.ext import commands
 
 from bot.cogs.checks import moderator_only
-from bot.cogs.errors import answer
+from bot.cogs.errors import answer, plural
 
 if TYPE_CHECKING:
     from bot.app import KiokuBot
@@ -25,12 +25,6 @@ log = logging.getLogger(__name__)
 # What the back-fill recognises a marker by: markers posted by every version start with
 # it, so the wording after it may change but this must not.
 REFRESH_MARKER_PREFIX = "🧹 **Memory refreshed**"
-
-
-def plural(count: int, singular: str, plural_form: str | None = None) -> str:
-    """``1 row``, ``2 rows``."""
-    word = singular if count == 1 else (plural_form or singular + "s")
-    return f"{count} {word}"
 
 
 def marker_text(user: discord.abc.User) -> str:

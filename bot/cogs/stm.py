@@ -17,9 +17,8 @@ from discord import app_commands
 from discord.ext import commands
 
 from bot.cogs.checks import IntRange, admin_only, moderator_only
-from bot.cogs.errors import answer, think
+from bot.cogs.errors import answer, plural, think
 from bot.cogs.history import backfill
-from bot.cogs.refresh import plural
 from bot.cogs.stm_forms import (
     CategoriesModal,
     CategoryEditModal,
@@ -86,9 +85,8 @@ SUMMARY_DISABLED = (
 def describe_summary(outcome: SummaryOutcome) -> str:
     """The answer to ``/stm summarize``."""
     if outcome.status == "updated":
-        plural = "" if outcome.new_messages == 1 else "s"
         parts = [
-            f"Summary updated from {outcome.new_messages} new message{plural} "
+            f"Summary updated from {plural(outcome.new_messages, 'new message')} "
             f"({outcome.chars} chars)."
         ]
         if outcome.skipped:

@@ -11,11 +11,11 @@ import discord
 import pytest
 from sqlalchemy import select
 
-from bot.cogs.stm import NOTHING_NEW, SUMMARY_BUSY, SUMMARY_DISABLED
+from bot.cogs.stm import NOTHING_NEW, SUMMARY_BUSY, SUMMARY_DISABLED, describe_summary
 from bot.db.models import ShortTermMemory
 from bot.llm.tool_loop import UNAVAILABLE_MESSAGE
 from bot.memory.model import ScopeKey, message_hash
-from bot.memory.summarizer import Summarizer
+from bot.memory.summarizer import Summarizer, SummaryOutcome
 from bot.memory.window import WindowCache
 from tests.helpers.bot import KiokuHarness
 
@@ -46,6 +46,16 @@ async def stored(kioku: KiokuHarness, channel_id: int) -> list[ShortTermMemory]:
             .order_by(ShortTermMemory.scope_kind)
         )
         return list(await session.scalars(query))
+
+
+@pytest.mark.parametrize(
+    ("count", "counted"), [(1, "1 new message"), (2, "2 new messages"), (0, "0 new messages")]
+)
+def test_the_answer_counts_new_messages_in_the_singular_and_plural(
+    count: int, counted: str
+) -> None:
+    outcome = SummaryOutcome("updated", new_messages=count, chars=25)
+    assert describe_summary(outcome) == f"Summary updated from {counted} (25 chars)."
 
 
 async def test_summarize_folds_thirty_messages_in_and_moves_the_marker(
