@@ -46,7 +46,6 @@ MEMBER_CHECK_SECONDS = 300
 MAX_MEMBER_FETCHES = 10
 MEMBER_FETCH_TIMEOUT_SECONDS = 5.0
 NO_MENTIONS = discord.AllowedMentions.none()
-MessageableChannel = discord.TextChannel | discord.Thread | discord.DMChannel | discord.VoiceChannel
 
 
 def _may_reply(channel: discord.abc.Messageable) -> bool:
