@@ -2,25 +2,62 @@
 
 Two :class:`MemoryService` instances (A with a durable spool, B without) share one
 embedded PostgreSQL and one :class:`ManualClock`. A seeded ``random.Random`` drives a
-schedule of turns, writes, admin edits, /refresh, /forget-me, messages, clock moves,
-database outages (A or B), spool replays, janitor passes and the delivery of real
-``LISTEN/NOTIFY`` notices (captured on one listener connection and handed to each process
-by hand: late, out of band, or lost and then reset). Operations run as asyncio tasks and
-may be parked at gates (a hydration read done but not cached; a write with the cache
-mutated but not persisted; a clear or forget before its database transaction), so awaits
-of different operations interleave deterministically. The test knows when an operation is
-parked, finished, or waiting on a lock / single-flight held by another one.
+schedule of turns, writes (a summary, or category values in category mode), admin edits
+(``/stm edit``: the form reads the memory, may stay open, then saves with
+``expected_version`` for a summary), /refresh, /forget-me, messages, clock moves (also
+past the TTLs and the retention period, then a janitor pass), guild settings changes
+(categories set to summary mode or 1–3 categories; STM disabled or enabled), database
+outages (A or B), spool replays and the delivery of real ``LISTEN/NOTIFY`` notices
+(captured on one listener connection and handed to each process by hand: late, out of
+band, or lost and then reset). Operations run as asyncio tasks and may be parked at
+gates (a hydration read done but not cached; a write with the cache mutated but not
+persisted; a clear or forget before its database transaction; an admin's edit form
+open), so awaits of different operations interleave deterministically. The test knows
+when an operation is parked, finished, or waiting on a lock / single-flight held by
+another one.
 
-After each scenario everything is made quiet (gates released, databases up, listeners
-reset, spool replayed, every notice delivered) and these invariants are checked:
+A wipe (an acknowledged /refresh or /forget-me) *has reached* a process once it made it
+itself, or a notice of it (or of a later one) was applied there, or the process is deaf
+with its database up and the wipe is in the database (the window is checked against the
+stored wipe times), or the process's windows were dropped since (listener back). A
+guild settings change has reached a process likewise (its own change, the ``guild``
+notice applied, deaf with the database up, or the listener back).
 
-1. the last write acknowledged ``saved`` / ``saved, pending sync`` on a key is in the
-   database, unless a /refresh, /forget-me or janitor pass after it may remove it;
-2. no row is derived from a user forgotten at or after the start of the turn that wrote it;
-3. no row holds text of a turn that started before a /refresh of its channel;
+During the run each prepared turn's prompt is checked (invariant 8). After each scenario
+everything is made quiet (gates released, databases up, listeners reset, spool replayed,
+every notice delivered) and these invariants are checked:
+
+1. the last write acknowledged ``saved`` / ``saved, pending sync`` on a key is what the
+   database holds (summary and category values), unless a /refresh, /forget-me or
+   janitor pass after it may remove it; (with invariant 7, an acknowledged write is never
+   silently replaced by one that was not built on it)
+2. no row holds a value (the summary or a category value) of a write derived from a user
+   forgotten at or after the start of that write's turn;
+3. no row holds a value of a write whose turn started before a /refresh of its channel;
 4. each process's cached entries (and what it hydrates) equal the database rows;
 5. no unexpected exception escapes an operation;
-6. no text of a write reported ``rejected`` is in the database.
+6. no value of a write reported ``rejected`` is in the database;
+7. built on what it replaced: when two writes acknowledged ``saved`` (not spooled) touch
+   a key, the second one having built its entry after the first was acknowledged, and no
+   /refresh, /forget-me, janitor pass or spool replay ran in between, the entry the
+   second replaced is the first's, or one built on it (by content: every write's values
+   are unique); an admin edit saved with ``expected_version`` replaced that version;
+8. no prompt (its own channel's window, or another channel's raw messages) of a process
+   holds a message sent at or before a wipe that had reached the process when the turn
+   began: by a user forgotten then, or in a channel cleared then; after quiet, every
+   acknowledged wipe has reached both processes (checked with one turn per channel);
+9. categories: every acknowledged write was validated against the guild configuration
+   of a settings change at or after the last one that had reached its process when it
+   built its entry, and stores values only for the categories that configuration
+   defines (none in summary mode). So a stored value of a category the guild no longer
+   defines was written before the change that removed it reached its process (its
+   writer could not know of it); after quiet every row's content is some write's;
+10. with STM disabled no write but an admin's is acknowledged: every acknowledged
+    non-admin write was validated against an enabled configuration, under 9's rule
+    (after a disable had reached its process, a write succeeds only once an enable has).
+
+The numbers of writes acknowledged after a settings change they had not heard of
+(their process had not) are reported as figures: late notices allow them.
 """
 
 from __future__ import annotations
@@ -33,7 +70,7 @@ import random
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -48,8 +85,8 @@ from bot.db.engine import Database
 from bot.db.models import ShortTermMemory
 from bot.db.notify import NOTIFY_CHANNEL, CacheListener
 from bot.db.repositories import stm as stm_repo
-from bot.memory.model import ScopeKey, StmEntry
-from bot.memory.service import MemoryService
+from bot.memory.model import Category, GuildConfig, RawMessage, ScopeKey, StmEntry
+from bot.memory.service import MemoryService, PreparedTurn
 from bot.memory.spool import DurableSpool, spool_path
 from bot.memory.storage import MemoryUnavailable
 from tests.helpers.builders import (
@@ -76,6 +113,35 @@ SEED = int(os.environ.get("CHAOS_SEED", "20261101"))
 STEPS = int(os.environ.get("CHAOS_STEPS", "24"))
 RETENTION_DAYS = 2
 TEXT = re.compile(r"^(w\d+)$")
+SLUGS = ("plans", "likes", "facts", "tone")
+EARLIEST = datetime.min.replace(tzinfo=UTC)
+
+# What a write's payload, a cache entry or a row holds: the summary and the non-empty
+# category values (every write's values are its own text, so contents are unique).
+Content = tuple[str, tuple[tuple[str, str], ...]]
+# What a write's shape depends on: STM enabled, category mode, the category slugs.
+ConfigKey = tuple[bool, bool, frozenset[str]]
+DEFAULT_CONFIG: ConfigKey = (True, False, frozenset())
+EMPTY: Content = ("", ())
+
+
+def content(summary: str | None, categories: dict[str, str] | None) -> Content:
+    return (summary or "", tuple(sorted((k, v) for k, v in (categories or {}).items() if v)))
+
+
+def entry_content(entry: StmEntry) -> Content:
+    return content(entry.summary, entry.categories)
+
+
+def config_key(config: GuildConfig) -> ConfigKey:
+    slugs = frozenset(c.slug for c in config.categories) if config.category_mode else frozenset()
+    return (config.stm_enabled, config.category_mode, slugs)
+
+
+def values_of(stored: Content) -> list[tuple[str, str]]:
+    """(slug or "summary", text) of every value held."""
+    summary, categories = stored
+    return ([("summary", summary)] if summary else []) + list(categories)
 
 
 # ------------------------------------------------------------------ operations
@@ -136,7 +202,9 @@ class WatchedLock(asyncio.Lock):
         return await super().acquire()
 
 
-def instrument(service: MemoryService) -> None:
+def instrument(service: MemoryService, on_build: Callable[[Op], None]) -> None:
+    """Locks and single-flights that tell when an operation waits, the persist gate, and
+    what each write was built on (``on_build`` adds the harness's view at that point)."""
     locks: dict[int, asyncio.Lock] = {}
 
     def lock(channel_id: int) -> asyncio.Lock:
@@ -171,10 +239,28 @@ def instrument(service: MemoryService) -> None:
             op.meta["derived"] = {e.key: e.derived_from_users() for e in entries}
             op.meta["written_at"] = entries[0].updated_at
             op.meta["versions"] = {e.key: e.version for e in entries}
+            # Copies: the entries are the cache's live objects, a later write mutates them.
+            op.meta["base"] = {e.key: entry_content(e) for e in before}
+            op.meta["base_versions"] = {e.key: e.version for e in before}
+            op.meta["after"] = {e.key: entry_content(e) for e in entries}
+            # The configuration the write was validated against (the last one read).
+            op.meta["validated"] = op.meta.get("config")
+            on_build(op)
         await gate("persist")
         return await persist(entries, events, before, started_at)
 
     service._persist = gated_persist  # type: ignore[method-assign]
+
+    read_config = service.guild_config
+
+    async def watched_config(guild_id: int | None) -> GuildConfig:
+        config = await read_config(guild_id)
+        op = CURRENT.get()
+        if op is not None:
+            op.meta["config"] = config
+        return config
+
+    service.guild_config = watched_config  # type: ignore[method-assign]
 
 
 def patch_repositories(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -241,6 +327,9 @@ class Notices:
         self._syncs: dict[int, asyncio.Event] = {}
         self._next = 0
         self.inboxes: dict[str, list[dict[str, Any]]] = {}
+        # Guild settings notices, numbered in commit order (the n-th is the n-th change:
+        # changes run one at a time); reset for each scenario.
+        self.guild_notices = 0
 
     async def start(self) -> None:
         self._connection = await asyncpg.connect(**self._args)
@@ -257,6 +346,9 @@ class Notices:
             if event is not None:
                 event.set()
             return
+        if notice.get("t") == "guild":
+            self.guild_notices += 1
+            notice["chaos_n"] = self.guild_notices  # ignored by the services
         for inbox in self.inboxes.values():
             inbox.append(notice)
 
@@ -284,6 +376,13 @@ class Proc:
     real: async_sessionmaker  # type: ignore[type-arg]
     down: bool = False
     listening: str = "ok"  # ok | losing (notices lost, not noticed) | deaf
+    # Up to when the wipes of a channel / user have reached this process (see the module
+    # docstring); the windows were dropped at ``reset_at`` (every wipe before it reached).
+    reach_clear: dict[int, datetime] = field(default_factory=dict)
+    reach_forget: dict[int, datetime] = field(default_factory=dict)
+    reset_at: datetime = EARLIEST
+    # The last settings change (index in Scenario.configs) that has reached this process.
+    config_reach: int = 0
 
 
 @dataclass
@@ -301,6 +400,17 @@ class Write:
     written_at: datetime | None = None
     turn_seq: int = 0
     ack_seq: int = 0
+    kind: str = "write"
+    start_seq: int = 0  # the write operation's start (the turn may have begun earlier)
+    build_seq: int = 0  # when its entries were built (cache mutated, before persisting)
+    built_at: datetime | None = None  # the clock then
+    base: dict[ScopeKey, Content] = field(default_factory=dict)  # what it replaced
+    base_versions: dict[ScopeKey, int] = field(default_factory=dict)
+    after: dict[ScopeKey, Content] = field(default_factory=dict)  # what it stored
+    validated: ConfigKey | None = None
+    reach: int = 0  # Proc.config_reach when it built its entries
+    known: int = 0  # how many settings changes had committed then
+    expected_version: int | None = None
 
 
 @dataclass
@@ -337,8 +447,15 @@ class Scenario:
             "B": Proc("B", make_service(db.sessions, settings, self.clock), None, db.sessions),
         }
         for proc in self.procs.values():
-            instrument(proc.service)
+            instrument(proc.service, self._built)
             notices.inboxes[proc.name] = []
+        notices.guild_notices = 0
+        # The guild's configuration after each committed settings change (0: defaults).
+        self.configs: list[ConfigKey] = [DEFAULT_CONFIG]
+        self.drained: list[int] = []  # seqs at which a replay left A's spool empty
+        self.prompts_checked = 0
+        self.messages_checked = 0
+        self.built_on_checked = 0
         self.ops: list[Op] = []
         self.turns: list[Turn] = []
         self.writes: list[Write] = []
@@ -351,6 +468,9 @@ class Scenario:
         self.seq = 0
         self.replays: list[int] = []
         self.conflicts = 0
+        self.violations: list[str] = []  # invariant 8, found while running
+        self.messages = 0
+        self.late_config = 0
         self.changed = asyncio.Event()
         CHANGED[:] = [self.changed]
 
@@ -430,12 +550,102 @@ class Scenario:
     def _proc(self) -> Proc:
         return self.procs[self.rng.choice("AB")]
 
+    # -- what has reached a process (see the module docstring)
+
+    def _built(self, op: Op) -> None:
+        """A write built its entries: when, and which settings change it must know of."""
+        proc = self.procs[op.proc]
+        op.meta["build_seq"] = self.seq
+        op.meta["built_at"] = self.clock.now()
+        op.meta["known"] = len(self.configs) - 1
+        deaf_up = proc.listening == "deaf" and not proc.down  # reads the settings each use
+        op.meta["reach"] = len(self.configs) - 1 if deaf_up else proc.config_reach
+
+    def _changed_config(self, proc: Proc, key: ConfigKey) -> None:
+        self.configs.append(key)
+        proc.config_reach = len(self.configs) - 1
+
+    def _committed(self, op: Op, pending: bool) -> bool:
+        """The wipe is in the database (a spooled one once a replay emptied the spool)."""
+        return not pending or any(d > op.end_seq for d in self.drained)
+
+    def _wipe_reach(self, proc: Proc) -> tuple[dict[int, datetime], dict[int, datetime]]:
+        """Per channel and per user: every wipe at or before this time has reached it."""
+        clears = {c: max(proc.reach_clear.get(c, EARLIEST), proc.reset_at) for c in CHANNELS}
+        forgets = {u: max(proc.reach_forget.get(u, EARLIEST), proc.reset_at) for u in USERS}
+        if proc.listening == "deaf" and not proc.down:
+            # The window is checked against the wipe times stored in the database.
+            for channel, at, op, pending in self.clears:
+                if self._committed(op, pending):
+                    clears[channel] = max(clears[channel], at)
+            for user, at, op, pending in self.forgets:
+                if self._committed(op, pending):
+                    forgets[user] = max(forgets[user], at)
+        return clears, forgets
+
+    def _check_prompt(
+        self,
+        proc: str,
+        channel: int,
+        prepared: PreparedTurn,
+        reach: tuple[dict[int, datetime], dict[int, datetime]],
+        wipes: tuple[list[tuple[int, datetime, Op, bool]], list[tuple[int, datetime, Op, bool]]],
+        what: str,
+    ) -> None:
+        """Invariant 8 for one prepared turn: no message a wipe that had reached the
+        process when the turn began covers."""
+        clears_reach, forgets_reach = reach
+        clears, forgets = wipes
+        self.prompts_checked += 1
+        shown: list[tuple[int, RawMessage]] = [(channel, m) for m in prepared.prompt.window]
+        for other in prepared.prompt.others:
+            if other.entry is not None:
+                shown += [(other.entry.key.channel_id, m) for m in other.window]
+        for shown_in, m in shown:
+            self.messages_checked += 1
+            cleared = [
+                at
+                for c, at, _, _ in clears
+                if c == shown_in and at <= clears_reach.get(shown_in, EARLIEST)
+            ]
+            if cleared and m.created_at <= max(cleared):
+                self.violations.append(
+                    f"invariant 8: {what} in {proc} (ch={channel % 1000}) shows {m.content!r} "
+                    f"of ch={shown_in % 1000} sent {m.created_at.time()}, but the channel was "
+                    f"cleared at {max(cleared).time()} and that had reached {proc}"
+                )
+            forgotten = [
+                at
+                for u, at, _, _ in forgets
+                if u == m.author_id and at <= forgets_reach.get(u, EARLIEST)
+            ]
+            if forgotten and m.created_at <= max(forgotten):
+                self.violations.append(
+                    f"invariant 8: {what} in {proc} (ch={channel % 1000}) shows {m.content!r} "
+                    f"of ch={shown_in % 1000} sent {m.created_at.time()}, but user "
+                    f"{m.author_id % 10} was forgotten at {max(forgotten).time()} and that "
+                    f"had reached {proc}"
+                )
+
+    async def setup(self) -> None:
+        """About a third of the scenarios begin in category mode (set before either
+        process has read the settings)."""
+        if self.rng.random() >= 0.35:
+            return
+        slugs = self.rng.sample(SLUGS, self.rng.randint(1, 3))
+        defined = [Category(i, s, s.title(), f"keep {s}") for i, s in enumerate(slugs)]
+        await self.procs["A"].service.set_categories(GUILD, BOB, defined)
+        self.configs.append((True, True, frozenset(slugs)))
+        for proc in self.procs.values():
+            proc.config_reach = 1
+        self.log.append(f"categories {slugs} (set up)")
+
     async def act(self) -> None:
         rng = self.rng
         actions: list[tuple[float, Callable[[], Awaitable[None]]]] = [
             (4, self.prepare),
             (5, self.write),
-            (1, self.admin_edit),
+            (1.2, self.admin_edit),
             (1.2, self.clear),
             (0.8, self.forget),
             (3, self.observe),
@@ -445,6 +655,9 @@ class Scenario:
             (1, self.replay),
             (3, self.deliver),
             (0.6, self.listener),
+            (0.6, self.categories),
+            (0.4, self.toggle_stm),
+            (0.25, self.expire),
             (3 if self.parked() else 0, self.release_one),
         ]
         total = sum(w for w, _ in actions)
@@ -458,15 +671,37 @@ class Scenario:
 
     async def prepare(self) -> None:
         proc, user, channel = self._proc(), self.rng.choice(USERS), self.rng.choice(CHANNELS)
+        # What had reached the process when the turn began (invariant 8).
+        reach = self._wipe_reach(proc)
+        wipes = (list(self.clears), list(self.forgets))
 
         async def body(op: Op) -> None:
             prepared = await prepare(
                 proc.service, user, channel=channel, label_for=lambda e: f"#{e.key.channel_id}"
             )
             self.turns.append(Turn(proc.name, prepared.turn, user, channel, op.start_seq))
+            self._check_prompt(proc.name, channel, prepared, reach, wipes, f"turn {op.start_seq}")
 
         self.start("prepare", proc, body, ("read",))
         self.log[-1] += f" user={user % 10} ch={channel % 1000}"
+
+    @staticmethod
+    def _payload(config: GuildConfig, text_: str, rng: random.Random) -> dict[str, Any]:
+        """The write a model (or an admin's form) makes under ``config``; now and then
+        one of the wrong shape (refused)."""
+        if config.category_mode:
+            slugs = sorted(c.slug for c in config.categories)
+            if rng.random() < 0.05:
+                return {"summary": text_}
+            chosen = rng.sample(slugs, rng.randint(1, len(slugs)))
+            values = {slug: text_ for slug in chosen}
+            rest = [slug for slug in slugs if slug not in chosen]
+            if rest and rng.random() < 0.25:
+                values[rng.choice(rest)] = ""  # clears that category
+            return {"categories": values}
+        if rng.random() < 0.05:
+            return {"categories": {rng.choice(SLUGS): text_}}
+        return {"summary": text_}
 
     async def _write(
         self,
@@ -475,8 +710,9 @@ class Scenario:
         user: int,
         channel: int,
         kind: str,
-        call: Callable[[str], Awaitable[Any]],
+        call: Callable[[Write], Awaitable[Any]],
         turn_seq: int | None = None,
+        gates: tuple[str, ...] = ("persist", "read"),
     ) -> None:
         write = Write(
             id=len(self.writes) + 1,
@@ -487,20 +723,32 @@ class Scenario:
             started_at=turn_state.started_at,
             keys=turn_state.write_keys,
             turn_seq=self.seq + 1 if turn_seq is None else turn_seq,
+            kind=kind,
         )
         self.writes.append(write)
 
         async def body(op: Op) -> None:
-            result = await call(write.text)
+            write.start_seq = op.start_seq
+            result = await call(write)
             write.status = result.status
             self.acks += 1
             write.ack = self.acks
             write.ack_seq = self.seq + 1
-            write.derived = op.meta.get("derived", {})
-            write.written_at = op.meta.get("written_at")
+            meta = op.meta
+            write.derived = meta.get("derived", {})
+            write.written_at = meta.get("written_at")
+            write.base = meta.get("base", {})
+            write.base_versions = meta.get("base_versions", {})
+            write.after = meta.get("after", {})
+            validated = meta.get("validated")
+            write.validated = config_key(validated) if validated is not None else None
+            write.reach = meta.get("reach", 0)
+            write.known = meta.get("known", 0)
+            write.build_seq = meta.get("build_seq", 0)
+            write.built_at = meta.get("built_at")
             op.meta["outcome"] = f"{write.text}: {result}"
 
-        self.start(kind, proc, body, ("persist", "read"))
+        self.start(kind, proc, body, gates)
         self.log[-1] += (
             f" {write.text} user={user % 10} ch={channel % 1000}"
             f" start={turn_state.started_at.time()}"
@@ -513,40 +761,49 @@ class Scenario:
         turn = self.rng.choice(ready)
         turn.written = True
         proc = self.procs[turn.proc]
-        await self._write(
-            proc,
-            turn.state,
-            turn.user,
-            turn.channel,
-            "write",
-            lambda t: proc.service.update_stm(turn.state, summary=t),
-            turn.seq,
-        )
+        # Drawn now: the write's task runs later, interleaved with others.
+        shape = random.Random(self.rng.random())
+
+        async def call(write: Write) -> Any:
+            payload = self._payload(turn.state.config, write.text, shape)
+            return await proc.service.update_stm(turn.state, **payload)
+
+        await self._write(proc, turn.state, turn.user, turn.channel, "write", call, turn.seq)
 
     async def admin_edit(self) -> None:
+        """``/stm edit``: the form reads the settings and the memory, may stay open (a
+        gate), then saves; a summary only over the version the form showed."""
         proc, user, channel = self._proc(), self.rng.choice(USERS), self.rng.choice(CHANNELS)
+        shape = random.Random(self.rng.random())
+        use_expected = self.rng.random() < 0.7
         self.clock.advance(milliseconds=1)
-        started = self.clock.now()
-        epoch = proc.service.epoch(channel)
+        key = ScopeKey.server(GUILD, channel)
 
         class _State:
-            started_at = started
-            write_keys = (ScopeKey.server(GUILD, channel), ScopeKey.user(user, channel, GUILD))
+            started_at = self.clock.now()  # replaced by the time the form opened
+            write_keys = (key, ScopeKey.user(user, channel, GUILD))
 
-        await self._write(
-            proc,
-            _State,
-            user,
-            channel,
-            "admin",
-            lambda t: proc.service.admin_edit(
+        async def call(write: Write) -> Any:
+            config = await proc.service.guild_config(GUILD)
+            shown = await proc.service.entry(key)
+            epoch, opened = proc.service.epoch(channel), self.clock.now()
+            write.started_at = opened
+            await gate("form")
+            payload = self._payload(config, write.text, shape)
+            expected = shown.version if use_expected and "summary" in payload else None
+            write.expected_version = expected
+            return await proc.service.admin_edit(
                 guild_id=GUILD,
                 channel_id=channel,
                 actor_user_id=user,
-                summary=t,
                 epoch=epoch,
-                started_at=started,
-            ),
+                started_at=opened,
+                expected_version=expected,
+                **payload,
+            )
+
+        await self._write(
+            proc, _State, user, channel, "admin", call, gates=("persist", "read", "form")
         )
 
     async def clear(self) -> None:
@@ -556,9 +813,11 @@ class Scenario:
             receipt = await proc.service.clear_channel(channel, guild_id=GUILD, actor_user_id=BOB)
             assert op.at is not None
             self.clears.append((channel, op.at, op, receipt.pending_sync))
+            proc.reach_clear[channel] = max(proc.reach_clear.get(channel, EARLIEST), op.at)
             op.meta["outcome"] = str(receipt)
 
-        self.start("clear", proc, body, ("clear",))
+        op = self.start("clear", proc, body, ("clear",))
+        op.meta["channel"] = channel
         self.log[-1] += f" ch={channel % 1000} at={self.clock.now().time()}"
 
     async def forget(self) -> None:
@@ -568,6 +827,7 @@ class Scenario:
             receipt = await proc.service.forget_user(user)
             assert op.at is not None
             self.forgets.append((user, op.at, op, receipt.pending_sync))
+            proc.reach_forget[user] = max(proc.reach_forget.get(user, EARLIEST), op.at)
             op.meta["outcome"] = str(receipt)
 
         self.start("forget", proc, body, ("forget",))
@@ -576,12 +836,14 @@ class Scenario:
     async def observe(self) -> None:
         proc, user, channel = self._proc(), self.rng.choice(USERS), self.rng.choice(CHANNELS)
         self.clock.advance(milliseconds=1)
-        msg = message(user, f"m from {user % 10}", at=self.clock.now())
+        self.messages += 1
+        msg = message(user, f"m{self.messages} from {user % 10}", at=self.clock.now())
         targets = list(self.procs.values()) if self.rng.random() < 0.3 else [proc]
         for target in targets:
             target.service.observe_message(channel, msg)
         self.log.append(
-            f"observe user={user % 10} ch={channel % 1000} in {[t.name for t in targets]}"
+            f"observe m{self.messages} user={user % 10} ch={channel % 1000} "
+            f"in {[t.name for t in targets]} at={msg.created_at.time()}"
         )
 
     async def advance(self) -> None:
@@ -595,15 +857,64 @@ class Scenario:
         self.clock.advance(seconds=delta.total_seconds())
         self.log.append(f"advance {delta}")
 
+    async def expire(self) -> None:
+        """Past the TTLs, or past the retention period: then a janitor pass."""
+        hours = self.rng.choice([13, 25, RETENTION_DAYS * 24 + 1, RETENTION_DAYS * 24 + 30])
+        self.clock.advance(hours=hours)
+        self.log.append(f"advance {hours} h (expire)")
+        await self.janitor()
+
     async def janitor(self) -> None:
         proc = self._proc()
 
         async def body(op: Op) -> None:
             cutoff = self.clock.now() - timedelta(days=RETENTION_DAYS)
-            await proc.service.purge_expired_rows()
+            op.meta["outcome"] = f"{await proc.service.purge_expired_rows()} rows"
             self.janitor_cutoffs.append(cutoff)
 
         self.start("janitor", proc, body)
+
+    async def categories(self) -> None:
+        """``/stm categories set`` (or clear): summary mode, or 1–3 categories."""
+        proc, r = self._proc(), self.rng.random()
+        _, mode_now, slugs_now = self.configs[-1]
+        slugs: list[str]
+        if mode_now and self.rng.random() < 0.5:
+            # One category replaced by another (renamed): what the old one holds stays
+            # in the rows, and the next category write merges onto it.
+            gone = self.rng.choice(sorted(slugs_now))
+            new = self.rng.choice([s for s in SLUGS if s not in slugs_now])
+            slugs = [*sorted(slugs_now - {gone}), new]
+        elif r < 0.3:
+            slugs = []
+        elif r < 0.4:
+            slugs = ["summary"]  # one category called "summary": summary mode
+        else:
+            slugs = self.rng.sample(SLUGS, self.rng.randint(1, 3))
+        defined = [Category(i, s, s.title(), f"keep {s}") for i, s in enumerate(slugs)]
+        mode = bool(slugs) and slugs != ["summary"]
+
+        async def body(op: Op) -> None:
+            await proc.service.set_categories(GUILD, BOB, defined)
+            enabled = self.configs[-1][0]
+            self._changed_config(proc, (enabled, mode, frozenset(slugs) if mode else frozenset()))
+
+        self.start("categories", proc, body)
+        self.log[-1] += f" {slugs or 'none'}"
+
+    async def toggle_stm(self) -> None:
+        """``/stm settings``: short-term memory disabled (or enabled) for the guild."""
+        proc = self._proc()
+        current = self.configs[-1][0]
+        enabled = not current if self.rng.random() < 0.8 else current
+
+        async def body(op: Op) -> None:
+            await proc.service.update_guild_settings(GUILD, BOB, short_term_memory_enabled=enabled)
+            _, mode, slugs = self.configs[-1]
+            self._changed_config(proc, (enabled, mode, slugs))
+
+        self.start("settings", proc, body)
+        self.log[-1] += f" stm {'on' if enabled else 'off'}"
 
     async def outage(self) -> None:
         proc = self._proc()
@@ -625,6 +936,7 @@ class Scenario:
             op.meta["outcome"] = await spool.replay(proc.real)
             self.replays.append(self.seq + 1)
             if not spool.pending:
+                self.drained.append(self.seq + 1)
                 proc.service.spool_replayed()
 
         self.start("replay", proc, body)
@@ -632,14 +944,26 @@ class Scenario:
     async def deliver(self, proc: Proc | None = None, everything: bool = False) -> None:
         proc = proc or self._proc()
         await self.notices.sync(self.db.engine)
+        # Settings changes run one at a time: the n-th guild notice is the n-th change.
+        assert self.notices.guild_notices == len(self.configs) - 1, "a change went unrecorded"
         inbox = self.notices.inboxes[proc.name]
         count = len(inbox) if everything else self.rng.randint(0, len(inbox))
         delivered, inbox[:] = inbox[:count], inbox[count:]
         if proc.listening != "ok":
             self.log.append(f"lost {len(delivered)} notices for {proc.name}")
             return
+        now = self.clock.now()
         for notice in delivered:
             proc.service.apply_notice(notice)
+            if notice.get("o") == proc.service.instance_id:
+                continue  # its own echo: ignored
+            kind = notice.get("t")
+            if kind == "clear":
+                proc.reach_clear[int(notice["c"])] = now
+            elif kind == "forget":
+                proc.reach_forget[int(notice["u"])] = now
+            elif kind == "guild":
+                proc.config_reach = max(proc.config_reach, int(notice["chaos_n"]))
         self.log.append(
             f"deliver {[(n['t'], n.get('k', n.get('c', n.get('u')))) for n in delivered]}"
             f" to {proc.name}"
@@ -663,6 +987,9 @@ class Scenario:
         self.notices.inboxes[proc.name].clear()  # sent while away: lost
         proc.listening = "ok"
         proc.service.listening_again()
+        # Every window and the settings were dropped: read again from now on.
+        proc.reset_at = self.clock.now()
+        proc.config_reach = len(self.configs) - 1
 
     async def release_one(self) -> None:
         parked = self.parked()
@@ -687,6 +1014,8 @@ class Scenario:
                 self.log.append(f"quiesce: replayed {await a.spool.replay(a.real)}")
                 self.seq += 1
                 self.replays.append(self.seq)
+                if not a.spool.pending:
+                    self.drained.append(self.seq)
                 a.service.spool_replayed()
             for proc in self.procs.values():
                 await self.deliver(proc, everything=True)
@@ -703,36 +1032,44 @@ class Scenario:
     async def check(self) -> None:
         if self.errors:
             self.fail(f"invariant 5 (exceptions): {self.errors}")
+        if self.violations:
+            self.fail("\n".join(self.violations))
         for op in self.ops:
             assert op.task is not None and op.task.done()
         rows = await self.rows()
         by_text = {w.text: w for w in self.writes}
+        acknowledged = ("saved", "saved, pending sync")
         for key, row in rows.items():
-            if not row.summary:
+            stored = content(row.summary, dict(row.categories or {}))
+            if not values_of(stored):
                 continue
-            write = by_text[row.summary]
-            if write.status != "saved" and write.status != "saved, pending sync":
-                self.fail(f"invariant 6: {key} holds {write.text}, reported {write.status}")
-            derived = {row.user_id, row.actor_user_id, *(row.contributor_ids or ())} - {None}
-            for user, at, _, _ in self.forgets:
-                if user in derived and at >= write.started_at:
-                    self.fail(
-                        f"invariant 2: {key} holds {write.text} (turn started {write.started_at}) "
-                        f"derived from user {user % 10}, forgotten at {at}"
-                    )
-            for channel, at, _, _ in self.clears:
-                if channel == key.channel_id and at > write.started_at:
-                    self.fail(
-                        f"invariant 3: {key} holds {write.text} (turn started {write.started_at}) "
-                        f"but the channel was cleared at {at}"
-                    )
+            row_derived = {row.user_id, row.actor_user_id, *(row.contributor_ids or ())} - {None}
+            for slug, value in values_of(stored):
+                write = by_text.get(value)
+                if write is None:
+                    self.fail(f"{key} holds {value!r} under {slug}: no write made it")
+                    return
+                if write.status not in acknowledged:
+                    self.fail(f"invariant 6: {key} holds {write.text}, reported {write.status}")
+                # Whose words the value carries: the users its write was derived from.
+                derived = write.derived.get(key, row_derived)
+                for user, at, _, _ in self.forgets:
+                    if user in derived and at >= write.started_at:
+                        self.fail(
+                            f"invariant 2: {key} holds {write.text} under {slug} (turn started "
+                            f"{write.started_at}) derived from user {user % 10}, forgotten "
+                            f"at {at}"
+                        )
+                for channel, at, _, _ in self.clears:
+                    if channel == key.channel_id and at > write.started_at:
+                        self.fail(
+                            f"invariant 3: {key} holds {write.text} under {slug} (turn started "
+                            f"{write.started_at}) but the channel was cleared at {at}"
+                        )
+            self._check_row_categories(key, stored)
         # 1: the last acknowledged write of each key survives unless something removed it.
         for key in KEYS:
-            acked = [
-                w
-                for w in self.writes
-                if key in w.keys and w.status in ("saved", "saved, pending sync")
-            ]
+            acked = [w for w in self.writes if key in w.keys and w.status in acknowledged]
             if not acked:
                 continue
             last = max(acked, key=lambda w: w.ack or 0)
@@ -742,10 +1079,11 @@ class Scenario:
                 self.conflicts += 1
                 continue
             row = rows.get(key)
-            if row is None or row.summary != last.text:
+            held = content(row.summary, dict(row.categories or {})) if row is not None else None
+            if held != last.after.get(key):
                 self.fail(
-                    f"invariant 1: {key}: {last.text} acknowledged {last.status!r} but the row "
-                    f"holds {row.summary if row is not None else None!r}"
+                    f"invariant 1: {key}: {last.text} acknowledged {last.status!r} "
+                    f"({last.after.get(key)}) but the row holds {held!r}"
                 )
         # 4: the caches (and what they hydrate) equal the rows.
         for proc in self.procs.values():
@@ -761,7 +1099,7 @@ class Scenario:
                         if entry.has_content:
                             self.fail(
                                 f"invariant 4: {proc.name} {how} {key} = {entry.summary!r} "
-                                f"v{entry.version}, the row is "
+                                f"{entry.categories} v{entry.version}, the row is "
                                 f"{'gone' if row is None else 'expired'}"
                             )
                         continue
@@ -772,8 +1110,139 @@ class Scenario:
                     ):
                         self.fail(
                             f"invariant 4: {proc.name} {how} {key} = {entry.summary!r} "
-                            f"v{entry.version}, row = {row.summary!r} v{row.version}"
+                            f"{entry.categories} v{entry.version}, row = {row.summary!r} "
+                            f"{row.categories} v{row.version}"
                         )
+        self._check_built_on()
+        self._check_configs()
+        # 8, after quiet: every acknowledged wipe has reached both processes.
+        wipes = (
+            [w for w in self.clears if self._committed(w[2], w[3])],
+            [w for w in self.forgets if self._committed(w[2], w[3])],
+        )
+        now = self.clock.now()
+        everything = ({c: now for c in CHANNELS}, {u: now for u in USERS})
+        for proc in self.procs.values():
+            for channel in CHANNELS:
+                prepared = await prepare(
+                    proc.service, ALICE, channel=channel, label_for=lambda e: f"#{e.key.channel_id}"
+                )
+                self._check_prompt(proc.name, channel, prepared, everything, wipes, "after quiet")
+        if self.violations:
+            self.fail("\n".join(self.violations))
+
+    def _check_row_categories(self, key: ScopeKey, stored: Content) -> None:
+        """Invariant 9 for a row: it is some write's content, and a value of a category
+        the guild no longer defines was written before that change reached its writer."""
+        writers = [w for w in self.writes if w.after.get(key) == stored]
+        if not writers:
+            self.fail(f"invariant 9: {key} holds {stored}, which no write built")
+        writer = writers[0]
+        _, mode, slugs = self.configs[-1]
+        for slug, value in stored[1]:
+            if mode and slug in slugs:
+                continue
+            assert writer.validated is not None
+            if (
+                slug not in writer.validated[2]
+                or writer.validated not in self.configs[writer.reach : writer.known + 1]
+            ):
+                self.fail(
+                    f"invariant 9: {key} holds {value} under {slug!r}, no longer defined; its "
+                    f"write {writer.text} was validated against {writer.validated} while "
+                    f"changes up to #{writer.reach} had reached {writer.proc}: "
+                    f"{self.configs}"
+                )
+
+    def _check_configs(self) -> None:
+        """Invariants 9 and 10 for every acknowledged write."""
+        for w in self.writes:
+            if w.status not in ("saved", "saved, pending sync"):
+                continue
+            if w.validated is None:
+                self.fail(f"harness: {w.text} acknowledged without a configuration read")
+                return
+            current = self.configs[w.reach : w.known + 1]
+            if w.validated not in current:
+                number = 10 if w.validated[0] != any(c[0] for c in current) else 9
+                self.fail(
+                    f"invariant {number}: {w.kind} {w.text} in {w.proc} acknowledged "
+                    f"{w.status!r}, validated against {w.validated}, but settings changes up "
+                    f"to #{w.reach} had reached {w.proc}: {self.configs}"
+                )
+            if w.kind != "admin" and not w.validated[0]:
+                self.fail(f"invariant 10: {w.kind} {w.text} acknowledged with STM disabled")
+            _, mode, slugs = w.validated
+            for key, (_, categories) in w.after.items():
+                undefined = [slug for slug, _ in categories if not mode or slug not in slugs]
+                if undefined:
+                    self.fail(
+                        f"invariant 9: {w.text} stored {key} with categories {undefined} "
+                        f"that {w.validated} does not define"
+                    )
+            if w.validated != self.configs[w.known]:
+                self.late_config += 1
+
+    def _disturbed(self, key: ScopeKey, low: int, high: int) -> bool:
+        """A deletion or a spool replay ran (at least partly) between ``low`` and ``high``."""
+        for op in self.ops:
+            if op.kind not in ("clear", "forget", "janitor", "replay"):
+                continue
+            if op.kind == "clear" and op.meta.get("channel") != key.channel_id:
+                continue
+            end = op.end_seq or 10**9
+            if op.start_seq <= high and end >= low:
+                return True
+        return any(low <= r <= high for r in self.replays)
+
+    def _expired(self, write: Write, key: ScopeKey, at: datetime | None) -> bool:
+        """Whether what ``write`` stored under ``key`` is past its TTL at ``at``."""
+        if write.written_at is None or at is None:
+            return False
+        stored = StmEntry(key=key, updated_at=write.written_at, summary=write.after[key][0])
+        ttl = self.procs["A"].service.cache.ttl_for(stored)
+        return (at - write.written_at).total_seconds() >= ttl
+
+    def _check_built_on(self) -> None:
+        """Invariant 7: a saved write replaced the last saved one, or one built on it."""
+        for w in self.writes:
+            if w.status == "saved" and w.kind == "admin" and w.expected_version is not None:
+                key = ScopeKey.server(GUILD, w.channel)
+                if w.base_versions.get(key) != w.expected_version:
+                    self.fail(
+                        f"invariant 7: admin {w.text} saved with expected_version "
+                        f"{w.expected_version} over version {w.base_versions.get(key)}"
+                    )
+        for key in KEYS:
+            saved = sorted(
+                (w for w in self.writes if w.status == "saved" and key in w.after),
+                key=lambda w: w.ack_seq,
+            )
+            built = sorted(
+                (w for w in self.writes if key in w.after and key in w.base),
+                key=lambda w: w.build_seq,
+            )
+            for second in saved:
+                prior = [w for w in saved if w.ack_seq < second.build_seq]
+                if not prior:
+                    continue
+                first = prior[-1]
+                if self._disturbed(key, first.start_seq, second.ack_seq):
+                    continue
+                if second.base[key] == EMPTY and self._expired(first, key, second.built_at):
+                    continue  # an expired memory counts as gone (SPEC §2)
+                self.built_on_checked += 1
+                lineage = {first.after[key]}
+                for w in built:
+                    if w.base[key] in lineage:
+                        lineage.add(w.after[key])
+                if second.base[key] not in lineage:
+                    self.fail(
+                        f"invariant 7: {key}: {second.kind} {second.text} in {second.proc} "
+                        f"(saved, v{second.base_versions.get(key, 0) + 1}) replaced "
+                        f"{second.base[key]} v{second.base_versions.get(key)}, not "
+                        f"{first.text}'s {first.after[key]} (saved before it was built)"
+                    )
 
     def _spool_conflict(self, acked: list[Write], key: ScopeKey) -> bool:
         """A write spooled in A while B wrote the same key directly before the replay: the
@@ -827,6 +1296,7 @@ async def run_scenario(
         await connection.execute(text(truncate_statement()))
     scenario = Scenario(seed, db, settings, dead, notices, data_dir)
     try:
+        await scenario.setup()
         for _ in range(steps):
             await scenario.act()
         await scenario.quiesce()
@@ -875,6 +1345,18 @@ async def test_chaos_two_processes(
         counts["spool conflicts skipped"] = (
             counts.get("spool conflicts skipped", 0) + scenario.conflicts
         )
+        saved = [w for w in scenario.writes if w.status in ("saved", "saved, pending sync")]
+        more = {
+            "settings changes": len(scenario.configs) - 1,
+            "admin edits acknowledged": sum(w.kind == "admin" for w in saved),
+            "category writes acknowledged": sum(any(c for _, c in w.after.values()) for w in saved),
+            "prompts checked": scenario.prompts_checked,
+            "prompt messages checked": scenario.messages_checked,
+            "write pairs checked built-on": scenario.built_on_checked,
+            "writes acknowledged on settings not heard of": scenario.late_config,
+        }
+        for name, value in more.items():
+            counts[name] = counts.get(name, 0) + value
     for name, value in counts.items():
         figures.record(name, value)
     figures.record("scenarios", len(seeds))
