@@ -194,11 +194,13 @@ def entry_to_json(entry: StmEntry) -> dict[str, Any]:
         "updated_at": entry.updated_at.isoformat(),
         "parent": entry.parent_channel_id,
         "summary": entry.summary,
-        "categories": entry.categories,
+        # Copies: the record outlives this moment, the live cache entry does not stand
+        # still (a later write of this process mutates its dict and list in place).
+        "categories": dict(entry.categories),
         "turns": entry.turns_since_refresh,
         "refreshed": entry.last_refreshed_turn,
         "marker": [entry.marker.message_id, entry.marker.content_hash] if entry.marker else None,
-        "contributors": entry.contributor_ids,
+        "contributors": list(entry.contributor_ids),
         "provenance": [
             provenance.origin,
             provenance.detail,

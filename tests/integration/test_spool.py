@@ -23,7 +23,7 @@ from bot.db.models import ShortTermMemory, StmEvent
 from bot.db.repositories import stm as stm_repo
 from bot.memory import spool as spool_module
 from bot.memory.longterm import FactRefused, LongTermService
-from bot.memory.model import Provenance, ScopeKey, StmEntry
+from bot.memory.model import Category, Provenance, ScopeKey, StmEntry
 from bot.memory.service import MemoryService, WriteResult
 from bot.memory.spool import (
     ALL_REFUSED_RETRIES,
@@ -1380,3 +1380,22 @@ async def test_a_local_blank_record_does_not_make_a_refused_batch_look_like_bad_
         assert (spool.pending, inspect_spool(tmp_path).set_aside) == (2, ())
     finally:
         await _refuse_every_memory_write(db, False)
+
+
+async def test_a_spooled_record_does_not_change_when_the_cache_entry_does(
+    db: Database, settings: Settings, tmp_path: Path, dead_engine: AsyncEngine
+) -> None:
+    """The record replayed is what was acknowledged: a later write of this process
+    mutates the live cache entry's categories in place, never the record's copy."""
+    spool = DurableSpool(spool_path(tmp_path))
+    service = make_service(db.sessions, settings, ManualClock(), spool=spool)
+    await service.set_categories(GUILD, BOB, [Category(0, "plans", "Plans", "plans")])
+    first, second = await turn_for(service), await turn_for(service)
+    service._sessions = async_sessionmaker(dead_engine)
+    assert str(await service.update_stm(first, categories={"plans": "first"})) == (
+        "saved, pending sync"
+    )
+    assert str(await service.update_stm(second, categories={"plans": "second"})) == (
+        "saved, pending sync"
+    )
+    assert spool._records[0]["entries"][0]["categories"] == {"plans": "first"}
