@@ -29,12 +29,12 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from bot.config import Settings
 from bot.db.notify import Notice, send_notice, stm_notice
 from bot.db.repositories import guilds as guild_repo
-from bot.db.repositories import longterm as longterm_repo
 from bot.db.repositories import stm as stm_repo
 from bot.db.repositories.stm import EventRecord
 from bot.memory.cache import StmCache
 from bot.memory.clock import Clock, SystemClock
 from bot.memory.commit import ClearedElsewhere, GroupCommit, StaleWrite
+from bot.memory.deletion import delete_channel_rows, delete_user_rows
 from bot.memory.gather import count_new_messages, messages_after_marker
 from bot.memory.model import (
     AuditEvent,
@@ -1031,22 +1031,14 @@ class MemoryService:
                     raise _QueuedBehindSpool
                 async with asyncio.timeout(DB_TIMEOUT_SECONDS):
                     async with self._sessions() as session, session.begin():
-                        await stm_repo.lock_channels(session, [channel_id], shared=False)
-                        await stm_repo.record_clear(session, channel_id, at)
-                        rows = await stm_repo.delete_channel(session, channel_id)
-                        await self._announce(
-                            session, {"o": self.instance_id, "t": "clear", "c": channel_id}
-                        )
-                        await stm_repo.add_events(
+                        rows = await delete_channel_rows(
                             session,
-                            [
-                                EventRecord(
-                                    "refresh",
-                                    guild_id=guild_id,
-                                    channel_id=channel_id,
-                                    actor_user_id=actor_user_id,
-                                )
-                            ],
+                            channel_id,
+                            at,
+                            guild_id=guild_id,
+                            actor_user_id=actor_user_id,
+                            origin=self.instance_id,
+                            notify=self._notify,
                         )
             except Exception as exc:
                 log.warning("clearing channel %s deferred: %s", channel_id, exc.__class__.__name__)
@@ -1078,8 +1070,7 @@ class MemoryService:
         one that missed the notice, or a spool replay) is refused by the database."""
         # Reads in flight may return what is about to be deleted: they must not cache it.
         self._note(FORGET_NOTICED)
-        affected = {key.channel_id for key in self.cache.keys_of_user(user_id)}
-        affected |= {e.key.channel_id for e in self.cache.entries() if user_id in e.contributor_ids}
+        affected = {entry.key.channel_id for entry in self._derived_from(user_id)}
         affected |= self.windows.channels_with_author(user_id)
         for channel_id in affected:
             self._epochs[channel_id] = self.epoch(channel_id) + 1
@@ -1088,20 +1079,22 @@ class MemoryService:
                 await held.enter_async_context(self._lock(channel_id))
             return await self._forget_user(user_id)
 
-    def _drop_derived_from(self, user_id: int) -> int:
-        """Take every cached memory holding something of the user out of the cache."""
-        dropped = 0
-        for key in self.cache.keys_of_user(user_id):
+    def _derived_from(self, user_id: int) -> list[StmEntry]:
+        """Every cached memory holding something of the user (see
+        :meth:`StmEntry.derived_from`: their key, their words, their hand); live ones
+        only (the /forget-me receipt counts these)."""
+        return [entry for entry in self.cache.entries() if entry.derived_from(user_id)]
+
+    def _drop_derived_from(self, user_id: int) -> list[ScopeKey]:
+        """Take every cached memory holding something of the user out of the cache;
+        return their keys."""
+        keys = [entry.key for entry in self._derived_from(user_id)]
+        for key in keys:
             self.cache.pop(key)
-            dropped += 1
-        for entry in list(self.cache.entries()):
-            if entry.derived_from(user_id):
-                self.cache.pop(entry.key)
-                dropped += 1
-        return dropped
+        return keys
 
     async def _forget_user(self, user_id: int) -> ForgetReceipt:
-        dropped = self._drop_derived_from(user_id)
+        dropped = len(self._drop_derived_from(user_id))
         raw = self.windows.forget_author(user_id)
         self._opt_ins.pop(user_id, None)
         self._forget_set_aside(user_id)
@@ -1111,20 +1104,8 @@ class MemoryService:
                 raise _QueuedBehindSpool
             async with asyncio.timeout(DB_TIMEOUT_SECONDS * 2):
                 async with self._sessions() as session, session.begin():
-                    # Writes in flight (any process) commit before this, or see its record
-                    # and are refused; so is a long-term fact a turn still means to save.
-                    await stm_repo.lock_forgets(session)
-                    await longterm_repo.lock_user(session, user_id)
-                    await stm_repo.record_forget(session, user_id, at)
-                    rows = await stm_repo.delete_user(session, user_id)
-                    long_term = await guild_repo.delete_long_term_of_user(session, user_id)
-                    await guild_repo.delete_user_settings(session, user_id)
-                    events = await stm_repo.delete_events_of_user(session, user_id)
-                    # The audit trail keeps that a deletion happened, not who asked.
-                    await stm_repo.add_events(session, [EventRecord("forget")])
-                    await self._announce(
-                        session,
-                        {"o": self.instance_id, "t": "forget", "u": user_id, "at": at.isoformat()},
+                    deleted = await delete_user_rows(
+                        session, user_id, at, origin=self.instance_id, notify=self._notify
                     )
         except Exception as exc:
             log.warning("forgetting a user deferred: %s", exc.__class__.__name__)
@@ -1139,10 +1120,10 @@ class MemoryService:
         self._drop_derived_from(user_id)
         self._drop_stand_ins()
         return ForgetReceipt(
-            user_rows=rows.user_rows,
-            contributed_rows=rows.contributed_rows,
-            long_term=long_term,
-            events=events,
+            user_rows=deleted.stm.user_rows,
+            contributed_rows=deleted.stm.contributed_rows,
+            long_term=deleted.long_term,
+            events=deleted.events,
             cache_entries=dropped,
             raw_messages=raw,
         )
@@ -1223,10 +1204,7 @@ class MemoryService:
                     log.exception("could not queue a /forget-me behind the spool")
             # As in forget_user: no turn already holding their words may store them.
             channels = self.windows.channels_with_author(user_id)
-            for entry in list(self.cache.entries()):
-                if entry.key.user_id == user_id or user_id in entry.contributor_ids:
-                    channels.add(entry.key.channel_id)
-                    self.cache.pop(entry.key)
+            channels |= {key.channel_id for key in self._drop_derived_from(user_id)}
             for channel_id in channels:
                 self._epochs[channel_id] = self.epoch(channel_id) + 1
             self.windows.forget_author(user_id)

@@ -56,10 +56,9 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from bot.db.notify import send_notice, stm_notice
-from bot.db.repositories import guilds as guild_repo
-from bot.db.repositories import longterm as longterm_repo
 from bot.db.repositories import stm as stm_repo
 from bot.db.repositories.stm import EventRecord
+from bot.memory.deletion import delete_channel_rows, delete_user_rows
 from bot.memory.model import Marker, Provenance, ScopeKey, StmEntry
 from bot.memory.storage import database_answered, sqlstate
 
@@ -811,49 +810,30 @@ async def _apply(session: AsyncSession, record: dict[str, Any], origin: str) -> 
     elif op == "clear":
         channel_id = int(record["channel"])
         at = _time(record)
-        await stm_repo.lock_channels(session, [channel_id], shared=False)
+        # The channel's lock is held (see _apply_all): the clear time cannot move meanwhile.
         if at is not None:
             known = (await stm_repo.clear_times(session, [channel_id])).get(channel_id)
             if known is not None and known >= at:
                 # Replayed already (a crash before the spool was rewritten), or a later
                 # /refresh wiped everything before it: what is there now came after.
                 return
-            await stm_repo.record_clear(session, channel_id, at)
-        # Every row of the channel, not only those written before the /refresh: a turn
-        # of another process that began before it may have written since (the database
-        # had no record of the refresh yet); this process queued its own later writes
-        # behind the clear in the spool.
-        await stm_repo.delete_channel(session, channel_id)
-        await send_notice(session, {"o": origin, "t": "clear", "c": channel_id})
-        await stm_repo.add_events(
+        # This process queued its own later writes behind the clear in the spool.
+        await delete_channel_rows(
             session,
-            [
-                EventRecord(
-                    "refresh",
-                    guild_id=record.get("guild"),
-                    channel_id=channel_id,
-                    actor_user_id=record.get("actor"),
-                )
-            ],
+            channel_id,
+            at,
+            guild_id=record.get("guild"),
+            actor_user_id=record.get("actor"),
+            origin=origin,
         )
     elif op == "forget":
         user_id = int(record["user"])
         at = _time(record)
-        await longterm_repo.lock_user(session, user_id)
+        # The forget lock is held exclusively (see _apply_all): no other /forget-me is
+        # recorded meanwhile.
         if at is not None:
             known = (await stm_repo.forget_times(session, [user_id])).get(user_id)
             if known is not None and known >= at:
                 return  # replayed already, or a later /forget-me deleted everything before
-            await stm_repo.record_forget(session, user_id, at)
-        # Everything derived from the user up to now, not only up to the /forget-me: other
-        # processes, which could not know of it, may have written their words since (this
-        # process queued its own later writes behind it in the spool).
-        await stm_repo.delete_user(session, user_id)
-        await guild_repo.delete_long_term_of_user(session, user_id)
-        await guild_repo.delete_user_settings(session, user_id)
-        await stm_repo.delete_events_of_user(session, user_id)
-        await stm_repo.add_events(session, [EventRecord("forget")])
-        notice: dict[str, Any] = {"o": origin, "t": "forget", "u": user_id}
-        if at is not None:
-            notice["at"] = at.isoformat()
-        await send_notice(session, notice)
+        # This process queued its own later writes behind it in the spool.
+        await delete_user_rows(session, user_id, at, origin=origin)

@@ -9,7 +9,7 @@ from sqlalchemy import BigInteger, any_, case, delete, func, literal, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from bot.db.models import GuildSettings, LongTermMemory, StmCategory, UserSettings
+from bot.db.models import GuildSettings, StmCategory, UserSettings
 from bot.memory.model import Category, GuildConfig
 
 SETTABLE = {
@@ -133,12 +133,5 @@ async def set_cross_context_opt_in(session: AsyncSession, user_id: int, enabled:
 async def delete_user_settings(session: AsyncSession, user_id: int) -> int:
     result = await session.execute(
         delete(UserSettings).where(UserSettings.user_id == user_id).returning(UserSettings.user_id)
-    )
-    return len(result.all())
-
-
-async def delete_long_term_of_user(session: AsyncSession, user_id: int) -> int:
-    result = await session.execute(
-        delete(LongTermMemory).where(LongTermMemory.user_id == user_id).returning(LongTermMemory.id)
     )
     return len(result.all())

@@ -1,0 +1,98 @@
+"""The deletion transactions of ``/refresh`` and ``/forget-me``: what each deletes, records
+and announces, written once for the memory service (live) and the spool (replay).
+
+Both run inside the caller's transaction (it owns the session, the timeout and the
+commit), so the deletion, its record in ``stm_clears``/``stm_forgets``, its audit event
+and its notice commit together or not at all.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from bot.db.notify import Notice, send_notice
+from bot.db.repositories import guilds as guild_repo
+from bot.db.repositories import longterm as longterm_repo
+from bot.db.repositories import stm as stm_repo
+from bot.db.repositories.stm import EventRecord, UserRowsDeleted
+
+
+@dataclass(frozen=True, slots=True)
+class UserDeleted:
+    """What a ``/forget-me`` deleted (for its receipt)."""
+
+    stm: UserRowsDeleted
+    long_term: int
+    events: int
+
+
+async def delete_channel_rows(
+    session: AsyncSession,
+    channel_id: int,
+    at: datetime | None,
+    *,
+    guild_id: int | None,
+    actor_user_id: int | None,
+    origin: str,
+    notify: bool = True,
+) -> int:
+    """``/refresh`` of a channel: every scope's row of it, whenever written; return how
+    many. Recorded as cleared at ``at`` (a turn that started before it is refused its
+    write, in every process); ``at`` is None only for a spool record of an older version,
+    which did not say. ``origin`` names the process in the notice (it ignores its own);
+    ``notify=False`` sends none (a service built without notices)."""
+    await stm_repo.lock_channels(session, [channel_id], shared=False)
+    if at is not None:
+        await stm_repo.record_clear(session, channel_id, at)
+    # Every row of the channel, not only those written before the /refresh: a turn of
+    # another process that began before it may have written since (the database had no
+    # record of the refresh yet); a spool replays this process's later writes after it.
+    rows = await stm_repo.delete_channel(session, channel_id)
+    if notify:
+        await send_notice(session, {"o": origin, "t": "clear", "c": channel_id})
+    await stm_repo.add_events(
+        session,
+        [
+            EventRecord(
+                "refresh", guild_id=guild_id, channel_id=channel_id, actor_user_id=actor_user_id
+            )
+        ],
+    )
+    return rows
+
+
+async def delete_user_rows(
+    session: AsyncSession,
+    user_id: int,
+    at: datetime | None,
+    *,
+    origin: str,
+    notify: bool = True,
+) -> UserDeleted:
+    """``/forget-me``: every memory derived from the user up to now (short-term rows,
+    also other users' copies of a conversation they took part in), their long-term facts,
+    their settings and the audit events naming them. Recorded as forgotten at ``at`` (see
+    :func:`delete_channel_rows` for ``at``, ``origin`` and ``notify``)."""
+    # Writes in flight (any process) commit before this, or see its record and are
+    # refused; so is a long-term fact a turn still means to save.
+    await stm_repo.lock_forgets(session)
+    await longterm_repo.lock_user(session, user_id)
+    if at is not None:
+        await stm_repo.record_forget(session, user_id, at)
+    # Up to now, not only up to the /forget-me: other processes, which could not know of
+    # it, may have written their words since.
+    rows = await stm_repo.delete_user(session, user_id)
+    long_term = await longterm_repo.delete_all(session, user_id)
+    await guild_repo.delete_user_settings(session, user_id)
+    events = await stm_repo.delete_events_of_user(session, user_id)
+    # The audit trail keeps that a deletion happened, not who asked.
+    await stm_repo.add_events(session, [EventRecord("forget")])
+    if notify:
+        notice: Notice = {"o": origin, "t": "forget", "u": user_id}
+        if at is not None:
+            notice["at"] = at.isoformat()
+        await send_notice(session, notice)
+    return UserDeleted(rows, long_term, events)
