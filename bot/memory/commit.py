@@ -12,12 +12,12 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from bot.db.repositories import stm as stm_repo
 from bot.db.repositories.stm import EventRecord
 from bot.memory.model import StmEntry
-from bot.memory.storage import DB_TIMEOUT_SECONDS
+from bot.memory.storage import DB_TIMEOUT_SECONDS, database_answered
 
 # At most this many writes (two rows each) share one transaction.
 GROUP_COMMIT_MAX = 64
@@ -65,9 +65,11 @@ def _settle(item: _PendingWrite, outcome: Exception | None) -> None:
 class GroupCommit:
     """The STM write queue and the task that commits it."""
 
-    def __init__(self, session: Callable[[], AsyncSession], announce: Announce) -> None:
-        # Opens a session (the owner's current factory, looked up on every commit).
-        self._session = session
+    def __init__(
+        self, sessions: Callable[[], async_sessionmaker[AsyncSession]], announce: Announce
+    ) -> None:
+        # The owner's current session factory, looked up on every commit.
+        self._sessions = sessions
         self._announce = announce
         self._queue: list[_PendingWrite] = []
         self._flusher: asyncio.Task[None] | None = None
@@ -98,9 +100,10 @@ class GroupCommit:
         """One transaction for ``batch``; every writer in it is settled, or put back at
         the head of the queue when only others were refused."""
         entries = [entry for item in batch for entry in item.entries]
+        sessions = self._sessions()
         try:
             async with asyncio.timeout(DB_TIMEOUT_SECONDS):
-                async with self._session() as session, session.begin():
+                async with sessions() as session, session.begin():
                     refused = await _refused_since_start(session, batch)
                     if refused:
                         raise _RefusedInBatch(refused)
@@ -119,10 +122,12 @@ class GroupCommit:
             # The others were fine: they go first in the next transaction.
             self._queue[:0] = [item for item in batch if id(item) not in found.outcomes]
             return
-        except Exception as exc:
+        except Exception as exc:  # the writer reports it (see MemoryService._persist)
             for item in batch:
                 _settle(item, exc)
             return
+        # It answered: a breaker opened by an earlier failure closes (see storage).
+        database_answered(sessions)
         for item in batch:
             _settle(item, None)
 

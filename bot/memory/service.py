@@ -90,8 +90,9 @@ CLEAR_RECORD_KEPT = timedelta(days=30)
 FORGET_RECORD_KEPT = CLEAR_RECORD_KEPT
 
 
-class _QueuedBehindSpool(Exception):
-    """Not tried: earlier operations wait in the spool and this one must follow them."""
+class _NotTried(Exception):
+    """Not tried: earlier operations wait in the spool and this one must follow them, or
+    the database is known to be down (see :meth:`MemoryService._spool_at_once`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,7 +264,7 @@ class MemoryService:
         )
         self._locks: KeyedLocks[int] = KeyedLocks()
         self._commits = GroupCommit(
-            lambda: self._sessions(),
+            lambda: self._sessions,
             lambda session, entries: self._announce(session, stm_notice(self.instance_id, entries)),
         )
 
@@ -880,6 +881,19 @@ class MemoryService:
         or it could be overtaken (a wiped memory replayed over, an older version)."""
         return self.spool is not None and self.spool.pending > 0
 
+    def _spool_at_once(self) -> bool:
+        """An operation goes to the spool without trying the database: it must queue
+        behind earlier ones, or the database is known to be down (see ``storage``) and
+        it would only wait for its timeout to land in the spool anyway."""
+        return self._spool_first() or (self.spool is not None and self._database_down())
+
+    def _deletion_failed(self, what: str, exc: Exception) -> None:
+        """A deletion was not done now (it is spooled, or refused): a failure of the
+        database is reported to its breaker (an outage is logged once, not per call)."""
+        if not isinstance(exc, _NotTried):
+            database_failed(self._sessions, what, exc)
+        log.info("%s deferred: %s", what, exc.__class__.__name__)
+
     async def _persist(
         self,
         entries: Sequence[StmEntry],
@@ -887,9 +901,7 @@ class MemoryService:
         before: Sequence[StmEntry],
         started_at: datetime | None,
     ) -> WriteResult:
-        if self._spool_first() or (self.spool is not None and self._database_down()):
-            # Queued behind earlier operations; or the database is known to be down, and
-            # the write would only wait for its timeout to land in the spool anyway.
+        if self._spool_at_once():
             return self._spool_write(entries, events, before, started_at)
         outcome = await self._commits.write(entries, events, started_at)
         if outcome is None:
@@ -964,7 +976,7 @@ class MemoryService:
                 raise OSError("no spool")
             append(self.spool)
         except (OSError, ValueError) as spool_error:
-            if not isinstance(exc, _QueuedBehindSpool):
+            if not isinstance(exc, _NotTried):
                 spool_error.__cause__ = exc
             raise MemoryUnavailable("the database is unavailable; try again shortly") from (
                 spool_error
@@ -1027,8 +1039,8 @@ class MemoryService:
             self.windows.clear(channel_id)
             at = self.clock.now()
             try:
-                if self._spool_first():
-                    raise _QueuedBehindSpool
+                if self._spool_at_once():
+                    raise _NotTried
                 async with asyncio.timeout(DB_TIMEOUT_SECONDS):
                     async with self._sessions() as session, session.begin():
                         rows = await delete_channel_rows(
@@ -1041,7 +1053,7 @@ class MemoryService:
                             notify=self._notify,
                         )
             except Exception as exc:
-                log.warning("clearing channel %s deferred: %s", channel_id, exc.__class__.__name__)
+                self._deletion_failed(f"clearing channel {channel_id}", exc)
                 try:
                     self._spool_or_raise(
                         exc,
@@ -1055,6 +1067,7 @@ class MemoryService:
                         self.cache.pop(key)
                     raise
                 return ClearReceipt(rows=0, cache_entries=held, pending_sync=True)
+            database_answered(self._sessions)
             self._tombstones.discard(channel_id)
             return ClearReceipt(rows=rows, cache_entries=held)
 
@@ -1100,19 +1113,20 @@ class MemoryService:
         self._forget_set_aside(user_id)
         at = self.clock.now()
         try:
-            if self._spool_first():
-                raise _QueuedBehindSpool
+            if self._spool_at_once():
+                raise _NotTried
             async with asyncio.timeout(DB_TIMEOUT_SECONDS * 2):
                 async with self._sessions() as session, session.begin():
                     deleted = await delete_user_rows(
                         session, user_id, at, origin=self.instance_id, notify=self._notify
                     )
         except Exception as exc:
-            log.warning("forgetting a user deferred: %s", exc.__class__.__name__)
+            self._deletion_failed("forgetting a user", exc)
             self._spool_or_raise(exc, lambda spool: spool.append_forget(user_id, at))
             self._note(FORGET_NOTICED)  # as below: what was cached while it was tried goes
             self._drop_derived_from(user_id)
             return ForgetReceipt(0, 0, 0, 0, dropped, raw, pending_sync=True)
+        database_answered(self._sessions)
         # A read that began while the deletion was on its way (a turn of another channel
         # member) may have cached a row it deleted: such reads are stale, and what they
         # cached goes.

@@ -17,7 +17,7 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import pytest
 from sqlalchemy import func, select
@@ -30,6 +30,7 @@ from bot.db.migrate import upgrade
 from bot.db.models import ShortTermMemory, StmEvent
 from bot.llm.tools.stm import STM_TOOL_NAME
 from bot.memory import commit as commit_module
+from bot.memory import service as service_module
 from bot.memory import storage as storage_module
 from bot.memory.service import MemoryService
 from bot.memory.spool import (
@@ -39,6 +40,7 @@ from bot.memory.spool import (
     inspect_spool,
     spool_path,
 )
+from bot.memory.storage import MemoryUnavailable, database_failed, outage_number
 from tests.conftest import Figures
 from tests.helpers.bot import start_kioku, stop_kioku
 from tests.helpers.builders import (
@@ -463,6 +465,107 @@ async def test_a_hung_database_costs_one_timeout_not_one_per_read(
     assert [m.content for m in prepared.prompt.window] == ["still there?"]
     # Without the breaker: guild settings, three entries and the wipe times, 1 s each.
     assert elapsed < 1.0, f"the second turn took {elapsed:.1f} s"
+
+
+class CountingSessions(async_sessionmaker[AsyncSession]):
+    """A session factory that counts the sessions opened, but for the breaker's probe
+    (a background task finding out when the database is back)."""
+
+    opened = 0
+
+    def __call__(self, **local_kw: Any) -> AsyncSession:
+        task = asyncio.current_task()
+        if task is None or task.get_name() != "database-probe":
+            self.opened += 1
+        return super().__call__(**local_kw)
+
+
+@pytest.mark.parametrize("deletion", ["refresh", "forget-me"])
+async def test_a_deletion_during_a_known_outage_goes_to_the_spool_without_trying(
+    db: Database,
+    settings: Settings,
+    tmp_path: Path,
+    silent_server: int,
+    monkeypatch: pytest.MonkeyPatch,
+    deletion: str,
+) -> None:
+    """The database is known to be down (a read just timed out on it): a /refresh or a
+    /forget-me goes to the spool at once, as a write does, instead of opening a session
+    and waiting for its own timeout first; it is done when the spool is replayed."""
+    monkeypatch.setattr(storage_module, "DB_TIMEOUT_SECONDS", 1.0)
+    monkeypatch.setattr(service_module, "DB_TIMEOUT_SECONDS", 1.0)
+    spool = DurableSpool(spool_path(tmp_path))
+    service = make_service(db.sessions, settings, ManualClock(), spool=spool)
+    assert str(await service.update_stm(await turn_for(service), summary="before")) == "saved"
+    hung = create_async_engine(
+        URL.create("postgresql+asyncpg", "u", "p", "127.0.0.1", silent_server, "db")
+    )
+    sessions = CountingSessions(hung)
+    try:
+        service._sessions = sessions
+        with pytest.raises(MemoryUnavailable):
+            await service.recent_events(GUILD)  # times out: the database is marked down
+        assert outage_number(sessions) is not None
+        before = sessions.opened
+        if deletion == "refresh":
+            pending = await service.clear_channel(CHANNEL, guild_id=GUILD, actor_user_id=ALICE)
+        else:
+            pending = await service.forget_user(ALICE)
+        tried = sessions.opened - before
+    finally:
+        service._sessions = db.sessions
+        await hung.dispose()
+    assert (pending.pending_sync, tried, spool.pending) == (True, 0, 1)
+    assert await spool.replay(db.sessions) == 1
+    spool.close()
+    async with db.sessions() as session:
+        assert await session.scalar(select(func.count()).select_from(ShortTermMemory)) == 0
+
+
+async def test_a_deletion_that_times_out_marks_the_database_down(
+    db: Database,
+    settings: Settings,
+    tmp_path: Path,
+    silent_server: int,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A /refresh that waited its timeout on a hung database reports it: the next read
+    with a cached value uses it at once instead of waiting again."""
+    monkeypatch.setattr(service_module, "DB_TIMEOUT_SECONDS", 1.0)
+    spool = DurableSpool(spool_path(tmp_path))
+    service = make_service(db.sessions, settings, ManualClock(), spool=spool)
+    hung = create_async_engine(
+        URL.create("postgresql+asyncpg", "u", "p", "127.0.0.1", silent_server, "db")
+    )
+    try:
+        service._sessions = async_sessionmaker(hung)
+        receipt = await service.clear_channel(CHANNEL, guild_id=GUILD, actor_user_id=ALICE)
+        down = outage_number(service._sessions)
+    finally:
+        service._sessions = db.sessions
+        await hung.dispose()
+        spool.close()
+    assert receipt.pending_sync and down is not None
+
+
+@pytest.mark.parametrize("operation", ["write", "refresh", "forget-me"])
+async def test_a_write_or_deletion_that_goes_through_ends_the_outage(
+    db: Database, settings: Settings, operation: str
+) -> None:
+    """The database was marked down, and an STM write (a group commit), a /refresh or a
+    /forget-me then goes through: it answered, so reads stop standing in for it."""
+    sessions = async_sessionmaker(db.engine)  # its own breaker
+    service = make_service(sessions, settings, ManualClock())  # no spool: it tries
+    turn = await turn_for(service)  # everything the write reads is cached now
+    database_failed(sessions, "a read", TimeoutError())
+    assert outage_number(sessions) is not None
+    if operation == "write":
+        assert str(await service.update_stm(turn, summary="through")) == "saved"
+    elif operation == "refresh":
+        await service.clear_channel(CHANNEL, guild_id=GUILD, actor_user_id=ALICE)
+    else:
+        await service.forget_user(ALICE)
+    assert outage_number(sessions) is None
 
 
 async def test_a_long_outage_is_logged_once_not_on_every_turn(
