@@ -36,8 +36,6 @@ NAMING_CONVENTION = {
     "pk": "pk_%(table_name)s",
 }
 
-SCOPE_SERVER = "server"
-SCOPE_USER = "user"
 ORIGINS = ("model_tool", "summarizer", "admin", "user_command", "import")
 
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
-from typing import Any
 
 from cachetools import TLRUCache
 from sortedcontainers import SortedList
@@ -48,7 +47,7 @@ class _TLRU(TLRUCache[ScopeKey, StmEntry]):
         finally:
             self._on_remove(key)
 
-    def expire(self, time: Any = None) -> Any:
+    def expire(self, time: float | None = None) -> list[tuple[ScopeKey, StmEntry]]:
         expired = super().expire(time)
         for key, _ in expired:
             self._on_remove(key)

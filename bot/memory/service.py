@@ -21,7 +21,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import Any, Literal, TypeVar
+from typing import Any, ClassVar, Literal, TypeVar
 
 from cachetools import LRUCache, TTLCache
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -60,6 +60,7 @@ from bot.memory.storage import (
     storage,
 )
 from bot.memory.turn import (
+    REASON_ALREADY_UPDATED,
     REASON_CHANGED,
     REASON_CLEARED,
     REASON_DISABLED,
@@ -174,6 +175,48 @@ def _keeps_a_value(entry: StmEntry, change: Mapping[str, str], config: GuildConf
         value.strip() and slug in defined and slug not in change
         for slug, value in entry.categories.items()
     )
+
+
+def _apply_change(
+    entry: StmEntry,
+    *,
+    summary: str | None,
+    categories: Mapping[str, str] | None,
+    config: GuildConfig,
+    marker: Marker | None,
+    contributors: set[int],
+    provenance: Provenance,
+    now: datetime,
+) -> None:
+    """Apply one sanitized write to ``entry`` in place (the text, then its bookkeeping:
+    marker, contributors, provenance, a new version, the cadence counters). ``""`` as a
+    category value clears that category; ``marker`` None keeps the entry's own."""
+    if summary is not None:
+        # A summary supersedes categories left from before the guild went back to
+        # summary mode (the writer was shown them; now they are folded in).
+        entry.summary = summary
+        entry.categories = {}
+    if categories is not None:
+        # Categories supersede a summary written before the guild chose them (it is no
+        # longer shown, and must not keep the 24 h TTL alive).
+        entry.summary = ""
+        for slug, value in categories.items():
+            if value:
+                entry.categories[slug] = value
+            else:
+                entry.categories.pop(slug, None)
+        # Values of categories an admin removed or renamed go with this write (they
+        # could no longer be seen, changed or cleared by the model).
+        defined = {c.slug for c in config.categories}
+        for slug in [s for s in entry.categories if s not in defined]:
+            del entry.categories[slug]
+    entry.marker = marker or entry.marker
+    entry.contributor_ids = sorted(set(entry.contributor_ids) | contributors)
+    entry.provenance = provenance
+    entry.version += 1
+    entry.updated_at = now
+    entry.turns_since_refresh = 0
+    entry.last_refreshed_turn += 1
 
 
 def answering(
@@ -747,7 +790,7 @@ class MemoryService:
             if self.epoch(turn.channel_id) != turn.epoch:
                 return rejected(REASON_CLEARED)
             if origin == "model_tool" and turn.stm_updated:
-                return rejected("short-term memory was already updated this turn")
+                return rejected(REASON_ALREADY_UPDATED)
             if expected_version is not None and entries[0].version != expected_version:
                 return rejected(REASON_CHANGED)
             if new_categories is not None and not _keeps_a_value(
@@ -764,32 +807,16 @@ class MemoryService:
             before = [replace(e, categories=dict(e.categories)) for e in entries]
             now = self.clock.now()
             for entry in entries:
-                if new_summary is not None:
-                    # A summary supersedes categories left from before the guild went back
-                    # to summary mode (the writer was shown them; now they are folded in).
-                    entry.summary = new_summary
-                    entry.categories = {}
-                if new_categories is not None:
-                    # Categories supersede a summary written before the guild chose them
-                    # (it is no longer shown, and must not keep the 24 h TTL alive).
-                    entry.summary = ""
-                    for slug, value in new_categories.items():
-                        if value:
-                            entry.categories[slug] = value
-                        else:
-                            entry.categories.pop(slug, None)
-                    # Values of categories an admin removed or renamed go with this write
-                    # (they could no longer be seen, changed or cleared by the model).
-                    defined = {c.slug for c in config.categories}
-                    for slug in [s for s in entry.categories if s not in defined]:
-                        del entry.categories[slug]
-                entry.marker = marker or turn.marker or entry.marker
-                entry.contributor_ids = sorted(set(entry.contributor_ids) | contributors)
-                entry.provenance = provenance
-                entry.version += 1
-                entry.updated_at = now
-                entry.turns_since_refresh = 0
-                entry.last_refreshed_turn += 1
+                _apply_change(
+                    entry,
+                    summary=new_summary,
+                    categories=new_categories,
+                    config=config,
+                    marker=marker or turn.marker,
+                    contributors=contributors,
+                    provenance=provenance,
+                    now=now,
+                )
                 self.cache.put(entry)  # re-insert: the TTL restarts from this update
             events = [
                 EventRecord(
@@ -1175,68 +1202,88 @@ class MemoryService:
         if notice.get("o") == self.instance_id:
             return
         self._notice_seq += 1
-        kind = notice.get("t")
-        if kind == "stm":
-            for kind_, guild, user, channel, _version in notice.get("k", ()):
-                key = ScopeKey("server" if kind_ == "server" else "user", int(channel), guild, user)
-                self._noticed[key] = self._notice_seq
-                # Whatever the versions: rows deleted without a notice naming them (the
-                # janitor's purge, a /forget-me) count from 1 again, so a cached version
-                # higher than the notice's is no proof of being newer. A notice never
-                # inserts, so evicting on a late one costs only a re-read.
-                self.cache.pop(key)
-                # "Other channels" of that guild and that user's DMs load again on next use
-                # (a memory that was not cached here may be new, or newer).
-                if guild is not None:
-                    self._guilds_hydrated.pop(int(guild), None)
-                if user is not None:
-                    self._users_hydrated.pop(int(user), None)
-        elif kind == "clear":
-            channel_id = int(notice["c"])
+        handler = self._notice_handlers.get(notice.get("t"))
+        if handler is not None:  # a kind of a newer version of the bot: nothing to evict
+            handler(self, notice)
+
+    def _on_stm(self, notice: Notice) -> None:
+        for kind, guild, user, channel, _version in notice.get("k", ()):
+            key = ScopeKey("server" if kind == "server" else "user", int(channel), guild, user)
+            self._noticed[key] = self._notice_seq
+            # Whatever the versions: rows deleted without a notice naming them (the
+            # janitor's purge, a /forget-me) count from 1 again, so a cached version
+            # higher than the notice's is no proof of being newer. A notice never
+            # inserts, so evicting on a late one costs only a re-read.
+            self.cache.pop(key)
+            # "Other channels" of that guild and that user's DMs load again on next use
+            # (a memory that was not cached here may be new, or newer).
+            if guild is not None:
+                self._guilds_hydrated.pop(int(guild), None)
+            if user is not None:
+                self._users_hydrated.pop(int(user), None)
+
+    def _on_clear(self, notice: Notice) -> None:
+        channel_id = int(notice["c"])
+        self._epochs[channel_id] = self.epoch(channel_id) + 1
+        for key in self.cache.keys_of_channel(channel_id):
+            self.cache.pop(key)
+        self.windows.clear(channel_id)
+        if self.spool is not None:
+            # What waits in this process's spool was wiped too: not hydrated back.
+            self.spool.blank_channel(channel_id)
+
+    def _on_forget(self, notice: Notice) -> None:
+        user_id = int(notice["u"])
+        self._noticed[FORGET_NOTICED] = self._notice_seq
+        # When it was asked for (a turn that began after it is not concerned); a notice
+        # of an older version of the bot does not say: the time it was heard, then.
+        sent_at = notice.get("at")
+        forgotten_at = datetime.fromisoformat(sent_at) if sent_at else self.clock.now()
+        # A write of theirs still on its way may yet land in the spool: see _spool_write.
+        self._forgotten_elsewhere[user_id] = forgotten_at
+        if self.spool is not None and self.spool.holds_user(user_id):
+            # Writes of theirs still wait in this process's spool and would be replayed
+            # after the deletion elsewhere: the deletion queues behind them here too.
+            try:
+                self.spool.append_forget(user_id, forgotten_at)
+            except (OSError, ValueError):
+                log.exception("could not queue a /forget-me behind the spool")
+        # As in forget_user: no turn already holding their words may store them.
+        channels = self.windows.channels_with_author(user_id)
+        channels |= {key.channel_id for key in self._drop_derived_from(user_id)}
+        for channel_id in channels:
             self._epochs[channel_id] = self.epoch(channel_id) + 1
-            for key in self.cache.keys_of_channel(channel_id):
-                self.cache.pop(key)
-            self.windows.clear(channel_id)
-            if self.spool is not None:
-                # What waits in this process's spool was wiped too: not hydrated back.
-                self.spool.blank_channel(channel_id)
-        elif kind == "forget":
-            user_id = int(notice["u"])
-            self._noticed[FORGET_NOTICED] = self._notice_seq
-            # When it was asked for (a turn that began after it is not concerned); a notice
-            # of an older version of the bot does not say: the time it was heard, then.
-            sent_at = notice.get("at")
-            forgotten_at = datetime.fromisoformat(sent_at) if sent_at else self.clock.now()
-            # A write of theirs still on its way may yet land in the spool: see _spool_write.
-            self._forgotten_elsewhere[user_id] = forgotten_at
-            if self.spool is not None and self.spool.holds_user(user_id):
-                # Writes of theirs still wait in this process's spool and would be replayed
-                # after the deletion elsewhere: the deletion queues behind them here too.
-                try:
-                    self.spool.append_forget(user_id, forgotten_at)
-                except (OSError, ValueError):
-                    log.exception("could not queue a /forget-me behind the spool")
-            # As in forget_user: no turn already holding their words may store them.
-            channels = self.windows.channels_with_author(user_id)
-            channels |= {key.channel_id for key in self._drop_derived_from(user_id)}
-            for channel_id in channels:
-                self._epochs[channel_id] = self.epoch(channel_id) + 1
-            self.windows.forget_author(user_id)
-            self._opt_ins.pop(user_id, None)
-            self._forget_set_aside(user_id)
-            self._drop_stand_ins()
-        elif kind == "purge":
-            # The janitor deleted rows (not named): in-flight reads are stale, and the
-            # versions held for expired rows go (see _drop_stand_ins).
-            self._noticed[FORGET_NOTICED] = self._notice_seq
-            self._drop_stand_ins()
-        elif kind == "opt-in":
-            self._noticed[("opt-in", int(notice["u"]))] = self._notice_seq
-            self._opt_ins.pop(int(notice["u"]), None)
-        elif kind == "guild":
-            self._noticed[("guild", int(notice["g"]))] = self._notice_seq
-            self.invalidate_guild(int(notice["g"]))
-            self._guilds_hydrated.pop(int(notice["g"]), None)
+        self.windows.forget_author(user_id)
+        self._opt_ins.pop(user_id, None)
+        self._forget_set_aside(user_id)
+        self._drop_stand_ins()
+
+    def _on_purge(self, notice: Notice) -> None:
+        # The janitor deleted rows (not named): in-flight reads are stale, and the
+        # versions held for expired rows go (see _drop_stand_ins).
+        self._noticed[FORGET_NOTICED] = self._notice_seq
+        self._drop_stand_ins()
+
+    def _on_opt_in(self, notice: Notice) -> None:
+        user_id = int(notice["u"])
+        self._noticed[("opt-in", user_id)] = self._notice_seq
+        self._opt_ins.pop(user_id, None)
+
+    def _on_guild(self, notice: Notice) -> None:
+        guild_id = int(notice["g"])
+        self._noticed[("guild", guild_id)] = self._notice_seq
+        self.invalidate_guild(guild_id)
+        self._guilds_hydrated.pop(guild_id, None)
+
+    # What each kind of notice (its "t") evicts.
+    _notice_handlers: ClassVar[dict[object, Callable[[MemoryService, Notice], None]]] = {
+        "stm": _on_stm,
+        "clear": _on_clear,
+        "forget": _on_forget,
+        "purge": _on_purge,
+        "opt-in": _on_opt_in,
+        "guild": _on_guild,
+    }
 
     def listener_lost(self) -> None:
         """The notice connection is gone: notices from other processes go unheard until
@@ -1279,10 +1326,6 @@ class MemoryService:
     def pending_sync(self) -> int:
         """Operations waiting in the spool for the database."""
         return self.spool.pending if self.spool is not None else 0
-
-    def pending_sync_in(self, channel_id: int) -> int:
-        """Operations on one channel's memory waiting in the spool."""
-        return self.spool.pending_in(channel_id) if self.spool is not None else 0
 
     def pending_changes_in(self, channel_id: int) -> PendingChanges:
         """The channel's writes and clear waiting in the spool (``/stm show``)."""

@@ -19,10 +19,6 @@ class SingleFlight(Generic[K, V]):
     def __init__(self) -> None:
         self._inflight: dict[K, asyncio.Future[V]] = {}
 
-    @property
-    def inflight(self) -> int:
-        return len(self._inflight)
-
     async def run(self, key: K, load: Callable[[], Awaitable[V]]) -> V:
         future = self._inflight.get(key)
         if future is None:

@@ -331,16 +331,6 @@ class DurableSpool:
         """Operations waiting for the database (local 'blank' records are none)."""
         return len(self._records) - self._blanks
 
-    def pending_in(self, channel_id: int) -> int:
-        """Pending operations on one channel's memory (writes and clears)."""
-        return sum(
-            record.get("channel") == channel_id
-            if record.get("op") == "clear"
-            else any(data["key"].get("channel") == channel_id for data in record.get("entries", ()))
-            for record in self._records
-            if record.get("op") != "blank"
-        )
-
     def pending_changes_in(self, channel_id: int) -> PendingChanges:
         """The channel's pending writes and whether a clear of it waits, read-only.
         A write queued before a clear of the channel (or before a clear another process

@@ -21,7 +21,7 @@ from bot.db.models import ShortTermMemory
 from bot.db.repositories import guilds as guild_repo
 from bot.memory.model import ScopeKey
 from bot.memory.service import MemoryService
-from bot.memory.spool import DurableSpool, inspect_spool, spool_path
+from bot.memory.spool import DurableSpool, PendingChanges, inspect_spool, spool_path
 from bot.memory.storage import database_answered
 from bot.memory.summarizer import Summarizer
 from tests.helpers.builders import (
@@ -196,9 +196,11 @@ def test_doctor_does_not_count_the_local_blank_record_as_pending(tmp_path: Path)
     spool = DurableSpool(spool_path(tmp_path))
     spool.append([StmEntry(key=SERVER_KEY, updated_at=ManualClock().now(), version=1)])
     spool.blank_channel(CHANNEL)
-    counts = (spool.pending, spool.pending_in(CHANNEL))
+    counts = (spool.pending, spool.pending_changes_in(CHANNEL))
     spool.close()
-    assert (counts, inspect_spool(tmp_path).pending) == ((1, 1), 1)
+    # The write still waits (the blank only shows it empty), but not as a change of the
+    # channel's memory: the clear heard by notice undid it.
+    assert (counts, inspect_spool(tmp_path).pending) == ((1, PendingChanges(0, False)), 1)
 
 
 # 6 ------------------------------------------------------------------------------
