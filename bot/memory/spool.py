@@ -28,9 +28,11 @@ reported, instead of stopping the bot; so is a record the database refuses as wr
 (SQLSTATE class 22, a data exception, or 23, an integrity violation: the record itself
 can never be stored). Any other failure is the database's, not the record's (a lost
 connection, a timeout, a deadlock, a read-only standby, a full disk…): the replay stops
-and is retried with backoff, and nothing is set aside; so when every record of a batch
-is refused (the fault is more likely the server's than that of each record), a few
-times in a row, before they are set aside (so they cannot block the spool for good).
+and is retried with backoff, and nothing is set aside. A batch of several records that
+the database refuses every one of is taken for the server's fault too (more likely than
+each record's) and retried, but only :data:`ALL_REFUSED_RETRIES` times in a row: then
+its records are set aside, so they cannot block the spool for good. A refused record
+that is alone in its batch, or whose batch-mates were stored, is set aside at once.
 
 A set-aside file holds memory text: a ``/forget-me`` removes the user's lines from it,
 also when the forget is replayed from the spool, and a refused record that a forget
