@@ -8,6 +8,7 @@ and its notice commit together or not at all.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -29,10 +30,20 @@ class UserDeleted:
     events: int
 
 
+# When a deletion happened: a time, or the clock to read once its locks are held (so a
+# turn that started while the deletion waited for them counts as before it: it may have
+# read what is deleted), or None (a spool record of an older version, which did not say).
+When = datetime | Callable[[], datetime] | None
+
+
+def _time(at: When) -> datetime | None:
+    return at() if callable(at) else at
+
+
 async def delete_channel_rows(
     session: AsyncSession,
     channel_id: int,
-    at: datetime | None,
+    at: When,
     *,
     guild_id: int | None,
     actor_user_id: int | None,
@@ -45,8 +56,9 @@ async def delete_channel_rows(
     which did not say. ``origin`` names the process in the notice (it ignores its own);
     ``notify=False`` sends none (a service built without notices)."""
     await stm_repo.lock_channels(session, [channel_id], shared=False)
-    if at is not None:
-        await stm_repo.record_clear(session, channel_id, at)
+    when = _time(at)
+    if when is not None:
+        await stm_repo.record_clear(session, channel_id, when)
     # Every row of the channel, not only those written before the /refresh: a turn of
     # another process that began before it may have written since (the database had no
     # record of the refresh yet); a spool replays this process's later writes after it.
@@ -67,7 +79,7 @@ async def delete_channel_rows(
 async def delete_user_rows(
     session: AsyncSession,
     user_id: int,
-    at: datetime | None,
+    at: When,
     *,
     origin: str,
     notify: bool = True,
@@ -80,8 +92,9 @@ async def delete_user_rows(
     # refused; so is a long-term fact a turn still means to save.
     await stm_repo.lock_forgets(session)
     await longterm_repo.lock_user(session, user_id)
-    if at is not None:
-        await stm_repo.record_forget(session, user_id, at)
+    when = _time(at)
+    if when is not None:
+        await stm_repo.record_forget(session, user_id, when)
     # Up to now, not only up to the /forget-me: other processes, which could not know of
     # it, may have written their words since.
     rows = await stm_repo.delete_user(session, user_id)
@@ -92,7 +105,7 @@ async def delete_user_rows(
     await stm_repo.add_events(session, [EventRecord("forget")])
     if notify:
         notice: Notice = {"o": origin, "t": "forget", "u": user_id}
-        if at is not None:
-            notice["at"] = at.isoformat()
+        if when is not None:
+            notice["at"] = when.isoformat()
         await send_notice(session, notice)
     return UserDeleted(rows, long_term, events)

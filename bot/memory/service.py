@@ -1073,7 +1073,7 @@ class MemoryService:
                         rows = await delete_channel_rows(
                             session,
                             channel_id,
-                            at,
+                            self.clock.now,  # read once the channel's lock is held
                             guild_id=guild_id,
                             actor_user_id=actor_user_id,
                             origin=self.instance_id,
@@ -1145,7 +1145,11 @@ class MemoryService:
             async with asyncio.timeout(DB_TIMEOUT_SECONDS * 2):
                 async with self._sessions() as session, session.begin():
                     deleted = await delete_user_rows(
-                        session, user_id, at, origin=self.instance_id, notify=self._notify
+                        session,
+                        user_id,
+                        self.clock.now,  # read once the locks are held
+                        origin=self.instance_id,
+                        notify=self._notify,
                     )
         except Exception as exc:
             self._deletion_failed("forgetting a user", exc)

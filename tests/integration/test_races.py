@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 
 from bot.config import Settings
 from bot.db.engine import Database
@@ -28,6 +28,7 @@ from tests.helpers.builders import (
     make_service,
     message,
     prepare,
+    turn_for,
 )
 
 SERVER_KEY = ScopeKey.server(GUILD, CHANNEL)
@@ -532,3 +533,39 @@ async def test_always_on_toggled_in_two_processes_at_once_keeps_both_channels(
         OTHER_CHANNEL,
         OTHER_CHANNEL + 1,
     }
+
+
+async def test_a_turn_started_while_a_refresh_waits_for_its_lock_cannot_write_back(
+    db: Database, settings: Settings
+) -> None:
+    """A /refresh waits for the channel's lock (a write of another process is on its way).
+    A turn of that other process starting meanwhile still reads the old memory; its write,
+    after the refresh commits, must be refused: the refresh counts from when it took the
+    lock, not from when it was asked for."""
+    clock = ManualClock()
+    a = make_service(db.sessions, settings, clock)
+    b = make_service(db.sessions, settings, clock)
+    assert (await b.update_stm(await turn_for(b), summary="said before the refresh")).ok
+    async with db.sessions() as holder, holder.begin():
+        await stm_repo.lock_channels(holder, [CHANNEL], shared=True)  # a write in flight
+        clearing = asyncio.create_task(a.clear_channel(CHANNEL, guild_id=GUILD, actor_user_id=BOB))
+        async with db.sessions() as probe:  # until the refresh waits for that lock
+            for _ in range(500):
+                waiting = await probe.scalar(
+                    text(
+                        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+                    )
+                )
+                await probe.rollback()
+                if waiting:
+                    break
+            assert waiting
+        clock.advance(seconds=1)
+        turn = await turn_for(b)  # starts after /refresh was asked for, reads the old memory
+        assert (await b.entry(SERVER_KEY)).summary == "said before the refresh"
+        clock.advance(seconds=1)
+    await clearing  # the lock is free: the refresh commits
+    result = await b.update_stm(turn, summary="said before the refresh, and more")
+    assert str(result) == f"rejected: {REASON_CLEARED}"
+    async with db.sessions() as session:
+        assert await session.scalar(select(func.count()).select_from(ShortTermMemory)) == 0
