@@ -1096,6 +1096,9 @@ class MemoryService:
                 return ClearReceipt(rows=0, cache_entries=held, pending_sync=True)
             database_answered(self._sessions)
             self._tombstones.discard(channel_id)
+            # The refresh counts from when it held the lock: what was said while it waited
+            # for it is wiped too (as the database, and every other process, has it).
+            self.windows.clear(channel_id)
             return ClearReceipt(rows=rows, cache_entries=held)
 
     async def forget_user(self, user_id: int) -> ForgetReceipt:
@@ -1158,6 +1161,9 @@ class MemoryService:
             self._drop_derived_from(user_id)
             return ForgetReceipt(0, 0, 0, 0, dropped, raw, pending_sync=True)
         database_answered(self._sessions)
+        # The forget counts from when it held its locks: what they said while it waited
+        # for them is forgotten too (as the database, and every other process, has it).
+        raw += self.windows.forget_author(user_id)
         # A read that began while the deletion was on its way (a turn of another channel
         # member) may have cached a row it deleted: such reads are stale, and what they
         # cached goes.

@@ -569,3 +569,48 @@ async def test_a_turn_started_while_a_refresh_waits_for_its_lock_cannot_write_ba
     assert str(result) == f"rejected: {REASON_CLEARED}"
     async with db.sessions() as session:
         assert await session.scalar(select(func.count()).select_from(ShortTermMemory)) == 0
+
+
+async def test_a_write_built_on_a_deleted_row_cannot_replace_the_new_memory(
+    db: Database, settings: Settings
+) -> None:
+    """A holds version 2 of a memory; B's /forget-me deletes it and B starts a new one
+    (version 1 again). A, before hearing of it, writes on its cached version 2: refused
+    (it is not built on what the row holds), never "the higher version wins"."""
+    clock = ManualClock()
+    a = make_service(db.sessions, settings, clock)
+    b = make_service(db.sessions, settings, clock)
+    for said in ("first", "second"):
+        assert (await a.update_stm(await turn_for(a, ALICE), summary=f"alice: {said}")).ok
+    clock.advance(seconds=1)
+    await b.forget_user(ALICE)
+    clock.advance(seconds=1)
+    assert str(await b.update_stm(await turn_for(b, BOB), summary="bob: new plan")) == "saved"
+    clock.advance(seconds=1)
+    stale = await turn_for(a, BOB)  # A has heard neither notice
+    result = await a.update_stm(stale, summary="bob: built on alice's memory")
+    assert str(result) == "rejected: a newer version of this memory exists; nothing was saved"
+    async with db.sessions() as session:
+        rows = list(await session.scalars(select(ShortTermMemory.summary)))
+    assert rows == ["bob: new plan", "bob: new plan"]
+
+
+async def test_a_write_built_on_a_row_deleted_since_does_not_create_it_again(
+    db: Database, settings: Settings
+) -> None:
+    """The row A's cached memory came from is gone (a /refresh elsewhere, unheard): A's
+    write on it is refused rather than inserting the deleted memory's successor."""
+    clock = ManualClock()
+    a = make_service(db.sessions, settings, clock)
+    b = make_service(db.sessions, settings, clock)
+    assert (await a.update_stm(await turn_for(a, ALICE), summary="before the refresh")).ok
+    turn = await turn_for(a, ALICE)  # starts before the refresh: refused by its time anyway
+    clock.advance(seconds=1)
+    await b.clear_channel(CHANNEL, guild_id=GUILD, actor_user_id=BOB)
+    clock.advance(seconds=1)
+    later = await turn_for(a, ALICE)  # after it, on A's cached (deleted) memory
+    result = await a.update_stm(later, summary="before the refresh, and after")
+    assert not result.ok
+    assert not (await a.update_stm(turn, summary="also refused")).ok
+    async with db.sessions() as session:
+        assert await session.scalar(select(func.count()).select_from(ShortTermMemory)) == 0

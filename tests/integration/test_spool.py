@@ -106,11 +106,10 @@ async def test_replay_never_overwrites_a_newer_version(
     service._sessions = real
     # Meanwhile another process wrote a newer version straight to the database.
     other = make_service(db.sessions, settings, ManualClock())
-    entry = await other.entry(SERVER_KEY)
-    entry.version = 5
-    await other.update_stm(await turn_for(other, BOB), summary="newer from elsewhere")
+    assert (await other.update_stm(await turn_for(other, BOB), summary="older elsewhere")).ok
+    assert (await other.update_stm(await turn_for(other, BOB), summary="newer from elsewhere")).ok
     await spool.replay(db.sessions)
-    assert ("server", "newer from elsewhere", 6) in await summaries(db)
+    assert ("server", "newer from elsewhere", 2) in await summaries(db)
 
 
 async def test_a_clear_during_the_outage_is_replayed_after_the_writes(
@@ -239,13 +238,13 @@ async def test_hydration_takes_a_newer_row_over_an_older_spooled_state(
     await spooled_write(service, dead_engine, "spooled v1")
     # Another process writes the same memory, newer, straight to the database.
     other = make_service(db.sessions, settings, ManualClock())
-    (await other.entry(SERVER_KEY)).version = 5
-    await other.update_stm(await turn_for(other, BOB), summary="newer from elsewhere")
+    assert (await other.update_stm(await turn_for(other, BOB), summary="older elsewhere")).ok
+    assert (await other.update_stm(await turn_for(other, BOB), summary="newer from elsewhere")).ok
     service.drop_all()  # e.g. the notice connection was lost and came back
 
     entry = await service.entry(SERVER_KEY)
 
-    assert (entry.summary, entry.version) == ("newer from elsewhere", 6)
+    assert (entry.summary, entry.version) == ("newer from elsewhere", 2)
 
 
 # ------------------------------------------------------------- the file itself

@@ -127,10 +127,13 @@ _NOT_UPDATED = {"scope_kind", "guild_id", "user_id", "channel_id", "id", "create
 
 
 def _build_upsert(*, replay: bool) -> Any:
-    """Insert or update rows by scope key, returning the keys written and their versions.
-    A live write (``replay=False``) lands only over an older version; a spool replay only
-    over a row updated earlier (two processes' version counts cannot be compared, their
-    times can), and then past every version the row had."""
+    """Insert or update rows by scope key, returning the keys written, their versions and
+    whether the row was new. A live write (``replay=False``) lands only over the version it
+    was built on (its own minus one): a row deleted (/refresh, /forget-me, the janitor) and
+    written again starts over at version 1, so "any older version" would let a process
+    that has not heard of the deletion yet overwrite the new memory with one built on the
+    old. A spool replay lands only over a row updated earlier (two processes' version
+    counts cannot be compared, their times can), and then past every version the row had."""
     base = insert(ShortTermMemory)
     excluded = base.excluded
     values: dict[str, Any] = {
@@ -145,7 +148,7 @@ def _build_upsert(*, replay: bool) -> Any:
             excluded.updated_at, excluded.version
         )
     else:
-        newer = ShortTermMemory.version < excluded.version
+        newer = ShortTermMemory.version == excluded.version - 1
     return base.on_conflict_do_update(
         index_elements=SCOPE_KEY_ELEMENTS, set_=values, where=newer
     ).returning(
@@ -154,6 +157,8 @@ def _build_upsert(*, replay: bool) -> Any:
         ShortTermMemory.user_id,
         ShortTermMemory.channel_id,
         ShortTermMemory.version,
+        # PostgreSQL: a row this statement inserted (not updated) has no xmax yet.
+        literal_column("xmax = 0").label("inserted"),
     )
 
 
@@ -165,34 +170,43 @@ _REPLAY_UPSERT = _build_upsert(replay=True)
 
 async def _upsert(
     statement: Any, session: AsyncSession, entries: Sequence[StmEntry]
-) -> dict[ScopeKey, int]:
+) -> dict[ScopeKey, tuple[int, bool]]:
     """Run an upsert for ``entries`` (distinct keys) in one statement; the keys it wrote,
-    with the version their row now has."""
+    with the version their row now has and whether the row was new."""
     if not entries:
         return {}
     # Core execution on the session's connection: the ORM's bulk path adds ~1 ms a call.
     connection = await session.connection()
     result = await connection.execute(statement, [_row_values(e) for e in entries])
     return {
-        ScopeKey("server" if kind == "server" else "user", channel_id, guild_id, user_id): version
-        for kind, guild_id, user_id, channel_id, version in result.all()
+        ScopeKey("server" if kind == "server" else "user", channel_id, guild_id, user_id): (
+            version,
+            inserted,
+        )
+        for kind, guild_id, user_id, channel_id, version, inserted in result.all()
     }
 
 
 async def upsert_entries_returning_keys(
     session: AsyncSession, entries: Sequence[StmEntry]
 ) -> set[ScopeKey]:
-    """Write each entry's row unless the row already has a newer version; returns the
-    keys actually written (a key whose row is newer is left out)."""
-    return set(await _upsert(_UPSERT, session, entries))
+    """Write each entry's row if the row is still the version the entry was built on;
+    returns the keys actually written. Left out: a key whose row changed since, and one
+    whose row is gone although the entry was built on one (deleted meanwhile: the entry
+    holds what was deleted). The caller rolls back a write with a key left out."""
+    written = await _upsert(_UPSERT, session, entries)
+    built_on_a_row = {e.key for e in entries if e.version > 1}
+    return {
+        key for key, (_, inserted) in written.items() if not (inserted and key in built_on_a_row)
+    }
 
 
 async def replay_entries(session: AsyncSession, entries: Sequence[StmEntry]) -> list[StmEntry]:
     """Write spooled entries, each unless its row was updated since (by any process): a
     replayed write must never overwrite a newer one. Returns the entries written, with
     the version their row now has."""
-    versions = await _upsert(_REPLAY_UPSERT, session, entries)
-    return [replace(e, version=versions[e.key]) for e in entries if e.key in versions]
+    written = await _upsert(_REPLAY_UPSERT, session, entries)
+    return [replace(e, version=written[e.key][0]) for e in entries if e.key in written]
 
 
 async def load_entry(session: AsyncSession, key: ScopeKey) -> StmEntry | None:
