@@ -44,17 +44,11 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from bot.config import Settings
 from bot.db.repositories import longterm as repo
 from bot.db.repositories import stm as stm_repo
-from bot.db.repositories.longterm import (
-    STOP_WORDS,
-    Fact,
-    FactCursor,
-    FactEvent,
-    Place,
-    ScoredFact,
-)
+from bot.db.repositories.longterm import FactCursor
 from bot.memory.clock import Clock, SystemClock
-from bot.memory.model import Provenance
+from bot.memory.model import Fact, FactEvent, Place, Provenance, ScoredFact
 from bot.memory.sanitize import sanitize_value
+from bot.memory.search_words import STOP_WORDS, SearchWords
 from bot.memory.spool import DurableSpool
 from bot.memory.storage import storage
 
@@ -514,7 +508,7 @@ class LongTermService:
                     user_id=user_id,
                     guild_id=guild_id,
                     opted_in=opted_in,
-                    words=repo.query_words(query or ""),
+                    words=SearchWords.of(query or ""),
                     now=now,
                     limit=SEARCH_LIMIT,
                     all_words=True,
@@ -591,7 +585,7 @@ class LongTermService:
                 user_id=user_id,
                 guild_id=guild_id,
                 opted_in=opted_in,
-                words=repo.query_words(query_text),
+                words=SearchWords.of(query_text),
                 now=now,
                 limit=RECALL_CANDIDATES,
                 hidden=await _hidden(session, user_id, guild_id, opted_in, may_show),
@@ -620,7 +614,7 @@ class LongTermService:
                 user_id=user_id,
                 guild_id=guild_id,
                 opted_in=opted_in,
-                words=repo.query_words(query),
+                words=SearchWords.of(query),
                 now=now,
                 limit=limit,
                 matched_only=True,

@@ -1,4 +1,5 @@
-"""The memory core's vocabulary: keys, entries, raw messages, guild configuration.
+"""The memory core's vocabulary: keys, entries, raw messages, guild configuration,
+long-term facts.
 
 Nothing here knows about Discord or the database; cogs translate Discord objects into
 these, repositories translate rows into them.
@@ -205,3 +206,73 @@ class GuildConfig:
         return bool(self.categories) and not (
             len(self.categories) == 1 and self.categories[0].slug == SUMMARY_SLUG
         )
+
+
+# ------------------------------------------------------------------ long-term memory
+
+
+@dataclass(frozen=True, slots=True)
+class Fact:
+    """One stored long-term fact, with its provenance."""
+
+    id: int
+    user_id: int
+    guild_id: int | None
+    content: str
+    origin: str
+    origin_detail: str | None
+    source_message_id: int | None
+    recall_count: int
+    last_recalled_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+    channel_id: int | None = None
+    parent_channel_id: int | None = None
+    private_thread: bool = False
+    readable_by_everyone: bool = False
+
+    @property
+    def place(self) -> Place | None:
+        """Where the fact was said (None: no channel recorded)."""
+        if self.channel_id is None:
+            return None
+        return Place(
+            self.channel_id, self.parent_channel_id, self.private_thread, self.readable_by_everyone
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Place:
+    """Where a fact was said, as the bot saw it then: the channel (a thread's own id);
+    for a thread, its parent channel and whether it was private; and whether every
+    member of the server could read it. Discord may later forget the place (an archived
+    thread is not cached, a channel may be deleted); this is what it is judged by then."""
+
+    channel_id: int
+    parent_channel_id: int | None = None
+    private_thread: bool = False
+    readable_by_everyone: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ScoredFact:
+    """A search hit: the fact, whether it matched the query's words, how many of the
+    query's words it holds (a word in either number), and its score."""
+
+    fact: Fact
+    matched: bool
+    score: float
+    words_matched: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class FactEvent:
+    """One ``stm_events`` row about a user's long-term memory (never its text)."""
+
+    event: str
+    user_id: int
+    origin: str | None = None
+    actor_user_id: int | None = None
+    message_id: int | None = None
+    chars_before: int | None = None
+    chars_after: int | None = None

@@ -15,9 +15,9 @@ from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 from bot.config import Settings
 from bot.db.engine import Database
 from bot.db.models import LongTermMemory, StmEvent
-from bot.db.repositories.longterm import query_words
 from bot.memory.longterm import FactRefused, LongTermService, Place, is_near_duplicate
 from bot.memory.model import Provenance
+from bot.memory.search_words import SearchWords, query_words
 from bot.memory.storage import MemoryUnavailable
 from bot.turn import TurnRequest, TurnRunner
 from tests.helpers.builders import (
@@ -486,6 +486,18 @@ def test_query_words_keep_the_end_of_a_long_text_and_singulars_do_not_count() ->
     assert words[::2] == plurals and len(words) == 60
 
 
+def test_search_words_group_each_query_word_with_its_forms() -> None:
+    # What the repository's search is handed: the words, the full-text terms, and per
+    # word its forms split into substring-matched (another script) and Latin ones.
+    found = SearchWords.of("my cats' 猫 box")
+    assert found.words == ("cats", "cat", "猫", "box")
+    assert found.terms == ("cats", "cat", "猫", "box", "boxes")
+    assert [group.forms for group in found.groups] == [("cats", "cat"), ("猫",), ("box", "boxes")]
+    assert [group.substrings for group in found.groups] == [(), ("猫",), ()]
+    assert [group.latin for group in found.groups] == [("cats", "cat"), (), ("box", "boxes")]
+    assert SearchWords.of("is it the") == SearchWords((), (), ())
+
+
 async def test_a_long_message_still_recalls_the_fact_its_question_is_about(
     service: LongTermService, clock: ManualClock
 ) -> None:
@@ -752,7 +764,7 @@ async def test_a_database_outage_is_memory_unavailable_and_stores_nothing(
     ],
 )
 def test_search_terms_add_the_other_number(words: list[str], terms: list[str]) -> None:
-    from bot.db.repositories.longterm import search_terms
+    from bot.memory.search_words import search_terms
 
     assert search_terms(words) == terms
 

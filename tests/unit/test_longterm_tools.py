@@ -9,7 +9,6 @@ from datetime import UTC, datetime
 
 import pytest
 
-from bot.db.repositories.longterm import Fact
 from bot.llm.tools.base import ToolArgumentError
 from bot.llm.tools.longterm import (
     FORGET_TOOL_NAME,
@@ -24,6 +23,7 @@ from bot.llm.tools.longterm import (
     remember_definition,
 )
 from bot.memory.longterm import is_near_duplicate
+from bot.memory.model import Fact
 
 # ------------------------------------------------------------------ definitions
 

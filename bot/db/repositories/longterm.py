@@ -2,8 +2,9 @@
 
 Every function takes an ``AsyncSession`` and leaves transaction control to the caller.
 User text never reaches SQL as SQL: full-text queries are built from plain words (see
-:func:`query_words`) and always sent as bound parameters; substring patterns escape
-``%``, ``_`` and ``\\``.
+:func:`bot.memory.search_words.query_words`, which also decides what a search looks
+for) and always sent as bound parameters; substring patterns escape ``%``, ``_`` and
+``\\``.
 
 Scoping (who sees which fact where) is decided by :func:`scope_filter`:
 
@@ -17,11 +18,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection, Iterable, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-import regex
 from sqlalchemy import (
     BigInteger,
     ColumnElement,
@@ -48,41 +47,19 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from bot.db.models import LongTermMemory, StmEvent
-from bot.memory.model import Provenance
+from bot.memory.model import Fact, FactEvent, Place, Provenance, ScoredFact
+from bot.memory.search_words import SearchWords, WordGroup
 
 # The ``simple`` configuration: no stemming and no stop words, so every language is
 # indexed the same way (it is also what the generated ``content_tsv`` column uses).
 _SIMPLE: ColumnElement[str] = literal_column("'simple'::regconfig")
 
-MAX_QUERY_WORDS = 32
-MAX_WORD_CHARS = 64
 # A fact's score is its full-text rank plus this much for being recent; the recency
 # part halves after RECENCY_HALF_DAYS days without an update. A rank of one matching
 # word in a short fact is about 0.06, so recency only orders facts of similar relevance.
 RECENCY_WEIGHT = 0.05
 RECENCY_HALF_DAYS = 30.0
 
-# Words too common to say anything about which fact is relevant (the index keeps them;
-# only queries drop them).
-_STOP_WORDS_TEXT = """
-    a about after again all am an and any are as at be been before being but by can could
-    did didn do does doesn doing don for from had has have having he her here hers him his
-    how i if in into is isn it its just ll me more most my myself no not now of off on once
-    only or other our ours out over own please re remember same she should so some such
-    than that the their theirs them then there these they this those through to too under
-    until up ve very was wasn we were what when where which while who whom why will with
-    would you your yours yourself
-"""
-STOP_WORDS = frozenset(_STOP_WORDS_TEXT.split())
-_WORD = re.compile(r"\w+", re.UNICODE)
-# Scripts written without spaces between words: PostgreSQL's parser takes a whole run of
-# them for one word, so "猫" is no word of "私の猫の名前はミソです" to full-text search.
-# One such character can be a word on its own.
-_UNSPACED = regex.compile(
-    r"[\p{Han}\p{Hiragana}\p{Katakana}\p{Thai}\p{Lao}\p{Khmer}\p{Myanmar}\p{Tibetan}]"
-)
-# A word holding a letter of another script than Latin is also matched as a substring.
-_NON_LATIN = regex.compile(r"[^\p{Latin}\p{N}\p{M}_]")
 # What a fact's substring match of the query is worth next to a full-text rank (about
 # 0.06 for one word matched in a short fact), when every query word is found in it.
 SUBSTRING_RANK = 0.06
@@ -91,73 +68,6 @@ _EVENT_SCOPE = "long_term"
 # Two-key advisory locks live in their own key space (they never meet the migration's
 # single-key lock); the first key says "long-term memory of one user".
 _LOCK_NAMESPACE = 0x4C544D  # "LTM"
-
-
-@dataclass(frozen=True, slots=True)
-class Fact:
-    """One stored long-term fact, with its provenance."""
-
-    id: int
-    user_id: int
-    guild_id: int | None
-    content: str
-    origin: str
-    origin_detail: str | None
-    source_message_id: int | None
-    recall_count: int
-    last_recalled_at: datetime | None
-    created_at: datetime
-    updated_at: datetime
-    channel_id: int | None = None
-    parent_channel_id: int | None = None
-    private_thread: bool = False
-    readable_by_everyone: bool = False
-
-    @property
-    def place(self) -> Place | None:
-        """Where the fact was said (None: no channel recorded)."""
-        if self.channel_id is None:
-            return None
-        return Place(
-            self.channel_id, self.parent_channel_id, self.private_thread, self.readable_by_everyone
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class Place:
-    """Where a fact was said, as the bot saw it then: the channel (a thread's own id);
-    for a thread, its parent channel and whether it was private; and whether every
-    member of the server could read it. Discord may later forget the place (an archived
-    thread is not cached, a channel may be deleted); this is what it is judged by then."""
-
-    channel_id: int
-    parent_channel_id: int | None = None
-    private_thread: bool = False
-    readable_by_everyone: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class ScoredFact:
-    """A search hit: the fact, whether it matched the query's words, how many of the
-    query's words it holds (a word in either number), and its score."""
-
-    fact: Fact
-    matched: bool
-    score: float
-    words_matched: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class FactEvent:
-    """One ``stm_events`` row about a user's long-term memory (never its text)."""
-
-    event: str
-    user_id: int
-    origin: str | None = None
-    actor_user_id: int | None = None
-    message_id: int | None = None
-    chars_before: int | None = None
-    chars_after: int | None = None
 
 
 _COLUMNS = (
@@ -181,82 +91,6 @@ _COLUMNS = (
 
 def _fact(row: Sequence[object]) -> Fact:
     return Fact(*row[: len(_COLUMNS)])  # type: ignore[arg-type]
-
-
-def query_words(text_: str) -> list[str]:
-    """The distinct searchable words of ``text_``: lower-cased word characters only
-    (so nothing in them can act as query syntax), stop words and one-letter words
-    dropped (except one character of a script written without spaces, such as ``猫``),
-    plus the singular of simple English plurals (``cats`` → ``cat``).
-
-    At most :data:`MAX_QUERY_WORDS` words of the text are kept, the last ones: a long
-    message usually ends with what it asks. The added singulars do not count."""
-    keywords: list[str] = []
-    # lower(), not casefold(): PostgreSQL's to_tsvector lowers "ß" and "ς" as they are,
-    # where casefold() would make "ss" and "σ", and such words would never match.
-    for raw in _WORD.findall(text_.lower()):
-        word = raw.strip("_")[:MAX_WORD_CHARS]
-        if not word or word in STOP_WORDS or (len(word) < 2 and not _UNSPACED.match(word)):
-            continue
-        if word in keywords:
-            keywords.remove(word)  # kept at its last place, so the end of the text wins
-        keywords.append(word)
-    words: list[str] = []
-    for word in keywords[-MAX_QUERY_WORDS:]:
-        forms = [word]
-        if len(word) > 3 and word.endswith("s") and not word.endswith("ss"):
-            forms.append(word[:-1])
-        words.extend(form for form in forms if form not in words)
-    return words
-
-
-def word_groups(words: Sequence[str]) -> list[list[str]]:
-    """``words`` (from :func:`query_words`) as the query's words, each with every form
-    it is searched in (:func:`search_terms`): ``["cats", "cat", "box"]`` is two words,
-    ``[["cats", "cat"], ["box", "boxes"]]``. A fact "holds" a word when it holds one of
-    its forms."""
-    groups: list[list[str]] = []
-    for word in words:
-        forms = search_terms([word])
-        same = next((group for group in groups if set(group) & set(forms)), None)
-        if same is None:
-            groups.append(forms)
-        else:
-            same.extend(form for form in forms if form not in same)
-    return groups
-
-
-def search_terms(words: Sequence[str]) -> list[str]:
-    """``words`` (from :func:`query_words`) with the other number of simple English
-    nouns added, so that a singular query finds a plural fact and the reverse (the
-    ``simple`` configuration does not stem): ``cat`` → ``cats``, ``box`` → ``boxes``,
-    ``city`` → ``cities``, ``tomato`` → ``tomatos``/``tomatoes``, and back ``cities`` →
-    ``city``, ``boxes`` → ``box``, ``tomatoes`` → ``tomato``. The added forms are the
-    words' own letters plus ASCII suffixes: still plain words."""
-    terms: list[str] = []
-    for word in words:
-        forms = [word]
-        if word.isascii() and word.isalpha():
-            if len(word) > 4 and word.endswith("ies"):
-                forms.append(word[:-3] + "y")
-            elif len(word) > 4 and word.endswith(("sses", "xes", "zes", "ches", "shes", "oes")):
-                forms.append(word[:-2])
-            if word.endswith(("ss", "x", "z", "ch", "sh")):
-                forms.append(word + "es")
-            elif word.endswith("o"):  # "tomato" → "tomatoes", "photo" → "photos"
-                forms.extend((word + "s", word + "es"))
-            elif len(word) > 2 and word.endswith("y") and word[-2] not in "aeiou":
-                forms.append(word[:-1] + "ies")
-            elif not word.endswith("s"):  # a word ending in "s" is taken as a plural
-                forms.append(word + "s")
-        terms.extend(form for form in forms if form not in terms)
-    return terms
-
-
-def is_non_latin(word: str) -> bool:
-    """Whether ``word`` holds a letter of a script other than Latin (CJK, Cyrillic,
-    Greek…): such words are also searched as substrings."""
-    return _NON_LATIN.search(word) is not None
 
 
 def _like_pattern(word: str) -> str:
@@ -283,14 +117,14 @@ def _whole_word(forms: Sequence[str]) -> ColumnElement[bool]:
     return LongTermMemory.content.regexp_match(rf"\m(?:{alternatives})\M", flags="i")
 
 
-def _found(forms: Sequence[str], *, whole_words: bool) -> ColumnElement[bool] | None:
-    """Whether a fact holds one of ``forms`` outside full-text search: as a substring for
-    a word in another script than Latin (:func:`is_non_latin`), and, with
-    ``whole_words``, a Latin word as a whole word of the text (:func:`_whole_word`, behind
-    a cheaper ``ILIKE`` that spares most facts the regular expression). ``None`` when
-    there is nothing to look for."""
-    inside = [_contains(form) for form in forms if is_non_latin(form)]
-    latin = [form for form in forms if not is_non_latin(form)]
+def _found(group: WordGroup, *, whole_words: bool) -> ColumnElement[bool] | None:
+    """Whether a fact holds one of ``group``'s forms outside full-text search: as a
+    substring for a form in another script than Latin (:attr:`WordGroup.substrings`),
+    and, with ``whole_words``, a Latin form as a whole word of the text
+    (:func:`_whole_word`, behind a cheaper ``ILIKE`` that spares most facts the regular
+    expression). ``None`` when there is nothing to look for."""
+    inside = [_contains(form) for form in group.substrings]
+    latin = group.latin
     if whole_words and latin:
         inside.append(and_(or_(*(_contains(form) for form in latin)), _whole_word(latin)))
     return or_(*inside) if inside else None
@@ -530,7 +364,7 @@ async def search(
     user_id: int,
     guild_id: int | None,
     opted_in: bool,
-    words: Sequence[str],
+    words: SearchWords,
     now: datetime,
     limit: int,
     matched_only: bool = False,
@@ -541,16 +375,16 @@ async def search(
     """The user's facts visible here (in scope, and none of the ``hidden`` ids), most
     relevant first.
 
-    A fact holding more of the query's words (:func:`word_groups`, a word in either
-    number) comes first: one that holds every word is never outranked by a newer one
-    holding some. Among facts holding as many, relevance is full-text: the words and
-    their other number (:func:`search_terms`) are OR-ed into one
-    ``websearch_to_tsquery`` (they are plain words, see :func:`query_words`) and ranked
-    with ``ts_rank``; a recency term (halving every :data:`RECENCY_HALF_DAYS` days)
-    orders facts of similar rank.
+    ``words`` is what :class:`~bot.memory.search_words.SearchWords` made of the query.
+    A fact holding more of the query's words (``words.groups``, a word in either number)
+    comes first: one that holds every word is never outranked by a newer one holding
+    some. Among facts holding as many, relevance is full-text: the words and their other
+    number (``words.terms``) are OR-ed into one ``websearch_to_tsquery`` (they are plain
+    words) and ranked with ``ts_rank``; a recency term (halving every
+    :data:`RECENCY_HALF_DAYS` days) orders facts of similar rank.
 
-    Words in another script than Latin (:func:`is_non_latin`) also match as substrings
-    (``ILIKE``), since scripts written without spaces have no word boundaries the
+    Words in another script than Latin (:attr:`WordGroup.substrings`) also match as
+    substrings (``ILIKE``), since scripts written without spaces have no word boundaries the
     parser knows ("猫" in "私の猫の名前はミソです"); with ``whole_words`` a Latin word
     also matches as a whole word of the text (a regular expression per word, too slow
     for every turn's recall), since the parser keeps an email, a host name, a decimal or
@@ -570,7 +404,7 @@ async def search(
     # One array parameter, however many facts are hidden.
     shown = not_(LongTermMemory.id == any_(literal(sorted(hidden), ARRAY(BigInteger))))
     where = (LongTermMemory.user_id == user_id, scope_filter(guild_id, opted_in=opted_in), shown)
-    if not words:
+    if not words.words:
         if matched_only or all_words:
             return []
         newest = recency.label("score")
@@ -582,14 +416,14 @@ async def search(
         )
         return [ScoredFact(_fact(row), False, float(row.score)) for row in recent]
 
-    terms = search_terms(words)
+    terms = words.terms
     tsquery = func.websearch_to_tsquery(_SIMPLE, " or ".join(terms))
     full_text = LongTermMemory.content_tsv.bool_op("@@")(tsquery)
     # ts_rank averages over the query's terms: scale the added forms' dilution back out,
     # so a rank keeps its size next to RECENCY_WEIGHT.
-    dilution = len(terms) / len(words)
+    dilution = len(terms) / len(words.words)
     ts_rank = cast(func.ts_rank(LongTermMemory.content_tsv, tsquery), Float) * dilution
-    groups = word_groups(words)
+    groups = words.groups
     # One pattern per query word, the same in every expression: PostgreSQL caches only
     # a few compiled regular expressions per session.
     found = [_found(group, whole_words=whole_words) for group in groups]
@@ -620,10 +454,10 @@ async def search(
     ]
 
 
-def _holds(forms: Sequence[str], found: ColumnElement[bool] | None) -> ColumnElement[bool]:
-    """Whether a fact holds one of ``forms`` (one query word, see :func:`word_groups`),
-    by full-text search or else by ``found`` (:func:`_found`)."""
-    words = func.websearch_to_tsquery(_SIMPLE, " or ".join(forms))
+def _holds(group: WordGroup, found: ColumnElement[bool] | None) -> ColumnElement[bool]:
+    """Whether a fact holds one of ``group``'s forms (one query word), by full-text
+    search or else by ``found`` (:func:`_found`)."""
+    words = func.websearch_to_tsquery(_SIMPLE, " or ".join(group.forms))
     full_text = LongTermMemory.content_tsv.bool_op("@@")(words)
     return full_text if found is None else or_(full_text, found)
 
