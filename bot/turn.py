@@ -21,7 +21,7 @@ import openai
 from cachetools import TTLCache
 
 from bot.config import Settings
-from bot.llm.providers import CHARS_PER_TOKEN, capabilities
+from bot.llm.providers import capabilities, prompt_chars
 from bot.llm.tool_loop import FALLBACK_REPLY, LlmUnavailable, ToolSpec, run_tool_loop
 from bot.llm.tools.base import ToolOutcome
 from bot.llm.tools.longterm import LONG_TERM_TOOL_NAMES, long_term_tools
@@ -96,7 +96,7 @@ TOOL_SCHEMA_TOKENS = 1_000
 
 def context_chars(context_tokens: int, reply_tokens: int) -> int:
     """Characters of prompt a provider's context window leaves room for."""
-    return max(0, (context_tokens - reply_tokens - TOOL_SCHEMA_TOKENS) * CHARS_PER_TOKEN)
+    return prompt_chars(context_tokens, reply_tokens, TOOL_SCHEMA_TOKENS)
 
 
 def fit_notes(prompt: AssembledPrompt, *, budget_chars: int) -> list[str]:

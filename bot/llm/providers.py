@@ -26,6 +26,7 @@ __all__ = [
     "PROVIDERS",
     "ProviderCaps",
     "capabilities",
+    "prompt_chars",
 ]
 
 MIN_STM_CONTEXT_TOKENS = 8192
@@ -33,6 +34,13 @@ MIN_STM_CONTEXT_TOKENS = 8192
 CHARS_PER_TOKEN = 4
 """A rough, model-independent estimate of text per token (fitting prompts: the chat
 turn's history, the summarizer's batches)."""
+
+
+def prompt_chars(context_tokens: int, reply_tokens: int, reserved_tokens: int) -> int:
+    """Characters of prompt that fit in a context of ``context_tokens``, once the reply
+    (``reply_tokens``) and ``reserved_tokens`` (tool schemas, the chat format) have their
+    room, at :data:`CHARS_PER_TOKEN`; never negative."""
+    return max(0, (context_tokens - reply_tokens - reserved_tokens) * CHARS_PER_TOKEN)
 
 
 @dataclass(frozen=True)

@@ -20,13 +20,13 @@ batches are not read, the oldest first (the gatherer's own rule: the newest are 
 the outcome counts them as ``skipped``.
 
 **Context.** Every request fits the provider's context (``context_tokens`` of
-:func:`bot.llm.providers.capabilities`, at :data:`CHARS_PER_TOKEN` characters a token,
-the chat turn's estimate): the answer may use at most a third of it
-(:data:`REPLY_SHARE`), the instructions and the memory come next, and the new messages
-get what is left. A single message longer than that room is cut (marked ``[…]``), not
-sent whole. Between batches the running memory is sanitized as a write would store it
-(so it is never longer than a stored value). A memory so large that no room is left
-fails the run before any model call.
+:func:`bot.llm.providers.capabilities`, at :data:`~bot.llm.providers.CHARS_PER_TOKEN`
+characters a token, the chat turn's estimate: :func:`~bot.llm.providers.prompt_chars`):
+the answer may use at most a third of it (:data:`REPLY_SHARE`), the instructions and the
+memory come next, and the new messages get what is left. A single message longer than
+that room is cut (marked ``[…]``), not sent whole. Between batches the running memory is
+sanitized as a write would store it (so it is never longer than a stored value). A
+memory so large that no room is left fails the run before any model call.
 
 **All or nothing.** A failed call (after the ``openai`` client's own retries), an empty
 or unusable answer in any batch (a tool call instead of a summary is unusable too), a
@@ -55,7 +55,7 @@ from typing import Any, Literal
 import openai
 
 from bot.config import Settings
-from bot.llm.providers import CHARS_PER_TOKEN, ProviderCaps, capabilities
+from bot.llm.providers import ProviderCaps, capabilities, prompt_chars
 from bot.llm.tool_loop import UNAVAILABLE_MESSAGE, LlmUnavailable, LoopResult, run_tool_loop
 from bot.memory.gather import gather_new_messages, messages_after_marker
 from bot.memory.model import GuildConfig, Marker, RawMessage, StmEntry
@@ -666,7 +666,7 @@ class Summarizer:
         fields = len(config.categories) or 1
         wanted = max(llm.max_reply_tokens, fields * (VALUE_LIMIT // 3 + 100) + 200)
         reply = min(wanted, context // REPLY_SHARE)
-        prompt = max(0, (context - reply - FORMAT_TOKENS) * CHARS_PER_TOKEN)
+        prompt = prompt_chars(context, reply, FORMAT_TOKENS)
         return _Budget(reply_tokens=reply, prompt_chars=prompt, capped=reply < wanted)
 
     async def _complete(self, messages: list[dict[str, Any]], budget: _Budget) -> LoopResult:

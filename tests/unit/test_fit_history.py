@@ -4,8 +4,16 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from bot.llm.providers import CHARS_PER_TOKEN, prompt_chars
 from bot.memory.prompt import AssembledPrompt
-from bot.turn import TurnRequest, context_chars, fit_history, fit_notes, render_persona
+from bot.turn import (
+    TOOL_SCHEMA_TOKENS,
+    TurnRequest,
+    context_chars,
+    fit_history,
+    fit_notes,
+    render_persona,
+)
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
@@ -41,6 +49,16 @@ def test_context_chars_leaves_room_for_the_reply_and_the_tools() -> None:
     assert context_chars(1_000, 1_024) == 0
     # The tools take room too: a tiny window leaves none even with no reply at all.
     assert context_chars(1, 0) == 0
+
+
+def test_prompt_chars_is_the_room_left_by_the_reply_and_what_is_reserved() -> None:
+    # The one formula of the chat turn (tool schemas reserved) and the summarizer (the
+    # chat format reserved): tokens left, at CHARS_PER_TOKEN characters each.
+    assert prompt_chars(8_192, 1_024, 1_000) == (8_192 - 1_024 - 1_000) * CHARS_PER_TOKEN
+    assert context_chars(8_192, 1_024) == prompt_chars(8_192, 1_024, TOOL_SCHEMA_TOKENS)
+    assert prompt_chars(8_192, 1_024, 0) - prompt_chars(8_192, 1_024, 64) == 64 * CHARS_PER_TOKEN
+    # Never negative, however much is reserved.
+    assert prompt_chars(1_000, 600, 600) == 0
 
 
 def test_member_chosen_names_enter_the_persona_as_plain_data() -> None:
