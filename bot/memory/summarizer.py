@@ -571,24 +571,9 @@ class Summarizer:
                             budget.reply_tokens,
                         )
                     raise _Unusable("failed", CUT_OFF_BY_CONTEXT if budget.capped else CUT_OFF)
-                text = answer.text
-                if not text.strip():
-                    raise _Unusable("empty", EMPTY_ANSWER)
-                # The next batch integrates into the memory as a write would store it
-                # (sanitized, at most VALUE_LIMIT a value: what the plan reserved room for).
-                if config.category_mode:
-                    try:
-                        values = parse_categories(text, config)
-                    except ValueError:
-                        raise _Unusable("failed", INVALID_JSON) from None
-                    values = {slug: sanitize_value(v) for slug, v in values.items()}
-                    if not any(values.values()):
-                        raise _Unusable("empty", NO_CATEGORY_VALUES)
-                    categories.update({slug: v for slug, v in values.items() if v})
-                else:
-                    summary = sanitize_value(text.strip())
-                    if not summary:
-                        raise _Unusable("empty", EMPTY_ANSWER)
+                summary, categories = _integrate(
+                    answer.text, config, summary=summary, categories=categories
+                )
                 read += len(batch)
                 if start - first + len(batch) < end - first:
                     break  # the batch was shortened: nothing after it is read this run
@@ -601,17 +586,43 @@ class Summarizer:
                 exc.status, len(new), error=exc.message, calls=calls, skipped=skipped
             )
 
-        new = new[:read]
+        return await self._store(
+            turn,
+            epoch=epoch,
+            version=version,
+            read=new[:read],
+            summary=summary,
+            categories=categories,
+            calls=calls,
+            skipped=skipped,
+        )
+
+    async def _store(
+        self,
+        turn: TurnState,
+        *,
+        epoch: int,
+        version: int,
+        read: Sequence[RawMessage],
+        summary: str,
+        categories: Mapping[str, str],
+        calls: int,
+        skipped: int,
+    ) -> SummaryOutcome:
+        """Write the memory made from the messages ``read`` (the marker on the last one)
+        unless the channel was wiped since ``epoch`` or the memory changed since
+        ``version``; the run's outcome either way."""
+        memory, config = self.memory, turn.config
 
         def failed(error: str) -> SummaryOutcome:
-            return SummaryOutcome("failed", len(new), error=error, calls=calls, skipped=skipped)
+            return SummaryOutcome("failed", len(read), error=error, calls=calls, skipped=skipped)
 
-        if memory.epoch(channel_id) != epoch:
+        if memory.epoch(turn.channel_id) != epoch:
             return failed(CLEARED_MEANWHILE)
         # If the model (or an admin) wrote meanwhile, what we made is built on an older
         # memory and would move the marker back over their update: the write checks the
         # version under the channel's lock (``expected_version``) and refuses.
-        marker = Marker.of(new[-1])
+        marker = Marker.of(read[-1])
         if config.category_mode:
             # Every current value, unchanged ones included: the write moves the marker
             # even when the new messages changed nothing.
@@ -633,7 +644,7 @@ class Summarizer:
             reason = result.reason or "the memory could not be saved"
             if reason == REASON_DISABLED:
                 # Turned off (here or in another process) while the model was answering.
-                return SummaryOutcome("disabled", len(new), calls=calls, skipped=skipped)
+                return SummaryOutcome("disabled", len(read), calls=calls, skipped=skipped)
             known = {
                 REASON_CLEARED: CLEARED_MEANWHILE,
                 REASON_CHANGED: CHANGED_MEANWHILE,
@@ -643,7 +654,7 @@ class Summarizer:
         written = memory.cache.get(turn.channel_key)
         return SummaryOutcome(
             "updated",
-            len(new),
+            len(read),
             chars=self._chars(written, config) if written is not None else 0,
             calls=calls,
             skipped=skipped,
@@ -691,6 +702,31 @@ class Summarizer:
         except openai.OpenAIError as exc:  # mapped inside already; belt and braces
             log.warning("summarizer model call failed: %s", type(exc).__name__)
             raise LlmUnavailable("unavailable", UNAVAILABLE_MESSAGE) from exc
+
+
+def _integrate(
+    text: str, config: GuildConfig, *, summary: str, categories: Mapping[str, str]
+) -> tuple[str, dict[str, str]]:
+    """The running memory, ``(summary, categories)``, with one batch's answer folded in
+    as a write would store it (sanitized, at most VALUE_LIMIT a value: what the plan
+    reserved room for), for the next batch to integrate into. Raises :class:`_Unusable`
+    when the answer is empty, or holds no usable value (category mode: not the JSON
+    object asked for, or no value left after sanitizing)."""
+    if not text.strip():
+        raise _Unusable("empty", EMPTY_ANSWER)
+    if not config.category_mode:
+        summary = sanitize_value(text.strip())
+        if not summary:
+            raise _Unusable("empty", EMPTY_ANSWER)
+        return summary, dict(categories)
+    try:
+        values = parse_categories(text, config)
+    except ValueError:
+        raise _Unusable("failed", INVALID_JSON) from None
+    values = {slug: sanitize_value(v) for slug, v in values.items()}
+    if not any(values.values()):
+        raise _Unusable("empty", NO_CATEGORY_VALUES)
+    return summary, {**categories, **{slug: v for slug, v in values.items() if v}}
 
 
 def _no_tools() -> list[str]:
