@@ -44,9 +44,10 @@ import logging
 import re
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import openai
+from openai.types.chat import ChatCompletionMessage
 
 from bot.config import LlmSettings
 from bot.llm.tools.base import ToolOutcome
@@ -278,7 +279,44 @@ async def run_tool_loop(
             break
     else:
         result.stopped = STOPPED_MAX_ITERATIONS
+    return await _final_answer(
+        ask,
+        result,
+        conversation,
+        registry=registry,
+        called=called,
+        interim=interim,
+        tool_calling=tool_calling,
+        without_tools_notes=without_tools_notes,
+    )
 
+
+class _Ask(Protocol):
+    """:func:`_ask` with the turn's client, model, settings and history fallbacks bound."""
+
+    def __call__(
+        self,
+        *,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        tool_choice: str | None = None,
+    ) -> Awaitable[tuple[ChatCompletionMessage, bool]]: ...
+
+
+async def _final_answer(
+    ask: _Ask,
+    result: LoopResult,
+    conversation: list[dict[str, Any]],
+    *,
+    registry: Mapping[str, ToolSpec],
+    called: Sequence[str],
+    interim: Sequence[str],
+    tool_calling: bool,
+    without_tools_notes: Sequence[str],
+) -> LoopResult:
+    """The loop stopped early (``result.stopped``): one last call in which no tool may be
+    called, so the model can still answer the user. Its failure gives the text written
+    beside the tool calls, or :data:`FALLBACK_REPLY` (``result.gave_up``)."""
     log.info(
         "tool loop stopped early (%s) after %d model call(s); asking for a final answer "
         "without tools",
@@ -458,8 +496,9 @@ class _HistoryTools:
     """What this turn learned about requests whose tools only define the calls in their
     history: each fallback that was needed once is used from the start next time."""
 
-    tool_choice: bool = True  # False: the server refused ``tool_choice``
-    definitions: bool = True  # False: it refused the definitions too
+    # How many of the requests :func:`_ask` tries in turn the server refused: 1, it
+    # refused ``tool_choice``; 2, the definitions too.
+    refused: int = 0
 
 
 class _HistoryToolsRefused(Exception):
@@ -475,14 +514,15 @@ async def _ask(
     tools: list[dict[str, Any]],
     history: _HistoryTools,
     tool_choice: str | None = None,
-) -> tuple[Any, bool]:
+) -> tuple[ChatCompletionMessage, bool]:
     """:func:`_complete`, except that a request with ``tool_choice`` (tools defined only
     for the calls in the history, none may be called) the server refuses is asked again
     without ``tool_choice``, then without tools (and tool calls in the history): OpenRouter
     answers 404 when no provider it routes to takes the ``tool_choice`` value."""
     if tool_choice is None:
         return await _complete(api, model=model, messages=messages, settings=settings, tools=tools)
-    if history.tool_choice:
+    # With tool_choice, then the definitions alone; those refused before are skipped.
+    for keep_choice in (True, False)[history.refused :]:
         try:
             return await _complete(
                 api,
@@ -490,28 +530,18 @@ async def _ask(
                 messages=messages,
                 settings=settings,
                 tools=tools,
-                tool_choice=tool_choice,
+                tool_choice=tool_choice if keep_choice else None,
                 history_only=True,
             )
         except _HistoryToolsRefused:
-            history.tool_choice = False
-            log.warning("LLM refused tool_choice %r: asking again without it", tool_choice)
-    if history.definitions:
-        try:
-            return await _complete(
-                api,
-                model=model,
-                messages=messages,
-                settings=settings,
-                tools=tools,
-                history_only=True,
-            )
-        except _HistoryToolsRefused:
-            history.definitions = False
-            log.warning(
-                "LLM refused the tool definitions of a follow-up: asking again with the "
-                "tool calls taken out of the history"
-            )
+            history.refused += 1
+            if keep_choice:
+                log.warning("LLM refused tool_choice %r: asking again without it", tool_choice)
+            else:
+                log.warning(
+                    "LLM refused the tool definitions of a follow-up: asking again with the "
+                    "tool calls taken out of the history"
+                )
     return await _complete(api, model=model, messages=messages, settings=settings, tools=[])
 
 
@@ -524,7 +554,7 @@ async def _complete(
     tools: list[dict[str, Any]],
     tool_choice: str | None = None,
     history_only: bool = False,
-) -> tuple[Any, bool]:
+) -> tuple[ChatCompletionMessage, bool]:
     """One Chat Completions call; returns the first choice's message and whether it was
     cut off at ``max_tokens``. Without ``tools`` the request carries no tool calls or
     results either (servers refuse them without definitions): an answer written beside
@@ -560,7 +590,8 @@ async def _complete(
     if not choices or getattr(choices[0], "message", None) is None:
         log.warning("LLM answer had no choices (%s)", type(completion).__name__)
         raise LlmUnavailable("unavailable", UNAVAILABLE_MESSAGE)
-    return choices[0].message, getattr(choices[0], "finish_reason", None) == "length"
+    message: ChatCompletionMessage = choices[0].message
+    return message, getattr(choices[0], "finish_reason", None) == "length"
 
 
 # Statuses with which servers refuse what a request asks for (400; OpenRouter's 404 when
@@ -682,7 +713,7 @@ class _Call:
     history_arguments: str  # always valid JSON: some servers re-parse the history
 
 
-def _function_calls(message: Any, iteration: int) -> list[_Call]:
+def _function_calls(message: ChatCompletionMessage, iteration: int) -> list[_Call]:
     raw_calls = getattr(message, "tool_calls", None) or []
     calls: list[_Call] = []
     used: set[str] = set()

@@ -769,6 +769,23 @@ async def test_a_turn_remembers_that_its_follow_ups_cannot_carry_tool_choice() -
         assert llm.tool_names(3) == ["stm"]
 
 
+async def test_a_turn_remembers_that_its_follow_ups_cannot_carry_tool_definitions(
+    llm: ScriptedLLM,
+) -> None:
+    # Nothing offered: once the server refused a follow-up with tool_choice and with the
+    # definitions alone, the turn's later follow-ups go without tools at once.
+    tool = Recorder("stm")
+    llm.reply_tool_calls([("stm", {"x": "1"})])  # a call the model makes anyway
+    llm.reply_error(400, "Invalid request").reply_error(400, "Invalid request")
+    llm.reply_tool_calls([("stm", {"x": "2"})])  # asked without tools, it calls again
+    llm.reply_text("Done.")
+    result = await _loop(llm, {"stm": tool.spec}, offered=[])
+    assert result.text == "Done."
+    assert tool.received == ['{"x": "1"}', '{"x": "2"}']
+    assert ["tools" in body for body in llm.requests] == [False, True, True, False, False]
+    assert ["tool_choice" in body for body in llm.requests] == [False, True, False, False, False]
+
+
 @pytest.mark.parametrize(
     "message",
     [
