@@ -63,6 +63,7 @@ from bot.db.engine import Database
 from bot.db.migrate import upgrade
 from bot.llm.client import make_client
 from bot.llm.tools.longterm import REMEMBER_TOOL_NAME
+from bot.memory.longterm import LongTermService
 from bot.memory.model import RawMessage
 from bot.memory.service import MemoryService
 from bot.turn import TurnReply, TurnRequest, TurnRunner, load_persona, render_persona
@@ -449,7 +450,10 @@ class Replay:
 
     def _start(self) -> tuple[MemoryService, TurnRunner]:
         memory = MemoryService(self._sessions, self.settings, clock=self.clock)
-        runner = TurnRunner(memory, self.client, self.settings, persona=self._persona)
+        longterm = LongTermService(self._sessions, self.settings, self.clock)
+        runner = TurnRunner(
+            memory, self.client, self.settings, longterm=longterm, persona=self._persona
+        )
         # What the chat cog back-fills from Discord's channel history on the first message.
         memory.windows.prime(
             self.fixture.channel_id, self.transcript[-self.settings.stm.raw_window :]

@@ -21,6 +21,7 @@ from bot.config import Settings
 from bot.db.engine import Database
 from bot.db.migrate import upgrade
 from bot.llm.client import make_client
+from bot.memory.longterm import LongTermService
 from bot.memory.model import RawMessage, ScopeKey
 from bot.memory.prompt import relative_time, render_memory_text
 from bot.memory.service import MemoryService
@@ -54,7 +55,8 @@ async def console(
         await upgrade(database.engine)
     client = make_client(settings)
     memory = MemoryService(database.sessions, settings)
-    runner = TurnRunner(memory, client, settings)
+    longterm = LongTermService(database.sessions, settings, memory.clock, spool=memory.spool)
+    runner = TurnRunner(memory, client, settings, longterm=longterm)
     ids = itertools.count(int(datetime.now(UTC).timestamp() * 1000) << 22)
     memory.windows.prime(CONSOLE_CHANNEL_ID, [])
 

@@ -33,7 +33,12 @@ from bot.memory.prompt import AssembledPrompt, assemble
 from bot.memory.sanitize import strip_control_chars
 from bot.memory.service import LabelFor, MemoryService
 from bot.memory.storage import MemoryUnavailable
-from bot.memory.summarizer import Summarizer, auto_summarize_reason, ignored_nudges
+from bot.memory.summarizer import (
+    Summarizer,
+    SummaryOutcome,
+    auto_summarize_reason,
+    ignored_nudges,
+)
 from bot.memory.turn import TurnState
 
 log = logging.getLogger(__name__)
@@ -190,8 +195,8 @@ class TurnRunner:
         client: openai.AsyncOpenAI,
         settings: Settings,
         *,
+        longterm: LongTermService,
         persona: str | None = None,
-        longterm: LongTermService | None = None,
     ) -> None:
         self.memory = memory
         self.client = client
@@ -199,15 +204,13 @@ class TurnRunner:
         self.persona = persona or load_persona(settings.persona_file)
         self.caps = capabilities(settings.provider)
         self.summarizer = Summarizer(memory, client, settings)
-        self.longterm = longterm or LongTermService(
-            memory.sessions, settings, memory.clock, spool=memory.spool
-        )
+        self.longterm = longterm
         # (user, guild, channel, opted in) known to show no long-term facts: most users never
         # ask the bot to remember anything, and their warm turns then need no query.
         self._no_facts: TTLCache[tuple[int, int | None, int, bool], bool] = TTLCache(
             maxsize=100_000, ttl=NO_FACTS_TTL_SECONDS
         )
-        self._background: set[asyncio.Task[Any]] = set()
+        self._background: set[asyncio.Task[SummaryOutcome]] = set()
         # Channels whose last automatic summary failed recently.
         self._summary_failed: TTLCache[int, bool] = TTLCache(
             maxsize=100_000, ttl=SUMMARY_RETRY_SECONDS, timer=memory.clock.monotonic
@@ -239,35 +242,16 @@ class TurnRunner:
         trigger = await self._trigger(request, turn.epoch, prepared.prompt.window)
         window = with_trigger(prepared.prompt.window, trigger, self.memory.windows.was_deleted)
         prompt = assemble(replace(prepared.prompt, window=window))
-        messages: list[dict[str, Any]] = [
-            {
-                "role": "system",
-                "content": render_persona(self.persona, request, prepared.prompt.now),
-            }
-        ]
-        if intent and not self.caps.tool_calling:
-            messages.append({"role": "system", "content": NO_LONG_TERM_TOOLS_NOTE})
-        budget = context_chars(self.caps.context_tokens, self.settings.llm.max_reply_tokens)
-        # The end of the conversation comes before other channels and long-term facts.
-        tail = prompt.history[-max(1, self.settings.stm.min_raw_tail) :]
-        notes = fit_notes(
-            prompt,
-            budget_chars=budget
-            - sum(len(m["content"]) for m in messages)
-            - sum(len(m["content"]) for m in tail),
+        messages, whole_history = self._messages(
+            request, prompt, prepared.prompt.now, intent=intent
         )
-        messages[1:1] = [{"role": "system", "content": note} for note in notes]
-        history = fit_history(
-            prompt.history, budget_chars=budget - sum(len(m["content"]) for m in messages)
-        )
-        if len(history) < len(prompt.history):
+        if not whole_history:
             # The model does not see the oldest messages: a memory it writes now must not
             # claim to cover them, so the marker stays where it was.
             turn.marker = None
-        messages += history
         stm_results: list[str] = []
 
-        async def stm_tool(raw: str | None) -> Any:
+        async def stm_tool(raw: str | None) -> ToolOutcome:
             outcome = await run_stm_tool(self.memory, turn, raw)
             stm_results.append(outcome.content)
             return outcome
@@ -318,6 +302,36 @@ class TurnRunner:
         self.memory.record_bot_turn(turn)
         self._maybe_summarize(turn)
         return TurnReply(result.text, stm_results=tuple(stm_results), turn=turn)
+
+    def _messages(
+        self, request: TurnRequest, prompt: AssembledPrompt, now: datetime, *, intent: bool
+    ) -> tuple[list[dict[str, Any]], bool]:
+        """The model's messages for the turn, and whether they hold the whole history.
+
+        The persona (and, when the user asked for long-term memory the provider cannot
+        give, :data:`NO_LONG_TERM_TOOLS_NOTE`), then the system notes that fit the
+        provider's context (:func:`fit_notes`) once the end of the conversation
+        (``stm.min_raw_tail`` messages) has its room, then the newest history that fits
+        what is left (:func:`fit_history`)."""
+        messages: list[dict[str, Any]] = [
+            {"role": "system", "content": render_persona(self.persona, request, now)}
+        ]
+        if intent and not self.caps.tool_calling:
+            messages.append({"role": "system", "content": NO_LONG_TERM_TOOLS_NOTE})
+        budget = context_chars(self.caps.context_tokens, self.settings.llm.max_reply_tokens)
+        # The end of the conversation comes before other channels and long-term facts.
+        tail = prompt.history[-max(1, self.settings.stm.min_raw_tail) :]
+        notes = fit_notes(
+            prompt,
+            budget_chars=budget
+            - sum(len(m["content"]) for m in messages)
+            - sum(len(m["content"]) for m in tail),
+        )
+        messages[1:1] = [{"role": "system", "content": note} for note in notes]
+        history = fit_history(
+            prompt.history, budget_chars=budget - sum(len(m["content"]) for m in messages)
+        )
+        return messages + history, len(history) == len(prompt.history)
 
     async def _trigger(
         self, request: TurnRequest, epoch: int, window: Sequence[RawMessage]
@@ -427,7 +441,7 @@ class TurnRunner:
         self._background.add(task)
         task.add_done_callback(lambda done: self._summary_done(done, turn.channel_id))
 
-    def _summary_done(self, task: asyncio.Task[Any], channel_id: int) -> None:
+    def _summary_done(self, task: asyncio.Task[SummaryOutcome], channel_id: int) -> None:
         self._background.discard(task)
         if task.cancelled():
             return

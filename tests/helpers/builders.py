@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from bot.config import Settings
+from bot.memory.longterm import LongTermService
 from bot.memory.model import RawMessage
 from bot.memory.service import LabelFor, MemoryService, PreparedTurn
 from bot.memory.spool import DurableSpool
@@ -85,6 +86,11 @@ def make_service(
     spool: DurableSpool | None = None,
 ) -> MemoryService:
     return MemoryService(sessions, settings, clock=clock or ManualClock(), spool=spool)
+
+
+def make_longterm(memory: MemoryService) -> LongTermService:
+    """Long-term memory on ``memory``'s database, clock and spool (as the bot builds it)."""
+    return LongTermService(memory.sessions, memory.settings, memory.clock, spool=memory.spool)
 
 
 async def prepare(

@@ -17,6 +17,7 @@ from sqlalchemy.engine import URL
 from bot.console import console
 from bot.db.engine import Database
 from bot.db.migrate import upgrade
+from bot.llm.tools.longterm import REMEMBER_TOOL_NAME
 from bot.llm.tools.stm import STM_TOOL_NAME
 from bot.turn import DEFAULT_PERSONA
 from tests.helpers.database import make_test_settings
@@ -65,6 +66,27 @@ async def test_console_chats_remembers_shows_and_refreshes(
 
 def prompt_text(llm: ScriptedLLM, i: int) -> str:
     return "\n".join(str(m.get("content") or "") for m in llm.messages(i))
+
+
+async def test_console_keeps_a_fact_in_long_term_memory_and_recalls_it(
+    db: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path
+) -> None:
+    settings = make_test_settings(pg_url, tmp_path, openai_base_url=llm.base_url, model="m")
+    llm.reply_tool_calls([(REMEMBER_TOOL_NAME, {"fact": "My cat is called Miso"})])
+    llm.reply_text("I'll remember that.")
+    llm.reply_text("Miso.")
+    out = io.StringIO()
+    code = await console(
+        settings,
+        read_line=lines("remember that my cat is called Miso", "what is my cat called?"),
+        out=out,
+    )
+    assert code == 0, out.getvalue()
+    saved = next(m for m in llm.messages(1) if m["role"] == "tool")
+    assert saved["content"].startswith("saved"), saved
+    # The next turn's prompt recalls the fact.
+    assert "My cat is called Miso" in prompt_text(llm, 2)
+    assert "kioku> Miso." in out.getvalue()
 
 
 async def test_the_second_console_message_reaches_the_model(

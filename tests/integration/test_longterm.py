@@ -29,6 +29,7 @@ from tests.helpers.builders import (
     GUILD,
     OTHER_CHANNEL,
     ManualClock,
+    make_longterm,
     make_service,
 )
 from tests.helpers.database import make_test_settings
@@ -989,7 +990,9 @@ async def test_a_remember_in_flight_during_forget_me_does_not_survive_it(
     db: Database, settings: Settings, llm: ScriptedLLM
 ) -> None:
     memory = make_service(db.sessions, settings)
-    runner = TurnRunner(memory, openai_client(llm), settings, persona="p")
+    runner = TurnRunner(
+        memory, openai_client(llm), settings, longterm=make_longterm(memory), persona="p"
+    )
     llm.reply_tool_calls([("remember", {"fact": "My cat is called Miso"})]).reply_text("Noted!")
     held = llm.hold()
     request = TurnRequest(
@@ -1069,7 +1072,9 @@ async def test_a_scope_without_facts_is_not_queried_again(
     db: Database, settings: Settings, llm: ScriptedLLM
 ) -> None:
     memory = make_service(db.sessions, settings)
-    runner = TurnRunner(memory, openai_client(llm), settings, persona="p")
+    runner = TurnRunner(
+        memory, openai_client(llm), settings, longterm=make_longterm(memory), persona="p"
+    )
     chatting = turn_request(CHANNEL, "what should I feed my cat", 1)
     assert await runner._recall(chatting, False) == []
     # A fact that did not come through this process's remember (another shard's): the

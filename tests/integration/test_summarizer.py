@@ -54,6 +54,7 @@ from tests.helpers.builders import (
     GUILD,
     OTHER_CHANNEL,
     ManualClock,
+    make_longterm,
     make_service,
     message,
 )
@@ -918,7 +919,9 @@ async def test_with_a_tool_less_provider_the_summarizer_maintains_the_memory(
     )
     service = make_service(db.sessions, settings)
     client = openai_client(llm)
-    runner = TurnRunner(service, client, settings, persona="You are Kioku.")
+    runner = TurnRunner(
+        service, client, settings, longterm=make_longterm(service), persona="You are Kioku."
+    )
     summarizer = Summarizer(service, client, settings)
     caps = capabilities(settings.provider)
     assert not caps.tool_calling

@@ -10,7 +10,16 @@ from sqlalchemy.engine import URL
 from bot.db.engine import Database
 from bot.llm.providers import capabilities
 from bot.turn import TurnRequest, TurnRunner, context_chars
-from tests.helpers.builders import ALICE, BOB, BOT, CHANNEL, GUILD, make_service, message
+from tests.helpers.builders import (
+    ALICE,
+    BOB,
+    BOT,
+    CHANNEL,
+    GUILD,
+    make_longterm,
+    make_service,
+    message,
+)
 from tests.helpers.database import make_test_settings
 from tests.helpers.fake_llm import ScriptedLLM, openai_client
 
@@ -50,7 +59,9 @@ async def test_other_channels_never_crowd_the_conversation_out_of_a_small_contex
         label_for=lambda entry: f"#channel-{entry.key.channel_id % 100}",
     )
     async with openai_client(llm) as client:
-        runner = TurnRunner(service, client, settings, persona="You are Kioku.")
+        runner = TurnRunner(
+            service, client, settings, longterm=make_longterm(service), persona="You are Kioku."
+        )
         llm.reply_text("an answer")
         await runner.run(request)
         await runner.drain()

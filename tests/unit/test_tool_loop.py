@@ -44,7 +44,15 @@ from bot.llm.tools.longterm import LONG_TERM_TOOL_NAMES
 from bot.llm.tools.stm import STM_TOOL_NAME
 from bot.memory.turn import REASON_PROVIDER
 from bot.turn import TurnRequest, TurnRunner
-from tests.helpers.builders import ALICE, BOT, CHANNEL, GUILD, make_service, message
+from tests.helpers.builders import (
+    ALICE,
+    BOT,
+    CHANNEL,
+    GUILD,
+    make_longterm,
+    make_service,
+    message,
+)
 from tests.helpers.database import make_test_settings
 from tests.helpers.fake_llm import ScriptedLLM, _Recorded, openai_client, refused_base_url
 
@@ -1174,7 +1182,9 @@ async def test_a_tool_calling_provider_excluded_from_stm_hides_only_the_stm_tool
         )
 
     async with openai_client(llm) as client:
-        runner = TurnRunner(service, client, settings, persona="You are Kioku.")
+        runner = TurnRunner(
+            service, client, settings, longterm=make_longterm(service), persona="You are Kioku."
+        )
         assert runner.caps is small
 
         llm.reply_tool_calls([("remember", {"fact": "Alice's cat is called Miso"})])
