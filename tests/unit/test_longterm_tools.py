@@ -88,6 +88,31 @@ def test_remember_refuses_bad_fields(raw: str, expected: str) -> None:
         parse_remember_arguments(raw)
 
 
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        pytest.param(
+            '{"fact": "x", "why": "y", "how": "z"}',
+            'unexpected fields "why", "how"; this tool takes only "fact"',
+            id="extra-fields",
+        ),
+        pytest.param('{"fact": null}', 'field "fact" must be a string, got null', id="null"),
+        pytest.param(
+            '{"fact": "bad \\ud800"}',
+            'field "fact" contains a lone surrogate (an unpaired \\ud800-\\udfff escape); '
+            "send plain text",
+            id="surrogate",
+        ),
+    ],
+)
+def test_remember_argument_messages_are_worded_as_before(raw: str, message: str) -> None:
+    # The checks are shared with the STM tool (bot.llm.tools.arguments); each tool's
+    # wording stays its own.
+    with pytest.raises(ToolArgumentError) as caught:
+        parse_remember_arguments(raw)
+    assert str(caught.value) == message
+
+
 def test_remember_returns_the_fact_as_given() -> None:
     assert parse_remember_arguments('{"fact": "  My cat is called Miso "}') == (
         "  My cat is called Miso "

@@ -318,6 +318,43 @@ def test_parse_refuses(raw: str | None, config: GuildConfig, fragments: list[str
     message = str(caught.value)
     for fragment in fragments:
         assert fragment in message
+
+
+@pytest.mark.parametrize(
+    ("raw", "config", "message"),
+    [
+        pytest.param(
+            '{"summary": "x", "mood": "y"}',
+            SUMMARY,
+            'unexpected field "mood"; this tool takes only "summary"',
+            id="extra-field",
+        ),
+        pytest.param(
+            '{"summary": null}', SUMMARY, 'field "summary" must be a string, got null', id="null"
+        ),
+        pytest.param(
+            '{"facts": null}',
+            CATEGORIES,
+            'field "facts" must be a string, got null; use "" to clear it',
+            id="category-null",
+        ),
+        pytest.param(
+            '{"summary": "a\\ud800"}',
+            SUMMARY,
+            'field "summary" contains a lone surrogate (an unpaired \\ud800-\\udfff escape), '
+            "which is not valid Unicode; send plain text",
+            id="surrogate",
+        ),
+    ],
+)
+def test_argument_messages_are_worded_as_before(
+    raw: str, config: GuildConfig, message: str
+) -> None:
+    # The checks are shared with the long-term tools (bot.llm.tools.arguments); each
+    # tool's wording stays its own.
+    with pytest.raises(ToolArgumentError) as caught:
+        parse_stm_arguments(raw, config)
+    assert str(caught.value) == message
     assert len(message) < 400  # short enough for the model to read
     assert isinstance(caught.value, ValueError)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from bot.llm.tools.base import ToolArgumentError
@@ -85,5 +86,44 @@ def load_object(raw: str | None, example: str, *, max_bytes: int, shorter: str) 
         raise ToolArgumentError(
             f"arguments must be a JSON object, got a JSON {json_type(value)}; "
             f"send one JSON object like {example}"
+        )
+    return value
+
+
+def unexpected_fields(extra: Sequence[str], allowed: Sequence[str]) -> str:
+    """The message for fields ``extra`` a tool that takes only ``allowed`` was given."""
+    plural = "s" if len(extra) > 1 else ""
+    return (
+        f"unexpected field{plural} {quoted(list(extra))}; this tool takes only "
+        f"{quoted(list(allowed))}"
+    )
+
+
+def reject_unexpected(payload: Collection[str], allowed: Sequence[str]) -> None:
+    """``ToolArgumentError`` (naming the first one) when ``payload`` has fields other than
+    ``allowed``."""
+    extra = [key for key in payload if key not in allowed]
+    if extra:
+        raise ToolArgumentError(unexpected_fields(extra, allowed), extra[0])
+
+
+def require_string(
+    field: str, value: object, *, null_hint: str = "", surrogate_detail: str = ""
+) -> str:
+    """``value`` as a string, or ``ToolArgumentError`` naming ``field`` and its problem:
+    not a string (``null_hint`` added when it is a JSON null), or holding a lone
+    surrogate, which JSON escapes allow but is no Unicode text (``surrogate_detail``
+    added to the explanation)."""
+    name = quoted([field])
+    if not isinstance(value, str):
+        hint = null_hint if value is None else ""
+        raise ToolArgumentError(
+            f"field {name} must be a string, got {json_type(value)}{hint}", field
+        )
+    if any("\ud800" <= char <= "\udfff" for char in value):
+        raise ToolArgumentError(
+            f"field {name} contains a lone surrogate (an unpaired \\ud800-\\udfff escape)"
+            f"{surrogate_detail}; send plain text",
+            field,
         )
     return value

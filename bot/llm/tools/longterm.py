@@ -17,7 +17,13 @@ from datetime import datetime
 from typing import Any
 
 from bot.llm.tool_loop import ToolSpec
-from bot.llm.tools.arguments import json_type, load_object, quoted
+from bot.llm.tools.arguments import (
+    json_type,
+    load_object,
+    quoted,
+    reject_unexpected,
+    require_string,
+)
 from bot.llm.tools.base import ToolArgumentError, ToolOutcome
 from bot.memory.longterm import (
     SEARCH_LIMIT,
@@ -148,28 +154,9 @@ def _load_object(raw: str | None, example: str) -> dict[str, Any]:
     )
 
 
-def _check_fields(payload: dict[str, Any], allowed: tuple[str, ...]) -> None:
-    extra = [key for key in payload if key not in allowed]
-    if extra:
-        plural = "s" if len(extra) > 1 else ""
-        raise ToolArgumentError(
-            f"unexpected field{plural} {quoted(extra)}; this tool takes only "
-            f"{quoted(list(allowed))}",
-            extra[0],
-        )
-
-
 def _text(payload: dict[str, Any], field: str, *, limit: int | None = None) -> str:
+    value = require_string(field, payload[field])
     name = quoted([field])
-    value = payload[field]
-    if not isinstance(value, str):
-        raise ToolArgumentError(f"field {name} must be a string, got {json_type(value)}", field)
-    if any("\ud800" <= char <= "\udfff" for char in value):
-        raise ToolArgumentError(
-            f"field {name} contains a lone surrogate (an unpaired \\ud800-\\udfff escape); "
-            "send plain text",
-            field,
-        )
     if not value.strip():
         raise ToolArgumentError(f"field {name} is empty", field)
     if limit is not None and len(value) > limit:
@@ -182,7 +169,7 @@ def _text(payload: dict[str, Any], field: str, *, limit: int | None = None) -> s
 def parse_remember_arguments(raw: str | None) -> str:
     """The fact to remember (as given; the service sanitizes and caps it)."""
     payload = _load_object(raw, '{"fact": "My cat is called Miso"}')
-    _check_fields(payload, ("fact",))
+    reject_unexpected(payload, ("fact",))
     if "fact" not in payload:
         raise ToolArgumentError(
             'missing required field "fact" (the fact to remember, a string)', "fact"
@@ -193,7 +180,7 @@ def parse_remember_arguments(raw: str | None) -> str:
 def parse_recall_arguments(raw: str | None) -> str:
     """The words to search for."""
     payload = _load_object(raw, '{"query": "cat name"}')
-    _check_fields(payload, ("query",))
+    reject_unexpected(payload, ("query",))
     if "query" not in payload:
         raise ToolArgumentError('missing required field "query" (words to look for)', "query")
     return _text(payload, "query", limit=MAX_QUERY_CHARS)
@@ -202,7 +189,7 @@ def parse_recall_arguments(raw: str | None) -> str:
 def parse_forget_arguments(raw: str | None) -> tuple[int | None, str | None]:
     """``(fact_id, None)`` or ``(None, query)``: exactly one of them."""
     payload = _load_object(raw, '{"fact_id": 12} or {"query": "cat name"}')
-    _check_fields(payload, ("fact_id", "query"))
+    reject_unexpected(payload, ("fact_id", "query"))
     given = [key for key in ("fact_id", "query") if payload.get(key) is not None]
     if len(given) != 1:
         what = "both were given" if given else "neither was given"

@@ -16,7 +16,13 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from bot.llm.tools.arguments import json_type, load_object, quoted, utf8_size
+from bot.llm.tools.arguments import (
+    load_object,
+    quoted,
+    require_string,
+    unexpected_fields,
+    utf8_size,
+)
 from bot.llm.tools.base import ToolArgumentError, ToolOutcome
 from bot.memory.model import SUMMARY_SLUG, Category, GuildConfig
 from bot.memory.sanitize import MAX_VALUE_CHARS as STM_VALUE_MAX_CHARS
@@ -128,18 +134,13 @@ def _load_object(raw: str | None, config: GuildConfig) -> dict[str, Any]:
 
 def _check_text(field: str, value: object) -> str:
     """``value`` as a string, or ToolArgumentError naming ``field``'s problem."""
+    value = require_string(
+        field,
+        value,
+        null_hint='; use "" to clear it' if field != SUMMARY_SLUG else "",
+        surrogate_detail=", which is not valid Unicode",
+    )
     name = quoted([field])
-    if not isinstance(value, str):
-        hint = '; use "" to clear it' if value is None and field != SUMMARY_SLUG else ""
-        raise ToolArgumentError(
-            f"field {name} must be a string, got {json_type(value)}{hint}", field
-        )
-    if any("\ud800" <= char <= "\udfff" for char in value):
-        raise ToolArgumentError(
-            f"field {name} contains a lone surrogate (an unpaired \\ud800-\\udfff escape), "
-            "which is not valid Unicode; send plain text",
-            field,
-        )
     size = utf8_size(value)
     if size > MAX_VALUE_BYTES:
         raise ToolArgumentError(
@@ -156,8 +157,7 @@ def _parse_summary(payload: dict[str, Any]) -> StmUpdate:
     if SUMMARY_SLUG not in payload:
         problems.append('missing required field "summary" (the new summary text, a string)')
     if extra:
-        plural = "s" if len(extra) > 1 else ""
-        problems.append(f'unexpected field{plural} {quoted(extra)}; this tool takes only "summary"')
+        problems.append(unexpected_fields(extra, [SUMMARY_SLUG]))
     if problems:
         field = extra[0] if extra and SUMMARY_SLUG in payload else SUMMARY_SLUG
         raise ToolArgumentError("; ".join(problems), field)
