@@ -14,8 +14,10 @@ its START, after optional address words, it holds a memory verb in the IMPERATIV
 * address words (any number): the bot's mention ``<@id>`` or its own role's ``<@&id>``
   (any mention when the bot id is unknown), the bot's name (``kioku``), interjections
   (``hey``, ``ok``, ``also``, ``btw``, ``and``…);
-* then optionally a request marker: ``please``/``pls``/``kindly``, ``can/could/would/
-  will you``, ``I want/need/'d like you to``, ``make sure to``;
+* then optionally a request marker: ``please``/``pls``/``plz``/``kindly``, ``can/could/
+  would/will you`` (or ``u``), ``I want/need you to``, ``I'd/I would like you to``,
+  ``make sure to``/``make sure you``, ``try to`` (a ``please`` may follow the marker:
+  ``can you please``);
 * then a memory verb, matched as whole words (``misremembered``, ``unforgettable``,
   ``forgetting``, ``remembering``, ``forget-me-nots`` never count).
 

@@ -69,9 +69,22 @@ POSITIVE = {
     # "never mind" idioms followed by a request marker or a reason to delete the fact.
     "forget-it-please": "forget it please",
     "forget-that-it-was-wrong": "forget that, it was wrong",
+    # Every request marker the module docstring lists, where it alone makes the request
+    # ("remember the server IP…" is no request bare: "Remember the Alamo").
+    "marker-plz": "plz remember the server IP is 10.0.0.2",
+    "marker-kindly": "kindly remember the server IP is 10.0.0.2",
+    "marker-can-u": "can u remember the server IP is 10.0.0.2",
+    "marker-will-you": "will you remember the server IP is 10.0.0.2",
+    "marker-then-please": "would you please remember the server IP is 10.0.0.2",
+    "marker-i-need-you-to": "I need you to remember the server IP is 10.0.0.2",
+    "marker-i-would-like-you-to": "I would like you to remember the server IP is 10.0.0.2",
+    "marker-make-sure-to": "make sure to remember the server IP is 10.0.0.2",
+    "marker-make-sure-you": "make sure you remember the server IP is 10.0.0.2",
+    "marker-try-to": "try to remember the server IP is 10.0.0.2",
 }
 
 NEGATIVE = {
+    "no-marker": "remember the server IP is 10.0.0.2",
     "forget-all-about-it": "forget all about it",
     "forget-that-never-mind": "forget that, what's for dinner?",
     "cant-remember": "I can't remember the title",
