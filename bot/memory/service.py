@@ -612,6 +612,7 @@ class MemoryService:
         )
         if window:
             turn.marker = Marker.of(window[-1])
+        turn.read_authors.update(m.author_id for m in window if not m.is_bot)
         try:
             others = await self._other_channels(turn, label_for) if label_for else []
         except MemoryUnavailable:
@@ -801,7 +802,7 @@ class MemoryService:
             # conversation's contributors: /forget-me must find the user's words in other
             # users' copies too, not only in the channel's row.
             contributors = self._contributors(turn, entries[0], marker or turn.marker)
-            contributors |= turn.shown_contributors()
+            contributors |= turn.shown_contributors() | turn.read_authors
             for entry in entries:
                 contributors |= set(entry.contributor_ids)
             before = [replace(e, categories=dict(e.categories)) for e in entries]

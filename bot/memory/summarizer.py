@@ -623,6 +623,8 @@ class Summarizer:
         # memory and would move the marker back over their update: the write checks the
         # version under the channel's lock (``expected_version``) and refuses.
         marker = Marker.of(read[-1])
+        # Whose words the summary may hold, whatever the window holds by now.
+        turn.read_authors.update(m.author_id for m in read if not m.is_bot)
         if config.category_mode:
             # Every current value, unchanged ones included: the write moves the marker
             # even when the new messages changed nothing.

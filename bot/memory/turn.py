@@ -50,6 +50,10 @@ class TurnState:
     # memory written this turn may hold those words, so /forget-me must find it from
     # their authors too (see shown_contributors).
     shown: list[tuple[StmEntry, Sequence[RawMessage]]] = field(default_factory=list)
+    # Human authors of this channel's raw messages the model (or the summarizer) read: a
+    # memory written now may hold their words even once those messages left the window
+    # (deleted, or pushed out by newer ones), so /forget-me must find it from them too.
+    read_authors: set[int] = field(default_factory=set)
     turn_id: int = field(default_factory=lambda: next(_turn_ids))
 
     def shown_contributors(self) -> set[int]:
