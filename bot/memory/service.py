@@ -72,7 +72,12 @@ from bot.memory.window import WindowCache
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-OTHER_CHANNEL_HYDRATE_LIMIT = 10
+# "Other channels" (and opted-in DM recall) after a restart: a guild's (a user's) memories
+# updated within the TTL are loaded once, the most recent first, up to this many. Which
+# of them may be shown is judged after (it depends on the channel asking), so the limit
+# is generous: the rows of channels more private than the one asking (tickets, staff
+# channels, private threads) must not crowd out the ones it may show.
+OTHER_CHANNEL_HYDRATE_LIMIT = 200
 # Deaf with the database down: failed reads of the wipe times further apart than this
 # are not taken for one outage (the database may have answered others in between).
 WIPES_UNREAD_GAP_SECONDS = 30.0

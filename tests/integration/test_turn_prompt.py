@@ -7,6 +7,7 @@ from pathlib import Path
 
 from sqlalchemy.engine import URL
 
+from bot.config import Settings
 from bot.db.engine import Database
 from bot.llm.providers import capabilities
 from bot.turn import TurnRequest, TurnRunner, context_chars
@@ -16,9 +17,11 @@ from tests.helpers.builders import (
     BOT,
     CHANNEL,
     GUILD,
+    ManualClock,
     make_longterm,
     make_service,
     message,
+    prepare,
 )
 from tests.helpers.database import make_test_settings
 from tests.helpers.fake_llm import ScriptedLLM, openai_client
@@ -74,3 +77,67 @@ async def test_other_channels_never_crowd_the_conversation_out_of_a_small_contex
     assert total <= budget, f"prompt of {total} chars for a budget of {budget}"
     shown = sum("#channel-" in str(m["content"]) for m in sent if m["role"] == "system")
     assert 0 < shown < len(OTHER_CHANNELS)  # the most recent other channels still fit
+
+
+# After a restart: memories of channels more private than this one do not crowd out
+# the ones it may show.
+PUBLIC = CHANNEL + 1
+PRIVATE = [CHANNEL + 100 + i for i in range(12)]  # e.g. ticket channels
+
+
+async def test_after_a_restart_private_channels_do_not_crowd_a_visible_memory_out_of_other_channels(
+    db: Database, settings: Settings
+) -> None:
+    clock = ManualClock()
+    before = make_service(db.sessions, settings, clock)
+    for channel in [PUBLIC, *PRIVATE]:
+        before.observe_message(channel, message(BOB, f"chat in {channel}"))
+        turn = (await prepare(before, BOB, channel=channel)).turn
+        assert (await before.update_stm(turn, summary=f"memory of {channel}")).ok
+        clock.advance(minutes=1)
+
+    def label_for(entry):  # #public is readable here; the private channels are not
+        return "#public" if entry.key.channel_id == PUBLIC else None
+
+    said = message(ALICE, "hi")
+    before.observe_message(CHANNEL, said)
+    shown_before = [o.label for o in (await prepare(before, label_for=label_for)).prompt.others]
+    assert shown_before == ["#public"]
+
+    # The same process restarted: same database, same time, empty cache.
+    after = make_service(db.sessions, settings, clock)
+    after.observe_message(CHANNEL, said)
+    shown_after = [o.label for o in (await prepare(after, label_for=label_for)).prompt.others]
+    assert shown_after == ["#public"], "the newest rows were all private: #public never loads"
+
+
+async def test_after_a_restart_an_opted_in_dm_keeps_a_visible_server_memory(
+    db: Database, settings: Settings
+) -> None:
+    dm_channel = 777_777_777_777_777_777
+    clock = ManualClock()
+    before = make_service(db.sessions, settings, clock)
+    await before.set_cross_context_opt_in(ALICE, True)
+    for channel in [PUBLIC, *PRIVATE]:  # Alice chatted in #public, then in 10 channels
+        before.observe_message(channel, message(ALICE, f"chat in {channel}"))  # she can no
+        turn = (await prepare(before, ALICE, channel=channel)).turn  # longer read (left them)
+        assert (await before.update_stm(turn, summary=f"memory of {channel}")).ok
+        clock.advance(minutes=1)
+
+    def label_for(entry):
+        return "#public in Guild" if entry.key.channel_id == PUBLIC else None
+
+    async def dm_others(service) -> list[str]:
+        service.observe_message(dm_channel, message(ALICE, "what did we say on the server?"))
+        prepared = await service.prepare_turn(
+            channel_id=dm_channel,
+            user_id=ALICE,
+            guild_id=None,
+            bot_user_id=BOT,
+            label_for=label_for,
+        )
+        return [o.label for o in prepared.prompt.others]
+
+    assert await dm_others(before) == ["#public in Guild"]
+    after = make_service(db.sessions, settings, clock)  # restarted
+    assert await dm_others(after) == ["#public in Guild"]
