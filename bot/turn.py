@@ -247,8 +247,10 @@ class TurnRunner:
         )
         if not whole_history:
             # The model does not see the oldest messages: a memory it writes now must not
-            # claim to cover them, so the marker stays where it was.
+            # claim to cover them, so the marker stays where it was (and if a summary
+            # moved it meanwhile, the write is refused: it would claim them after all).
             turn.marker = None
+            turn.history_trimmed = True
         stm_results: list[str] = []
 
         async def stm_tool(raw: str | None) -> ToolOutcome:

@@ -617,6 +617,7 @@ class MemoryService:
         )
         if window:
             turn.marker = Marker.of(window[-1])
+        turn.marker_at_start = entry.marker
         turn.read_authors.update(m.author_id for m in window if not m.is_bot)
         try:
             others = await self._other_channels(turn, label_for) if label_for else []
@@ -795,6 +796,13 @@ class MemoryService:
             # Checked after the awaits above, with no await until the cache is mutated.
             if self.epoch(turn.channel_id) != turn.epoch:
                 return rejected(REASON_CLEARED)
+            if (
+                turn.history_trimmed
+                and marker is None
+                and entries[0].marker != turn.marker_at_start
+            ):
+                # Built on part of what the marker, moved meanwhile, now claims is covered.
+                return rejected(REASON_CHANGED)
             if origin == "model_tool" and turn.stm_updated:
                 return rejected(REASON_ALREADY_UPDATED)
             if expected_version is not None and entries[0].version != expected_version:

@@ -41,6 +41,11 @@ class TurnState:
     source_message_id: int | None = None
     # The newest message the model sees this turn: a summary written now covers it.
     marker: Marker | None = None
+    # The memory's marker when the turn began, and whether the model was shown only part
+    # of the messages after it (the oldest cut to fit the context): then its write may
+    # not keep a marker moved meanwhile (a summary), which would claim the cut messages.
+    marker_at_start: Marker | None = None
+    history_trimmed: bool = False
     explicit_long_term_intent: bool = False
     provider_allows_stm: bool = True
     model: str | None = None

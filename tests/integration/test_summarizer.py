@@ -44,7 +44,7 @@ from bot.memory.summarizer import (
     plan_batches,
     should_auto_summarize,
 )
-from bot.memory.turn import TurnState
+from bot.memory.turn import REASON_CHANGED, TurnState
 from bot.turn import TurnRequest, TurnRunner
 from tests.helpers.builders import (
     ALICE,
@@ -1237,3 +1237,35 @@ async def test_model_write_after_the_window_scrolled_keeps_the_shown_authors(
             )
         ]
     assert not any("Elm Street" in s for s in left), left
+
+
+async def test_a_trimmed_turn_does_not_claim_what_the_summarizer_covered_meanwhile(
+    db: Database, pg_url: URL, tmp_path: Path, llm: ScriptedLLM
+) -> None:
+    """A turn whose oldest messages were cut to fit the context keeps the marker where it
+    was; if a summary moved it meanwhile, the turn's write (built on the old memory and
+    only the newest messages) is refused instead of claiming the cut messages."""
+    settings = _quick(pg_url, tmp_path)
+    service = make_service(db.sessions, settings, ManualClock())
+    summarizer = Summarizer(service, openai_client(llm), settings)
+    service.observe_message(CHANNEL, message(ALICE, "old"))
+    llm.reply_text("Old summary.")
+    first = await summarizer.summarize(
+        guild_id=GUILD, channel_id=CHANNEL, actor_user_id=ALICE, reason="t"
+    )
+    assert first.updated
+    trimmed = message(ALICE, "the launch moved to Friday")  # cut from the turn's prompt
+    service.observe_message(CHANNEL, trimmed)
+    service.observe_message(CHANNEL, message(ALICE, "what snacks?"))
+    prepared = await prepare(service)
+    prepared.turn.marker = None  # as TurnRunner.run does when the history was cut
+    prepared.turn.history_trimmed = True
+    llm.reply_text("Old summary. Launch moved to Friday; snacks discussed.")
+    second = await summarizer.summarize(
+        guild_id=GUILD, channel_id=CHANNEL, actor_user_id=ALICE, reason="t"
+    )
+    assert second.updated
+    result = await service.update_stm(prepared.turn, summary="Old summary. Snacks: chips.")
+    entry = await service.entry(SERVER_KEY)
+    assert str(result) == f"rejected: {REASON_CHANGED}"
+    assert "Friday" in entry.summary
