@@ -133,6 +133,9 @@ class StmEntry:
     provenance: Provenance | None = None
     # 0 means never persisted; every successful write increments it.
     version: int = 0
+    # When its row was created (None until first written). Versions count from 1 again
+    # for a row deleted and written anew; the pair tells the two apart.
+    created_at: datetime | None = None
 
     @property
     def has_summary(self) -> bool:

@@ -220,6 +220,8 @@ def _apply_change(
     entry.provenance = provenance
     entry.version += 1
     entry.updated_at = now
+    if entry.created_at is None:  # its row is created by this write
+        entry.created_at = now
     entry.turns_since_refresh = 0
     entry.last_refreshed_turn += 1
 
@@ -434,8 +436,9 @@ class MemoryService:
         entry = self._fresh(key, parent_channel_id)
         if row is not None:
             if self.cache.is_expired(row) or self._withheld(row):
-                # Keep only the version so the next write still supersedes the row.
-                entry.version = row.version
+                # Keep only the version (and which row) so the next write still
+                # supersedes the row.
+                entry.version, entry.created_at = row.version, row.created_at
             else:
                 entry = row
         existing = self.cache.get(key)

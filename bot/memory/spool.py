@@ -211,6 +211,7 @@ def entry_to_json(entry: StmEntry) -> dict[str, Any]:
         if provenance
         else None,
         "version": entry.version,
+        "created": entry.created_at.isoformat() if entry.created_at else None,
     }
 
 
@@ -231,6 +232,7 @@ def entry_from_json(data: dict[str, Any]) -> StmEntry:
         if provenance
         else None,
         version=int(data["version"]),
+        created_at=datetime.fromisoformat(data["created"]) if data.get("created") else None,
     )
 
 
@@ -460,6 +462,7 @@ class DurableSpool:
                         updated_at=entry.updated_at,
                         version=entry.version,
                         parent_channel_id=entry.parent_channel_id,
+                        created_at=entry.created_at,
                     )
         elif op == "clear":
             self._clearing.add(record["channel"])

@@ -614,3 +614,25 @@ async def test_a_write_built_on_a_row_deleted_since_does_not_create_it_again(
     assert not (await a.update_stm(turn, summary="also refused")).ok
     async with db.sessions() as session:
         assert await session.scalar(select(func.count()).select_from(ShortTermMemory)) == 0
+
+
+async def test_a_write_on_a_deleted_row_is_refused_even_at_the_new_rows_version(
+    db: Database, settings: Settings
+) -> None:
+    """Versions count from 1 again after a deletion: A's cached version 1 of the deleted
+    memory and B's new version 1 are told apart by when their row was created."""
+    clock = ManualClock()
+    a = make_service(db.sessions, settings, clock)
+    b = make_service(db.sessions, settings, clock)
+    assert (await a.update_stm(await turn_for(a, ALICE), summary="alice: her plan")).ok
+    clock.advance(seconds=1)
+    await b.forget_user(ALICE)
+    clock.advance(seconds=1)
+    assert str(await b.update_stm(await turn_for(b, BOB), summary="bob: new plan")) == "saved"
+    clock.advance(seconds=1)
+    stale = await turn_for(a, BOB)  # A has heard neither notice: it holds version 1 too
+    result = await a.update_stm(stale, summary="bob: built on alice's plan")
+    assert str(result) == "rejected: a newer version of this memory exists; nothing was saved"
+    async with db.sessions() as session:
+        rows = list(await session.scalars(select(ShortTermMemory.summary)))
+    assert rows == ["bob: new plan", "bob: new plan"]

@@ -89,6 +89,7 @@ def _row_values(entry: StmEntry) -> dict[str, Any]:
         "source_message_id": provenance.source_message_id if provenance else None,
         "version": entry.version,
         "updated_at": entry.updated_at,
+        "created_at": entry.created_at or entry.updated_at,
     }
 
 
@@ -120,6 +121,7 @@ def entry_from_row(row: ShortTermMemory) -> StmEntry:
             row.source_message_id,
         ),
         version=row.version,
+        created_at=row.created_at,
     )
 
 
@@ -148,7 +150,12 @@ def _build_upsert(*, replay: bool) -> Any:
             excluded.updated_at, excluded.version
         )
     else:
-        newer = ShortTermMemory.version == excluded.version - 1
+        # The same row, too: one deleted and created anew counts its versions from 1
+        # again, and its creation time tells it from the one the write was built on.
+        newer = and_(
+            ShortTermMemory.version == excluded.version - 1,
+            ShortTermMemory.created_at == excluded.created_at,
+        )
     return base.on_conflict_do_update(
         index_elements=SCOPE_KEY_ELEMENTS, set_=values, where=newer
     ).returning(
