@@ -8,6 +8,7 @@ import copy
 from pathlib import Path
 from typing import Any
 
+import discord
 import pytest
 from aiohttp import web
 from discord.ext import commands
@@ -464,43 +465,30 @@ async def test_a_remember_request_in_the_turn_that_found_tools_refused_is_not_cl
         await stop_kioku(kioku)
 
 
-async def test_a_refresh_before_the_turn_reads_memory_does_not_bring_the_wiped_trigger_back(
+# The message being answered is carried beside the raw window (TurnRequest.trigger, for
+# when it scrolled out); a /refresh or /forget-me that wiped it keeps it out all the same.
+
+
+def _slow_recall(
     kioku: KiokuHarness, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The trigger is captured (epoch unchanged) in Chat._answer, but the turn's epoch is
-    read later, in prepare_turn, after the long-term recall query. A /refresh landing in
-    between wipes the message from the window, yet TurnRequest.trigger puts it back into
-    the prompt, the turn's epoch is the post-refresh one, so neither the answer nor the
-    memory write is stopped: what the /refresh wiped comes back (SPEC §7)."""
-    env, bot, llm = kioku.env, kioku.bot, kioku.llm
-    moderator = await env.create_member("mod", kind="moderator")
-    turns = bot.turns
+) -> tuple[asyncio.Event, asyncio.Event]:
+    """Hold the turn in its long-term recall query: after the trigger was taken, before
+    prepare_turn reads the channel's epoch. Returns (reached, release)."""
+    turns = kioku.bot.turns
     recall = turns._recall
     reached, release = asyncio.Event(), asyncio.Event()
 
     async def slow_recall(request: Any, opted_in: bool) -> list[str]:
         reached.set()
-        await release.wait()  # the long-term recall query takes a round trip
+        await release.wait()
         return await recall(request, opted_in)
 
     monkeypatch.setattr(turns, "_recall", slow_recall)
-    llm.reply_tool_calls([(STM_TOOL_NAME, {"summary": "The codename is HERON."})])
-    llm.reply_text("Noted: HERON.")
-    turn = asyncio.create_task(env.send("the secret codename is HERON", mention_bot=True))
-    await asyncio.wait_for(reached.wait(), 5)
-    kioku.clock.catch_up()
-    refreshed = await kioku.interactions.slash("refresh", user=moderator)
-    assert not refreshed.command_failed
-    assert bot.memory.windows.get(env.channel.id) == ()  # the refresh wiped the message
-    release.set()
-    await turn
-
-    # The model was shown the wiped message; its answer (posted after the marker) and
-    # its STM write (accepted: the turn's epoch is the post-refresh one) carry it on.
-    assert "HERON" not in prompt_text(llm, 0), "the wiped message was shown to the model"
+    return reached, release
 
 
 def _arrival(kioku: KiokuHarness, monkeypatch: pytest.MonkeyPatch, text: str) -> asyncio.Event:
+    """Set once a message holding ``text`` reaches the raw window."""
     event = asyncio.Event()
     observe = kioku.bot.memory.observe_message
 
@@ -513,93 +501,51 @@ def _arrival(kioku: KiokuHarness, monkeypatch: pytest.MonkeyPatch, text: str) ->
     return event
 
 
-async def test_forget_me_while_a_scrolled_out_message_waits_does_not_show_it_to_the_model(
+async def _queue_behind_a_held_turn(
+    kioku: KiokuHarness, monkeypatch: pytest.MonkeyPatch, author: discord.Member
+) -> tuple[asyncio.Event, asyncio.Task[Any], asyncio.Task[Any]]:
+    """A turn held at the model; ``author``'s "12 Elm Street" message waits behind it in
+    the channel's queue. Returns (release, first turn, queued turn)."""
+    env, llm = kioku.env, kioku.llm
+    held = llm.hold()
+    llm.reply_text("4").reply_text("ok")
+    first = asyncio.create_task(env.send("what is 2+2?", mention_bot=True))
+    await llm.wait_for_requests(1)
+    llm.hold().set()
+    arrived = _arrival(kioku, monkeypatch, "Elm Street")
+    queued = asyncio.create_task(
+        env.send("my home address is 12 Elm Street", author=author, mention_bot=True)
+    )
+    await asyncio.wait_for(arrived.wait(), 5)
+    return held, first, queued
+
+
+async def test_a_refresh_before_the_turn_reads_memory_does_not_bring_the_wiped_trigger_back(
     kioku: KiokuHarness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A member's message waits in the channel's queue and scrolls out of the raw window;
-    the member runs /forget-me. forget_user bumps the epoch only of channels whose window
-    (or cache) still holds something of theirs, so this channel keeps its epoch and
-    Chat._answer attaches TurnRequest.trigger: the forgotten message is shown to the
-    model (and a memory the turn writes, accepted as the turn began after the forget, is
-    derived from it). When the message had not scrolled out it is forgotten correctly."""
-    env, llm = kioku.env, kioku.llm
-    leaver = await env.create_member("leaver")
-    held = llm.hold()
-    llm.reply_text("4").reply_text("ok")
-    first = asyncio.create_task(env.send("what is 2+2?", mention_bot=True))
-    await llm.wait_for_requests(1)
-    llm.hold().set()
-    arrived = _arrival(kioku, monkeypatch, "Elm Street")
-    second = asyncio.create_task(
-        env.send("my home address is 12 Elm Street", author=leaver, mention_bot=True)
-    )
-    await asyncio.wait_for(arrived.wait(), 5)
-    for i in range(kioku.bot.settings.stm.raw_window):
-        await env.send(f"unrelated chatter {i}")
-    kioku.clock.catch_up()
-    asked = await kioku.interactions.slash("forget-me", user=leaver)
-    done = await kioku.interactions.click(asked, label="Delete my memories", user=leaver)
-    assert done.content is not None
-    held.set()
-    await asyncio.gather(first, second)
-
-    assert len(llm.requests) == 2
-    assert "Elm Street" not in prompt_text(llm, 1), "a forgotten message reached the model"
-
-
-async def test_a_forget_me_missed_while_deaf_is_not_undone_by_the_trigger_after_reconnect(
-    kioku: KiokuHarness, db: Database, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Another process ran the member's /forget-me while this one's notice listener was
-    down; on reconnect drop_all() empties the raw windows precisely so that "a turn
-    starting now (after the forget, so not refused by it)" cannot store their words.
-    Epochs are kept, so Chat._answer still attaches TurnRequest.trigger and with_trigger
-    puts the forgotten message back into the prompt (the back-fill, before=message,
-    filters history by stm_forgets, but the trigger is never checked against them)."""
-    from bot.db.repositories import stm as stm_repo
-
     env, bot, llm = kioku.env, kioku.bot, kioku.llm
-    leaver = await env.create_member("leaver")
-    held = llm.hold()
-    llm.reply_text("4").reply_text("ok")
-    first = asyncio.create_task(env.send("what is 2+2?", mention_bot=True))
-    await llm.wait_for_requests(1)
-    llm.hold().set()
-    arrived = _arrival(kioku, monkeypatch, "Elm Street")
-    second = asyncio.create_task(
-        env.send("my home address is 12 Elm Street", author=leaver, mention_bot=True)
-    )
-    await asyncio.wait_for(arrived.wait(), 5)
-    bot.memory.listener_lost()
+    moderator = await env.create_member("mod", kind="moderator")
+    reached, release = _slow_recall(kioku, monkeypatch)
+    llm.reply_tool_calls([(STM_TOOL_NAME, {"summary": "The codename is HERON."})])
+    llm.reply_text("Noted: HERON.")
+    turn = asyncio.create_task(env.send("the secret codename is HERON", mention_bot=True))
+    await asyncio.wait_for(reached.wait(), 5)
     kioku.clock.catch_up()
-    async with db.sessions() as session, session.begin():  # the other process's /forget-me
-        await stm_repo.record_forget(session, leaver.id, kioku.clock.now())
-    bot.memory.listening_again()  # LISTEN is back: drop_all()
-    held.set()
-    await asyncio.gather(first, second)
+    refreshed = await kioku.interactions.slash("refresh", user=moderator)
+    assert not refreshed.command_failed
+    assert bot.memory.windows.get(env.channel.id) == ()  # the refresh wiped the message
+    release.set()
+    await turn
 
-    assert len(llm.requests) == 2
-    assert "Elm Street" not in prompt_text(llm, 1), "a forgotten message reached the model"
+    assert "HERON" not in prompt_text(llm, 0), "the wiped message was shown to the model"
 
 
 async def test_a_forget_me_before_the_turn_reads_memory_does_not_bring_the_trigger_back(
     kioku: KiokuHarness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """As the /refresh case: the member's /forget-me lands while their turn runs the
-    long-term recall query (after the trigger was taken, before prepare_turn reads the
-    epoch); the forgotten message is shown to the model."""
-    env, bot, llm = kioku.env, kioku.bot, kioku.llm
+    env, llm = kioku.env, kioku.llm
     leaver = await env.create_member("leaver")
-    turns = bot.turns
-    recall = turns._recall
-    reached, release = asyncio.Event(), asyncio.Event()
-
-    async def slow_recall(request: Any, opted_in: bool) -> list[str]:
-        reached.set()
-        await release.wait()
-        return await recall(request, opted_in)
-
-    monkeypatch.setattr(turns, "_recall", slow_recall)
+    reached, release = _slow_recall(kioku, monkeypatch)
     llm.reply_text("ok")
     turn = asyncio.create_task(
         env.send("my home address is 12 Elm Street", author=leaver, mention_bot=True)
@@ -613,3 +559,46 @@ async def test_a_forget_me_before_the_turn_reads_memory_does_not_bring_the_trigg
     await turn
 
     assert "Elm Street" not in prompt_text(llm, 0), "a forgotten message reached the model"
+
+
+async def test_forget_me_while_a_scrolled_out_message_waits_does_not_show_it_to_the_model(
+    kioku: KiokuHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The message scrolled out of the window, so /forget-me found nothing of theirs in
+    this channel (its epoch stays): the stored forget time keeps the trigger out."""
+    env, llm = kioku.env, kioku.llm
+    leaver = await env.create_member("leaver")
+    held, first, queued = await _queue_behind_a_held_turn(kioku, monkeypatch, leaver)
+    for i in range(kioku.bot.settings.stm.raw_window):
+        await env.send(f"unrelated chatter {i}")
+    kioku.clock.catch_up()
+    asked = await kioku.interactions.slash("forget-me", user=leaver)
+    done = await kioku.interactions.click(asked, label="Delete my memories", user=leaver)
+    assert done.content is not None
+    held.set()
+    await asyncio.gather(first, queued)
+
+    assert len(llm.requests) == 2
+    assert "Elm Street" not in prompt_text(llm, 1), "a forgotten message reached the model"
+
+
+async def test_a_forget_me_missed_while_deaf_is_not_undone_by_the_trigger_after_reconnect(
+    kioku: KiokuHarness, db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process's /forget-me, unheard while the listener was down: the reconnect
+    empties the windows, and the stored forget time keeps the trigger out too."""
+    from bot.db.repositories import stm as stm_repo
+
+    env, bot, llm = kioku.env, kioku.bot, kioku.llm
+    leaver = await env.create_member("leaver")
+    held, first, queued = await _queue_behind_a_held_turn(kioku, monkeypatch, leaver)
+    bot.memory.listener_lost()
+    kioku.clock.catch_up()
+    async with db.sessions() as session, session.begin():  # the other process's /forget-me
+        await stm_repo.record_forget(session, leaver.id, kioku.clock.now())
+    bot.memory.listening_again()  # LISTEN is back: drop_all()
+    held.set()
+    await asyncio.gather(first, queued)
+
+    assert len(llm.requests) == 2
+    assert "Elm Street" not in prompt_text(llm, 1), "a forgotten message reached the model"

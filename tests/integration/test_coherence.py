@@ -834,11 +834,11 @@ async def _server_rows(db: Database) -> list[tuple[str, list[int]]]:
 async def test_categories_changed_while_a_write_waits_for_the_channel_lock(
     two: tuple[Process, Process], db: Database
 ) -> None:
-    # The write reads the guild's settings before it takes the channel's lock. While it
-    # waits there (in production: another write of the channel in its database round
-    # trip, or a /refresh), the admin adds a category in process A and A's turn stores a
-    # value under it. B's old-schema write then drops that value as "an undefined
-    # category" instead of being refused (REASON_CATEGORIES_CHANGED).
+    # While B's write waits for the channel's lock (in production: another write of the
+    # channel in its database round trip, or a /refresh), the admin adds a category in
+    # process A and A's turn stores a value under it. B's write, shaped for the old
+    # categories, is refused (settings checked again under the lock) rather than
+    # dropping that value as "an undefined category".
     a, b = two
     await a.memory.set_categories(GUILD, ALICE, [Category(0, "decisions", "Decisions", "")])
     await next_of(b, "guild")

@@ -1263,7 +1263,7 @@ async def test_a_damaged_set_aside_line_does_not_block_every_forget_me(
         str(await service.update_stm(await turn_for(service), summary="Alice's words")) == "saved"
     )
 
-    receipt = await service.forget_user(ALICE)  # AttributeError/IndexError today
+    receipt = await service.forget_user(ALICE)  # the damaged line is judged by the id
 
     assert receipt.user_rows >= 1
 
@@ -1276,7 +1276,7 @@ async def test_a_damaged_line_does_not_stop_the_bot_when_a_forget_me_waits(tmp_p
     with path.open("ab") as handle:
         handle.write(DAMAGED)
 
-    reopened = DurableSpool(path)  # raises today: the bot does not start
+    reopened = DurableSpool(path)  # the bot starts
 
     assert reopened.forgetting(ALICE) and reopened.pending == 1
 
