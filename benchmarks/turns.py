@@ -24,10 +24,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from _figures import Figure, emit
-from sqlalchemy import event
 
 from bot.app import build_bot
 from bot.config import load_settings
+from bot.db.driver import statements_sent
 from bot.db.engine import Database
 from bot.db.migrate import upgrade
 from bot.llm.tools.stm import STM_TOOL_NAME
@@ -117,16 +117,11 @@ async def main() -> None:
         requests = len(llm.requests)
         # A warm turn: every channel already hydrated, no memory update this turn.
         statements: list[str] = []
-
-        def record(*event: Any) -> None:
-            statements.append(str(event[2]))
-
-        event.listen(database.engine.sync_engine, "before_cursor_execute", record)
-        for i, channel in enumerate(env.channels):
-            await env.send(
-                "a quiet turn", channel=channel, author=env.members[i % 3], mention_bot=True
-            )
-        event.remove(database.engine.sync_engine, "before_cursor_execute", record)
+        with statements_sent(database.engine, statements.append):
+            for i, channel in enumerate(env.channels):
+                await env.send(
+                    "a quiet turn", channel=channel, author=env.members[i % 3], mention_bot=True
+                )
         warm_queries = len(statements) / len(env.channels)
         await detach(bot)
         await database.close()

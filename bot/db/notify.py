@@ -21,6 +21,8 @@ from sqlalchemy import text
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from bot.db import driver
+from bot.db.driver import DriverStatement
 from bot.db.engine import DatabaseUnavailable, describe_url
 from bot.memory.model import StmEntry
 
@@ -30,6 +32,8 @@ NOTIFY_CHANNEL = "kioku_cache"
 
 Notice = dict[str, Any]
 
+
+_NOTIFY = DriverStatement.compile(text("SELECT pg_notify(:channel, :payload)"))
 
 # PostgreSQL refuses a payload of 8,000 bytes or more, and with it the whole transaction.
 MAX_PAYLOAD_BYTES = 7_900
@@ -45,10 +49,8 @@ async def send_notice(session: AsyncSession, notice: Notice) -> None:
         await send_notice(session, {**notice, "k": keys[:half]})
         await send_notice(session, {**notice, "k": keys[half:]})
         return
-    await session.execute(
-        text("SELECT pg_notify(:channel, :payload)"),
-        {"channel": NOTIFY_CHANNEL, "payload": payload},
-    )
+    # Every STM write sends one: straight to asyncpg (see bot.db.driver).
+    await driver.fetch(session, _NOTIFY, {"channel": NOTIFY_CHANNEL, "payload": payload})
 
 
 def stm_notice(origin: str, entries: Sequence[StmEntry]) -> Notice:

@@ -720,6 +720,31 @@ def _process(text: str, allowed: frozenset[str], *, cut: bool) -> str:
     return stripped
 
 
+# Gates for the slowest passes (most text holds no candidate for them): a pass runs only
+# when the text, as that pass sees it, holds a word that every match of its pattern
+# contains. Case-insensitive words are looked up in `str.lower()` of the text, which for
+# their letters folds exactly as the regex engine's IGNORECASE does, except that the
+# engine also takes the long s for an s: a text holding one runs every pass (a test scans
+# every code point to prove there is no other such letter).
+_REGION_WORDS: Final = ("private",)
+_PASSWORD_GATE: Final = ("pass", "pw")
+_CREDENTIAL_GATE: Final = ("secret", "token", "key", "authorization")
+_PIN_GATE: Final = ("pin",)
+_FOLDED_ONLY_BY_REGEX: Final = "\u017f"
+# Case-sensitive: every match of these token kinds holds one of these as written.
+_TOKEN_GATES: Final[dict[str, tuple[str, ...]]] = {
+    "stripe_key": ("k_live_", "k_test_", "whsec_"),
+}
+
+
+def _may_hold(text: str, words: tuple[str, ...]) -> bool:
+    """Whether a case-insensitive pattern that needs one of ``words`` can match ``text``."""
+    if _FOLDED_ONLY_BY_REGEX in text:
+        return True
+    lowered = text.lower()
+    return any(word in lowered for word in words)
+
+
 _Replacer = Callable[[regex.Match[str], str, bool], tuple[str, str | None]]
 # Shorter tokens are not swept elsewhere in the text: too likely to occur by chance.
 _MIN_SWEPT_SECRET: Final = 16
@@ -741,8 +766,17 @@ def _redact(text: str, *, cut: bool = False) -> tuple[str, list[str]]:
 
     found: dict[str, str] = {}  # each token redacted (whole match) -> its kind
 
-    def sub(pattern: regex.Pattern[str], replace: _Replacer, kind: str, *, token: bool) -> None:
+    def sub(
+        pattern: regex.Pattern[str],
+        replace: _Replacer,
+        kind: str,
+        *,
+        token: bool,
+        gate: tuple[str, ...] | None = None,
+    ) -> None:
         nonlocal text
+        if gate is not None and not _may_hold(text, gate):
+            return
         if pattern.search(text) is None:
             return
 
@@ -772,7 +806,9 @@ def _redact(text: str, *, cut: bool = False) -> tuple[str, list[str]]:
     while swept and rounds < _MAX_SWEEP_ROUNDS:
         rounds += 1
         for kind, pattern in _TOKEN_PATTERNS:
-            sub(pattern, _replace_token, kind, token=True)
+            words = _TOKEN_GATES.get(kind)
+            if words is None or any(word in text for word in words):
+                sub(pattern, _replace_token, kind, token=True)
         text = _redact_aws_secret_pairs(text, kinds, found)
         # A token recognised once is hidden everywhere, also where it is glued to other
         # text (`0sk-…`, `…KEYsk-…`) and its shape alone would not have given it away.
@@ -786,11 +822,17 @@ def _redact(text: str, *, cut: bool = False) -> tuple[str, list[str]]:
                 kinds.extend([found[secret]] * text.count(secret))
                 text = text.replace(secret, _marker(found[secret]))
                 swept = True
-    sub(_PASSWORD, _replace_password, "credential", token=False)
-    sub(_PASSWORD_STATED, _replace_password, "credential", token=False)
-    sub(_CREDENTIAL_STATED, _replace_stated_credential, "credential", token=False)
-    sub(_PIN, _replace_pin, "credential", token=False)
-    sub(_CREDENTIAL, _replace_credential, "credential", token=False)
+    sub(_PASSWORD, _replace_password, "credential", token=False, gate=_PASSWORD_GATE)
+    sub(_PASSWORD_STATED, _replace_password, "credential", token=False, gate=_PASSWORD_GATE)
+    sub(
+        _CREDENTIAL_STATED,
+        _replace_stated_credential,
+        "credential",
+        token=False,
+        gate=_CREDENTIAL_GATE,
+    )
+    sub(_PIN, _replace_pin, "credential", token=False, gate=_PIN_GATE)
+    sub(_CREDENTIAL, _replace_credential, "credential", token=False, gate=_CREDENTIAL_GATE)
     sub(_BEARER, _replace_bearer, "bearer", token=False)
     return text, kinds
 
@@ -818,6 +860,8 @@ def _redact_aws_secret_pairs(text: str, kinds: list[str], found: dict[str, str])
 
 def _redact_regions(text: str, kinds: list[str]) -> str:
     """Phase 1: ``<private>`` regions and PEM private keys, each up to its closer or EOF."""
+    if not _may_hold(text, _REGION_WORDS):
+        return text
     pieces: list[str] = []
     pos = 0
     while True:

@@ -15,11 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import event, text
+from sqlalchemy import text
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from bot.config import Settings, async_database_url, load_settings
+from bot.db.driver import statements_sent
 from bot.db.engine import Database, EmbeddedPostgres
 from bot.db.migrate import upgrade
 from bot.db.models import Base
@@ -122,15 +123,11 @@ class StatementCounter:
     def count(self) -> int:
         return len(self.statements)
 
-    def _record(self, *args: Any) -> None:
-        self.statements.append(str(args[2]))
-
 
 @contextmanager
 def count_statements(engine: AsyncEngine) -> Iterator[StatementCounter]:
+    """Counts what SQLAlchemy sends and what the write path sends through asyncpg itself
+    (see bot.db.driver), on connections checked out meanwhile."""
     counter = StatementCounter()
-    event.listen(engine.sync_engine, "before_cursor_execute", counter._record)
-    try:
+    with statements_sent(engine, counter.statements.append):
         yield counter
-    finally:
-        event.remove(engine.sync_engine, "before_cursor_execute", counter._record)

@@ -16,6 +16,8 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from bot.config import load_settings
+from bot.db import driver
+from bot.db.driver import DriverStatement
 from bot.db.engine import Database
 from bot.db.migrate import alembic_config, current_revision, head_revision, upgrade
 from bot.db.models import Base, GuildSettings
@@ -213,6 +215,14 @@ async def test_statement_counter_counts_what_the_engine_sends(db: Database) -> N
     with count_statements(db.engine) as idle:
         pass
     assert idle.count == 0
+
+
+async def test_statement_counter_also_counts_what_goes_to_asyncpg_directly(db: Database) -> None:
+    # The STM write path sends its statements through asyncpg itself (bot.db.driver).
+    with count_statements(db.engine) as counter:
+        async with db.sessions() as session, session.begin():
+            await driver.fetch(session, DriverStatement.compile(text("SELECT 41 + :n")), {"n": 1})
+    assert any(s.startswith("SELECT 41 + $1") for s in counter.statements), counter.statements
 
 
 def refused_database_url() -> str:

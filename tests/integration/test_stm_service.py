@@ -8,10 +8,11 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from sqlalchemy import event, func, select, text
+from sqlalchemy import func, select, text
 from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 
 from bot.config import Settings
+from bot.db.driver import statements_sent
 from bot.db.engine import Database
 from bot.db.models import LongTermMemory, ShortTermMemory, StmEvent
 from bot.db.repositories import stm as stm_repo
@@ -129,17 +130,14 @@ async def test_cache_is_mutated_before_the_row_is_written(
 ) -> None:
     seen_in_cache: list[str] = []
 
-    def on_statement(*args: Any) -> None:
-        if "INSERT INTO short_term_memories" in str(args[2]):
+    def on_statement(statement: str) -> None:
+        if "INSERT INTO short_term_memories" in statement:
             entry = service.cache.get(SERVER_KEY)
             seen_in_cache.append(entry.summary if entry else "<missing>")
 
-    event.listen(db.engine.sync_engine, "before_cursor_execute", on_statement)
-    try:
+    with statements_sent(db.engine, on_statement):
         turn = await start_turn(service)
         await service.update_stm(turn, summary="new text")
-    finally:
-        event.remove(db.engine.sync_engine, "before_cursor_execute", on_statement)
     assert seen_in_cache and all(summary == "new text" for summary in seen_in_cache)
 
 

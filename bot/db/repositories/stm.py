@@ -7,16 +7,20 @@ so "both keys and their events in one transaction" is the caller's ``session.beg
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
+    ARRAY,
     BigInteger,
     ColumnElement,
     LargeBinary,
     and_,
+    any_,
+    bindparam,
     cast,
     delete,
     func,
@@ -31,6 +35,8 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from bot.db import driver
+from bot.db.driver import DriverStatement
 from bot.db.models import ShortTermMemory, StmClear, StmEvent, StmForget
 from bot.memory.model import AuditEvent, Marker, Provenance, ScopeKey, StmEntry
 
@@ -59,13 +65,13 @@ class EventRecord:
     channel_id: int | None = None
 
 
-def _key_filter(key: ScopeKey) -> ColumnElement[bool]:
-    return and_(
-        ShortTermMemory.scope_kind == key.kind,
-        func.coalesce(ShortTermMemory.guild_id, ZERO) == (key.guild_id or 0),
-        func.coalesce(ShortTermMemory.user_id, ZERO) == (key.user_id or 0),
-        ShortTermMemory.channel_id == key.channel_id,
-    )
+# Built once, with the key as parameters: every cache miss runs it.
+_LOAD_ENTRY = select(ShortTermMemory).where(
+    ShortTermMemory.scope_kind == bindparam("kind"),
+    func.coalesce(ShortTermMemory.guild_id, ZERO) == bindparam("guild", type_=BigInteger),
+    func.coalesce(ShortTermMemory.user_id, ZERO) == bindparam("user", type_=BigInteger),
+    ShortTermMemory.channel_id == bindparam("channel", type_=BigInteger),
+)
 
 
 def _row_values(entry: StmEntry) -> dict[str, Any]:
@@ -173,6 +179,20 @@ def _build_upsert(*, replay: bool) -> Any:
 # an ON CONFLICT statement per call costs more than the database round trip.
 _UPSERT = _build_upsert(replay=False)
 _REPLAY_UPSERT = _build_upsert(replay=True)
+_ROW_COLUMNS = tuple(c.name for c in ShortTermMemory.__table__.columns if c.name not in ("id",))
+# The live write, on every STM update, goes to asyncpg directly (see bot.db.driver).
+_UPSERT_FOR_DRIVER = DriverStatement.compile(_UPSERT, _ROW_COLUMNS)
+
+
+def _written(rows: Iterable[Any]) -> dict[ScopeKey, tuple[int, bool]]:
+    """The keys an upsert's RETURNING rows name, with their version and whether new."""
+    return {
+        ScopeKey("server" if kind == "server" else "user", channel_id, guild_id, user_id): (
+            version,
+            inserted,
+        )
+        for kind, guild_id, user_id, channel_id, version, inserted in rows
+    }
 
 
 async def _upsert(
@@ -185,13 +205,7 @@ async def _upsert(
     # Core execution on the session's connection: the ORM's bulk path adds ~1 ms a call.
     connection = await session.connection()
     result = await connection.execute(statement, [_row_values(e) for e in entries])
-    return {
-        ScopeKey("server" if kind == "server" else "user", channel_id, guild_id, user_id): (
-            version,
-            inserted,
-        )
-        for kind, guild_id, user_id, channel_id, version, inserted in result.all()
-    }
+    return _written(result.all())
 
 
 async def upsert_entries_returning_keys(
@@ -201,7 +215,13 @@ async def upsert_entries_returning_keys(
     returns the keys actually written. Left out: a key whose row changed since, and one
     whose row is gone although the entry was built on one (deleted meanwhile: the entry
     holds what was deleted). The caller rolls back a write with a key left out."""
-    written = await _upsert(_UPSERT, session, entries)
+    rows = await driver.fetch_each(
+        session,
+        _UPSERT_FOR_DRIVER,
+        # asyncpg's JSONB codec (SQLAlchemy's) takes the document serialized.
+        [{**_row_values(e), "categories": json.dumps(e.categories)} for e in entries],
+    )
+    written = _written(rows)
     built_on_a_row = {e.key for e in entries if e.version > 1}
     return {
         key for key, (_, inserted) in written.items() if not (inserted and key in built_on_a_row)
@@ -217,7 +237,15 @@ async def replay_entries(session: AsyncSession, entries: Sequence[StmEntry]) -> 
 
 
 async def load_entry(session: AsyncSession, key: ScopeKey) -> StmEntry | None:
-    row = await session.scalar(select(ShortTermMemory).where(_key_filter(key)))
+    row = await session.scalar(
+        _LOAD_ENTRY,
+        {
+            "kind": key.kind,
+            "guild": key.guild_id or 0,
+            "user": key.user_id or 0,
+            "channel": key.channel_id,
+        },
+    )
     return entry_from_row(row) if row is not None else None
 
 
@@ -340,7 +368,12 @@ _LOCK_EXCLUSIVE = _lock_statement("pg_advisory_xact_lock")
 
 async def lock_channels(session: AsyncSession, channel_ids: Sequence[int], *, shared: bool) -> None:
     """Take the channels' transaction-scoped advisory locks."""
-    await session.execute(_LOCK_SHARED if shared else _LOCK_EXCLUSIVE, {"ids": list(channel_ids)})
+    # Core on the session's connection: every STM write takes these, and the ORM's
+    # execute path costs more than the statement.
+    connection = await session.connection()
+    await connection.execute(
+        _LOCK_SHARED if shared else _LOCK_EXCLUSIVE, {"ids": list(channel_ids)}
+    )
 
 
 async def record_clear(session: AsyncSession, channel_id: int, at: datetime) -> None:
@@ -421,24 +454,39 @@ async def forget_times(session: AsyncSession, user_ids: Iterable[int]) -> dict[i
     return {by_hash[bytes(digest)]: at for digest, at in rows.all()}
 
 
+# Built once, with arrays for parameters: one statement text whatever the number of
+# channels and users, so it is compiled once and prepared once per connection (an
+# expanding IN would be neither), and it runs on every STM write.
+_WIPE_TIMES = union_all(
+    select(
+        StmClear.channel_id.label("channel"),
+        cast(null(), LargeBinary).label("digest"),
+        StmClear.cleared_at.label("at"),
+    ).where(StmClear.channel_id == any_(bindparam("channels", type_=ARRAY(BigInteger)))),
+    select(
+        cast(null(), BigInteger).label("channel"),
+        StmForget.user_hash.label("digest"),
+        StmForget.forgotten_at.label("at"),
+    ).where(StmForget.user_hash == any_(bindparam("digests", type_=ARRAY(LargeBinary)))),
+)
+
+
+_WIPE_TIMES_FOR_DRIVER = DriverStatement.compile(_WIPE_TIMES)
+
+
 async def wipe_times(
     session: AsyncSession, channel_ids: set[int], user_ids: set[int]
 ) -> tuple[dict[int, datetime], dict[int, datetime]]:
     """:func:`clear_times` and :func:`forget_times` in one round trip."""
     by_hash = {user_hash(user_id): user_id for user_id in user_ids}
-    clears = select(
-        StmClear.channel_id.label("channel"),
-        cast(null(), LargeBinary).label("digest"),
-        StmClear.cleared_at.label("at"),
-    ).where(StmClear.channel_id.in_(sorted(channel_ids)))
-    forgets = select(
-        cast(null(), BigInteger).label("channel"),
-        StmForget.user_hash.label("digest"),
-        StmForget.forgotten_at.label("at"),
-    ).where(StmForget.user_hash.in_(sorted(by_hash)))
+    rows = await driver.fetch(
+        session,
+        _WIPE_TIMES_FOR_DRIVER,
+        {"channels": sorted(channel_ids), "digests": sorted(by_hash)},
+    )
     cleared: dict[int, datetime] = {}
     forgotten: dict[int, datetime] = {}
-    for channel, digest, at in (await session.execute(union_all(clears, forgets))).all():
+    for channel, digest, at in rows:
         if digest is None:
             cleared[channel] = at
         else:
@@ -487,9 +535,14 @@ async def writes_refused(
     }
 
 
+_EVENT_COLUMNS = tuple(
+    c.name for c in StmEvent.__table__.columns if c.name not in ("id", "created_at")
+)
+# Inline: no RETURNING of the new ids, which nothing reads.
+_ADD_EVENT = DriverStatement.compile(insert(StmEvent).inline(), _EVENT_COLUMNS)
+
+
 async def add_events(session: AsyncSession, events: Sequence[EventRecord]) -> None:
-    if not events:
-        return
     rows = []
     for record in events:
         key = record.key
@@ -507,8 +560,7 @@ async def add_events(session: AsyncSession, events: Sequence[EventRecord]) -> No
                 "chars_after": record.chars_after,
             }
         )
-    connection = await session.connection()
-    await connection.execute(insert(StmEvent), rows)
+    await driver.execute_each(session, _ADD_EVENT, rows)
 
 
 async def delete_events_of_user(session: AsyncSession, user_id: int) -> int:
