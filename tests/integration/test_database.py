@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import socket
 from pathlib import Path
@@ -269,3 +270,19 @@ async def test_a_failed_statement_never_shows_its_parameters(db: Database) -> No
         async with db.sessions() as session:
             await session.execute(text("SELECT CAST(:value AS integer)"), {"value": secret})
     assert secret not in str(failure.value)
+
+
+async def test_a_statement_sent_to_asyncpg_and_cancelled_leaves_no_broken_connection(
+    db: Database,
+) -> None:
+    # A write's timeout cancels its statement mid-flight: the connection may still be
+    # busy with it, and must not serve the next session from the pool.
+    sleep = DriverStatement.compile(text("SELECT pg_sleep(:s)"))
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.2):
+            async with db.sessions() as session, session.begin():
+                await driver.fetch(session, sleep, {"s": 5})
+    for n in range(db.settings.database.pool_size + 1):
+        async with db.sessions() as session, session.begin():
+            assert await session.scalar(text(f"SELECT {n}")) == n
+            assert [tuple(r) for r in await driver.fetch(session, sleep, {"s": 0})] == [(None,)]
