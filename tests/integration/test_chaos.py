@@ -41,7 +41,8 @@ every notice delivered) and these invariants are checked:
    a key, the second one having built its entry after the first was acknowledged, and no
    /refresh, /forget-me, janitor pass or spool replay ran in between, the entry the
    second replaced is the first's, or one built on it (by content: every write's values
-   are unique); an admin edit saved with ``expected_version`` replaced that version;
+   are unique; an entry begun empty once all of that lineage had expired counts as built
+   on it, SPEC §2); an admin edit saved with ``expected_version`` replaced that version;
 8. no prompt (its own channel's window, or another channel's raw messages) of a process
    holds a message sent at or before a wipe that had reached the process when the turn
    began: by a user forgotten then, or in a channel cleared then; after quiet, every
@@ -1232,10 +1233,21 @@ class Scenario:
                 if second.base[key] == EMPTY and self._expired(first, key, second.built_at):
                     continue  # an expired memory counts as gone (SPEC §2)
                 self.built_on_checked += 1
-                lineage = {first.after[key]}
+                # Built on the first, or on nothing once every value of that lineage had
+                # expired (SPEC §2): a write then starts afresh (e.g. a turn's write after
+                # a day's pause), and later writes build on it.
+                lineage, writers = {first.after[key]}, [first]
                 for w in built:
-                    if w.base[key] in lineage:
+                    if w.base[key] in lineage or (
+                        w.base[key] == EMPTY
+                        and all(
+                            self._expired(x, key, w.built_at)
+                            for x in writers
+                            if x.status != "rejected"  # its values were never kept
+                        )
+                    ):
                         lineage.add(w.after[key])
+                        writers.append(w)
                 if second.base[key] not in lineage:
                     self.fail(
                         f"invariant 7: {key}: {second.kind} {second.text} in {second.proc} "
@@ -1291,14 +1303,19 @@ async def run_scenario(
     notices: Notices,
     data_dir: Path,
     steps: int = STEPS,
+    script: Callable[[Scenario], Awaitable[None]] | None = None,
 ) -> Scenario:
+    """A seeded scenario of ``steps`` random actions, or the actions ``script`` runs."""
     async with db.engine.begin() as connection:
         await connection.execute(text(truncate_statement()))
     scenario = Scenario(seed, db, settings, dead, notices, data_dir)
     try:
-        await scenario.setup()
-        for _ in range(steps):
-            await scenario.act()
+        if script is None:
+            await scenario.setup()
+            for _ in range(steps):
+                await scenario.act()
+        else:
+            await script(scenario)
         await scenario.quiesce()
         await scenario.check()
     finally:
@@ -1364,3 +1381,79 @@ async def test_chaos_two_processes(
         if collect:
             await asyncio.to_thread(Path(collect).write_text, "\n\n=====\n".join(failures))
         raise AssertionError(f"{len(failures)} failing scenarios")
+
+
+FIRST = object()  # a scripted draw: the first (only) option
+
+
+class ScriptedRandom(random.Random):
+    """Answers the harness's draws in order from a script: ``choice`` the next answer
+    (one of the options, or FIRST), ``random`` the next float."""
+
+    def __init__(self, answers: list[Any]) -> None:
+        super().__init__(0)
+        self.answers = answers
+
+    def choice(self, seq: Any) -> Any:
+        answer = self.answers.pop(0)
+        if answer is FIRST:
+            return seq[0]
+        assert answer in seq, (answer, seq)
+        return answer
+
+    def random(self) -> float:
+        answer = self.answers.pop(0)
+        assert isinstance(answer, float), answer
+        return answer
+
+
+async def test_chaos_write_after_expiry_starts_a_lineage(
+    db: Database,
+    pg_url: URL,
+    tmp_path: Path,
+    dead_engine: AsyncEngine,
+    notices: Notices,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Seed 80193 shrunk. w1 is saved; a day passes, so w1 has expired (SPEC §2); w2 is
+    built on the empty entry and parks before persisting; w3 waits for w2's lock, then
+    builds on w2. Both are saved. w3 built after w1 was acknowledged, but through w2,
+    which rightly started afresh: invariant 7 holds (it once reported it violated)."""
+    patch_repositories(monkeypatch)
+    settings = make_test_settings(pg_url, tmp_path / "data", stm={"retention_days": RETENTION_DAYS})
+    no_gate, shape = 0.9, 0.5  # Random(0.5) draws a summary write in summary mode
+
+    async def script(scenario: Scenario) -> None:
+        def turn_then_write(user: int, *write_gate: Any) -> list[Any]:
+            prepare_ = ["B", user, OTHER_CHANNEL, no_gate]
+            return [*prepare_, FIRST, shape, *(write_gate or (no_gate,))]
+
+        scenario.rng = ScriptedRandom(turn_then_write(BOB))
+        await scenario.prepare()
+        await scenario.settle()
+        await scenario.write()
+        await scenario.settle()
+        scenario.clock.advance(hours=25)
+        scenario.log.append("advance 25 h")
+        scenario.rng.answers = turn_then_write(CAROL, 0.0, "persist")
+        await scenario.prepare()
+        await scenario.settle()
+        await scenario.write()  # built on the expired (empty) entry, parked
+        await scenario.settle()
+        scenario.rng.answers = [*turn_then_write(BOB), FIRST]
+        await scenario.prepare()
+        await scenario.settle()
+        await scenario.write()  # waits for w2's channel lock
+        await scenario.settle()
+        await scenario.release_one()
+        assert not scenario.rng.answers
+
+    scenario = await run_scenario(
+        0, db, settings, dead_engine, notices, tmp_path / "scripted", script=script
+    )
+    w1, w2, w3 = scenario.writes
+    key = ScopeKey.server(GUILD, OTHER_CHANNEL)
+    assert [w.status for w in scenario.writes] == ["saved"] * 3
+    assert w2.base[key] == EMPTY and w3.base[key] == w2.after[key]
+    assert w2.ack_seq >= w3.build_seq > w1.ack_seq  # w1 is the "first" invariant 7 takes
+    assert scenario.built_on_checked >= 1
