@@ -724,25 +724,84 @@ def _process(text: str, allowed: frozenset[str], *, cut: bool) -> str:
 # when the text, as that pass sees it, holds a word that every match of its pattern
 # contains. Case-insensitive words are looked up in `str.lower()` of the text, which for
 # their letters folds exactly as the regex engine's IGNORECASE does, except that the
-# engine also takes the long s for an s: a text holding one runs every pass (a test scans
-# every code point to prove there is no other such letter).
+# engine also takes the long s for an s and the dotted capital I for an i (whose
+# `lower()` is two code points, `i` and a combining dot, so `pİn` would not hold `pin`):
+# a text holding either runs every pass (a test scans every code point to prove there is
+# no other such letter).  Words without letters (`://`) fold to themselves.
 _REGION_WORDS: Final = ("private",)
+_URL_GATE: Final = ("://",)
 _PASSWORD_GATE: Final = ("pass", "pw")
 _CREDENTIAL_GATE: Final = ("secret", "token", "key", "authorization")
 _PIN_GATE: Final = ("pin",)
-_FOLDED_ONLY_BY_REGEX: Final = "\u017f"
-# Case-sensitive: every match of these token kinds holds one of these as written.
-_TOKEN_GATES: Final[dict[str, tuple[str, ...]]] = {
-    "stripe_key": ("k_live_", "k_test_", "whsec_"),
+_BEARER_GATE: Final = ("bearer",)
+_FOLDED_ONLY_BY_REGEX: Final = "\u017f\u0130"
+# Token kinds: every match holds, as written, one word of each group (the webhook kinds'
+# letters are case-insensitive, so only their `/` is used).  A one-character group comes
+# first where there is one: `in` finds a character several times faster than a word, and
+# a word costs about as much as a pattern with a plain literal prefix (`sk-`, `eyJ`).
+_TOKEN_GATES: Final[dict[str, tuple[tuple[str, ...], ...]]] = {
+    "discord_webhook": (("/",),),
+    "slack_webhook": (("/",),),
+    "anthropic_key": (("-",), ("sk-ant-",)),
+    "openai_key": (("-",), ("sk-",)),
+    # `gh[pousr]_…` or `github_pat_…`.
+    "github_token": (("_",), ("gh", "github_pat_")),
+    "gitlab_token": (("-",), ("gl",)),
+    "slack_token": (("-",), ("xox", "xapp-")),
+    # `[sr]k_live_…`, `[sr]k_test_…` or `whsec_…`.
+    "stripe_key": (("_",), ("k_live_", "k_test_", "whsec_")),
+    "aws_access_key": (("AKIA", "ASIA"),),
+    "google_api_key": (("AIza",),),
+    "google_oauth_token": (("ya29.",),),
+    "google_client_secret": (("-",), ("GOCSPX-",)),
+    "npm_token": (("_",), ("npm_",)),
+    "huggingface_token": (("_",), ("hf_",)),
+    "groq_key": (("_",), ("gsk_",)),
+    "xai_key": (("-",), ("xai-",)),
+    "jwt": (("eyJ",),),
 }
 
 
-def _may_hold(text: str, words: tuple[str, ...]) -> bool:
-    """Whether a case-insensitive pattern that needs one of ``words`` can match ``text``."""
-    if _FOLDED_ONLY_BY_REGEX in text:
-        return True
-    lowered = text.lower()
-    return any(word in lowered for word in words)
+def _fold(text: str) -> str | None:
+    """The text as the case-insensitive gates see it; None: every pass must run."""
+    if not text.isascii() and any(char in text for char in _FOLDED_ONLY_BY_REGEX):
+        return None
+    return text.lower()
+
+
+def _may_hold(folded: str | None, words: tuple[str, ...]) -> bool:
+    """Whether a case-insensitive pattern that needs one of ``words`` can match the text
+    that `_fold` turned into ``folded``."""
+    return folded is None or any(word in folded for word in words)
+
+
+def _token_may_match(kind: str, text: str) -> bool:
+    """Whether the pattern of token ``kind`` can match ``text`` (see `_TOKEN_GATES`)."""
+    if kind == "discord_token":
+        return _may_hold_discord_token(text)
+    for group in _TOKEN_GATES.get(kind, ()):
+        for word in group:
+            if word in text:
+                break
+        else:
+            return False
+    return True
+
+
+def _may_hold_discord_token(text: str) -> bool:
+    """Whether ``text`` has two dots seven apart, as the middle part of a Discord token.
+
+    The pattern needs `.` + six base64url characters (which exclude `.`) + `.`: the next
+    dot after some dot is exactly seven further.  Its other parts start anywhere an
+    `[MNO]` does, so the engine tries them all over ordinary text; prose has few dots.
+    """
+    dot = text.find(".")
+    while dot != -1:
+        after = text.find(".", dot + 1)
+        if after == dot + 7:
+            return True
+        dot = after
+    return False
 
 
 _Replacer = Callable[[regex.Match[str], str, bool], tuple[str, str | None]]
@@ -760,7 +819,23 @@ def _redact(text: str, *, cut: bool = False) -> tuple[str, list[str]]:
     any candidate is scanned quickly; later passes never match inside an earlier marker.
     """
     kinds: list[str] = []
-    text = _redact_regions(text, kinds)
+    # Folding costs about as much as a fast pass: once per text, not once per gate (most
+    # texts come out of every pass unchanged, as the same object).
+    # Two passes share each of the password and credential gates: their verdicts too.
+    folded_text, folded = text, _fold(text)
+    verdicts: dict[tuple[str, ...], bool] = {}
+
+    def may_hold(words: tuple[str, ...]) -> bool:
+        nonlocal folded_text, folded
+        if folded_text is not text:
+            folded_text, folded = text, _fold(text)
+            verdicts.clear()
+        verdict = verdicts.get(words)
+        if verdict is None:
+            verdict = verdicts[words] = _may_hold(folded, words)
+        return verdict
+
+    text = _redact_regions(text, kinds, folded)
     if not text:
         return text, kinds
 
@@ -775,7 +850,7 @@ def _redact(text: str, *, cut: bool = False) -> tuple[str, list[str]]:
         gate: tuple[str, ...] | None = None,
     ) -> None:
         nonlocal text
-        if gate is not None and not _may_hold(text, gate):
+        if gate is not None and not may_hold(gate):
             return
         if pattern.search(text) is None:
             return
@@ -795,19 +870,20 @@ def _redact(text: str, *, cut: bool = False) -> tuple[str, list[str]]:
         _replace_url,
         "url_credentials",
         token=False,
+        gate=_URL_GATE,
     )
     sub(
         _URL_TOKEN_USERINFO_AT_CUT if cut else _URL_TOKEN_USERINFO,
         _replace_url_token,
         "url_credentials",
         token=False,
+        gate=_URL_GATE,
     )
     swept, rounds = True, 0
     while swept and rounds < _MAX_SWEEP_ROUNDS:
         rounds += 1
         for kind, pattern in _TOKEN_PATTERNS:
-            words = _TOKEN_GATES.get(kind)
-            if words is None or any(word in text for word in words):
+            if _token_may_match(kind, text):
                 sub(pattern, _replace_token, kind, token=True)
         text = _redact_aws_secret_pairs(text, kinds, found)
         # A token recognised once is hidden everywhere, also where it is glued to other
@@ -833,7 +909,7 @@ def _redact(text: str, *, cut: bool = False) -> tuple[str, list[str]]:
     )
     sub(_PIN, _replace_pin, "credential", token=False, gate=_PIN_GATE)
     sub(_CREDENTIAL, _replace_credential, "credential", token=False, gate=_CREDENTIAL_GATE)
-    sub(_BEARER, _replace_bearer, "bearer", token=False)
+    sub(_BEARER, _replace_bearer, "bearer", token=False, gate=_BEARER_GATE)
     return text, kinds
 
 
@@ -858,9 +934,11 @@ def _redact_aws_secret_pairs(text: str, kinds: list[str], found: dict[str, str])
     return "\n".join(lines)
 
 
-def _redact_regions(text: str, kinds: list[str]) -> str:
-    """Phase 1: ``<private>`` regions and PEM private keys, each up to its closer or EOF."""
-    if not _may_hold(text, _REGION_WORDS):
+def _redact_regions(text: str, kinds: list[str], folded: str | None) -> str:
+    """Phase 1: ``<private>`` regions and PEM private keys, each up to its closer or EOF.
+
+    ``folded`` is `_fold` of ``text``."""
+    if not _may_hold(folded, _REGION_WORDS):
         return text
     pieces: list[str] = []
     pos = 0
