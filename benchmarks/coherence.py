@@ -16,7 +16,6 @@ import asyncio
 import statistics
 import tempfile
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
 from _figures import Figure, emit
@@ -25,16 +24,9 @@ from bot.config import load_settings
 from bot.db.engine import Database
 from bot.db.migrate import upgrade
 from bot.db.notify import CacheListener, Notice
+from bot.memory.clock import SystemClock
 from bot.memory.service import MemoryService
 from bot.memory.turn import TurnState
-
-
-class WallClock:
-    def now(self) -> datetime:
-        return datetime.now(UTC)
-
-    def monotonic(self) -> float:
-        return time.monotonic()
 
 
 async def main() -> None:
@@ -48,8 +40,8 @@ async def main() -> None:
         await database.start()
         await upgrade(database.engine)
         assert database.url is not None
-        a = MemoryService(database.sessions, settings, clock=WallClock())
-        b = MemoryService(database.sessions, settings, clock=WallClock())
+        a = MemoryService(database.sessions, settings, clock=SystemClock())
+        b = MemoryService(database.sessions, settings, clock=SystemClock())
         arrivals: dict[int, float] = {}
         waiting: dict[int, asyncio.Event] = {}
 

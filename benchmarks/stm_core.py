@@ -23,7 +23,7 @@ import statistics
 import tempfile
 import time
 import tracemalloc
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
 from _figures import Figure, emit
@@ -33,6 +33,7 @@ from bot.config import load_settings
 from bot.db.engine import Database
 from bot.db.migrate import upgrade
 from bot.memory.cache import StmCache
+from bot.memory.clock import SystemClock
 from bot.memory.model import Marker, Provenance, RawMessage, ScopeKey, StmEntry
 from bot.memory.prompt import assemble
 from bot.memory.service import MemoryService
@@ -40,14 +41,6 @@ from bot.memory.turn import TurnState
 
 BOT_ID = 1
 SUMMARY = ("The team agreed to ship on Friday; Alice owns the docs, Bob the release. " * 20)[:1500]
-
-
-class WallClock:
-    def now(self) -> datetime:
-        return datetime.now(UTC)
-
-    def monotonic(self) -> float:
-        return time.monotonic()
 
 
 def percentile(samples: list[float], q: float) -> float:
@@ -191,7 +184,7 @@ async def bench_upserts(
 def bench_cache_bytes(entries: int) -> float:
     """Bytes the cache adds per entry, beyond the memory text itself: the entry object,
     its key, counters, marker, contributor list, the TLRU bookkeeping and the indexes."""
-    clock = WallClock()
+    clock = SystemClock()
     cache = StmCache(maxsize=entries + 1, ttl_summary_s=86_400, ttl_empty_s=43_200, clock=clock)
     now = clock.now()
     texts = [f"{SUMMARY[:600]} #{i}" for i in range(entries)]  # allocated before measuring
@@ -239,7 +232,7 @@ async def main() -> None:
         await database.start()
         try:
             await upgrade(database.engine)
-            service = MemoryService(database.sessions, settings, clock=WallClock())
+            service = MemoryService(database.sessions, settings, clock=SystemClock())
             asm_median, asm_p99 = await bench_assembly(service, args.entries)
             hydrate_p99 = await bench_hydrate(database, service, args.rows)
             rate, upsert_p99, cpu_ms = await bench_upserts(

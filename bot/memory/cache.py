@@ -85,7 +85,13 @@ class StmCache:
         return (self._clock.now() - entry.updated_at).total_seconds() >= self.ttl_for(entry)
 
     def get(self, key: ScopeKey) -> StmEntry | None:
-        return self._data.get(key)
+        # TLRUCache.get asks "in?" and then "[]", each checking expiry, under a timer
+        # context: twice the work of one "[]" (which checks expiry and moves the key to
+        # the LRU end too). Every turn makes several of these.
+        try:
+            return self._data[key]
+        except KeyError:
+            return None
 
     def __contains__(self, key: ScopeKey) -> bool:
         return key in self._data
@@ -141,9 +147,9 @@ class StmCache:
                     del index[value]
 
     def _live(self, keys: Iterable[ScopeKey]) -> Iterator[StmEntry]:
-        data = self._data
+        get = self.get
         for key in list(keys):
-            entry = data.get(key)
+            entry = get(key)
             if entry is not None:
                 yield entry
 
@@ -153,9 +159,9 @@ class StmCache:
         recency = self._by_guild.get(guild_id)
         if recency:
             # Reversed view, no copy: callers consume this without awaiting in between.
-            data = self._data
+            get = self.get
             for _, _, key in reversed(recency):
-                entry = data.get(key)
+                entry = get(key)
                 if entry is not None:
                     yield entry
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from bot.memory.model import Marker, RawMessage, message_hash
+from bot.memory.model import Marker, RawMessage
 
 DEFAULT_MAX_TURNS_TO_PULL = 20
 
@@ -34,7 +34,7 @@ def messages_after_marker(window: Sequence[RawMessage], marker: Marker | None) -
 
 
 def _edited_since(message: RawMessage, marker: Marker) -> bool:
-    return message_hash(message.author_id, message.content) != marker.content_hash
+    return message.content_hash() != marker.content_hash
 
 
 def count_new_messages(window: Sequence[RawMessage], marker: Marker | None) -> int:

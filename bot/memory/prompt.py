@@ -55,7 +55,10 @@ _MEMORY_TAG = re.compile(
 )
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen (here and in PromptInput): a frozen dataclass's __init__ sets each field
+# through object.__setattr__, several times slower, and every turn builds these. Nothing
+# mutates them once built.
+@dataclass(slots=True)
 class OtherChannel:
     """Another channel's memory, already privacy-filtered by the caller."""
 
@@ -74,7 +77,7 @@ class OtherChannel:
         return self.window[max(len(self.window) - count, 0) :]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class PromptInput:
     """Everything one turn's prompt is built from."""
 
@@ -256,11 +259,8 @@ def _history(inp: PromptInput) -> list[dict[str, str]]:
             if message.content:
                 history.append({"role": "assistant", "content": message.content})
         else:
-            text = f"{message.author_name}: {message.content}"
             # line(): a message's own line breaks cannot start another speaker's line.
-            history.append(
-                {"role": "user", "content": text if text.isprintable() else message.line()}
-            )
+            history.append({"role": "user", "content": message.line()})
     return history
 
 

@@ -343,8 +343,11 @@ class MemoryService:
         """The guild's STM configuration (cached; DMs use the operator's defaults)."""
         if guild_id is None:
             return self.defaults
+        cached = self._configs.get(guild_id)
+        if cached is not None and not self._deaf:
+            return cached  # the warm path, on every turn: no closure, no inner coroutine
         return await self._cached_or_read(
-            self._configs.get(guild_id),
+            cached,
             lambda: self._config_flight.run(guild_id, lambda: self._load_config(guild_id)),
         )
 
@@ -377,8 +380,11 @@ class MemoryService:
     async def entry(self, key: ScopeKey, *, parent_channel_id: int | None = None) -> StmEntry:
         """The live entry for ``key``: from the cache, else hydrated from its row
         (single-flight), else a new empty one. Never returns an expired memory."""
+        cached = self.cache.get(key)
+        if cached is not None and not self._deaf:
+            return cached  # the warm path, several times a turn: as in guild_config
         return await self._cached_or_read(
-            self.cache.get(key),
+            cached,
             lambda: self._entry_flight.run(key, lambda: self._hydrate(key, parent_channel_id)),
         )
 
@@ -603,11 +609,13 @@ class MemoryService:
             model=model,
         )
         try:
-            entry = await self.entry(turn.channel_key, parent_channel_id=parent_channel_id)
+            channel_key = turn.channel_key
+            entry = await self.entry(channel_key, parent_channel_id=parent_channel_id)
             # Warm every key a write would touch now, so an outage later in the turn
             # cannot leave a write without its current version.
             for key in turn.write_keys:
-                await self.entry(key, parent_channel_id=parent_channel_id)
+                if key != channel_key:
+                    await self.entry(key, parent_channel_id=parent_channel_id)
         except MemoryUnavailable:
             entry, storage_ok = self._fresh(turn.channel_key, parent_channel_id), False
         turn.storage_available = storage_ok
@@ -621,7 +629,7 @@ class MemoryService:
         if window:
             turn.marker = Marker.of(window[-1])
         turn.marker_at_start = entry.marker
-        turn.read_authors.update(m.author_id for m in window if not m.is_bot)
+        turn.read_authors.update({m.author_id for m in window if not m.is_bot})
         try:
             others = await self._other_channels(turn, label_for) if label_for else []
         except MemoryUnavailable:
