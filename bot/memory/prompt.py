@@ -249,19 +249,17 @@ def _history(inp: PromptInput) -> list[dict[str, str]]:
         shown = min(max(uncovered, inp.min_raw_tail, 1), raw_window)
     else:
         shown = raw_window
-    start = max(count - shown, 0)
     bot_id = inp.bot_user_id
-    history: list[dict[str, str]] = []
-    for index in range(start, count):
-        message = window[index]
-        if message.author_id == bot_id:
-            # Some providers reject an empty assistant message (e.g. an embed-only post).
-            if message.content:
-                history.append({"role": "assistant", "content": message.content})
-        else:
-            # line(): a message's own line breaks cannot start another speaker's line.
-            history.append({"role": "user", "content": message.line()})
-    return history
+    # One comprehension, not a loop of appends: up to raw_window messages every turn.
+    return [
+        {"role": "assistant", "content": message.content}
+        if message.author_id == bot_id
+        # line(): a message's own line breaks cannot start another speaker's line.
+        else {"role": "user", "content": message.line()}
+        for message in window[max(count - shown, 0) :]
+        # Some providers reject an empty assistant message (e.g. an embed-only post).
+        if message.content or message.author_id != bot_id
+    ]
 
 
 def _raw_block(label: str, messages: Sequence[RawMessage]) -> str:
