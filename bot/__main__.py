@@ -26,6 +26,7 @@ from bot.config import (
     load_settings,
     one_line_error,
 )
+from bot.db.clock_skew import warn_of_clock_skew
 from bot.db.engine import Database, DatabaseUnavailable, describe_url
 from bot.db.migrate import MigrationsMissing
 from bot.memory.spool import SpoolLocked
@@ -338,6 +339,7 @@ async def _run(
     before, after = await _migrate(database)
     if before != after:
         log.info("database migrated from %s to %s", before or "empty", after)
+    await warn_of_clock_skew(database.engine)
     bot = build_bot(settings, database=database, shard_ids=shard_ids, shard_count=shard_count)
     if shard_ids is not None:
         log.info("running shards %s of %d", shard_ids, shard_count)

@@ -23,10 +23,12 @@ from bot.config import (
     database_unreachable,
     one_line_error,
 )
+from bot.db.clock_skew import measure_clock_skew
 from bot.db.engine import Database, describe_url
 from bot.db.migrate import MigrationsMissing, current_revision, head_revision
 from bot.llm.client import make_client
 from bot.llm.providers import capabilities
+from bot.memory.clock import SystemClock
 from bot.memory.spool import inspect_spool
 
 DOCTOR_TIMEOUT_SECONDS = 15.0
@@ -113,30 +115,36 @@ async def _database_checks(database: Database, settings: Settings) -> list[Check
     except Exception as exc:  # any other failure is the finding too
         return [Check("database", False, f"unusable: {one_line_error(exc, with_class=True)}")]
     assert database.url is not None
-    checks = [
-        Check(
-            "database",
-            True,
-            f"PostgreSQL {version}, {describe_url(database.url)} ({elapsed_ms:.0f} ms)",
-        )
-    ]
+    where = describe_url(database.url)
+    database_row = Check("database", True, f"PostgreSQL {version}, {where} ({elapsed_ms:.0f} ms)")
+    return [database_row, await _migrations_check(database), await _clock_check(database)]
+
+
+async def _migrations_check(database: Database) -> Check:
     try:
         head = head_revision()
     except MigrationsMissing as exc:
-        return [*checks, Check("migrations", False, str(exc))]
+        return Check("migrations", False, str(exc))
     try:
         current = await current_revision(database.engine)
     except Exception as exc:  # e.g. a role not allowed to read alembic_version
         detail = f"cannot read the revision: {one_line_error(exc, with_class=True)}"
-        return [*checks, Check("migrations", False, detail)]
+        return Check("migrations", False, detail)
     if current == head:
         detail = f"at {current}"
     elif current is None:
         detail = f"not migrated (head is {head}): run kioku migrate"
     else:
         detail = f"at {current}, head is {head}: run kioku migrate"
-    checks.append(Check("migrations", current == head, detail))
-    return checks
+    return Check("migrations", current == head, detail)
+
+
+async def _clock_check(database: Database) -> Check:
+    try:
+        skew = await measure_clock_skew(database.engine, SystemClock().now)
+    except Exception as exc:  # the database answered a moment ago: say what broke
+        return Check("clock", False, f"cannot compare: {one_line_error(exc, with_class=True)}")
+    return Check("clock", not skew.too_large, skew.describe())
 
 
 async def _llm_checks(settings: Settings) -> list[Check]:

@@ -160,6 +160,7 @@ async def test_doctor_passes_when_the_model_calls_the_tool(
         "discord token",
         "database",
         "migrations",
+        "clock",
         "spool",
         "persona",
         "llm endpoint",
