@@ -47,9 +47,7 @@ async def test_a_skewed_clock_is_measured_and_named(
 
 
 async def test_a_skew_within_the_limit_passes(migrated_database: Database) -> None:
-    skew = await measure_clock_skew(
-        migrated_database.engine, shifted(-MAX_CLOCK_SKEW_SECONDS / 2)
-    )
+    skew = await measure_clock_skew(migrated_database.engine, shifted(-MAX_CLOCK_SKEW_SECONDS / 2))
     assert skew.offset > 0
     assert not skew.too_large
     assert "NTP" not in skew.describe()
