@@ -981,7 +981,7 @@ class MemoryService:
     ) -> WriteResult:
         if self.spool is not None:
             try:
-                self.spool.append(entries, events, started_at=started_at)
+                self.spool.append(entries, events, started_at=started_at, bases=before)
             except (OSError, ValueError):  # ValueError: the spool file is closed
                 log.exception("STM spool append failed")
             else:

@@ -146,6 +146,7 @@ def _validate(record: Any) -> None:
     if op == "upsert":
         for data in record["entries"]:
             entry_from_json(data)
+            _carried_row(data)
         for data in record["events"]:
             _event_from_json(data)
         _time(record, "started")
@@ -164,6 +165,11 @@ def _validate(record: Any) -> None:
 def _time(record: dict[str, Any], field: str = "at") -> datetime | None:
     at = record.get(field)
     return datetime.fromisoformat(at) if at is not None else None
+
+
+def _carried_row(data: dict[str, Any]) -> datetime | None:
+    """The stored row (its creation time) whose text a spooled entry carries, if any."""
+    return _time(data, "from_row")
 
 
 def _fsync_dir(path: Path) -> None:
@@ -293,6 +299,9 @@ class DurableSpool:
                     log.warning("spool: cut off a torn last line (it was never acknowledged)")
                 self._rewrite()
         self._latest: dict[ScopeKey, StmEntry] = {}
+        # Per key of _latest: the stored row (creation time, ISO) whose text that state
+        # carries: written on a copy of it, directly or through earlier spooled states.
+        self._from_row: dict[ScopeKey, str | None] = {}
         # Channels with a clear, and users with a forget, still to replay: their rows in
         # the database are as good as deleted (also after a restart).
         self._clearing: set[int] = set()
@@ -390,15 +399,34 @@ class DurableSpool:
         events: Sequence[EventRecord] = (),
         *,
         started_at: datetime | None = None,
+        bases: Sequence[StmEntry] = (),
     ) -> None:
+        """Spool a write of ``entries``; ``bases``: what each was built on (the entries
+        before the write), so its replay can tell whether the stored text it carries
+        was wiped meanwhile (see _apply)."""
+        encoded = [entry_to_json(e) for e in entries]
+        for data, base in zip(encoded, bases, strict=False):
+            carried = self._carries(base)
+            if carried is not None:
+                data["from_row"] = carried
         record: dict[str, Any] = {
             "op": "upsert",
-            "entries": [entry_to_json(e) for e in entries],
+            "entries": encoded,
             "events": [_event_to_json(e) for e in events],
         }
         if started_at is not None:
             record["started"] = started_at.isoformat()
         self._write(record)
+
+    def _carries(self, base: StmEntry) -> str | None:
+        """The stored row whose text a write built on ``base`` carries: the row ``base``
+        was read from when it holds text, or what the spooled state it is carries."""
+        pending = self._latest.get(base.key)
+        if pending is not None and pending.version == base.version:
+            return self._from_row.get(base.key)  # built on this spool's own last state
+        if base.has_content and base.created_at is not None:
+            return base.created_at.isoformat()
+        return None  # nothing stored in it: a new memory, or one read back expired
 
     def append_clear(
         self, channel_id: int, guild_id: int | None, actor_user_id: int | None, at: datetime
@@ -454,9 +482,11 @@ class DurableSpool:
             for data in record["entries"]:
                 entry = entry_from_json(data)
                 self._latest[entry.key] = entry
+                self._from_row[entry.key] = data.get("from_row")
         elif op == "blank":
             for key, entry in list(self._latest.items()):
                 if key.channel_id == record["channel"]:
+                    self._from_row[key] = None  # shown empty: its text no longer carried
                     self._latest[key] = StmEntry(
                         key=key,
                         updated_at=entry.updated_at,
@@ -468,12 +498,14 @@ class DurableSpool:
             self._clearing.add(record["channel"])
             for key in [k for k in self._latest if k.channel_id == record["channel"]]:
                 del self._latest[key]
+                self._from_row.pop(key, None)
         elif op == "forget":
             user = record["user"]
             self._forgetting.add(user)
             for key, entry in list(self._latest.items()):
                 if key.user_id == user or user in entry.contributor_ids:
                     del self._latest[key]
+                    self._from_row.pop(key, None)
 
     def database_back(self) -> None:
         """The database answers again (e.g. the cache listener reconnected): replay now
@@ -523,6 +555,7 @@ class DurableSpool:
             # these keys again (see MemoryService.spool_replayed).
             self.replayed_keys = frozenset(touched | set(self._latest))
             self._latest.clear()
+            self._from_row.clear()
             self._clearing.clear()
             self._forgetting.clear()
         return done
@@ -794,6 +827,16 @@ async def _apply(session: AsyncSession, record: dict[str, Any], origin: str) -> 
         # Never writes back what a /refresh or a /forget-me (in any process, also one
         # this process never heard of) wiped after the turn started.
         if await stm_repo.writes_refused(session, [(entries, _time(record, "started"))]):
+            return
+        # Nor what was wiped before the turn began, where this process had not heard of
+        # it (cut off from the database and the notices, it wrote on its cached copy):
+        # the row whose text the write carries is gone. (A live write is refused by its
+        # version for the same reason.)
+        carried = [
+            (e.key, _carried_row(data)) for e, data in zip(entries, record["entries"], strict=True)
+        ]
+        if await stm_repo.rows_gone(session, [(key, at) for key, at in carried if at is not None]):
+            log.info("spool: a write was skipped, the memory it was built on was wiped since")
             return
         # Nor overwrites a row updated after it was spooled (by another process).
         stored = await stm_repo.replay_entries(session, entries)

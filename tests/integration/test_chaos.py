@@ -29,8 +29,10 @@ every notice delivered) and these invariants are checked:
 
 1. the last write acknowledged ``saved`` / ``saved, pending sync`` on a key is what the
    database holds (summary and category values), unless a /refresh, /forget-me or
-   janitor pass after it may remove it; (with invariant 7, an acknowledged write is never
-   silently replaced by one that was not built on it)
+   janitor pass after it may remove it, or a wipe that had not reached its process when
+   it built its entry (spooled, built on a cached copy of what was wiped, its replay is
+   skipped); (with invariant 7, an acknowledged write is never silently replaced by one
+   that was not built on it)
 2. no row holds a value (the summary or a category value) of a write derived from a user
    forgotten at or after the start of that write's turn;
 3. no row holds a value of a write whose turn started before a /refresh of its channel;
@@ -412,6 +414,8 @@ class Write:
     reach: int = 0  # Proc.config_reach when it built its entries
     known: int = 0  # how many settings changes had committed then
     expected_version: int | None = None
+    # Up to when wipes had reached its process when it built its entries (_wipe_reach).
+    wipe_reach: tuple[dict[int, datetime], dict[int, datetime]] | None = None
 
 
 @dataclass
@@ -561,6 +565,7 @@ class Scenario:
         op.meta["known"] = len(self.configs) - 1
         deaf_up = proc.listening == "deaf" and not proc.down  # reads the settings each use
         op.meta["reach"] = len(self.configs) - 1 if deaf_up else proc.config_reach
+        op.meta["wipe_reach"] = self._wipe_reach(proc)
 
     def _changed_config(self, proc: Proc, key: ConfigKey) -> None:
         self.configs.append(key)
@@ -747,6 +752,7 @@ class Scenario:
             write.known = meta.get("known", 0)
             write.build_seq = meta.get("build_seq", 0)
             write.built_at = meta.get("built_at")
+            write.wipe_reach = meta.get("wipe_reach")
             op.meta["outcome"] = f"{write.text}: {result}"
 
         self.start(kind, proc, body, gates)
@@ -1282,6 +1288,18 @@ class Scenario:
         for user, _at, op, pending in self.forgets:
             if user in derived and (pending or op.end_seq > write.turn_seq):
                 return True
+        if write.wipe_reach is not None:
+            # Built on what a wipe its process had not heard of yet deleted (cut off from
+            # the database and the notices, it used its cached copy): spooled, its replay
+            # finds the row it was built on gone and is skipped, as the live write would
+            # have been refused.
+            clears_reach, forgets_reach = write.wipe_reach
+            for channel, at, _op, _pending in self.clears:
+                if channel == key.channel_id and at > clears_reach.get(channel, EARLIEST):
+                    return True
+            for user, at, _op, _pending in self.forgets:
+                if user in derived and at > forgets_reach.get(user, EARLIEST):
+                    return True
         return any(
             write.written_at is None or write.written_at < cutoff for cutoff in self.janitor_cutoffs
         )

@@ -1398,3 +1398,90 @@ async def test_a_spooled_record_does_not_change_when_the_cache_entry_does(
         "saved, pending sync"
     )
     assert spool._records[0]["entries"][0]["categories"] == {"plans": "first"}
+
+
+@pytest.mark.parametrize("wipe", ["refresh", "forget-me"])
+async def test_a_spooled_write_built_on_a_copy_of_what_was_wiped_unheard_is_not_replayed(
+    db: Database, settings: Settings, tmp_path: Path, dead_engine: AsyncEngine, wipe: str
+) -> None:
+    # A saved Alice's words; B wiped them (a /refresh of the channel, or Alice's
+    # /forget-me). A, cut off from the database before the notice reached it, then
+    # answered Bob on its cached copy: the write it spooled holds what was wiped, though
+    # its turn began after the wipe. Its replay must not bring those words back.
+    clock = ManualClock()
+    spool = DurableSpool(spool_path(tmp_path / "a"))
+    a = make_service(db.sessions, settings, clock, spool=spool)
+    b = make_service(db.sessions, settings, clock)
+    await prepare(a, BOB)  # Bob's own key is cached too, as after any turn of his
+    turn = (await prepare(a, ALICE)).turn
+    assert str(await a.update_stm(turn, summary="Alice's plan")) == "saved"
+    clock.advance(seconds=5)
+    if wipe == "refresh":
+        await b.clear_channel(CHANNEL, guild_id=GUILD, actor_user_id=CAROL)
+    else:
+        await b.forget_user(ALICE)
+    assert await stored_server_summary(db) is None
+    clock.advance(seconds=5)
+    a._sessions = async_sessionmaker(dead_engine)  # A loses the database, unaware
+
+    later = (await prepare(a, BOB)).turn  # begun after the wipe, on A's cached copy
+    assert later.started_at is not None and turn.started_at is not None
+    written = await a.update_stm(later, summary="Alice's plan, and Bob's part in it")
+    assert str(written) == "saved, pending sync"
+
+    a._sessions = db.sessions
+    await spool.replay(db.sessions)
+    a.spool_replayed()
+    assert await stored_server_summary(db) is None
+    assert await rows_derived_from(db, ALICE) == []
+    spool.close()
+
+
+async def test_a_spooled_write_built_on_its_own_earlier_spooled_write_is_replayed(
+    db: Database, settings: Settings, tmp_path: Path, dead_engine: AsyncEngine
+) -> None:
+    # The counterpart: a chain of writes made during one outage, each built on the one
+    # before (none of them in the database yet), all reach the database in order.
+    clock = ManualClock()
+    spool = DurableSpool(spool_path(tmp_path / "a"))
+    a = make_service(db.sessions, settings, clock, spool=spool)
+    first, second = (await prepare(a, ALICE)).turn, (await prepare(a, BOB)).turn
+    assert str(await a.update_stm(first, summary="before the outage")) == "saved"
+    a._sessions = async_sessionmaker(dead_engine)
+    third = (await prepare(a, ALICE)).turn
+    assert str(await a.update_stm(second, summary="take 1")) == "saved, pending sync"
+    assert str(await a.update_stm(third, summary="take 2")) == "saved, pending sync"
+
+    a._sessions = db.sessions
+    await spool.replay(db.sessions)
+    a.spool_replayed()
+    assert await stored_server_summary(db) == "take 2"
+    spool.close()
+
+
+async def test_a_spooled_write_on_a_memory_withheld_for_a_pending_forget_is_replayed(
+    db: Database, settings: Settings, tmp_path: Path, dead_engine: AsyncEngine
+) -> None:
+    # Alice's /forget-me waits in A's spool, so her memory's row is withheld (read as
+    # empty); Bob's write on it carries nothing of the row: once the forget's replay has
+    # deleted the row, Bob's write is stored all the same.
+    clock = ManualClock()
+    spool = DurableSpool(spool_path(tmp_path / "a"))
+    a = make_service(db.sessions, settings, clock, spool=spool)
+    turn = (await prepare(a, ALICE)).turn
+    assert str(await a.update_stm(turn, summary="Alice's plan")) == "saved"
+    a._sessions = async_sessionmaker(dead_engine)
+    assert (await a.forget_user(ALICE)).pending_sync
+    a._sessions = db.sessions  # back, but the spool holds the forget: writes queue behind
+
+    later = (await prepare(a, BOB)).turn
+    withheld = await a.entry(later.channel_key)
+    assert withheld.summary == "" and withheld.version == 1  # the row's version, no text
+    written = await a.update_stm(later, summary="Bob's own plan")
+    assert str(written) == "saved, pending sync"
+
+    await spool.replay(db.sessions)
+    a.spool_replayed()
+    assert await stored_server_summary(db) == "Bob's own plan"
+    assert await rows_derived_from(db, ALICE) == []
+    spool.close()

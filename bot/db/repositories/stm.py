@@ -228,6 +228,16 @@ async def upsert_entries_returning_keys(
     }
 
 
+async def rows_gone(session: AsyncSession, rows: Sequence[tuple[ScopeKey, datetime]]) -> bool:
+    """Whether any of ``rows`` (a key and the creation time of its row then) is gone:
+    deleted (a /refresh, a /forget-me), or deleted and created anew."""
+    for key, created_at in rows:
+        row = await load_entry(session, key)  # replays are rare: one read a key
+        if row is None or row.created_at != created_at:
+            return True
+    return False
+
+
 async def replay_entries(session: AsyncSession, entries: Sequence[StmEntry]) -> list[StmEntry]:
     """Write spooled entries, each unless its row was updated since (by any process): a
     replayed write must never overwrite a newer one. Returns the entries written, with
