@@ -1109,13 +1109,20 @@ async def stored_server_summary(db: Database) -> str | None:
     return row.summary if row is not None else None
 
 
-async def test_a_spool_replay_does_not_overwrite_a_newer_write_saved_by_another_process(
-    db: Database, settings: Settings, tmp_path: Path, dead_engine: AsyncEngine
-) -> None:
+def spooling_pair(
+    db: Database, settings: Settings, tmp_path: Path
+) -> tuple[ManualClock, DurableSpool, MemoryService, MemoryService]:
+    """Processes A (with a spool) and B (without) on one database and one clock."""
     clock = ManualClock()
     spool = DurableSpool(spool_path(tmp_path / "a"))
     a = make_service(db.sessions, settings, clock, spool=spool)
-    b = make_service(db.sessions, settings, clock)
+    return clock, spool, a, make_service(db.sessions, settings, clock)
+
+
+async def test_a_spool_replay_does_not_overwrite_a_newer_write_saved_by_another_process(
+    db: Database, settings: Settings, tmp_path: Path, dead_engine: AsyncEngine
+) -> None:
+    clock, spool, a, b = spooling_pair(db, settings, tmp_path)
     first, second = (await prepare(a, ALICE)).turn, (await prepare(a, BOB)).turn
     a._sessions = async_sessionmaker(dead_engine)  # process A loses the database
     assert str(await a.update_stm(first, summary="old plan, take 1")) == "saved, pending sync"
@@ -1138,10 +1145,7 @@ async def test_a_spool_replay_does_not_overwrite_a_newer_write_saved_by_another_
 async def test_a_refused_replay_does_not_leave_a_blank_entry_that_hides_the_newer_row(
     db: Database, settings: Settings, tmp_path: Path, dead_engine: AsyncEngine
 ) -> None:
-    clock = ManualClock()
-    spool = DurableSpool(spool_path(tmp_path / "a"))
-    a = make_service(db.sessions, settings, clock, spool=spool)
-    b = make_service(db.sessions, settings, clock)
+    clock, spool, a, b = spooling_pair(db, settings, tmp_path)
     first, second = (await prepare(a, ALICE)).turn, (await prepare(a, BOB)).turn
     a._sessions = async_sessionmaker(dead_engine)  # A loses the database, spools v1 and v2
     assert str(await a.update_stm(first, summary="before the refresh 1")) == "saved, pending sync"
@@ -1169,10 +1173,7 @@ async def test_a_refused_replay_does_not_leave_a_blank_entry_that_hides_the_newe
 async def test_a_spooled_refresh_also_wipes_what_an_earlier_turn_wrote_before_its_replay(
     db: Database, settings: Settings, tmp_path: Path, dead_engine: AsyncEngine
 ) -> None:
-    clock = ManualClock()
-    spool = DurableSpool(spool_path(tmp_path / "a"))
-    a = make_service(db.sessions, settings, clock, spool=spool)
-    b = make_service(db.sessions, settings, clock)
+    clock, spool, a, b = spooling_pair(db, settings, tmp_path)
     turn = (await prepare(b, BOB)).turn  # a turn in process B starts (the model is thinking)
 
     clock.advance(seconds=5)  # a moderator runs /refresh; A's database connection is down
@@ -1408,10 +1409,7 @@ async def test_a_spooled_write_built_on_a_copy_of_what_was_wiped_unheard_is_not_
     # /forget-me). A, cut off from the database before the notice reached it, then
     # answered Bob on its cached copy: the write it spooled holds what was wiped, though
     # its turn began after the wipe. Its replay must not bring those words back.
-    clock = ManualClock()
-    spool = DurableSpool(spool_path(tmp_path / "a"))
-    a = make_service(db.sessions, settings, clock, spool=spool)
-    b = make_service(db.sessions, settings, clock)
+    clock, spool, a, b = spooling_pair(db, settings, tmp_path)
     await prepare(a, BOB)  # Bob's own key is cached too, as after any turn of his
     turn = (await prepare(a, ALICE)).turn
     assert str(await a.update_stm(turn, summary="Alice's plan")) == "saved"
@@ -1442,9 +1440,7 @@ async def test_a_spooled_write_built_on_its_own_earlier_spooled_write_is_replaye
 ) -> None:
     # The counterpart: a chain of writes made during one outage, each built on the one
     # before (none of them in the database yet), all reach the database in order.
-    clock = ManualClock()
-    spool = DurableSpool(spool_path(tmp_path / "a"))
-    a = make_service(db.sessions, settings, clock, spool=spool)
+    _, spool, a, _ = spooling_pair(db, settings, tmp_path)
     first, second = (await prepare(a, ALICE)).turn, (await prepare(a, BOB)).turn
     assert str(await a.update_stm(first, summary="before the outage")) == "saved"
     a._sessions = async_sessionmaker(dead_engine)
@@ -1465,9 +1461,7 @@ async def test_a_spooled_write_on_a_memory_withheld_for_a_pending_forget_is_repl
     # Alice's /forget-me waits in A's spool, so her memory's row is withheld (read as
     # empty); Bob's write on it carries nothing of the row: once the forget's replay has
     # deleted the row, Bob's write is stored all the same.
-    clock = ManualClock()
-    spool = DurableSpool(spool_path(tmp_path / "a"))
-    a = make_service(db.sessions, settings, clock, spool=spool)
+    _, spool, a, _ = spooling_pair(db, settings, tmp_path)
     turn = (await prepare(a, ALICE)).turn
     assert str(await a.update_stm(turn, summary="Alice's plan")) == "saved"
     a._sessions = async_sessionmaker(dead_engine)
