@@ -27,9 +27,31 @@ from bot.db.models import Base
 from tests.helpers.fake_llm import refused_base_url
 
 
-def truncate_statement() -> str:
-    tables = ", ".join(table.name for table in Base.metadata.sorted_tables)
-    return f"TRUNCATE {tables} RESTART IDENTITY"
+def _emptying_statements() -> list[str]:
+    # DELETE, not TRUNCATE: on tables this small it is several times faster (a TRUNCATE
+    # makes new files for every table and its indexes), and a test suite empties them
+    # before every test. Children before parents; ids count from 1 again, as after
+    # TRUNCATE ... RESTART IDENTITY.
+    tables = list(reversed(Base.metadata.sorted_tables))
+    deletes = [f"DELETE FROM {table.name}" for table in tables]
+    with_ids = [f"'{t.name}'" for t in tables if "id" in t.c and t.c.id.autoincrement]
+    restart = (
+        "SELECT setval(pg_get_serial_sequence(name, 'id'), 1, false) "
+        f"FROM unnest(ARRAY[{', '.join(with_ids)}]) AS name"
+    )
+    return [*deletes, restart]
+
+
+# One script, one round trip: the simple query protocol runs it as one transaction.
+EMPTYING_SCRIPT = ";\n".join(_emptying_statements())
+
+
+async def empty_tables(engine: AsyncEngine) -> None:
+    """Every Kioku table emptied, its ids restarted: a clean state for the next test."""
+    async with engine.connect() as connection:
+        driver = (await connection.get_raw_connection()).driver_connection
+        assert driver is not None
+        await driver.execute(EMPTYING_SCRIPT)
 
 
 async def reset_schema(engine: AsyncEngine) -> None:
@@ -82,8 +104,7 @@ async def migrated_database(
 @pytest.fixture
 async def db(migrated_database: Database) -> AsyncIterator[Database]:
     """The session's database with every table emptied before the test."""
-    async with migrated_database.engine.begin() as connection:
-        await connection.execute(text(truncate_statement()))
+    await empty_tables(migrated_database.engine)
     yield migrated_database
 
 

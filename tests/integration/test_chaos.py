@@ -103,7 +103,7 @@ from tests.helpers.builders import (
     message,
     prepare,
 )
-from tests.helpers.database import make_test_settings, truncate_statement
+from tests.helpers.database import empty_tables, make_test_settings
 
 CAROL = 333_333_333_333_333_003
 USERS = (ALICE, BOB, CAROL)
@@ -1324,8 +1324,7 @@ async def run_scenario(
     script: Callable[[Scenario], Awaitable[None]] | None = None,
 ) -> Scenario:
     """A seeded scenario of ``steps`` random actions, or the actions ``script`` runs."""
-    async with db.engine.begin() as connection:
-        await connection.execute(text(truncate_statement()))
+    await empty_tables(db.engine)
     scenario = Scenario(seed, db, settings, dead, notices, data_dir)
     try:
         if script is None:

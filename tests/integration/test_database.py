@@ -21,7 +21,7 @@ from bot.db import driver
 from bot.db.driver import DriverStatement
 from bot.db.engine import Database
 from bot.db.migrate import alembic_config, current_revision, head_revision, upgrade
-from bot.db.models import Base, GuildSettings
+from bot.db.models import Base, GuildSettings, StmEvent
 from tests.helpers.database import count_statements, make_test_settings
 
 # The database contract of ARCHITECTURE.md: every table and column it names.
@@ -196,12 +196,17 @@ async def test_migration_0005_goes_down_and_up_again_with_facts_stored(
 
 @pytest.mark.parametrize("attempt", [1, 2])
 async def test_each_test_starts_with_empty_tables(db: Database, attempt: int) -> None:
-    # Run twice: if the harness did not clean between tests, the second run sees 2 rows.
+    # Run twice: if the harness did not clean between tests, the second run sees rows
+    # the first one left, and ids that go on counting.
     async with db.sessions() as session:
-        assert await session.scalar(select(func.count()).select_from(GuildSettings)) == 0
+        for table in Base.metadata.sorted_tables:
+            assert await session.scalar(select(func.count()).select_from(table)) == 0, table
         session.add(GuildSettings(guild_id=1))
+        event = StmEvent(event="update")
+        session.add(event)
         await session.commit()
         assert await session.scalar(select(func.count()).select_from(GuildSettings)) == 1
+        assert event.id == 1
 
 
 async def test_statement_counter_counts_what_the_engine_sends(db: Database) -> None:

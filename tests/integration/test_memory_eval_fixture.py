@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from sqlalchemy import text
 from sqlalchemy.engine import URL
 
 from benchmarks.memory_eval import (
@@ -39,7 +38,7 @@ from bot.memory.model import RawMessage
 from bot.memory.prompt import LONG_TERM_HEADING, VALUE_LIMIT, relative_time
 from bot.turn import load_persona
 from tests.helpers.builders import ManualClock
-from tests.helpers.database import make_test_settings, truncate_statement
+from tests.helpers.database import empty_tables, make_test_settings
 from tests.helpers.fake_llm import ScriptedLLM, openai_client
 
 OLD_RELEASE = "Release: Friday, March 6"
@@ -71,17 +70,12 @@ def _queue(llm: ScriptedLLM, scripted: Scripted) -> None:
     llm.reply_text(scripted.reply)
 
 
-async def _truncate(database: Database) -> None:
-    async with database.engine.begin() as connection:
-        await connection.execute(text(truncate_statement()))
-
-
 @pytest.fixture(scope="module")
 async def replayed(
     migrated_database: Database, pg_url: URL, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[Replayed]:
     """One replay of the whole fixture (conversation, then the questions) for the module."""
-    await _truncate(migrated_database)
+    await empty_tables(migrated_database.engine)
     fixture = load_fixture()
     async with ScriptedLLM() as llm:
         settings = make_test_settings(
@@ -108,7 +102,7 @@ async def replayed(
             yield Replayed(fixture, replay, llm, settings, [f.content for f in page.facts])
         finally:
             await client.close()
-            await _truncate(migrated_database)
+            await empty_tables(migrated_database.engine)
 
 
 # ----------------------------------------------------------------------------- helpers

@@ -202,7 +202,7 @@ async def test_each_change_adds_audit_events_without_memory_text(
     turn = await start_turn(service)
     await service.update_stm(turn, summary="private words about Friday")
     async with db.sessions() as session:
-        events = list(await session.scalars(select(StmEvent)))
+        events = list(await session.scalars(select(StmEvent).order_by(StmEvent.id)))
     assert [(e.event, e.scope_kind) for e in events] == [("update", "server"), ("update", "user")]
     assert all(e.chars_before == 0 and e.chars_after == 26 for e in events)
     async with db.engine.connect() as connection:
@@ -528,7 +528,7 @@ async def test_clear_channel_wipes_every_scope_in_cache_and_rows(
     assert SERVER_KEY not in service.cache and ALICE_KEY not in service.cache
     assert service.windows.get(CHANNEL) == ()
     async with db.sessions() as session:
-        events = [e.event for e in await session.scalars(select(StmEvent))]
+        events = [e.event for e in await session.scalars(select(StmEvent).order_by(StmEvent.id))]
     assert events[-1] == "refresh"
 
 
