@@ -364,7 +364,9 @@ class CategoriesModal(AdminModal):
             )
         else:
             head = f"Saved. A single `{SUMMARY_SLUG}` category is the same as summary mode:"
-        await answer(interaction, "\n".join([head, *describe_categories(categories)]))
+        # Escaping can double an admin's text: five long categories may not fit in one
+        # message (as in /stm categories list).
+        await answer_blocks(interaction, [head, *describe_categories(categories)])
 
 
 class RetryCategoriesView(ReportingView):

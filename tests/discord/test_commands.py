@@ -586,6 +586,27 @@ async def test_category_labels_and_descriptions_are_escaped_in_the_list_and_the_
     assert kioku.bot.allowed_mentions.to_dict()["parse"] == []
 
 
+async def test_the_receipt_of_five_long_markdown_heavy_categories_fits_discords_limit(
+    kioku: KiokuHarness, admin: discord.Member
+) -> None:
+    # Five labels of 40 and descriptions of 200 characters are accepted; escaping their
+    # `_` and `*` doubles them, past 2,000 characters in one message: Discord refuses it
+    # and the admin would read "Something went wrong" although the categories were saved.
+    rows = {
+        f"category_{n}": f"snake_case_label_{n}_{'_x' * 10}: " + "a_b*" * 50 for n in range(1, 6)
+    }
+    opened = await kioku.interactions.slash("stm categories set", user=admin)
+
+    saved = await kioku.interactions.submit_modal(opened, rows, user=admin)
+
+    assert len((await kioku.bot.memory.guild_config(kioku.env.guild.id)).categories) == 5
+    texts = saved.texts()
+    assert texts[0].startswith("Saved 5 categories.")
+    assert all(len(text) <= DISCORD_CONTENT_LIMIT for text in texts), [len(t) for t in texts]
+    assert "\n".join(texts).count("• **snake") == 5
+    assert all(call.ephemeral for call in saved.calls)
+
+
 async def test_stm_categories_clear_goes_back_to_summary_mode(
     kioku: KiokuHarness, admin: discord.Member
 ) -> None:
