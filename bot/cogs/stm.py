@@ -46,6 +46,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 HISTORY_LIMIT = 15
+# How many of the latest events /stm history reads, widening while too few of them are in
+# channels the admin can read (each write records two: the channel's and a member's copy).
+HISTORY_READS = (HISTORY_LIMIT * 4, HISTORY_LIMIT * 40)
 # Always-on channels named in /stm settings: a server may mark hundreds (threads too),
 # and one answer must stay within Discord's 2,000 characters.
 ALWAYS_ON_SHOWN = 20
@@ -500,11 +503,19 @@ class StmCog(commands.Cog):
         await think(interaction)  # the database may be slow: Discord waits only 3 s
         # Manage Server does not open every channel: events of channels (and threads) the
         # admin cannot read are left out, or they would show who talked there, and when.
-        found = await self.memory.recent_events(self._guild_id(interaction), HISTORY_LIMIT * 4)
-        seen = [e for e in found if _may_see(interaction, e.channel_id)]
-        lines = describe_events(seen)[:HISTORY_LIMIT]
+        # A busy channel they cannot read may hold all the latest events: then look
+        # further back, so their own channels' events still show.
+        found: list[AuditEvent] = []
+        lines: list[str] = []
+        for limit in HISTORY_READS:
+            found = await self.memory.recent_events(self._guild_id(interaction), limit)
+            seen = [e for e in found if _may_see(interaction, e.channel_id)]
+            lines = describe_events(seen)[:HISTORY_LIMIT]
+            if len(lines) == HISTORY_LIMIT or len(found) < limit:
+                break
         if not lines:
-            await answer(interaction, "No memory events recorded in this server yet.")
+            where = "in the channels you can read" if found else "in this server yet"
+            await answer(interaction, f"No memory events recorded {where}.")
             return
         count = plural(len(lines), "memory event")
         head = f"**Last {count}** (newest first; memory text is never logged)"

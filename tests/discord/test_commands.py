@@ -1072,3 +1072,41 @@ async def test_stm_history_leaves_out_channels_the_admin_cannot_read(kioku: Kiok
     assert str(mods.id) not in seen_by_admin and str(insider.id) not in seen_by_admin
     assert f"<#{env.channel.id}>" in seen_by_admin
     assert seen_by_insider is not None and "Manage Server" in seen_by_insider  # refused
+
+
+async def test_stm_history_looks_past_a_busy_channel_the_admin_cannot_read(
+    kioku: KiokuHarness,
+) -> None:
+    env, memory = kioku.env, kioku.bot.memory
+    admin = await env.create_member("admin", kind="admin")
+    insider = await env.create_member("insider")
+    mods = await env.create_text_channel("mods", private=True, allow=[insider])
+    await seed(kioku, author=admin, summary="public")  # the public channel, first
+    for n in range(40):  # then a busy private channel: two events a write
+        saved = await memory.admin_edit(
+            guild_id=env.guild.id, channel_id=mods.id, actor_user_id=insider.id, summary=f"{n}"
+        )
+        assert saved.ok
+
+    shown = await kioku.interactions.slash("stm history", user=admin)
+
+    content = "\n".join(shown.texts())
+    assert "No memory events recorded" not in content, "events exist: just not in sight"
+    assert env.channel.mention in content, "the admin's readable event was left out"
+    assert mods.mention not in content and insider.mention not in content
+
+
+async def test_stm_history_says_when_every_event_is_in_a_channel_the_admin_cannot_read(
+    kioku: KiokuHarness,
+) -> None:
+    env = kioku.env
+    admin = await env.create_member("admin", kind="admin")
+    insider = await env.create_member("insider")
+    mods = await env.create_text_channel("mods", private=True, allow=[insider])
+    await seed(kioku, channel=mods, author=insider)
+
+    shown = await kioku.interactions.slash("stm history", user=admin)
+
+    assert shown.ephemeral
+    # Not "none recorded", nor a hint of what happens where the admin cannot look.
+    assert shown.content == "No memory events recorded in the channels you can read."
