@@ -49,6 +49,8 @@ WIPE_ASK_A_MODERATOR = (
     "To wipe this channel's memory, ask a moderator (Manage Messages) to run `/refresh`."
 )
 TYPED_AGAIN = "What you typed, to paste again:"
+# Neutral: the admin may have saved through the button before it expired.
+RETRY_EXPIRED = "The **Edit again** button has expired: `/stm categories set` opens the form again."
 
 # The memory service words its refusals for the model (they are its tool's results:
 # "give `summary` instead", "during this turn"); an admin at a form is told this instead.
@@ -353,6 +355,7 @@ class CategoriesModal(AdminModal):
             retry = RetryCategoriesView(
                 self.memory, guild_id=self.guild_id, user_id=interaction.user.id, rows=typed
             )
+            retry.origin = interaction
             await answer(interaction, content[:MESSAGE_LIMIT], view=retry)
             return
         await think(interaction)  # the database may be slow: Discord waits only 3 s
@@ -380,6 +383,18 @@ class RetryCategoriesView(ReportingView):
         self.guild_id = guild_id
         self.user_id = user_id
         self.rows = list(rows)
+        self.origin: discord.Interaction[Any] | None = None
+
+    async def on_timeout(self) -> None:
+        # A click on the expired button would go unanswered ("This interaction failed")
+        # and what was typed be lost: the button goes, and the rows are handed back.
+        if self.origin is None:
+            return
+        rows = [row for row in self.rows if row.strip()]
+        content = "\n".join([RETRY_EXPIRED, TYPED_AGAIN, quoted("\n".join(rows))])
+        # The message may be gone or the token expired: then there is nothing to tidy.
+        with contextlib.suppress(discord.HTTPException):
+            await self.origin.edit_original_response(content=content, view=None)
 
     async def interaction_check(self, interaction: discord.Interaction[Any]) -> bool:
         if interaction.user.id != self.user_id:

@@ -552,6 +552,30 @@ async def test_stm_categories_set_with_bad_lines_lists_every_problem_and_changes
     assert [f.get("value") for f in again.modal.text_inputs] == [*typed[:4], None]
 
 
+async def test_an_expired_edit_again_button_is_removed_and_hands_back_what_was_typed(
+    kioku: KiokuHarness, admin: discord.Member
+) -> None:
+    opened = await kioku.interactions.slash("stm categories set", user=admin)
+    typed = ["Decisions: what we decided", "Plans what is next", "", "People: who is who"]
+    refused = await kioku.interactions.submit_modal(
+        opened, {f"category_{n}": row for n, row in enumerate(typed, start=1)}, user=admin
+    )
+    assert refused.custom_ids, "an Edit again button"
+
+    await kioku.interactions.expire_view(refused)
+
+    # A click now would go unanswered ("This interaction failed") and the rows be lost.
+    assert refused.components == []
+    assert refused.content == (
+        "The **Edit again** button has expired: `/stm categories set` opens the form again.\n"
+        "What you typed, to paste again:\n"
+        "> Decisions: what we decided\n"
+        "> Plans what is next\n"
+        "> People: who is who"
+    )
+    assert (await kioku.bot.memory.guild_config(kioku.env.guild.id)).categories == ()
+
+
 async def test_stm_categories_list_shows_the_categories(
     kioku: KiokuHarness, admin: discord.Member
 ) -> None:

@@ -2366,6 +2366,17 @@ class InteractionHarness:
     ) -> InteractionResult:
         return await self.click(message, custom_id, user=user, values=values)
 
+    async def expire_view(self, message: Any) -> None:
+        """Run out the timeout of the view on ``message`` (as for :meth:`click`) now, as
+        discord.py does once it passes: the view leaves the store (a later click on it is
+        not answered: Discord shows "This interaction failed") and its ``on_timeout`` runs.
+        Returns once that has finished."""
+        data = self._message_of(message)
+        view = self.state._view_store._synced_message_views.get(int(data["id"]))
+        if view is None:
+            raise LookupError(f"no live view on message {data['id']}")
+        await self.env.run_parser(view._dispatch_timeout)
+
     async def submit_modal(
         self,
         modal: RecordedModal | discord.ui.Modal | InteractionResult | str,
