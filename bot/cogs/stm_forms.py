@@ -23,7 +23,7 @@ from bot.memory.categories import (
     CategoryDefinitionError,
     parse_category_lines,
 )
-from bot.memory.model import MAX_CATEGORIES, SUMMARY_SLUG, Category
+from bot.memory.model import MAX_CATEGORIES, SUMMARY_SLUG, Category, ScopeKey
 from bot.memory.prompt import VALUE_LIMIT
 from bot.memory.service import REASON_ALL_EMPTY, MemoryService, WriteResult
 from bot.memory.storage import MemoryUnavailable
@@ -49,6 +49,10 @@ WIPE_ASK_A_MODERATOR = (
     "To wipe this channel's memory, ask a moderator (Manage Messages) to run `/refresh`."
 )
 TYPED_AGAIN = "What you typed, to paste again:"
+SUMMARY_REPLACED = (
+    "The summary kept from before the categories was replaced by them. "
+    "It was, to paste into a category:"
+)
 # Neutral: the admin may have saved through the button before it expired.
 RETRY_EXPIRED = "The **Edit again** button has expired: `/stm categories set` opens the form again."
 
@@ -294,6 +298,18 @@ class CategoryEditModal(_EditModal):
             self.inputs[category.slug] = field
             self.add_item(field)
 
+    async def _summary_from_before_categories(self) -> str:
+        """The summary the channel kept from before the server chose categories (what
+        /stm show lists under that name), or "" (also when it cannot be read now: the
+        write then reports the storage problem)."""
+        target = self.target
+        key = ScopeKey.server(target.guild_id, target.channel_id)
+        try:
+            entry = await self.memory.entry(key, parent_channel_id=target.parent_channel_id)
+        except MemoryUnavailable:
+            return ""
+        return entry.summary if entry.has_summary else ""
+
     async def on_submit(self, interaction: discord.Interaction[Any]) -> None:
         # Only the fields the admin changed: Discord sends every field back, and the
         # others hold what they showed at opening, which the model may have updated since.
@@ -306,8 +322,14 @@ class CategoryEditModal(_EditModal):
         if not changed:
             await answer(interaction, NOTHING_EDITED)
             return
+        await think(interaction)  # the database may be slow: Discord waits only 3 s
+        replaced = await self._summary_from_before_categories()
         result = await self._save(interaction, categories=changed)
         blocks = [describe_write(result, interaction)]
+        if result.ok and replaced:
+            # A category's value supersedes it (see the memory service), and the form had
+            # no field for it: said, and handed back, rather than dropped unseen.
+            blocks.append(f"{SUMMARY_REPLACED}\n{quoted(replaced)}")
         # Only text is worth handing back (emptied fields are listed along with it).
         if not result.ok and any(changed.values()):
             blocks.append(TYPED_AGAIN)

@@ -372,6 +372,32 @@ async def test_stm_edit_in_category_mode_has_one_prefilled_input_per_category(
     assert server.origin == "admin"
 
 
+async def test_stm_edit_of_a_category_says_it_replaced_the_summary_from_before_categories(
+    kioku: KiokuHarness, admin: discord.Member
+) -> None:
+    # The summary written before the server chose categories is the channel's memory
+    # (/stm show lists it, the model reads it) until a category gets a value; the form
+    # has no field for it, so filling one category must not drop it without a word.
+    await seed(kioku, summary="Launch on Friday; Alice owns the docs.")
+    await use_categories(kioku, "Decisions", "People")
+    opened = await kioku.interactions.slash("stm edit", user=admin)
+
+    saved = await kioku.interactions.submit_modal(opened, {"people": "Bob is new"}, user=admin)
+
+    assert saved.texts() == [
+        "Saved. The model sees the new memory from its next reply on.\n"
+        "The summary kept from before the categories was replaced by them. "
+        "It was, to paste into a category:\n"
+        "> Launch on Friday; Alice owns the docs."
+    ]
+    entry = await kioku.bot.memory.entry(ScopeKey.server(kioku.env.guild.id, kioku.env.channel.id))
+    assert (entry.summary, entry.categories) == ("", {"people": "Bob is new"})
+
+    opened = await kioku.interactions.slash("stm edit", user=admin)
+    again = await kioku.interactions.submit_modal(opened, {"decisions": "Friday"}, user=admin)
+    assert again.texts() == ["Saved. The model sees the new memory from its next reply on."]
+
+
 async def test_stm_edit_reports_a_rejected_write(
     kioku: KiokuHarness, admin: discord.Member
 ) -> None:
