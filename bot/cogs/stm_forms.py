@@ -15,7 +15,7 @@ from typing import Any
 import discord
 
 from bot.cogs.checks import is_bot_owner, require_admin
-from bot.cogs.errors import ReportingModal, ReportingView, answer, think
+from bot.cogs.errors import UNAVAILABLE, ReportingModal, ReportingView, answer, think
 from bot.cogs.replies import split_reply
 from bot.memory.categories import (
     DESCRIPTION_MAX_LENGTH,
@@ -364,6 +364,16 @@ class CategoriesModal(AdminModal):
             self.rows.append(row)
             self.add_item(row)
 
+    async def _answer_with_retry(
+        self, interaction: discord.Interaction[Any], content: str, typed: Sequence[str]
+    ) -> None:
+        """Answer with an "Edit again" button that reopens the form with ``typed``."""
+        retry = RetryCategoriesView(
+            self.memory, guild_id=self.guild_id, user_id=interaction.user.id, rows=typed
+        )
+        retry.origin = interaction
+        await answer(interaction, content, view=retry)
+
     async def on_submit(self, interaction: discord.Interaction[Any]) -> None:
         typed = [row.value for row in self.rows]
         try:
@@ -374,14 +384,17 @@ class CategoriesModal(AdminModal):
         except CategoryDefinitionError as error:
             problems = "\n".join(f"• {problem}" for problem in error.problems)
             content = f"Nothing was changed. Please fix:\n{problems}"
-            retry = RetryCategoriesView(
-                self.memory, guild_id=self.guild_id, user_id=interaction.user.id, rows=typed
-            )
-            retry.origin = interaction
-            await answer(interaction, content[:MESSAGE_LIMIT], view=retry)
+            await self._answer_with_retry(interaction, content[:MESSAGE_LIMIT], typed)
             return
         await think(interaction)  # the database may be slow: Discord waits only 3 s
-        config = await self.memory.set_categories(self.guild_id, interaction.user.id, categories)
+        try:
+            config = await self.memory.set_categories(
+                self.guild_id, interaction.user.id, categories
+            )
+        except MemoryUnavailable:
+            # As a /stm edit form hands back its text: the rows are not lost.
+            await self._answer_with_retry(interaction, UNAVAILABLE, typed)
+            return
         log.info("guild %s set %d STM categories", self.guild_id, len(categories))
         if config.category_mode:
             head = (

@@ -602,6 +602,27 @@ async def test_an_expired_edit_again_button_is_removed_and_hands_back_what_was_t
     assert (await kioku.bot.memory.guild_config(kioku.env.guild.id)).categories == ()
 
 
+async def test_categories_refused_by_a_database_outage_can_be_edited_again(
+    kioku: KiokuHarness, admin: discord.Member
+) -> None:
+    # Like a /stm edit form, a categories form the storage refused keeps what was typed.
+    opened = await kioku.interactions.slash("stm categories set", user=admin)
+    real = kioku.bot.memory._sessions
+    break_database(kioku)
+    typed = {"category_1": "Decisions: what we decided", "category_2": "People: who is who"}
+
+    refused = await kioku.interactions.submit_modal(opened, typed, user=admin)
+
+    assert refused.ephemeral
+    assert refused.texts() == [UNAVAILABLE]
+    kioku.bot.memory._sessions = real
+    again = await kioku.interactions.click(refused, label="Edit again", user=admin)
+    assert again.modal is not None
+    assert [f.get("value") for f in again.modal.text_inputs] == [*typed.values(), None, None, None]
+    saved = await kioku.interactions.submit_modal(again, typed, user=admin)
+    assert saved.texts()[-1].startswith("Saved 2 categories.")
+
+
 async def test_stm_categories_list_shows_the_categories(
     kioku: KiokuHarness, admin: discord.Member
 ) -> None:
