@@ -78,6 +78,10 @@ EVENTS = {
 # ------------------------------------------------------------------- formatting
 
 
+ALWAYS_ON_UNHEARD = (
+    "I can't read or send messages in this channel, so I won't answer here until I'm "
+    "given **View Channel** and **Send Messages**."
+)
 SUMMARY_BUSY = "A summary is already being made for this channel."
 NOTHING_NEW = "Nothing new since the last summary — no model call made."
 SUMMARY_DISABLED = (
@@ -495,6 +499,8 @@ class StmCog(commands.Cog):
         else:
             head = "**Short-term memory settings of this server**"
         lines = describe_settings(config, interaction.guild, interaction.channel_id)
+        if always_on and not _may_answer_here(interaction):
+            lines.append(ALWAYS_ON_UNHEARD)
         await answer_blocks(interaction, [head, *lines])
 
     @stm.command(name="history", description="Recent changes to this server's memory")
@@ -553,6 +559,15 @@ class StmCog(commands.Cog):
             )
             return
         log.info("deleted always-on channel %s of guild %s unmarked", channel_id, guild_id)
+
+
+def _may_answer_here(interaction: discord.Interaction[Any]) -> bool:
+    """Whether the bot gets the messages of the channel the command came from and may
+    answer them there (Discord delivers commands from channels the bot cannot see)."""
+    permissions = interaction.app_permissions
+    if isinstance(interaction.channel, discord.Thread):
+        return permissions.view_channel and permissions.send_messages_in_threads
+    return permissions.view_channel and permissions.send_messages
 
 
 def _may_see(interaction: discord.Interaction[Any], channel_id: int | None) -> bool:

@@ -725,6 +725,32 @@ async def test_stm_settings_changes_and_shows_the_settings(
     assert [e.event for e in await events(kioku)] == ["settings"]
 
 
+async def test_always_on_in_a_channel_the_bot_cannot_read_says_it_will_not_answer(
+    kioku: KiokuHarness, admin: discord.Member
+) -> None:
+    # Discord delivers the command from a channel the bot cannot see, but none of the
+    # channel's messages: marked always-on, it would stay silent with no word why.
+    hidden = await kioku.env.create_text_channel(
+        "staff", private=True, allow=[admin], include_bot=False
+    )
+    assert not hidden.permissions_for(kioku.env.guild.me).view_channel
+
+    marked = await kioku.interactions.slash(
+        "stm settings", {"always_on": True}, user=admin, channel=hidden
+    )
+
+    config = await kioku.bot.memory.guild_config(kioku.env.guild.id)
+    assert config.always_on_channels == frozenset({hidden.id})  # done as asked
+    text = "\n".join(marked.texts())
+    assert text.startswith("**Settings updated.**")
+    assert text.endswith(
+        "\nI can't read or send messages in this channel, so I won't answer here until "
+        "I'm given **View Channel** and **Send Messages**."
+    )
+    elsewhere = await kioku.interactions.slash("stm settings", {"always_on": True}, user=admin)
+    assert "I can't read or send messages" not in "\n".join(elsewhere.texts())
+
+
 async def test_stm_settings_with_many_always_on_channels_fits_in_one_message(
     kioku: KiokuHarness, admin: discord.Member
 ) -> None:
