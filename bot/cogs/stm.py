@@ -84,6 +84,10 @@ ALWAYS_ON_UNHEARD = (
 )
 SUMMARY_BUSY = "A summary is already being made for this channel."
 NOTHING_NEW = "Nothing new since the last summary — no model call made."
+SUMMARY_UNSEEN = (
+    "I can't see this channel's messages, so there is nothing for me to summarize. "
+    "I need **View Channel** and **Read Message History** here."
+)
 SUMMARY_DISABLED = (
     "Short-term memory is turned off in this server, so there is nothing to summarize."
 )
@@ -364,6 +368,11 @@ class StmCog(commands.Cog):
         channel = interaction.channel
         parent_id = channel.parent_id if isinstance(channel, discord.Thread) else None
         await interaction.response.defer(ephemeral=True, thinking=True)
+        if interaction.guild_id is not None and not interaction.app_permissions.view_channel:
+            # Discord delivers the command, but none of the channel's messages: "nothing
+            # new" would be wrong.
+            await answer(interaction, SUMMARY_UNSEEN)
+            return
         if isinstance(channel, discord.abc.Messageable):
             # After a restart the window is empty until the channel's next turn: read the
             # history first, or "nothing new" would hide what was said before it.

@@ -11,7 +11,13 @@ import discord
 import pytest
 from sqlalchemy import select
 
-from bot.cogs.stm import NOTHING_NEW, SUMMARY_BUSY, SUMMARY_DISABLED, describe_summary
+from bot.cogs.stm import (
+    NOTHING_NEW,
+    SUMMARY_BUSY,
+    SUMMARY_DISABLED,
+    SUMMARY_UNSEEN,
+    describe_summary,
+)
 from bot.db.models import ShortTermMemory
 from bot.llm.tool_loop import UNAVAILABLE_MESSAGE
 from bot.memory.model import ScopeKey, message_hash
@@ -175,6 +181,23 @@ async def test_a_member_without_manage_messages_is_refused(kioku: KiokuHarness) 
     ]
     assert kioku.llm.requests == []
     assert await stored(kioku, kioku.env.channel.id) == []
+
+
+async def test_a_channel_the_bot_cannot_see_is_not_called_nothing_new(
+    kioku: KiokuHarness, moderator: discord.Member
+) -> None:
+    # Discord delivers the command from a channel the bot cannot see, but none of its
+    # messages: "nothing new since the last summary" would be wrong, and no help.
+    hidden = await kioku.env.create_text_channel(
+        "staff", private=True, allow=[moderator], include_bot=False
+    )
+
+    result = await kioku.interactions.slash("stm summarize", user=moderator, channel=hidden)
+
+    assert result.ephemeral
+    assert result.texts() == [SUMMARY_UNSEEN]
+    assert kioku.llm.requests == []
+    assert await stored(kioku, hidden.id) == []
 
 
 async def test_memory_turned_off_is_not_summarized(
