@@ -25,6 +25,7 @@ from bot.memory.categories import (
 )
 from bot.memory.model import MAX_CATEGORIES, SUMMARY_SLUG, Category, ScopeKey
 from bot.memory.prompt import VALUE_LIMIT
+from bot.memory.sanitize import truncate_graphemes
 from bot.memory.service import REASON_ALL_EMPTY, MemoryService, WriteResult
 from bot.memory.storage import MemoryUnavailable
 from bot.memory.turn import REASON_CHANGED, REASON_CLEARED, REASON_STORAGE
@@ -49,6 +50,10 @@ WIPE_ASK_A_MODERATOR = (
     "To wipe this channel's memory, ask a moderator (Manage Messages) to run `/refresh`."
 )
 TYPED_AGAIN = "What you typed, to paste again:"
+CUT_OFF = (
+    "The end of the memory did not fit in the form ({chars} characters) and is no longer "
+    "kept. It was:"
+)
 SUMMARY_REPLACED = (
     "The summary kept from before the categories was replaced by them. "
     "It was, to paste into a category:"
@@ -245,11 +250,16 @@ class SummaryEditModal(_EditModal):
 
     def __init__(self, memory: MemoryService, target: EditTarget, *, current: str) -> None:
         super().__init__(memory, target)
+        # Leftover categories shown as one text may be longer than a summary may be, and
+        # saving replaces them all: the cut is shown in the label, and handed back.
+        shown = truncate_graphemes(current, VALUE_LIMIT)
+        self.cut_off = current[len(shown) :]
+        label = f"Summary (cut to {len(shown)} of {len(current)} characters)"
         self.summary: discord.ui.TextInput[SummaryEditModal] = discord.ui.TextInput(
-            label="Summary",
+            label=label if self.cut_off else "Summary",
             custom_id="summary",
             style=discord.TextStyle.paragraph,
-            default=current[:VALUE_LIMIT] or None,
+            default=shown or None,
             max_length=VALUE_LIMIT,
             required=True,
         )
@@ -268,6 +278,8 @@ class SummaryEditModal(_EditModal):
         blocks = [describe_write(result, interaction)]
         if not result.ok:
             blocks.append(f"{TYPED_AGAIN}\n{quoted(typed)}")
+        elif self.cut_off.strip():
+            blocks.append(f"{CUT_OFF.format(chars=len(self.cut_off))}\n{quoted(self.cut_off)}")
         await answer_blocks(interaction, blocks)
 
 

@@ -312,6 +312,46 @@ async def test_stm_edit_after_categories_were_cleared_shows_what_stm_show_shows(
     )
 
 
+async def test_stm_edit_of_leftover_categories_longer_than_the_form_says_what_it_cut(
+    kioku: KiokuHarness, admin: discord.Member
+) -> None:
+    # Back in summary mode, the form shows the leftover categories as one text: longer
+    # than a summary may be, it is cut, and saving replaces them all. The cut must show in
+    # the form, and what it left out be handed back, not dropped unseen.
+    await use_categories(kioku, "Decisions", "People")
+    decisions, people = "D" * 900, "P" * 900
+    await kioku.bot.memory.admin_edit(
+        guild_id=kioku.env.guild.id,
+        channel_id=kioku.env.channel.id,
+        actor_user_id=admin.id,
+        categories={"decisions": decisions, "people": people},
+    )
+    await kioku.interactions.slash("stm categories clear", user=admin)
+    whole = f"Decisions:\n{decisions}\n\nPeople:\n{people}"
+
+    opened = await kioku.interactions.slash("stm edit", user=admin)
+    assert opened.modal is not None
+    [field] = opened.modal.text_inputs
+    shown = field["value"]
+    assert len(shown) == 1500 and whole.startswith(shown)
+    assert field["label"] == f"Summary (cut to 1500 of {len(whole)} characters)"
+    assert len(field["label"]) <= 45
+
+    saved = await kioku.interactions.submit_modal(
+        opened, {"summary": "Decisions: all made.\n" + shown[22:]}, user=admin
+    )
+
+    text = "\n".join(saved.texts())
+    assert text.startswith("Saved.")
+    assert (
+        f"The end of the memory did not fit in the form ({len(whole) - 1500} characters) "
+        "and is no longer kept. It was:\n> " + "P" * (len(whole) - 1500)
+    ) in text
+    assert all(len(t) <= 2000 for t in saved.texts())
+    entry = await kioku.bot.memory.entry(server_key(kioku))
+    assert entry.summary.startswith("Decisions: all made.") and entry.categories == {}
+
+
 # ------------------------------- F6: a chat reply that looks like a refresh marker is one
 
 
