@@ -101,9 +101,10 @@ def describe_summary(outcome: SummaryOutcome) -> str:
             f"({outcome.chars} chars)."
         ]
         if outcome.skipped:
+            verb = "was" if outcome.skipped == 1 else "were"
             parts.append(
-                f"{outcome.skipped} older new message(s) did not fit in the model's reading "
-                "and were skipped."
+                f"{plural(outcome.skipped, 'older new message')} did not fit in the model's "
+                f"reading and {verb} skipped."
             )
         if outcome.pending_sync:
             parts.append(
@@ -192,7 +193,8 @@ def describe_settings(
         categories = "none (one summary per channel)"
     return [
         f"Enabled: **{'yes' if config.stm_enabled else 'no'}**",
-        f"Refresh cadence: every **{config.refresh_cadence}** bot turns",
+        f"Refresh cadence: every **{config.refresh_cadence}** "
+        + ("bot turn" if config.refresh_cadence == 1 else "bot turns"),
         f"Render mode: **{RENDER_MODES.get(config.render_mode, config.render_mode)}**",
         f"Raw messages from other channels: **{config.crude_message_count}**",
         f"Categories: {categories}",

@@ -15,7 +15,7 @@ from typing import Any
 import discord
 
 from bot.cogs.checks import is_bot_owner, require_admin
-from bot.cogs.errors import UNAVAILABLE, ReportingModal, ReportingView, answer, think
+from bot.cogs.errors import UNAVAILABLE, ReportingModal, ReportingView, answer, plural, think
 from bot.cogs.replies import split_reply
 from bot.memory.categories import (
     DESCRIPTION_MAX_LENGTH,
@@ -410,7 +410,8 @@ class CategoriesModal(AdminModal):
         log.info("guild %s set %d STM categories", self.guild_id, len(categories))
         if config.category_mode:
             head = (
-                f"Saved {len(categories)} categories. The model now keeps one field per category:"
+                f"Saved {plural(len(categories), 'category', 'categories')}. "
+                "The model now keeps one field per category:"
             )
         else:
             head = f"Saved. A single `{SUMMARY_SLUG}` category is the same as summary mode:"

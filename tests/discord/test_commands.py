@@ -525,6 +525,19 @@ async def test_stm_categories_set_stores_the_categories_with_slugs(
     ]
 
 
+async def test_one_category_and_a_cadence_of_one_are_counted_in_the_singular(
+    kioku: KiokuHarness, admin: discord.Member
+) -> None:
+    opened = await kioku.interactions.slash("stm categories set", user=admin)
+    saved = await kioku.interactions.submit_modal(
+        opened, {"category_1": "Decisions: what we decided"}, user=admin
+    )
+    assert saved.texts()[0].startswith("Saved 1 category. The model now keeps one field")
+
+    changed = await kioku.interactions.slash("stm settings", {"cadence": 1}, user=admin)
+    assert "Refresh cadence: every **1** bot turn\n" in changed.texts()[0]
+
+
 async def test_stm_categories_set_keeps_the_description_of_a_category_labelled_password(
     kioku: KiokuHarness, admin: discord.Member
 ) -> None:

@@ -169,6 +169,13 @@ async def test_a_second_summarize_while_one_runs_is_busy(
     assert len(kioku.llm.requests) == 1
 
 
+def test_skipped_messages_are_counted_in_the_singular_and_plural() -> None:
+    one = SummaryOutcome("updated", new_messages=3, chars=25, skipped=1)
+    two = SummaryOutcome("updated", new_messages=3, chars=25, skipped=2)
+    assert "1 older new message did not fit" in describe_summary(one)
+    assert "2 older new messages did not fit" in describe_summary(two)
+
+
 async def test_a_member_without_manage_messages_is_refused(kioku: KiokuHarness) -> None:
     await chat(kioku, 3)
 
