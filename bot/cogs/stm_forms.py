@@ -439,7 +439,8 @@ class RetryCategoriesView(ReportingView):
         if self.origin is None:
             return
         rows = [row for row in self.rows if row.strip()]
-        content = "\n".join([RETRY_EXPIRED, TYPED_AGAIN, quoted("\n".join(rows))])
+        typed = [TYPED_AGAIN, quoted("\n".join(rows))] if rows else []
+        content = "\n".join([RETRY_EXPIRED, *typed])
         # The message may be gone or the token expired: then there is nothing to tidy.
         with contextlib.suppress(discord.HTTPException):
             await self.origin.edit_original_response(content=content, view=None)

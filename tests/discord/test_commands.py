@@ -615,6 +615,22 @@ async def test_an_expired_edit_again_button_is_removed_and_hands_back_what_was_t
     assert (await kioku.bot.memory.guild_config(kioku.env.guild.id)).categories == ()
 
 
+async def test_an_expired_edit_again_button_of_a_blank_form_hands_back_nothing(
+    kioku: KiokuHarness, admin: discord.Member
+) -> None:
+    opened = await kioku.interactions.slash("stm categories set", user=admin)
+    # Discord's "required" lets spaces through.
+    refused = await kioku.interactions.submit_modal(opened, {"category_1": "   "}, user=admin)
+    assert "define at least one category" in (refused.content or "")
+
+    await kioku.interactions.expire_view(refused)
+
+    assert refused.components == []
+    assert refused.content == (
+        "The **Edit again** button has expired: `/stm categories set` opens the form again."
+    )
+
+
 async def test_categories_refused_by_a_database_outage_can_be_edited_again(
     kioku: KiokuHarness, admin: discord.Member
 ) -> None:
