@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import socket
 from pathlib import Path
 
@@ -291,3 +292,17 @@ async def test_a_statement_sent_to_asyncpg_and_cancelled_leaves_no_broken_connec
         async with db.sessions() as session, session.begin():
             assert await session.scalar(text(f"SELECT {n}")) == n
             assert [tuple(r) for r in await driver.fetch(session, sleep, {"s": 0})] == [(None,)]
+
+
+async def test_the_embedded_test_server_runs_without_fsync(db: Database) -> None:
+    # The harness turns it off (tests/helpers/database.py); an external server is left
+    # as its operator configured it.
+    if os.environ.get("TEST_DATABASE_URL"):
+        pytest.skip("an external server keeps its own configuration")
+    async with db.engine.connect() as connection:
+        configured = (
+            await connection.execute(
+                text("SELECT setting, applied FROM pg_file_settings WHERE name = 'fsync'")
+            )
+        ).all()
+    assert configured and tuple(configured[-1]) == ("off", True)
