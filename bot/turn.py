@@ -223,6 +223,10 @@ class TurnRunner:
             bot_role_ids=request.bot_role_ids,
             bot_names=(request.bot_name,),
         )
+        # The turn starts before its recall: the facts recalled go into the prompt, and a
+        # /forget-me that deletes them while the turn goes on must refuse what the model
+        # writes from them (an STM update, a fact saved again), in every process.
+        started_at = self.memory.clock.now()
         opted_in = await self._opted_in(request)
         notes = await self._recall(request, opted_in)
         prepared = await self.memory.prepare_turn(
@@ -237,6 +241,7 @@ class TurnRunner:
             model=self.settings.model,
             label_for=request.label_for,
             long_term_notes=notes,
+            started_at=started_at,
         )
         turn = prepared.turn
         trigger = await self._trigger(request, turn.epoch, prepared.prompt.window)

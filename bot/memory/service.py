@@ -585,9 +585,12 @@ class MemoryService:
         model: str | None = None,
         label_for: LabelFor | None = None,
         long_term_notes: Sequence[str] = (),
+        started_at: datetime | None = None,
     ) -> PreparedTurn:
         """Everything a turn needs before calling the model. On a warm cache this makes
-        no database query."""
+        no database query. ``started_at``: when the turn began reading what its prompt
+        shows, if before this call (its long-term facts): a /forget-me since then refuses
+        its writes."""
         # With the database down the bot still answers, from whatever is cached, and
         # refuses STM writes this turn: it could not know the stored version to supersede.
         storage_ok = True
@@ -601,7 +604,7 @@ class MemoryService:
             guild_id=guild_id,
             config=config,
             epoch=self.epoch(channel_id),
-            started_at=self.clock.now(),
+            started_at=started_at or self.clock.now(),
             parent_channel_id=parent_channel_id,
             source_message_id=source_message_id,
             explicit_long_term_intent=explicit_long_term_intent,

@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 
 from bot.config import Settings
 from bot.db.engine import Database
-from bot.db.models import LongTermMemory, StmEvent
+from bot.db.models import LongTermMemory, ShortTermMemory, StmEvent
 from bot.memory.longterm import FactRefused, LongTermService, Place, is_near_duplicate
 from bot.memory.model import Provenance
 from bot.memory.search_words import SearchWords, query_words
@@ -1085,3 +1085,34 @@ async def test_a_scope_without_facts_is_not_queried_again(
     remember_tool = runner._long_term_tools(chatting, False, None)["remember"]
     assert (await remember_tool.run('{"fact": "My cat eats tuna"}')).ok
     assert sorted(await runner._recall(chatting, False)) == sorted([CAT, "My cat eats tuna"])
+
+
+async def test_facts_recalled_before_forget_me_cannot_be_stored_again_by_that_turn(
+    db: Database, settings: Settings, llm: ScriptedLLM
+) -> None:
+    clock = ManualClock()
+    memory = make_service(db.sessions, settings, clock)
+    longterm = HeldRecall(db.sessions, settings, clock)
+    runner = TurnRunner(memory, openai_client(llm), settings, persona="p", longterm=longterm)
+    await longterm.remember(ALICE, GUILD, CAT, by_model())
+    # The model copies the fact it was shown into the channel's short-term memory.
+    llm.reply_tool_calls(
+        [("update_short_term_memory", {"summary": "Alice's cat is called Miso"})]
+    ).reply_text("Tuna is fine.")
+
+    # Alice's turn has recalled her facts when her /forget-me (another channel, another
+    # lock) deletes them; the turn goes on to build its prompt and call the model.
+    longterm.hold = release = asyncio.Event()
+    turn = asyncio.create_task(runner.run(turn_request(CHANNEL, "what should I feed my cat", 1)))
+    await longterm.queried.wait()
+    clock.advance(seconds=1)
+    await memory.forget_user(ALICE)
+    clock.advance(seconds=1)
+    release.set()
+    reply = await turn
+
+    assert CAT in str(llm.messages(0))  # the recall was made before the /forget-me
+    async with db.sessions() as session:
+        summaries = list(await session.scalars(select(ShortTermMemory.summary)))
+    assert not any("Miso" in summary for summary in summaries), summaries
+    assert reply.stm_results and reply.stm_results[0].startswith("rejected")
