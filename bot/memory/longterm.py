@@ -353,6 +353,12 @@ class LongTermService:
     def _storage(self, what: str) -> contextlib.AbstractAsyncContextManager[AsyncSession]:
         return storage(self._sessions, f"long-term memory: {what}")
 
+    def _forget_pending(self, user_id: int) -> bool:
+        """A /forget-me of the user waits in the spool: their facts are still stored
+        (the database may answer again before the replayer runs) but, as far as the user
+        was told, deleted; they are not recalled, nor saved anew (see _remember)."""
+        return self._spool is not None and self._spool.forgetting(user_id)
+
     # ------------------------------------------------------------------ writing
 
     def clean(self, text: str) -> tuple[str, bool]:
@@ -414,7 +420,7 @@ class LongTermService:
         now = self.clock.now()
         async with self._storage("remembering a fact") as session, session.begin():
             await repo.lock_user(session, user_id)  # a /forget-me takes it too
-            if self._spool is not None and self._spool.forgetting(user_id):
+            if self._forget_pending(user_id):
                 raise FactRefused(FORGET_PENDING)
             if started_at is not None:
                 forgotten = (await stm_repo.forget_times(session, [user_id])).get(user_id)
@@ -576,7 +582,7 @@ class LongTermService:
         characters. The recalled facts have their recall counter bumped.
         """
         budget = self.limits.recall_char_budget
-        if budget <= 0:
+        if budget <= 0 or self._forget_pending(user_id):
             return []
         now = self.clock.now()
         async with self._storage("recalling facts") as session, session.begin():
@@ -607,6 +613,8 @@ class LongTermService:
         """The facts visible here that match ``query``'s words, best first (those
         holding the most of its words; the ``recall`` tool). The returned facts have
         their recall counter bumped."""
+        if self._forget_pending(user_id):
+            return []
         now = self.clock.now()
         async with self._storage("searching facts") as session, session.begin():
             hits = await repo.search(

@@ -1103,6 +1103,24 @@ async def test_a_fact_cannot_be_saved_while_the_users_forget_me_waits_in_the_spo
     assert saved.created and (await longterm.list_facts(ALICE)).total == 1
 
 
+async def test_facts_of_a_user_whose_forget_me_waits_in_the_spool_are_not_recalled(
+    db: Database, settings: Settings, spool: DurableSpool
+) -> None:
+    # The database is back, the replayer has not run yet (it waits out its backoff): the
+    # facts are still stored, but the user was told they are forgotten.
+    clock = ManualClock()
+    longterm = LongTermService(db.sessions, settings, clock, spool=spool)
+    provenance = Provenance("model_tool", "m", ALICE, 1)
+    await longterm.remember(ALICE, GUILD, "My cat is called Miso", provenance)
+    spool.append_forget(ALICE, clock.now())
+
+    assert await longterm.recall_notes(ALICE, GUILD, "what about my cat", False) == []
+    assert await longterm.search(ALICE, GUILD, "cat", opted_in=False) == []
+
+    await spool.replay(db.sessions)
+    assert (await longterm.list_facts(ALICE)).total == 0
+
+
 async def stored_server_summary(db: Database) -> str | None:
     async with db.sessions() as session:
         row = await stm_repo.load_entry(session, ScopeKey.server(GUILD, CHANNEL))
