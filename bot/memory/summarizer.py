@@ -493,6 +493,12 @@ class Summarizer:
                 model=self.settings.model,
             )
             entry = await memory.entry(turn.channel_key, parent_channel_id=parent_channel_id)
+            # Every key the write touches (in a guild, the actor's own copy too), warmed
+            # now as a turn warms them: an outage while the model answers then finds their
+            # versions cached, and the summary goes to the spool instead of being dropped.
+            for key in turn.write_keys:
+                if key != turn.channel_key:
+                    await memory.entry(key, parent_channel_id=parent_channel_id)
         except MemoryUnavailable as exc:
             return SummaryOutcome("failed", error=str(exc))
         if not config.stm_enabled:

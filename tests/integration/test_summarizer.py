@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 from sqlalchemy.engine import URL
+from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 
 from bot.config import Settings
 from bot.db.engine import Database
@@ -23,6 +24,7 @@ from bot.memory import summarizer as summarizer_module
 from bot.memory.model import Category, Marker, RawMessage, ScopeKey, message_hash
 from bot.memory.prompt import VALUE_LIMIT, assemble
 from bot.memory.service import MemoryService, WriteResult
+from bot.memory.spool import DurableSpool, spool_path
 from bot.memory.summarizer import (
     CATEGORIES_CHANGED_MEANWHILE,
     CHANGED_MEANWHILE,
@@ -1269,3 +1271,32 @@ async def test_a_trimmed_turn_does_not_claim_what_the_summarizer_covered_meanwhi
     entry = await service.entry(SERVER_KEY)
     assert str(result) == f"rejected: {REASON_CHANGED}"
     assert "Friday" in entry.summary
+
+
+async def test_a_summary_made_while_the_database_went_down_is_spooled_not_dropped(
+    db: Database,
+    quick_settings: Settings,
+    llm: ScriptedLLM,
+    tmp_path: Path,
+    dead_engine: AsyncEngine,
+) -> None:
+    spool = DurableSpool(spool_path(tmp_path / "spool"))
+    service = make_service(db.sessions, quick_settings, ManualClock(), spool=spool)
+    summarizer = Summarizer(service, openai_client(llm), quick_settings)
+    await seed_summary(service)  # Alice's turn: the channel's memory is cached
+    post(service, 4, "new")
+    gate = llm.hold()
+    llm.reply_text("The launch party is on Friday.")
+    # Bob (a moderator who never spoke here) runs /stm summarize; the database goes
+    # away while the model is answering.
+    task = asyncio.create_task(summarize(summarizer, user=BOB))
+    await llm.wait_for_requests(1)
+    real, service._sessions = service._sessions, async_sessionmaker(dead_engine)
+    gate.set()
+    outcome = await task
+
+    assert (outcome.status, outcome.pending_sync, outcome.error) == ("updated", True, None)
+    service._sessions = real
+    await spool.replay(db.sessions)
+    written = {(r.scope_kind, r.user_id): r.summary for r in await rows(db)}
+    assert written[("server", None)] == written[("user", BOB)] == "The launch party is on Friday."
