@@ -633,6 +633,7 @@ class MemoryService:
             turn.marker = Marker.of(window[-1])
         turn.marker_at_start = entry.marker
         turn.read_authors.update({m.author_id for m in window if not m.is_bot})
+        turn.memory_contributors.update(entry.contributor_ids)
         try:
             others = await self._other_channels(turn, label_for) if label_for else []
         except MemoryUnavailable:
@@ -830,6 +831,7 @@ class MemoryService:
             # users' copies too, not only in the channel's row.
             contributors = self._contributors(turn, entries[0], marker or turn.marker)
             contributors |= turn.shown_contributors() | turn.read_authors
+            contributors |= turn.memory_contributors
             for entry in entries:
                 contributors |= set(entry.contributor_ids)
             before = [replace(e, categories=dict(e.categories)) for e in entries]

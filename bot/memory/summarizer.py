@@ -508,6 +508,9 @@ class Summarizer:
             return SummaryOutcome("nothing_new")
 
         version = entry.version
+        # Whose words the memory integrated into holds (see TurnState.memory_contributors):
+        # the version alone does not tell a row deleted and written anew since.
+        turn.memory_contributors.update(entry.contributor_ids)
         # What the chat model is shown as the memory is what gets integrated into: with
         # no summary yet in summary mode, the values of categories from before.
         summary = entry.summary if entry.has_summary else render_memory_text(entry, config)

@@ -59,6 +59,11 @@ class TurnState:
     # memory written now may hold their words even once those messages left the window
     # (deleted, or pushed out by newer ones), so /forget-me must find it from them too.
     read_authors: set[int] = field(default_factory=set)
+    # Contributors of this channel's memory as the prompt showed it: a memory written now
+    # is built on it, so it holds their words too, even when the entry the write reads
+    # again no longer names them (evicted, and its row deleted by a /forget-me this
+    # process did not hear of: rows read back then come back empty).
+    memory_contributors: set[int] = field(default_factory=set)
     turn_id: int = field(default_factory=lambda: next(_turn_ids))
 
     def shown_contributors(self) -> set[int]:

@@ -933,3 +933,30 @@ async def test_a_replayed_forget_drops_stand_ins_so_no_new_memory_is_overwritten
     )
     # A write never shown C's memory must not replace it (it would be refused as stale).
     assert shown == "bob: new plan" or stored == "bob: new plan", (shown, result, stored)
+
+
+async def test_a_turn_shown_a_memory_forgotten_elsewhere_unheard_cannot_store_it_again(
+    db: Database, settings: Settings
+) -> None:
+    clock = ManualClock()
+    a = make_service(db.sessions, settings, clock)
+    b = make_service(db.sessions, settings, clock)
+    assert (await a.update_stm(await turn_for(a, ALICE), summary="Alice's sister is Maria")).ok
+    # A's notice connection is down: it reads the database on every use, and hears nothing.
+    a.listener_lost()
+    clock.advance(seconds=1)
+    # Bob's turn in A is shown the channel's memory, which holds Alice's words only (none
+    # of her messages are in the window any more).
+    prepared = await prepare(a, BOB)
+    assert prepared.entry.summary == "Alice's sister is Maria"
+    clock.advance(seconds=1)
+    await b.forget_user(ALICE)  # /forget-me in process B deletes the channel's rows
+    clock.advance(seconds=1)
+
+    # The model keeps what it was shown: that is still Alice's words.
+    result = await a.update_stm(prepared.turn, summary="Alice's sister is Maria; Bob likes tea")
+
+    assert not result.ok, str(result)
+    async with db.sessions() as session:
+        summaries = list(await session.scalars(select(ShortTermMemory.summary)))
+    assert not any("Maria" in s for s in summaries), summaries

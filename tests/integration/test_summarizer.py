@@ -1300,3 +1300,32 @@ async def test_a_summary_made_while_the_database_went_down_is_spooled_not_droppe
     await spool.replay(db.sessions)
     written = {(r.scope_kind, r.user_id): r.summary for r in await rows(db)}
     assert written[("server", None)] == written[("user", BOB)] == "The launch party is on Friday."
+
+
+async def test_a_summary_built_on_a_memory_forgotten_elsewhere_unheard_is_not_stored(
+    db: Database, quick_settings: Settings, llm: ScriptedLLM
+) -> None:
+    clock = ManualClock()
+    a = make_service(db.sessions, quick_settings, clock)
+    b = make_service(db.sessions, quick_settings, clock)
+    summarizer = Summarizer(a, openai_client(llm), quick_settings)
+    await seed_summary(a, summary="Alice's sister is Maria.")  # version 1, Alice's words
+    a.listener_lost()  # A hears no notices (and reads the database on every use)
+    for i in range(3):
+        a.observe_message(CHANNEL, message(BOB, f"bob {i}"))
+    gate = llm.hold()
+    llm.reply_text("Alice's sister is Maria. Bob talked about tea.")
+    clock.advance(seconds=1)
+    task = asyncio.create_task(summarize(summarizer, user=BOB))
+    await llm.wait_for_requests(1)
+    # Process B: Alice's /forget-me deletes the row; Carol's turn then writes a new
+    # memory there, whose row starts over at version 1.
+    clock.advance(seconds=1)
+    await b.forget_user(ALICE)
+    carol = (await prepare(b, CAROL)).turn
+    assert (await b.update_stm(carol, summary="Carol's new topic.")).ok
+    gate.set()
+    outcome = await task
+
+    assert outcome.status == "failed"
+    assert not any("Maria" in r.summary for r in await rows(db))
