@@ -532,7 +532,7 @@ class DurableSpool:
                     for data in record["entries"]
                 )
                 try:
-                    await _apply_all(sessions, batch, self.notice_origin)
+                    self._vouch(await _apply_all(sessions, batch, self.notice_origin))
                     handled, applied = len(batch), batch
                     self._all_refused = 0  # the row of all-refused batches ends here
                 except Exception as exc:
@@ -559,6 +559,22 @@ class DurableSpool:
             self._clearing.clear()
             self._forgetting.clear()
         return done
+
+    def _vouch(self, wiped: set[Row]) -> None:
+        """Rows this spool's own /forget-me records deleted (committed) no longer count
+        against the writes queued behind them (see _apply): those were built after this
+        process made the /forget-me. Kept in the records, so the file says so too once
+        rewritten."""
+        if not wiped:
+            return
+        for record in self._records:
+            for data in record.get("entries") or ():
+                if (_key_from_json(data["key"]), _carried_row(data)) in wiped:
+                    del data["from_row"]
+        # And the writes still to come, built on those records' states.
+        for key, carried in list(self._from_row.items()):
+            if carried is not None and (key, datetime.fromisoformat(carried)) in wiped:
+                self._from_row[key] = None
 
     def _after_batch(self, applied: Sequence[dict[str, Any]]) -> None:
         """Bring the bookkeeping and the file in line with the records still pending,
@@ -609,7 +625,7 @@ class DurableSpool:
         handled = 0
         for index, record in enumerate(batch):
             try:
-                await _apply_all(sessions, [record], self.notice_origin)
+                self._vouch(await _apply_all(sessions, [record], self.notice_origin))
             except Exception as exc:
                 if not _refused_record(exc):
                     break  # the database's failure: retried with the rest, later
@@ -801,11 +817,18 @@ def _channels(records: Sequence[dict[str, Any]]) -> list[int]:
     return sorted(channels)
 
 
+# A stored row by its key and creation time (see stm_repo.rows_gone).
+Row = tuple[ScopeKey, datetime]
+
+
 async def _apply_all(
     sessions: async_sessionmaker[AsyncSession],
     records: Sequence[dict[str, Any]],
     origin: str,
-) -> None:
+) -> set[Row]:
+    """Apply ``records`` in one transaction; return the rows their /forget-me records
+    deleted (see DurableSpool._vouch)."""
+    wiped_here: set[Row] = set()
     async with asyncio.timeout(REPLAY_TIMEOUT_SECONDS):
         async with sessions() as session, session.begin():
             # The forget lock, then every channel of the batch, up front and in order (as
@@ -815,34 +838,44 @@ async def _apply_all(
             await stm_repo.lock_forgets(session, shared=not forgets)
             await stm_repo.lock_channels(session, _channels(records), shared=False)
             for record in records:
-                await _apply(session, record, origin)
+                wiped_here |= await _apply(session, record, origin, wiped_here)
+    return wiped_here
 
 
-async def _apply(session: AsyncSession, record: dict[str, Any], origin: str) -> None:
+async def _apply(
+    session: AsyncSession, record: dict[str, Any], origin: str, wiped_here: set[Row]
+) -> set[Row]:
+    """Apply one record; ``wiped_here``: rows this spool's own earlier /forget-me records
+    deleted in this transaction. Returns the rows a /forget-me record deletes."""
     op = record.get("op")
     if op == "blank":
-        return  # local bookkeeping only (see DurableSpool.blank_channel)
+        return set()  # local bookkeeping only (see DurableSpool.blank_channel)
     if op == "upsert":
         entries = [entry_from_json(e) for e in record["entries"]]
         # Never writes back what a /refresh or a /forget-me (in any process, also one
         # this process never heard of) wiped after the turn started.
         if await stm_repo.writes_refused(session, [(entries, _time(record, "started"))]):
-            return
+            return set()
         # Nor what was wiped before the turn began, where this process had not heard of
         # it (cut off from the database and the notices, it wrote on its cached copy):
-        # the row whose text the write carries is gone. (A live write is refused by its
-        # version for the same reason.)
+        # the row whose text the write carries is gone. A row this spool's own
+        # /forget-me deleted does not count: this process made that one, and dropped
+        # every copy derived from the user then, so what it wrote after holds none of
+        # their words (the row went for words another process added). (A live write is
+        # refused by its version for the same reason.)
         carried = [
-            (e.key, _carried_row(data)) for e, data in zip(entries, record["entries"], strict=True)
+            (e.key, at)
+            for e, data in zip(entries, record["entries"], strict=True)
+            if (at := _carried_row(data)) is not None and (e.key, at) not in wiped_here
         ]
-        if await stm_repo.rows_gone(session, [(key, at) for key, at in carried if at is not None]):
+        if await stm_repo.rows_gone(session, carried):
             log.info("spool: a write was skipped, the memory it was built on was wiped since")
-            return
+            return set()
         # Nor overwrites a row updated after it was spooled (by another process).
         stored = await stm_repo.replay_entries(session, entries)
         if not stored:
             log.info("spool: a write was skipped, its memory was updated since elsewhere")
-            return
+            return set()
         await stm_repo.add_events(session, [_event_from_json(e) for e in record["events"]])
         await send_notice(session, stm_notice(origin, stored))
     elif op == "clear":
@@ -854,8 +887,9 @@ async def _apply(session: AsyncSession, record: dict[str, Any], origin: str) -> 
             if known is not None and known >= at:
                 # Replayed already (a crash before the spool was rewritten), or a later
                 # /refresh wiped everything before it: what is there now came after.
-                return
-        # This process queued its own later writes behind the clear in the spool.
+                return set()
+        # This process queued its own later writes behind the clear in the spool (built
+        # on copies it dropped with the clear: they carry no row of before it).
         await delete_channel_rows(
             session,
             channel_id,
@@ -872,6 +906,8 @@ async def _apply(session: AsyncSession, record: dict[str, Any], origin: str) -> 
         if at is not None:
             known = (await stm_repo.forget_times(session, [user_id])).get(user_id)
             if known is not None and known >= at:
-                return  # replayed already, or a later /forget-me deleted everything before
+                return set()  # replayed already, or a later /forget-me deleted everything
         # This process queued its own later writes behind it in the spool.
-        await delete_user_rows(session, user_id, at, origin=origin)
+        deleted = await delete_user_rows(session, user_id, at, origin=origin)
+        return set(deleted.stm.rows)
+    return set()

@@ -431,12 +431,12 @@ async def test_a_transient_refusal_is_retried_never_set_aside(
     real = spool_module._apply
     failures = 0
 
-    async def deadlock_once(*args: Any) -> None:
+    async def deadlock_once(*args: Any) -> Any:
         nonlocal failures
         if failures == 0:
             failures += 1
             raise _Deadlock("deadlock detected")
-        await real(*args)
+        return await real(*args)
 
     monkeypatch.setattr(spool_module, "_apply", deadlock_once)
     with pytest.raises(_Deadlock):
@@ -478,12 +478,12 @@ async def test_a_server_failure_while_it_answers_is_retried_never_set_aside(
     real = spool_module._apply
     failures = 0
 
-    async def fail_once(*args: Any) -> None:
+    async def fail_once(*args: Any) -> Any:
         nonlocal failures
         if failures == 0:
             failures += 1
             raise _ServerRefusal(code)
-        await real(*args)
+        return await real(*args)
 
     monkeypatch.setattr(spool_module, "_apply", fail_once)
     with pytest.raises(_ServerRefusal):  # SELECT 1 works meanwhile: still not the record's
@@ -1495,5 +1495,45 @@ async def test_a_spooled_write_on_a_memory_withheld_for_a_pending_forget_is_repl
     await spool.replay(db.sessions)
     a.spool_replayed()
     assert await stored_server_summary(db) == "Bob's own plan"
+    assert await rows_derived_from(db, ALICE) == []
+    spool.close()
+
+
+@pytest.mark.parametrize("batch", ["one transaction", "a transaction each"])
+async def test_a_write_spooled_after_this_process_own_forget_me_is_replayed(
+    db: Database,
+    settings: Settings,
+    tmp_path: Path,
+    dead_engine: AsyncEngine,
+    monkeypatch: pytest.MonkeyPatch,
+    batch: str,
+) -> None:
+    # A's copy of the memory holds Bob's words only; B, unheard by A, added Alice's to
+    # the row. Alice's /forget-me in A (spooled) deletes that row at replay, for her
+    # words B added. Bob's write, spooled in A after the forget on its clean copy, was
+    # skipped as "built on a row wiped since": acknowledged, then lost (chaos seed
+    # 141169). It carries nothing of Alice's, and A made that forget itself: it is stored.
+    clock, spool, a, b = spooling_pair(db, settings, tmp_path)
+    turn = (await prepare(a, BOB)).turn
+    assert str(await a.update_stm(turn, summary="Bob's plan")) == "saved"
+    a._sessions = async_sessionmaker(dead_engine)  # A loses the database (and the notices)
+    clock.advance(seconds=5)
+    turn = (await prepare(b, ALICE)).turn
+    assert str(await b.update_stm(turn, summary="Bob's plan; Alice's secret")) == "saved"
+    assert await rows_derived_from(db, ALICE) != []
+    clock.advance(seconds=5)
+    assert (await a.forget_user(ALICE)).pending_sync
+    clock.advance(seconds=5)
+    later = (await prepare(a, BOB)).turn
+    assert (await a.entry(later.channel_key)).summary == "Bob's plan"  # A's clean copy
+    written = await a.update_stm(later, summary="Bob's plan, revised")
+    assert str(written) == "saved, pending sync"
+
+    if batch == "a transaction each":  # the forget's replay commits before the write's
+        monkeypatch.setattr(spool_module, "REPLAY_BATCH", 1)
+    a._sessions = db.sessions
+    await spool.replay(db.sessions)
+    a.spool_replayed()
+    assert await stored_server_summary(db) == "Bob's plan, revised"
     assert await rows_derived_from(db, ALICE) == []
     spool.close()

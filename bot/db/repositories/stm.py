@@ -316,6 +316,24 @@ async def delete_channel(
 class UserRowsDeleted:
     user_rows: int
     contributed_rows: int
+    # Each deleted row's key and creation time (which row it was: see rows_gone).
+    rows: tuple[tuple[ScopeKey, datetime], ...] = ()
+
+
+_DELETED_ROW = (
+    ShortTermMemory.scope_kind,
+    ShortTermMemory.guild_id,
+    ShortTermMemory.user_id,
+    ShortTermMemory.channel_id,
+    ShortTermMemory.created_at,
+)
+
+
+def _deleted_rows(rows: Iterable[Any]) -> list[tuple[ScopeKey, datetime]]:
+    return [
+        (ScopeKey("server" if kind == "server" else "user", channel_id, guild_id, user_id), at)
+        for kind, guild_id, user_id, channel_id, at in rows
+    ]
 
 
 async def delete_user(
@@ -323,27 +341,31 @@ async def delete_user(
 ) -> UserRowsDeleted:
     """Delete the user's own rows and every other row derived from their messages
     (server rows, and other users' rows of the same conversation)."""
-    user_rows = await session.execute(
-        delete(ShortTermMemory)
-        .where(
-            ShortTermMemory.scope_kind == "user",
-            ShortTermMemory.user_id == user_id,
-            *_not_after(not_after),
+    user_rows = _deleted_rows(
+        await session.execute(
+            delete(ShortTermMemory)
+            .where(
+                ShortTermMemory.scope_kind == "user",
+                ShortTermMemory.user_id == user_id,
+                *_not_after(not_after),
+            )
+            .returning(*_DELETED_ROW)
         )
-        .returning(ShortTermMemory.id)
     )
-    contributed = await session.execute(
-        delete(ShortTermMemory)
-        .where(
-            or_(
-                ShortTermMemory.contributor_ids.contains([user_id]),
-                ShortTermMemory.actor_user_id == user_id,
-            ),
-            *_not_after(not_after),
+    contributed = _deleted_rows(
+        await session.execute(
+            delete(ShortTermMemory)
+            .where(
+                or_(
+                    ShortTermMemory.contributor_ids.contains([user_id]),
+                    ShortTermMemory.actor_user_id == user_id,
+                ),
+                *_not_after(not_after),
+            )
+            .returning(*_DELETED_ROW)
         )
-        .returning(ShortTermMemory.id)
     )
-    return UserRowsDeleted(len(user_rows.all()), len(contributed.all()))
+    return UserRowsDeleted(len(user_rows), len(contributed), (*user_rows, *contributed))
 
 
 async def delete_older_than(session: AsyncSession, cutoff: datetime) -> int:
