@@ -648,6 +648,8 @@ class LongTermService:
         no fact when some were deleted meanwhile. Past the end, the last page; short of
         a whole page before the first shown, the first page."""
         page_size = max(1, page_size)
+        if self._forget_pending(user_id):  # deleted, as far as the user was told
+            return FactPage((), 1, 1, 0, page_size)
         async with self._storage("listing facts") as session:
             total = await repo.count_facts(session, user_id)
             facts: list[Fact] = []
@@ -677,15 +679,21 @@ class LongTermService:
         return FactPage(tuple(facts), number, pages, total, page_size, newer)
 
     async def get(self, user_id: int, fact_id: int) -> Fact | None:
+        if self._forget_pending(user_id):
+            return None
         async with self._storage("reading a fact") as session:
             return await repo.get_fact(session, user_id, fact_id)
 
     async def guild_ids(self, user_id: int) -> set[int]:
         """The servers the user's facts were said in (to check their access from a DM)."""
+        if self._forget_pending(user_id):
+            return set()
         async with self._storage("reading a user's servers") as session:
             return await repo.guild_ids_of_user(session, user_id)
 
     async def count(self, user_id: int) -> int:
+        if self._forget_pending(user_id):
+            return 0
         async with self._storage("counting facts") as session:
             return await repo.count_facts(session, user_id)
 
@@ -693,6 +701,8 @@ class LongTermService:
         """Facts for an autocomplete: those whose id starts with ``typed`` (digits, an
         optional ``#``) or whose text contains it, newest first."""
         needle = typed.strip().casefold()
+        if self._forget_pending(user_id):
+            return []
         async with self._storage("suggesting facts") as session:
             facts = await repo.list_facts(
                 session, user_id, offset=0, limit=self.limits.max_facts_per_user

@@ -12,14 +12,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import select, text
+from sqlalchemy import func, select, text
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
 
 from bot.config import Settings
 from bot.db.engine import Database
-from bot.db.models import ShortTermMemory, StmEvent
+from bot.db.models import LongTermMemory, ShortTermMemory, StmEvent
 from bot.db.repositories import stm as stm_repo
 from bot.memory import spool as spool_module
 from bot.memory.longterm import FactRefused, LongTermService
@@ -1116,9 +1116,18 @@ async def test_facts_of_a_user_whose_forget_me_waits_in_the_spool_are_not_recall
 
     assert await longterm.recall_notes(ALICE, GUILD, "what about my cat", False) == []
     assert await longterm.search(ALICE, GUILD, "cat", opted_in=False) == []
+    # Nor listed, counted or offered to /memories.
+    listed = await longterm.list_facts(ALICE)
+    assert (listed.facts, listed.total) == ((), 0)
+    assert await longterm.count(ALICE) == 0
+    assert await longterm.suggest(ALICE, "cat") == []
+    assert await longterm.get(ALICE, 1) is None
+    assert await longterm.guild_ids(ALICE) == set()
 
     await spool.replay(db.sessions)
     assert (await longterm.list_facts(ALICE)).total == 0
+    async with db.sessions() as session:  # gone from the database too, now
+        assert await session.scalar(select(func.count()).select_from(LongTermMemory)) == 0
 
 
 async def stored_server_summary(db: Database) -> str | None:
