@@ -167,9 +167,21 @@ def _time(record: dict[str, Any], field: str = "at") -> datetime | None:
     return datetime.fromisoformat(at) if at is not None else None
 
 
+# A stored row whose text a spooled state carries: its creation time (ISO) and the
+# users the copy of it was derived from (None: not recorded, by an older version).
+Carried = tuple[str, list[int] | None]
+
+
 def _carried_row(data: dict[str, Any]) -> datetime | None:
     """The stored row (its creation time) whose text a spooled entry carries, if any."""
     return _time(data, "from_row")
+
+
+def _carried_users(data: dict[str, Any]) -> set[int] | None:
+    """The users the carried text is derived from (None: not recorded, by an older
+    version: any /forget-me then counts)."""
+    users = data.get("from_users")
+    return {int(user) for user in users} if isinstance(users, list) else None
 
 
 def _fsync_dir(path: Path) -> None:
@@ -299,9 +311,10 @@ class DurableSpool:
                     log.warning("spool: cut off a torn last line (it was never acknowledged)")
                 self._rewrite()
         self._latest: dict[ScopeKey, StmEntry] = {}
-        # Per key of _latest: the stored row (creation time, ISO) whose text that state
-        # carries: written on a copy of it, directly or through earlier spooled states.
-        self._from_row: dict[ScopeKey, str | None] = {}
+        # Per key of _latest: the stored row whose text that state carries (written on a
+        # copy of it, directly or through earlier spooled states): its creation time (ISO)
+        # and the users that copy was derived from.
+        self._from_row: dict[ScopeKey, Carried | None] = {}
         # Channels with a clear, and users with a forget, still to replay: their rows in
         # the database are as good as deleted (also after a restart).
         self._clearing: set[int] = set()
@@ -408,7 +421,7 @@ class DurableSpool:
         for data, base in zip(encoded, bases, strict=False):
             carried = self._carries(base)
             if carried is not None:
-                data["from_row"] = carried
+                data["from_row"], data["from_users"] = carried
         record: dict[str, Any] = {
             "op": "upsert",
             "entries": encoded,
@@ -418,14 +431,16 @@ class DurableSpool:
             record["started"] = started_at.isoformat()
         self._write(record)
 
-    def _carries(self, base: StmEntry) -> str | None:
-        """The stored row whose text a write built on ``base`` carries: the row ``base``
-        was read from when it holds text, or what the spooled state it is carries."""
+    def _carries(self, base: StmEntry) -> Carried | None:
+        """The stored row whose text a write built on ``base`` carries, and the users
+        that text is derived from: the row ``base`` was read from when it holds text, or
+        what the spooled state it is carries (the words this process added on top are
+        its own writes', checked as such)."""
         pending = self._latest.get(base.key)
         if pending is not None and pending.version == base.version:
             return self._from_row.get(base.key)  # built on this spool's own last state
         if base.has_content and base.created_at is not None:
-            return base.created_at.isoformat()
+            return base.created_at.isoformat(), sorted(base.derived_from_users())
         return None  # nothing stored in it: a new memory, or one read back expired
 
     def append_clear(
@@ -482,7 +497,8 @@ class DurableSpool:
             for data in record["entries"]:
                 entry = entry_from_json(data)
                 self._latest[entry.key] = entry
-                self._from_row[entry.key] = data.get("from_row")
+                at, users = data.get("from_row"), data.get("from_users")
+                self._from_row[entry.key] = (at, users) if at is not None else None
         elif op == "blank":
             for key, entry in list(self._latest.items()):
                 if key.channel_id == record["channel"]:
@@ -532,7 +548,7 @@ class DurableSpool:
                     for data in record["entries"]
                 )
                 try:
-                    self._vouch(await _apply_all(sessions, batch, self.notice_origin))
+                    await _apply_all(sessions, batch, self.notice_origin)
                     handled, applied = len(batch), batch
                     self._all_refused = 0  # the row of all-refused batches ends here
                 except Exception as exc:
@@ -559,22 +575,6 @@ class DurableSpool:
             self._clearing.clear()
             self._forgetting.clear()
         return done
-
-    def _vouch(self, wiped: set[Row]) -> None:
-        """Rows this spool's own /forget-me records deleted (committed) no longer count
-        against the writes queued behind them (see _apply): those were built after this
-        process made the /forget-me. Kept in the records, so the file says so too once
-        rewritten."""
-        if not wiped:
-            return
-        for record in self._records:
-            for data in record.get("entries") or ():
-                if (_key_from_json(data["key"]), _carried_row(data)) in wiped:
-                    del data["from_row"]
-        # And the writes still to come, built on those records' states.
-        for key, carried in list(self._from_row.items()):
-            if carried is not None and (key, datetime.fromisoformat(carried)) in wiped:
-                self._from_row[key] = None
 
     def _after_batch(self, applied: Sequence[dict[str, Any]]) -> None:
         """Bring the bookkeeping and the file in line with the records still pending,
@@ -625,7 +625,7 @@ class DurableSpool:
         handled = 0
         for index, record in enumerate(batch):
             try:
-                self._vouch(await _apply_all(sessions, [record], self.notice_origin))
+                await _apply_all(sessions, [record], self.notice_origin)
             except Exception as exc:
                 if not _refused_record(exc):
                     break  # the database's failure: retried with the rest, later
@@ -817,18 +817,11 @@ def _channels(records: Sequence[dict[str, Any]]) -> list[int]:
     return sorted(channels)
 
 
-# A stored row by its key and creation time (see stm_repo.rows_gone).
-Row = tuple[ScopeKey, datetime]
-
-
 async def _apply_all(
     sessions: async_sessionmaker[AsyncSession],
     records: Sequence[dict[str, Any]],
     origin: str,
-) -> set[Row]:
-    """Apply ``records`` in one transaction; return the rows their /forget-me records
-    deleted (see DurableSpool._vouch)."""
-    wiped_here: set[Row] = set()
+) -> None:
     async with asyncio.timeout(REPLAY_TIMEOUT_SECONDS):
         async with sessions() as session, session.begin():
             # The forget lock, then every channel of the batch, up front and in order (as
@@ -838,44 +831,51 @@ async def _apply_all(
             await stm_repo.lock_forgets(session, shared=not forgets)
             await stm_repo.lock_channels(session, _channels(records), shared=False)
             for record in records:
-                wiped_here |= await _apply(session, record, origin, wiped_here)
-    return wiped_here
+                await _apply(session, record, origin)
 
 
-async def _apply(
-    session: AsyncSession, record: dict[str, Any], origin: str, wiped_here: set[Row]
-) -> set[Row]:
-    """Apply one record; ``wiped_here``: rows this spool's own earlier /forget-me records
-    deleted in this transaction. Returns the rows a /forget-me record deletes."""
+async def _carries_wiped(
+    session: AsyncSession, entries: Sequence[StmEntry], encoded: Sequence[dict[str, Any]]
+) -> bool:
+    """Whether an entry of a spooled write carries text a wipe was meant to remove: the
+    stored row it was built on is gone, and a /refresh of its channel or a /forget-me of
+    a user that text is derived from came since the row was made. A row gone for
+    another user's /forget-me (words another process added to it, unheard here: this
+    copy holds none of them) does not count."""
+    for entry, data in zip(entries, encoded, strict=True):
+        created_at = _carried_row(data)
+        if created_at is None or not await stm_repo.row_gone(session, entry.key, created_at):
+            continue
+        users = _carried_users(data)
+        if users is None:  # recorded by an older version: judged as before, by the row
+            return True
+        cleared, forgotten = await stm_repo.wipe_times(session, {entry.key.channel_id}, users)
+        if any(at >= created_at for at in (*cleared.values(), *forgotten.values())):
+            return True
+    return False
+
+
+async def _apply(session: AsyncSession, record: dict[str, Any], origin: str) -> None:
     op = record.get("op")
     if op == "blank":
-        return set()  # local bookkeeping only (see DurableSpool.blank_channel)
+        return  # local bookkeeping only (see DurableSpool.blank_channel)
     if op == "upsert":
         entries = [entry_from_json(e) for e in record["entries"]]
         # Never writes back what a /refresh or a /forget-me (in any process, also one
         # this process never heard of) wiped after the turn started.
         if await stm_repo.writes_refused(session, [(entries, _time(record, "started"))]):
-            return set()
+            return
         # Nor what was wiped before the turn began, where this process had not heard of
-        # it (cut off from the database and the notices, it wrote on its cached copy):
-        # the row whose text the write carries is gone. A row this spool's own
-        # /forget-me deleted does not count: this process made that one, and dropped
-        # every copy derived from the user then, so what it wrote after holds none of
-        # their words (the row went for words another process added). (A live write is
-        # refused by its version for the same reason.)
-        carried = [
-            (e.key, at)
-            for e, data in zip(entries, record["entries"], strict=True)
-            if (at := _carried_row(data)) is not None and (e.key, at) not in wiped_here
-        ]
-        if await stm_repo.rows_gone(session, carried):
+        # it (cut off from the database and the notices, it wrote on its cached copy).
+        # (A live write is refused by its version for the same reason.)
+        if await _carries_wiped(session, entries, record["entries"]):
             log.info("spool: a write was skipped, the memory it was built on was wiped since")
-            return set()
+            return
         # Nor overwrites a row updated after it was spooled (by another process).
         stored = await stm_repo.replay_entries(session, entries)
         if not stored:
             log.info("spool: a write was skipped, its memory was updated since elsewhere")
-            return set()
+            return
         await stm_repo.add_events(session, [_event_from_json(e) for e in record["events"]])
         await send_notice(session, stm_notice(origin, stored))
     elif op == "clear":
@@ -887,9 +887,8 @@ async def _apply(
             if known is not None and known >= at:
                 # Replayed already (a crash before the spool was rewritten), or a later
                 # /refresh wiped everything before it: what is there now came after.
-                return set()
-        # This process queued its own later writes behind the clear in the spool (built
-        # on copies it dropped with the clear: they carry no row of before it).
+                return
+        # This process queued its own later writes behind the clear in the spool.
         await delete_channel_rows(
             session,
             channel_id,
@@ -906,8 +905,6 @@ async def _apply(
         if at is not None:
             known = (await stm_repo.forget_times(session, [user_id])).get(user_id)
             if known is not None and known >= at:
-                return set()  # replayed already, or a later /forget-me deleted everything
+                return  # replayed already, or a later /forget-me deleted everything before
         # This process queued its own later writes behind it in the spool.
-        deleted = await delete_user_rows(session, user_id, at, origin=origin)
-        return set(deleted.stm.rows)
-    return set()
+        await delete_user_rows(session, user_id, at, origin=origin)

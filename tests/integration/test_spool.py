@@ -1546,3 +1546,33 @@ async def test_a_write_spooled_after_this_process_own_forget_me_is_replayed(
     assert await stored_server_summary(db) == "Bob's plan, revised"
     assert await rows_derived_from(db, ALICE) == []
     spool.close()
+
+
+async def test_a_write_spooled_on_a_copy_without_the_words_of_a_user_forgotten_unheard_is_replayed(
+    db: Database, settings: Settings, tmp_path: Path, dead_engine: AsyncEngine
+) -> None:
+    # As above, with the /forget-me made in B, which A (cut off) never heard of: the row
+    # A's copy came from is gone, but for Alice's words B added; A's copy holds Bob's
+    # only, so its write is stored (chaos seed 141949). The copy that held her words is
+    # test_a_spooled_write_built_on_a_copy_of_what_was_wiped_unheard_is_not_replayed.
+    clock, spool, a, b = spooling_pair(db, settings, tmp_path)
+    turn = (await prepare(a, BOB)).turn
+    assert str(await a.update_stm(turn, summary="Bob's plan")) == "saved"
+    a._sessions = async_sessionmaker(dead_engine)
+    clock.advance(seconds=5)
+    turn = (await prepare(b, ALICE)).turn
+    assert str(await b.update_stm(turn, summary="Bob's plan; Alice's secret")) == "saved"
+    clock.advance(seconds=5)
+    await b.forget_user(ALICE)
+    assert await stored_server_summary(db) is None
+    clock.advance(seconds=5)
+    later = (await prepare(a, BOB)).turn
+    written = await a.update_stm(later, summary="Bob's plan, revised")
+    assert str(written) == "saved, pending sync"
+
+    a._sessions = db.sessions
+    await spool.replay(db.sessions)
+    a.spool_replayed()
+    assert await stored_server_summary(db) == "Bob's plan, revised"
+    assert await rows_derived_from(db, ALICE) == []
+    spool.close()

@@ -228,14 +228,11 @@ async def upsert_entries_returning_keys(
     }
 
 
-async def rows_gone(session: AsyncSession, rows: Sequence[tuple[ScopeKey, datetime]]) -> bool:
-    """Whether any of ``rows`` (a key and the creation time of its row then) is gone:
-    deleted (a /refresh, a /forget-me), or deleted and created anew."""
-    for key, created_at in rows:
-        row = await load_entry(session, key)  # replays are rare: one read a key
-        if row is None or row.created_at != created_at:
-            return True
-    return False
+async def row_gone(session: AsyncSession, key: ScopeKey, created_at: datetime) -> bool:
+    """Whether the row of ``key`` created at ``created_at`` is gone: deleted (a /refresh,
+    a /forget-me), or deleted and created anew."""
+    row = await load_entry(session, key)
+    return row is None or row.created_at != created_at
 
 
 async def replay_entries(session: AsyncSession, entries: Sequence[StmEntry]) -> list[StmEntry]:
@@ -316,24 +313,6 @@ async def delete_channel(
 class UserRowsDeleted:
     user_rows: int
     contributed_rows: int
-    # Each deleted row's key and creation time (which row it was: see rows_gone).
-    rows: tuple[tuple[ScopeKey, datetime], ...] = ()
-
-
-_DELETED_ROW = (
-    ShortTermMemory.scope_kind,
-    ShortTermMemory.guild_id,
-    ShortTermMemory.user_id,
-    ShortTermMemory.channel_id,
-    ShortTermMemory.created_at,
-)
-
-
-def _deleted_rows(rows: Iterable[Any]) -> list[tuple[ScopeKey, datetime]]:
-    return [
-        (ScopeKey("server" if kind == "server" else "user", channel_id, guild_id, user_id), at)
-        for kind, guild_id, user_id, channel_id, at in rows
-    ]
 
 
 async def delete_user(
@@ -341,31 +320,27 @@ async def delete_user(
 ) -> UserRowsDeleted:
     """Delete the user's own rows and every other row derived from their messages
     (server rows, and other users' rows of the same conversation)."""
-    user_rows = _deleted_rows(
-        await session.execute(
-            delete(ShortTermMemory)
-            .where(
-                ShortTermMemory.scope_kind == "user",
-                ShortTermMemory.user_id == user_id,
-                *_not_after(not_after),
-            )
-            .returning(*_DELETED_ROW)
+    user_rows = await session.execute(
+        delete(ShortTermMemory)
+        .where(
+            ShortTermMemory.scope_kind == "user",
+            ShortTermMemory.user_id == user_id,
+            *_not_after(not_after),
         )
+        .returning(ShortTermMemory.id)
     )
-    contributed = _deleted_rows(
-        await session.execute(
-            delete(ShortTermMemory)
-            .where(
-                or_(
-                    ShortTermMemory.contributor_ids.contains([user_id]),
-                    ShortTermMemory.actor_user_id == user_id,
-                ),
-                *_not_after(not_after),
-            )
-            .returning(*_DELETED_ROW)
+    contributed = await session.execute(
+        delete(ShortTermMemory)
+        .where(
+            or_(
+                ShortTermMemory.contributor_ids.contains([user_id]),
+                ShortTermMemory.actor_user_id == user_id,
+            ),
+            *_not_after(not_after),
         )
+        .returning(ShortTermMemory.id)
     )
-    return UserRowsDeleted(len(user_rows), len(contributed), (*user_rows, *contributed))
+    return UserRowsDeleted(len(user_rows.all()), len(contributed.all()))
 
 
 async def delete_older_than(session: AsyncSession, cutoff: datetime) -> int:
