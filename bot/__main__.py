@@ -12,8 +12,8 @@ import asyncio
 import logging
 import signal
 import sys
-from collections.abc import Awaitable, Sequence
-from typing import TypeVar
+from collections.abc import Awaitable, Coroutine, Sequence
+from typing import Any, TypeVar
 
 import aiohttp
 import discord
@@ -73,15 +73,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "run":
             return run(settings, shard_ids, args.shard_count)
         if args.command == "migrate":
-            return asyncio.run(migrate(settings))
+            return run_command(migrate(settings))
         if args.command == "doctor":
             from bot.doctor import doctor
 
-            return asyncio.run(doctor(settings))
+            return run_command(doctor(settings))
         if args.command == "console":
-            return asyncio.run(run_console(settings))
+            return run_command(run_console(settings))
         if args.command == "sync":
-            return asyncio.run(sync(settings, _token(settings)))
+            return run_command(sync(settings, _token(settings)))
     except SettingsError as exc:
         for line in str(exc).splitlines():
             print(f"kioku: {line}", file=sys.stderr)
@@ -93,6 +93,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_OK
     parser.error(f"unknown command {args.command}")
     return EXIT_CONFIG  # pragma: no cover - parser.error exits
+
+
+def run_command(command: Coroutine[Any, Any, int]) -> int:
+    """``asyncio.run``, with SIGTERM (docker stop, systemctl stop) ending the command as
+    Ctrl-C does: by default it kills the process at once, and an embedded PostgreSQL
+    started for it stays up (as PID 1 in a container it is even ignored). The command is
+    cancelled, as asyncio does on Ctrl-C, so its clean-up runs; an exception raised from
+    a plain signal handler could land anywhere, even inside the database driver.
+    ``kioku run`` puts its own handler in once the bot exists, to close it gracefully."""
+
+    async def cancelled_by_sigterm() -> int:
+        task = asyncio.current_task()
+        assert task is not None
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+        return await command
+
+    try:
+        return asyncio.run(cancelled_by_sigterm())
+    except asyncio.CancelledError:
+        raise KeyboardInterrupt from None
 
 
 def check_files(settings: Settings, command: str) -> None:
@@ -237,7 +257,7 @@ def parse_shards(spec: str | None, count: int | None) -> list[int] | None:
 def run(
     settings: Settings, shard_ids: list[int] | None = None, shard_count: int | None = None
 ) -> int:
-    return asyncio.run(_run(settings, _token(settings), shard_ids, shard_count))
+    return run_command(_run(settings, _token(settings), shard_ids, shard_count))
 
 
 async def sync(settings: Settings, token: str) -> int:

@@ -93,3 +93,51 @@ def test_the_embedded_server_stops_with_its_last_user_even_after_one_crashed(
         assert running_postmaster(pgdata) is None
     finally:
         kill_postmaster(pgdata)
+
+
+# `kioku run` stalled between its migration and the Discord connection (where it installs
+# its own signal handlers): the clock check never ends.
+STALLED_RUN = (
+    "import asyncio, sys\nimport bot.__main__ as cli\n"
+    "async def stall(engine):\n    print('migrated', flush=True)\n"
+    "    await asyncio.Event().wait()\n"
+    "cli.warn_of_clock_skew = stall\nsys.exit(cli.main(['run']))\n"
+)
+
+
+def test_sigterm_during_start_up_stops_the_embedded_server(tmp_path: Path) -> None:
+    # SIGTERM (docker stop, systemctl stop) killed kioku at once: no clean-up ran, and
+    # the embedded PostgreSQL it had started stayed up after it.
+    pgdata = tmp_path / "postgres"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KIOKU_")}
+    env.update(
+        PYTHONPATH=str(ROOT),
+        KIOKU_DATA_DIR=str(tmp_path),
+        KIOKU_ENV_FILE=str(tmp_path / "absent.env"),
+        DISCORD_TOKEN="dummy-token",
+    )
+    env.pop("DATABASE_URL", None)
+    process = subprocess.Popen(
+        [sys.executable, "-c", STALLED_RUN],
+        cwd=ROOT,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None and process.stdout.readline().strip() == "migrated"
+        assert running_postmaster(pgdata) is not None
+        process.terminate()
+        process.wait(60)
+        assert process.stderr is not None
+        err = process.stderr.read()
+
+        assert process.returncode == 0, err
+        assert "Traceback" not in err, err
+        assert running_postmaster(pgdata) is None, "the embedded server outlived kioku"
+    finally:
+        process.kill()
+        process.wait(10)
+        kill_postmaster(pgdata)
