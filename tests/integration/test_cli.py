@@ -139,12 +139,14 @@ async def doctor_against(
         kioku,
         "doctor",
         data_dir=data_dir,
-        DATABASE_URL=pg_url.render_as_string(hide_password=False),
-        DISCORD_TOKEN="dummy-token",
-        OPENAI_BASE_URL=llm.base_url,
-        OPENAI_API_KEY="test-key",
-        KIOKU_MODEL=DEFAULT_MODEL_ID,
-        **env,
+        **{
+            "DATABASE_URL": pg_url.render_as_string(hide_password=False),
+            "DISCORD_TOKEN": "dummy-token",
+            "OPENAI_BASE_URL": llm.base_url,
+            "OPENAI_API_KEY": "test-key",
+            "KIOKU_MODEL": DEFAULT_MODEL_ID,
+            **env,  # a test's own values win
+        },
     )
 
 
@@ -183,6 +185,21 @@ async def test_doctor_fails_when_the_model_answers_without_the_tool(
     assert rows["llm endpoint"][0] == "ok"
     status, detail = rows["llm tool call"]
     assert status == "FAIL" and "without calling the tool" in detail
+
+
+async def test_llm_requests_are_not_logged_at_info_with_the_urls_secrets(
+    llm: ScriptedLLM, pg_url: URL, migrated_database: Database, tmp_path: Path
+) -> None:
+    # The HTTP library logged every request at INFO, its URL in full: a proxy's password,
+    # a key in the query (and one line per model call, in production).
+    llm.reply_tool_calls([("ping", {"word": "pong"})])
+    url = llm.base_url.replace("http://", "http://proxy-user:proxy-secret@") + "?key=query-secret"
+    result = await doctor_against(llm, pg_url, tmp_path, OPENAI_BASE_URL=url)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert len(llm.requests) == 1
+    assert "proxy-secret" not in result.stderr and "query-secret" not in result.stderr, (
+        result.stderr
+    )
 
 
 async def test_doctor_skips_the_tool_call_for_a_provider_without_tool_calling(
