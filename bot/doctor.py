@@ -12,6 +12,7 @@ import os
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from urllib.parse import urlsplit, urlunsplit
 
 import openai
 from sqlalchemy import text
@@ -47,7 +48,8 @@ async def doctor(settings: Settings) -> int:
         Check(
             "config",
             True,
-            f"model {settings.model} via {settings.provider} at {settings.llm_base_url}",
+            f"model {settings.model} via {settings.provider} at "
+            f"{_without_password(settings.llm_base_url)}",
         ),
         Check(
             "discord token",
@@ -65,6 +67,15 @@ async def doctor(settings: Settings) -> int:
     checks.extend(await _llm_checks(settings))
     print(render_table(checks))
     return 0 if all(check.ok for check in checks) else 1
+
+
+def _without_password(url: str) -> str:
+    """The URL with its user and password (a proxy's) masked, as the database row hides
+    its own: the table gets pasted into bug reports."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2]))
 
 
 def _spool_check(settings: Settings) -> Check:

@@ -202,6 +202,20 @@ async def test_llm_requests_are_not_logged_at_info_with_the_urls_secrets(
     )
 
 
+async def test_doctor_does_not_show_the_password_in_the_llm_url(
+    llm: ScriptedLLM, pg_url: URL, migrated_database: Database, tmp_path: Path
+) -> None:
+    # The database row and the invalid-setting line hid a URL's password; this row did not.
+    llm.reply_tool_calls([("ping", {"word": "pong"})])
+    url = llm.base_url.replace("http://", "http://proxy-user:proxy-secret@")
+    result = await doctor_against(llm, pg_url, tmp_path, OPENAI_BASE_URL=url)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert doctor_rows(result.stdout)["config"] == (
+        "ok",
+        f"model {DEFAULT_MODEL_ID} via openai at http://***@127.0.0.1:{llm.port}/v1",
+    )
+
+
 async def test_doctor_skips_the_tool_call_for_a_provider_without_tool_calling(
     llm: ScriptedLLM, pg_url: URL, migrated_database: Database, tmp_path: Path
 ) -> None:
