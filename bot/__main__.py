@@ -29,7 +29,7 @@ from bot.config import (
 from bot.db.clock_skew import warn_of_clock_skew
 from bot.db.engine import Database, DatabaseUnavailable, describe_url
 from bot.db.migrate import MigrationsMissing
-from bot.memory.spool import SpoolLocked
+from bot.memory.spool import SpoolLocked, spool_in_use, spool_path
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -71,6 +71,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         shard_ids = parse_shards(args.shards, args.shard_count) if args.command == "run" else None
         check_files(settings, args.command)
         if args.command == "run":
+            check_not_running(settings)
             return run(settings, shard_ids, args.shard_count)
         if args.command == "migrate":
             return run_command(migrate(settings))
@@ -136,6 +137,28 @@ def check_files(settings: Settings, command: str) -> None:
             ) from None
         except OSError:
             pass  # the built-in persona stands in (a warning when it is loaded)
+
+
+def check_not_running(settings: Settings) -> None:
+    """Refuse a second ``kioku run`` on a data folder in use before it starts anything:
+    the spool's own lock is met only once logged in to Discord, after migrating."""
+    if spool_in_use(settings.data_dir):
+        raise CliError(spool_locked_message(settings))
+
+
+def spool_locked_message(settings: Settings) -> str:
+    if settings.embedded_database:
+        # Not "a data folder each": another folder is another database, so another bot
+        # with other memories answering beside this one.
+        return (
+            f"another kioku run is using the data folder {settings.data_dir} (KIOKU_DATA_DIR) "
+            "and its embedded database: stop it first (several processes need an external "
+            "DATABASE_URL and a data folder each, see docs/scaling.md)"
+        )
+    return (
+        f"another Kioku process is using the spool in {spool_path(settings.data_dir).parent}; "
+        "give each process its own KIOKU_DATA_DIR"
+    )
 
 
 def configure_logging(settings: Settings) -> None:
@@ -371,7 +394,9 @@ async def _run(
     try:
         async with bot:
             await _discord_call(bot.start(token))
-    except (SpoolLocked, DatabaseUnavailable) as exc:
+    except SpoolLocked:  # another run started since check_not_running
+        raise CliError(spool_locked_message(settings)) from None
+    except DatabaseUnavailable as exc:
         raise CliError(str(exc)) from None
     except StartupFailed as exc:
         raise CliError(f"start-up failed: {exc}") from None

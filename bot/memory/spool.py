@@ -116,6 +116,21 @@ def inspect_spool(data_dir: Path) -> SpoolStatus:
     return SpoolStatus(pending, aside)
 
 
+def spool_in_use(data_dir: Path) -> bool:
+    """Whether a running process holds this data folder's spool, found without creating
+    anything (the lock is only tried, then let go)."""
+    try:
+        handle = spool_path(data_dir).with_suffix(".lock").open("rb")
+    except OSError:  # no lock file: no process ever held it
+        return False
+    with handle:  # closing lets go of a lock taken here
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+    return False
+
+
 def count_pending(data_dir: Path) -> int:
     return inspect_spool(data_dir).pending
 

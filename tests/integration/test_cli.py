@@ -18,6 +18,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import URL
 
 from bot.db.engine import Database
+from bot.memory.spool import DurableSpool, spool_path
 from tests.helpers.fake_llm import DEFAULT_MODEL_ID, ScriptedLLM
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -398,6 +399,41 @@ def test_a_local_failure_of_the_bots_start_up_is_not_blamed_on_discord(
     assert lines[-1].startswith(f"kioku: start-up failed: cannot use {data / 'spool'}: "), lines
     assert lines[-1].endswith(f"(in the data folder {data}, KIOKU_DATA_DIR)"), lines
     assert "Discord" not in lines[-1], lines
+
+
+def test_a_second_run_on_a_data_folder_in_use_stops_before_anything_starts(
+    tmp_path: Path,
+) -> None:
+    # Was found only once logged in to Discord, after migrating, and told the operator to
+    # give each process its own KIOKU_DATA_DIR: with the embedded database, a second
+    # database, so a second bot with other memories answering beside the first.
+    held = DurableSpool(spool_path(tmp_path))  # what the running `kioku run` holds
+    try:
+        embedded = kioku("run", data_dir=tmp_path, DISCORD_TOKEN="dummy-token")
+        external = kioku(
+            "run",
+            data_dir=tmp_path,
+            DISCORD_TOKEN="dummy-token",
+            DATABASE_URL="postgresql://kioku@db.invalid/kioku",  # never reached
+        )
+    finally:
+        held.close()
+    assert (embedded.returncode, embedded.stderr.strip().splitlines()) == (
+        1,
+        [
+            f"kioku: another kioku run is using the data folder {tmp_path} (KIOKU_DATA_DIR) "
+            "and its embedded database: stop it first (several processes need an external "
+            "DATABASE_URL and a data folder each, see docs/scaling.md)"
+        ],
+    )
+    assert not (tmp_path / "postgres").exists(), "nothing should start beside the running bot"
+    assert (external.returncode, external.stderr.strip().splitlines()) == (
+        1,
+        [
+            f"kioku: another Kioku process is using the spool in {tmp_path / 'spool'}; "
+            "give each process its own KIOKU_DATA_DIR"
+        ],
+    )
 
 
 def test_a_migrations_dir_without_scripts_is_a_configuration_error(tmp_path: Path) -> None:
