@@ -48,9 +48,28 @@ class CliError(Exception):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="kioku", description="Kioku, a Discord bot with memory")
+    parser = argparse.ArgumentParser(
+        prog="kioku",
+        description="Kioku, a Discord bot with memory",
+        epilog="Settings come from the environment, then .env, then config/kioku.toml; "
+        "config/example.env lists every variable. Exit codes: 0 success, 1 runtime "
+        "failure, 2 configuration error.",
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    run_parser = sub.add_parser("run", help="migrate the database, then connect to Discord")
+
+    def command(name: str, summary: str, details: str) -> argparse.ArgumentParser:
+        # `kioku COMMAND --help` shows the summary and what the command needs; argparse
+        # shows a sub-command's help= only in the list of `kioku --help`.
+        return sub.add_parser(
+            name, help=summary, description=f"{summary[0].upper()}{summary[1:]}. {details}"
+        )
+
+    run_parser = command(
+        "run",
+        "migrate the database, then connect to Discord",
+        "Needs DISCORD_TOKEN; DATABASE_URL unset means an embedded PostgreSQL in "
+        "KIOKU_DATA_DIR (default ./data). Ctrl-C or SIGTERM stops it.",
+    )
     run_parser.add_argument(
         "--shards",
         metavar="IDS",
@@ -59,10 +78,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     run_parser.add_argument(
         "--shard-count", type=int, metavar="N", help="total shards across all processes"
     )
-    sub.add_parser("migrate", help="upgrade the database schema (idempotent)")
-    sub.add_parser("doctor", help="check configuration, database and LLM endpoint")
-    sub.add_parser("console", help="chat with the bot in this terminal (no Discord)")
-    sub.add_parser("sync", help="publish the slash commands to Discord, then exit")
+    command(
+        "migrate",
+        "upgrade the database schema (idempotent)",
+        "Safe to run again, also beside a running bot or another migrate.",
+    )
+    command(
+        "doctor",
+        "check configuration, database and LLM endpoint",
+        "Prints a table; exits 0 when every check passes, 1 otherwise, 2 on an invalid setting.",
+    )
+    command(
+        "console",
+        "chat with the bot in this terminal (no Discord)",
+        "The same pipeline, database and LLM as `kioku run`; /show, /refresh, /help, /quit.",
+    )
+    command(
+        "sync",
+        "publish the slash commands to Discord, then exit",
+        "Needs DISCORD_TOKEN; run once after install or upgrade (rate limited, so never "
+        "done at start-up).",
+    )
     args = parser.parse_args(argv)
 
     try:

@@ -50,6 +50,23 @@ def test_run_without_token_exits_2_with_one_line(tmp_path: Path) -> None:
     assert not (tmp_path / "postgres").exists(), "nothing should start without a token"
 
 
+@pytest.mark.parametrize("command", ["run", "migrate", "sync", "console", "doctor"])
+def test_every_commands_help_says_what_it_does(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `kioku sync --help` showed only "usage: kioku sync [-h]" and the -h option.
+    import bot.__main__ as cli
+
+    with pytest.raises(SystemExit) as exited:
+        cli.main([command, "--help"])
+    assert exited.value.code == 0
+    paragraphs = capsys.readouterr().out.split("\n\n")
+    assert paragraphs[0].startswith(f"usage: kioku {command}")
+    assert not paragraphs[1].startswith("options:"), "no description before the options"
+    if command in ("run", "sync"):
+        assert "DISCORD_TOKEN" in paragraphs[1]
+
+
 def test_run_with_dummy_token_migrates_then_fails_cleanly_at_login(tmp_path: Path) -> None:
     result = kioku("run", data_dir=tmp_path, DISCORD_TOKEN="dummy-token")
     assert result.returncode == 1
