@@ -682,6 +682,8 @@ def _unknown_key_line(loc: list[str]) -> str:
             else [""]
         )
     ]
+    # A misspelt [section] is one unknown key too: its name is a candidate as well.
+    known += _SECTIONS
     key = ".".join(loc)
     guess = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
     hint = f": did you mean {guess[0]}?" if guess else ""

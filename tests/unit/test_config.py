@@ -150,6 +150,18 @@ def test_unknown_key_in_toml_is_named(tmp_path: Path, monkeypatch: pytest.Monkey
     )
 
 
+def test_a_misspelt_section_of_the_toml_file_is_pointed_to_the_section(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Only keys were suggested, so "[databse]" (a whole section ignored) got no hint.
+    write_toml(tmp_path, "[databse]\npool_size = 2\n", monkeypatch)
+    with pytest.raises(SettingsError) as caught:
+        load_settings()
+    assert str(caught.value) == (
+        f"unknown key databse in {tmp_path / 'kioku.toml'}: did you mean database?"
+    )
+
+
 def test_a_section_key_at_the_top_of_the_toml_file_is_pointed_to_its_section(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
