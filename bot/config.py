@@ -10,6 +10,7 @@ is allowed (see :func:`format_validation_error`).
 from __future__ import annotations
 
 import difflib
+import errno
 import json
 import os
 import re
@@ -582,6 +583,12 @@ def unknown_variables(names: Iterable[str], where: str) -> list[str]:
 def _dotenv_values() -> dict[str, str | None]:
     path = env_file_path()
     if not path.is_file():
+        if path.is_dir():
+            # A folder named by mistake (the .env file's own) would be skipped like an
+            # absent file: its DISCORD_TOKEN "not set", with no word of why.
+            raise env_file_error(
+                path, IsADirectoryError(errno.EISDIR, "it is a folder, not a file")
+            )
         return {}
     try:
         return dotenv_values(path, encoding="utf-8")

@@ -653,6 +653,19 @@ def test_an_unknown_key_of_a_json_section_variable_names_the_variable(
     )
 
 
+def test_a_kioku_env_file_naming_a_folder_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Was skipped in silence like an absent file: the operator's DISCORD_TOKEN in
+    # <folder>/.env was then "not set" (KIOKU_CONFIG naming a folder is refused too).
+    monkeypatch.setenv("KIOKU_ENV_FILE", str(tmp_path))
+    with pytest.raises(SettingsError) as caught:
+        load_settings()
+    assert str(caught.value) == (
+        f"cannot read the .env file {tmp_path} (KIOKU_ENV_FILE): it is a folder, not a file"
+    )
+
+
 def test_an_unknown_key_of_a_json_section_in_dotenv_names_the_variable_and_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
