@@ -235,7 +235,10 @@ class Settings(BaseSettings):
     @field_validator("log_level", mode="before")
     @classmethod
     def _upper_log_level(cls, value: Any) -> Any:
-        return value.strip().upper() if isinstance(value, str) else value
+        # Only a known level is normalised: a bad one is shown as the operator wrote it.
+        if isinstance(value, str) and value.strip().upper() in typing.get_args(LogLevel):
+            return value.strip().upper()
+        return value
 
     @field_validator("database_url")
     @classmethod

@@ -382,6 +382,14 @@ def test_log_level_is_case_insensitive(monkeypatch: pytest.MonkeyPatch, value: s
     assert load_settings().log_level == value.strip().upper()
 
 
+def test_a_bad_log_level_is_shown_as_written(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Was shown upper-cased ('VERBOSE'), not as the operator wrote it.
+    monkeypatch.setenv("KIOKU_LOG_LEVEL", "verbose")
+    with pytest.raises(SettingsError) as caught:
+        load_settings()
+    assert str(caught.value).startswith("invalid setting log_level (KIOKU_LOG_LEVEL) = 'verbose': ")
+
+
 def test_a_missing_config_file_named_by_kioku_config_is_an_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
