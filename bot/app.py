@@ -161,6 +161,20 @@ class KiokuBot(commands.Bot):
                 exc.__class__.__name__,
             )
 
+    async def on_ready(self) -> None:
+        # The gateway's own "connected" line is quieted with the rest of its chatter (below
+        # KIOKU_LOG_LEVEL=DEBUG): this is the operator's sign that the bot is online.
+        if self.user is None:
+            return
+        servers = len(self.guilds)
+        log.info(
+            "online as %s (id %d) in %d server%s",
+            self.user,
+            self.user.id,
+            servers,
+            "" if servers == 1 else "s",
+        )
+
     async def on_message(self, message: discord.Message, /) -> None:
         """Kioku has no prefix commands: messages are the chat cog's business only (the
         default would try to run "@Kioku hi" as a command and log CommandNotFound)."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -761,3 +762,16 @@ async def test_a_refused_reply_reference_is_sent_again_without_it(
 
     assert [s.content for s in env.sent] == ["Here is your answer."]
     assert references == [True, False]
+
+
+async def test_the_bot_says_at_info_that_it_is_online(
+    kioku: KiokuHarness, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The gateway's own "connected" line is quieted with its chatter: after "logging in
+    # using static token" the operator saw nothing that said the bot was online.
+    assert kioku.bot.user is not None
+    with caplog.at_level(logging.INFO, logger="bot.app"):
+        await kioku.bot.on_ready()
+    assert [r.getMessage() for r in caplog.records if r.name == "bot.app"] == [
+        f"online as {kioku.bot.user} (id {kioku.bot.user.id}) in 1 server"
+    ]
