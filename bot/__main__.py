@@ -29,7 +29,7 @@ from bot.config import (
 )
 from bot.db.clock_skew import warn_of_clock_skew
 from bot.db.engine import Database, DatabaseUnavailable, describe_url
-from bot.db.migrate import MigrationsMissing
+from bot.db.migrate import MigrationsMissing, UnknownRevision
 from bot.memory.spool import SpoolLocked, spool_in_use, spool_path
 
 EXIT_OK = 0
@@ -257,6 +257,8 @@ async def _migrate(database: Database) -> tuple[str | None, str | None]:
         raise CliError(str(exc)) from None
     except MigrationsMissing as exc:
         raise CliError(str(exc), EXIT_CONFIG) from None
+    except UnknownRevision as exc:
+        raise CliError(str(exc)) from None
     except (OSError, TimeoutError) as exc:
         raise CliError(
             f"cannot reach {_where(database)}: {database_unreachable(exc, database.settings)}"

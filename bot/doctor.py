@@ -26,7 +26,12 @@ from bot.config import (
 )
 from bot.db.clock_skew import measure_clock_skew
 from bot.db.engine import Database, describe_url
-from bot.db.migrate import MigrationsMissing, current_revision, head_revision
+from bot.db.migrate import (
+    MigrationsMissing,
+    current_revision,
+    head_revision,
+    unknown_revision_problem,
+)
 from bot.llm.client import make_client
 from bot.llm.providers import capabilities
 from bot.memory.clock import SystemClock
@@ -141,7 +146,10 @@ async def _migrations_check(database: Database) -> Check:
     except Exception as exc:  # e.g. a role not allowed to read alembic_version
         detail = f"cannot read the revision: {one_line_error(exc, with_class=True)}"
         return Check("migrations", False, detail)
-    if current == head:
+    newer = unknown_revision_problem(current)
+    if newer is not None:
+        detail = newer
+    elif current == head:
         detail = f"at {current}"
     elif current is None:
         detail = f"not migrated (head is {head}): run kioku migrate"

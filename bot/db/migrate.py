@@ -26,6 +26,10 @@ class MigrationsMissing(RuntimeError):
     """The migration scripts are not where the configuration says."""
 
 
+class UnknownRevision(RuntimeError):
+    """The database is at a revision these scripts do not know: a newer Kioku's."""
+
+
 def migrations_dir() -> Path:
     """Where the Alembic scripts are: ``KIOKU_MIGRATIONS_DIR``, the checkout, or the cwd."""
     override = os.environ.get("KIOKU_MIGRATIONS_DIR")
@@ -54,6 +58,22 @@ def head_revision() -> str | None:
     return ScriptDirectory.from_config(alembic_config()).get_current_head()
 
 
+def unknown_revision_problem(current: str | None) -> str | None:
+    """Why the database cannot be migrated by this Kioku, when its revision is none of
+    these scripts' (Alembic's own words, "Can't locate revision", say nothing of a
+    downgrade, and "run kioku migrate" would be no advice); ``None`` otherwise."""
+    if current is None:
+        return None
+    scripts = ScriptDirectory.from_config(alembic_config())
+    if current in {script.revision for script in scripts.walk_revisions()}:
+        return None
+    return (
+        f"the database is at revision {current}, which this Kioku does not know (its "
+        f"newest is {scripts.get_current_head()}): a newer Kioku migrated it; run that "
+        "version (or restore a backup made before the upgrade)"
+    )
+
+
 async def current_revision(engine: AsyncEngine) -> str | None:
     """The revision the database is at (``None`` when never migrated)."""
 
@@ -70,6 +90,9 @@ async def upgrade(engine: AsyncEngine) -> tuple[str | None, str | None]:
     def run(connection: Connection) -> tuple[str | None, str | None]:
         connection.execute(text("SELECT pg_advisory_xact_lock(:id)"), {"id": MIGRATION_LOCK_ID})
         before = MigrationContext.configure(connection).get_current_revision()
+        problem = unknown_revision_problem(before)
+        if problem is not None:
+            raise UnknownRevision(problem)
         command.upgrade(alembic_config(connection), "head")
         after = MigrationContext.configure(connection).get_current_revision()
         return before, after

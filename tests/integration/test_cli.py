@@ -19,6 +19,7 @@ from sqlalchemy.engine import URL
 
 from bot.db.engine import Database
 from bot.memory.spool import DurableSpool, spool_path
+from tests.helpers.database import make_test_settings
 from tests.helpers.fake_llm import DEFAULT_MODEL_ID, ScriptedLLM
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -325,6 +326,37 @@ async def test_doctor_says_a_fresh_database_is_not_migrated(
         "FAIL",
         f"not migrated (head is {head_revision()}): run kioku migrate",
     )
+
+
+async def test_a_database_migrated_by_a_newer_kioku_is_named_as_such(
+    llm: ScriptedLLM, pg_url: URL, migrated_database: Database, tmp_path: Path
+) -> None:
+    # After a downgrade: doctor said "run kioku migrate", which then failed with
+    # "CommandError: Can't locate revision identified by '0099'".
+    from bot.db.migrate import head_revision
+
+    await fresh_database(migrated_database, "kioku_newer")
+    url = pg_url.set(database="kioku_newer")
+    database = Database(make_test_settings(url, tmp_path))
+    await database.start()
+    try:
+        async with database.engine.begin() as connection:
+            await connection.execute(text("CREATE TABLE alembic_version (version_num text)"))
+            await connection.execute(text("INSERT INTO alembic_version VALUES ('0099')"))
+    finally:
+        await database.close()
+    llm.reply_tool_calls([("ping", {"word": "pong"})])
+    newer = (
+        f"the database is at revision 0099, which this Kioku does not know (its newest is "
+        f"{head_revision()}): a newer Kioku migrated it; run that version (or restore a "
+        "backup made before the upgrade)"
+    )
+    result = await doctor_against(llm, url, tmp_path)
+    assert doctor_rows(result.stdout)["migrations"] == ("FAIL", newer)
+    migrated = await asyncio.to_thread(
+        kioku, "migrate", data_dir=tmp_path, DATABASE_URL=url.render_as_string(hide_password=False)
+    )
+    assert (migrated.returncode, migrated.stderr.strip().splitlines()[-1]) == (1, f"kioku: {newer}")
 
 
 @pytest.mark.parametrize("command", ["migrate", "console", "doctor", "sync"])
