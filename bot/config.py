@@ -690,6 +690,12 @@ def format_validation_error(exc: ValidationError) -> str:
         value = error.get("input")
         shown = "<hidden>" if key in _SECRET_KEYS else _short_repr(value)
         message = str(error["msg"]).removeprefix("Value error, ")
+        if error["type"] == "model_type" and len(loc) == 1 and loc[0] in _SECTIONS:
+            # Pydantic's words name the class ("instance of StmSettings"), not the file.
+            message = (
+                f"must be a section: [{loc[0]}] in the TOML file, or a JSON object in {env} "
+                f"(or single keys as {env}__<NAME>)"
+            )
         allowed = _allowed_for(loc) if item is None else None
         hint = f" (allowed: {allowed})" if allowed else ""
         where = env if item is None else f"item {item + 1} of {env}"

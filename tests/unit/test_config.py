@@ -163,6 +163,19 @@ def test_a_misspelt_section_of_the_toml_file_is_pointed_to_the_section(
     )
 
 
+def test_a_section_given_a_plain_value_says_what_a_section_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Was "Input should be a valid dictionary or instance of StmSettings": a class name.
+    write_toml(tmp_path, "stm = 5\n", monkeypatch)
+    with pytest.raises(SettingsError) as caught:
+        load_settings()
+    assert str(caught.value) == (
+        "invalid setting stm (KIOKU_STM) = 5: must be a section: [stm] in the TOML file, "
+        "or a JSON object in KIOKU_STM (or single keys as KIOKU_STM__<NAME>)"
+    )
+
+
 def test_a_section_key_at_the_top_of_the_toml_file_is_pointed_to_its_section(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
