@@ -436,12 +436,23 @@ async def _run(
     bot = build_bot(settings, database=database, shard_ids=shard_ids, shard_count=shard_count)
     if shard_ids is not None:
         log.info("running shards %s of %d", shard_ids, shard_count)
+    # The bot's closing on a stop request (Ctrl-C, SIGTERM), kept so it is not collected.
+    closing: list[asyncio.Task[None]] = []
+
+    def stop() -> None:
+        closing.append(asyncio.create_task(bot.close()))
+
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, lambda: asyncio.ensure_future(bot.close()))
+        loop.add_signal_handler(signum, stop)
     try:
         async with bot:
             await _discord_call(bot.start(token))
+    except CliError:
+        # Closing the bot while it logs in closes the HTTP session under the request:
+        # that failure ("Connector is closed") is the stop's doing, not Discord's.
+        if not closing:
+            raise
     except SpoolLocked:  # another run started since check_not_running
         raise CliError(spool_locked_message(settings)) from None
     except DatabaseUnavailable as exc:

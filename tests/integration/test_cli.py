@@ -12,6 +12,7 @@ from typing import Any
 from unittest.mock import Mock
 
 import aiohttp
+import aiohttp.web
 import discord
 import pytest
 from sqlalchemy import text
@@ -428,6 +429,64 @@ def _run_without_discord(
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     return cli.main(["run"])  # an uncaught exception here is the traceback wall
+
+
+# `kioku run` with Discord's API at the address given as its first argument.
+RUN_AGAINST = (
+    "import sys\nimport discord.http\nimport bot.__main__ as cli\n"
+    "discord.http.Route.BASE = sys.argv[1]\nsys.exit(cli.main(['run']))\n"
+)
+
+
+async def test_sigterm_while_logging_in_stops_without_blaming_discord(
+    pg_url: URL, migrated_database: Database, tmp_path: Path
+) -> None:
+    # Closing the bot closed the HTTP session under the login request: "kioku: cannot
+    # reach Discord: ClientConnectionError: Connector is closed." and exit 1, for a stop.
+    asked = asyncio.Event()
+
+    async def login_never_answered(request: aiohttp.web.Request) -> aiohttp.web.Response:
+        asked.set()
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+    app = aiohttp.web.Application()
+    app.router.add_route("*", "/{path:.*}", login_never_answered)
+    runner = aiohttp.web.AppRunner(app, handler_cancellation=True, shutdown_timeout=0.5)
+    await runner.setup()
+    await aiohttp.web.TCPSite(runner, "127.0.0.1", 0).start()
+    port = runner.addresses[0][1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KIOKU_")}
+    env.update(
+        PYTHONPATH=str(ROOT),
+        KIOKU_DATA_DIR=str(tmp_path),
+        KIOKU_ENV_FILE=str(tmp_path / "absent.env"),
+        DISCORD_TOKEN="dummy-token",
+        DATABASE_URL=pg_url.render_as_string(hide_password=False),
+    )
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        RUN_AGAINST,
+        f"http://127.0.0.1:{port}/api/v10",
+        cwd=ROOT,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        await asyncio.wait_for(asked.wait(), 60)  # the login request is in flight
+        process.terminate()
+        _, raw_err = await asyncio.wait_for(process.communicate(), 60)
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+        await runner.cleanup()
+    err = raw_err.decode()
+    assert process.returncode == 0, err
+    assert "kioku:" not in err and "Traceback" not in err, err
 
 
 def test_run_with_an_external_database_refuses_a_data_dir_that_is_a_file(
