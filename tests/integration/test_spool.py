@@ -1508,20 +1508,24 @@ async def test_a_spooled_write_on_a_memory_withheld_for_a_pending_forget_is_repl
     spool.close()
 
 
-@pytest.mark.parametrize("batch", ["one transaction", "a transaction each"])
-async def test_a_write_spooled_after_this_process_own_forget_me_is_replayed(
+@pytest.mark.parametrize(
+    "forget", ["here, replayed with the write", "here, replayed before it", "elsewhere, unheard"]
+)
+async def test_a_write_on_a_copy_without_the_words_of_a_user_forgotten_since_is_replayed(
     db: Database,
     settings: Settings,
     tmp_path: Path,
     dead_engine: AsyncEngine,
     monkeypatch: pytest.MonkeyPatch,
-    batch: str,
+    forget: str,
 ) -> None:
     # A's copy of the memory holds Bob's words only; B, unheard by A, added Alice's to
-    # the row. Alice's /forget-me in A (spooled) deletes that row at replay, for her
-    # words B added. Bob's write, spooled in A after the forget on its clean copy, was
-    # skipped as "built on a row wiped since": acknowledged, then lost (chaos seed
-    # 141169). It carries nothing of Alice's, and A made that forget itself: it is stored.
+    # the row. Alice's /forget-me (spooled in A, or made in B and never heard by A)
+    # deletes that row, for her words B added. Bob's write, spooled in A on its copy
+    # after that, was skipped as "built on a row wiped since": acknowledged, then lost
+    # (chaos seeds 141169 and 141949). It carries nothing of Alice's: it is stored. The
+    # copy that held her words is
+    # test_a_spooled_write_built_on_a_copy_of_what_was_wiped_unheard_is_not_replayed.
     clock, spool, a, b = spooling_pair(db, settings, tmp_path)
     turn = (await prepare(a, BOB)).turn
     assert str(await a.update_stm(turn, summary="Bob's plan")) == "saved"
@@ -1531,45 +1535,18 @@ async def test_a_write_spooled_after_this_process_own_forget_me_is_replayed(
     assert str(await b.update_stm(turn, summary="Bob's plan; Alice's secret")) == "saved"
     assert await rows_derived_from(db, ALICE) != []
     clock.advance(seconds=5)
-    assert (await a.forget_user(ALICE)).pending_sync
+    if forget == "elsewhere, unheard":
+        await b.forget_user(ALICE)
+    else:
+        assert (await a.forget_user(ALICE)).pending_sync
     clock.advance(seconds=5)
     later = (await prepare(a, BOB)).turn
-    assert (await a.entry(later.channel_key)).summary == "Bob's plan"  # A's clean copy
+    assert (await a.entry(later.channel_key)).summary == "Bob's plan"  # A's copy
     written = await a.update_stm(later, summary="Bob's plan, revised")
     assert str(written) == "saved, pending sync"
 
-    if batch == "a transaction each":  # the forget's replay commits before the write's
+    if forget == "here, replayed before it":  # its own transaction, committed first
         monkeypatch.setattr(spool_module, "REPLAY_BATCH", 1)
-    a._sessions = db.sessions
-    await spool.replay(db.sessions)
-    a.spool_replayed()
-    assert await stored_server_summary(db) == "Bob's plan, revised"
-    assert await rows_derived_from(db, ALICE) == []
-    spool.close()
-
-
-async def test_a_write_spooled_on_a_copy_without_the_words_of_a_user_forgotten_unheard_is_replayed(
-    db: Database, settings: Settings, tmp_path: Path, dead_engine: AsyncEngine
-) -> None:
-    # As above, with the /forget-me made in B, which A (cut off) never heard of: the row
-    # A's copy came from is gone, but for Alice's words B added; A's copy holds Bob's
-    # only, so its write is stored (chaos seed 141949). The copy that held her words is
-    # test_a_spooled_write_built_on_a_copy_of_what_was_wiped_unheard_is_not_replayed.
-    clock, spool, a, b = spooling_pair(db, settings, tmp_path)
-    turn = (await prepare(a, BOB)).turn
-    assert str(await a.update_stm(turn, summary="Bob's plan")) == "saved"
-    a._sessions = async_sessionmaker(dead_engine)
-    clock.advance(seconds=5)
-    turn = (await prepare(b, ALICE)).turn
-    assert str(await b.update_stm(turn, summary="Bob's plan; Alice's secret")) == "saved"
-    clock.advance(seconds=5)
-    await b.forget_user(ALICE)
-    assert await stored_server_summary(db) is None
-    clock.advance(seconds=5)
-    later = (await prepare(a, BOB)).turn
-    written = await a.update_stm(later, summary="Bob's plan, revised")
-    assert str(written) == "saved, pending sync"
-
     a._sessions = db.sessions
     await spool.replay(db.sessions)
     a.spool_replayed()
