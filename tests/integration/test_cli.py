@@ -22,20 +22,14 @@ from bot.db.engine import Database
 from bot.memory.spool import DurableSpool, spool_path
 from tests.helpers.database import make_test_settings
 from tests.helpers.fake_llm import DEFAULT_MODEL_ID, ScriptedLLM
-
-ROOT = Path(__file__).resolve().parents[2]
-OWN_VARIABLES = {"DISCORD_TOKEN", "DATABASE_URL", "OPENAI_API_KEY", "OPENAI_BASE_URL"}
+from tests.helpers.processes import ROOT, kioku_env
 
 
 def kioku(*args: str, data_dir: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    clean = {
-        k: v for k, v in os.environ.items() if not k.startswith("KIOKU_") and k not in OWN_VARIABLES
-    }
-    clean.update({"KIOKU_DATA_DIR": str(data_dir), **env})
     return subprocess.run(
         [sys.executable, "-m", "bot", *args],
         cwd=ROOT,
-        env=clean,
+        env=kioku_env(data_dir, **env),
         capture_output=True,
         text=True,
         timeout=120,
@@ -456,11 +450,8 @@ async def test_sigterm_while_logging_in_stops_without_blaming_discord(
     await runner.setup()
     await aiohttp.web.TCPSite(runner, "127.0.0.1", 0).start()
     port = runner.addresses[0][1]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KIOKU_")}
-    env.update(
-        PYTHONPATH=str(ROOT),
-        KIOKU_DATA_DIR=str(tmp_path),
-        KIOKU_ENV_FILE=str(tmp_path / "absent.env"),
+    env = kioku_env(
+        tmp_path,
         DISCORD_TOKEN="dummy-token",
         DATABASE_URL=pg_url.render_as_string(hide_password=False),
     )

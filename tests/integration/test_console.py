@@ -22,8 +22,7 @@ from bot.llm.tools.stm import STM_TOOL_NAME
 from bot.turn import DEFAULT_PERSONA
 from tests.helpers.database import make_test_settings
 from tests.helpers.fake_llm import ScriptedLLM
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.helpers.processes import ROOT, kioku_env
 
 
 def lines(*typed: str) -> Callable[[], str]:
@@ -190,12 +189,8 @@ def test_ctrl_c_at_the_console_prompt_leaves_the_console(
 ) -> None:
     # asyncio.to_thread(input) kept the process until Enter: its worker is waited for.
     primary, secondary = os.openpty()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KIOKU_")}
-    env.update(
-        KIOKU_DATA_DIR=str(tmp_path),
-        KIOKU_ENV_FILE=str(tmp_path / "absent.env"),
-        DATABASE_URL=pg_url.render_as_string(hide_password=False),
-        PYTHONUNBUFFERED="1",
+    env = kioku_env(
+        tmp_path, DATABASE_URL=pg_url.render_as_string(hide_password=False), PYTHONUNBUFFERED="1"
     )
     process = subprocess.Popen(
         [sys.executable, "-m", "bot", "console"],

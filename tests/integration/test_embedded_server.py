@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from bot.db.engine import EmbeddedPostgres
-from tests.integration.test_cli import ROOT, kioku
+from tests.helpers.processes import ROOT, kioku_env
+from tests.integration.test_cli import kioku
 
 # Stands for any process of the same user that later got the dead postmaster's pid.
 BYSTANDER = "import time\nprint('up', flush=True)\nwhile True:\n    time.sleep(1)\n"
@@ -129,14 +130,7 @@ def test_sigterm_during_start_up_stops_the_embedded_server(tmp_path: Path) -> No
     # SIGTERM (docker stop, systemctl stop) killed kioku at once: no clean-up ran, and
     # the embedded PostgreSQL it had started stayed up after it.
     pgdata = tmp_path / "postgres"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KIOKU_")}
-    env.update(
-        PYTHONPATH=str(ROOT),
-        KIOKU_DATA_DIR=str(tmp_path),
-        KIOKU_ENV_FILE=str(tmp_path / "absent.env"),
-        DISCORD_TOKEN="dummy-token",
-    )
-    env.pop("DATABASE_URL", None)
+    env = kioku_env(tmp_path, DISCORD_TOKEN="dummy-token")  # no DATABASE_URL: embedded
     process = subprocess.Popen(
         [sys.executable, "-c", STALLED_RUN],
         cwd=ROOT,

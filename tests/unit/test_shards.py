@@ -10,6 +10,7 @@ from discord.ext import commands
 from bot.__main__ import CliError, parse_shards
 from bot.app import KiokuBot, ShardedKiokuBot, build_bot
 from bot.config import load_settings
+from tests.helpers.processes import ROOT, kioku_env
 
 
 @pytest.mark.parametrize(
@@ -50,7 +51,6 @@ def test_bad_shard_specs_are_refused_clearly(
 def test_a_shard_range_far_outside_the_count_is_refused_in_one_line(tmp_path: Path) -> None:
     """A typo like 0-100000000000 is refused from the range itself: expanding it first
     would eat memory until the process dies (capped here: a MemoryError traceback)."""
-    import os
     import resource
     import subprocess
     import sys
@@ -59,11 +59,10 @@ def test_a_shard_range_far_outside_the_count_is_refused_in_one_line(tmp_path: Pa
         limit = 1_500 * 1024 * 1024
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KIOKU_")}
-    env.update(KIOKU_DATA_DIR=str(tmp_path), DISCORD_TOKEN="dummy")
+    env = kioku_env(tmp_path, DISCORD_TOKEN="dummy")
     result = subprocess.run(
         [sys.executable, "-m", "bot", "run", "--shards", "0-100000000000", "--shard-count", "8"],
-        cwd=Path(__file__).resolve().parents[2],
+        cwd=ROOT,
         env=env,
         capture_output=True,
         text=True,
