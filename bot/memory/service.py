@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, ClassVar, Literal, TypeVar
@@ -94,6 +94,25 @@ CLEAR_RECORD_KEPT = timedelta(days=30)
 # How long a /forget-me is kept (``stm_forgets``, a hash of the id): longer than any turn,
 # and as long as a spool may wait for its replay (a process down for weeks is not).
 FORGET_RECORD_KEPT = CLEAR_RECORD_KEPT
+
+
+async def _despite_cancellation(work: Coroutine[Any, Any, T]) -> T:
+    """Run ``work`` to its end even when the caller is cancelled meanwhile; the
+    cancellation is passed on once it has ended (a write's database round trip is
+    bounded by its timeout, so this delays a cancellation by at most that)."""
+    task = asyncio.ensure_future(work)
+    cancelled = False
+    while True:
+        try:
+            result = await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if task.done():  # ``work`` itself was cancelled (the loop is closing)
+                raise
+            cancelled = True
+            continue
+        if cancelled:
+            raise asyncio.CancelledError
+        return result
 
 
 class _NotTried(Exception):
@@ -863,7 +882,13 @@ class MemoryService:
             keys = [e.key for e in entries]
             self._writing.update(keys)
             try:
-                result = await self._persist(entries, events, before, turn.started_at)
+                # A cancelled turn does not call its write back: queued or in flight, it
+                # may still commit, or fail and need the spool. Until its outcome is
+                # handled the keys stay "being written" (a hydration meanwhile must not
+                # cache the row it replaces) and the channel's lock stays held.
+                result = await _despite_cancellation(
+                    self._persist(entries, events, before, turn.started_at)
+                )
             finally:
                 self._writing.difference_update(keys)
             if result.ok and origin == "model_tool":
