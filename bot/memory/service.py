@@ -1142,19 +1142,29 @@ class MemoryService:
                         lambda spool: spool.append_clear(channel_id, guild_id, actor_user_id, at),
                     )
                 except MemoryUnavailable:
-                    # Reported as not done: the rows stay, and may be read again (what
-                    # was cached meanwhile was read as wiped: empty, so it goes too).
-                    self._tombstones.discard(channel_id)
-                    for key in self.cache.keys_of_channel(channel_id):
-                        self.cache.pop(key)
+                    self._clear_not_done(channel_id)
                     raise
                 return ClearReceipt(rows=0, cache_entries=held, pending_sync=True)
+            except asyncio.CancelledError:
+                # Cancelled on its way (its transaction rolled back, unless it was already
+                # committing): nobody hears of it, nothing was spooled. As when it could
+                # not be done, the channel is not kept as wiped here, or it would never be
+                # read again while its rows may stay (and every write refused as stale).
+                self._clear_not_done(channel_id)
+                raise
             database_answered(self._sessions)
             self._tombstones.discard(channel_id)
             # The refresh counts from when it held the lock: what was said while it waited
             # for it is wiped too (as the database, and every other process, has it).
             self.windows.clear(channel_id)
             return ClearReceipt(rows=rows, cache_entries=held)
+
+    def _clear_not_done(self, channel_id: int) -> None:
+        """A clear reported as not done: the rows stay, and may be read again (what was
+        cached meanwhile was read as wiped: empty, so it goes too)."""
+        self._tombstones.discard(channel_id)
+        for key in self.cache.keys_of_channel(channel_id):
+            self.cache.pop(key)
 
     async def forget_user(self, user_id: int) -> ForgetReceipt:
         """``/forget-me``: delete every memory derived from the user's messages.

@@ -125,3 +125,29 @@ async def test_a_cancelled_writer_whose_write_fails_is_spooled_not_lost(
     spool.close()
     assert cached is not None and cached.summary == "queued"
     assert spooled is not None and spooled.summary == "queued"
+
+
+async def test_a_refresh_cancelled_on_its_way_to_the_database_leaves_the_channel_writable(
+    db: Database, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    service = make_service(db.sessions, settings, ManualClock())
+    assert str(await service.update_stm((await prepare(service)).turn, summary="v1")) == "saved"
+
+    deleting, go_on = hold(monkeypatch, "delete_channel")
+    clearing = asyncio.create_task(
+        service.clear_channel(CHANNEL, guild_id=GUILD, actor_user_id=BOB)
+    )
+    await deleting.wait()  # the cache is wiped and the deletion is in its transaction ...
+    clearing.cancel()  # ... when the command's task is cancelled
+    await callbacks_already_scheduled()
+    go_on.set()
+    with pytest.raises(asyncio.CancelledError):
+        await clearing
+    # Whatever the database ended up with, the cache shows it ...
+    shown = (await service.entry(SERVER_KEY)).summary
+    row = await stored(db, SERVER_KEY)
+    assert shown == (row[0] if row is not None else "")
+    # ... and the channel's memory can be written again.
+    turn = (await prepare(service)).turn
+    assert str(await service.update_stm(turn, summary="after")) == "saved"
+    assert await stored(db, SERVER_KEY) == ("after", (row[1] if row is not None else 0) + 1)
