@@ -10,14 +10,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
+from sqlalchemy.engine import URL
+from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
 
 from bot.config import Settings
 from bot.db.engine import Database
 from bot.db.repositories import stm as stm_repo
+from bot.memory import commit as commit_module
 from bot.memory.model import ScopeKey
-from bot.memory.spool import DurableSpool, spool_path
+from bot.memory.spool import DurableSpool, count_pending, spool_path
+from tests.helpers.bot import start_kioku, stop_kioku
 from tests.helpers.builders import BOB, CHANNEL, GUILD, ManualClock, make_service, prepare
+from tests.helpers.fake_llm import ScriptedLLM
 
 SERVER_KEY = ScopeKey.server(GUILD, CHANNEL)
 OTHER = CHANNEL + 1
@@ -151,3 +155,31 @@ async def test_a_refresh_cancelled_on_its_way_to_the_database_leaves_the_channel
     turn = (await prepare(service)).turn
     assert str(await service.update_stm(turn, summary="after")) == "saved"
     assert await stored(db, SERVER_KEY) == ("after", (row[1] if row is not None else 0) + 1)
+
+
+async def test_a_write_on_its_way_at_shutdown_reaches_the_spool_before_it_is_closed(
+    db: Database,
+    llm: ScriptedLLM,
+    pg_url: URL,
+    tmp_path: Path,
+    silent_server: int,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(commit_module, "DB_TIMEOUT_SECONDS", 1.0)
+    harness = await start_kioku(db, llm, pg_url, tmp_path)
+    memory = harness.bot.memory
+    turn = (await prepare(memory)).turn
+    # The database hangs: the write's commit waits for its timeout, then the spool.
+    hung = create_async_engine(
+        URL.create("postgresql+asyncpg", "u", "p", "127.0.0.1", silent_server, "db")
+    )
+    try:
+        memory._sessions = async_sessionmaker(hung)
+        writing = asyncio.create_task(memory.update_stm(turn, summary="on its way"))
+        await callbacks_already_scheduled()
+        await stop_kioku(harness)  # the operator stops the bot meanwhile
+        result = await writing
+    finally:
+        await hung.dispose()
+    assert str(result) == "saved, pending sync"
+    assert count_pending(tmp_path) == 1
