@@ -51,7 +51,7 @@ import logging
 import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +68,8 @@ log = logging.getLogger(__name__)
 
 SPOOL_FILE = Path("spool") / "stm.jsonl"
 REPLAY_BATCH = 100
+# How far apart two spooled writes of one key are put at least (see DurableSpool.append).
+SPOOLED_STEP = timedelta(microseconds=1)
 
 
 class SpoolLocked(RuntimeError):
@@ -433,6 +435,15 @@ class DurableSpool:
         before the write), so its replay can tell whether the stored text it carries
         was wiped meanwhile (see _apply)."""
         encoded = [entry_to_json(e) for e in entries]
+        for data, entry in zip(encoded, entries, strict=True):
+            # The replay lets the later of two writes win (see stm_repo.replay_entries),
+            # and this process's own are in the order spooled: a write at the same
+            # instant as the one before it (a coarse clock), or earlier (a clock stepped
+            # back), goes a microsecond after it. Their version numbers cannot settle it:
+            # a replay lifts a row's version past those another process gave it.
+            before = self._latest.get(entry.key)
+            if before is not None and entry.updated_at <= before.updated_at:
+                data["updated_at"] = (before.updated_at + SPOOLED_STEP).isoformat()
         for data, base in zip(encoded, bases, strict=False):
             carried = self._carries(base)
             if carried is not None:

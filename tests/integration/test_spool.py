@@ -1553,3 +1553,32 @@ async def test_a_write_on_a_copy_without_the_words_of_a_user_forgotten_since_is_
     assert await stored_server_summary(db) == "Bob's plan, revised"
     assert await rows_derived_from(db, ALICE) == []
     spool.close()
+
+
+@pytest.mark.parametrize("clock_step", [0, -1], ids=["same instant", "clock stepped back"])
+async def test_two_writes_spooled_at_one_instant_replay_in_order(
+    db: Database, settings: Settings, tmp_path: Path, dead_engine: AsyncEngine, clock_step: int
+) -> None:
+    # B moved the row on (version 2) unheard by A; A, cut off, spooled two writes (its
+    # versions 2 and 3) at one instant of its clock, or the second after the clock
+    # stepped back. The first replay lifts the row past B's count (version 3), and the
+    # second, at the same time and the same version, was "not later": acknowledged and
+    # lost (chaos seed 160119). A spool's own writes replay in their order.
+    clock, spool, a, b = spooling_pair(db, settings, tmp_path)
+    await prepare(a, BOB)  # Bob's own key is cached too, as after any turn of his
+    first = (await prepare(a, ALICE)).turn
+    assert str(await a.update_stm(first, summary="v1")) == "saved"
+    a._sessions = async_sessionmaker(dead_engine)
+    clock.advance(seconds=5)
+    assert str(await b.update_stm((await prepare(b, CAROL)).turn, summary="B's")) == "saved"
+    clock.advance(seconds=5)
+    second, third = (await prepare(a, ALICE)).turn, (await prepare(a, BOB)).turn
+    assert str(await a.update_stm(second, summary="A's first")) == "saved, pending sync"
+    clock.advance(seconds=clock_step)
+    assert str(await a.update_stm(third, summary="A's second")) == "saved, pending sync"
+
+    a._sessions = db.sessions
+    await spool.replay(db.sessions)
+    a.spool_replayed()
+    assert await stored_server_summary(db) == "A's second"
+    spool.close()
