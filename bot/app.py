@@ -204,10 +204,6 @@ class KiokuBot(commands.Bot):
         finally:
             if hasattr(self, "llm"):
                 await self.llm.close()
-            if hasattr(self, "memory"):
-                # Turns are not awaited here, but their writes already on their way are:
-                # one failing now still needs the spool (and the database its caller owns).
-                await self.memory.drain_writes()
             if hasattr(self, "listener"):
                 await self.listener.close()
             spool = getattr(self, "spool", None)

@@ -96,24 +96,6 @@ CLEAR_RECORD_KEPT = timedelta(days=30)
 FORGET_RECORD_KEPT = CLEAR_RECORD_KEPT
 
 
-async def _despite_cancellation(task: asyncio.Future[T]) -> T:
-    """Await ``task`` to its end even when the caller is cancelled meanwhile; the
-    cancellation is passed on once it has ended (a write's database round trip is
-    bounded by its timeout, so this delays a cancellation by at most that)."""
-    cancelled = False
-    while True:
-        try:
-            result = await asyncio.shield(task)
-        except asyncio.CancelledError:
-            if task.done():  # ``work`` itself was cancelled (the loop is closing)
-                raise
-            cancelled = True
-            continue
-        if cancelled:
-            raise asyncio.CancelledError
-        return result
-
-
 class _NotTried(Exception):
     """Not tried: earlier operations wait in the spool and this one must follow them, or
     the database is known to be down (see :meth:`MemoryService._spool_at_once`)."""
@@ -324,8 +306,6 @@ class MemoryService:
         self._wipes_unread_last: datetime | None = None
         # Keys whose write is on its way to the database (held under the channel lock).
         self._writing: set[ScopeKey] = set()
-        # Those writes, until they are committed, refused or spooled (see drain_writes).
-        self._persisting: set[asyncio.Future[WriteResult]] = set()
         # Channels whose clear is on its way to the database: never hydrate them back.
         self._tombstones: set[int] = set()
         # Users another process forgot (by notice), and when: for writes still in flight.
@@ -883,28 +863,12 @@ class MemoryService:
             keys = [e.key for e in entries]
             self._writing.update(keys)
             try:
-                # A cancelled turn does not call its write back: queued or in flight, it
-                # may still commit, or fail and need the spool. Until its outcome is
-                # handled the keys stay "being written" (a hydration meanwhile must not
-                # cache the row it replaces) and the channel's lock stays held.
-                persisting = asyncio.ensure_future(
-                    self._persist(entries, events, before, turn.started_at)
-                )
-                self._persisting.add(persisting)
-                persisting.add_done_callback(self._persisting.discard)
-                result = await _despite_cancellation(persisting)
+                result = await self._persist(entries, events, before, turn.started_at)
             finally:
                 self._writing.difference_update(keys)
             if result.ok and origin == "model_tool":
                 turn.stm_updated = True
             return result
-
-    async def drain_writes(self) -> None:
-        """Wait until every write on its way is committed, refused or spooled: at
-        shutdown, before the spool is closed and the database let go (a write failing
-        after that would find no spool, and be lost)."""
-        while self._persisting:
-            await asyncio.gather(*self._persisting, return_exceptions=True)
 
     async def _current_config(self, turn: TurnState, origin: str) -> GuildConfig | WriteResult:
         """The guild's settings as they are now (cached: no query), or why a write must
