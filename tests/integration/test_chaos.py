@@ -1042,7 +1042,8 @@ class Scenario:
         if self.violations:
             self.fail("\n".join(self.violations))
         for op in self.ops:
-            assert op.task is not None and op.task.done()
+            if op.task is None or not op.task.done():
+                self.fail(f"{op.kind}@{op.proc} (started at step {op.start_seq}) never ended")
         rows = await self.rows()
         by_text = {w.text: w for w in self.writes}
         acknowledged = ("saved", "saved, pending sync")
