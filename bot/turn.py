@@ -81,7 +81,8 @@ class TurnRequest:
     # Whether something said in another channel may be shown here (None: anything).
     may_show_channel: ChannelFilter | None = None
     # The message being answered, as it arrived: shown to the model when it is no longer
-    # in the raw window (see :func:`with_trigger`). None when it may not be shown.
+    # in the raw window (see :func:`with_trigger`), unless a wipe since ``trigger_epoch``
+    # took it. Set, the turn answers nothing without it (see ``TurnReply.unanswered``).
     trigger: RawMessage | None = None
     # The channel's epoch when ``trigger`` was taken: a wipe since then drops it.
     trigger_epoch: int | None = None
@@ -93,6 +94,10 @@ class TurnReply:
     failed: bool = False
     stm_results: tuple[str, ...] = ()
     turn: TurnState | None = None
+    # The message being answered was gone before the model was asked (deleted, or wiped
+    # by a /refresh or its author's /forget-me while the turn waited): no model call, and
+    # ``text`` is empty.
+    unanswered: bool = False
 
 
 # Room kept for tool schemas.
@@ -246,6 +251,11 @@ class TurnRunner:
         turn = prepared.turn
         trigger = await self._trigger(request, turn.epoch, prepared.prompt.window)
         window = with_trigger(prepared.prompt.window, trigger, self.memory.windows.was_deleted)
+        if request.trigger is not None and all(m.message_id != request.message_id for m in window):
+            # Without its message the conversation ends with an earlier one (answered
+            # again, as if it were this member's) or with nothing at all.
+            log.info("turn %s: its message was deleted or wiped meanwhile", turn.turn_id)
+            return TurnReply("", failed=True, turn=turn, unanswered=True)
         prompt = assemble(replace(prepared.prompt, window=window))
         messages, whole_history = self._messages(
             request, prompt, prepared.prompt.now, intent=intent

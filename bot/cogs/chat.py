@@ -188,16 +188,21 @@ class Chat(commands.Cog):
                 # would end with the previous question, answered a second time).
                 log.debug("message %s was deleted before its turn", message.id)
                 return
-            request = self._request(message)
-            if memory.epoch(channel.id) == arrived_epoch:
-                # A busy channel may have pushed the message out of the raw window while
-                # the turn waited; the turn still answers it.
-                request = dataclasses.replace(
-                    request, trigger=to_raw(message), trigger_epoch=arrived_epoch
-                )
+            # A busy channel may have pushed the message out of the raw window while the
+            # turn waited; the turn still answers it, unless a wipe since its arrival
+            # (the epoch) took it.
+            request = dataclasses.replace(
+                self._request(message), trigger=to_raw(message), trigger_epoch=arrived_epoch
+            )
             epoch = memory.epoch(channel.id)
             async with _typing(channel):
                 reply = await self.bot.turns.run(request)
+            if reply.unanswered:
+                # Deleted: nothing to say. Wiped by a /refresh or a /forget-me: the member
+                # is told, as when a refresh overtakes an answer.
+                if not memory.windows.was_deleted(message.id):
+                    await self._post(message, WIPED_WHILE_ANSWERING, reply=True)
+                return
             if reply.turn is not None:
                 epoch = reply.turn.epoch
             await self._send(message, reply.text, epoch=epoch, failed=reply.failed)

@@ -15,6 +15,7 @@ from discord.ext import commands
 from sqlalchemy import func, select
 from sqlalchemy.engine import URL
 
+from bot.cogs.history import WIPED_WHILE_ANSWERING
 from bot.db.engine import Database
 from bot.db.models import LongTermMemory, ShortTermMemory
 from bot.llm.tool_loop import FALLBACK_REPLY, UNAVAILABLE_MESSAGE
@@ -96,6 +97,9 @@ async def test_a_refresh_during_the_back_fill_does_not_bring_wiped_messages_back
 
     window = [m.content for m in bot.memory.windows.get(env.channel.id)]
     assert not any("HERON" in c for c in window), window
+    assert kioku.llm.requests == []  # the refresh wiped the question too
+    assert env.last_sent().content == WIPED_WHILE_ANSWERING
+    await env.send("so what's up now?", mention_bot=True)
     assert "HERON" not in prompt_text(kioku.llm)
 
 
@@ -537,7 +541,8 @@ async def test_a_refresh_before_the_turn_reads_memory_does_not_bring_the_wiped_t
     release.set()
     await turn
 
-    assert "HERON" not in prompt_text(llm, 0), "the wiped message was shown to the model"
+    assert llm.requests == [], "the model was asked about a wiped message"
+    assert env.last_sent().content == WIPED_WHILE_ANSWERING
 
 
 async def test_a_forget_me_before_the_turn_reads_memory_does_not_bring_the_trigger_back(
@@ -558,7 +563,7 @@ async def test_a_forget_me_before_the_turn_reads_memory_does_not_bring_the_trigg
     release.set()
     await turn
 
-    assert "Elm Street" not in prompt_text(llm, 0), "a forgotten message reached the model"
+    assert llm.requests == [], "the model was asked about a forgotten message"
 
 
 async def test_forget_me_while_a_scrolled_out_message_waits_does_not_show_it_to_the_model(
@@ -578,8 +583,7 @@ async def test_forget_me_while_a_scrolled_out_message_waits_does_not_show_it_to_
     held.set()
     await asyncio.gather(first, queued)
 
-    assert len(llm.requests) == 2
-    assert "Elm Street" not in prompt_text(llm, 1), "a forgotten message reached the model"
+    assert len(llm.requests) == 1, "the model was asked about a forgotten message"
 
 
 async def test_a_forget_me_missed_while_deaf_is_not_undone_by_the_trigger_after_reconnect(
@@ -600,5 +604,41 @@ async def test_a_forget_me_missed_while_deaf_is_not_undone_by_the_trigger_after_
     held.set()
     await asyncio.gather(first, queued)
 
-    assert len(llm.requests) == 2
-    assert "Elm Street" not in prompt_text(llm, 1), "a forgotten message reached the model"
+    assert len(llm.requests) == 1, "the model was asked about a forgotten message"
+
+
+async def test_a_message_wiped_by_refresh_while_its_turn_is_queued_gets_no_model_call(
+    kioku: KiokuHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A /refresh while a turn waits in the channel's queue wipes its message: the model
+    would be asked to answer a conversation without it (here: none at all). The member
+    is told to ask again instead, like a member whose answer the refresh overtook."""
+    env, llm = kioku.env, kioku.llm
+    moderator = await env.create_member("mod", kind="moderator")
+    held, first, queued = await _queue_behind_a_held_turn(kioku, monkeypatch, env.member)
+    refreshed = await kioku.interactions.slash("refresh", user=moderator)
+    assert not refreshed.command_failed
+    held.set()
+    await asyncio.gather(first, queued)
+
+    assert len(llm.requests) == 1, [prompt_text(llm, i) for i in range(len(llm.requests))]
+    replies = [s for s in env.sent_to(env.channel) if not s.content.startswith("🧹")]
+    assert [s.content for s in replies] == [WIPED_WHILE_ANSWERING] * 2
+
+
+async def test_a_message_its_author_had_forgotten_while_its_turn_is_queued_is_not_answered(
+    kioku: KiokuHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """/forget-me takes the member's queued message out of the window: the turn's
+    conversation would end with the previous question, which the model answers again."""
+    env, llm = kioku.env, kioku.llm
+    leaver = await env.create_member("leaver")
+    held, first, queued = await _queue_behind_a_held_turn(kioku, monkeypatch, leaver)
+    asked = await kioku.interactions.slash("forget-me", user=leaver)
+    await kioku.interactions.click(asked, label="Delete my memories", user=leaver)
+    held.set()
+    await asyncio.gather(first, queued)
+
+    assert len(llm.requests) == 1, prompt_text(llm, -1)
+    # The first answer too: /forget-me wiped what it was made from (the leaver's message).
+    assert [s.content for s in env.sent_to(env.channel)] == [WIPED_WHILE_ANSWERING] * 2
