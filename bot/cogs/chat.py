@@ -55,7 +55,9 @@ def _may_reply(channel: discord.abc.Messageable) -> bool:
         return True
     permissions = channel.permissions_for(guild.me)
     if isinstance(channel, discord.Thread):
-        return permissions.send_messages_in_threads
+        # In a locked thread only Manage Threads may post (discord.py does not apply it).
+        unlocked = not channel.locked or permissions.manage_threads
+        return permissions.send_messages_in_threads and unlocked
     return permissions.send_messages
 
 

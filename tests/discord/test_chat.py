@@ -655,6 +655,21 @@ async def test_a_mention_in_a_channel_the_bot_may_not_post_in_calls_no_model(
     assert (env.errors, env.sent, kioku.llm.requests) == ([], [], [])
 
 
+async def test_a_mention_in_a_locked_thread_the_bot_may_not_post_in_calls_no_model(
+    kioku: KiokuHarness,
+) -> None:
+    """In a locked thread only members with Manage Threads may post: a moderator's
+    mention there would cost a model call whose answer Discord refuses."""
+    env = kioku.env
+    thread = await env.create_thread(env.channel, "closed topic", locked=True)
+    moderator = await env.create_member("mod", permissions=discord.Permissions(manage_threads=True))
+    kioku.llm.reply_text("never sent")
+
+    await env.send("are you there?", channel=thread, author=moderator, mention_bot=True)
+
+    assert (env.errors, env.sent, kioku.llm.requests) == ([], [], [])
+
+
 async def test_a_reply_made_before_a_refresh_is_not_posted_into_the_wiped_channel(
     kioku: KiokuHarness,
 ) -> None:

@@ -906,8 +906,10 @@ class DpytestEnv:
         *,
         private: bool = False,
         owner: discord.abc.User | None = None,
+        locked: bool = False,
     ) -> discord.Thread:
-        """Create a (public or private) thread under ``channel`` via THREAD_CREATE."""
+        """Create a (public or private) thread under ``channel`` via THREAD_CREATE;
+        ``locked``: only members with Manage Threads may post in it."""
         channel = channel or self.channel
         tid = self.ids.next()
         now = _iso()
@@ -930,7 +932,7 @@ class DpytestEnv:
                 "archived": False,
                 "auto_archive_duration": 1440,
                 "archive_timestamp": now,
-                "locked": False,
+                "locked": locked,
                 "invitable": not private,
                 "create_timestamp": now,
             },
@@ -1400,7 +1402,9 @@ class DpytestEnv:
                 if isinstance(channel, discord.Thread)
                 else perms.send_messages
             )
-            if not (perms.view_channel and can):
+            # Discord: in a locked thread only Manage Threads may post (since 2023).
+            locked = isinstance(channel, discord.Thread) and channel.locked
+            if not (perms.view_channel and can) or (locked and not perms.manage_threads):
                 raise _forbidden("Missing Permissions")
         data = self._bot_message_payload(channel, body, files)
         self._store(data)
