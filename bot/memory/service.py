@@ -49,7 +49,7 @@ from bot.memory.model import (
 from bot.memory.prompt import OtherChannel, PromptInput
 from bot.memory.sanitize import sanitize_value
 from bot.memory.singleflight import KeyedLocks, SingleFlight
-from bot.memory.spool import DurableSpool, PendingChanges
+from bot.memory.spool import DurableSpool, PendingChanges, carried_row_wiped
 from bot.memory.storage import (
     DB_TIMEOUT_SECONDS,
     MemoryUnavailable,
@@ -410,6 +410,7 @@ class MemoryService:
         # then the result is used once and not cached, so the next use reads again.
         settled = True
         unavailable: MemoryUnavailable | None = None
+        wiped_copy: datetime | None = None
         if self.spool is not None and self.spool.latest(key) is not None and self._database_down():
             # What waits in the spool is what a read would fall back on: no need to wait.
             unavailable = MemoryUnavailable("memory storage is unavailable right now")
@@ -419,11 +420,19 @@ class MemoryService:
                     seq = self._notice_seq
                     async with self._storage("hydrating an STM entry") as session:
                         row = await stm_repo.load_entry(session, key)
+                        wiped_copy = await self._spooled_copy_wiped(session, key, row)
                     settled = not self._noticed_since(seq, key)
                     if settled:
                         break
             except MemoryUnavailable as exc:
                 unavailable = exc
+            else:
+                if wiped_copy is not None and self.spool is not None:
+                    # As a notice of that wipe would (see _on_clear): shown empty from now
+                    # on, so the next write is built on an empty memory, not on the copy.
+                    self.spool.blank_copy(key, wiped_copy)
+                    if key not in self._writing:
+                        self.cache.pop(key)
         # Looked up after the read: a spooled write or deletion may have landed meanwhile.
         spooled = self.spool.latest(key) if self.spool is not None else None
         if unavailable is not None and spooled is None:
@@ -463,6 +472,23 @@ class MemoryService:
         if settled and key not in self._writing and not writing_at_start:
             self.cache.put(entry)
         return entry
+
+    async def _spooled_copy_wiped(
+        self, session: AsyncSession, key: ScopeKey, row: StmEntry | None
+    ) -> datetime | None:
+        """When the spooled state of ``key`` carries the text of a stored row that a
+        /refresh or /forget-me wiped since (``row``: what the database holds now), that
+        row's creation time. A process that missed the wipe's notice (its listener lost,
+        or the notice late) learns of it here, as the spool's replay would (it skips
+        every write built on that state): reading only when such a copy waits there and
+        its row is gone, never on the warm path."""
+        carried = self.spool.carried_row(key) if self.spool is not None else None
+        if carried is None:
+            return None
+        created_at, users = carried
+        if await carried_row_wiped(session, key, row, created_at, users):
+            return created_at
+        return None
 
     def _wiped(self, channel_id: int) -> bool:
         """A clear of the channel has not reached the database yet (it is being sent, or

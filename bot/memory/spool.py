@@ -175,6 +175,8 @@ def _validate(record: Any) -> None:
         _time(record)
     elif op == "blank":
         int(record["channel"])
+        if "key" in record:  # one key's state only (see DurableSpool.blank_copy)
+            _key_from_json(record["key"])
     else:
         raise ValueError(f"unknown spool operation {op!r}")
 
@@ -381,7 +383,11 @@ class DurableSpool:
         writes, cleared = 0, False
         for record in self._records:
             op = record.get("op")
-            if op in ("clear", "blank") and record.get("channel") == channel_id:
+            if (
+                op in ("clear", "blank")
+                and "key" not in record  # one key's copy blanked: not the channel's writes
+                and record.get("channel") == channel_id
+            ):
                 writes, cleared = 0, cleared or op == "clear"
             elif op == "upsert" and any(
                 data["key"].get("channel") == channel_id for data in record.get("entries", ())
@@ -414,11 +420,34 @@ class DurableSpool:
         replay does not show them again."""
         if not any(key.channel_id == channel_id for key in self._latest):
             return
-        record = {"op": "blank", "channel": channel_id}
+        self._blank({"op": "blank", "channel": channel_id})
+
+    def carried_row(self, key: ScopeKey) -> tuple[datetime, set[int] | None] | None:
+        """The stored row whose text the spooled state of ``key`` carries (its creation
+        time), and the users that text is derived from (None: not recorded); None when it
+        carries no stored text (only this process's own spooled writes, or none)."""
+        carried = self._from_row.get(key) if key in self._latest else None
+        if carried is None:
+            return None
+        at, users = carried
+        return datetime.fromisoformat(at), (set(users) if users is not None else None)
+
+    def blank_copy(self, key: ScopeKey, created_at: datetime) -> None:
+        """The stored row (created at ``created_at``) whose text the spooled state of
+        ``key`` carries was wiped (a /refresh or /forget-me this process learnt of from
+        the database, not by notice): that state is shown empty from now on, keeping its
+        version, as :meth:`blank_channel` does for one key. Its replay, and that of every
+        write built on it, is skipped (see ``_carries_wiped``)."""
+        carried = self.carried_row(key)
+        if carried is None or carried[0] != created_at:
+            return  # replayed, blanked or written over meanwhile: nothing of it is shown
+        self._blank({"op": "blank", "channel": key.channel_id, "key": _key_to_json(key)})
+
+    def _blank(self, record: dict[str, Any]) -> None:
         try:
             self._write(record)
         except (OSError, ValueError):
-            log.exception("spool: could not record a clear heard by notice")
+            log.exception("spool: could not record that a spooled state was wiped")
             self._track(record)  # still applied in memory (lost only by a restart)
 
     # -- appending (synchronous: the caller must not be told "saved" before fsync)
@@ -526,8 +555,9 @@ class DurableSpool:
                 at, users = data.get("from_row"), data.get("from_users")
                 self._from_row[entry.key] = (at, users) if at is not None else None
         elif op == "blank":
+            only = _key_from_json(record["key"]) if "key" in record else None
             for key, entry in list(self._latest.items()):
-                if key.channel_id == record["channel"]:
+                if key == only or (only is None and key.channel_id == record["channel"]):
                     self._from_row[key] = None  # shown empty: its text no longer carried
                     self._latest[key] = StmEntry(
                         key=key,
@@ -870,15 +900,32 @@ async def _carries_wiped(
     copy holds none of them) does not count."""
     for entry, data in zip(entries, encoded, strict=True):
         created_at = _carried_row(data)
-        if created_at is None or not await stm_repo.row_gone(session, entry.key, created_at):
+        if created_at is None:
             continue
-        users = _carried_users(data)
-        if users is None:  # recorded by an older version: judged as before, by the row
-            return True
-        cleared, forgotten = await stm_repo.wipe_times(session, {entry.key.channel_id}, users)
-        if any(at >= created_at for at in (*cleared.values(), *forgotten.values())):
+        row = await stm_repo.load_entry(session, entry.key)
+        if await carried_row_wiped(session, entry.key, row, created_at, _carried_users(data)):
             return True
     return False
+
+
+async def carried_row_wiped(
+    session: AsyncSession,
+    key: ScopeKey,
+    row: StmEntry | None,
+    created_at: datetime,
+    users: set[int] | None,
+) -> bool:
+    """Whether the stored row of ``key`` created at ``created_at``, whose text a spooled
+    state carries (derived from ``users``; None: not recorded), was wiped: it is gone
+    (``row``: what the database holds now) and a /refresh of its channel or a /forget-me
+    of one of ``users`` came since it was made. The replay skips a write carrying it, and
+    the memory service shows the spooled state empty once it reads this."""
+    if row is not None and row.created_at == created_at:
+        return False
+    if users is None:  # recorded by an older version: judged as before, by the row
+        return True
+    cleared, forgotten = await stm_repo.wipe_times(session, {key.channel_id}, users)
+    return any(at >= created_at for at in (*cleared.values(), *forgotten.values()))
 
 
 async def _apply(session: AsyncSession, record: dict[str, Any], origin: str) -> None:

@@ -1582,3 +1582,51 @@ async def test_two_writes_spooled_at_one_instant_replay_in_order(
     a.spool_replayed()
     assert await stored_server_summary(db) == "A's second"
     spool.close()
+
+
+@pytest.mark.parametrize("wipe", ["refresh", "forget-me"])
+async def test_a_wipe_read_from_the_database_while_deaf_blanks_the_spooled_copy_of_it(
+    db: Database, settings: Settings, tmp_path: Path, dead_engine: AsyncEngine, wipe: str
+) -> None:
+    # A spooled a write on its copy of Alice's memory, which B had wiped unheard (as in
+    # test_a_spooled_write_built_on_a_copy_of_what_was_wiped_unheard_is_not_replayed).
+    # Then the database came back for A, its notice listener still lost: every use reads
+    # the database, which records the wipe. A must not go on building on (and showing)
+    # the spooled copy: the next write, acknowledged "saved, pending sync", was built on
+    # it and skipped at replay with it, lost (chaos seed 160200).
+    clock, spool, a, b = spooling_pair(db, settings, tmp_path)
+    await prepare(a, BOB)
+    turn = (await prepare(a, ALICE)).turn
+    assert str(await a.update_stm(turn, summary="Alice's plan")) == "saved"
+    clock.advance(seconds=5)
+    if wipe == "refresh":
+        await b.clear_channel(CHANNEL, guild_id=GUILD, actor_user_id=CAROL)
+    else:
+        await b.forget_user(ALICE)
+    clock.advance(seconds=5)
+    a._sessions = async_sessionmaker(dead_engine)  # A loses the database, unaware
+    a.listener_lost()  # and its notices
+    later = (await prepare(a, BOB)).turn
+    written = await a.update_stm(later, summary="Alice's plan, and Bob's part in it")
+    assert str(written) == "saved, pending sync"
+
+    clock.advance(seconds=5)
+    a._sessions = db.sessions  # the database is back for A; the listener is still lost
+    last = await prepare(a, BOB)
+    assert "Alice's plan" not in last.entry.summary
+    assert "Alice's plan" not in str(last.prompt)
+    # Recorded in the spool: a restart before the replay does not show the copy again.
+    spool.close()
+    spool = a.spool = DurableSpool(spool_path(tmp_path / "a"))
+    spool.notice_origin = a.instance_id
+    reopened = spool.latest(last.turn.channel_key)
+    assert reopened is not None and reopened.summary == ""
+    assert reopened.version == last.entry.version  # the next write still supersedes it
+    written = await a.update_stm(last.turn, summary="Bob's plan on his own")
+    assert str(written) == "saved, pending sync"  # queued behind the spool
+
+    await spool.replay(db.sessions)
+    a.spool_replayed()
+    assert await stored_server_summary(db) == "Bob's plan on his own"
+    assert not [row for row in await summaries(db) if "Alice's plan" in row[1]]
+    spool.close()
