@@ -228,13 +228,6 @@ async def upsert_entries_returning_keys(
     }
 
 
-async def row_gone(session: AsyncSession, key: ScopeKey, created_at: datetime) -> bool:
-    """Whether the row of ``key`` created at ``created_at`` is gone: deleted (a /refresh,
-    a /forget-me), or deleted and created anew."""
-    row = await load_entry(session, key)
-    return row is None or row.created_at != created_at
-
-
 async def replay_entries(session: AsyncSession, entries: Sequence[StmEntry]) -> list[StmEntry]:
     """Write spooled entries, each unless its row was updated since (by any process): a
     replayed write must never overwrite a newer one. Returns the entries written, with
