@@ -764,9 +764,14 @@ def _combination_line(section: list[str], ctx: dict[str, Any]) -> str:
 _URL_CREDENTIALS = re.compile(r"(?<=://).*@")
 
 
+def without_credentials(text: str) -> str:
+    """``text`` with a URL's user and password masked: they never reach the terminal, a
+    log collector reading it, or a table pasted into a bug report."""
+    return _URL_CREDENTIALS.sub("***@", text)
+
+
 def _short_repr(value: Any) -> str:
-    # A URL's credentials never reach the terminal (or a log collector reading it).
-    text = _URL_CREDENTIALS.sub("***@", repr(value))
+    text = without_credentials(repr(value))
     return text if len(text) <= 80 else text[:77] + "..."
 
 

@@ -12,7 +12,6 @@ import os
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from urllib.parse import urlsplit, urlunsplit
 
 import openai
 from sqlalchemy import text
@@ -23,6 +22,7 @@ from bot.config import (
     data_dir_problem,
     database_unreachable,
     one_line_error,
+    without_credentials,
 )
 from bot.db.clock_skew import measure_clock_skew
 from bot.db.engine import Database, describe_url
@@ -54,7 +54,7 @@ async def doctor(settings: Settings) -> int:
             "config",
             True,
             f"model {settings.model} via {settings.provider} at "
-            f"{_without_password(settings.llm_base_url)}",
+            f"{without_credentials(settings.llm_base_url)}",
         ),
         Check(
             "discord token",
@@ -72,15 +72,6 @@ async def doctor(settings: Settings) -> int:
     checks.extend(await _llm_checks(settings))
     print(render_table(checks))
     return 0 if all(check.ok for check in checks) else 1
-
-
-def _without_password(url: str) -> str:
-    """The URL with its user and password (a proxy's) masked, as the database row hides
-    its own: the table gets pasted into bug reports."""
-    parts = urlsplit(url)
-    if "@" not in parts.netloc:
-        return url
-    return urlunsplit(parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2]))
 
 
 def _spool_check(settings: Settings) -> Check:

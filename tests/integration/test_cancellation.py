@@ -17,7 +17,6 @@ from bot.memory.model import ScopeKey
 from tests.helpers.builders import BOB, CHANNEL, GUILD, ManualClock, make_service, prepare
 
 SERVER_KEY = ScopeKey.server(GUILD, CHANNEL)
-OTHER = CHANNEL + 1
 
 
 async def callbacks_already_scheduled() -> None:
