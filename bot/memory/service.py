@@ -1010,14 +1010,14 @@ class MemoryService:
         before: Sequence[StmEntry],
         started_at: datetime | None,
     ) -> WriteResult:
-        if self.spool is not None:
+        refused = self._forgotten_since(entries, started_at)
+        if self.spool is not None and not refused:
             try:
                 self.spool.append(entries, events, started_at=started_at, bases=before)
             except (OSError, ValueError):  # ValueError: the spool file is closed
                 log.exception("STM spool append failed")
             else:
                 # Stored durably: whatever follows, it is saved (and will be replayed).
-                self._forget_again_after(entries, started_at)
                 return WriteResult("saved, pending sync")
         # Never report or keep what was not saved: what was cached before goes back,
         # unless the entry left the cache meanwhile (a /refresh, a /forget-me, a notice):
@@ -1025,31 +1025,22 @@ class MemoryService:
         for old, new in zip(before, entries, strict=True):
             if self.cache.get(old.key) is new:
                 self.cache.put(old)
+        if refused:
+            return rejected(REASON_CLEARED)
         return rejected("the memory could not be saved right now (database unavailable)")
 
-    def _forget_again_after(self, entries: Sequence[StmEntry], started_at: datetime | None) -> None:
-        """A write that reached the spool after another process's /forget-me of one of
-        its users (its turn began before the notice) would be replayed after that
-        deletion: queue the deletion again behind it."""
-        assert self.spool is not None
-        for user_id, forgotten_at in list(self._forgotten_elsewhere.items()):
-            if started_at is not None and started_at > forgotten_at:
-                continue
-            holding = [e for e in entries if e.derived_from(user_id)]
-            if not holding:
-                continue
-            # Up to this write's own time: the replayed deletion must reach its rows. And
-            # as for the notice itself, the cache lets go of them, and turns already
-            # holding them cannot write them again.
-            at = max(forgotten_at, *(e.updated_at for e in holding))
-            for entry in holding:
-                self.cache.pop(entry.key)
-                channel_id = entry.key.channel_id
-                self._epochs[channel_id] = self.epoch(channel_id) + 1
-            try:
-                self.spool.append_forget(user_id, at)
-            except (OSError, ValueError):
-                log.exception("could not queue a /forget-me behind a spooled write")
+    def _forgotten_since(self, entries: Sequence[StmEntry], started_at: datetime | None) -> bool:
+        """Whether another process's /forget-me, heard of here, of a user ``entries`` are
+        derived from came after the writing turn began. The database refuses such a
+        write (``stm_repo.writes_refused``), and so would the spool's replay: spooled, it
+        would be acknowledged as saved and then dropped. (A deletion queued behind it
+        instead would reach rows written since the forget, by turns begun after it.)"""
+        if started_at is None:
+            return False
+        return any(
+            started_at <= forgotten_at and any(e.derived_from(user_id) for e in entries)
+            for user_id, forgotten_at in list(self._forgotten_elsewhere.items())
+        )
 
     def _spool_or_raise(self, exc: Exception, append: Callable[[DurableSpool], None]) -> None:
         """Queue a deletion the database did not take (or must not take yet) in the spool;

@@ -35,6 +35,7 @@ from bot.memory.spool import (
     spool_path,
 )
 from bot.memory.storage import MemoryUnavailable
+from bot.memory.turn import REASON_CLEARED
 from tests.helpers.builders import (
     ALICE,
     BOB,
@@ -592,7 +593,7 @@ async def test_a_replayed_forget_me_clears_what_an_earlier_replay_set_aside(
     db: Database, settings: Settings, tmp_path: Path
 ) -> None:
     """A forget queued in the spool without the command's own clean-up (queued behind a
-    late write of the user's, see MemoryService._forget_again_after) removes the user's
+    spooled write of the user's, see MemoryService._on_forget) removes the user's
     set-aside records when it is replayed."""
     spool = DurableSpool(spool_path(tmp_path))
     service = make_service(db.sessions, settings, ManualClock(), spool=spool)
@@ -882,9 +883,9 @@ async def test_a_forget_me_heard_while_a_write_of_theirs_is_on_its_way_to_the_sp
 ) -> None:
     """Process B's write of Alice's words is in flight when its database stalls. Process A
     runs /forget-me (its database is fine) and B hears the notice *before* the write
-    times out: ``holds_user`` is still False, so no deletion is queued. The write then
-    lands in the spool and is replayed whenever B's database answers again, and Alice's
-    words would be back."""
+    times out: ``holds_user`` is still False, so no deletion is queued. The write, begun
+    before the forget, must not land in the spool, to be replayed whenever B's database
+    answers again (Alice's words back), nor be acknowledged as saved."""
     connected = asyncio.Event()
 
     async def swallow(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -907,7 +908,8 @@ async def test_a_forget_me_heard_while_a_write_of_theirs_is_on_its_way_to_the_sp
         await a.forget_user(ALICE)
         b.apply_notice({"o": a.instance_id, "t": "forget", "u": ALICE})  # as delivered
 
-        assert str(await write) == "saved, pending sync"  # after DB_TIMEOUT_SECONDS
+        # After DB_TIMEOUT_SECONDS: refused, as the database would have refused it.
+        assert str(await write) == f"rejected: {REASON_CLEARED}" and spool.pending == 0
         b._sessions = real
         await spool.replay(db.sessions)
         assert await summaries(db) == []
@@ -916,7 +918,7 @@ async def test_a_forget_me_heard_while_a_write_of_theirs_is_on_its_way_to_the_sp
         server.close()
 
 
-async def test_a_deletion_queued_behind_a_late_write_also_takes_it_out_of_the_cache(
+async def test_a_late_write_refused_by_a_forget_heard_leaves_nothing_of_theirs_cached(
     db: Database, settings: Settings, tmp_path: Path, dead_engine: AsyncEngine
 ) -> None:
     clock = ManualClock()
@@ -933,10 +935,12 @@ async def test_a_deletion_queued_behind_a_late_write_also_takes_it_out_of_the_ca
     b._sessions = async_sessionmaker(dead_engine)  # B's database goes away
     clock.advance(seconds=1)
     # Process A runs Alice's /forget-me; B hears it before its write lands in the spool.
-    b.apply_notice({"o": "process-a", "t": "forget", "u": ALICE})
+    a = make_service(db.sessions, settings, clock)
+    await a.forget_user(ALICE)
+    b.apply_notice({"o": a.instance_id, "t": "forget", "u": ALICE})
     clock.advance(seconds=1)
     result = await b.update_stm(prepared.turn, summary="Bob's plan, built on Alice's secret plan")
-    assert str(result) == "saved, pending sync"  # and a forget is queued behind it
+    assert str(result) == f"rejected: {REASON_CLEARED}"  # begun before the forget
 
     # After Alice's /forget-me, nothing derived from her may be shown any more ...
     cached = b.cache.get(SERVER_KEY)
@@ -956,34 +960,6 @@ async def test_a_deletion_queued_behind_a_late_write_also_takes_it_out_of_the_ca
             if ALICE in (r.contributor_ids or [])
         ]
     assert (shown_after_forget, rows) == (False, [])
-
-
-async def test_a_spooled_write_stays_saved_when_the_deletion_behind_it_cannot_be_queued(
-    db: Database,
-    settings: Settings,
-    tmp_path: Path,
-    dead_engine: AsyncEngine,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    clock = ManualClock()
-    spool = DurableSpool(spool_path(tmp_path))
-    b = make_service(db.sessions, settings, clock, spool=spool)
-    other = await b.prepare_turn(channel_id=OTHER, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT)
-    assert (await b.update_stm(other.turn, summary="Alice's secret plan")).ok
-    prepared = await prepare(b, BOB, label_for=lambda e: "#other")
-    b._sessions = async_sessionmaker(dead_engine)
-    b.apply_notice({"o": "process-a", "t": "forget", "u": ALICE})
-    pending_before = spool.pending
-
-    def disk_full(*_args: object) -> None:  # the disk fills up right after the upsert line
-        raise OSError(28, "No space left on device")
-
-    monkeypatch.setattr(spool, "append_forget", disk_full)
-    result = await b.update_stm(prepared.turn, summary="Bob's plan")
-    # The write itself is durable and will be replayed: it is reported saved (saying
-    # otherwise would be untrue), and the failure to queue the deletion is logged.
-    assert (str(result), spool.pending - pending_before) == ("saved, pending sync", 1)
-    assert b.cache.get(SERVER_KEY) is None, "the forgotten user's words left the cache"
 
 
 async def test_a_refresh_heard_by_notice_stays_applied_after_a_restart(
@@ -1318,7 +1294,7 @@ async def test_a_replayed_forget_me_with_a_damaged_set_aside_file_keeps_the_book
     await turn_for(service)
     real = await outage(service, dead_engine)
     assert (await service.clear_channel(CHANNEL, guild_id=GUILD, actor_user_id=BOB)).pending_sync
-    spool.append_forget(BOB, clock.now())  # as _forget_again_after queues one
+    spool.append_forget(BOB, clock.now())  # as _on_forget queues one
     service._sessions = real
     # A line an earlier run set aside as unreadable.
     spool.path.with_name("stm.corrupt-20260101T000000000000.jsonl").write_bytes(DAMAGED)
@@ -1630,3 +1606,33 @@ async def test_a_wipe_read_from_the_database_while_deaf_blanks_the_spooled_copy_
     assert await stored_server_summary(db) == "Bob's plan on his own"
     assert not [row for row in await summaries(db) if "Alice's plan" in row[1]]
     spool.close()
+
+
+async def test_a_write_refused_by_a_forget_me_heard_from_elsewhere_is_not_spooled(
+    db: Database, settings: Settings, spool: DurableSpool, dead_engine: AsyncEngine
+) -> None:
+    # Bob's turn in A began before Alice's /forget-me through B; A heard the notice.
+    # After the forget, B saved a new memory of Alice's (her turn began after it), which
+    # A read. Bob's write, built on it, is refused (its turn began before the forget of
+    # someone in it); A, its database down, must not spool it as "saved" nor queue a
+    # second deletion, which would reach B's later, acknowledged row.
+    clock = ManualClock()
+    a = make_service(db.sessions, settings, clock, spool=spool)
+    b = make_service(db.sessions, settings, clock)
+    stale = (await prepare(a, BOB)).turn
+    clock.advance(seconds=1)
+    forgotten_at = clock.now()
+    await b.forget_user(ALICE)
+    a.apply_notice({"o": b.instance_id, "t": "forget", "u": ALICE, "at": forgotten_at.isoformat()})
+    clock.advance(seconds=1)
+    assert str(await b.update_stm(await turn_for(b, ALICE), summary="Alice, anew")) == "saved"
+    a.apply_notice({"o": b.instance_id, "t": "stm", "k": [["server", GUILD, None, CHANNEL, 1]]})
+    await prepare(a, CAROL)  # A reads the new memory
+    clock.advance(seconds=1)
+    await outage(a, dead_engine)
+
+    result = await a.update_stm(stale, summary="Bob's words, and Alice's")
+
+    assert str(result) == f"rejected: {REASON_CLEARED}" and spool.pending == 0
+    await spool.replay(db.sessions)
+    assert await rows_derived_from(db, ALICE) == ["Alice, anew", "Alice, anew"]
