@@ -199,6 +199,9 @@ class KiokuBot(commands.Bot):
         for task in list(self._background):
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
+        if hasattr(self, "memory"):
+            # Writes of cancelled tasks still go through (or fail) before the engine goes.
+            await self.memory.writes_settled()
         try:
             await super().close()
         finally:

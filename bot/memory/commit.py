@@ -79,16 +79,32 @@ class GroupCommit:
         entries: Sequence[StmEntry],
         events: Sequence[EventRecord],
         started_at: datetime | None,
+        abandoned: Callable[[Exception | None], None] | None = None,
     ) -> Exception | None:
         """Commit ``entries`` and ``events`` together; None when committed, else why not
-        (:class:`StaleWrite`, :class:`ClearedElsewhere`, or the database error)."""
+        (:class:`StaleWrite`, :class:`ClearedElsewhere`, or the database error).
+
+        A writer cancelled meanwhile does not take its write back (it may be committing
+        already): ``abandoned`` is called with the outcome once it is known."""
         pending = _PendingWrite(
             entries, events, asyncio.get_running_loop().create_future(), started_at
         )
         self._queue.append(pending)
         if self._flusher is None or self._flusher.done():
             self._flusher = asyncio.create_task(self._flush(), name="stm-group-commit")
-        return await pending.outcome
+        try:
+            # Shielded: the writer's cancellation must not cancel the outcome, which the
+            # flusher settles whatever happens.
+            return await asyncio.shield(pending.outcome)
+        except asyncio.CancelledError:
+            if abandoned is not None:
+                pending.outcome.add_done_callback(lambda done: abandoned(done.result()))
+            raise
+
+    async def settled(self) -> None:
+        """Return when every queued write is settled (shutdown, tests)."""
+        while self._flusher is not None and not self._flusher.done():
+            await asyncio.shield(self._flusher)
 
     async def _flush(self) -> None:
         while self._queue:

@@ -21,6 +21,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any, ClassVar, Literal, TypeVar
 
 from cachetools import LRUCache, TTLCache
@@ -986,7 +987,9 @@ class MemoryService:
     ) -> WriteResult:
         if self._spool_at_once():
             return self._spool_write(entries, events, before, started_at)
-        outcome = await self._commits.write(entries, events, started_at)
+        outcome = await self._commits.write(
+            entries, events, started_at, abandoned=partial(self._abandoned_write, entries)
+        )
         if outcome is None:
             return WriteResult("saved")
         if isinstance(outcome, StaleWrite | ClearedElsewhere):
@@ -1002,6 +1005,22 @@ class MemoryService:
             self._sessions, f"STM write for {', '.join(str(e.key) for e in entries)}", outcome
         )
         return self._spool_write(entries, events, before, started_at)
+
+    def _abandoned_write(self, entries: Sequence[StmEntry], outcome: Exception | None) -> None:
+        """The turn that made a write was cancelled before it was settled. Committed, the
+        cache holds what is stored; if not, it must not keep the entries as if they were:
+        they go (unless a later write replaced them), and the next read hydrates the
+        truth. (Never reported saved, the write is not spooled either.)"""
+        if outcome is None:
+            return
+        for entry in entries:
+            if self.cache.get(entry.key) is entry:
+                self.cache.pop(entry.key)
+
+    async def writes_settled(self) -> None:
+        """Return when every STM write on its way to the database is settled: before the
+        engine is disposed at shutdown, writes of cancelled turns included."""
+        await self._commits.settled()
 
     def _spool_write(
         self,
