@@ -376,7 +376,7 @@ class Chat(commands.Cog):
         self, message: discord.Message, text: str, *, reply: bool
     ) -> discord.Message | None:
         """Send one message in ``message``'s channel, as a reply to it when ``reply``;
-        None when Discord refused it."""
+        None when Discord refused it or could not be reached."""
         channel = message.channel
         # If the message was deleted meanwhile, the reply is sent anyway, without it.
         reference = message.to_reference(fail_if_not_exists=False)
@@ -401,6 +401,11 @@ class Chat(commands.Cog):
         except discord.HTTPException as exc:
             log.warning("could not send a reply in %s: %s", channel.id, exc.status)
             return None
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            # The connection to Discord failed (discord.py retries only some of these):
+            # this answer is lost, the channel's next turns go on.
+            log.warning("could not send a reply in %s: %s", channel.id, exc.__class__.__name__)
+            return None
 
     async def _take_back(self, part: discord.Message) -> None:
         """Delete a part of an answer that a /refresh overtook, from Discord and from the
@@ -410,6 +415,10 @@ class Chat(commands.Cog):
             await part.delete()
         except discord.HTTPException as exc:
             log.warning("could not take back a reply in %s: %s", part.channel.id, exc.status)
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            log.warning(
+                "could not take back a reply in %s: %s", part.channel.id, exc.__class__.__name__
+            )
 
 
 async def setup(bot: KiokuBot) -> None:

@@ -779,6 +779,34 @@ async def test_a_refused_reply_reference_is_sent_again_without_it(
     assert references == [True, False]
 
 
+@pytest.mark.parametrize(
+    "failure",
+    [aiohttp.ClientConnectionError("connection reset"), TimeoutError(), OSError("unreachable")],
+    ids=["connection-error", "timeout", "os-error"],
+)
+async def test_a_network_failure_while_posting_the_answer_is_logged_and_the_channel_keeps_serving(
+    kioku: KiokuHarness, monkeypatch: pytest.MonkeyPatch, failure: Exception
+) -> None:
+    env, bot = kioku.env, kioku.bot
+    send = bot.http.send_message
+    failures = [failure]
+
+    async def flaky(channel_id: int, *, params: Any) -> Any:
+        if failures:
+            raise failures.pop()
+        return await send(channel_id, params=params)
+
+    monkeypatch.setattr(bot.http, "send_message", flaky)
+    kioku.llm.reply_text("lost on the way")
+    kioku.llm.reply_text("Here is your answer.")
+
+    await env.send("what's the plan?", mention_bot=True, raise_errors=False)
+    await env.send("still there?", mention_bot=True, raise_errors=False)
+
+    assert env.errors == []
+    assert [s.content for s in env.sent] == ["Here is your answer."]
+
+
 async def test_the_bot_says_at_info_that_it_is_online(
     kioku: KiokuHarness, caplog: pytest.LogCaptureFixture
 ) -> None:
