@@ -46,6 +46,9 @@ MEMBER_CHECK_SECONDS = 300
 MAX_MEMBER_FETCHES = 10
 MEMBER_FETCH_TIMEOUT_SECONDS = 5.0
 NO_MENTIONS = discord.AllowedMentions.none()
+# At shutdown, answers in flight get this long to go out (within `docker stop`'s 10 s);
+# those still running then are cancelled.
+SHUTDOWN_GRACE_SECONDS = 8.0
 
 
 def _may_reply(channel: discord.abc.Messageable) -> bool:
@@ -99,6 +102,29 @@ class Chat(commands.Cog):
         self._fetched: TTLCache[tuple[int, int], discord.Member | None] = TTLCache(
             maxsize=10_000, ttl=MEMBER_CHECK_SECONDS
         )
+        # The tasks answering a message (running or waiting for their channel's turn).
+        self._answering: set[asyncio.Task[object]] = set()
+        self._closing = False
+
+    async def cog_unload(self) -> None:
+        """Shutdown (the bot's close unloads the cogs first; no new message reaches this
+        cog after it): the turn running in each channel may finish and post its answer
+        within :data:`SHUTDOWN_GRACE_SECONDS`, turns still waiting for theirs give up,
+        and whatever still runs then is cancelled. (A memory write of a cancelled turn
+        still settles before the database goes: see ``KiokuBot.close``.)"""
+        self._closing = True
+        answering = [task for task in self._answering if task is not asyncio.current_task()]
+        if not answering:
+            return
+        log.info(
+            "waiting up to %.0f s for %d answers in flight", SHUTDOWN_GRACE_SECONDS, len(answering)
+        )
+        _, running = await asyncio.wait(answering, timeout=SHUTDOWN_GRACE_SECONDS)
+        for task in running:
+            task.cancel()
+        if running:
+            log.warning("shutdown: %d answers in flight were cancelled", len(running))
+            await asyncio.wait(running)
 
     # ------------------------------------------------------------ raw window
 
@@ -169,6 +195,15 @@ class Chat(commands.Cog):
         return message.channel.id in config.always_on_channels
 
     async def _answer(self, message: discord.Message, *, addressed: bool) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._answering.add(task)
+        try:
+            await self._answer_in_turn(message, addressed=addressed)
+        finally:
+            self._answering.discard(task)
+
+    async def _answer_in_turn(self, message: discord.Message, *, addressed: bool) -> None:
         channel = message.channel
         memory = self.bot.memory
         # Whether a /refresh or a /forget-me wiped the message while its turn waited.
@@ -176,6 +211,8 @@ class Chat(commands.Cog):
         # The queue slot is taken before anything is awaited, so turns of one channel run
         # in the order their messages arrived.
         async with self._lock(channel.id):
+            if self._closing:
+                return  # shutting down: only the turns already running finish
             if not addressed and not await self._always_on(message):
                 return
             if not _may_reply(channel):

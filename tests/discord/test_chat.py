@@ -7,8 +7,10 @@ to the scripted server, the real command tree, embedded PostgreSQL.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import logging
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -818,3 +820,65 @@ async def test_the_bot_says_at_info_that_it_is_online(
     assert [r.getMessage() for r in caplog.records if r.name == "bot.app"] == [
         f"online as {kioku.bot.user} (id {kioku.bot.user.id}) in 1 server"
     ]
+
+
+# ---------------------------------------------------------------- shutdown
+
+
+async def test_a_shutdown_lets_an_answer_in_flight_go_out_before_the_chat_stops(
+    kioku: KiokuHarness,
+) -> None:
+    env = kioku.env
+    gate = kioku.llm.hold()
+    kioku.llm.reply_text("Here is your answer.")
+    turn = asyncio.create_task(env.send("what's the plan?", mention_bot=True))
+    await kioku.llm.wait_for_requests(1)
+
+    sent_when_stopped: list[int] = []
+    stopping = asyncio.create_task(kioku.bot.unload_extension("bot.cogs.chat"))
+    stopping.add_done_callback(lambda _: sent_when_stopped.append(len(env.sent)))
+    gate.set()
+    await stopping
+    await turn
+
+    assert sent_when_stopped == [1]
+    assert [s.content for s in env.sent] == ["Here is your answer."]
+
+
+async def test_a_shutdown_cancels_answers_still_running_after_the_grace_period(
+    kioku: KiokuHarness, db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env = kioku.env
+    # By name: each bot loads the extension anew (an unload drops the module).
+    monkeypatch.setattr(sys.modules["bot.cogs.chat"], "SHUTDOWN_GRACE_SECONDS", 0.0)
+    gate = kioku.llm.hold()
+    kioku.llm.reply_tool_calls([stm_call("never stored")]).reply_text("never sent")
+    turn = asyncio.create_task(env.send("what's the plan?", mention_bot=True, raise_errors=False))
+    await kioku.llm.wait_for_requests(1)
+
+    await kioku.bot.unload_extension("bot.cogs.chat")  # returns with the model still held
+    gate.set()
+    with contextlib.suppress(asyncio.CancelledError):
+        await turn
+
+    assert env.sent == []
+    assert len(kioku.llm.requests) == 1
+    assert await rows(db) == []  # the tool call it was given never ran
+
+
+async def test_a_shutdown_drops_turns_still_waiting_for_their_channel(
+    kioku: KiokuHarness,
+) -> None:
+    env = kioku.env
+    gate = kioku.llm.hold()
+    kioku.llm.reply_text("Here is your answer.").reply_text("never asked for")
+    first = asyncio.create_task(env.send("what's the plan?", mention_bot=True))
+    await kioku.llm.wait_for_requests(1)
+    second = asyncio.create_task(env.send("and after that?", mention_bot=True))
+
+    stopping = asyncio.create_task(kioku.bot.unload_extension("bot.cogs.chat"))
+    gate.set()
+    await asyncio.gather(stopping, first, second)
+
+    assert [s.content for s in env.sent] == ["Here is your answer."]
+    assert len(kioku.llm.requests) == 1
