@@ -106,6 +106,9 @@ class Chat(commands.Cog):
         self._answering: set[asyncio.Task[object]] = set()
         self._closing = False
 
+    async def cog_load(self) -> None:
+        self._closing = False  # the same cog added again (after a remove_cog) serves again
+
     async def cog_unload(self) -> None:
         """Shutdown (the bot's close unloads the cogs first; no new message reaches this
         cog after it): the turn running in each channel may finish and post its answer

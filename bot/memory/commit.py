@@ -104,7 +104,7 @@ class GroupCommit:
     async def settled(self) -> None:
         """Return when every queued write is settled (shutdown, tests)."""
         while self._flusher is not None and not self._flusher.done():
-            await asyncio.shield(self._flusher)
+            await asyncio.wait([self._flusher])  # never raises: a failure is the writers' to see
 
     async def _flush(self) -> None:
         while self._queue:

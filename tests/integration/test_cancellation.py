@@ -79,10 +79,13 @@ async def test_a_refresh_cancelled_on_its_way_to_the_database_leaves_the_channel
 
 def fail_after(monkeypatch: pytest.MonkeyPatch, name: str) -> tuple[asyncio.Event, asyncio.Event]:
     """Hold the first call of ``stm_repo.<name>`` until released, then fail it as a
-    dropped connection would: (reached, release)."""
+    dropped connection would (later calls go through): (reached, release)."""
     reached, release = asyncio.Event(), asyncio.Event()
+    real: Callable[..., Awaitable[Any]] = getattr(stm_repo, name)
 
-    async def dropped(*_args: Any, **_kwargs: Any) -> Any:
+    async def dropped(*args: Any, **kwargs: Any) -> Any:
+        if reached.is_set():
+            return await real(*args, **kwargs)
         reached.set()
         await release.wait()
         raise ConnectionResetError("connection lost")
@@ -91,41 +94,30 @@ def fail_after(monkeypatch: pytest.MonkeyPatch, name: str) -> tuple[asyncio.Even
     return reached, release
 
 
-async def test_a_write_cancelled_while_its_commit_fails_leaves_the_stored_memory_cached(
-    db: Database, settings: Settings, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(("commit", "outcome"), [("fails", ("v1", 1)), ("succeeds", ("v2", 2))])
+async def test_a_write_cancelled_during_its_commit_leaves_cache_and_database_agreeing(
+    db: Database,
+    settings: Settings,
+    monkeypatch: pytest.MonkeyPatch,
+    commit: str,
+    outcome: tuple[str, int],
 ) -> None:
     service = make_service(db.sessions, settings, ManualClock())
     assert str(await service.update_stm((await prepare(service)).turn, summary="v1")) == "saved"
-    upserting, go_on = fail_after(monkeypatch, "upsert_entries_returning_keys")
+    held = fail_after if commit == "fails" else hold
+    upserting, go_on = held(monkeypatch, "upsert_entries_returning_keys")
     writing = asyncio.create_task(service.update_stm((await prepare(service)).turn, summary="v2"))
     await upserting.wait()  # the write is in its transaction ...
     writing.cancel()  # ... when the turn's task is cancelled
     with pytest.raises(asyncio.CancelledError):
         await writing
 
-    go_on.set()  # the transaction fails: v2 was never stored (nor reported)
+    go_on.set()  # the transaction ends (v2 never reported, whatever happens)
     await service.writes_settled()
 
-    assert (await service.entry(SERVER_KEY)).summary == "v1"
-    assert await stored(db, SERVER_KEY) == ("v1", 1)
-
-
-async def test_a_write_cancelled_while_its_commit_succeeds_stays_cached_and_writable(
-    db: Database, settings: Settings, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    service = make_service(db.sessions, settings, ManualClock())
-    assert str(await service.update_stm((await prepare(service)).turn, summary="v1")) == "saved"
-    upserting, go_on = hold(monkeypatch, "upsert_entries_returning_keys")
-    writing = asyncio.create_task(service.update_stm((await prepare(service)).turn, summary="v2"))
-    await upserting.wait()
-    writing.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await writing
-
-    go_on.set()  # the transaction goes through
-    await service.writes_settled()
-
-    assert (await service.entry(SERVER_KEY)).summary == "v2"
-    assert await stored(db, SERVER_KEY) == ("v2", 2)
+    entry = await service.entry(SERVER_KEY)
+    assert (entry.summary, entry.version) == outcome
+    assert await stored(db, SERVER_KEY) == outcome
+    # And the memory can be written again, on what is stored.
     assert str(await service.update_stm((await prepare(service)).turn, summary="v3")) == "saved"
-    assert await stored(db, SERVER_KEY) == ("v3", 3)
+    assert await stored(db, SERVER_KEY) == ("v3", outcome[1] + 1)
