@@ -48,12 +48,14 @@ from pydantic_settings import (
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError
 
-from bot.llm.providers import provider_problem
+from bot.llm.providers import capabilities, provider_problem
 
 COMBINATION_ERROR = "settings_combination"
 
 RenderMode = Literal["crude_summary", "supersede"]
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
+# "auto": the provider capability table decides; "on" / "off" override it.
+StrictRoles = Literal["auto", "on", "off"]
 
 DEFAULT_CONFIG_FILE = Path("config/kioku.toml")
 DEFAULT_PERSONA_FILE = Path("config/persona.md")
@@ -147,6 +149,9 @@ class LlmSettings(Section):
     max_consecutive_tool_errors: Annotated[int, Field(ge=1, le=20)] = 5
     temperature: Annotated[float, Field(ge=0, le=2)] = 0.7
     max_reply_tokens: Annotated[int, Field(ge=16, le=32_768)] = 1024
+    # Keep the strict role order of chat templates (see bot/llm/roles.py): read it from
+    # Settings.strict_roles, which resolves "auto" through the provider table.
+    strict_roles: StrictRoles = "auto"
 
 
 class LongTermSettings(Section):
@@ -297,6 +302,15 @@ class Settings(BaseSettings):
         again by itself, and compose's ``OPENAI_BASE_URL=`` (blank, "not set" here) is
         no URL to it."""
         return self.openai_base_url or OPENAI_DEFAULT_BASE_URL
+
+    @property
+    def strict_roles(self) -> bool:
+        """Whether requests keep the strict role order (one leading system message, user
+        and assistant alternating; :mod:`bot.llm.roles`): ``llm.strict_roles``, or with
+        ``"auto"`` the provider capability table's ``strict_roles``."""
+        if self.llm.strict_roles == "auto":
+            return capabilities(self.provider).strict_roles
+        return self.llm.strict_roles == "on"
 
 
 class _KnownKeysOnly(PydanticBaseSettingsSource):

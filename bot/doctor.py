@@ -32,7 +32,7 @@ from bot.db.migrate import (
     head_revision,
     unknown_revision_problem,
 )
-from bot.llm.client import make_client
+from bot.llm.client import chat_completion, make_client
 from bot.llm.providers import capabilities
 from bot.memory.clock import SystemClock
 from bot.memory.spool import inspect_spool
@@ -54,7 +54,8 @@ async def doctor(settings: Settings) -> int:
             "config",
             True,
             f"model {settings.model} via {settings.provider} at "
-            f"{without_credentials(settings.llm_base_url)}",
+            f"{without_credentials(settings.llm_base_url)}"
+            + ("; strict role order" if settings.strict_roles else ""),
         ),
         Check(
             "discord token",
@@ -164,7 +165,10 @@ async def _llm_checks(settings: Settings) -> list[Check]:
         checks = [await _timed("llm endpoint", lambda: _list_models(client, settings.model))]
         if caps.tool_calling:
             checks.append(
-                await _timed("llm tool call", lambda: _tiny_tool_call(client, settings.model))
+                await _timed(
+                    "llm tool call",
+                    lambda: _tiny_tool_call(client, settings.model, settings.strict_roles),
+                )
             )
         else:
             checks.append(
@@ -221,11 +225,11 @@ async def _list_models(client: openai.AsyncOpenAI, model: str) -> str:
     return f"reachable, {len(names)} models, {model} {listed}"
 
 
-async def _tiny_tool_call(client: openai.AsyncOpenAI, model: str) -> str:
-    response = await client.chat.completions.create(
-        model=model,
-        messages=[{"role": "user", "content": "Call the ping tool with word set to 'pong'."}],
-        tools=[
+async def _tiny_tool_call(client: openai.AsyncOpenAI, model: str, strict_roles: bool) -> str:
+    request = {
+        "model": model,
+        "messages": [{"role": "user", "content": "Call the ping tool with word set to 'pong'."}],
+        "tools": [
             {
                 "type": "function",
                 "function": {
@@ -239,8 +243,9 @@ async def _tiny_tool_call(client: openai.AsyncOpenAI, model: str) -> str:
                 },
             }
         ],
-        max_tokens=32,
-    )
+        "max_tokens": 32,
+    }
+    response = await chat_completion(client, request, strict_roles=strict_roles)
     calls = response.choices[0].message.tool_calls or []
     if not calls:
         raise RuntimeError("the model answered without calling the tool (no tool support?)")

@@ -297,6 +297,7 @@ class TurnRunner:
                 tool_calling=self.caps.tool_calling,
                 # The server may refuse tools this very turn: then nothing is stored.
                 without_tools_notes=[NO_LONG_TERM_TOOLS_NOTE] if intent else [],
+                strict_roles=self.settings.strict_roles,
             )
         except LlmUnavailable as exc:
             log.warning("turn %s: model unavailable (%s)", turn.turn_id, exc.__class__.__name__)

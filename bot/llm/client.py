@@ -1,12 +1,16 @@
-"""The OpenAI-compatible client: one ``AsyncOpenAI`` per process, built from settings."""
+"""The OpenAI-compatible client: one ``AsyncOpenAI`` per process, built from settings,
+and the one place chat requests are sent (:func:`chat_completion`)."""
 
 from __future__ import annotations
 
+from typing import Any
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 import openai
+from openai.types.chat import ChatCompletion
 
 from bot.config import Settings
+from bot.llm.roles import alternate_roles
 
 
 def make_client(settings: Settings, *, max_retries: int | None = None) -> openai.AsyncOpenAI:
@@ -33,3 +37,17 @@ def _split_query(url: str) -> tuple[str, dict[str, str]]:
     parts = urlsplit(url)
     query = dict(parse_qsl(parts.query, keep_blank_values=True))
     return urlunsplit(parts._replace(query="")), query
+
+
+async def chat_completion(
+    api: openai.AsyncOpenAI, request: dict[str, Any], *, strict_roles: bool
+) -> ChatCompletion:
+    """Send one Chat Completions ``request`` (the keyword arguments of
+    ``chat.completions.create``). With ``strict_roles`` (``Settings.strict_roles``) its
+    messages go in the order strict chat templates accept (:func:`alternate_roles`);
+    otherwise the request is sent exactly as given. Every chat request of the bot comes
+    here: the tool loop's (turns, the summarizer) and ``kioku doctor``'s probe."""
+    if strict_roles:
+        request = {**request, "messages": alternate_roles(request["messages"])}
+    completion: ChatCompletion = await api.chat.completions.create(**request)
+    return completion

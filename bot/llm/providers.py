@@ -1,10 +1,13 @@
 """What each kind of OpenAI-compatible provider can do, as far as Kioku cares.
 
-The table answers two questions for the configured ``provider`` (SPEC §3, §8): can the
-tool loop offer tools at all (``tool_calling``), and may the short-term-memory tool be
-offered (``stm_allowed``)? STM needs tool calling and enough context for its overhead
-(the summary, the tool schema and the tool round trip), so providers with less than
-:data:`MIN_STM_CONTEXT_TOKENS` of context are excluded even if they can call tools.
+The table answers three questions for the configured ``provider`` (SPEC §3, §8): can the
+tool loop offer tools at all (``tool_calling``), may the short-term-memory tool be
+offered (``stm_allowed``), and must requests keep the strict role order of chat templates
+such as Llama 2's, Mistral's and Gemma's (``strict_roles``: one leading system message,
+then user and assistant alternating, see :mod:`bot.llm.roles`)? STM needs tool calling
+and enough context for its overhead (the summary, the tool schema and the tool round
+trip), so providers with less than :data:`MIN_STM_CONTEXT_TOKENS` of context are excluded
+even if they can call tools.
 
 ``context_tokens`` is a conservative default for the provider's usual models; local
 servers (Ollama, LM Studio, llama.cpp, vLLM) really depend on how the model was loaded,
@@ -53,16 +56,29 @@ class ProviderCaps:
     context_tokens: int
     stm_allowed: bool
     notes: str
+    # The server refuses system messages after the first, or user and assistant messages
+    # that do not alternate (the operator's llm.strict_roles overrides it).
+    strict_roles: bool = False
 
 
-def _caps(name: str, *, tool_calling: bool, context_tokens: int, notes: str) -> ProviderCaps:
+def _caps(
+    name: str, *, tool_calling: bool, context_tokens: int, notes: str, strict_roles: bool = False
+) -> ProviderCaps:
     return ProviderCaps(
         name=name,
         tool_calling=tool_calling,
         context_tokens=context_tokens,
         stm_allowed=tool_calling and context_tokens >= MIN_STM_CONTEXT_TOKENS,
         notes=notes,
+        strict_roles=strict_roles,
     )
+
+
+# What the template-driven local servers' notes say of the role order.
+_TEMPLATE_ROLES = (
+    " The model's chat template decides the role order: Llama 2, Mistral and Gemma "
+    "templates refuse roles that do not alternate, so requests keep the strict order."
+)
 
 
 GENERIC = _caps(
@@ -100,27 +116,32 @@ _ENTRIES: tuple[ProviderCaps, ...] = (
         tool_calling=True,
         context_tokens=32_768,
         notes="Tool calling needs --enable-auto-tool-choice and a matching "
-        "--tool-call-parser; context is the served model's --max-model-len.",
+        "--tool-call-parser; context is the served model's --max-model-len." + _TEMPLATE_ROLES,
+        strict_roles=True,
     ),
     _caps(
         "lmstudio",
         tool_calling=True,
         context_tokens=8192,
         notes="Tool calling depends on the loaded model; the context length is chosen when "
-        "the model is loaded (use at least 8192).",
+        "the model is loaded (use at least 8192)." + _TEMPLATE_ROLES,
+        strict_roles=True,
     ),
     _caps(
         "llamacpp",
         tool_calling=True,
         context_tokens=8192,
-        notes="llama.cpp server: start it with --jinja for tool calling and -c 8192 or more.",
+        notes="llama.cpp server: start it with --jinja for tool calling and -c 8192 or more."
+        + _TEMPLATE_ROLES,
+        strict_roles=True,
     ),
     _caps(
         "localai",
         tool_calling=True,
         context_tokens=8192,
         notes="Tool calling depends on the model configuration; context is the model's "
-        "context_size.",
+        "context_size." + _TEMPLATE_ROLES,
+        strict_roles=True,
     ),
     _caps(
         "litellm",
@@ -156,14 +177,19 @@ _ENTRIES: tuple[ProviderCaps, ...] = (
         "mistral",
         tool_calling=True,
         context_tokens=128_000,
-        notes="La Plateforme: function calling on the current Mistral models.",
+        notes="La Plateforme: function calling on the current Mistral models; it refuses "
+        "some role orders (e.g. a system message after other messages), so requests keep "
+        "the strict order.",
+        strict_roles=True,
     ),
     _caps(
         "deepseek",
         tool_calling=True,
         context_tokens=64_000,
-        notes="deepseek-chat supports function calling; deepseek-reasoner may not and "
-        "wraps reasoning in <think> blocks (stripped from replies).",
+        notes="deepseek-chat supports function calling; deepseek-reasoner may not, "
+        "wraps reasoning in <think> blocks (stripped from replies) and refuses messages that "
+        "do not alternate or start with the assistant, so requests keep the strict order.",
+        strict_roles=True,
     ),
     _caps(
         "anthropic",
@@ -188,7 +214,10 @@ _ENTRIES: tuple[ProviderCaps, ...] = (
         "perplexity",
         tool_calling=False,
         context_tokens=127_000,
-        notes="Sonar models answer with web search and take no function tools: STM is off.",
+        notes="Sonar models answer with web search and take no function tools: STM is off. "
+        "User and assistant roles must alternate after the system message(s), so requests "
+        "keep the strict order.",
+        strict_roles=True,
     ),
     _caps(
         "novelai",

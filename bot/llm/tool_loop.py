@@ -50,6 +50,7 @@ import openai
 from openai.types.chat import ChatCompletionMessage
 
 from bot.config import LlmSettings
+from bot.llm.client import chat_completion
 from bot.llm.tools.base import ToolOutcome
 
 __all__ = [
@@ -182,6 +183,7 @@ async def run_tool_loop(
     settings: LlmSettings,
     tool_calling: bool = True,
     without_tools_notes: Sequence[str] = (),
+    strict_roles: bool = False,
 ) -> LoopResult:
     """Run one turn; see the module docstring. ``messages`` is not modified (the loop
     works on a copy). Raises :class:`LlmUnavailable` when a model call fails, except when
@@ -189,6 +191,8 @@ async def run_tool_loop(
     final no-tools call after an early stop, whose failure yields :data:`FALLBACK_REPLY`.
     ``without_tools_notes``: system notes for the model when the server refuses tools
     and the turn goes on without them (what it can no longer do this turn).
+    ``strict_roles`` (``Settings.strict_roles``): every request is sent in the role order
+    strict chat templates accept (:mod:`bot.llm.roles`); otherwise exactly as built.
     """
     api = client.with_options(max_retries=settings.max_retries)
     conversation: list[dict[str, Any]] = list(messages)
@@ -198,7 +202,9 @@ async def run_tool_loop(
     failed_generations = 0
     called: list[str] = []  # registry tools the conversation holds calls to
     history = _HistoryTools()
-    ask = functools.partial(_ask, api, model=model, settings=settings, history=history)
+    ask = functools.partial(
+        _ask, api, model=model, settings=settings, history=history, strict_roles=strict_roles
+    )
 
     while result.iterations < settings.max_tool_iterations:
         names = _offered_names(offered, registry) if tool_calling else []
@@ -513,22 +519,22 @@ async def _ask(
     settings: LlmSettings,
     tools: list[dict[str, Any]],
     history: _HistoryTools,
+    strict_roles: bool,
     tool_choice: str | None = None,
 ) -> tuple[ChatCompletionMessage, bool]:
     """:func:`_complete`, except that a request with ``tool_choice`` (tools defined only
     for the calls in the history, none may be called) the server refuses is asked again
     without ``tool_choice``, then without tools (and tool calls in the history): OpenRouter
     answers 404 when no provider it routes to takes the ``tool_choice`` value."""
+    complete = functools.partial(
+        _complete, api, model=model, messages=messages, settings=settings, strict_roles=strict_roles
+    )
     if tool_choice is None:
-        return await _complete(api, model=model, messages=messages, settings=settings, tools=tools)
+        return await complete(tools=tools)
     # With tool_choice, then the definitions alone; those refused before are skipped.
     for keep_choice in (True, False)[history.refused :]:
         try:
-            return await _complete(
-                api,
-                model=model,
-                messages=messages,
-                settings=settings,
+            return await complete(
                 tools=tools,
                 tool_choice=tool_choice if keep_choice else None,
                 history_only=True,
@@ -542,7 +548,7 @@ async def _ask(
                     "LLM refused the tool definitions of a follow-up: asking again with the "
                     "tool calls taken out of the history"
                 )
-    return await _complete(api, model=model, messages=messages, settings=settings, tools=[])
+    return await complete(tools=[])
 
 
 async def _complete(
@@ -552,6 +558,7 @@ async def _complete(
     messages: list[dict[str, Any]],
     settings: LlmSettings,
     tools: list[dict[str, Any]],
+    strict_roles: bool,
     tool_choice: str | None = None,
     history_only: bool = False,
 ) -> tuple[ChatCompletionMessage, bool]:
@@ -576,7 +583,7 @@ async def _complete(
     if settings.max_reply_tokens:
         request["max_tokens"] = settings.max_reply_tokens
     try:
-        completion = await api.chat.completions.create(**request)
+        completion = await chat_completion(api, request, strict_roles=strict_roles)
     except openai.APIStatusError as exc:
         raise _refusal(
             exc, tools=bool(tools), tool_choice=tool_choice, history_only=history_only

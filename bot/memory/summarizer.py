@@ -709,6 +709,7 @@ class Summarizer:
                 offered=_no_tools,
                 settings=llm,
                 tool_calling=False,
+                strict_roles=self.settings.strict_roles,
             )
         except openai.OpenAIError as exc:  # mapped inside already; belt and braces
             log.warning("summarizer model call failed: %s", type(exc).__name__)

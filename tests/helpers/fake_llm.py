@@ -39,11 +39,13 @@ from aiohttp import web
 
 __all__ = [
     "DEFAULT_MODEL_ID",
+    "STRICT_ROLES_MESSAGE",
     "ScriptedLLM",
     "ToolCallSpec",
     "llm",
     "openai_client",
     "refused_base_url",
+    "role_order_problem",
 ]
 
 DEFAULT_MODEL_ID = "test-model"
@@ -95,6 +97,7 @@ class _Recorded:
 
     body: dict[str, Any]
     headers: dict[str, str] = field(default_factory=dict)
+    raw: bytes = b""  # the body's bytes as they arrived
 
 
 # --------------------------------------------------------------------------------------------
@@ -136,6 +139,33 @@ def _prompt_text(body: Mapping[str, Any]) -> str:
     return json.dumps(messages, ensure_ascii=False)
 
 
+STRICT_ROLES_MESSAGE = (
+    "After the optional system message, conversation roles must alternate "
+    "user/assistant/user/assistant/..."
+)
+"""What vLLM answers (HTTP 400) when a Mistral-style chat template refuses the roles."""
+
+
+def role_order_problem(messages: Sequence[Mapping[str, Any]]) -> str | None:
+    """Why a strict chat template (Llama 2, Mistral, Gemma; Perplexity, DeepSeek's
+    reasoner) would refuse ``messages``, or ``None``: a system message anywhere but first;
+    or the user and plain assistant messages, in order, not alternating from a user
+    message (as Mistral's template checks it, an assistant message with ``tool_calls``
+    and the ``tool`` results after it are left out of that sequence)."""
+    for index, message in enumerate(messages):
+        if message.get("role") == "system" and index > 0:
+            return f"message {index} is 'system' after the first message"
+    expected = "user"
+    for index, message in enumerate(messages):
+        role = message.get("role")
+        if role in ("system", "tool") or (role == "assistant" and message.get("tool_calls")):
+            continue
+        if role != expected:
+            return f"message {index} is {role!r} where {expected!r} belongs"
+        expected = "assistant" if role == "user" else "user"
+    return None
+
+
 def refused_base_url() -> str:
     """Return a ``/v1`` base URL on 127.0.0.1 where nothing is listening.
 
@@ -175,6 +205,10 @@ class ScriptedLLM:
         self.model_id = model_id
         # False: GET /models answers 404, as on gateways that do not list models.
         self.lists_models = True
+        # True: a request whose roles a strict chat template refuses (see
+        # role_order_problem) gets vLLM's 400, without using a scripted reply.
+        self.strict_roles = False
+        self.refused_roles: list[str] = []  # why each such request was refused
         self.fallback_text = fallback_text
         self.host = host
         self.unscripted = 0
@@ -350,6 +384,7 @@ class ScriptedLLM:
         """Forget the script and the recordings (configuration such as ``fallback_text`` stays)."""
         self._queue.clear()
         self._recorded.clear()
+        self.refused_roles.clear()
         self.unscripted = 0
         self._call_ids = itertools.count(1)
 
@@ -359,6 +394,11 @@ class ScriptedLLM:
     def requests(self) -> list[dict[str, Any]]:
         """Parsed JSON bodies of every chat-completions request, oldest first."""
         return [r.body for r in self._recorded]
+
+    def raw_request(self, i: int = -1) -> bytes:
+        """Request ``i``'s body exactly as it arrived (bytes)."""
+        self.request(i)  # the same LookupError for a request that never came
+        return self._recorded[i].raw
 
     @property
     def headers(self) -> list[dict[str, str]]:
@@ -423,19 +463,28 @@ class ScriptedLLM:
         )
 
     async def _handle_chat(self, request: web.Request) -> web.StreamResponse:
+        raw = await request.read()
         try:
-            body = await request.json()
+            body = json.loads(raw)
         except ValueError:
             return self._error_response(400, "request body is not valid JSON", "invalid_json")
         if not isinstance(body, dict):
             return self._error_response(400, "request body must be a JSON object", "invalid_json")
         self._recorded.append(
-            _Recorded(body=body, headers={k.lower(): v for k, v in request.headers.items()})
+            _Recorded(
+                body=body, headers={k.lower(): v for k, v in request.headers.items()}, raw=raw
+            )
         )
         async with self._arrived:
             self._arrived.notify_all()
         if self._gate is not None:
             await self._gate.wait()
+        messages = body.get("messages")
+        if self.strict_roles and isinstance(messages, list):
+            problem = role_order_problem([m for m in messages if isinstance(m, Mapping)])
+            if problem is not None:
+                self.refused_roles.append(problem)
+                return self._error_response(400, STRICT_ROLES_MESSAGE, "BadRequestError")
 
         if self._queue:
             reply = self._queue.popleft()

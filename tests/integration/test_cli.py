@@ -230,6 +230,19 @@ async def test_doctor_does_not_show_the_password_in_the_llm_url(
     )
 
 
+async def test_doctor_names_a_strict_role_order_and_its_probe_passes_a_strict_server(
+    llm: ScriptedLLM, pg_url: URL, migrated_database: Database, tmp_path: Path
+) -> None:
+    llm.strict_roles = True
+    llm.reply_tool_calls([("ping", {"word": "pong"})])
+    result = await doctor_against(llm, pg_url, tmp_path, KIOKU_PROVIDER="vllm")
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = doctor_rows(result.stdout)
+    assert rows["config"][1].endswith("; strict role order")
+    assert rows["llm tool call"][0] == "ok"
+    assert llm.refused_roles == [] and len(llm.requests) == 1
+
+
 async def test_doctor_skips_the_tool_call_for_a_provider_without_tool_calling(
     llm: ScriptedLLM, pg_url: URL, migrated_database: Database, tmp_path: Path
 ) -> None:

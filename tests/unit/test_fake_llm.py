@@ -317,3 +317,36 @@ async def test_stop_is_prompt_while_a_reply_is_delayed() -> None:
             await client.chat.completions.create(model="test-model", messages=USER_HI)
     await server.stop()
     await server.stop()  # idempotent
+
+
+async def test_a_strict_server_refuses_roles_a_strict_template_refuses(llm: ScriptedLLM) -> None:
+    llm.strict_roles = True
+    llm.reply_text("answered")
+    two_users = [{"role": "user", "content": "Ann: hi"}, {"role": "user", "content": "Bob: yo"}]
+    async with openai_client(llm) as client:
+        with pytest.raises(openai.BadRequestError) as caught:
+            await client.chat.completions.create(model="test-model", messages=two_users)
+        assert "roles must alternate" in caught.value.message
+        assert llm.refused_roles == ["message 1 is 'user' where 'assistant' belongs"]
+        assert llm.pending == 1  # the refusal used no scripted reply
+        alternating = [
+            {"role": "system", "content": "persona"},
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": None, "tool_calls": [_call("call_1")]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "saved"},
+            {"role": "assistant", "content": "done"},
+            {"role": "user", "content": "thanks"},
+        ]
+        answer = await client.chat.completions.create(model="test-model", messages=alternating)
+    assert answer.choices[0].message.content == "answered"
+    assert len(llm.requests) == 2
+
+
+def _call(call_id: str) -> dict[str, Any]:
+    return {"id": call_id, "type": "function", "function": {"name": "remember", "arguments": "{}"}}
+
+
+async def test_the_raw_body_is_recorded_as_it_arrived(llm: ScriptedLLM) -> None:
+    async with openai_client(llm) as client:
+        await client.chat.completions.create(model="test-model", messages=USER_HI)
+    assert json.loads(llm.raw_request(0)) == llm.request(0)

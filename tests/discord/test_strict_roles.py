@@ -1,0 +1,94 @@
+"""A provider with strict chat templates, end to end: every request of a real turn has one
+leading system message and alternating user/assistant messages, and still carries the
+memory, the recalled facts and every raw message.
+
+The scripted server refuses what a strict template refuses (``llm.strict_roles``, vLLM's
+400 "conversation roles must alternate"), so a request in the wrong order would show as
+the bot's outage notice instead of the scripted answer.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy.engine import URL
+
+from bot.db.engine import Database
+from bot.llm.roles import OPENING_USER_LINE
+from bot.llm.tools.stm import STM_TOOL_NAME
+from tests.helpers.bot import start_kioku, stop_kioku
+from tests.helpers.fake_llm import ScriptedLLM, role_order_problem
+
+
+def contents(messages: list[dict[str, Any]]) -> str:
+    return "\n".join(str(m.get("content") or "") for m in messages)
+
+
+async def test_a_strict_providers_requests_alternate_and_keep_memory_and_messages(
+    db: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path
+) -> None:
+    llm.strict_roles = True
+    # vllm is strict in the provider table.
+    kioku = await start_kioku(db, llm, pg_url, tmp_path, settings={"provider": "vllm"})
+    try:
+        env = kioku.env
+        alice, bob = env.members[0], env.members[1]
+        llm.reply_tool_calls([("remember", {"fact": "The user's cat is called Miso."})])
+        llm.reply_text("I'll remember Miso.")
+        await env.send("remember that my cat is called Miso", author=alice, mention_bot=True)
+
+        await env.send("the launch is friday", author=bob)
+        await env.send("I write the docs", author=alice)
+        llm.reply_tool_calls([(STM_TOOL_NAME, {"summary": "Launch on Friday; Alice: docs."})])
+        llm.reply_text("Noted: Friday, docs by Alice.")
+        await env.send("keep track of that please", author=bob, mention_bot=True)
+
+        later = ["bob does the release", "and I bring cake", "great, thanks all"]
+        await env.send(later[0], author=bob)
+        await env.send(later[1], author=alice)
+        await env.send(later[2], author=bob)
+        llm.reply_text("Miso, and the launch is on Friday.")
+        await env.send(
+            "what is my cat called, and when is the launch?", author=alice, mention_bot=True
+        )
+
+        assert [s.content for s in env.sent] == [
+            "I'll remember Miso.",
+            "Noted: Friday, docs by Alice.",
+            "Miso, and the launch is on Friday.",
+        ]
+        assert llm.refused_roles == [] and llm.unscripted == 0
+        for index, _ in enumerate(llm.requests):
+            assert role_order_problem(llm.messages(index)) is None, index
+
+        sent = llm.messages(-1)
+        leading, *chat = sent
+        assert leading["role"] == "system"
+        assert all(m["role"] != "system" for m in chat)
+        # The persona, the memory and the recalled fact are in the one system message,
+        # fenced and labelled as before, in their order.
+        system = leading["content"]
+        assert '<memory source="this channel"' in system
+        assert "Launch on Friday; Alice: docs." in system
+        assert '<memory source="long-term memory">' in system
+        assert "The user's cat is called Miso." in system
+        assert system.startswith("You are Kioku")
+        assert system.index("Launch on Friday") < system.index("cat is called Miso")
+        # Every raw message after the marker is there, with its speaker, in order.
+        said = contents(chat)
+        lines = [
+            f"{bob.display_name}: {later[0]}",
+            f"{alice.display_name}: {later[1]}",
+            f"{bob.display_name}: {later[2]}",
+            f"{alice.display_name}: @{env.guild.me.display_name} what is my cat called",
+        ]
+        positions = [said.index(line) for line in lines]
+        assert positions == sorted(positions)
+        assert "Noted: Friday, docs by Alice." in said
+        # Members' messages in a row are one user message; the history opened with the
+        # bot's answer, so a neutral user line comes first.
+        assert [m["role"] for m in chat] == ["user", "assistant", "user"]
+        assert chat[0]["content"] == OPENING_USER_LINE
+    finally:
+        await stop_kioku(kioku)
