@@ -191,6 +191,27 @@ def _time(record: dict[str, Any], field: str = "at") -> datetime | None:
 Carried = tuple[str, list[int] | None]
 
 
+# The spooled writes a spooled state is made of, since it was last built on a stored row
+# or on nothing (see DurableSpool.append): per user they are derived from, the earliest
+# start of one of their turns; and the earliest start of all ("users", "started"; ISO).
+Chain = dict[str, Any]
+
+
+def _extend_chain(chain: Chain | None, users: set[int], started: str | None) -> Chain | None:
+    """``chain`` with one more spooled write (derived from ``users``, its turn begun at
+    ``started``; None: not recorded, nothing to add)."""
+    if started is None:
+        return chain
+    at = datetime.fromisoformat(started)
+    earliest: dict[str, str] = dict(chain["users"]) if chain else {}
+    for user in map(str, users):
+        if user not in earliest or at < datetime.fromisoformat(earliest[user]):
+            earliest[user] = started
+    if chain and datetime.fromisoformat(chain["started"]) <= at:
+        started = chain["started"]
+    return {"users": earliest, "started": started}
+
+
 def _carried_row(data: dict[str, Any]) -> datetime | None:
     """The stored row (its creation time) whose text a spooled entry carries, if any."""
     return _time(data, "from_row")
@@ -334,6 +355,8 @@ class DurableSpool:
         # copy of it, directly or through earlier spooled states): its creation time (ISO)
         # and the users that copy was derived from.
         self._from_row: dict[ScopeKey, Carried | None] = {}
+        # Per key of _latest: the chain of this spool's writes that state is made of.
+        self._chain: dict[ScopeKey, Chain] = {}
         # Channels with a clear, and users with a forget, still to replay: their rows in
         # the database are as good as deleted (also after a restart).
         self._clearing: set[int] = set()
@@ -477,6 +500,11 @@ class DurableSpool:
             carried = self._carries(base)
             if carried is not None:
                 data["from_row"], data["from_users"] = carried
+            chain = self._chain.get(base.key) if self._on_spooled(base) else None
+            if chain is not None:
+                # The text of those writes is carried: a wipe that refuses one of them
+                # refuses this one too (see _chain_wiped).
+                data["chain"] = chain
         record: dict[str, Any] = {
             "op": "upsert",
             "entries": encoded,
@@ -491,12 +519,16 @@ class DurableSpool:
         that text is derived from: the row ``base`` was read from when it holds text, or
         what the spooled state it is carries (the words this process added on top are
         its own writes', checked as such)."""
-        pending = self._latest.get(base.key)
-        if pending is not None and pending.version == base.version:
+        if self._on_spooled(base):
             return self._from_row.get(base.key)  # built on this spool's own last state
         if base.has_content and base.created_at is not None:
             return base.created_at.isoformat(), sorted(base.derived_from_users())
         return None  # nothing stored in it: a new memory, or one read back expired
+
+    def _on_spooled(self, base: StmEntry) -> bool:
+        """Whether ``base`` is this spool's own last state of its key."""
+        pending = self._latest.get(base.key)
+        return pending is not None and pending.version == base.version
 
     def append_clear(
         self, channel_id: int, guild_id: int | None, actor_user_id: int | None, at: datetime
@@ -554,11 +586,19 @@ class DurableSpool:
                 self._latest[entry.key] = entry
                 at, users = data.get("from_row"), data.get("from_users")
                 self._from_row[entry.key] = (at, users) if at is not None else None
+                chain = _extend_chain(
+                    data.get("chain"), entry.derived_from_users(), record.get("started")
+                )
+                if chain is None:
+                    self._chain.pop(entry.key, None)
+                else:
+                    self._chain[entry.key] = chain
         elif op == "blank":
             only = _key_from_json(record["key"]) if "key" in record else None
             for key, entry in list(self._latest.items()):
                 if key == only or (only is None and key.channel_id == record["channel"]):
                     self._from_row[key] = None  # shown empty: its text no longer carried
+                    self._chain.pop(key, None)
                     self._latest[key] = StmEntry(
                         key=key,
                         updated_at=entry.updated_at,
@@ -571,6 +611,7 @@ class DurableSpool:
             for key in [k for k in self._latest if k.channel_id == record["channel"]]:
                 del self._latest[key]
                 self._from_row.pop(key, None)
+                self._chain.pop(key, None)
         elif op == "forget":
             user = record["user"]
             self._forgetting.add(user)
@@ -578,6 +619,7 @@ class DurableSpool:
                 if key.user_id == user or user in entry.contributor_ids:
                     del self._latest[key]
                     self._from_row.pop(key, None)
+                    self._chain.pop(key, None)
 
     def database_back(self) -> None:
         """The database answers again (e.g. the cache listener reconnected): replay now
@@ -628,6 +670,7 @@ class DurableSpool:
             self.replayed_keys = frozenset(touched | set(self._latest))
             self._latest.clear()
             self._from_row.clear()
+            self._chain.clear()
             self._clearing.clear()
             self._forgetting.clear()
         return done
@@ -908,6 +951,36 @@ async def _carries_wiped(
     return False
 
 
+async def _chain_wiped(
+    session: AsyncSession, entries: Sequence[StmEntry], encoded: Sequence[dict[str, Any]]
+) -> bool:
+    """Whether a /refresh of the channel or a /forget-me of a user refuses one of the
+    spooled writes an entry was built on (its ``chain``), as ``stm_repo.writes_refused``
+    refuses each of them: a clear after the earliest of their turns began, a forget at or
+    after the earliest turn derived from that user began."""
+    chains = [
+        (entry, data["chain"])
+        for entry, data in zip(entries, encoded, strict=True)
+        if data.get("chain")
+    ]
+    if not chains:
+        return False
+    cleared, forgotten = await stm_repo.wipe_times(
+        session,
+        {entry.key.channel_id for entry, _ in chains},
+        {int(user) for _, chain in chains for user in chain["users"]},
+    )
+    for entry, chain in chains:
+        at = cleared.get(entry.key.channel_id)
+        if at is not None and at > datetime.fromisoformat(chain["started"]):
+            return True
+        for user, started in chain["users"].items():
+            at = forgotten.get(int(user))
+            if at is not None and at >= datetime.fromisoformat(started):
+                return True
+    return False
+
+
 async def carried_row_wiped(
     session: AsyncSession,
     key: ScopeKey,
@@ -943,6 +1016,11 @@ async def _apply(session: AsyncSession, record: dict[str, Any], origin: str) -> 
         # (A live write is refused by its version for the same reason.)
         if await _carries_wiped(session, entries, record["entries"]):
             log.info("spool: a write was skipped, the memory it was built on was wiped since")
+            return
+        # Nor the text of earlier spooled writes whose own replay a wipe refuses (this
+        # process wrote on top of them before it heard of the wipe).
+        if await _chain_wiped(session, entries, record["entries"]):
+            log.info("spool: a write was skipped, it carries spooled writes wiped since")
             return
         # Nor overwrites a row updated after it was spooled (by another process).
         stored = await stm_repo.replay_entries(session, entries)

@@ -1636,3 +1636,78 @@ async def test_a_write_refused_by_a_forget_me_heard_from_elsewhere_is_not_spoole
     assert str(result) == f"rejected: {REASON_CLEARED}" and spool.pending == 0
     await spool.replay(db.sessions)
     assert await rows_derived_from(db, ALICE) == ["Alice, anew", "Alice, anew"]
+
+
+async def test_a_spooled_write_built_on_a_spooled_write_a_forget_refuses_is_refused_too(
+    db: Database, settings: Settings, spool: DurableSpool, dead_engine: AsyncEngine
+) -> None:
+    # A, cut off, spools Alice's turn; Alice's /forget-me then runs through B (A does not
+    # hear it); Bob's turn in A, begun after the forget, rewrites the memory on top of the
+    # spooled state, which holds Alice's words. The replay refuses Alice's write (its
+    # turn began before the forget) and must refuse Bob's, which carries its text.
+    clock = ManualClock()
+    a = make_service(db.sessions, settings, clock, spool=spool)
+    b = make_service(db.sessions, settings, clock)
+    alices = (await prepare(a, ALICE)).turn
+    await prepare(a, BOB)  # Bob's memory is cached too
+    real = await outage(a, dead_engine)
+    assert str(await a.update_stm(alices, summary="Alice's secret plan")) == ("saved, pending sync")
+    clock.advance(seconds=1)
+    await b.forget_user(ALICE)
+    clock.advance(seconds=1)
+    bobs = (await prepare(a, BOB)).turn
+    assert str(await a.update_stm(bobs, summary="Alice's secret plan, and Bob's")) == (
+        "saved, pending sync"
+    )
+    a._sessions = real
+
+    await spool.replay(db.sessions)
+
+    assert await rows_derived_from(db, ALICE) == []
+
+
+async def test_a_spooled_write_built_on_a_spooled_write_a_refresh_refuses_is_refused_too(
+    db: Database, settings: Settings, spool: DurableSpool, dead_engine: AsyncEngine
+) -> None:
+    clock = ManualClock()
+    a = make_service(db.sessions, settings, clock, spool=spool)
+    b = make_service(db.sessions, settings, clock)
+    first = (await prepare(a, ALICE)).turn
+    await prepare(a, BOB)
+    real = await outage(a, dead_engine)
+    assert str(await a.update_stm(first, summary="before the refresh")) == "saved, pending sync"
+    clock.advance(seconds=1)
+    await b.clear_channel(CHANNEL, guild_id=GUILD, actor_user_id=CAROL)  # A does not hear it
+    clock.advance(seconds=1)
+    later = (await prepare(a, BOB)).turn
+    assert str(await a.update_stm(later, summary="before the refresh, and more")) == (
+        "saved, pending sync"
+    )
+    a._sessions = real
+
+    await spool.replay(db.sessions)
+
+    assert await summaries(db) == []
+
+
+async def test_spooled_writes_built_on_each_other_after_a_forget_me_all_survive_the_replay(
+    db: Database, settings: Settings, spool: DurableSpool, dead_engine: AsyncEngine
+) -> None:
+    # Both turns began after Alice's /forget-me: what Alice said since is hers to keep.
+    clock = ManualClock()
+    a = make_service(db.sessions, settings, clock, spool=spool)
+    b = make_service(db.sessions, settings, clock)
+    await b.forget_user(ALICE)
+    clock.advance(seconds=1)
+    alices = (await prepare(a, ALICE)).turn
+    await prepare(a, BOB)
+    real = await outage(a, dead_engine)
+    assert str(await a.update_stm(alices, summary="Alice, anew")) == "saved, pending sync"
+    clock.advance(seconds=1)
+    bobs = (await prepare(a, BOB)).turn
+    assert str(await a.update_stm(bobs, summary="Alice, anew, and Bob")) == "saved, pending sync"
+    a._sessions = real
+
+    await spool.replay(db.sessions)
+
+    assert "Alice, anew, and Bob" in await rows_derived_from(db, ALICE)
