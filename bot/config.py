@@ -141,7 +141,8 @@ def _combination_error(
 
 
 class LlmSettings(Section):
-    """How the tool loop talks to the OpenAI-compatible endpoint."""
+    """How the tool loop talks to the OpenAI-compatible endpoint, and how many turns of
+    one channel may wait for it."""
 
     timeout_seconds: Annotated[float, Field(gt=0, le=600)] = 60.0
     max_retries: Annotated[int, Field(ge=0, le=10)] = 2
@@ -152,6 +153,9 @@ class LlmSettings(Section):
     # Keep the strict role order of chat templates (see bot/llm/roles.py): read it from
     # Settings.strict_roles, which resolves "auto" through the provider table.
     strict_roles: StrictRoles = "auto"
+    # Turns of one channel waiting behind its running one; a mention past them is turned
+    # away (a reaction, no model call) instead of answered long after the talk moved on.
+    max_waiting_turns: Annotated[int, Field(ge=0, le=100)] = 5
 
 
 class LongTermSettings(Section):

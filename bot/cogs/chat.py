@@ -3,7 +3,9 @@
 - Every readable message goes into its channel's raw window (edits and deletes follow).
 - The bot answers in DMs always; in servers when mentioned, replied to, or in a channel
   an admin marked always-on. Bots (itself included) never trigger a turn.
-- Turns in one channel run one after another; different channels run concurrently.
+- Turns in one channel run one after another; different channels run concurrently. At
+  most ``llm.max_waiting_turns`` wait in one channel (a DM too): a message past them makes
+  no model call, and gets a reaction saying it was not taken.
 - A cold channel is back-filled from history (once; again after a network failure or a
   Discord 5xx, a window the cache dropped, or missed notices), stopping at the newest
   ``/refresh`` marker and leaving out what ``stm_clears``/``stm_forgets`` say was wiped,
@@ -31,7 +33,7 @@ from bot.cogs.visibility import DirectView, OnlyHere, ServerView, place_of
 from bot.memory.longterm import ChannelView
 from bot.memory.model import StmEntry
 from bot.memory.service import LabelFor
-from bot.memory.singleflight import KeyedLocks
+from bot.memory.singleflight import KeyedQueues
 from bot.memory.storage import MemoryUnavailable
 from bot.turn import TurnRequest
 
@@ -49,6 +51,8 @@ NO_MENTIONS = discord.AllowedMentions.none()
 # At shutdown, answers in flight get this long to go out (within `docker stop`'s 10 s);
 # those still running then are cancelled.
 SHUTDOWN_GRACE_SECONDS = 8.0
+# Put on a message whose turn the channel's full queue turned away (see _answer).
+TURNED_AWAY_REACTION = "⏳"
 
 
 def _may_reply(channel: discord.abc.Messageable) -> bool:
@@ -62,6 +66,16 @@ def _may_reply(channel: discord.abc.Messageable) -> bool:
         unlocked = not channel.locked or permissions.manage_threads
         return permissions.send_messages_in_threads and unlocked
     return permissions.send_messages
+
+
+def _may_react(channel: discord.abc.Messageable) -> bool:
+    """Whether the bot may add a new reaction in ``channel``: Discord asks for Add
+    Reactions and Read Message History (always in DMs)."""
+    guild = getattr(channel, "guild", None)
+    if guild is None or not isinstance(channel, discord.abc.GuildChannel | discord.Thread):
+        return True
+    permissions = channel.permissions_for(guild.me)
+    return permissions.add_reactions and permissions.read_message_history
 
 
 def _may_reference(channel: discord.abc.Messageable) -> bool:
@@ -94,8 +108,8 @@ async def _typing(channel: discord.abc.Messageable) -> AsyncIterator[None]:
 class Chat(commands.Cog):
     def __init__(self, bot: KiokuBot) -> None:
         self.bot = bot
-        # Turns of one channel wait for each other (see _answer).
-        self._lock: KeyedLocks[int] = KeyedLocks()
+        # Turns of one channel wait for each other, so many at most (see _answer).
+        self._turns: KeyedQueues[int] = KeyedQueues(bot.settings.llm.max_waiting_turns)
         # Members fetched from Discord to judge what a DM may show (the bot has no members
         # intent, so most are not cached); None: not a member any more. Short-lived, so a
         # member who loses access stops seeing that channel within minutes at most.
@@ -212,10 +226,16 @@ class Chat(commands.Cog):
         # Whether a /refresh or a /forget-me wiped the message while its turn waited.
         arrived_epoch = memory.epoch(channel.id)
         # The queue slot is taken before anything is awaited, so turns of one channel run
-        # in the order their messages arrived.
-        async with self._lock(channel.id):
+        # in the order their messages arrived. Chatter in a channel not known to be
+        # always-on (uncached settings) fills no place a mention could have.
+        guild = message.guild
+        known = guild is not None and memory.cached_guild_config(guild.id) is not None
+        async with self._turns.place(channel.id, counted=addressed or known) as admitted:
             if self._closing:
                 return  # shutting down: only the turns already running finish
+            if not admitted:
+                await self._turn_away(message)
+                return
             if not addressed and not await self._always_on(message):
                 return
             if not _may_reply(channel):
@@ -248,6 +268,20 @@ class Chat(commands.Cog):
             if reply.turn is not None:
                 epoch = reply.turn.epoch
             await self._send(message, reply.text, epoch=epoch, failed=reply.failed)
+
+    async def _turn_away(self, message: discord.Message) -> None:
+        """The channel's queue is full: no turn for ``message`` (addressed, or in a channel
+        known to be always-on); a reaction (best effort) tells the member it was not
+        taken, rather than an answer long after."""
+        channel = message.channel
+        log.debug("turned away a message in channel %s: too many turns waiting", channel.id)
+        if not _may_react(channel):
+            return
+        try:
+            await message.add_reaction(TURNED_AWAY_REACTION)
+        except (discord.HTTPException, aiohttp.ClientError, OSError, TimeoutError) as exc:
+            status = getattr(exc, "status", None) or type(exc).__name__
+            log.debug("no reaction in channel %s: %s", channel.id, status)
 
     def _request(self, message: discord.Message) -> TurnRequest:
         me = self.bot.user

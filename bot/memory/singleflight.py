@@ -1,12 +1,13 @@
 """Per-key coordination of concurrent callers: those asking for the same missing key
 share one load (:class:`SingleFlight`); those working on the same key take turns
-(:class:`KeyedLocks`)."""
+(:class:`KeyedLocks`), in a queue of bounded length (:class:`KeyedQueues`)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import weakref
-from collections.abc import Awaitable, Callable, Hashable
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
 from typing import Generic, TypeVar
 
 K = TypeVar("K", bound=Hashable)
@@ -51,3 +52,46 @@ class KeyedLocks(Generic[K]):
         if lock is None:
             lock = self._locks[key] = asyncio.Lock()
         return lock
+
+
+class KeyedQueues(Generic[K]):
+    """Callers of one key take turns (a channel's turns), and at most ``max_waiting`` of
+    them wait behind the one running: one more is turned away instead of queued.
+
+    Only keys someone is in cost anything (see :class:`KeyedLocks`).
+    """
+
+    def __init__(self, max_waiting: int) -> None:
+        self._max_waiting = max_waiting
+        self._locks: KeyedLocks[K] = KeyedLocks()
+        # Callers of each key running or waiting; no entry for a key nobody is in.
+        self._inside: dict[K, int] = {}
+
+    @contextlib.asynccontextmanager
+    async def place(self, key: K, *, counted: bool = True) -> AsyncIterator[bool]:
+        """A place in ``key``'s queue: yields True once the callers ahead of it are done,
+        or False at once when the queue is full (the caller then does nothing). A place
+        not ``counted`` is never refused and fills no place of the bound (a caller that
+        may well have nothing to do).
+
+        The place is taken on entering, before anything is awaited, so callers run in
+        the order they entered; it is given up on leaving, also when cancelled while
+        waiting."""
+        if not counted:
+            async with self._locks(key):
+                yield True
+            return
+        inside = self._inside.get(key, 0)
+        if inside > self._max_waiting:
+            yield False
+            return
+        self._inside[key] = inside + 1
+        try:
+            async with self._locks(key):
+                yield True
+        finally:
+            left = self._inside[key] - 1
+            if left:
+                self._inside[key] = left
+            else:
+                del self._inside[key]

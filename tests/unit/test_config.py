@@ -58,6 +58,7 @@ def test_defaults_match_the_spec() -> None:
     assert settings.stm.max_turns_to_pull == 20
     assert settings.stm.retention_days == 90
     assert settings.llm.max_consecutive_tool_errors == 5
+    assert settings.llm.max_waiting_turns == 5
     assert settings.longterm.recall_char_budget == 1200
     assert settings.database_url is None and settings.embedded_database
 
@@ -111,6 +112,12 @@ def test_well_known_variables_are_read(monkeypatch: pytest.MonkeyPatch) -> None:
         ("DATABASE_URL", "postgresql://u:p@host", "names no database"),
         ("OPENAI_BASE_URL", "localhost:11434", "must start with http:// or https://"),
         ("KIOKU_LOG_LEVEL", "LOUD", "'DEBUG' | 'INFO' | 'WARNING' | 'ERROR'"),
+        (
+            "KIOKU_LLM__MAX_WAITING_TURNS",
+            "101",
+            "invalid setting llm.max_waiting_turns (KIOKU_LLM__MAX_WAITING_TURNS) = '101': ",
+        ),
+        ("KIOKU_LLM__MAX_WAITING_TURNS", "-1", "(allowed: integer 0–100)"),
     ],
 )
 def test_bad_values_give_one_clear_line(
