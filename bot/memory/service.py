@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
+from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -305,8 +306,9 @@ class MemoryService:
         self._wipes_unread_since: datetime | None = None
         self._wipes_unread_outage: int | None = None
         self._wipes_unread_last: datetime | None = None
-        # Keys whose write is on its way to the database (held under the channel lock).
-        self._writing: set[ScopeKey] = set()
+        # Keys whose write is on its way to the database (held under the channel lock, or
+        # the write of a cancelled turn, until it is settled): how many writes each.
+        self._writing: Counter[ScopeKey] = Counter()
         # Channels whose clear is on its way to the database: never hydrate them back.
         self._tombstones: set[int] = set()
         # Users another process forgot (by notice), and when: for writes still in flight.
@@ -892,7 +894,7 @@ class MemoryService:
             try:
                 result = await self._persist(entries, events, before, turn.started_at)
             finally:
-                self._writing.difference_update(keys)
+                self._writing -= Counter(keys)
             if result.ok and origin == "model_tool":
                 turn.stm_updated = True
             return result
@@ -987,9 +989,16 @@ class MemoryService:
     ) -> WriteResult:
         if self._spool_at_once():
             return self._spool_write(entries, events, before, started_at)
-        outcome = await self._commits.write(
-            entries, events, started_at, abandoned=partial(self._abandoned_write, entries)
-        )
+        try:
+            outcome = await self._commits.write(
+                entries, events, started_at, abandoned=partial(self._abandoned_write, entries)
+            )
+        except asyncio.CancelledError:
+            # The write is still on its way and may yet commit: until it is settled its
+            # keys stay "being written" (a read meanwhile must not cache the row it
+            # replaces); _abandoned_write lets go of them.
+            self._writing.update(entry.key for entry in entries)
+            raise
         if outcome is None:
             return WriteResult("saved")
         if isinstance(outcome, StaleWrite | ClearedElsewhere):
@@ -1011,6 +1020,7 @@ class MemoryService:
         cache holds what is stored; if not, it must not keep the entries as if they were:
         they go (unless a later write replaced them), and the next read hydrates the
         truth. (Never reported saved, the write is not spooled either.)"""
+        self._writing -= Counter(entry.key for entry in entries)
         if outcome is None:
             return
         for entry in entries:

@@ -121,3 +121,28 @@ async def test_a_write_cancelled_during_its_commit_leaves_cache_and_database_agr
     # And the memory can be written again, on what is stored.
     assert str(await service.update_stm((await prepare(service)).turn, summary="v3")) == "saved"
     assert await stored(db, SERVER_KEY) == ("v3", outcome[1] + 1)
+
+
+async def test_a_read_while_a_cancelled_turns_write_commits_does_not_cache_the_row_it_replaces(
+    db: Database, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    service = make_service(db.sessions, settings, ManualClock())
+    assert str(await service.update_stm((await prepare(service)).turn, summary="v1")) == "saved"
+    upserting, go_on = hold(monkeypatch, "upsert_entries_returning_keys")
+    writing = asyncio.create_task(service.update_stm((await prepare(service)).turn, summary="v2"))
+    await upserting.wait()  # the write is in its transaction ...
+    writing.cancel()  # ... when the turn's task is cancelled
+    with pytest.raises(asyncio.CancelledError):
+        await writing
+    # The cache is dropped meanwhile (missed notices), and a turn reads the memory: the
+    # row the write is about to replace.
+    service.drop_all()
+    assert (await service.entry(SERVER_KEY)).summary == "v1"
+
+    go_on.set()  # the write commits
+    await service.writes_settled()
+
+    entry = await service.entry(SERVER_KEY)
+    assert (entry.summary, entry.version) == ("v2", 2)
+    assert await stored(db, SERVER_KEY) == ("v2", 2)
+    assert str(await service.update_stm((await prepare(service)).turn, summary="v3")) == "saved"
