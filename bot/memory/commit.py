@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -86,8 +86,14 @@ class GroupCommit:
 
         A writer cancelled meanwhile does not take its write back (it may be committing
         already): ``abandoned`` is called with the outcome once it is known."""
+        # Copies: the entries are the cache's live objects, and a writer cancelled while
+        # its write waits here lets go of the channel's lock; the next turn's write is
+        # applied to those same objects, and must not change what this one commits.
         pending = _PendingWrite(
-            entries, events, asyncio.get_running_loop().create_future(), started_at
+            [replace(entry, categories=dict(entry.categories)) for entry in entries],
+            events,
+            asyncio.get_running_loop().create_future(),
+            started_at,
         )
         self._queue.append(pending)
         if self._flusher is None or self._flusher.done():

@@ -14,7 +14,15 @@ from bot.config import Settings
 from bot.db.engine import Database
 from bot.db.repositories import stm as stm_repo
 from bot.memory.model import ScopeKey
-from tests.helpers.builders import BOB, CHANNEL, GUILD, ManualClock, make_service, prepare
+from tests.helpers.builders import (
+    BOB,
+    CHANNEL,
+    GUILD,
+    OTHER_CHANNEL,
+    ManualClock,
+    make_service,
+    prepare,
+)
 
 SERVER_KEY = ScopeKey.server(GUILD, CHANNEL)
 
@@ -146,3 +154,33 @@ async def test_a_read_while_a_cancelled_turns_write_commits_does_not_cache_the_r
     assert (entry.summary, entry.version) == ("v2", 2)
     assert await stored(db, SERVER_KEY) == ("v2", 2)
     assert str(await service.update_stm((await prepare(service)).turn, summary="v3")) == "saved"
+
+
+async def test_a_write_built_on_a_cancelled_turns_queued_write_commits_after_it(
+    db: Database, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    service = make_service(db.sessions, settings, ManualClock())
+    assert str(await service.update_stm((await prepare(service)).turn, summary="v1")) == "saved"
+    # The group commit is busy with another channel's write ...
+    upserting, go_on = hold(monkeypatch, "upsert_entries_returning_keys")
+    other = asyncio.create_task(
+        service.update_stm((await prepare(service, channel=OTHER_CHANNEL)).turn, summary="o")
+    )
+    await upserting.wait()
+    # ... when a turn's write of this channel queues behind it, and the turn is cancelled.
+    writing = asyncio.create_task(service.update_stm((await prepare(service)).turn, summary="v2"))
+    await callbacks_already_scheduled()
+    assert len(service._commits._queue) == 1  # queued, not yet sent
+    writing.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await writing
+    # The next turn builds on what it cached (v2, on its way) and queues its own write.
+    after = asyncio.create_task(service.update_stm((await prepare(service)).turn, summary="v3"))
+    await callbacks_already_scheduled()
+
+    go_on.set()
+    assert str(await other) == "saved"
+    assert str(await after) == "saved"
+    assert await stored(db, SERVER_KEY) == ("v3", 3)
+    entry = await service.entry(SERVER_KEY)
+    assert (entry.summary, entry.version) == ("v3", 3)
