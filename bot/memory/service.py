@@ -294,6 +294,8 @@ class MemoryService:
         self._misc_flight: SingleFlight[tuple[str, int], None] = SingleFlight()
         self._opt_in_flight: SingleFlight[tuple[int, int], bool] = SingleFlight()
         self._epochs: dict[int, int] = {}
+        # Bumped whenever everything loaded was dropped after missed notices (drop_all).
+        self.generation = 0
         # Notices count up; each thing a notice named remembers the count then. A read
         # from the database that a notice overtook (it names what was read, after the
         # read began) is stale: it is read again, never cached.
@@ -634,6 +636,7 @@ class MemoryService:
             config=config,
             epoch=self.epoch(channel_id),
             started_at=started_at or self.clock.now(),
+            generation=self.generation,
             parent_channel_id=parent_channel_id,
             source_message_id=source_message_id,
             explicit_long_term_intent=explicit_long_term_intent,
@@ -892,7 +895,7 @@ class MemoryService:
             keys = [e.key for e in entries]
             self._writing.update(keys)
             try:
-                result = await self._persist(entries, events, before, turn.started_at)
+                result = await self._persist(entries, events, before, turn.started_at, turn=turn)
             finally:
                 self._writing -= Counter(keys)
             if result.ok and origin == "model_tool":
@@ -986,9 +989,13 @@ class MemoryService:
         events: Sequence[EventRecord],
         before: Sequence[StmEntry],
         started_at: datetime | None,
+        *,
+        turn: TurnState | None = None,
     ) -> WriteResult:
+        """``turn``: the writing turn, checked again before the write goes to the spool
+        (see _spool_write)."""
         if self._spool_at_once():
-            return self._spool_write(entries, events, before, started_at)
+            return self._spool_write(entries, events, before, started_at, turn)
         try:
             outcome = await self._commits.write(
                 entries, events, started_at, abandoned=partial(self._abandoned_write, entries)
@@ -1013,7 +1020,7 @@ class MemoryService:
         database_failed(
             self._sessions, f"STM write for {', '.join(str(e.key) for e in entries)}", outcome
         )
-        return self._spool_write(entries, events, before, started_at)
+        return self._spool_write(entries, events, before, started_at, turn)
 
     def _abandoned_write(self, entries: Sequence[StmEntry], outcome: Exception | None) -> None:
         """The turn that made a write was cancelled before it was settled. Committed, the
@@ -1038,9 +1045,10 @@ class MemoryService:
         events: Sequence[EventRecord],
         before: Sequence[StmEntry],
         started_at: datetime | None,
+        turn: TurnState | None = None,
     ) -> WriteResult:
-        refused = self._forgotten_since(entries, started_at)
-        if self.spool is not None and not refused:
+        refused = self._refused_before_spooling(entries, started_at, turn)
+        if self.spool is not None and refused is None:
             try:
                 self.spool.append(entries, events, started_at=started_at, bases=before)
             except (OSError, ValueError):  # ValueError: the spool file is closed
@@ -1054,9 +1062,32 @@ class MemoryService:
         for old, new in zip(before, entries, strict=True):
             if self.cache.get(old.key) is new:
                 self.cache.put(old)
-        if refused:
-            return rejected(REASON_CLEARED)
+        if refused is not None:
+            return rejected(refused)
         return rejected("the memory could not be saved right now (database unavailable)")
+
+    def _refused_before_spooling(
+        self, entries: Sequence[StmEntry], started_at: datetime | None, turn: TurnState | None
+    ) -> str | None:
+        """Why a write must not go to the spool, if it must not. Spooled, it would be
+        acknowledged as saved, then refused by its replay, and meanwhile this process's
+        later writes would build on its text:
+
+        - a /refresh or /forget-me heard while it waited for the database (its channel's
+          epoch moved since the turn checked it), or a /forget-me heard from another
+          process of a user it is derived from, since its turn began: refused as the
+          database refuses it;
+        - everything was dropped after missed notices since its turn began: a wipe this
+          process never heard of may refuse it (its text may be what was wiped)."""
+        if self._forgotten_since(entries, started_at):
+            return REASON_CLEARED
+        if turn is None:
+            return None
+        if self.epoch(turn.channel_id) != turn.epoch:
+            return REASON_CLEARED
+        if self.generation != turn.generation:
+            return REASON_CHANGED
+        return None
 
     def _forgotten_since(self, entries: Sequence[StmEntry], started_at: datetime | None) -> bool:
         """Whether another process's /forget-me, heard of here, of a user ``entries`` are
@@ -1108,6 +1139,7 @@ class MemoryService:
             config=await self.guild_config(guild_id),
             epoch=self.epoch(channel_id) if epoch is None else epoch,
             started_at=started_at or self.clock.now(),
+            generation=self.generation,
             parent_channel_id=parent_channel_id,
         )
         return await self.update_stm(
@@ -1406,9 +1438,11 @@ class MemoryService:
     def drop_all(self) -> None:
         """Forget everything loaded from the database (after missed notices). Running
         turns keep their epochs: a /refresh this process missed still refuses their
-        writes in the database (``stm_clears``)."""
+        writes in the database (``stm_clears``); one the database does not take is not
+        spooled either (see _refused_before_spooling)."""
         self._notice_seq += 1
         self._noticed[FORGET_NOTICED] = self._notice_seq
+        self.generation += 1
         self.cache.clear()
         # The raw windows too: a missed /forget-me leaves the user's words in them, and a
         # turn starting now (after the forget, so not refused by it) would store them.

@@ -35,7 +35,7 @@ from bot.memory.spool import (
     spool_path,
 )
 from bot.memory.storage import MemoryUnavailable
-from bot.memory.turn import REASON_CLEARED
+from bot.memory.turn import REASON_CHANGED, REASON_CLEARED
 from tests.helpers.builders import (
     ALICE,
     BOB,
@@ -1711,3 +1711,57 @@ async def test_spooled_writes_built_on_each_other_after_a_forget_me_all_survive_
     await spool.replay(db.sessions)
 
     assert "Alice, anew, and Bob" in await rows_derived_from(db, ALICE)
+
+
+async def test_a_refresh_heard_while_a_write_waits_for_the_database_refuses_it_not_spooled(
+    db: Database, settings: Settings, spool: DurableSpool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A's write (its turn began before the /refresh) is in its transaction when the
+    # database goes away; meanwhile B runs /refresh and A hears it. Spooled, the write
+    # would be acknowledged "saved, pending sync" and then refused by the replay, and a
+    # later turn in A would build on its text (a wiped memory, shown again).
+    clock = ManualClock()
+    a = make_service(db.sessions, settings, clock, spool=spool)
+    b = make_service(db.sessions, settings, clock)
+    turn = await turn_for(a, ALICE)
+    reached, fail = asyncio.Event(), asyncio.Event()
+
+    async def dropped(*_args: Any, **_kwargs: Any) -> Any:
+        reached.set()
+        await fail.wait()
+        raise ConnectionRefusedError("the database went away")
+
+    # Before the write takes its locks: B's /refresh must not wait for A's transaction.
+    monkeypatch.setattr(stm_repo, "writes_refused", dropped)
+    writing = asyncio.create_task(a.update_stm(turn, summary="before the refresh"))
+    await reached.wait()
+    clock.advance(seconds=1)
+    await b.clear_channel(CHANNEL, guild_id=GUILD, actor_user_id=BOB)
+    a.apply_notice({"o": b.instance_id, "t": "clear", "c": CHANNEL})
+    fail.set()
+
+    assert str(await writing) == f"rejected: {REASON_CLEARED}"
+    assert spool.pending == 0
+    assert not (await a.entry(SERVER_KEY)).has_content
+
+
+async def test_a_write_of_a_turn_begun_before_missed_notices_is_not_spooled(
+    db: Database, settings: Settings, spool: DurableSpool, dead_engine: AsyncEngine
+) -> None:
+    # The listener was lost and is back (the cache dropped, notices maybe missed: a
+    # /refresh of the channel may have come and gone); then the database goes away. The
+    # turn's text may be what was wiped: acknowledged as saved, it could be refused by the
+    # replay, and later writes here would build on it meanwhile.
+    service = make_service(db.sessions, settings, ManualClock(), spool=spool)
+    turn = await turn_for(service, ALICE)
+    service.listener_lost()
+    service.listening_again()
+    await prepare(service, ALICE)  # the memory read again (cached)
+    await outage(service, dead_engine)
+
+    result = await service.update_stm(turn, summary="from before the missed notices")
+
+    assert str(result) == f"rejected: {REASON_CHANGED}" and spool.pending == 0
+    # A turn begun since is spooled as usual.
+    later = await turn_for(service, ALICE)
+    assert str(await service.update_stm(later, summary="after")) == "saved, pending sync"
