@@ -32,6 +32,10 @@ from bot.turn import TurnRunner
 
 log = logging.getLogger(__name__)
 
+# At shutdown, after the answers in flight (see bot.cogs.chat.SHUTDOWN_GRACE_SECONDS),
+# background summaries get this long before they are cancelled.
+SUMMARY_SHUTDOWN_GRACE_SECONDS = 1.0
+
 EXTENSIONS: tuple[str, ...] = (
     "bot.cogs.chat",
     "bot.cogs.refresh",
@@ -195,7 +199,7 @@ class KiokuBot(commands.Bot):
         for extension in list(self.extensions):
             await self.unload_extension(extension)
         if hasattr(self, "turns"):
-            await self.turns.drain()
+            await self.turns.stop(SUMMARY_SHUTDOWN_GRACE_SECONDS)
         for task in list(self._background):
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)

@@ -470,6 +470,20 @@ class TurnRunner:
             self._summary_failed[channel_id] = True
 
     async def drain(self) -> None:
-        """Wait for background summaries (shutdown, tests)."""
+        """Wait for background summaries (the console's exit, tests)."""
         while self._background:
             await asyncio.gather(*list(self._background), return_exceptions=True)
+
+    async def stop(self, grace: float) -> None:
+        """Shutdown: background summaries get ``grace`` seconds to finish, then are
+        cancelled (nobody waits for their answer; a summary not written is tried again
+        by a later turn)."""
+        running = list(self._background)
+        if not running:
+            return
+        _, late = await asyncio.wait(running, timeout=grace)
+        for task in late:
+            task.cancel()
+        if late:
+            log.info("shutdown: %d background summaries were cancelled", len(late))
+            await asyncio.wait(late)

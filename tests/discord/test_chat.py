@@ -882,3 +882,36 @@ async def test_a_shutdown_drops_turns_still_waiting_for_their_channel(
 
     assert [s.content for s in env.sent] == ["Here is your answer."]
     assert len(kioku.llm.requests) == 1
+
+
+async def test_a_shutdown_cancels_a_background_summary_still_waiting_for_the_model(
+    db: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("bot.app.SUMMARY_SHUTDOWN_GRACE_SECONDS", 0.0)
+    kioku = await start_kioku(
+        db,
+        llm,
+        pg_url,
+        tmp_path,
+        settings={
+            "provider": "novelai",
+            "stm": {"refresh_cadence": 1},
+            "llm": {"timeout_seconds": 120},  # the model would keep a waiting shutdown long
+        },
+    )
+    stopped = False
+    try:
+        llm.reply_text("first answer")
+        await kioku.env.send("let's talk about tea", mention_bot=True)
+        gate = llm.hold()
+        llm.reply_text("never used")
+        await llm.wait_for_requests(2)  # the automatic summary waits for the model
+
+        async with asyncio.timeout(30):  # a hang guard: it returns with the model held
+            await stop_kioku(kioku)
+        stopped = True
+        gate.set()
+        assert await rows(db) == []
+    finally:
+        if not stopped:
+            await stop_kioku(kioku)
