@@ -294,8 +294,6 @@ class MemoryService:
         self._misc_flight: SingleFlight[tuple[str, int], None] = SingleFlight()
         self._opt_in_flight: SingleFlight[tuple[int, int], bool] = SingleFlight()
         self._epochs: dict[int, int] = {}
-        # Bumped whenever everything loaded was dropped after missed notices (drop_all).
-        self.generation = 0
         # Notices count up; each thing a notice named remembers the count then. A read
         # from the database that a notice overtook (it names what was read, after the
         # read began) is stale: it is read again, never cached.
@@ -636,7 +634,6 @@ class MemoryService:
             config=config,
             epoch=self.epoch(channel_id),
             started_at=started_at or self.clock.now(),
-            generation=self.generation,
             parent_channel_id=parent_channel_id,
             source_message_id=source_message_id,
             explicit_long_term_intent=explicit_long_term_intent,
@@ -1069,24 +1066,20 @@ class MemoryService:
     def _refused_before_spooling(
         self, entries: Sequence[StmEntry], started_at: datetime | None, turn: TurnState | None
     ) -> str | None:
-        """Why a write must not go to the spool, if it must not. Spooled, it would be
-        acknowledged as saved, then refused by its replay, and meanwhile this process's
-        later writes would build on its text:
+        """Why a write must not go to the spool, if it must not: a /refresh or /forget-me
+        heard while it waited for the database (its channel's epoch moved since the turn
+        checked it), or a /forget-me heard from another process of a user it is derived
+        from, since its turn began. The database refuses such a write, and so would the
+        replay: spooled, it would be acknowledged as saved, then dropped, and meanwhile
+        this process's later writes would build on its text.
 
-        - a /refresh or /forget-me heard while it waited for the database (its channel's
-          epoch moved since the turn checked it), or a /forget-me heard from another
-          process of a user it is derived from, since its turn began: refused as the
-          database refuses it;
-        - everything was dropped after missed notices since its turn began: a wipe this
-          process never heard of may refuse it (its text may be what was wiped)."""
+        (A turn begun before the listener was lost and back, when notices may have been
+        missed, is spooled: only the replay can tell whether a wipe refuses it, and then
+        the writes built on it here go too; see spool._chain_wiped.)"""
         if self._forgotten_since(entries, started_at):
             return REASON_CLEARED
-        if turn is None:
-            return None
-        if self.epoch(turn.channel_id) != turn.epoch:
+        if turn is not None and self.epoch(turn.channel_id) != turn.epoch:
             return REASON_CLEARED
-        if self.generation != turn.generation:
-            return REASON_CHANGED
         return None
 
     def _forgotten_since(self, entries: Sequence[StmEntry], started_at: datetime | None) -> bool:
@@ -1139,7 +1132,6 @@ class MemoryService:
             config=await self.guild_config(guild_id),
             epoch=self.epoch(channel_id) if epoch is None else epoch,
             started_at=started_at or self.clock.now(),
-            generation=self.generation,
             parent_channel_id=parent_channel_id,
         )
         return await self.update_stm(
@@ -1376,6 +1368,8 @@ class MemoryService:
                 self.spool.append_forget(user_id, forgotten_at)
             except (OSError, ValueError):
                 log.exception("could not queue a /forget-me behind the spool")
+        elif self.spool is not None:
+            self.spool.drop_states_of(user_id)
         # As in forget_user: no turn already holding their words may store them.
         channels = self.windows.channels_with_author(user_id)
         channels |= {key.channel_id for key in self._drop_derived_from(user_id)}
@@ -1438,11 +1432,9 @@ class MemoryService:
     def drop_all(self) -> None:
         """Forget everything loaded from the database (after missed notices). Running
         turns keep their epochs: a /refresh this process missed still refuses their
-        writes in the database (``stm_clears``); one the database does not take is not
-        spooled either (see _refused_before_spooling)."""
+        writes in the database (``stm_clears``), or at the replay of the spool."""
         self._notice_seq += 1
         self._noticed[FORGET_NOTICED] = self._notice_seq
-        self.generation += 1
         self.cache.clear()
         # The raw windows too: a missed /forget-me leaves the user's words in them, and a
         # turn starting now (after the forget, so not refused by it) would store them.

@@ -578,6 +578,17 @@ class DurableSpool:
             for record in self._records
         )
 
+    def drop_states_of(self, user_id: int) -> None:
+        """Another process forgot the user, and no pending write of theirs is left here
+        (:meth:`holds_user`): the spooled states of theirs this process still shows (their
+        records replayed by a replay cut short) go, or they would stand in for the rows
+        that /forget-me deleted while the database is unreachable."""
+        for key, entry in list(self._latest.items()):
+            if entry.derived_from(user_id):
+                del self._latest[key]
+                self._from_row.pop(key, None)
+                self._chain.pop(key, None)
+
     def _track(self, record: dict[str, Any]) -> None:
         op = record.get("op")
         if op == "upsert":

@@ -480,7 +480,6 @@ class Summarizer:
         memory = self.memory
         # The epoch is captured before anything is read: a /refresh from here on wins.
         epoch, started_at = memory.epoch(channel_id), memory.clock.now()
-        generation = memory.generation
         try:
             config = await memory.guild_config(guild_id)
             turn = TurnState(
@@ -490,7 +489,6 @@ class Summarizer:
                 config=config,
                 epoch=epoch,
                 started_at=started_at,
-                generation=generation,
                 parent_channel_id=parent_channel_id,
                 model=self.settings.model,
             )

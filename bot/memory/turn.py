@@ -37,9 +37,6 @@ class TurnState:
     # When the turn started (the service clock): a /refresh after this, in any process,
     # refuses the turn's write (the in-process epoch covers this process only).
     started_at: datetime | None = None
-    # The memory service's generation when the turn began (MemoryService.generation):
-    # a change means it dropped everything since, having missed notices.
-    generation: int = 0
     parent_channel_id: int | None = None
     source_message_id: int | None = None
     # The newest message the model sees this turn: a summary written now covers it.

@@ -1283,19 +1283,25 @@ class Scenario:
         """A write spooled in A while B wrote the same key directly before the replay: the
         replay keeps the later of the two by time, and the test's clock often gives both
         the same instant (then the higher version wins, counted apart in each process), so
-        which one is "last" is not decided by acknowledgement order here."""
+        which one is "last" is not decided by acknowledgement order here. A write is all or
+        nothing: one skipped for a newer row of one of its keys leaves its other keys as
+        they were too."""
+        stored = [w for w in self.writes if w.status in ("saved", "saved, pending sync")]
         for spooled in (w for w in acked if w.status == "saved, pending sync"):
             replayed = min((r for r in self.replays if r > spooled.ack_seq), default=10**9)
-            for direct in acked:
+            for direct in stored:
                 if (
                     direct.proc != spooled.proc
+                    and set(direct.keys) & set(spooled.keys)
                     and spooled.turn_seq < replayed
                     and (direct.ack_seq < replayed and direct.ack_seq > spooled.turn_seq)
                 ):
                     return True
         return False
 
-    def _may_be_removed(self, write: Write, key: ScopeKey) -> bool:
+    def _may_be_removed(
+        self, write: Write, key: ScopeKey, seen: frozenset[str] = frozenset()
+    ) -> bool:
         # A clear or forget not finished when the turn started may remove what it wrote
         # (it takes effect when it commits, or when its spooled record is replayed).
         for channel, _at, op, pending in self.clears:
@@ -1317,8 +1323,24 @@ class Scenario:
             for user, at, _op, _pending in self.forgets:
                 if user in derived and at > forgets_reach.get(user, EARLIEST):
                     return True
-        return any(
+        if any(
             write.written_at is None or write.written_at < cutoff for cutoff in self.janitor_cutoffs
+        ):
+            return True
+        # Built on a write its process spooled (its state, not replayed yet): it carries
+        # that write's text, so what may remove that one may remove it too (the replay
+        # refuses both; see spool._chain_wiped).
+        base = write.base.get(key)
+        if base is None or not values_of(base):
+            return False
+        return any(
+            self._may_be_removed(spooled, key, seen | {write.text})
+            for spooled in self.writes
+            if spooled.proc == write.proc
+            and spooled.status == "saved, pending sync"
+            and spooled.text not in seen | {write.text}
+            and spooled.build_seq < write.build_seq
+            and spooled.after.get(key) == base
         )
 
 

@@ -35,7 +35,7 @@ from bot.memory.spool import (
     spool_path,
 )
 from bot.memory.storage import MemoryUnavailable
-from bot.memory.turn import REASON_CHANGED, REASON_CLEARED
+from bot.memory.turn import REASON_CLEARED
 from tests.helpers.builders import (
     ALICE,
     BOB,
@@ -1745,23 +1745,44 @@ async def test_a_refresh_heard_while_a_write_waits_for_the_database_refuses_it_n
     assert not (await a.entry(SERVER_KEY)).has_content
 
 
-async def test_a_write_of_a_turn_begun_before_missed_notices_is_not_spooled(
-    db: Database, settings: Settings, spool: DurableSpool, dead_engine: AsyncEngine
+async def test_a_forget_me_heard_after_a_partial_replay_drops_the_users_replayed_states(
+    db: Database,
+    settings: Settings,
+    spool: DurableSpool,
+    dead_engine: AsyncEngine,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # The listener was lost and is back (the cache dropped, notices maybe missed: a
-    # /refresh of the channel may have come and gone); then the database goes away. The
-    # turn's text may be what was wiped: acknowledged as saved, it could be refused by the
-    # replay, and later writes here would build on it meanwhile.
-    service = make_service(db.sessions, settings, ManualClock(), spool=spool)
-    turn = await turn_for(service, ALICE)
-    service.listener_lost()
-    service.listening_again()
-    await prepare(service, ALICE)  # the memory read again (cached)
-    await outage(service, dead_engine)
+    # A's spool holds Alice's write here and Bob's in another channel; its replay stores
+    # Alice's, then the database goes away. B runs Alice's /forget-me, A hears it, and A's
+    # database is still down: A must not show Alice's words from its spooled state.
+    clock = ManualClock()
+    a = make_service(db.sessions, settings, clock, spool=spool)
+    b = make_service(db.sessions, settings, clock)
+    alices = (await prepare(a, ALICE)).turn
+    bobs = (await prepare(a, BOB, channel=OTHER)).turn
+    real = await outage(a, dead_engine)
+    assert str(await a.update_stm(alices, summary="Alice's secret plan")) == "saved, pending sync"
+    assert str(await a.update_stm(bobs, summary="Bob's plan")) == "saved, pending sync"
+    monkeypatch.setattr(spool_module, "REPLAY_BATCH", 1)
+    apply_all = spool_module._apply_all
+    calls = 0
 
-    result = await service.update_stm(turn, summary="from before the missed notices")
+    async def second_fails(*args: Any, **kwargs: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        if calls > 1:
+            raise ConnectionRefusedError("the database went away")
+        return await apply_all(*args, **kwargs)
 
-    assert str(result) == f"rejected: {REASON_CHANGED}" and spool.pending == 0
-    # A turn begun since is spooled as usual.
-    later = await turn_for(service, ALICE)
-    assert str(await service.update_stm(later, summary="after")) == "saved, pending sync"
+    monkeypatch.setattr(spool_module, "_apply_all", second_fails)
+    with pytest.raises(ConnectionRefusedError):
+        await spool.replay(real)
+    assert spool.pending == 1  # Alice's write is stored, Bob's waits
+    clock.advance(seconds=1)
+    await b.forget_user(ALICE)
+    a.apply_notice({"o": b.instance_id, "t": "forget", "u": ALICE, "at": clock.now().isoformat()})
+
+    # Nothing stands in for the deleted row: the memory cannot be read until the database
+    # answers (before, the spooled copy of Alice's words was shown).
+    with pytest.raises(MemoryUnavailable):
+        await a.entry(SERVER_KEY)
