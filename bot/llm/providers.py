@@ -3,7 +3,7 @@
 The table answers three questions for the configured ``provider`` (SPEC §3, §8): can the
 tool loop offer tools at all (``tool_calling``), may the short-term-memory tool be
 offered (``stm_allowed``), and must requests keep the strict role order of chat templates
-such as Llama 2's, Mistral's and Gemma's (``strict_roles``: one leading system message,
+such as Llama 2's and Mistral's (``strict_roles``: one leading system message,
 then user and assistant alternating, see :mod:`bot.llm.roles`)? STM needs tool calling
 and enough context for its overhead (the summary, the tool schema and the tool round
 trip), so providers with less than :data:`MIN_STM_CONTEXT_TOKENS` of context are excluded
@@ -76,8 +76,8 @@ def _caps(
 
 # What the template-driven local servers' notes say of the role order.
 _TEMPLATE_ROLES = (
-    " The model's chat template decides the role order: Llama 2, Mistral and Gemma "
-    "templates refuse roles that do not alternate, so requests keep the strict order."
+    " The model's chat template decides the role order: Llama 2 and Mistral templates "
+    "refuse roles that do not alternate, so requests keep the strict order."
 )
 
 

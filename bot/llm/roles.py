@@ -1,7 +1,7 @@
 """Chat messages in the role order strict chat templates accept.
 
 Many OpenAI-compatible servers render the conversation through the model's chat
-template, and the templates of Llama 2, Mistral and Gemma (on vLLM, llama.cpp, LM
+template, and the templates of Llama 2 and Mistral (on vLLM, llama.cpp, LM
 Studio, LocalAI), like some hosted APIs (Perplexity, DeepSeek's reasoner, Mistral's),
 refuse a conversation whose roles do not alternate user/assistant after one optional
 system message: "Conversation roles must alternate user/assistant/user/assistant/...".

@@ -147,7 +147,7 @@ STRICT_ROLES_MESSAGE = (
 
 
 def role_order_problem(messages: Sequence[Mapping[str, Any]]) -> str | None:
-    """Why a strict chat template (Llama 2, Mistral, Gemma; Perplexity, DeepSeek's
+    """Why a strict chat template (Llama 2, Mistral; Perplexity, DeepSeek's
     reasoner) would refuse ``messages``, or ``None``: a system message anywhere but first;
     or the user and plain assistant messages, in order, not alternating from a user
     message (as Mistral's template checks it, an assistant message with ``tool_calls``
