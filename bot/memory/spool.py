@@ -526,9 +526,10 @@ class DurableSpool:
         return None  # nothing stored in it: a new memory, or one read back expired
 
     def _on_spooled(self, base: StmEntry) -> bool:
-        """Whether ``base`` is this spool's own last state of its key."""
+        """Whether ``base`` is this spool's own last state of its key, text and all (not
+        an empty stand-in keeping its version: expired, or withheld)."""
         pending = self._latest.get(base.key)
-        return pending is not None and pending.version == base.version
+        return pending is not None and pending.version == base.version and base.has_content
 
     def append_clear(
         self, channel_id: int, guild_id: int | None, actor_user_id: int | None, at: datetime

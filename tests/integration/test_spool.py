@@ -1786,3 +1786,28 @@ async def test_a_forget_me_heard_after_a_partial_replay_drops_the_users_replayed
     # answers (before, the spooled copy of Alice's words was shown).
     with pytest.raises(MemoryUnavailable):
         await a.entry(SERVER_KEY)
+
+
+async def test_a_write_on_an_expired_spooled_state_does_not_carry_its_refused_text(
+    db: Database, settings: Settings, spool: DurableSpool, dead_engine: AsyncEngine
+) -> None:
+    # A spooled a write whose turn began before a /refresh elsewhere (its replay is
+    # refused); the state expired before the next turn, which was shown an empty memory:
+    # its write carries nothing of the refused one, and is kept.
+    clock = ManualClock()
+    a = make_service(db.sessions, settings, clock, spool=spool)
+    b = make_service(db.sessions, settings, clock)
+    first = (await prepare(a, ALICE)).turn
+    real = await outage(a, dead_engine)
+    assert str(await a.update_stm(first, summary="before the refresh")) == "saved, pending sync"
+    clock.advance(seconds=1)
+    await b.clear_channel(CHANNEL, guild_id=GUILD, actor_user_id=CAROL)  # A does not hear it
+    clock.advance(days=2)  # past every TTL: the spooled state reads as expired
+    later = await prepare(a, ALICE)
+    assert not later.entry.has_content
+    assert str(await a.update_stm(later.turn, summary="anew")) == "saved, pending sync"
+    a._sessions = real
+
+    await spool.replay(db.sessions)
+
+    assert [s for _, s, _ in await summaries(db)] == ["anew", "anew"]
