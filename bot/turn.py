@@ -32,6 +32,7 @@ from bot.memory.model import RawMessage
 from bot.memory.prompt import AssembledPrompt, assemble
 from bot.memory.sanitize import strip_control_chars
 from bot.memory.service import LabelFor, MemoryService
+from bot.memory.singleflight import finish_or_cancel
 from bot.memory.storage import MemoryUnavailable
 from bot.memory.summarizer import (
     Summarizer,
@@ -478,12 +479,6 @@ class TurnRunner:
         """Shutdown: background summaries get ``grace`` seconds to finish, then are
         cancelled (nobody waits for their answer; a summary not written is tried again
         by a later turn)."""
-        running = list(self._background)
-        if not running:
-            return
-        _, late = await asyncio.wait(running, timeout=grace)
-        for task in late:
-            task.cancel()
-        if late:
-            log.info("shutdown: %d background summaries were cancelled", len(late))
-            await asyncio.wait(late)
+        cancelled = await finish_or_cancel(self._background, grace)
+        if cancelled:
+            log.info("shutdown: %d background summaries were cancelled", cancelled)

@@ -33,7 +33,7 @@ from bot.cogs.visibility import DirectView, OnlyHere, ServerView, place_of
 from bot.memory.longterm import ChannelView
 from bot.memory.model import StmEntry
 from bot.memory.service import LabelFor
-from bot.memory.singleflight import KeyedQueues
+from bot.memory.singleflight import KeyedQueues, finish_or_cancel
 from bot.memory.storage import MemoryUnavailable
 from bot.turn import TurnRequest
 
@@ -136,12 +136,9 @@ class Chat(commands.Cog):
         log.info(
             "waiting up to %.0f s for %d answers in flight", SHUTDOWN_GRACE_SECONDS, len(answering)
         )
-        _, running = await asyncio.wait(answering, timeout=SHUTDOWN_GRACE_SECONDS)
-        for task in running:
-            task.cancel()
-        if running:
-            log.warning("shutdown: %d answers in flight were cancelled", len(running))
-            await asyncio.wait(running)
+        cancelled = await finish_or_cancel(answering, SHUTDOWN_GRACE_SECONDS)
+        if cancelled:
+            log.warning("shutdown: %d answers in flight were cancelled", cancelled)
 
     # ------------------------------------------------------------ raw window
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
-from typing import Generic, TypeVar
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Iterable
+from typing import Any, Generic, TypeVar
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
@@ -95,3 +95,17 @@ class KeyedQueues(Generic[K]):
                 self._inside[key] = left
             else:
                 del self._inside[key]
+
+
+async def finish_or_cancel(tasks: Iterable[asyncio.Task[Any]], grace: float) -> int:
+    """Give ``tasks`` ``grace`` seconds to finish, then cancel those still running and
+    wait until they have ended (shutdown); return how many were cancelled."""
+    waiting = list(tasks)
+    if not waiting:
+        return 0
+    _, late = await asyncio.wait(waiting, timeout=grace)
+    for task in late:
+        task.cancel()
+    if late:
+        await asyncio.wait(late)
+    return len(late)

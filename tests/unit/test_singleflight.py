@@ -9,7 +9,7 @@ import gc
 import weakref
 from collections import defaultdict
 
-from bot.memory.singleflight import KeyedLocks, KeyedQueues
+from bot.memory.singleflight import KeyedLocks, KeyedQueues, finish_or_cancel
 
 
 def test_a_key_has_one_lock_while_it_is_kept_and_other_keys_their_own() -> None:
@@ -133,3 +133,15 @@ async def test_an_uncounted_caller_waits_its_turn_and_fills_no_place() -> None:
         queue.release(name)
     await asyncio.gather(first, *uncounted, counted, turned_away)
     assert queue.ran == ["first", "uncounted 0", "uncounted 1", "uncounted 2", "counted"]
+
+
+async def test_finish_or_cancel_lets_finished_tasks_be_and_cancels_the_rest() -> None:
+    done = asyncio.create_task(asyncio.sleep(0))
+    await done
+    hanging = asyncio.create_task(asyncio.Event().wait())
+
+    cancelled = await finish_or_cancel([done, hanging], grace=0.0)
+
+    assert cancelled == 1
+    assert hanging.cancelled() and not done.cancelled()
+    assert await finish_or_cancel([], grace=0.0) == 0
