@@ -1022,9 +1022,7 @@ async def test_a_deferred_forget_me_also_deletes_what_another_process_wrote_befo
     # A could not reach the database: its /forget-me waits in its spool. B, which could,
     # commits a memory of Alice's words (its turn began before the forget, which the
     # database has no record of yet). The replay deletes it too.
-    clock = ManualClock()
-    a = make_service(db.sessions, settings, clock, spool=spool)
-    b = make_service(db.sessions, settings, clock)
+    clock, a, b = spooling_and_direct(db, settings, spool)
     alices = (await prepare(b, ALICE)).turn
     clock.advance(seconds=1)
     real = await outage(a, dead_engine)
@@ -1110,6 +1108,18 @@ async def stored_server_summary(db: Database) -> str | None:
     async with db.sessions() as session:
         row = await stm_repo.load_entry(session, ScopeKey.server(GUILD, CHANNEL))
     return row.summary if row is not None else None
+
+
+def spooling_and_direct(
+    db: Database, settings: Settings, spool: DurableSpool
+) -> tuple[ManualClock, MemoryService, MemoryService]:
+    """Processes A (with ``spool``) and B (without) on one database and one clock."""
+    clock = ManualClock()
+    return (
+        clock,
+        make_service(db.sessions, settings, clock, spool=spool),
+        make_service(db.sessions, settings, clock),
+    )
 
 
 def spooling_pair(
@@ -1616,9 +1626,7 @@ async def test_a_write_refused_by_a_forget_me_heard_from_elsewhere_is_not_spoole
     # A read. Bob's write, built on it, is refused (its turn began before the forget of
     # someone in it); A, its database down, must not spool it as "saved" nor queue a
     # second deletion, which would reach B's later, acknowledged row.
-    clock = ManualClock()
-    a = make_service(db.sessions, settings, clock, spool=spool)
-    b = make_service(db.sessions, settings, clock)
+    clock, a, b = spooling_and_direct(db, settings, spool)
     stale = (await prepare(a, BOB)).turn
     clock.advance(seconds=1)
     forgotten_at = clock.now()
@@ -1645,9 +1653,7 @@ async def test_a_spooled_write_built_on_a_spooled_write_a_forget_refuses_is_refu
     # hear it); Bob's turn in A, begun after the forget, rewrites the memory on top of the
     # spooled state, which holds Alice's words. The replay refuses Alice's write (its
     # turn began before the forget) and must refuse Bob's, which carries its text.
-    clock = ManualClock()
-    a = make_service(db.sessions, settings, clock, spool=spool)
-    b = make_service(db.sessions, settings, clock)
+    clock, a, b = spooling_and_direct(db, settings, spool)
     alices = (await prepare(a, ALICE)).turn
     await prepare(a, BOB)  # Bob's memory is cached too
     real = await outage(a, dead_engine)
@@ -1669,9 +1675,7 @@ async def test_a_spooled_write_built_on_a_spooled_write_a_forget_refuses_is_refu
 async def test_a_spooled_write_built_on_a_spooled_write_a_refresh_refuses_is_refused_too(
     db: Database, settings: Settings, spool: DurableSpool, dead_engine: AsyncEngine
 ) -> None:
-    clock = ManualClock()
-    a = make_service(db.sessions, settings, clock, spool=spool)
-    b = make_service(db.sessions, settings, clock)
+    clock, a, b = spooling_and_direct(db, settings, spool)
     first = (await prepare(a, ALICE)).turn
     await prepare(a, BOB)
     real = await outage(a, dead_engine)
@@ -1694,9 +1698,7 @@ async def test_spooled_writes_built_on_each_other_after_a_forget_me_all_survive_
     db: Database, settings: Settings, spool: DurableSpool, dead_engine: AsyncEngine
 ) -> None:
     # Both turns began after Alice's /forget-me: what Alice said since is hers to keep.
-    clock = ManualClock()
-    a = make_service(db.sessions, settings, clock, spool=spool)
-    b = make_service(db.sessions, settings, clock)
+    clock, a, b = spooling_and_direct(db, settings, spool)
     await b.forget_user(ALICE)
     clock.advance(seconds=1)
     alices = (await prepare(a, ALICE)).turn
@@ -1720,9 +1722,7 @@ async def test_a_refresh_heard_while_a_write_waits_for_the_database_refuses_it_n
     # database goes away; meanwhile B runs /refresh and A hears it. Spooled, the write
     # would be acknowledged "saved, pending sync" and then refused by the replay, and a
     # later turn in A would build on its text (a wiped memory, shown again).
-    clock = ManualClock()
-    a = make_service(db.sessions, settings, clock, spool=spool)
-    b = make_service(db.sessions, settings, clock)
+    clock, a, b = spooling_and_direct(db, settings, spool)
     turn = await turn_for(a, ALICE)
     reached, fail = asyncio.Event(), asyncio.Event()
 
@@ -1755,9 +1755,7 @@ async def test_a_forget_me_heard_after_a_partial_replay_drops_the_users_replayed
     # A's spool holds Alice's write here and Bob's in another channel; its replay stores
     # Alice's, then the database goes away. B runs Alice's /forget-me, A hears it, and A's
     # database is still down: A must not show Alice's words from its spooled state.
-    clock = ManualClock()
-    a = make_service(db.sessions, settings, clock, spool=spool)
-    b = make_service(db.sessions, settings, clock)
+    clock, a, b = spooling_and_direct(db, settings, spool)
     alices = (await prepare(a, ALICE)).turn
     bobs = (await prepare(a, BOB, channel=OTHER)).turn
     real = await outage(a, dead_engine)
@@ -1794,9 +1792,7 @@ async def test_a_write_on_an_expired_spooled_state_does_not_carry_its_refused_te
     # A spooled a write whose turn began before a /refresh elsewhere (its replay is
     # refused); the state expired before the next turn, which was shown an empty memory:
     # its write carries nothing of the refused one, and is kept.
-    clock = ManualClock()
-    a = make_service(db.sessions, settings, clock, spool=spool)
-    b = make_service(db.sessions, settings, clock)
+    clock, a, b = spooling_and_direct(db, settings, spool)
     first = (await prepare(a, ALICE)).turn
     real = await outage(a, dead_engine)
     assert str(await a.update_stm(first, summary="before the refresh")) == "saved, pending sync"
