@@ -1329,19 +1329,22 @@ class Scenario:
             return True
         # Built on a write its process spooled (its state, not replayed yet): it carries
         # that write's text, so what may remove that one may remove it too (the replay
-        # refuses both; see spool._chain_wiped).
-        base = write.base.get(key)
-        if base is None or not values_of(base):
-            return False
-        return any(
-            self._may_be_removed(spooled, key, seen | {write.text})
-            for spooled in self.writes
-            if spooled.proc == write.proc
-            and spooled.status == "saved, pending sync"
-            and spooled.text not in seen | {write.text}
-            and spooled.build_seq < write.build_seq
-            and spooled.after.get(key) == base
-        )
+        # refuses both; see spool._chain_wiped), on any of its keys (all or nothing).
+        for built_on in write.keys:
+            base = write.base.get(built_on)
+            if base is None or not values_of(base):
+                continue
+            if any(
+                self._may_be_removed(spooled, built_on, seen | {write.text})
+                for spooled in self.writes
+                if spooled.proc == write.proc
+                and spooled.status == "saved, pending sync"
+                and spooled.text not in seen | {write.text}
+                and spooled.build_seq < write.build_seq
+                and spooled.after.get(built_on) == base
+            ):
+                return True
+        return False
 
 
 @pytest.fixture
