@@ -892,7 +892,7 @@ class MemoryService:
             keys = [e.key for e in entries]
             self._writing.update(keys)
             try:
-                result = await self._persist(entries, events, before, turn.started_at, turn=turn)
+                result = await self._persist(entries, events, before, turn)
             finally:
                 self._writing -= Counter(keys)
             if result.ok and origin == "model_tool":
@@ -985,17 +985,18 @@ class MemoryService:
         entries: Sequence[StmEntry],
         events: Sequence[EventRecord],
         before: Sequence[StmEntry],
-        started_at: datetime | None,
-        *,
-        turn: TurnState | None = None,
+        turn: TurnState,
     ) -> WriteResult:
-        """``turn``: the writing turn, checked again before the write goes to the spool
-        (see _spool_write)."""
+        """Write ``entries`` (built on ``before``) for ``turn``: to the database, or to
+        the spool when it cannot take them (see _spool_write)."""
         if self._spool_at_once():
-            return self._spool_write(entries, events, before, started_at, turn)
+            return self._spool_write(entries, events, before, turn)
         try:
             outcome = await self._commits.write(
-                entries, events, started_at, abandoned=partial(self._abandoned_write, entries)
+                entries,
+                events,
+                turn.started_at,
+                abandoned=partial(self._abandoned_write, entries),
             )
         except asyncio.CancelledError:
             # The write is still on its way and may yet commit: until it is settled its
@@ -1017,7 +1018,7 @@ class MemoryService:
         database_failed(
             self._sessions, f"STM write for {', '.join(str(e.key) for e in entries)}", outcome
         )
-        return self._spool_write(entries, events, before, started_at, turn)
+        return self._spool_write(entries, events, before, turn)
 
     def _abandoned_write(self, entries: Sequence[StmEntry], outcome: Exception | None) -> None:
         """The turn that made a write was cancelled before it was settled. Committed, the
@@ -1041,13 +1042,12 @@ class MemoryService:
         entries: Sequence[StmEntry],
         events: Sequence[EventRecord],
         before: Sequence[StmEntry],
-        started_at: datetime | None,
-        turn: TurnState | None = None,
+        turn: TurnState,
     ) -> WriteResult:
-        refused = self._refused_before_spooling(entries, started_at, turn)
+        refused = self._refused_before_spooling(entries, turn)
         if self.spool is not None and refused is None:
             try:
-                self.spool.append(entries, events, started_at=started_at, bases=before)
+                self.spool.append(entries, events, started_at=turn.started_at, bases=before)
             except (OSError, ValueError):  # ValueError: the spool file is closed
                 log.exception("STM spool append failed")
             else:
@@ -1063,9 +1063,7 @@ class MemoryService:
             return rejected(refused)
         return rejected("the memory could not be saved right now (database unavailable)")
 
-    def _refused_before_spooling(
-        self, entries: Sequence[StmEntry], started_at: datetime | None, turn: TurnState | None
-    ) -> str | None:
+    def _refused_before_spooling(self, entries: Sequence[StmEntry], turn: TurnState) -> str | None:
         """Why a write must not go to the spool, if it must not: a /refresh or /forget-me
         heard while it waited for the database (its channel's epoch moved since the turn
         checked it), or a /forget-me heard from another process of a user it is derived
@@ -1076,9 +1074,9 @@ class MemoryService:
         (A turn begun before the listener was lost and back, when notices may have been
         missed, is spooled: only the replay can tell whether a wipe refuses it, and then
         the writes built on it here go too; see spool._chain_wiped.)"""
-        if self._forgotten_since(entries, started_at):
-            return REASON_CLEARED
-        if turn is not None and self.epoch(turn.channel_id) != turn.epoch:
+        if self.epoch(turn.channel_id) != turn.epoch or self._forgotten_since(
+            entries, turn.started_at
+        ):
             return REASON_CLEARED
         return None
 

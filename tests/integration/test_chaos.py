@@ -236,9 +236,7 @@ def instrument(service: MemoryService, on_build: Callable[[Op], None]) -> None:
 
     persist = service._persist
 
-    async def gated_persist(
-        entries: Any, events: Any, before: Any, started_at: Any, **kwargs: Any
-    ) -> Any:
+    async def gated_persist(entries: Any, events: Any, before: Any, turn: Any) -> Any:
         op = CURRENT.get()
         if op is not None and op.kind in ("write", "admin"):
             op.meta["derived"] = {e.key: e.derived_from_users() for e in entries}
@@ -252,7 +250,7 @@ def instrument(service: MemoryService, on_build: Callable[[Op], None]) -> None:
             op.meta["validated"] = op.meta.get("config")
             on_build(op)
         await gate("persist")
-        return await persist(entries, events, before, started_at, **kwargs)
+        return await persist(entries, events, before, turn)
 
     service._persist = gated_persist  # type: ignore[method-assign]
 
