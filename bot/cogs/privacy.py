@@ -20,8 +20,8 @@ from discord.ext import commands
 
 from bot.cogs.checks import IntRange
 from bot.cogs.errors import UNAVAILABLE, ReportingView, answer, plural, think
+from bot.memory.deletion import ForgetReceipt
 from bot.memory.longterm import Fact, FactPage, LongTermService
-from bot.memory.service import ForgetReceipt
 from bot.memory.storage import MemoryUnavailable
 
 if TYPE_CHECKING:

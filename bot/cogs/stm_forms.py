@@ -23,10 +23,11 @@ from bot.memory.categories import (
     CategoryDefinitionError,
     parse_category_lines,
 )
+from bot.memory.change import REASON_ALL_EMPTY, WriteResult
 from bot.memory.model import MAX_CATEGORIES, SUMMARY_SLUG, Category, ScopeKey
 from bot.memory.prompt import VALUE_LIMIT
 from bot.memory.sanitize import truncate_graphemes
-from bot.memory.service import REASON_ALL_EMPTY, MemoryService, WriteResult
+from bot.memory.service import MemoryService
 from bot.memory.storage import MemoryUnavailable
 from bot.memory.turn import REASON_CHANGED, REASON_CLEARED, REASON_STORAGE
 

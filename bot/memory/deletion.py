@@ -30,6 +30,29 @@ class UserDeleted:
     events: int
 
 
+@dataclass(frozen=True, slots=True)
+class ClearReceipt:
+    """What a ``/refresh`` wiped (its receipt)."""
+
+    rows: int
+    cache_entries: int
+    # True when the database was down: the deletion is spooled and happens on replay.
+    pending_sync: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ForgetReceipt:
+    """What a ``/forget-me`` deleted, row by kind (its receipt)."""
+
+    user_rows: int
+    contributed_rows: int
+    long_term: int
+    events: int
+    cache_entries: int
+    raw_messages: int
+    pending_sync: bool = False
+
+
 # When a deletion happened: a time, or the clock to read once its locks are held (so a
 # turn that started while the deletion waited for them counts as before it: it may have
 # read what is deleted), or None (a spool record of an older version, which did not say).

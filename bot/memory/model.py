@@ -138,7 +138,8 @@ class Provenance:
 
 @dataclass(slots=True)
 class StmEntry:
-    """One short-term memory (cache entry and row). Mutated only by ``memory.service``."""
+    """One short-term memory (cache entry and row). Mutated only by ``memory.service``
+    (writes through ``memory.change.apply_change``)."""
 
     key: ScopeKey
     updated_at: datetime

@@ -34,9 +34,24 @@ from bot.db.repositories import guilds as guild_repo
 from bot.db.repositories import stm as stm_repo
 from bot.db.repositories.stm import EventRecord
 from bot.memory.cache import StmCache
+from bot.memory.change import (
+    REASON_ALL_EMPTY,
+    REASON_CATEGORIES_CHANGED,
+    WriteResult,
+    apply_change,
+    keeps_a_value,
+    rejected,
+    sanitized_change,
+    write_shape,
+)
 from bot.memory.clock import Clock, SystemClock
 from bot.memory.commit import ClearedElsewhere, GroupCommit, StaleWrite
-from bot.memory.deletion import delete_channel_rows, delete_user_rows
+from bot.memory.deletion import (
+    ClearReceipt,
+    ForgetReceipt,
+    delete_channel_rows,
+    delete_user_rows,
+)
 from bot.memory.gather import count_new_messages, messages_after_marker
 from bot.memory.model import (
     AuditEvent,
@@ -49,7 +64,6 @@ from bot.memory.model import (
     StmEntry,
 )
 from bot.memory.prompt import OtherChannel, PromptInput
-from bot.memory.sanitize import sanitize_value
 from bot.memory.singleflight import KeyedLocks, SingleFlight
 from bot.memory.spool import DurableSpool, PendingChanges, carried_row_wiped
 from bot.memory.storage import (
@@ -69,7 +83,7 @@ from bot.memory.turn import (
     REASON_STORAGE,
     TurnState,
 )
-from bot.memory.window import WindowCache
+from bot.memory.window import WindowCache, answering
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -104,44 +118,6 @@ class _NotTried(Exception):
 
 
 @dataclass(frozen=True, slots=True)
-class WriteResult:
-    """What the tool tells the model: ``saved``, ``saved, pending sync`` or a rejection."""
-
-    status: Literal["saved", "saved, pending sync", "rejected"]
-    reason: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.status != "rejected"
-
-    def __str__(self) -> str:
-        return f"rejected: {self.reason}" if self.status == "rejected" else self.status
-
-
-def rejected(reason: str) -> WriteResult:
-    return WriteResult("rejected", reason)
-
-
-@dataclass(frozen=True, slots=True)
-class ClearReceipt:
-    rows: int
-    cache_entries: int
-    # True when the database was down: the deletion is spooled and happens on replay.
-    pending_sync: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class ForgetReceipt:
-    user_rows: int
-    contributed_rows: int
-    long_term: int
-    events: int
-    cache_entries: int
-    raw_messages: int
-    pending_sync: bool = False
-
-
-@dataclass(frozen=True, slots=True)
 class PreparedTurn:
     turn: TurnState
     prompt: PromptInput
@@ -151,102 +127,6 @@ class PreparedTurn:
 # Returns the label to show for another channel's memory, or None when it may not be
 # shown here (more private than the current channel, or no longer visible).
 LabelFor = Callable[[StmEntry], str | None]
-
-
-REASON_ALL_EMPTY = (
-    "every category would be empty; give at least one non-empty category value "
-    '("" clears only the categories you list; a moderator wipes the memory with /refresh)'
-)
-
-
-REASON_CATEGORIES_CHANGED = (
-    "the server's memory categories changed since this turn began; nothing was saved"
-)
-
-
-def _slugs(config: GuildConfig) -> tuple[bool, frozenset[str]]:
-    """What a write's shape depends on: summary or category mode, and which categories.
-    (Labels, descriptions and order may change under a turn: its values still fit.)"""
-    if not config.category_mode:
-        return False, frozenset()
-    return True, frozenset(c.slug for c in config.categories)
-
-
-def _keeps_a_value(entry: StmEntry, change: Mapping[str, str], config: GuildConfig) -> bool:
-    """Whether the memory still holds a category value after ``change`` ("" clears): an
-    update may clear some categories, not empty the whole memory."""
-    if any(change.values()):
-        return True
-    defined = {c.slug for c in config.categories}
-    return any(
-        value.strip() and slug in defined and slug not in change
-        for slug, value in entry.categories.items()
-    )
-
-
-def _apply_change(
-    entry: StmEntry,
-    *,
-    summary: str | None,
-    categories: Mapping[str, str] | None,
-    config: GuildConfig,
-    marker: Marker | None,
-    contributors: set[int],
-    provenance: Provenance,
-    now: datetime,
-) -> None:
-    """Apply one sanitized write to ``entry`` in place (the text, then its bookkeeping:
-    marker, contributors, provenance, a new version, the cadence counters). ``""`` as a
-    category value clears that category; ``marker`` None keeps the entry's own."""
-    if summary is not None:
-        # A summary supersedes categories left from before the guild went back to
-        # summary mode (the writer was shown them; now they are folded in).
-        entry.summary = summary
-        entry.categories = {}
-    if categories is not None:
-        # Categories supersede a summary written before the guild chose them (it is no
-        # longer shown, and must not keep the 24 h TTL alive).
-        entry.summary = ""
-        for slug, value in categories.items():
-            if value:
-                entry.categories[slug] = value
-            else:
-                entry.categories.pop(slug, None)
-        # Values of categories an admin removed or renamed go with this write (they
-        # could no longer be seen, changed or cleared by the model).
-        defined = {c.slug for c in config.categories}
-        for slug in [s for s in entry.categories if s not in defined]:
-            del entry.categories[slug]
-    entry.marker = marker or entry.marker
-    entry.contributor_ids = sorted(set(entry.contributor_ids) | contributors)
-    entry.provenance = provenance
-    entry.version += 1
-    entry.updated_at = now
-    if entry.created_at is None:  # its row is created by this write
-        entry.created_at = now
-    entry.turns_since_refresh = 0
-    entry.last_refreshed_turn += 1
-
-
-def answering(
-    window: Sequence[RawMessage], source_message_id: int | None, bot_user_id: int
-) -> Sequence[RawMessage]:
-    """The window as the turn answering ``source_message_id`` sees it. A turn that waited
-    in the channel's queue answers its own message, not what was said after it (those
-    messages have turns of their own); the bot's replies to earlier messages, sent while
-    it waited, stay, before the message being answered, so the conversation ends with it."""
-    if source_message_id is None or not window or window[-1].message_id <= source_message_id:
-        return window  # the usual case: nothing was said after the message
-    source = [m for m in window if m.message_id == source_message_id]
-    if not source:  # deleted, or scrolled out: never past it (the marker would claim it)
-        return tuple(m for m in window if m.message_id < source_message_id)
-    before = [
-        m
-        for m in window
-        if m.message_id < source_message_id
-        or (m.author_id == bot_user_id and m.message_id > source_message_id)
-    ]
-    return (*before, *source)
 
 
 class MemoryService:
@@ -815,7 +695,7 @@ class MemoryService:
         config = await self._current_config(turn, origin)
         if isinstance(config, WriteResult):
             return config
-        change = self._sanitized_change(config, summary, categories)
+        change = sanitized_change(config, summary, categories)
         if isinstance(change, WriteResult):
             return change
         new_summary, new_categories = change
@@ -851,9 +731,7 @@ class MemoryService:
                 return rejected(REASON_ALREADY_UPDATED)
             if expected_version is not None and entries[0].version != expected_version:
                 return rejected(REASON_CHANGED)
-            if new_categories is not None and not _keeps_a_value(
-                entries[0], new_categories, config
-            ):
+            if new_categories is not None and not keeps_a_value(entries[0], new_categories, config):
                 return rejected(REASON_ALL_EMPTY)
             # Every key of one write holds the same text, so every row carries the whole
             # conversation's contributors: /forget-me must find the user's words in other
@@ -866,7 +744,7 @@ class MemoryService:
             before = [replace(e, categories=dict(e.categories)) for e in entries]
             now = self.clock.now()
             for entry in entries:
-                _apply_change(
+                apply_change(
                     entry,
                     summary=new_summary,
                     categories=new_categories,
@@ -911,42 +789,9 @@ class MemoryService:
             return rejected(REASON_STORAGE)
         if origin != "admin" and not config.stm_enabled:
             return rejected(REASON_DISABLED)
-        if _slugs(config) != _slugs(turn.config):
+        if write_shape(config) != write_shape(turn.config):
             return rejected(REASON_CATEGORIES_CHANGED)
         return config
-
-    def _sanitized_change(
-        self,
-        config: GuildConfig,
-        summary: str | None,
-        categories: Mapping[str, str] | None,
-    ) -> tuple[str | None, dict[str, str] | None] | WriteResult:
-        if (summary is None) == (categories is None):
-            return rejected("give either a summary or categories")
-        if summary is not None:
-            if config.category_mode:
-                return rejected("this server uses categories; give category values instead")
-            clean = sanitize_value(summary)
-            if not clean:
-                return rejected("the summary is empty after removing unsafe content")
-            return clean, None
-        assert categories is not None
-        known = {c.slug for c in config.categories}
-        if not config.category_mode:
-            return rejected("this server uses a single summary; give `summary` instead")
-        unknown = sorted(set(categories) - known)
-        if unknown:
-            return rejected(f"unknown categories {unknown}; valid: {sorted(known)}")
-        cleaned = {
-            slug: sanitize_value(value) if value else "" for slug, value in categories.items()
-        }
-        if not cleaned:
-            return rejected("give at least one category value")
-        emptied = sorted(slug for slug, value in categories.items() if value and not cleaned[slug])
-        if emptied:
-            # The model asked to set these, not to clear them: refuse rather than erase.
-            return rejected(f"categories {emptied} are empty after removing unsafe content")
-        return None, cleaned
 
     def _contributors(
         self, turn: TurnState, channel_entry: StmEntry, marker: Marker | None

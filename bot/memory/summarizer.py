@@ -57,11 +57,12 @@ import openai
 from bot.config import Settings
 from bot.llm.providers import ProviderCaps, capabilities, prompt_chars
 from bot.llm.tool_loop import UNAVAILABLE_MESSAGE, LlmUnavailable, LoopResult, run_tool_loop
+from bot.memory.change import REASON_CATEGORIES_CHANGED
 from bot.memory.gather import gather_new_messages, messages_after_marker
 from bot.memory.model import GuildConfig, Marker, RawMessage, StmEntry
 from bot.memory.prompt import VALUE_LIMIT, render_memory_text
 from bot.memory.sanitize import sanitize_value, truncate_graphemes
-from bot.memory.service import REASON_CATEGORIES_CHANGED, MemoryService
+from bot.memory.service import MemoryService
 from bot.memory.storage import MemoryUnavailable
 from bot.memory.turn import REASON_CHANGED, REASON_CLEARED, REASON_DISABLED, TurnState
 

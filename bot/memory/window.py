@@ -206,3 +206,24 @@ class WindowCache:
                 window.clear()
                 window.extend(kept)
         return removed
+
+
+def answering(
+    window: Sequence[RawMessage], source_message_id: int | None, bot_user_id: int
+) -> Sequence[RawMessage]:
+    """The window as the turn answering ``source_message_id`` sees it. A turn that waited
+    in the channel's queue answers its own message, not what was said after it (those
+    messages have turns of their own); the bot's replies to earlier messages, sent while
+    it waited, stay, before the message being answered, so the conversation ends with it."""
+    if source_message_id is None or not window or window[-1].message_id <= source_message_id:
+        return window  # the usual case: nothing was said after the message
+    source = [m for m in window if m.message_id == source_message_id]
+    if not source:  # deleted, or scrolled out: never past it (the marker would claim it)
+        return tuple(m for m in window if m.message_id < source_message_id)
+    before = [
+        m
+        for m in window
+        if m.message_id < source_message_id
+        or (m.author_id == bot_user_id and m.message_id > source_message_id)
+    ]
+    return (*before, *source)

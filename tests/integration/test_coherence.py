@@ -28,8 +28,9 @@ from bot.db.models import ShortTermMemory
 from bot.db.notify import NOTIFY_CHANNEL, CacheListener, ListenerUnavailable, Notice
 from bot.db.repositories import guilds as guild_repo
 from bot.db.repositories import stm as stm_repo
+from bot.memory.change import REASON_CATEGORIES_CHANGED
 from bot.memory.model import Category, ScopeKey
-from bot.memory.service import REASON_CATEGORIES_CHANGED, MemoryService
+from bot.memory.service import MemoryService
 from bot.memory.spool import DurableSpool, spool_path
 from bot.memory.turn import REASON_CLEARED
 from tests.helpers.builders import (

@@ -22,9 +22,10 @@ from bot.db.engine import Database
 from bot.db.models import LongTermMemory, ShortTermMemory, StmEvent
 from bot.db.repositories import stm as stm_repo
 from bot.memory import spool as spool_module
+from bot.memory.change import WriteResult
 from bot.memory.longterm import FactRefused, LongTermService
 from bot.memory.model import Category, Provenance, ScopeKey, StmEntry
-from bot.memory.service import MemoryService, WriteResult
+from bot.memory.service import MemoryService
 from bot.memory.spool import (
     ALL_REFUSED_RETRIES,
     DurableSpool,

@@ -16,9 +16,10 @@ from bot.db.driver import statements_sent
 from bot.db.engine import Database
 from bot.db.models import LongTermMemory, ShortTermMemory, StmEvent
 from bot.db.repositories import stm as stm_repo
+from bot.memory.change import REASON_CATEGORIES_CHANGED
 from bot.memory.model import AuditEvent, Category, ScopeKey
 from bot.memory.prompt import assemble
-from bot.memory.service import REASON_CATEGORIES_CHANGED, MemoryService
+from bot.memory.service import MemoryService
 from bot.memory.turn import (
     REASON_ALREADY_UPDATED,
     REASON_CLEARED,

@@ -21,9 +21,10 @@ from bot.llm import providers
 from bot.llm.providers import CHARS_PER_TOKEN, capabilities
 from bot.llm.tool_loop import UNAVAILABLE_MESSAGE
 from bot.memory import summarizer as summarizer_module
+from bot.memory.change import WriteResult
 from bot.memory.model import Category, Marker, RawMessage, ScopeKey, message_hash
 from bot.memory.prompt import VALUE_LIMIT, assemble
-from bot.memory.service import MemoryService, WriteResult
+from bot.memory.service import MemoryService
 from bot.memory.spool import DurableSpool, spool_path
 from bot.memory.summarizer import (
     CATEGORIES_CHANGED_MEANWHILE,

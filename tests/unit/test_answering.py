@@ -4,7 +4,7 @@ after it by others, and never a marker past it."""
 from __future__ import annotations
 
 from bot.memory.model import Marker
-from bot.memory.service import answering
+from bot.memory.window import answering
 from bot.turn import with_trigger
 from tests.helpers.builders import ALICE, BOB, BOT, message
 
