@@ -92,7 +92,7 @@ async def bench_assembly(service: MemoryService, entries: int) -> tuple[float, f
         add_window(service, channel_id)
     for guild_id, _ in sample:
         service._guilds_hydrated[guild_id] = True  # measured warm: no database on this path
-        service._configs[guild_id] = service.defaults
+        await service.guild_config(guild_id)  # one read each, then cached
 
     def label(entry: StmEntry) -> str:
         return f"#c{entry.key.channel_id % 1000}"

@@ -30,7 +30,6 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from bot.config import Settings
 from bot.db.notify import Notice, send_notice, stm_notice
-from bot.db.repositories import guilds as guild_repo
 from bot.db.repositories import stm as stm_repo
 from bot.db.repositories.stm import EventRecord
 from bot.memory.cache import StmCache
@@ -45,6 +44,7 @@ from bot.memory.change import (
     write_shape,
 )
 from bot.memory.clock import Clock, SystemClock
+from bot.memory.coherence import FORGET_NOTICED, STALE_READ_RETRIES, NoticeLedger
 from bot.memory.commit import ClearedElsewhere, GroupCommit, StaleWrite
 from bot.memory.deletion import (
     ClearReceipt,
@@ -53,6 +53,7 @@ from bot.memory.deletion import (
     delete_user_rows,
 )
 from bot.memory.gather import count_new_messages, messages_after_marker
+from bot.memory.guild_settings import GuildSettings
 from bot.memory.model import (
     AuditEvent,
     Category,
@@ -70,7 +71,6 @@ from bot.memory.storage import (
     DB_TIMEOUT_SECONDS,
     MemoryUnavailable,
     database_answered,
-    database_down,
     database_failed,
     outage_number,
     storage,
@@ -97,10 +97,6 @@ OTHER_CHANNEL_HYDRATE_LIMIT = 200
 # Deaf with the database down: failed reads of the wipe times further apart than this
 # are not taken for one outage (the database may have answered others in between).
 WIPES_UNREAD_GAP_SECONDS = 30.0
-# A database read overtaken by a notice about what it read is repeated at most this often.
-STALE_READ_RETRIES = 3
-# Marks a /forget-me (or a cache reset): it may concern any entry.
-FORGET_NOTICED = "forget"
 # How long a /forget-me heard from another process is remembered for writes in flight
 # (they end within DB_TIMEOUT_SECONDS, queued ones a little later).
 FORGOTTEN_ELSEWHERE_SECONDS = 300.0
@@ -165,22 +161,17 @@ class MemoryService:
             render_mode=stm.render_mode,
             crude_message_count=stm.crude_message_count,
         )
-        self._configs: LRUCache[int, GuildConfig] = LRUCache(10_000)
-        self._opt_ins: LRUCache[int, bool] = LRUCache(50_000)
         self._guilds_hydrated: LRUCache[int, bool] = LRUCache(10_000)
         self._users_hydrated: LRUCache[int, bool] = LRUCache(50_000)
         self._entry_flight: SingleFlight[ScopeKey, StmEntry] = SingleFlight()
-        self._config_flight: SingleFlight[int, GuildConfig] = SingleFlight()
         self._misc_flight: SingleFlight[tuple[str, int], None] = SingleFlight()
-        self._opt_in_flight: SingleFlight[tuple[int, int], bool] = SingleFlight()
         self._epochs: dict[int, int] = {}
-        # Notices count up; each thing a notice named remembers the count then. A read
-        # from the database that a notice overtook (it names what was read, after the
-        # read began) is stale: it is read again, never cached.
-        self._notice_seq = 0
-        self._noticed: LRUCache[object, int] = LRUCache(100_000)
-        # The notice listener is down: the cache is a fallback, read through every time.
-        self._deaf = False
+        # What changed since a read began (a read overtaken by a change is used once,
+        # never cached), and whether notices are heard at all (see listener_lost).
+        self._ledger = NoticeLedger(lambda: self._sessions)
+        self._guilds = GuildSettings(
+            lambda: self._sessions, self.defaults, self._ledger, self._announce, self.instance_id
+        )
         # Deaf, and the wipe records could not be read since (see recent_messages): when
         # the first read failed.
         self._wipes_unread_since: datetime | None = None
@@ -214,76 +205,31 @@ class MemoryService:
     def _storage(self, what: str) -> contextlib.AbstractAsyncContextManager[AsyncSession]:
         return storage(self._sessions, what)
 
-    def _database_down(self) -> bool:
-        """The database failed and has not answered since (see ``storage``): a read with
-        a fallback uses it rather than wait for a timeout."""
-        return database_down(self._sessions)
-
     def _lock(self, channel_id: int) -> asyncio.Lock:
         return self._locks(channel_id)
 
     async def guild_config(self, guild_id: int | None) -> GuildConfig:
         """The guild's STM configuration (cached; DMs use the operator's defaults)."""
-        if guild_id is None:
-            return self.defaults
-        cached = self._configs.get(guild_id)
-        if cached is not None and not self._deaf:
-            return cached  # the warm path, on every turn: no closure, no inner coroutine
-        return await self._cached_or_read(
-            cached,
-            lambda: self._config_flight.run(guild_id, lambda: self._load_config(guild_id)),
-        )
-
-    async def _load_config(self, guild_id: int) -> GuildConfig:
-        for _ in range(STALE_READ_RETRIES):
-            seq = self._notice_seq
-            async with self._storage("loading guild settings") as session:
-                config = await guild_repo.load_guild_config(session, guild_id, self.defaults)
-            if not self._noticed_since(seq, ("guild", guild_id)):
-                self._configs[guild_id] = config
-                break
-        return config
-
-    def _note(self, name: object) -> None:
-        """Record a change made here (as a notice from elsewhere would): a read already
-        in flight about ``name`` must not cache what it read."""
-        self._notice_seq += 1
-        self._noticed[name] = self._notice_seq
-
-    def _noticed_since(self, seq: int, *names: object) -> bool:
-        return any(self._noticed.get(name, 0) > seq for name in (*names, FORGET_NOTICED))
+        return await self._guilds.config(guild_id)
 
     def cached_guild_config(self, guild_id: int) -> GuildConfig | None:
         """The guild's configuration if it is cached (no database access)."""
-        return None if self._deaf else self._configs.get(guild_id)
+        return self._guilds.cached(guild_id)
 
     def invalidate_guild(self, guild_id: int) -> None:
-        self._configs.pop(guild_id, None)
+        """Drop the guild's cached configuration: the next use reads it."""
+        self._guilds.invalidate(guild_id)
 
     async def entry(self, key: ScopeKey, *, parent_channel_id: int | None = None) -> StmEntry:
         """The live entry for ``key``: from the cache, else hydrated from its row
         (single-flight), else a new empty one. Never returns an expired memory."""
         cached = self.cache.get(key)
-        if cached is not None and not self._deaf:
+        if cached is not None and not self._ledger.deaf:
             return cached  # the warm path, several times a turn: as in guild_config
-        return await self._cached_or_read(
+        return await self._ledger.cached_or_read(
             cached,
             lambda: self._entry_flight.run(key, lambda: self._hydrate(key, parent_channel_id)),
         )
-
-    async def _cached_or_read(self, cached: T | None, read: Callable[[], Awaitable[T]]) -> T:
-        """The cached value if there is one and notices are heard; else read it. Deaf
-        (see :meth:`listener_lost`) every use reads, and the cached value stands in only
-        when the database is down too (then no other process can change it either): at
-        once while it is known to be down (each read would wait for its timeout)."""
-        if cached is not None and (not self._deaf or self._database_down()):
-            return cached
-        try:
-            return await read()
-        except MemoryUnavailable:
-            if cached is None:
-                raise
-            return cached
 
     async def _hydrate(self, key: ScopeKey, parent_channel_id: int | None) -> StmEntry:
         epoch = self.epoch(key.channel_id)
@@ -294,17 +240,21 @@ class MemoryService:
         settled = True
         unavailable: MemoryUnavailable | None = None
         wiped_copy: datetime | None = None
-        if self.spool is not None and self.spool.latest(key) is not None and self._database_down():
+        if (
+            self.spool is not None
+            and self.spool.latest(key) is not None
+            and self._ledger.database_down()
+        ):
             # What waits in the spool is what a read would fall back on: no need to wait.
             unavailable = MemoryUnavailable("memory storage is unavailable right now")
         elif not self._wiped(key.channel_id):
             try:
                 for _ in range(STALE_READ_RETRIES):
-                    seq = self._notice_seq
+                    seq = self._ledger.seq
                     async with self._storage("hydrating an STM entry") as session:
                         row = await stm_repo.load_entry(session, key)
                         wiped_copy = await self._spooled_copy_wiped(session, key, row)
-                    settled = not self._noticed_since(seq, key)
+                    settled = not self._ledger.since(seq, key)
                     if settled:
                         break
             except MemoryUnavailable as exc:
@@ -341,7 +291,7 @@ class MemoryService:
                 entry = row
         existing = self.cache.get(key)
         if existing is not None and (
-            not self._deaf
+            not self._ledger.deaf
             or key in self._writing
             or (
                 row is not None
@@ -418,7 +368,7 @@ class MemoryService:
 
         async def load() -> None:
             since = self.clock.now() - timedelta(hours=self.settings.stm.ttl_summary_hours)
-            epochs, seq = dict(self._epochs), self._notice_seq
+            epochs, seq = dict(self._epochs), self._ledger.seq
             async with self._storage(f"loading a {what}'s memories") as session:
                 rows = await query(
                     session, owner_id, since=since, limit=OTHER_CHANNEL_HYDRATE_LIMIT
@@ -429,10 +379,10 @@ class MemoryService:
                 r
                 for r in rows
                 if self.epoch(r.key.channel_id) == epochs.get(r.key.channel_id, 0)
-                and not self._noticed_since(seq, r.key)
+                and not self._ledger.since(seq, r.key)
             ]
             self._adopt(fresh)
-            if len(fresh) == len(rows) and not self._noticed_since(seq):
+            if len(fresh) == len(rows) and not self._ledger.since(seq):
                 done[owner_id] = True
 
         await self._misc_flight.run((what, owner_id), load)
@@ -455,28 +405,11 @@ class MemoryService:
                 self.cache.put(row)
 
     async def cross_context_opt_in(self, user_id: int) -> bool:
-        async def load() -> bool:
-            seq = self._notice_seq
-            async with self._storage("loading privacy settings") as session:
-                found = await guild_repo.cross_context_opt_in(session, user_id)
-            # Changed while we read (here or elsewhere): use once, do not cache.
-            if not self._noticed_since(seq, ("opt-in", user_id)):
-                self._opt_ins[user_id] = found
-            return found
-
-        # A read begun before a change made here is not joined after it.
-        since = self._noticed.get(("opt-in", user_id), 0)
-        return await self._cached_or_read(
-            self._opt_ins.get(user_id), lambda: self._opt_in_flight.run((user_id, since), load)
-        )
+        """Whether the user lets their DMs show their server memories (cached)."""
+        return await self._guilds.opt_in(user_id)
 
     async def set_cross_context_opt_in(self, user_id: int, enabled: bool) -> None:
-        async with self._storage("saving privacy settings") as session, session.begin():
-            await guild_repo.set_cross_context_opt_in(session, user_id, enabled)
-            # DMs may be served by another shard process: it must not keep the old answer.
-            await self._announce(session, {"o": self.instance_id, "t": "opt-in", "u": user_id})
-        self._note(("opt-in", user_id))
-        self._opt_ins[user_id] = enabled
+        await self._guilds.set_opt_in(user_id, enabled)
 
     # ------------------------------------------------------------------- turns
 
@@ -570,7 +503,7 @@ class MemoryService:
 
     async def _other_channels(self, turn: TurnState, label_for: LabelFor) -> list[OtherChannel]:
         limit = self.settings.stm.other_channels
-        if limit == 0 or self._deaf:
+        if limit == 0 or self._ledger.deaf:
             # Deaf, a memory wiped or forgotten elsewhere could still be cached here: other
             # channels are not shown until the listener is back.
             return []
@@ -637,11 +570,11 @@ class MemoryService:
         read are used (a wipe must reach the database, so none can cover them) and the
         message being answered (``source_message_id``; without it there is no turn)."""
         window = self.windows.get(channel_id)
-        if not self._deaf or not window:
+        if not self._ledger.deaf or not window:
             return window
         began = self.clock.now()
         try:
-            if not database_up or self._database_down():
+            if not database_up or self._ledger.database_down():
                 raise MemoryUnavailable("memory storage is unavailable right now")
             wiped = await self.wiped_history(channel_id, window)
         except MemoryUnavailable:
@@ -816,7 +749,7 @@ class MemoryService:
         """An operation goes to the spool without trying the database: it must queue
         behind earlier ones, or the database is known to be down (see ``storage``) and
         it would only wait for its timeout to land in the spool anyway."""
-        return self._spool_first() or (self.spool is not None and self._database_down())
+        return self._spool_first() or (self.spool is not None and self._ledger.database_down())
 
     def _deletion_failed(self, what: str, exc: Exception) -> None:
         """A deletion was not done now (it is spooled, or refused): a failure of the
@@ -1065,7 +998,7 @@ class MemoryService:
         ``stm_forgets``: a write from a turn that started before it (any process, also
         one that missed the notice, or a spool replay) is refused by the database."""
         # Reads in flight may return what is about to be deleted: they must not cache it.
-        self._note(FORGET_NOTICED)
+        self._ledger.note(FORGET_NOTICED)
         affected = {entry.key.channel_id for entry in self._derived_from(user_id)}
         affected |= self.windows.channels_with_author(user_id)
         for channel_id in affected:
@@ -1092,7 +1025,7 @@ class MemoryService:
     async def _forget_user(self, user_id: int) -> ForgetReceipt:
         dropped = len(self._drop_derived_from(user_id))
         raw = self.windows.forget_author(user_id)
-        self._opt_ins.pop(user_id, None)
+        self._guilds.forget_user(user_id)
         self._forget_set_aside(user_id)
         at = self.clock.now()
         try:
@@ -1110,7 +1043,7 @@ class MemoryService:
         except Exception as exc:
             self._deletion_failed("forgetting a user", exc)
             self._spool_or_raise(exc, lambda spool: spool.append_forget(user_id, at))
-            self._note(FORGET_NOTICED)  # as below: what was cached while it was tried goes
+            self._ledger.note(FORGET_NOTICED)  # as below: what was cached while it was tried goes
             self._drop_derived_from(user_id)
             return ForgetReceipt(0, 0, 0, 0, dropped, raw, pending_sync=True)
         database_answered(self._sessions)
@@ -1120,7 +1053,7 @@ class MemoryService:
         # A read that began while the deletion was on its way (a turn of another channel
         # member) may have cached a row it deleted: such reads are stale, and what they
         # cached goes.
-        self._note(FORGET_NOTICED)
+        self._ledger.note(FORGET_NOTICED)
         self._drop_derived_from(user_id)
         self._drop_stand_ins()
         return ForgetReceipt(
@@ -1164,7 +1097,7 @@ class MemoryService:
         late notice cannot resurrect anything; the next read hydrates the truth)."""
         if notice.get("o") == self.instance_id:
             return
-        self._notice_seq += 1
+        self._ledger.heard()
         handler = self._notice_handlers.get(notice.get("t"))
         if handler is not None:  # a kind of a newer version of the bot: nothing to evict
             handler(self, notice)
@@ -1172,7 +1105,7 @@ class MemoryService:
     def _on_stm(self, notice: Notice) -> None:
         for kind, guild, user, channel, _version in notice.get("k", ()):
             key = ScopeKey("server" if kind == "server" else "user", int(channel), guild, user)
-            self._noticed[key] = self._notice_seq
+            self._ledger.mark(key)
             # Whatever the versions: rows deleted without a notice naming them (the
             # janitor's purge, a /forget-me) count from 1 again, so a cached version
             # higher than the notice's is no proof of being newer. A notice never
@@ -1197,7 +1130,7 @@ class MemoryService:
 
     def _on_forget(self, notice: Notice) -> None:
         user_id = int(notice["u"])
-        self._noticed[FORGET_NOTICED] = self._notice_seq
+        self._ledger.mark(FORGET_NOTICED)
         # When it was asked for (a turn that began after it is not concerned); a notice
         # of an older version of the bot does not say: the time it was heard, then.
         sent_at = notice.get("at")
@@ -1219,25 +1152,22 @@ class MemoryService:
         for channel_id in channels:
             self._epochs[channel_id] = self.epoch(channel_id) + 1
         self.windows.forget_author(user_id)
-        self._opt_ins.pop(user_id, None)
+        self._guilds.forget_user(user_id)
         self._forget_set_aside(user_id)
         self._drop_stand_ins()
 
     def _on_purge(self, notice: Notice) -> None:
         # The janitor deleted rows (not named): in-flight reads are stale, and the
         # versions held for expired rows go (see _drop_stand_ins).
-        self._noticed[FORGET_NOTICED] = self._notice_seq
+        self._ledger.mark(FORGET_NOTICED)
         self._drop_stand_ins()
 
     def _on_opt_in(self, notice: Notice) -> None:
-        user_id = int(notice["u"])
-        self._noticed[("opt-in", user_id)] = self._notice_seq
-        self._opt_ins.pop(user_id, None)
+        self._guilds.opt_in_noticed(int(notice["u"]))
 
     def _on_guild(self, notice: Notice) -> None:
         guild_id = int(notice["g"])
-        self._noticed[("guild", guild_id)] = self._notice_seq
-        self.invalidate_guild(guild_id)
+        self._guilds.guild_noticed(guild_id)
         self._guilds_hydrated.pop(guild_id, None)
 
     # What each kind of notice (its "t") evicts.
@@ -1257,18 +1187,18 @@ class MemoryService:
         can change anything either), other channels' memories are not shown, and the
         raw windows are checked against the stored wipe times (see
         :meth:`recent_messages`)."""
-        if not self._deaf:
+        if not self._ledger.deaf:
             log.warning(
                 "cache notices unavailable: reading memory from the database on every use "
                 "until the listener is back"
             )
-        self._deaf = True
+        self._ledger.deaf = True
 
     def listening_again(self) -> None:
         """The notice connection is back (LISTEN done): caching resumes, from empty. The
         database answered that connection: it is up again."""
         database_answered(self._sessions)
-        self._deaf = False
+        self._ledger.deaf = False
         self._wipes_unread_since = None
         self.drop_all()
 
@@ -1276,14 +1206,12 @@ class MemoryService:
         """Forget everything loaded from the database (after missed notices). Running
         turns keep their epochs: a /refresh this process missed still refuses their
         writes in the database (``stm_clears``), or at the replay of the spool."""
-        self._notice_seq += 1
-        self._noticed[FORGET_NOTICED] = self._notice_seq
+        self._ledger.note(FORGET_NOTICED)
         self.cache.clear()
         # The raw windows too: a missed /forget-me leaves the user's words in them, and a
         # turn starting now (after the forget, so not refused by it) would store them.
         self.windows.drop_all()
-        self._configs.clear()
-        self._opt_ins.clear()
+        self._guilds.drop_all()
         self._guilds_hydrated.clear()
         self._users_hydrated.clear()
 
@@ -1305,12 +1233,12 @@ class MemoryService:
         self._tombstones.clear()
         # A replayed /forget-me deleted rows it does not name (this process ignores its
         # own notice): the versions held for expired rows go, as in forget_user.
-        self._note(FORGET_NOTICED)
+        self._ledger.note(FORGET_NOTICED)
         self._drop_stand_ins()
         if self.spool is not None:
             for key in self.spool.replayed_keys:
                 if key not in self._writing:
-                    self._note(key)
+                    self._ledger.note(key)
                     self.cache.pop(key)
 
     async def purge_expired_rows(self) -> int:
@@ -1327,7 +1255,7 @@ class MemoryService:
                 # One small notice, not the keys: a pass may delete thousands of rows.
                 await self._announce(session, {"o": self.instance_id, "t": "purge"})
         if deleted:
-            self._note(FORGET_NOTICED)  # a read in flight may hold a row just deleted
+            self._ledger.note(FORGET_NOTICED)  # a read in flight may hold a row just deleted
             self._drop_stand_ins()
         return deleted
 
@@ -1368,43 +1296,16 @@ class MemoryService:
     ) -> GuildConfig:
         """Change a guild's settings in one transaction (all or nothing); ``always_on``
         marks one channel as answering every message, or unmarks it."""
-        # The always-on channel is added or removed by the database, against the list as
-        # committed (not this process's cached copy): toggles elsewhere are kept.
-        async with self._storage("saving guild settings") as session, session.begin():
-            await guild_repo.update_guild_settings(
-                session, guild_id, self.defaults, changes, always_on=always_on
-            )
-            await self._announce(session, {"o": self.instance_id, "t": "guild", "g": guild_id})
-            await stm_repo.add_events(
-                session,
-                [EventRecord("settings", guild_id=guild_id, actor_user_id=actor_user_id)],
-            )
-        self._guild_changed(guild_id)
-        return await self.guild_config(guild_id)
+        return await self._guilds.update(guild_id, actor_user_id, always_on=always_on, **changes)
 
     async def set_always_on(
         self, guild_id: int, channel_id: int, enabled: bool, actor_user_id: int
     ) -> GuildConfig:
         """Mark a channel where the bot answers every message (or unmark it)."""
-        return await self.update_guild_settings(
-            guild_id, actor_user_id, always_on=(channel_id, enabled)
-        )
-
-    def _guild_changed(self, guild_id: int) -> None:
-        # As a notice from another process would: a read already in flight (it began
-        # before the commit) must not cache the old configuration.
-        self._note(("guild", guild_id))
-        self.invalidate_guild(guild_id)
+        return await self._guilds.update(guild_id, actor_user_id, always_on=(channel_id, enabled))
 
     async def set_categories(
         self, guild_id: int, actor_user_id: int, categories: Sequence[Category]
     ) -> GuildConfig:
-        async with self._storage("saving categories") as session, session.begin():
-            await guild_repo.replace_categories(session, guild_id, categories)
-            await self._announce(session, {"o": self.instance_id, "t": "guild", "g": guild_id})
-            await stm_repo.add_events(
-                session,
-                [EventRecord("categories", guild_id=guild_id, actor_user_id=actor_user_id)],
-            )
-        self._guild_changed(guild_id)
-        return await self.guild_config(guild_id)
+        """Replace the guild's STM categories (an empty list: summary mode)."""
+        return await self._guilds.set_categories(guild_id, actor_user_id, categories)

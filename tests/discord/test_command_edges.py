@@ -211,13 +211,13 @@ async def test_stm_settings_is_not_undone_by_a_config_read_already_in_flight(
         return config
 
     monkeypatch.setattr(guild_repo, "load_guild_config", slow_first_load)
-    real_invalidate = memory.invalidate_guild
+    real_invalidate = memory._guilds.invalidate
 
-    def invalidate_and_signal(gid: int) -> None:
+    def invalidate_and_signal(gid: int) -> None:  # called once the change committed
         real_invalidate(gid)
         committed.set()
 
-    monkeypatch.setattr(memory, "invalidate_guild", invalidate_and_signal)
+    monkeypatch.setattr(memory._guilds, "invalidate", invalidate_and_signal)
 
     turn_read = asyncio.create_task(memory.guild_config(guild_id))
     await read_done.wait()

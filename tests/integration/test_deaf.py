@@ -146,13 +146,13 @@ async def test_an_opt_out_is_not_undone_by_joining_an_older_read_while_deaf(
     await read.wait()  # that read saw True
     await service.set_cross_context_opt_in(ALICE, False)  # the user opts out (returned)
     joined = asyncio.Event()
-    real_run = service._opt_in_flight.run
+    real_run = service._guilds._opt_in_flight.run
 
     async def run(key: int, load: Any) -> bool:
         joined.set()  # real_run takes the in-flight future before its first await
         return await real_run(key, load)
 
-    service._opt_in_flight.run = run  # type: ignore[method-assign]
+    service._guilds._opt_in_flight.run = run  # type: ignore[method-assign]
     later = asyncio.create_task(service.cross_context_opt_in(ALICE))  # asked after it
     await joined.wait()
     release.set()
@@ -237,7 +237,7 @@ async def test_closing_the_listener_is_not_reported_as_a_lost_connection(
     await listener.start()
     await listener.close()  # an orderly shutdown
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
-    assert (memory._deaf, warnings) == (False, []), (memory._deaf, warnings)
+    assert (memory._ledger.deaf, warnings) == (False, []), (memory._ledger.deaf, warnings)
 
 
 async def test_a_forget_me_missed_while_deaf_is_not_undone_by_the_spool_replay(
