@@ -17,7 +17,8 @@ from collections.abc import Sequence
 from anyascii import anyascii
 
 from bot.memory.model import MAX_CATEGORIES, Category
-from bot.memory.sanitize import redact_secrets, sanitize_value
+from bot.memory.redaction import redact_secrets
+from bot.memory.sanitize import sanitize_value
 
 SLUG_MAX_LENGTH = 48
 LABEL_MAX_LENGTH = 40

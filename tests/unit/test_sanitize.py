@@ -10,13 +10,11 @@ import regex
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import bot.memory.sanitize as sanitize_module
+import bot.memory.redaction as redaction_module
+from bot.memory.redaction import redact_leaves, redact_secrets, redaction_kinds
 from bot.memory.sanitize import (
     MAX_VALUE_CHARS,
     PROMPT_PLACEHOLDERS,
-    redact_leaves,
-    redact_secrets,
-    redaction_kinds,
     sanitize_value,
     strip_control_chars,
     strip_unknown_placeholders,
@@ -1322,24 +1320,24 @@ def test_a_url_token_user_at_the_processing_cut_is_not_stored() -> None:
 
 # Every case-insensitive pass with its gate (the text `_fold` sees is the one the pass sees).
 FOLDED_GATES = [
-    (sanitize_module._REGION_OPEN, sanitize_module._REGION_WORDS),
-    (sanitize_module._URL_CREDENTIALS, sanitize_module._URL_GATE),
-    (sanitize_module._URL_CREDENTIALS_AT_CUT, sanitize_module._URL_GATE),
-    (sanitize_module._URL_TOKEN_USERINFO, sanitize_module._URL_GATE),
-    (sanitize_module._URL_TOKEN_USERINFO_AT_CUT, sanitize_module._URL_GATE),
-    (sanitize_module._PASSWORD, sanitize_module._PASSWORD_GATE),
-    (sanitize_module._PASSWORD_STATED, sanitize_module._PASSWORD_GATE),
-    (sanitize_module._CREDENTIAL_STATED, sanitize_module._CREDENTIAL_GATE),
-    (sanitize_module._PIN, sanitize_module._PIN_GATE),
-    (sanitize_module._CREDENTIAL, sanitize_module._CREDENTIAL_GATE),
-    (sanitize_module._BEARER, sanitize_module._BEARER_GATE),
+    (redaction_module._REGION_OPEN, redaction_module._REGION_WORDS),
+    (redaction_module._URL_CREDENTIALS, redaction_module._URL_GATE),
+    (redaction_module._URL_CREDENTIALS_AT_CUT, redaction_module._URL_GATE),
+    (redaction_module._URL_TOKEN_USERINFO, redaction_module._URL_GATE),
+    (redaction_module._URL_TOKEN_USERINFO_AT_CUT, redaction_module._URL_GATE),
+    (redaction_module._PASSWORD, redaction_module._PASSWORD_GATE),
+    (redaction_module._PASSWORD_STATED, redaction_module._PASSWORD_GATE),
+    (redaction_module._CREDENTIAL_STATED, redaction_module._CREDENTIAL_GATE),
+    (redaction_module._PIN, redaction_module._PIN_GATE),
+    (redaction_module._CREDENTIAL, redaction_module._CREDENTIAL_GATE),
+    (redaction_module._BEARER, redaction_module._BEARER_GATE),
 ]
 GATE_WORDS = tuple({word for _pattern, words in FOLDED_GATES for word in words})
 # The webhook patterns are case-insensitive too; their gates use only caseless characters.
 WEBHOOK_GATE_CHARS = {
     char
     for kind in ("discord_webhook", "slack_webhook")
-    for group in sanitize_module._TOKEN_GATES[kind]
+    for group in redaction_module._TOKEN_GATES[kind]
     for word in group
     for char in word
 }
@@ -1358,23 +1356,23 @@ def test_gate_words_fold_like_the_regex_engine_except_for_two_letters() -> None:
         for found in regex.finditer(f"(?i){regex.escape(char)}", every)
         if found.group().lower() != char
     }
-    assert folded_only_by_regex == set(sanitize_module._FOLDED_ONLY_BY_REGEX)
+    assert folded_only_by_regex == set(redaction_module._FOLDED_ONLY_BY_REGEX)
     assert {char.lower() for char in WEBHOOK_GATE_CHARS} == WEBHOOK_GATE_CHARS
 
 
 def closed_gates(text: str) -> list[str]:
     """The passes whose pattern matches ``text`` although their gate is closed (the
     property every gate must have: it only skips a pass that finds nothing)."""
-    folded = sanitize_module._fold(text)
+    folded = redaction_module._fold(text)
     closed = [
         pattern.pattern[:40]
         for pattern, words in FOLDED_GATES
-        if pattern.search(text) and not sanitize_module._may_hold(folded, words)
+        if pattern.search(text) and not redaction_module._may_hold(folded, words)
     ]
     closed += [
         kind
-        for kind, pattern in sanitize_module._TOKEN_PATTERNS
-        if pattern.search(text) and not sanitize_module._token_may_match(kind, text)
+        for kind, pattern in redaction_module._TOKEN_PATTERNS
+        if pattern.search(text) and not redaction_module._token_may_match(kind, text)
     ]
     return closed
 
@@ -1516,9 +1514,9 @@ def test_no_gate_closes_on_a_near_miss_its_pass_matches(text: str) -> None:
 def test_the_gates_never_change_what_is_redacted(text: str) -> None:
     gated = sanitize_value(text)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(sanitize_module, "_may_hold", lambda _folded, _words: True)
-        patch.setattr(sanitize_module, "_TOKEN_GATES", {})
-        patch.setattr(sanitize_module, "_may_hold_discord_token", lambda _text: True)
+        patch.setattr(redaction_module, "_may_hold", lambda _folded, _words: True)
+        patch.setattr(redaction_module, "_TOKEN_GATES", {})
+        patch.setattr(redaction_module, "_may_hold_discord_token", lambda _text: True)
         ungated = sanitize_value(text)
     assert gated == ungated
 
