@@ -66,7 +66,8 @@ from bot.memory.model import (
 )
 from bot.memory.prompt import OtherChannel, PromptInput
 from bot.memory.singleflight import KeyedLocks, SingleFlight
-from bot.memory.spool import DurableSpool, PendingChanges, carried_row_wiped
+from bot.memory.spool import DurableSpool, PendingChanges
+from bot.memory.spool_replay import carried_row_wiped
 from bot.memory.storage import (
     DB_TIMEOUT_SECONDS,
     MemoryUnavailable,
@@ -851,7 +852,7 @@ class MemoryService:
 
         (A turn begun before the listener was lost and back, when notices may have been
         missed, is spooled: only the replay can tell whether a wipe refuses it, and then
-        the writes built on it here go too; see spool._chain_wiped.)"""
+        the writes built on it here go too; see spool_replay._chain_wiped.)"""
         if self.epoch(turn.channel_id) != turn.epoch or self._forgotten_since(
             entries, turn.started_at
         ):

@@ -39,6 +39,10 @@ also when the forget is replayed from the spool, and a refused record that a for
 queued behind it covers is dropped, not set aside. To re-queue set-aside records once
 their cause is fixed, stop the bot and append the file's lines to ``stm.jsonl`` (see the
 README, "Reliability").
+
+This module keeps the file, its in-memory index and the replay driver; the record format
+is :mod:`bot.memory.spool_records`, and applying a record to the database
+:mod:`bot.memory.spool_replay`.
 """
 
 from __future__ import annotations
@@ -57,11 +61,22 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from bot.db.notify import send_notice, stm_notice
-from bot.db.repositories import stm as stm_repo
 from bot.db.repositories.stm import EventRecord
-from bot.memory.deletion import delete_channel_rows, delete_user_rows
-from bot.memory.model import Marker, Provenance, ScopeKey, StmEntry
+from bot.memory.model import ScopeKey, StmEntry
+from bot.memory.spool_records import (
+    Carried,
+    Chain,
+    entry_from_json,
+    entry_to_json,
+    event_to_json,
+    extend_chain,
+    key_from_json,
+    key_to_json,
+    line_holds_user,
+    parse,
+    record_holds_user,
+)
+from bot.memory.spool_replay import apply_all, refused_record
 from bot.memory.storage import database_answered, sqlstate
 
 log = logging.getLogger(__name__)
@@ -112,7 +127,7 @@ def inspect_spool(data_dir: Path) -> SpoolStatus:
     """Pending operations and set-aside files of a data folder's spool (for ``kioku
     doctor``), read without taking the spool over."""
     path = spool_path(data_dir)
-    records = _parse(path.read_bytes())[0] if path.exists() else []
+    records = parse(path.read_bytes())[0] if path.exists() else []
     pending = sum(record.get("op") != "blank" for record in records)
     aside = tuple(sorted(path.parent.glob("stm.corrupt-*.jsonl"))) if path.parent.exists() else ()
     return SpoolStatus(pending, aside)
@@ -137,93 +152,6 @@ def count_pending(data_dir: Path) -> int:
     return inspect_spool(data_dir).pending
 
 
-def _parse(raw: bytes) -> tuple[list[dict[str, Any]], list[bytes], bool]:
-    """Valid records, unreadable complete lines, and whether the last line was torn
-    (no newline: the write never finished, so it was never acknowledged)."""
-    lines = raw.split(b"\n")
-    torn = lines.pop() != b""  # text after the last newline
-    records: list[dict[str, Any]] = []
-    bad: list[bytes] = []
-    for line in lines:
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line.decode("utf-8"))
-            _validate(record)
-        except (ValueError, KeyError, TypeError, IndexError, AttributeError):
-            bad.append(line)
-            continue
-        records.append(record)
-    return records, bad, torn
-
-
-def _validate(record: Any) -> None:
-    """Raise unless ``record`` is an operation this module can replay."""
-    op = record["op"]
-    if op == "upsert":
-        for data in record["entries"]:
-            entry_from_json(data)
-            _carried_row(data)
-        for data in record["events"]:
-            _event_from_json(data)
-        _time(record, "started")
-    elif op == "clear":
-        int(record["channel"])
-        _time(record)
-    elif op == "forget":
-        int(record["user"])
-        _time(record)
-    elif op == "blank":
-        int(record["channel"])
-        if "key" in record:  # one key's state only (see DurableSpool.blank_copy)
-            _key_from_json(record["key"])
-    else:
-        raise ValueError(f"unknown spool operation {op!r}")
-
-
-def _time(record: dict[str, Any], field: str = "at") -> datetime | None:
-    at = record.get(field)
-    return datetime.fromisoformat(at) if at is not None else None
-
-
-# A stored row whose text a spooled state carries: its creation time (ISO) and the
-# users the copy of it was derived from (None: not recorded, by an older version).
-Carried = tuple[str, list[int] | None]
-
-
-# The spooled writes a spooled state is made of, since it was last built on a stored row
-# or on nothing (see DurableSpool.append): per user they are derived from, the earliest
-# start of one of their turns; and the earliest start of all ("users", "started"; ISO).
-Chain = dict[str, Any]
-
-
-def _extend_chain(chain: Chain | None, users: set[int], started: str | None) -> Chain | None:
-    """``chain`` with one more spooled write (derived from ``users``, its turn begun at
-    ``started``; None: not recorded, nothing to add)."""
-    if started is None:
-        return chain
-    at = datetime.fromisoformat(started)
-    earliest: dict[str, str] = dict(chain["users"]) if chain else {}
-    for user in map(str, users):
-        if user not in earliest or at < datetime.fromisoformat(earliest[user]):
-            earliest[user] = started
-    if chain and datetime.fromisoformat(chain["started"]) <= at:
-        started = chain["started"]
-    return {"users": earliest, "started": started}
-
-
-def _carried_row(data: dict[str, Any]) -> datetime | None:
-    """The stored row (its creation time) whose text a spooled entry carries, if any."""
-    return _time(data, "from_row")
-
-
-def _carried_users(data: dict[str, Any]) -> set[int] | None:
-    """The users the carried text is derived from (None: not recorded, by an older
-    version: any /forget-me then counts)."""
-    users = data.get("from_users")
-    return {int(user) for user in users} if isinstance(users, list) else None
-
-
 def _fsync_dir(path: Path) -> None:
     """Make a file's creation or rename in ``path`` durable."""
     fd = os.open(path, os.O_RDONLY)
@@ -231,95 +159,6 @@ def _fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-# ------------------------------------------------------------------- encoding
-
-
-def _key_to_json(key: ScopeKey) -> dict[str, Any]:
-    return {"kind": key.kind, "channel": key.channel_id, "guild": key.guild_id, "user": key.user_id}
-
-
-def _key_from_json(data: dict[str, Any]) -> ScopeKey:
-    if data["kind"] == "server":
-        return ScopeKey("server", int(data["channel"]), data.get("guild"), None)
-    return ScopeKey("user", int(data["channel"]), data.get("guild"), data.get("user"))
-
-
-def entry_to_json(entry: StmEntry) -> dict[str, Any]:
-    provenance = entry.provenance
-    return {
-        "key": _key_to_json(entry.key),
-        "updated_at": entry.updated_at.isoformat(),
-        "parent": entry.parent_channel_id,
-        "summary": entry.summary,
-        # Copies: the record outlives this moment, the live cache entry does not stand
-        # still (a later write of this process mutates its dict and list in place).
-        "categories": dict(entry.categories),
-        "turns": entry.turns_since_refresh,
-        "refreshed": entry.last_refreshed_turn,
-        "marker": [entry.marker.message_id, entry.marker.content_hash] if entry.marker else None,
-        "contributors": list(entry.contributor_ids),
-        "provenance": [
-            provenance.origin,
-            provenance.detail,
-            provenance.actor_user_id,
-            provenance.source_message_id,
-        ]
-        if provenance
-        else None,
-        "version": entry.version,
-        "created": entry.created_at.isoformat() if entry.created_at else None,
-    }
-
-
-def entry_from_json(data: dict[str, Any]) -> StmEntry:
-    marker = data.get("marker")
-    provenance = data.get("provenance")
-    return StmEntry(
-        key=_key_from_json(data["key"]),
-        updated_at=datetime.fromisoformat(data["updated_at"]),
-        parent_channel_id=data.get("parent"),
-        summary=data.get("summary", ""),
-        categories=dict(data.get("categories") or {}),
-        turns_since_refresh=int(data.get("turns", 0)),
-        last_refreshed_turn=int(data.get("refreshed", 0)),
-        marker=Marker(int(marker[0]), str(marker[1])) if marker else None,
-        contributor_ids=[int(c) for c in data.get("contributors") or ()],
-        provenance=Provenance(provenance[0], provenance[1], provenance[2], provenance[3])
-        if provenance
-        else None,
-        version=int(data["version"]),
-        created_at=datetime.fromisoformat(data["created"]) if data.get("created") else None,
-    )
-
-
-def _event_to_json(event: EventRecord) -> dict[str, Any]:
-    return {
-        "event": event.event,
-        "key": _key_to_json(event.key) if event.key else None,
-        "origin": event.origin,
-        "actor": event.actor_user_id,
-        "message": event.message_id,
-        "before": event.chars_before,
-        "after": event.chars_after,
-        "guild": event.guild_id,
-        "channel": event.channel_id,
-    }
-
-
-def _event_from_json(data: dict[str, Any]) -> EventRecord:
-    return EventRecord(
-        data["event"],
-        key=_key_from_json(data["key"]) if data.get("key") else None,
-        origin=data.get("origin"),
-        actor_user_id=data.get("actor"),
-        message_id=data.get("message"),
-        chars_before=data.get("before"),
-        chars_after=data.get("after"),
-        guild_id=data.get("guild"),
-        channel_id=data.get("channel"),
-    )
 
 
 # ---------------------------------------------------------------------- spool
@@ -343,7 +182,7 @@ class DurableSpool:
         self._records: list[dict[str, Any]] = []
         bad: list[bytes] = []
         if path.exists():
-            self._records, bad, torn = _parse(path.read_bytes())
+            self._records, bad, torn = parse(path.read_bytes())
             if bad:
                 self._set_aside(bad, "could not be read")
             if bad or torn:
@@ -460,11 +299,11 @@ class DurableSpool:
         ``key`` carries was wiped (a /refresh or /forget-me this process learnt of from
         the database, not by notice): that state is shown empty from now on, keeping its
         version, as :meth:`blank_channel` does for one key. Its replay, and that of every
-        write built on it, is skipped (see ``_carries_wiped``)."""
+        write built on it, is skipped (see ``spool_replay._carries_wiped``)."""
         carried = self.carried_row(key)
         if carried is None or carried[0] != created_at:
             return  # replayed, blanked or written over meanwhile: nothing of it is shown
-        self._blank({"op": "blank", "channel": key.channel_id, "key": _key_to_json(key)})
+        self._blank({"op": "blank", "channel": key.channel_id, "key": key_to_json(key)})
 
     def _blank(self, record: dict[str, Any]) -> None:
         try:
@@ -485,7 +324,7 @@ class DurableSpool:
     ) -> None:
         """Spool a write of ``entries``; ``bases``: what each was built on (the entries
         before the write), so its replay can tell whether the stored text it carries
-        was wiped meanwhile (see _apply)."""
+        was wiped meanwhile (see spool_replay._apply)."""
         encoded = [entry_to_json(e) for e in entries]
         for data, entry in zip(encoded, entries, strict=True):
             # The replay lets the later of two writes win (see stm_repo.replay_entries),
@@ -503,12 +342,12 @@ class DurableSpool:
             chain = self._chain.get(base.key) if self._on_spooled(base) else None
             if chain is not None:
                 # The text of those writes is carried: a wipe that refuses one of them
-                # refuses this one too (see _chain_wiped).
+                # refuses this one too (see spool_replay._chain_wiped).
                 data["chain"] = chain
         record: dict[str, Any] = {
             "op": "upsert",
             "entries": encoded,
-            "events": [_event_to_json(e) for e in events],
+            "events": [event_to_json(e) for e in events],
         }
         if started_at is not None:
             record["started"] = started_at.isoformat()
@@ -575,7 +414,7 @@ class DurableSpool:
         """Whether a pending write holds something of the user's (their own key, or a
         memory they contributed to or acted on)."""
         return any(
-            record.get("op") == "upsert" and _record_holds_user(record, user_id)
+            record.get("op") == "upsert" and record_holds_user(record, user_id)
             for record in self._records
         )
 
@@ -598,7 +437,7 @@ class DurableSpool:
                 self._latest[entry.key] = entry
                 at, users = data.get("from_row"), data.get("from_users")
                 self._from_row[entry.key] = (at, users) if at is not None else None
-                chain = _extend_chain(
+                chain = extend_chain(
                     data.get("chain"), entry.derived_from_users(), record.get("started")
                 )
                 if chain is None:
@@ -606,7 +445,7 @@ class DurableSpool:
                 else:
                     self._chain[entry.key] = chain
         elif op == "blank":
-            only = _key_from_json(record["key"]) if "key" in record else None
+            only = key_from_json(record["key"]) if "key" in record else None
             for key, entry in list(self._latest.items()):
                 if key == only or (only is None and key.channel_id == record["channel"]):
                     self._from_row[key] = None  # shown empty: its text no longer carried
@@ -652,17 +491,17 @@ class DurableSpool:
             while self._records:
                 batch = self._records[:REPLAY_BATCH]
                 touched.update(
-                    _key_from_json(data["key"])
+                    key_from_json(data["key"])
                     for record in batch
                     if record.get("op") == "upsert"
                     for data in record["entries"]
                 )
                 try:
-                    await _apply_all(sessions, batch, self.notice_origin)
+                    await apply_all(sessions, batch, self.notice_origin)
                     handled, applied = len(batch), batch
                     self._all_refused = 0  # the row of all-refused batches ends here
                 except Exception as exc:
-                    if not _refused_record(exc):
+                    if not refused_record(exc):
                         raise
                     handled, applied = await self._apply_one_by_one(sessions, batch)
                 if handled == 0:  # nothing stored: the file and the bookkeeping stand
@@ -736,9 +575,9 @@ class DurableSpool:
         handled = 0
         for index, record in enumerate(batch):
             try:
-                await _apply_all(sessions, [record], self.notice_origin)
+                await apply_all(sessions, [record], self.notice_origin)
             except Exception as exc:
-                if not _refused_record(exc):
+                if not refused_record(exc):
                     break  # the database's failure: retried with the rest, later
                 refused.append((index, record, sqlstate(exc)))
             else:
@@ -777,7 +616,7 @@ class DurableSpool:
     def _forget_behind(self, index: int, record: dict[str, Any]) -> bool:
         """Whether a /forget-me queued after ``self._records[index]`` covers ``record``."""
         return any(
-            later.get("op") == "forget" and _record_holds_user(record, int(later["user"]))
+            later.get("op") == "forget" and record_holds_user(record, int(later["user"]))
             for later in self._records[index + 1 :]
         )
 
@@ -799,7 +638,7 @@ class DurableSpool:
         dropped = 0
         for aside in sorted(self.path.parent.glob("stm.corrupt-*.jsonl")):
             lines = aside.read_bytes().splitlines()
-            kept = [line for line in lines if not _line_holds_user(line, user_id)]
+            kept = [line for line in lines if not line_holds_user(line, user_id)]
             if len(kept) == len(lines):
                 continue
             dropped += len(lines) - len(kept)
@@ -875,199 +714,3 @@ class DurableSpool:
             with contextlib.suppress(OSError):
                 os.close(fd)
         self._lock.close()  # releases the lock
-
-
-def _line_holds_user(line: bytes, user_id: int) -> bool:
-    try:
-        record = json.loads(line)
-        if not isinstance(record, dict):
-            raise ValueError
-        return _record_holds_user(record, user_id)
-    except (ValueError, TypeError, AttributeError, IndexError, KeyError):
-        return str(user_id).encode() in line  # unreadable: judged by the id alone
-
-
-def _record_holds_user(record: dict[str, Any], user_id: int) -> bool:
-    """Whether a spool record holds something of the user's (their own key, a memory
-    they contributed to or acted on, or their forget)."""
-    if record.get("op") == "forget":
-        return bool(record.get("user") == user_id)
-    for data in record.get("entries") or ():
-        provenance = data.get("provenance") or [None, None, None, None]
-        if (
-            data.get("key", {}).get("user") == user_id
-            or user_id in (data.get("contributors") or ())
-            or provenance[2] == user_id
-        ):
-            return True
-    return False
-
-
-# SQLSTATE classes that blame the record, not the server: data exception (a value out of
-# range, invalid text…) and integrity constraint violation. Only these are set aside.
-RECORD_SQLSTATE_CLASSES = frozenset({"22", "23"})
-REPLAY_TIMEOUT_SECONDS = 30.0
-
-
-def _refused_record(exc: BaseException) -> bool:
-    """Whether ``exc`` says this record can never be stored (see the module's docstring);
-    anything else (no SQLSTATE: a lost connection, a timeout) is an outage."""
-    if isinstance(exc, TimeoutError | OSError | ConnectionError):
-        return False
-    code = sqlstate(exc)
-    return code is not None and code[:2] in RECORD_SQLSTATE_CLASSES
-
-
-def _channels(records: Sequence[dict[str, Any]]) -> list[int]:
-    channels: set[int] = set()
-    for record in records:
-        if record.get("op") == "upsert":
-            channels.update(int(e["key"]["channel"]) for e in record["entries"])
-        elif record.get("op") == "clear":
-            channels.add(int(record["channel"]))
-    return sorted(channels)
-
-
-async def _apply_all(
-    sessions: async_sessionmaker[AsyncSession],
-    records: Sequence[dict[str, Any]],
-    origin: str,
-) -> None:
-    async with asyncio.timeout(REPLAY_TIMEOUT_SECONDS):
-        async with sessions() as session, session.begin():
-            # The forget lock, then every channel of the batch, up front and in order (as
-            # live writes take them): two processes replaying at once (both after the same
-            # outage), or a replay and a live write or /forget-me, cannot deadlock.
-            forgets = any(record.get("op") == "forget" for record in records)
-            await stm_repo.lock_forgets(session, shared=not forgets)
-            await stm_repo.lock_channels(session, _channels(records), shared=False)
-            for record in records:
-                await _apply(session, record, origin)
-
-
-async def _carries_wiped(
-    session: AsyncSession, entries: Sequence[StmEntry], encoded: Sequence[dict[str, Any]]
-) -> bool:
-    """Whether an entry of a spooled write carries text a wipe was meant to remove: the
-    stored row it was built on is gone, and a /refresh of its channel or a /forget-me of
-    a user that text is derived from came since the row was made. A row gone for
-    another user's /forget-me (words another process added to it, unheard here: this
-    copy holds none of them) does not count."""
-    for entry, data in zip(entries, encoded, strict=True):
-        created_at = _carried_row(data)
-        if created_at is None:
-            continue
-        row = await stm_repo.load_entry(session, entry.key)
-        if await carried_row_wiped(session, entry.key, row, created_at, _carried_users(data)):
-            return True
-    return False
-
-
-async def _chain_wiped(
-    session: AsyncSession, entries: Sequence[StmEntry], encoded: Sequence[dict[str, Any]]
-) -> bool:
-    """Whether a /refresh of the channel or a /forget-me of a user refuses one of the
-    spooled writes an entry was built on (its ``chain``), as ``stm_repo.writes_refused``
-    refuses each of them: a clear after the earliest of their turns began, a forget at or
-    after the earliest turn derived from that user began."""
-    chains = [
-        (entry, data["chain"])
-        for entry, data in zip(entries, encoded, strict=True)
-        if data.get("chain")
-    ]
-    if not chains:
-        return False
-    cleared, forgotten = await stm_repo.wipe_times(
-        session,
-        {entry.key.channel_id for entry, _ in chains},
-        {int(user) for _, chain in chains for user in chain["users"]},
-    )
-    for entry, chain in chains:
-        at = cleared.get(entry.key.channel_id)
-        if at is not None and at > datetime.fromisoformat(chain["started"]):
-            return True
-        for user, started in chain["users"].items():
-            at = forgotten.get(int(user))
-            if at is not None and at >= datetime.fromisoformat(started):
-                return True
-    return False
-
-
-async def carried_row_wiped(
-    session: AsyncSession,
-    key: ScopeKey,
-    row: StmEntry | None,
-    created_at: datetime,
-    users: set[int] | None,
-) -> bool:
-    """Whether the stored row of ``key`` created at ``created_at``, whose text a spooled
-    state carries (derived from ``users``; None: not recorded), was wiped: it is gone
-    (``row``: what the database holds now) and a /refresh of its channel or a /forget-me
-    of one of ``users`` came since it was made. The replay skips a write carrying it, and
-    the memory service shows the spooled state empty once it reads this."""
-    if row is not None and row.created_at == created_at:
-        return False
-    if users is None:  # recorded by an older version: judged as before, by the row
-        return True
-    cleared, forgotten = await stm_repo.wipe_times(session, {key.channel_id}, users)
-    return any(at >= created_at for at in (*cleared.values(), *forgotten.values()))
-
-
-async def _apply(session: AsyncSession, record: dict[str, Any], origin: str) -> None:
-    op = record.get("op")
-    if op == "blank":
-        return  # local bookkeeping only (see DurableSpool.blank_channel)
-    if op == "upsert":
-        entries = [entry_from_json(e) for e in record["entries"]]
-        # Never writes back what a /refresh or a /forget-me (in any process, also one
-        # this process never heard of) wiped after the turn started.
-        if await stm_repo.writes_refused(session, [(entries, _time(record, "started"))]):
-            return
-        # Nor what was wiped before the turn began, where this process had not heard of
-        # it (cut off from the database and the notices, it wrote on its cached copy).
-        # (A live write is refused by its version for the same reason.)
-        if await _carries_wiped(session, entries, record["entries"]):
-            log.info("spool: a write was skipped, the memory it was built on was wiped since")
-            return
-        # Nor the text of earlier spooled writes whose own replay a wipe refuses (this
-        # process wrote on top of them before it heard of the wipe).
-        if await _chain_wiped(session, entries, record["entries"]):
-            log.info("spool: a write was skipped, it carries spooled writes wiped since")
-            return
-        # Nor overwrites a row updated after it was spooled (by another process).
-        stored = await stm_repo.replay_entries(session, entries)
-        if not stored:
-            log.info("spool: a write was skipped, its memory was updated since elsewhere")
-            return
-        await stm_repo.add_events(session, [_event_from_json(e) for e in record["events"]])
-        await send_notice(session, stm_notice(origin, stored))
-    elif op == "clear":
-        channel_id = int(record["channel"])
-        at = _time(record)
-        # The channel's lock is held (see _apply_all): the clear time cannot move meanwhile.
-        if at is not None:
-            known = (await stm_repo.clear_times(session, [channel_id])).get(channel_id)
-            if known is not None and known >= at:
-                # Replayed already (a crash before the spool was rewritten), or a later
-                # /refresh wiped everything before it: what is there now came after.
-                return
-        # This process queued its own later writes behind the clear in the spool.
-        await delete_channel_rows(
-            session,
-            channel_id,
-            at,
-            guild_id=record.get("guild"),
-            actor_user_id=record.get("actor"),
-            origin=origin,
-        )
-    elif op == "forget":
-        user_id = int(record["user"])
-        at = _time(record)
-        # The forget lock is held exclusively (see _apply_all): no other /forget-me is
-        # recorded meanwhile.
-        if at is not None:
-            known = (await stm_repo.forget_times(session, [user_id])).get(user_id)
-            if known is not None and known >= at:
-                return  # replayed already, or a later /forget-me deleted everything before
-        # This process queued its own later writes behind it in the spool.
-        await delete_user_rows(session, user_id, at, origin=origin)

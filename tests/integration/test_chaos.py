@@ -1327,7 +1327,7 @@ class Scenario:
             return True
         # Built on a write its process spooled (its state, not replayed yet): it carries
         # that write's text, so what may remove that one may remove it too (the replay
-        # refuses both; see spool._chain_wiped), on any of its keys (all or nothing).
+        # refuses both; see spool_replay._chain_wiped), on any of its keys (all or nothing).
         for built_on in write.keys:
             base = write.base.get(built_on)
             if base is None or not values_of(base):

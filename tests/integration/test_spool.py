@@ -22,6 +22,7 @@ from bot.db.engine import Database
 from bot.db.models import LongTermMemory, ShortTermMemory, StmEvent
 from bot.db.repositories import stm as stm_repo
 from bot.memory import spool as spool_module
+from bot.memory import spool_replay
 from bot.memory.change import WriteResult
 from bot.memory.longterm import FactRefused, LongTermService
 from bot.memory.model import Category, Provenance, ScopeKey, StmEntry
@@ -430,7 +431,7 @@ async def test_a_transient_refusal_is_retried_never_set_aside(
     await service.update_stm(await turn_for(service), summary="Alice's plans")
     spool = DurableSpool(spool_path(tmp_path))
     spool.append_forget(ALICE, ManualClock().now().replace(year=2030))
-    real = spool_module._apply
+    real = spool_replay._apply
     failures = 0
 
     async def deadlock_once(*args: Any) -> Any:
@@ -440,7 +441,7 @@ async def test_a_transient_refusal_is_retried_never_set_aside(
             raise _Deadlock("deadlock detected")
         return await real(*args)
 
-    monkeypatch.setattr(spool_module, "_apply", deadlock_once)
+    monkeypatch.setattr(spool_replay, "_apply", deadlock_once)
     with pytest.raises(_Deadlock):
         await spool.replay(db.sessions)  # the replayer backs off and tries again
     assert spool.pending == 1 and inspect_spool(tmp_path).set_aside == ()
@@ -477,7 +478,7 @@ async def test_a_server_failure_while_it_answers_is_retried_never_set_aside(
     entry.summary, entry.version = "acknowledged", 1
     spool = DurableSpool(spool_path(tmp_path))
     spool.append([entry])
-    real = spool_module._apply
+    real = spool_replay._apply
     failures = 0
 
     async def fail_once(*args: Any) -> Any:
@@ -487,7 +488,7 @@ async def test_a_server_failure_while_it_answers_is_retried_never_set_aside(
             raise _ServerRefusal(code)
         return await real(*args)
 
-    monkeypatch.setattr(spool_module, "_apply", fail_once)
+    monkeypatch.setattr(spool_replay, "_apply", fail_once)
     with pytest.raises(_ServerRefusal):  # SELECT 1 works meanwhile: still not the record's
         await spool.replay(db.sessions)
     assert spool.pending == 1 and inspect_spool(tmp_path).set_aside == ()
@@ -1763,7 +1764,7 @@ async def test_a_forget_me_heard_after_a_partial_replay_drops_the_users_replayed
     assert str(await a.update_stm(alices, summary="Alice's secret plan")) == "saved, pending sync"
     assert str(await a.update_stm(bobs, summary="Bob's plan")) == "saved, pending sync"
     monkeypatch.setattr(spool_module, "REPLAY_BATCH", 1)
-    apply_all = spool_module._apply_all
+    apply_all = spool_replay.apply_all
     calls = 0
 
     async def second_fails(*args: Any, **kwargs: Any) -> Any:
@@ -1773,7 +1774,8 @@ async def test_a_forget_me_heard_after_a_partial_replay_drops_the_users_replayed
             raise ConnectionRefusedError("the database went away")
         return await apply_all(*args, **kwargs)
 
-    monkeypatch.setattr(spool_module, "_apply_all", second_fails)
+    # Where DurableSpool.replay looks it up.
+    monkeypatch.setattr(spool_module, "apply_all", second_fails)
     with pytest.raises(ConnectionRefusedError):
         await spool.replay(real)
     assert spool.pending == 1  # Alice's write is stored, Bob's waits
