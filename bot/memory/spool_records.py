@@ -50,16 +50,16 @@ def _validate(record: Any) -> None:
     if op == "upsert":
         for data in record["entries"]:
             entry_from_json(data)
-            carried_row(data)
+            carried_row_created(data)
         for data in record["events"]:
             event_from_json(data)
-        time(record, "started")
+        record_time(record, "started")
     elif op == "clear":
         int(record["channel"])
-        time(record)
+        record_time(record)
     elif op == "forget":
         int(record["user"])
-        time(record)
+        record_time(record)
     elif op == "blank":
         int(record["channel"])
         if "key" in record:  # one key's state only (see DurableSpool.blank_copy)
@@ -68,7 +68,7 @@ def _validate(record: Any) -> None:
         raise ValueError(f"unknown spool operation {op!r}")
 
 
-def time(record: dict[str, Any], field: str = "at") -> datetime | None:
+def record_time(record: dict[str, Any], field: str = "at") -> datetime | None:
     """The time in ``record[field]`` (ISO), or None when it has none."""
     at = record.get(field)
     return datetime.fromisoformat(at) if at is not None else None
@@ -100,9 +100,9 @@ def extend_chain(chain: Chain | None, users: set[int], started: str | None) -> C
     return {"users": earliest, "started": started}
 
 
-def carried_row(data: dict[str, Any]) -> datetime | None:
+def carried_row_created(data: dict[str, Any]) -> datetime | None:
     """The stored row (its creation time) whose text a spooled entry carries, if any."""
-    return time(data, "from_row")
+    return record_time(data, "from_row")
 
 
 def carried_users(data: dict[str, Any]) -> set[int] | None:

@@ -29,11 +29,11 @@ from bot.db.repositories import stm as stm_repo
 from bot.memory.deletion import delete_channel_rows, delete_user_rows
 from bot.memory.model import ScopeKey, StmEntry
 from bot.memory.spool_records import (
-    carried_row,
+    carried_row_created,
     carried_users,
     entry_from_json,
     event_from_json,
-    time,
+    record_time,
 )
 from bot.memory.storage import sqlstate
 
@@ -93,7 +93,7 @@ async def _carries_wiped(
     another user's /forget-me (words another process added to it, unheard here: this
     copy holds none of them) does not count."""
     for entry, data in zip(entries, encoded, strict=True):
-        created_at = carried_row(data)
+        created_at = carried_row_created(data)
         if created_at is None:
             continue
         row = await stm_repo.load_entry(session, entry.key)
@@ -160,7 +160,7 @@ async def _apply(session: AsyncSession, record: dict[str, Any], origin: str) -> 
         entries = [entry_from_json(e) for e in record["entries"]]
         # Never writes back what a /refresh or a /forget-me (in any process, also one
         # this process never heard of) wiped after the turn started.
-        if await stm_repo.writes_refused(session, [(entries, time(record, "started"))]):
+        if await stm_repo.writes_refused(session, [(entries, record_time(record, "started"))]):
             return
         # Nor what was wiped before the turn began, where this process had not heard of
         # it (cut off from the database and the notices, it wrote on its cached copy).
@@ -182,7 +182,7 @@ async def _apply(session: AsyncSession, record: dict[str, Any], origin: str) -> 
         await send_notice(session, stm_notice(origin, stored))
     elif op == "clear":
         channel_id = int(record["channel"])
-        at = time(record)
+        at = record_time(record)
         # The channel's lock is held (see apply_all): the clear time cannot move meanwhile.
         if at is not None:
             known = (await stm_repo.clear_times(session, [channel_id])).get(channel_id)
@@ -201,7 +201,7 @@ async def _apply(session: AsyncSession, record: dict[str, Any], origin: str) -> 
         )
     elif op == "forget":
         user_id = int(record["user"])
-        at = time(record)
+        at = record_time(record)
         # The forget lock is held exclusively (see apply_all): no other /forget-me is
         # recorded meanwhile.
         if at is not None:
