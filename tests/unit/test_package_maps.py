@@ -18,5 +18,5 @@ def test_the_package_docstring_maps_every_module(package: ModuleType) -> None:
     folder = Path(package.__file__ or "").parent
     modules = {p.stem for p in folder.glob("*.py") if p.stem != "__init__"}
     modules |= {p.parent.name + "/" for p in folder.glob("*/__init__.py")}
-    named = set(re.findall(r"^ {4}(\S+)\s{2,}", package.__doc__ or "", re.M))
+    named = set(re.findall(r"^ *([\w/]+) {2,}\S", package.__doc__ or "", re.M))
     assert named == modules
