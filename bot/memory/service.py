@@ -1295,8 +1295,7 @@ class MemoryService:
         always_on: tuple[int, bool] | None = None,
         **changes: Any,
     ) -> GuildConfig:
-        """Change a guild's settings in one transaction (all or nothing); ``always_on``
-        marks one channel as answering every message, or unmarks it."""
+        """Change a guild's settings (see :meth:`GuildSettings.update`)."""
         return await self._guilds.update(guild_id, actor_user_id, always_on=always_on, **changes)
 
     async def set_always_on(
