@@ -339,7 +339,7 @@ async def sync(settings: Settings, token: str) -> int:
 
     database = Database(settings)
     await _migrate(database)
-    bot = build_bot(settings, database=database, janitor=False, spool=False)
+    bot = build_bot(settings, database=database, janitor=False, spool=False, serve_metrics=False)
     try:
         async with bot:
             await _discord_call(bot.login(token))

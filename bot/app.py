@@ -28,6 +28,7 @@ from bot.memory.longterm import LongTermService
 from bot.memory.service import MemoryService
 from bot.memory.spool import DurableSpool, spool_path
 from bot.memory.summarizer import Summarizer
+from bot.metrics import Metrics, MetricsServer
 from bot.turn import TurnRunner
 
 log = logging.getLogger(__name__)
@@ -76,6 +77,7 @@ class KiokuBot(commands.Bot):
         clock: Clock | None = None,
         janitor: bool = True,
         spool: bool = True,
+        serve_metrics: bool = True,
         **options: Any,
     ) -> None:
         intents = discord.Intents.default()
@@ -96,6 +98,9 @@ class KiokuBot(commands.Bot):
         self._janitor = janitor
         self._use_spool = spool
         self._background: set[asyncio.Task[Any]] = set()
+        self.metrics = Metrics()
+        self._serve_metrics_endpoint = serve_metrics
+        self._metrics_server: MetricsServer | None = None
 
     async def setup_hook(self) -> None:
         # discord.py runs this inside login(), where an OSError would pass for the
@@ -129,11 +134,17 @@ class KiokuBot(commands.Bot):
         self.longterm = LongTermService(
             self.database.sessions, self.settings, self.clock, spool=self.spool
         )
-        self.turns = TurnRunner(self.memory, self.llm, self.settings, longterm=self.longterm)
+        self.turns = TurnRunner(
+            self.memory, self.llm, self.settings, longterm=self.longterm, metrics=self.metrics
+        )
         self.summarizer = self.turns.summarizer
         install_error_handler(self.tree)
         for extension in EXTENSIONS:
             await self.load_extension(extension)
+        self._watch_state()
+        # `kioku sync` runs next to the serving bot, whose port it must leave alone.
+        if self.settings.metrics.port and self._serve_metrics_endpoint:
+            await self._serve_metrics()
         if self._janitor:
             self.spawn(run_janitor(self.memory), name="janitor")
         if self.spool is not None:
@@ -143,6 +154,44 @@ class KiokuBot(commands.Bot):
                 ),
                 name="spool-replayer",
             )
+
+    def _watch_state(self) -> None:
+        """Gauges read at each scrape: the state of what this bot owns."""
+        memory, gauge = self.memory, self.metrics.gauge
+        gauge("kioku_stm_cache_entries", "Short-term memories cached", lambda: len(memory.cache))
+        gauge(
+            "kioku_spool_pending",
+            "Memory operations waiting in the spool for the database",
+            lambda: memory.pending_sync,
+        )
+        gauge(
+            "kioku_cache_notices_heard",
+            "1 while other processes' cache notices are heard (0: reading through)",
+            lambda: float(memory.hearing_notices),
+        )
+        gauge(
+            "kioku_database_failing",
+            "1 while the database has failed and not answered since",
+            lambda: float(memory.database_failing),
+        )
+        gauge("kioku_guilds", "Servers this process serves", lambda: len(self.guilds))
+        gauge(
+            "kioku_gateway_latency_seconds",
+            "Discord gateway heartbeat latency (NaN before the first heartbeat)",
+            lambda: self.latency,
+        )
+
+    async def _serve_metrics(self) -> None:
+        host, port = self.settings.metrics.host, self.settings.metrics.port
+        server = MetricsServer(self.metrics)
+        try:
+            await server.start(host, port)
+        except OSError as exc:
+            raise StartupFailed(
+                f"cannot serve metrics on {host}:{port} ({exc.strerror or exc}); "
+                "set KIOKU_METRICS__PORT to a free port, or 0 to turn metrics off"
+            ) from exc
+        self._metrics_server = server
 
     def _listener_reset(self) -> None:
         """The notice connection came back: the cache may have missed notices, and the
@@ -200,6 +249,8 @@ class KiokuBot(commands.Bot):
             await self.unload_extension(extension)
         if hasattr(self, "turns"):
             await self.turns.stop(SUMMARY_SHUTDOWN_GRACE_SECONDS)
+        if self._metrics_server is not None:
+            await self._metrics_server.close()
         for task in list(self._background):
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
@@ -231,6 +282,7 @@ def build_bot(
     clock: Clock | None = None,
     janitor: bool = True,
     spool: bool = True,
+    serve_metrics: bool = True,
     shard_ids: Sequence[int] | None = None,
     shard_count: int | None = None,
 ) -> KiokuBot:
@@ -238,13 +290,21 @@ def build_bot(
     ``shard_ids`` it runs those shards of ``shard_count`` in this process; other
     processes may run the rest against the same PostgreSQL."""
     if shard_ids is None:
-        return KiokuBot(settings, database=database, clock=clock, janitor=janitor, spool=spool)
+        return KiokuBot(
+            settings,
+            database=database,
+            clock=clock,
+            janitor=janitor,
+            spool=spool,
+            serve_metrics=serve_metrics,
+        )
     return ShardedKiokuBot(
         settings,
         database=database,
         clock=clock,
         janitor=janitor,
         spool=spool,
+        serve_metrics=serve_metrics,
         shard_ids=list(shard_ids),
         shard_count=shard_count,
     )

@@ -174,6 +174,13 @@ class DatabaseSettings(Section):
     connect_timeout_seconds: Annotated[float, Field(gt=0, le=120)] = 10.0
 
 
+class MetricsSettings(Section):
+    """The Prometheus endpoint (``/metrics``); off while ``port`` is 0."""
+
+    host: Annotated[str, Field(min_length=1, max_length=255)] = "127.0.0.1"
+    port: Annotated[int, Field(ge=0, le=65535)] = 0
+
+
 class Settings(BaseSettings):
     """The one settings object. Construct with :func:`load_settings`."""
 
@@ -207,6 +214,7 @@ class Settings(BaseSettings):
     llm: LlmSettings = Field(default_factory=LlmSettings)
     longterm: LongTermSettings = Field(default_factory=LongTermSettings)
     database: DatabaseSettings = Field(default_factory=DatabaseSettings)
+    metrics: MetricsSettings = Field(default_factory=MetricsSettings)
 
     @field_validator("discord_token")
     @classmethod
@@ -670,7 +678,7 @@ def _not_json_line(exc: Exception) -> str:
 
 
 _CONVENTIONAL = ("DISCORD_TOKEN", "DATABASE_URL", "OPENAI_API_KEY", "OPENAI_BASE_URL")
-_SECTIONS = ("stm", "llm", "longterm", "database")
+_SECTIONS = ("stm", "llm", "longterm", "database", "metrics")
 
 _TOP_LEVEL_ENV = {
     "discord_token": "DISCORD_TOKEN",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -41,6 +42,7 @@ from bot.memory.summarizer import (
     ignored_nudges,
 )
 from bot.memory.turn import TurnState
+from bot.metrics import Metrics, TurnOutcome
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +101,7 @@ class TurnReply:
     # by a /refresh or its author's /forget-me while the turn waited): no model call, and
     # ``text`` is empty.
     unanswered: bool = False
+    outcome: TurnOutcome = "answered"
 
 
 # Room kept for tool schemas.
@@ -203,13 +206,17 @@ class TurnRunner:
         *,
         longterm: LongTermService,
         persona: str | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.memory = memory
+        self.metrics = metrics or Metrics()
         self.client = client
         self.settings = settings
         self.persona = persona or load_persona(settings.persona_file)
         self.caps = capabilities(settings.provider)
-        self.summarizer = Summarizer(memory, client, settings)
+        self.summarizer = Summarizer(
+            memory, client, settings, on_outcome=lambda o: self.metrics.summary_ran(o.status)
+        )
         self.longterm = longterm
         # (user, guild, channel, opted in) known to show no long-term facts: most users never
         # ask the bot to remember anything, and their warm turns then need no query.
@@ -223,6 +230,20 @@ class TurnRunner:
         )
 
     async def run(self, request: TurnRequest) -> TurnReply:
+        """The reply to ``request`` (see the module docstring); counted in the metrics."""
+        began = time.perf_counter()
+        self.metrics.turns_in_progress.inc()
+        try:
+            reply = await self._run(request)
+        except Exception:
+            self.metrics.turn_ended("error")
+            raise
+        finally:
+            self.metrics.turns_in_progress.dec()
+        self.metrics.turn_ended(reply.outcome, time.perf_counter() - began)
+        return reply
+
+    async def _run(self, request: TurnRequest) -> TurnReply:
         intent = explicit_long_term_intent(
             request.content,
             bot_user_id=request.bot_user_id,
@@ -256,7 +277,7 @@ class TurnRunner:
             # Without its message the conversation ends with an earlier one (answered
             # again, as if it were this member's) or with nothing at all.
             log.info("turn %s: its message was deleted or wiped meanwhile", turn.turn_id)
-            return TurnReply("", failed=True, turn=turn, unanswered=True)
+            return TurnReply("", failed=True, turn=turn, unanswered=True, outcome="unanswered")
         prompt = assemble(replace(prepared.prompt, window=window))
         messages, whole_history = self._messages(
             request, prompt, prepared.prompt.now, intent=intent
@@ -272,6 +293,7 @@ class TurnRunner:
         async def stm_tool(raw: str | None) -> ToolOutcome:
             outcome = await run_stm_tool(self.memory, turn, raw)
             stm_results.append(outcome.content)
+            self.metrics.stm_tool_called(outcome.content)
             return outcome
 
         registry = {STM_TOOL_NAME: ToolSpec(stm_tool_definition(turn.config), stm_tool)}
@@ -303,7 +325,11 @@ class TurnRunner:
         except LlmUnavailable as exc:
             log.warning("turn %s: model unavailable (%s)", turn.turn_id, exc.__class__.__name__)
             return TurnReply(
-                exc.user_message, failed=True, stm_results=tuple(stm_results), turn=turn
+                exc.user_message,
+                failed=True,
+                stm_results=tuple(stm_results),
+                turn=turn,
+                outcome="llm_unavailable",
             )
         if result.tools_refused and self.caps.tool_calling:
             # Until a restart this process treats the provider as tool-less: no tools are
@@ -317,7 +343,9 @@ class TurnRunner:
                     " (cut off at max_reply_tokens)" if result.truncated else "",
                 )
             text = result.text or FALLBACK_REPLY
-            return TurnReply(text, failed=True, stm_results=tuple(stm_results), turn=turn)
+            return TurnReply(
+                text, failed=True, stm_results=tuple(stm_results), turn=turn, outcome="gave_up"
+            )
         self.memory.record_bot_turn(turn)
         self._maybe_summarize(turn)
         return TurnReply(result.text, stm_results=tuple(stm_results), turn=turn)

@@ -272,6 +272,7 @@ class Chat(commands.Cog):
         taken, rather than an answer long after."""
         channel = message.channel
         log.debug("turned away a message in channel %s: too many turns waiting", channel.id)
+        self.bot.metrics.turn_ended("turned_away")
         if not _may_react(channel):
             return
         try:

@@ -1217,6 +1217,16 @@ class MemoryService:
         self._users_hydrated.clear()
 
     @property
+    def hearing_notices(self) -> bool:
+        """Whether other processes' notices reach this one (else every use reads)."""
+        return not self._ledger.deaf
+
+    @property
+    def database_failing(self) -> bool:
+        """The database failed and has not answered since."""
+        return self._ledger.database_down()
+
+    @property
     def pending_sync(self) -> int:
         """Operations waiting in the spool for the database."""
         return self.spool.pending if self.spool is not None else 0

@@ -48,7 +48,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -413,11 +413,18 @@ class Summarizer:
     """Runs summaries for the memory service; one instance per bot (``bot.summarizer``)."""
 
     def __init__(
-        self, memory: MemoryService, client: openai.AsyncOpenAI, settings: Settings
+        self,
+        memory: MemoryService,
+        client: openai.AsyncOpenAI,
+        settings: Settings,
+        *,
+        on_outcome: Callable[[SummaryOutcome], None] | None = None,
     ) -> None:
         self.memory = memory
         self.client = client
         self.settings = settings
+        # Told of every run's outcome (the bot's metrics count them).
+        self._on_outcome = on_outcome
         self._running: set[int] = set()
 
     def is_running(self, channel_id: int) -> bool:
@@ -439,7 +446,7 @@ class Summarizer:
         update, and in a DM the memory is theirs. ``reason`` is only logged.
         """
         if channel_id in self._running:
-            self._log(channel_id, reason, SummaryOutcome("busy"))
+            self._report(channel_id, reason, SummaryOutcome("busy"))
             return SummaryOutcome("busy")
         self._running.add(channel_id)
         try:
@@ -451,10 +458,12 @@ class Summarizer:
             )
         finally:
             self._running.discard(channel_id)
-        self._log(channel_id, reason, outcome)
+        self._report(channel_id, reason, outcome)
         return outcome
 
-    def _log(self, channel_id: int, reason: str, outcome: SummaryOutcome) -> None:
+    def _report(self, channel_id: int, reason: str, outcome: SummaryOutcome) -> None:
+        if self._on_outcome is not None:
+            self._on_outcome(outcome)
         level = logging.WARNING if outcome.status == "failed" else logging.INFO
         log.log(
             level,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -527,6 +528,24 @@ def test_a_local_failure_of_the_bots_start_up_is_not_blamed_on_discord(
     assert lines[-1].startswith(f"kioku: start-up failed: cannot use {data / 'spool'}: "), lines
     assert lines[-1].endswith(f"(in the data folder {data}, KIOKU_DATA_DIR)"), lines
     assert "Discord" not in lines[-1], lines
+
+
+def test_a_metrics_port_in_use_stops_start_up_with_one_line(
+    pg_url: URL,
+    migrated_database: Database,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        code = _run_without_discord(monkeypatch, pg_url, tmp_path, KIOKU_METRICS__PORT=str(port))
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert code == 1
+    assert lines[-1].startswith(
+        f"kioku: start-up failed: cannot serve metrics on 127.0.0.1:{port} "
+    )
+    assert lines[-1].endswith("set KIOKU_METRICS__PORT to a free port, or 0 to turn metrics off")
 
 
 def test_a_second_run_on_a_data_folder_in_use_stops_before_anything_starts(

@@ -118,6 +118,12 @@ def test_well_known_variables_are_read(monkeypatch: pytest.MonkeyPatch) -> None:
             "invalid setting llm.max_waiting_turns (KIOKU_LLM__MAX_WAITING_TURNS) = '101': ",
         ),
         ("KIOKU_LLM__MAX_WAITING_TURNS", "-1", "(allowed: integer 0–100)"),
+        (
+            "KIOKU_METRICS__PORT",
+            "70000",
+            "invalid setting metrics.port (KIOKU_METRICS__PORT) = '70000': ",
+        ),
+        ("KIOKU_METRICS__PORT", "http", "Input should be a valid integer"),
     ],
 )
 def test_bad_values_give_one_clear_line(

@@ -1,0 +1,141 @@
+"""Prometheus metrics: what an operator watches while the bot runs.
+
+Counters are kept by the code that sees the event (the turn runner, the chat cog, the
+summarizer); the state of memory (cache size, the spool, the notice listener, the
+database) is read when Prometheus scrapes, so the memory core stays free of them.
+
+No label holds a guild, channel or user id, nor any text: metrics leave the machine,
+and one series per channel would grow without bound. Every bot has its own registry,
+so several in one process (tests, two shards' worth of services) never collide.
+
+``[metrics] port`` (``KIOKU_METRICS__PORT``) turns the ``/metrics`` endpoint on; it is
+off by default and listens on localhost unless ``[metrics] host`` says otherwise.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from collections.abc import Callable
+from typing import Literal
+
+from aiohttp import web
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+
+log = logging.getLogger(__name__)
+
+TurnOutcome = Literal[
+    "answered", "gave_up", "llm_unavailable", "unanswered", "error", "turned_away"
+]
+StmToolResult = Literal["saved", "pending_sync", "rejected"]
+
+# A turn is mostly the model's answer: from a local model's first token to a slow
+# hosted one's long tool loop.
+TURN_SECONDS_BUCKETS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0, 120.0)
+
+
+def stm_tool_result(told: str) -> StmToolResult:
+    """What the STM tool told the model, as a metric label (``saved``, ``saved, pending
+    sync``, or anything else: a rejection or an argument error)."""
+    if told.startswith("saved, pending sync"):
+        return "pending_sync"
+    if told.startswith("saved"):
+        return "saved"
+    return "rejected"
+
+
+class Metrics:
+    """The bot's metrics, in a registry of its own."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.turns = Counter(
+            "kioku_turns",
+            "Turns by how they ended: answered, gave_up (fallback reply), llm_unavailable, "
+            "unanswered (message gone), error, turned_away (channel queue full)",
+            ["outcome"],
+            registry=self.registry,
+        )
+        self.turn_seconds = Histogram(
+            "kioku_turn_duration_seconds",
+            "Time from a turn's start to its reply text, model calls included",
+            buckets=TURN_SECONDS_BUCKETS,
+            registry=self.registry,
+        )
+        self.turns_in_progress = Gauge(
+            "kioku_turns_in_progress",
+            "Turns between their start and their reply text",
+            registry=self.registry,
+        )
+        self.stm_tool_calls = Counter(
+            "kioku_stm_tool_calls",
+            "update_short_term_memory calls by what the model was told",
+            ["result"],
+            registry=self.registry,
+        )
+        self.summaries = Counter(
+            "kioku_summaries",
+            "Summarizer runs by status (updated, nothing_new, busy, disabled, failed, empty)",
+            ["status"],
+            registry=self.registry,
+        )
+
+    def turn_ended(self, outcome: TurnOutcome, seconds: float | None = None) -> None:
+        self.turns.labels(outcome).inc()
+        if seconds is not None:
+            self.turn_seconds.observe(seconds)
+
+    def stm_tool_called(self, told: str) -> None:
+        self.stm_tool_calls.labels(stm_tool_result(told)).inc()
+
+    def summary_ran(self, status: str) -> None:
+        self.summaries.labels(status).inc()
+
+    def gauge(self, name: str, documentation: str, read: Callable[[], float]) -> None:
+        """A value read at each scrape (the state of something this bot owns)."""
+        Gauge(name, documentation, registry=self.registry).set_function(read)
+
+    def render(self) -> bytes:
+        """The registry in Prometheus' text format."""
+        return generate_latest(self.registry)
+
+
+class MetricsServer:
+    """Serves ``GET /metrics`` on the bot's own event loop (no thread, stopped at close)."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self._metrics = metrics
+        self._runner: web.AppRunner | None = None
+        self.port: int | None = None
+
+    async def start(self, host: str, port: int) -> None:
+        """Listen on ``host:port`` (port 0: any free one; :attr:`port` tells which)."""
+        app = web.Application()
+        app.router.add_get("/metrics", self._serve)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        try:
+            sock = socket.create_server((host, port))
+        except OSError:
+            await runner.cleanup()
+            raise
+        self.port = sock.getsockname()[1]
+        await web.SockSite(runner, sock).start()
+        self._runner = runner
+        log.info("metrics on http://%s:%d/metrics", host, self.port)
+
+    async def _serve(self, request: web.Request) -> web.Response:
+        body = self._metrics.render()
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def close(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
