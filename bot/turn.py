@@ -27,8 +27,9 @@ from bot.llm.tool_loop import FALLBACK_REPLY, LlmUnavailable, ToolSpec, run_tool
 from bot.llm.tools.base import ToolOutcome
 from bot.llm.tools.longterm import LONG_TERM_TOOL_NAMES, long_term_tools
 from bot.llm.tools.stm import STM_TOOL_NAME, run_stm_tool, stm_tool_definition
+from bot.memory.fact_visibility import ChannelFilter
 from bot.memory.intent import explicit_long_term_intent
-from bot.memory.longterm import ChannelFilter, LongTermService
+from bot.memory.longterm import LongTermService
 from bot.memory.model import RawMessage
 from bot.memory.prompt import AssembledPrompt, assemble
 from bot.memory.sanitize import strip_control_chars

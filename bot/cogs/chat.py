@@ -30,7 +30,7 @@ from bot.cogs.history import WIPED_WHILE_ANSWERING, backfill, belongs_in_window,
 from bot.cogs.refresh import REFRESH_MARKER_PREFIX
 from bot.cogs.replies import DISCORD_LIMIT, split_reply
 from bot.cogs.visibility import DirectView, OnlyHere, ServerView, place_of
-from bot.memory.longterm import ChannelView
+from bot.memory.fact_visibility import ChannelView
 from bot.memory.model import StmEntry
 from bot.memory.service import LabelFor
 from bot.memory.singleflight import KeyedQueues, finish_or_cancel

@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING
 
 import discord
 
-from bot.memory.longterm import ChannelView, Place
+from bot.memory.fact_visibility import ChannelView
+from bot.memory.longterm import Place
 
 if TYPE_CHECKING:
     from bot.cogs.chat import Chat

@@ -6,17 +6,18 @@ The one path through which facts are stored, recalled and deleted (SPEC §6):
   (``sanitize_value`` with ``max_fact_chars``: secrets redacted, control characters
   dropped, cut to 500 characters); empty after that means refused. A near-duplicate of
   a fact the user made in the same place replaces that fact instead of adding a row
-  (:func:`is_near_duplicate`). At most ``max_facts_per_user`` facts are kept: adding
-  one more evicts the least-recalled, oldest first. Every change writes an audit event
-  (``ltm_remember``, ``ltm_forget``, ``ltm_evict``, ``ltm_clear``) without the text.
+  (:func:`~bot.memory.near_duplicates.is_near_duplicate`). At most
+  ``max_facts_per_user`` facts are kept: adding one more evicts the least-recalled,
+  oldest first. Every change writes an audit event (``ltm_remember``, ``ltm_forget``,
+  ``ltm_evict``, ``ltm_clear``) without the text.
 * **Recalling** (:meth:`LongTermService.recall_notes`): the user's facts visible here,
   ranked by how many of the message's words they hold, then PostgreSQL full-text rank
   (words of other scripts than Latin also as substrings, for languages written without
   spaces) plus recency, within ``recall_char_budget`` characters. Facts made in a server
   are recalled in that server only; in DMs, DM facts always and server facts only if
   the user opted in to cross-context memory; never in a channel more public than where
-  they were said (:class:`ChannelView`). Every recalled fact has its recall counter
-  bumped.
+  they were said (:class:`~bot.memory.fact_visibility.ChannelView`). Every recalled
+  fact has its recall counter bumped.
 * **Forgetting** by words (:meth:`LongTermService.forget`) deletes the one visible fact
   holding every word of the query; several such facts are returned, not guessed at.
 
@@ -30,10 +31,8 @@ import contextlib
 import itertools
 import logging
 import math
-import re
 import sys
-from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
@@ -46,15 +45,15 @@ from bot.db.repositories import longterm as repo
 from bot.db.repositories import stm as stm_repo
 from bot.db.repositories.longterm import FactCursor
 from bot.memory.clock import Clock, SystemClock
+from bot.memory.fact_visibility import ChannelFilter, hidden_fact_ids
 from bot.memory.model import Fact, FactEvent, Place, Provenance, ScoredFact
+from bot.memory.near_duplicates import is_near_duplicate
 from bot.memory.sanitize import sanitize_value
-from bot.memory.search_words import STOP_WORDS, SearchWords
+from bot.memory.search_words import SearchWords
 from bot.memory.spool import DurableSpool
 from bot.memory.storage import storage
 
 __all__ = [
-    "ChannelFilter",
-    "ChannelView",
     "Fact",
     "FactCursor",
     "FactPage",
@@ -63,8 +62,6 @@ __all__ = [
     "LongTermService",
     "Place",
     "RememberResult",
-    "is_near_duplicate",
-    "normalized_tokens",
 ]
 
 log = logging.getLogger(__name__)
@@ -74,71 +71,10 @@ EVENT_FORGET = "ltm_forget"
 EVENT_EVICT = "ltm_evict"
 EVENT_CLEAR = "ltm_clear"
 
-JACCARD_THRESHOLD = 0.8
-SUBJECT_MAX_VALUE_WORDS = 6
 RECALL_CANDIDATES = 50
 SEARCH_LIMIT = 10
 # Users whose last save this process remembers (see LongTermService.saves).
 SAVE_COUNTERS = 100_000
-
-_TOKEN = re.compile(r"\w+", re.UNICODE)
-# Spelling variants that should not make two statements of one fact look different.
-_CANONICAL = {"named": "called", "favourite": "favorite", "colour": "color"}
-_CONTRACTIONS = tuple(
-    (re.compile(pattern), replacement)
-    for pattern, replacement in (
-        (r"\bcan't\b", "can not"),
-        (r"\bwon't\b", "will not"),
-        (r"n't\b", " not"),
-        (r"\bi'm\b", "i am"),
-        (r"'re\b", " are"),
-        (r"'ve\b", " have"),
-        (r"'ll\b", " will"),
-        (r"'d\b", " would"),
-    )
-)
-# Words whose presence or absence alone does not make another fact ("The user's cat…"
-# is "User's cat…"); anything else that differs does, pronouns and directions included
-# ("she works at…" and "he works at…" are about two people).
-_NOT_FILLER_TEXT = """
-    i me my myself we our ours you your yours yourself he him his she her hers it its
-    they them their theirs this that these those who whom
-    before after on off over under in out up down
-"""
-_NOT_FILLER = frozenset(_NOT_FILLER_TEXT.split())
-_FILLER = (STOP_WORDS | {"user", "users", "s", "also", "really", "still"}) - _NOT_FILLER
-# Words that bind a subject to its value: "<subject> is/are/called <value>".
-_BINDERS = frozenset({"is", "are", "am", "was", "were", "called"})
-# Subjects that name one value at a time: a new value replaces the old one. Only words
-# whose value is one name, number or date; "my job is boring" / "my job is remote" or
-# "my address is long" / "my address is in Lyon" describe one thing twice and are two
-# facts, so job and address are not here.
-_SINGLE_VALUED = frozenset(
-    {
-        "name",
-        "names",
-        "nickname",
-        "username",
-        "handle",
-        "pronouns",
-        "birthday",
-        "birthdate",
-        "age",
-        "favorite",
-        "timezone",
-        "tz",
-        "email",
-        "phone",
-    }
-)
-# Words that start another statement: an extension holding one is more than a longer
-# value ("my name is Ann" / "my name is Ann and I like cats").
-_CLAUSE_WORDS = _BINDERS | _NOT_FILLER | {"and", "but", "or", "because", "so", "with"}
-# What separates two statements in the text between two words ("my age is 34, vegan
-# since 2019"): an extension after one is another statement, not a longer value. A dot
-# or colon only before a space ("ann@x.com" and "10:30" are one value), a hyphen only
-# between spaces ("Ann-Marie" is one name); "UTC+2" and "she/her" are one value.
-_STATEMENT_SEPARATOR = re.compile(r"[,;!?()\[\]{}|&\u2014\u2013\u2026\n]|[.:]\s|\s-\s")
 
 
 FORGOTTEN_MEANWHILE = (
@@ -220,102 +156,6 @@ class FactPage:
     def last(self) -> FactCursor | None:
         """Where the page ends (for the page after it), None when empty."""
         return (self.facts[-1].updated_at, self.facts[-1].id) if self.facts else None
-
-
-# ------------------------------------------------------------------ near-duplicates
-
-
-def normalized_tokens(text: str) -> list[str]:
-    """``text`` case-folded, without punctuation or extra whitespace, as words (a few
-    spelling variants made canonical: ``named`` → ``called``, ``colour`` → ``color``;
-    contractions spelt out: ``I'm`` → ``i am``, ``don't`` → ``do not``)."""
-    return _words(text)[0]
-
-
-def _words(text: str) -> tuple[list[str], list[bool]]:
-    """:func:`normalized_tokens`, and for each word whether a statement separator
-    (``,`` ``;`` ``. `` ``—``…) stands between it and the word before."""
-    folded = text.casefold().replace("\u2019", "'")
-    for pattern, replacement in _CONTRACTIONS:
-        folded = pattern.sub(replacement, folded)
-    words: list[str] = []
-    separated: list[bool] = []
-    end = 0
-    for match in _TOKEN.finditer(folded):
-        words.append(_CANONICAL.get(match.group(), match.group()))
-        gap = folded[end : match.start()] if end else ""  # none before the first word
-        separated.append(_STATEMENT_SEPARATOR.search(gap) is not None)
-        end = match.end()
-    return words, separated
-
-
-def _jaccard(a: Sequence[str], b: Sequence[str]) -> float:
-    left, right = set(a), set(b)
-    return len(left & right) / len(left | right)
-
-
-def _same_subject_new_value(
-    a: Sequence[str], b: Sequence[str], separated_a: Sequence[bool], separated_b: Sequence[bool]
-) -> bool:
-    prefix = 0
-    for left, right in zip(a, b, strict=False):
-        if left != right:
-            break
-        prefix += 1
-    rest_a, rest_b = a[prefix:], b[prefix:]
-    if prefix < 2 or (not rest_a and not rest_b):
-        return False
-    if max(len(rest_a), len(rest_b)) > SUBJECT_MAX_VALUE_WORDS:
-        return False
-    shared = a[:prefix]
-    binder = next((i for i, word in enumerate(shared) if i > 0 and word in _BINDERS), None)
-    if binder is None:
-        return False
-    subject = shared[:binder]
-    names_a_value = "called" in shared[binder:] or any(word in _SINGLE_VALUED for word in subject)
-    if rest_a and rest_b:
-        return names_a_value
-    # One value extends the other ("my timezone is UTC" / "my timezone is UTC+2"): the
-    # same single value restated, as long as the shorter one has a value at all and the
-    # extra words continue it rather than start another statement - by a clause word
-    # ("…and I like cats") or after a separator ("my age is 34, vegan since 2019": the
-    # shorter fact would overwrite the diet).
-    extra = rest_a or rest_b
-    separated = (separated_a if rest_a else separated_b)[prefix:]
-    has_value = binder + 1 < prefix
-    return (
-        names_a_value
-        and has_value
-        and not any(word in _CLAUSE_WORDS for word in extra)
-        and not any(separated)
-    )
-
-
-def is_near_duplicate(new: str, old: str) -> bool:
-    """Whether remembering ``new`` should replace ``old`` rather than add a fact.
-
-    Two rules, on :func:`normalized_tokens`:
-
-    1. **Same words:** the word sets overlap by a Jaccard index of at least 0.8 and
-       the words that differ are all function words ("My cat is called Miso." / "my
-       cat is called miso!", "I am vegan" / "I'm not vegan"). One differing word that
-       carries meaning (cat / dog, sister / brother, Tom / Ben, 2 / 3) makes two facts.
-    2. **Same subject, new value:** both say "<subject> <is/are/called…> <value>" with
-       the same words up to a short value (at most six words each), where the value
-       is a name ("my cat is called Miso" / "my cat is named Tofu") or the subject is
-       single-valued ("my favourite colour is blue" / "my favorite color is green";
-       name, email, timezone, birthday, age, phone, favourite X…). One value may extend
-       the other ("my timezone is UTC" / "my timezone is UTC+2") unless the extra words
-       start another statement ("…and I like cats", "…, allergic to peanuts"): restating
-       part of a fact must not overwrite the rest. "my cat is black" and "my cat is
-       fat" are two facts, and so are "my job is boring" and "my job is remote".
-    """
-    (a, separated_a), (b, separated_b) = _words(new), _words(old)
-    if not a or not b:  # no words at all (emoji only): only the same text is a duplicate
-        return " ".join(new.casefold().split()) == " ".join(old.casefold().split())
-    if _jaccard(a, b) >= JACCARD_THRESHOLD and set(a) ^ set(b) <= _FILLER:
-        return True
-    return _same_subject_new_value(a, b, separated_a, separated_b)
 
 
 # ------------------------------------------------------------------ the service
@@ -519,7 +359,7 @@ class LongTermService:
                     limit=SEARCH_LIMIT,
                     all_words=True,
                     whole_words=True,
-                    hidden=await _hidden(session, user_id, guild_id, opted_in, may_show),
+                    hidden=await hidden_fact_ids(session, user_id, guild_id, opted_in, may_show),
                 )
                 if len(hits) != 1:
                     return ForgetResult(candidates=tuple(hit.fact for hit in hits))
@@ -594,7 +434,7 @@ class LongTermService:
                 words=SearchWords.of(query_text),
                 now=now,
                 limit=RECALL_CANDIDATES,
-                hidden=await _hidden(session, user_id, guild_id, opted_in, may_show),
+                hidden=await hidden_fact_ids(session, user_id, guild_id, opted_in, may_show),
             )
             chosen = _within_budget(hits, budget)
             await repo.bump_recall(session, (fact.id for fact in chosen), now)
@@ -627,7 +467,7 @@ class LongTermService:
                 limit=limit,
                 matched_only=True,
                 whole_words=True,
-                hidden=await _hidden(session, user_id, guild_id, opted_in, may_show),
+                hidden=await hidden_fact_ids(session, user_id, guild_id, opted_in, may_show),
             )
             await repo.bump_recall(session, (hit.fact.id for hit in hits), now)
         return [hit.fact for hit in hits]
@@ -716,79 +556,6 @@ class LongTermService:
                 or needle in fact.content.casefold()
             ]
         return facts[:limit]
-
-
-# Whether what was said in a given channel may be shown where the turn happens: never in
-# a channel more public than where it was said (the same rule as other channels' STM).
-ChannelFilter = Callable[[int], bool]
-
-
-class ChannelView(ABC):
-    """A :data:`ChannelFilter` from a caller that knows the places (the chat cog knows
-    Discord's channels and permissions), which can also judge a long-term fact by all
-    its :class:`Place` recorded: a fact said in a thread Discord no longer shows (an
-    archived thread is not cached) or in a channel since deleted.
-
-    ``here`` is where the turn happens, recorded with the facts saved in it."""
-
-    here: Place | None = None
-
-    @abstractmethod
-    def __call__(self, channel_id: int, /) -> bool:
-        """Whether what was said in ``channel_id`` may be shown here."""
-
-    def shows(self, guild_id: int | None, place: Place) -> bool:
-        """Whether a fact said at ``place`` in ``guild_id`` may be shown here (by
-        default, as its channel)."""
-        return self(place.channel_id)
-
-
-def may_show_place(may_show: ChannelFilter | None, guild_id: int | None, place: Place) -> bool:
-    """``may_show``'s verdict on a fact said at ``place`` (anything, without a filter)."""
-    if may_show is None:
-        return True
-    if isinstance(may_show, ChannelView):
-        return may_show.shows(guild_id, place)
-    return may_show(place.channel_id)
-
-
-def visible_here(
-    fact: Fact, guild_id: int | None, *, opted_in: bool, may_show: ChannelFilter | None
-) -> bool:
-    """Whether ``fact`` may be shown where a turn happens (the recall rules: a server's
-    facts in that server, DM facts in DMs, a server's in DMs only when opted in; never
-    from a channel more private than this one)."""
-    if guild_id is not None and fact.guild_id != guild_id:
-        return False
-    if guild_id is None and fact.guild_id is not None and not opted_in:
-        return False
-    place = fact.place
-    return place is None or may_show_place(may_show, fact.guild_id, place)
-
-
-async def _hidden(
-    session: AsyncSession,
-    user_id: int,
-    guild_id: int | None,
-    opted_in: bool,
-    may_show: ChannelFilter | None,
-) -> list[int]:
-    """The ids of the user's facts in scope that ``may_show`` keeps from this channel.
-    Found before searching, so the search's limit counts only facts that may be shown
-    (ten private matches must not hide a visible one); each place is judged once."""
-    if may_show is None:
-        return []
-    verdicts: dict[tuple[int | None, Place], bool] = {}
-    hidden: list[int] = []
-    for fact_id, fact_guild, place in await repo.fact_places(
-        session, user_id, guild_id, opted_in=opted_in
-    ):
-        shown = verdicts.get((fact_guild, place))
-        if shown is None:
-            shown = verdicts[(fact_guild, place)] = may_show_place(may_show, fact_guild, place)
-        if not shown:
-            hidden.append(fact_id)
-    return hidden
 
 
 def _within_budget(hits: Sequence[ScoredFact], budget: int) -> list[Fact]:

@@ -22,8 +22,8 @@ from bot.llm.tools.longterm import (
     recall_definition,
     remember_definition,
 )
-from bot.memory.longterm import is_near_duplicate
 from bot.memory.model import Fact
+from bot.memory.near_duplicates import is_near_duplicate
 
 # ------------------------------------------------------------------ definitions
 

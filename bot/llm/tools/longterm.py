@@ -25,15 +25,13 @@ from bot.llm.tools.arguments import (
     require_string,
 )
 from bot.llm.tools.base import ToolArgumentError, ToolOutcome
+from bot.memory.fact_visibility import ChannelFilter, ChannelView, visible_here
 from bot.memory.longterm import (
     SEARCH_LIMIT,
-    ChannelFilter,
-    ChannelView,
     Fact,
     FactRefused,
     LongTermService,
     Place,
-    visible_here,
 )
 from bot.memory.model import Provenance
 from bot.memory.storage import MemoryUnavailable

@@ -1,0 +1,96 @@
+"""Where a long-term fact may be shown: a server's facts in that server, DM facts in
+DMs, a server's in DMs only when the user opted in; never in a channel more public than
+where it was said (SPEC §6).
+
+The memory core knows no Discord channels or permissions: a caller that does (the chat
+cog) passes a :data:`ChannelFilter`, or a :class:`ChannelView` that can also judge the
+:class:`~bot.memory.model.Place` recorded with a fact. The service's recall, search and
+forgetting by words leave out the facts :func:`hidden_fact_ids` names (the server/DM
+scope is the repository's query); the model's tools judge a fact already read with
+:func:`visible_here`. One module, so the two paths cannot disagree on a place.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from bot.db.repositories import longterm as repo
+from bot.memory.model import Fact, Place
+
+__all__ = ["ChannelFilter", "ChannelView", "hidden_fact_ids", "may_show_place", "visible_here"]
+
+# Whether what was said in a given channel may be shown where the turn happens: never in
+# a channel more public than where it was said (the same rule as other channels' STM).
+ChannelFilter = Callable[[int], bool]
+
+
+class ChannelView(ABC):
+    """A :data:`ChannelFilter` from a caller that knows the places (the chat cog knows
+    Discord's channels and permissions), which can also judge a long-term fact by all
+    its :class:`Place` recorded: a fact said in a thread Discord no longer shows (an
+    archived thread is not cached) or in a channel since deleted.
+
+    ``here`` is where the turn happens, recorded with the facts saved in it."""
+
+    here: Place | None = None
+
+    @abstractmethod
+    def __call__(self, channel_id: int, /) -> bool:
+        """Whether what was said in ``channel_id`` may be shown here."""
+
+    def shows(self, guild_id: int | None, place: Place) -> bool:
+        """Whether a fact said at ``place`` in ``guild_id`` may be shown here (by
+        default, as its channel)."""
+        return self(place.channel_id)
+
+
+def may_show_place(may_show: ChannelFilter | None, guild_id: int | None, place: Place) -> bool:
+    """``may_show``'s verdict on a fact said at ``place`` (anything, without a filter)."""
+    if may_show is None:
+        return True
+    if isinstance(may_show, ChannelView):
+        return may_show.shows(guild_id, place)
+    return may_show(place.channel_id)
+
+
+def visible_here(
+    fact: Fact, guild_id: int | None, *, opted_in: bool, may_show: ChannelFilter | None
+) -> bool:
+    """Whether ``fact`` may be shown where a turn happens (the recall rules: a server's
+    facts in that server, DM facts in DMs, a server's in DMs only when opted in; never
+    from a channel more private than this one)."""
+    if guild_id is not None and fact.guild_id != guild_id:
+        return False
+    if guild_id is None and fact.guild_id is not None and not opted_in:
+        return False
+    place = fact.place
+    return place is None or may_show_place(may_show, fact.guild_id, place)
+
+
+async def hidden_fact_ids(
+    session: AsyncSession,
+    user_id: int,
+    guild_id: int | None,
+    opted_in: bool,
+    may_show: ChannelFilter | None,
+) -> list[int]:
+    """The ids of the user's facts in scope that ``may_show`` keeps from this channel.
+
+    Found before searching, so the search's limit counts only facts that may be shown
+    (ten private matches must not hide a visible one); each place is judged once."""
+    if may_show is None:
+        return []
+    verdicts: dict[tuple[int | None, Place], bool] = {}
+    hidden: list[int] = []
+    for fact_id, fact_guild, place in await repo.fact_places(
+        session, user_id, guild_id, opted_in=opted_in
+    ):
+        shown = verdicts.get((fact_guild, place))
+        if shown is None:
+            shown = verdicts[(fact_guild, place)] = may_show_place(may_show, fact_guild, place)
+        if not shown:
+            hidden.append(fact_id)
+    return hidden
