@@ -11,6 +11,7 @@ Services (the entry points):
 A turn and its prompt:
     turn             TurnState: what a turn's guards look at, captured when it starts
     prompt           prompt assembly (SPEC §5)
+    summary_prompt   the summarizer's request: its prompt, batches, answer parsing
     gather           the messages a memory does not cover yet (after its marker)
     window           the recent raw messages of each channel (never persisted)
     intent           whether a message explicitly asks to remember or forget

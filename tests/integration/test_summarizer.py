@@ -30,22 +30,24 @@ from bot.memory.summarizer import (
     CATEGORIES_CHANGED_MEANWHILE,
     CHANGED_MEANWHILE,
     CLEARED_MEANWHILE,
-    CUT_MARK,
     CUT_OFF,
     EMPTY_ANSWER,
     INVALID_JSON,
-    MAX_BATCHES,
     NO_ROOM,
     REPLY_SHARE,
     TOOL_CALL_ANSWER,
     Summarizer,
     SummaryOutcome,
-    _prompt_chars,
     auto_summarize_reason,
-    build_messages,
     ignored_nudges,
-    plan_batches,
     should_auto_summarize,
+)
+from bot.memory.summary_prompt import (
+    CUT_MARK,
+    MAX_BATCHES,
+    build_messages,
+    plan_batches,
+    request_chars,
 )
 from bot.memory.turn import REASON_CHANGED, TurnState
 from bot.turn import TurnRequest, TurnRunner
@@ -1092,7 +1094,7 @@ async def test_a_later_batch_is_not_cut_when_the_running_categories_hold_line_br
     config = await service.guild_config(GUILD)
     budget = summarizer._budget(config)
     unescaped = build_messages(config, [], summary="", categories={"notes": "x" * VALUE_LIMIT})
-    room = budget.prompt_chars - _prompt_chars(unescaped)
+    room = budget.prompt_chars - request_chars(unescaped)
     # Ten messages, five of them filling that (too generous) room exactly.
     base = (room - 4) // 5
     sizes = [base] * 4 + [room - 4 - 4 * base]
