@@ -21,7 +21,8 @@ from discord.ext import commands
 from bot.cogs.checks import IntRange
 from bot.cogs.errors import UNAVAILABLE, ReportingView, answer, plural, think
 from bot.memory.deletion import ForgetReceipt
-from bot.memory.longterm import Fact, FactPage, LongTermService
+from bot.memory.longterm import FactPage, LongTermService
+from bot.memory.model import Fact
 from bot.memory.storage import MemoryUnavailable
 
 if TYPE_CHECKING:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import discord
 
 from bot.memory.fact_visibility import ChannelView
-from bot.memory.longterm import Place
+from bot.memory.model import Place
 
 if TYPE_CHECKING:
     from bot.cogs.chat import Chat

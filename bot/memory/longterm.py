@@ -54,13 +54,11 @@ from bot.memory.spool import DurableSpool
 from bot.memory.storage import storage
 
 __all__ = [
-    "Fact",
     "FactCursor",
     "FactPage",
     "FactRefused",
     "ForgetResult",
     "LongTermService",
-    "Place",
     "RememberResult",
 ]
 

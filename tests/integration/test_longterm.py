@@ -15,8 +15,8 @@ from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 from bot.config import Settings
 from bot.db.engine import Database
 from bot.db.models import LongTermMemory, ShortTermMemory, StmEvent
-from bot.memory.longterm import FactRefused, LongTermService, Place
-from bot.memory.model import Provenance
+from bot.memory.longterm import FactRefused, LongTermService
+from bot.memory.model import Place, Provenance
 from bot.memory.near_duplicates import is_near_duplicate
 from bot.memory.search_words import SearchWords, query_words
 from bot.memory.storage import MemoryUnavailable

@@ -26,14 +26,8 @@ from bot.llm.tools.arguments import (
 )
 from bot.llm.tools.base import ToolArgumentError, ToolOutcome
 from bot.memory.fact_visibility import ChannelFilter, ChannelView, visible_here
-from bot.memory.longterm import (
-    SEARCH_LIMIT,
-    Fact,
-    FactRefused,
-    LongTermService,
-    Place,
-)
-from bot.memory.model import Provenance
+from bot.memory.longterm import SEARCH_LIMIT, FactRefused, LongTermService
+from bot.memory.model import Fact, Place, Provenance
 from bot.memory.storage import MemoryUnavailable
 
 REMEMBER_TOOL_NAME = "remember"
