@@ -289,24 +289,19 @@ def build_bot(
     """The bot, wired but not connected (tests attach it to dpytest instead). With
     ``shard_ids`` it runs those shards of ``shard_count`` in this process; other
     processes may run the rest against the same PostgreSQL."""
-    if shard_ids is None:
-        return KiokuBot(
-            settings,
-            database=database,
-            clock=clock,
-            janitor=janitor,
-            spool=spool,
-            serve_metrics=serve_metrics,
-        )
-    return ShardedKiokuBot(
+    bot_class: type[KiokuBot] = KiokuBot
+    sharding: dict[str, Any] = {}
+    if shard_ids is not None:
+        bot_class = ShardedKiokuBot
+        sharding = {"shard_ids": list(shard_ids), "shard_count": shard_count}
+    return bot_class(
         settings,
         database=database,
         clock=clock,
         janitor=janitor,
         spool=spool,
         serve_metrics=serve_metrics,
-        shard_ids=list(shard_ids),
-        shard_count=shard_count,
+        **sharding,
     )
 
 
