@@ -10,6 +10,11 @@ Deletion cannot be undone by a turn that was already running: every channel has 
 epoch, bumped by a clear, and a write whose turn started in an older epoch is refused.
 Writes and clears of one channel are serialised by a per-channel lock, so a clear never
 interleaves with a write's database round trip.
+
+What a write may hold and how it changes an entry is ``change``; writes share
+transactions through ``commit``; what the database refuses waits in ``spool``; the
+deletions themselves are ``deletion``; guild settings and opt-ins are ``guild_settings``;
+what other processes changed meanwhile is tracked by ``coherence``.
 """
 
 from __future__ import annotations
