@@ -58,6 +58,18 @@ async def test_turns_and_stm_tool_calls_are_counted_by_outcome(kioku: KiokuHarne
     assert sample(metrics, "kioku_guilds") == 1
 
 
+async def test_summarizer_runs_are_counted_by_status(kioku: KiokuHarness) -> None:
+    moderator = await kioku.env.create_member("mod", kind="moderator")
+    await kioku.interactions.slash("stm summarize", user=moderator)  # nothing new
+    await kioku.env.send("we ship on Friday")
+    kioku.llm.reply_error(503)
+    await kioku.interactions.slash("stm summarize", user=moderator)  # the model is down
+    metrics = kioku.bot.metrics
+    assert sample(metrics, "kioku_summaries_total", status="nothing_new") == 1
+    assert sample(metrics, "kioku_summaries_total", status="failed") == 1
+    assert sample(metrics, "kioku_summaries_total", status="updated") is None
+
+
 async def test_metrics_hold_no_ids_and_no_memory_text(kioku: KiokuHarness) -> None:
     kioku.llm.reply_tool_calls([(STM_TOOL_NAME, {"summary": "Mira's birthday is in May."})])
     kioku.llm.reply_text("Noted.")
