@@ -18,19 +18,17 @@ from typing import Any, TypeVar
 import aiohttp
 import discord
 
-from bot.config import (
-    Settings,
-    SettingsError,
-    data_dir_problem,
-    database_unreachable,
-    embedded_data_dir_problem,
-    load_settings,
-    one_line_error,
-)
+from bot.config import Settings, SettingsError, load_settings
 from bot.db.clock_skew import warn_of_clock_skew
 from bot.db.engine import Database, DatabaseUnavailable, describe_url
 from bot.db.migrate import MigrationsMissing, UnknownRevision
 from bot.memory.spool import SpoolLocked, spool_in_use, spool_path
+from bot.problems import (
+    data_dir_problem,
+    database_unreachable,
+    embedded_data_dir_problem,
+    one_line_error,
+)
 
 EXIT_OK = 0
 EXIT_FAILURE = 1

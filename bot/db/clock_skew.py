@@ -19,8 +19,8 @@ from datetime import datetime
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from bot.config import one_line_error
 from bot.memory.clock import SystemClock
+from bot.problems import one_line_error
 
 log = logging.getLogger(__name__)
 

@@ -28,7 +28,8 @@ from sqlalchemy.ext.asyncio import (
     create_async_engine,
 )
 
-from bot.config import Settings, async_database_url
+from bot.config import Settings
+from bot.urls import async_database_url
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 
 import bot.db.notify as notify_module
 from bot.app import build_bot
-from bot.config import Settings, async_database_url
+from bot.config import Settings
 from bot.db.engine import Database, DatabaseUnavailable
 from bot.db.models import ShortTermMemory
 from bot.db.notify import NOTIFY_CHANNEL, CacheListener, ListenerUnavailable, Notice
@@ -33,6 +33,7 @@ from bot.memory.model import Category, ScopeKey
 from bot.memory.service import MemoryService
 from bot.memory.spool import DurableSpool, spool_path
 from bot.memory.turn import REASON_CLEARED
+from bot.urls import async_database_url
 from tests.helpers.builders import (
     ALICE,
     BOB,

@@ -13,14 +13,16 @@ from bot.config import (
     DEFAULT_PERSONA_FILE,
     Settings,
     SettingsError,
-    data_dir_problem,
-    database_unreachable,
-    embedded_data_dir_problem,
     load_settings,
-    one_line_error,
     unknown_variables,
 )
 from bot.llm.client import make_client
+from bot.problems import (
+    data_dir_problem,
+    database_unreachable,
+    embedded_data_dir_problem,
+    one_line_error,
+)
 from tests.helpers.fake_llm import ScriptedLLM
 
 ROOT = Path(__file__).resolve().parents[2]
