@@ -1256,6 +1256,14 @@ class MemoryService:
                 if key not in self._writing:
                     self._ledger.note(key)
                     self.cache.pop(key)
+            # While a clear waited, the channel was shown empty without reading its rows.
+            # Its replay may have been skipped (a later /refresh covered it) and rows
+            # written since: those entries are read again too.
+            for channel_id in self.spool.replayed_clears:
+                for key in self.cache.keys_of_channel(channel_id):
+                    if key not in self._writing:
+                        self._ledger.note(key)
+                        self.cache.pop(key)
 
     async def purge_expired_rows(self) -> int:
         """The janitor's pass: delete rows not updated within the retention period. When

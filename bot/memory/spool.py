@@ -200,8 +200,10 @@ class DurableSpool:
         # the database are as good as deleted (also after a restart).
         self._clearing: set[int] = set()
         self._forgetting: set[int] = set()
-        # The keys whose spooled state the last complete replay settled.
+        # The keys whose spooled state the last complete replay settled, and the channels
+        # whose spooled clears it settled.
         self.replayed_keys: frozenset[ScopeKey] = frozenset()
+        self.replayed_clears: frozenset[int] = frozenset()
         for record in self._records:
             self._track(record)
         if bad:
@@ -487,6 +489,7 @@ class DurableSpool:
         so one bad record cannot hold every later one back forever."""
         done = 0
         touched: set[ScopeKey] = set()
+        cleared: set[int] = set()
         async with self._replaying:
             while self._records:
                 batch = self._records[:REPLAY_BATCH]
@@ -496,6 +499,7 @@ class DurableSpool:
                     if record.get("op") == "upsert"
                     for data in record["entries"]
                 )
+                cleared.update(int(r["channel"]) for r in batch if r.get("op") == "clear")
                 try:
                     await apply_all(sessions, batch, self.notice_origin)
                     handled, applied = len(batch), batch
@@ -519,6 +523,7 @@ class DurableSpool:
             # or skipped as older, or deleted by a /forget-me behind it): the owner reads
             # these keys again (see MemoryService.spool_replayed).
             self.replayed_keys = frozenset(touched | set(self._latest))
+            self.replayed_clears = frozenset(cleared | self._clearing)
             self._latest.clear()
             self._from_row.clear()
             self._chain.clear()

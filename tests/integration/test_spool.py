@@ -1208,6 +1208,32 @@ async def test_a_spooled_refresh_also_wipes_what_an_earlier_turn_wrote_before_it
     spool.close()
 
 
+async def test_a_spooled_refresh_overtaken_by_a_later_one_leaves_no_empty_stand_in_cached(
+    db: Database, settings: Settings, tmp_path: Path, dead_engine: AsyncEngine
+) -> None:
+    clock, spool, a, b = spooling_pair(db, settings, tmp_path)
+    a._sessions = async_sessionmaker(dead_engine)  # A's database connection is down
+    assert (await a.clear_channel(CHANNEL, guild_id=GUILD, actor_user_id=ALICE)).pending_sync
+
+    clock.advance(seconds=5)  # B runs a later /refresh, then saves a new memory
+    await b.clear_channel(CHANNEL, guild_id=GUILD, actor_user_id=BOB)
+    a.apply_notice({"o": b.instance_id, "t": "clear", "c": CHANNEL})
+    clock.advance(seconds=5)
+    turn = (await prepare(b, CAROL)).turn
+    assert str(await b.update_stm(turn, summary="after both refreshes")) == "saved"
+    a.apply_notice({"o": b.instance_id, "t": "stm", "k": [["server", GUILD, None, CHANNEL, 1]]})
+
+    a._sessions = db.sessions  # back: a turn in A reads while its /refresh still waits
+    assert not (await a.entry(SERVER_KEY)).has_content
+    await spool.replay(db.sessions)  # skipped: B's later /refresh covers it
+    a.spool_replayed()
+    assert await stored_server_summary(db) == "after both refreshes"
+    # A kept the empty entry it showed while its /refresh waited: B's memory, written
+    # after both refreshes, never reached A's turns (and A's next write would drop it).
+    assert (await a.entry(SERVER_KEY)).summary == "after both refreshes"
+    spool.close()
+
+
 async def test_a_write_of_a_turn_begun_after_a_forget_me_elsewhere_survives_the_replay(
     db: Database, settings: Settings, spool: DurableSpool, dead_engine: AsyncEngine
 ) -> None:
