@@ -50,7 +50,8 @@ async def doctor(settings: Settings) -> int:
             True,
             f"model {settings.model} via {settings.provider} at "
             f"{without_credentials(settings.llm_base_url)}"
-            + ("; strict role order" if settings.strict_roles else ""),
+            + ("; strict role order" if settings.strict_roles else "")
+            + _metrics_note(settings),
         ),
         Check(
             "discord token",
@@ -68,6 +69,12 @@ async def doctor(settings: Settings) -> int:
     checks.extend(await _llm_checks(settings))
     print(render_table(checks))
     return 0 if all(check.ok for check in checks) else 1
+
+
+def _metrics_note(settings: Settings) -> str:
+    """Where ``kioku run`` serves its metrics, if it does (see bot.metrics)."""
+    metrics = settings.metrics
+    return f"; metrics at http://{metrics.host}:{metrics.port}/metrics" if metrics.port else ""
 
 
 def _spool_check(settings: Settings) -> Check:

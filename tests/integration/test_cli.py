@@ -244,6 +244,17 @@ async def test_doctor_names_a_strict_role_order_and_its_probe_passes_a_strict_se
     assert llm.refused_roles == [] and len(llm.requests) == 1
 
 
+async def test_doctor_names_where_metrics_are_served(
+    llm: ScriptedLLM, pg_url: URL, migrated_database: Database, tmp_path: Path
+) -> None:
+    llm.reply_tool_calls([("ping", {"word": "pong"})])
+    result = await doctor_against(llm, pg_url, tmp_path, KIOKU_METRICS__PORT="9464")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert doctor_rows(result.stdout)["config"][1].endswith(
+        "; metrics at http://127.0.0.1:9464/metrics"
+    )
+
+
 async def test_doctor_skips_the_tool_call_for_a_provider_without_tool_calling(
     llm: ScriptedLLM, pg_url: URL, migrated_database: Database, tmp_path: Path
 ) -> None:
