@@ -371,7 +371,12 @@ class SettingsError(Exception):
 PROCESS_ONLY_VARIABLES = ("KIOKU_CONFIG", "KIOKU_ENV_FILE", "KIOKU_MIGRATIONS_DIR")
 
 _CONVENTIONAL = ("DISCORD_TOKEN", "DATABASE_URL", "OPENAI_API_KEY", "OPENAI_BASE_URL")
-SECTIONS = ("stm", "llm", "longterm", "database", "metrics")
+# The settings' sections ([stm], [llm], ...), from the model: a new one is known at once.
+SECTIONS = tuple(
+    name
+    for name, field in Settings.model_fields.items()
+    if isinstance(field.annotation, type) and issubclass(field.annotation, Section)
+)
 
 
 def known_variables() -> list[str]:
