@@ -58,6 +58,13 @@ async def test_turns_and_stm_tool_calls_are_counted_by_outcome(kioku: KiokuHarne
     assert sample(metrics, "kioku_guilds") == 1
 
 
+async def test_a_turn_whose_answer_is_empty_counts_as_given_up(kioku: KiokuHarness) -> None:
+    kioku.llm.reply_text("")  # nothing left to send: the fallback reply goes instead
+    await kioku.env.send("hello?", mention_bot=True)
+    assert sample(kioku.bot.metrics, "kioku_turns_total", outcome="gave_up") == 1
+    assert sample(kioku.bot.metrics, "kioku_turns_total", outcome="answered") is None
+
+
 async def test_summarizer_runs_are_counted_by_status(kioku: KiokuHarness) -> None:
     moderator = await kioku.env.create_member("mod", kind="moderator")
     await kioku.interactions.slash("stm summarize", user=moderator)  # nothing new

@@ -132,6 +132,9 @@ async def test_past_the_bound_a_mention_gets_a_reaction_and_no_model_call(
     window = [m.content for m in kioku.bot.memory.windows.get(env.channel.id)]
     assert sum("spam number 3" in c or "spam number 4" in c for c in window) == 2
     assert env.errors == []
+    turns = kioku.bot.metrics.registry.get_sample_value
+    assert turns("kioku_turns_total", {"outcome": "turned_away"}) == 2
+    assert turns("kioku_turns_total", {"outcome": "answered"}) == 4
 
 
 async def test_with_a_bound_of_zero_only_the_running_turn_is_taken(
