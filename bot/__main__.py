@@ -13,7 +13,7 @@ import logging
 import signal
 import sys
 from collections.abc import Awaitable, Coroutine, Sequence
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import aiohttp
 import discord
@@ -46,8 +46,16 @@ class CliError(Exception):
         self.code = code
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors on one line, like every other error of the command line (argparse
+    prints the whole usage first); ``--help`` still shows it."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_CONFIG, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="kioku",
         description="Kioku, a Discord bot with memory",
         epilog="Settings come from the environment, then .env, then config/kioku.toml; "

@@ -64,6 +64,32 @@ def test_every_commands_help_says_what_it_does(
         assert "DISCORD_TOKEN" in paragraphs[1]
 
 
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (
+            ["bogus"],
+            "kioku: argument COMMAND: invalid choice: 'bogus' (choose from 'run', 'migrate', "
+            "'doctor', 'console', 'sync') (see kioku --help)",
+        ),
+        ([], "kioku: the following arguments are required: COMMAND (see kioku --help)"),
+        (
+            ["run", "--shard-count", "x"],
+            "kioku run: argument --shard-count: invalid int value: 'x' (see kioku run --help)",
+        ),
+    ],
+)
+def test_a_usage_error_is_one_line_pointing_at_the_help(
+    argv: list[str], line: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import bot.__main__ as cli
+
+    with pytest.raises(SystemExit) as exited:
+        cli.main(argv)
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.splitlines() == [line]
+
+
 def test_run_with_dummy_token_migrates_then_fails_cleanly_at_login(tmp_path: Path) -> None:
     result = kioku("run", data_dir=tmp_path, DISCORD_TOKEN="dummy-token")
     assert result.returncode == 1
