@@ -9,6 +9,7 @@ queue is known to be taken once it reached the raw window (see :class:`Arrivals`
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -62,6 +63,7 @@ class Arrivals:
 
     def __init__(self, kioku: KiokuHarness, monkeypatch: pytest.MonkeyPatch) -> None:
         self._env = kioku.env
+        self._llm = kioku.llm
         self._seen: defaultdict[str, asyncio.Event] = defaultdict(asyncio.Event)
         observe = kioku.bot.memory.observe_message
 
@@ -72,6 +74,21 @@ class Arrivals:
                     event.set()
 
         monkeypatch.setattr(kioku.bot.memory, "observe_message", spy)
+
+    @contextlib.asynccontextmanager
+    async def while_running(
+        self, text: str, **kwargs: Any
+    ) -> AsyncIterator[asyncio.Task[discord.Message]]:
+        """Send ``text`` and hold the model's answer to it while the block runs (later
+        requests go straight through): its turn runs, and the channel's queue fills."""
+        held = self._llm.hold()
+        try:
+            first = await self.send(text, **kwargs)
+            await self._llm.wait_for_requests(1)
+            self._llm.hold().set()
+            yield first
+        finally:
+            held.set()
 
     async def send(self, text: str, **kwargs: Any) -> asyncio.Task[discord.Message]:
         arrived = self._seen[text]
@@ -100,16 +117,10 @@ async def test_past_the_bound_a_mention_gets_a_reaction_and_no_model_call(
     kioku = await start(2, channels=2)
     env, llm = kioku.env, kioku.llm
     arrivals = Arrivals(kioku, monkeypatch)
-    held = llm.hold()
-    try:
-        first = await arrivals.send("running question", mention_bot=True)
-        await llm.wait_for_requests(1)
-        llm.hold().set()  # later requests go straight through
+    async with arrivals.while_running("running question", mention_bot=True) as first:
         waiting = [await arrivals.send(f"spam number {i}", mention_bot=True) for i in range(1, 5)]
         other = env.channels[1]
         elsewhere = await env.send("a question elsewhere", channel=other, mention_bot=True)
-    finally:
-        held.set()
     first_message, *messages = await asyncio.gather(first, *waiting)
 
     texts = ["running question", "a question elsewhere", *(f"spam number {i}" for i in range(1, 5))]
@@ -143,14 +154,8 @@ async def test_with_a_bound_of_zero_only_the_running_turn_is_taken(
     kioku = await start(0)
     env, llm = kioku.env, kioku.llm
     arrivals = Arrivals(kioku, monkeypatch)
-    held = llm.hold()
-    try:
-        first = await arrivals.send("running question", mention_bot=True)
-        await llm.wait_for_requests(1)
-        llm.hold().set()
+    async with arrivals.while_running("running question", mention_bot=True) as first:
         second = await arrivals.send("while it runs", mention_bot=True)
-    finally:
-        held.set()
     first_message, second_message = await asyncio.gather(first, second)
     # The running turn ended: its place is free again.
     after = await env.send("after it ended", mention_bot=True)
@@ -173,15 +178,9 @@ async def test_each_dm_channel_has_a_queue_of_its_own(
     alice, bob = env.members[0], env.members[1]
     alice_dm, bob_dm = env.dm_channel(alice), env.dm_channel(bob)
     arrivals = Arrivals(kioku, monkeypatch)
-    held = llm.hold()
-    try:
-        first = await arrivals.send("alice asks", channel=alice_dm, author=alice)
-        await llm.wait_for_requests(1)
-        llm.hold().set()
+    async with arrivals.while_running("alice asks", channel=alice_dm, author=alice) as first:
         again = await arrivals.send("alice again", channel=alice_dm, author=alice)
         bobs = await env.send("bob asks", channel=bob_dm, author=bob)
-    finally:
-        held.set()
     first_message, again_message = await asyncio.gather(first, again)
 
     assert asked(llm, ["alice asks", "alice again", "bob asks"]) == ["alice asks", "bob asks"]
@@ -209,14 +208,8 @@ async def test_without_add_reactions_a_turned_away_mention_gets_no_reaction(
 
     monkeypatch.setattr(kioku.bot.http, "add_reaction", counting)
     arrivals = Arrivals(kioku, monkeypatch)
-    held = llm.hold()
-    try:
-        first = await arrivals.send("running question", mention_bot=True)
-        await llm.wait_for_requests(1)
-        llm.hold().set()
+    async with arrivals.while_running("running question", mention_bot=True) as first:
         second = await arrivals.send("while it runs", mention_bot=True)
-    finally:
-        held.set()
     await asyncio.gather(first, second)
 
     assert added == []
@@ -235,15 +228,9 @@ async def test_a_failed_reaction_is_ignored(
 
     monkeypatch.setattr(kioku.bot.http, "add_reaction", reactions_down)
     arrivals = Arrivals(kioku, monkeypatch)
-    held = llm.hold()
     with caplog.at_level(logging.INFO):
-        try:
-            first = await arrivals.send("running question", mention_bot=True)
-            await llm.wait_for_requests(1)
-            llm.hold().set()
+        async with arrivals.while_running("running question", mention_bot=True) as first:
             second = await arrivals.send("while it runs", mention_bot=True)
-        finally:
-            held.set()
         await asyncio.gather(first, second)
 
     assert env.errors == []
@@ -256,17 +243,11 @@ async def test_a_turned_away_mention_is_logged_at_debug_by_channel_without_its_t
     start: Start, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     kioku = await start(0)
-    env, llm = kioku.env, kioku.llm
+    env = kioku.env
     arrivals = Arrivals(kioku, monkeypatch)
-    held = llm.hold()
     with caplog.at_level(logging.DEBUG, logger="bot.cogs.chat"):
-        try:
-            first = await arrivals.send("running question", mention_bot=True)
-            await llm.wait_for_requests(1)
-            llm.hold().set()
+        async with arrivals.while_running("running question", mention_bot=True) as first:
             second = await arrivals.send("the secret is HERON", mention_bot=True)
-        finally:
-            held.set()
         await asyncio.gather(first, second)
 
     records = [r for r in caplog.records if r.name == "bot.cogs.chat"]
@@ -286,16 +267,10 @@ async def test_chatter_where_always_on_is_not_known_yet_takes_no_place_of_a_ment
     kioku = await start(1)
     env, llm = kioku.env, kioku.llm
     arrivals = Arrivals(kioku, monkeypatch)
-    held = llm.hold()
-    try:
-        first = await arrivals.send("running question", mention_bot=True)
-        await llm.wait_for_requests(1)
-        llm.hold().set()
+    async with arrivals.while_running("running question", mention_bot=True) as first:
         kioku.bot.memory.invalidate_guild(env.guild.id)
         chatter = await arrivals.send("just chatting")
         mention = await arrivals.send("a second question", mention_bot=True)
-    finally:
-        held.set()
     messages = await asyncio.gather(first, chatter, mention)
 
     texts = ["running question", "just chatting", "a second question"]
@@ -311,14 +286,8 @@ async def test_in_an_always_on_channel_chatter_past_the_bound_is_turned_away_too
     admin = await env.create_member("admin", kind="admin")
     await kioku.interactions.slash("stm settings", {"always_on": True}, user=admin)
     arrivals = Arrivals(kioku, monkeypatch)
-    held = llm.hold()
-    try:
-        first = await arrivals.send("running chatter")
-        await llm.wait_for_requests(1)
-        llm.hold().set()
+    async with arrivals.while_running("running chatter") as first:
         second = await arrivals.send("more chatter")
-    finally:
-        held.set()
     messages = await asyncio.gather(first, second)
 
     assert asked(llm, ["running chatter", "more chatter"]) == ["running chatter"]
