@@ -88,6 +88,9 @@ from bot.db.engine import Database
 from bot.db.models import ShortTermMemory
 from bot.db.notify import NOTIFY_CHANNEL, CacheListener
 from bot.db.repositories import stm as stm_repo
+from bot.memory import commit as commit_module
+from bot.memory import service as service_module
+from bot.memory import storage
 from bot.memory.model import Category, GuildConfig, RawMessage, ScopeKey, StmEntry
 from bot.memory.service import MemoryService, PreparedTurn
 from bot.memory.spool import DurableSpool, spool_path
@@ -266,7 +269,18 @@ def instrument(service: MemoryService, on_build: Callable[[Op], None]) -> None:
     service.guild_config = watched_config  # type: ignore[method-assign]
 
 
+# Outages are modelled (a process's sessions swapped for a refused engine); a real one
+# is outside the model. On a loaded machine a statement can take seconds, and the 5 s
+# timeout would mark the shared database down while the model counts it up (a deaf
+# process then falls back to what it can show without the database, which the model's
+# bookkeeping of what reached it does not expect). So the timeout is out of the way here,
+# and a real failure is reported as such (see Scenario.settle).
+REAL_TIMEOUT_SECONDS = 120.0
+
+
 def patch_repositories(monkeypatch: pytest.MonkeyPatch) -> None:
+    for module in (storage, commit_module, service_module):
+        monkeypatch.setattr(module, "DB_TIMEOUT_SECONDS", REAL_TIMEOUT_SECONDS)
     load_entry = stm_repo.load_entry
     lock_channels = stm_repo.lock_channels
     record_clear = stm_repo.record_clear
@@ -526,6 +540,11 @@ class Scenario:
                 for op in self.ops
                 if not op.task.done() and not op.parked and not op.blocked  # type: ignore[union-attr]
             ]
+            if storage.outage_number(self.db.sessions) is not None:
+                raise AssertionError(
+                    f"seed {self.seed}: the real database was marked down (outside the "
+                    "model; see the log for the failure)\n" + "\n".join(self.log)
+                )
             if not active:
                 return
             self.changed.clear()
