@@ -32,8 +32,9 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check bot tests benchmarks migrations
 	$(BIN)/mypy bot
 
+# One worker per core, at most 4 (each starts its own embedded PostgreSQL).
 test: lint
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n auto --maxprocesses 4
 
 bench: $(STAMP)
 	@$(BIN)/python benchmarks/run_all.py

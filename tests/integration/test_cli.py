@@ -21,7 +21,7 @@ from sqlalchemy.engine import URL
 
 from bot.db.engine import Database
 from bot.memory.spool import DurableSpool, spool_path
-from tests.helpers.database import make_test_settings
+from tests.helpers.database import make_test_settings, scratch_database, worker_suffix
 from tests.helpers.fake_llm import DEFAULT_MODEL_ID, ScriptedLLM
 from tests.helpers.processes import ROOT, kioku_env
 
@@ -115,11 +115,7 @@ async def test_migrate_twice_on_external_postgres(
     pg_url: URL, migrated_database: Database, tmp_path: Path
 ) -> None:
     # A separate database on the session's server stands in for an operator's PostgreSQL.
-    async with migrated_database.engine.connect() as connection:
-        await connection.execution_options(isolation_level="AUTOCOMMIT")
-        await connection.execute(text("DROP DATABASE IF EXISTS kioku_cli"))
-        await connection.execute(text("CREATE DATABASE kioku_cli"))
-    url = pg_url.set(database="kioku_cli").render_as_string(hide_password=False)
+    url = (await scratch_database(pg_url, "kioku_cli")).render_as_string(hide_password=False)
     first = kioku("migrate", data_dir=tmp_path, DATABASE_URL=url)
     assert first.returncode == 0, first.stderr
     assert "migrated from empty to" in first.stdout
@@ -364,9 +360,9 @@ async def test_doctor_says_a_fresh_database_is_not_migrated(
 ) -> None:
     from bot.db.migrate import head_revision
 
-    await fresh_database(migrated_database, "kioku_unmigrated")
+    url = await scratch_database(pg_url, "kioku_unmigrated")
     llm.reply_tool_calls([("ping", {"word": "pong"})])
-    result = await doctor_against(llm, pg_url.set(database="kioku_unmigrated"), tmp_path)
+    result = await doctor_against(llm, url, tmp_path)
     assert result.returncode == 1
     assert doctor_rows(result.stdout)["migrations"] == (
         "FAIL",
@@ -381,8 +377,7 @@ async def test_a_database_migrated_by_a_newer_kioku_is_named_as_such(
     # "CommandError: Can't locate revision identified by '0099'".
     from bot.db.migrate import head_revision
 
-    await fresh_database(migrated_database, "kioku_newer")
-    url = pg_url.set(database="kioku_newer")
+    url = await scratch_database(pg_url, "kioku_newer")
     database = Database(make_test_settings(url, tmp_path))
     await database.start()
     try:
@@ -629,20 +624,13 @@ def test_a_migrations_dir_without_scripts_is_a_configuration_error(tmp_path: Pat
     )
 
 
-async def fresh_database(migrated_database: Database, name: str) -> None:
-    async with migrated_database.engine.connect() as connection:
-        await connection.execution_options(isolation_level="AUTOCOMMIT")
-        await connection.execute(text(f"DROP DATABASE IF EXISTS {name}"))
-        await connection.execute(text(f"CREATE DATABASE {name}"))
-
-
 async def test_migrate_accepts_a_managed_hosts_sslmode_url(
     pg_url: URL, migrated_database: Database, tmp_path: Path
 ) -> None:
     # RDS, Supabase, Neon and Heroku put ?sslmode=require in the URL they hand out. The
     # test server listens on a Unix socket, where asyncpg does not negotiate TLS.
-    await fresh_database(migrated_database, "kioku_ssl")
-    url = pg_url.set(database="kioku_ssl").update_query_dict({"sslmode": "require"})
+    url = await scratch_database(pg_url, "kioku_ssl")
+    url = url.update_query_dict({"sslmode": "require"})
     result = kioku("migrate", data_dir=tmp_path, DATABASE_URL=url.render_as_string(False))
     assert result.returncode == 0, result.stderr
     assert "migrated from empty to" in result.stdout
@@ -785,12 +773,13 @@ async def test_doctor_fails_the_migrations_row_when_the_revision_cannot_be_read(
 
     # A role that may connect but not read alembic_version (a least-privilege setup gone
     # wrong): doctor printed a traceback instead of the table.
-    await fresh_database(migrated_database, "kioku_no_read")
+    database_url = await scratch_database(pg_url, "kioku_no_read")
+    role = f"kioku_no_read{worker_suffix()}"  # roles are the server's, not a database's
     async with migrated_database.engine.connect() as connection:
         await connection.execution_options(isolation_level="AUTOCOMMIT")
-        await connection.execute(text("DROP ROLE IF EXISTS kioku_no_read"))
-        await connection.execute(text("CREATE ROLE kioku_no_read LOGIN PASSWORD 'pw'"))
-    owner = create_async_engine(pg_url.set(database="kioku_no_read"))
+        await connection.execute(text(f"DROP ROLE IF EXISTS {role}"))
+        await connection.execute(text(f"CREATE ROLE {role} LOGIN PASSWORD 'pw'"))
+    owner = create_async_engine(database_url)
     try:
         async with owner.begin() as connection:
             await connection.execute(
@@ -799,7 +788,7 @@ async def test_doctor_fails_the_migrations_row_when_the_revision_cannot_be_read(
             await connection.execute(text("INSERT INTO alembic_version VALUES ('0001')"))
     finally:
         await owner.dispose()
-    url = pg_url.set(database="kioku_no_read", username="kioku_no_read", password="pw")
+    url = database_url.set(username=role, password="pw")
     settings = make_test_settings(url, tmp_path, openai_base_url=refused_base_url())
     assert await doctor(settings) == 1
     rows = doctor_rows(capsys.readouterr().out)

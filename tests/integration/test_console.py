@@ -20,7 +20,7 @@ from bot.db.migrate import upgrade
 from bot.llm.tools.longterm import REMEMBER_TOOL_NAME
 from bot.llm.tools.stm import STM_TOOL_NAME
 from bot.turn import DEFAULT_PERSONA
-from tests.helpers.database import make_test_settings
+from tests.helpers.database import make_test_settings, scratch_database
 from tests.helpers.fake_llm import ScriptedLLM
 from tests.helpers.processes import ROOT, kioku_env
 
@@ -154,12 +154,9 @@ async def test_a_persona_file_that_turned_not_utf8_falls_back_to_the_built_in_on
 async def test_show_and_refresh_with_the_database_gone_say_so_and_go_on(
     migrated_database: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path
 ) -> None:
-    async with migrated_database.engine.connect() as connection:
-        await connection.execution_options(isolation_level="AUTOCOMMIT")
-        await connection.execute(text("DROP DATABASE IF EXISTS kioku_console_gone"))
-        await connection.execute(text("CREATE DATABASE kioku_console_gone"))
+    gone = await scratch_database(pg_url, "kioku_console_gone")
     settings = make_test_settings(
-        pg_url.set(database="kioku_console_gone"),
+        gone,
         tmp_path,
         openai_base_url=llm.base_url,
         model="m",
@@ -170,7 +167,7 @@ async def test_show_and_refresh_with_the_database_gone_say_so_and_go_on(
     # The database goes away once the console is running (FORCE ends its connections).
     async with migrated_database.engine.connect() as connection:
         await connection.execution_options(isolation_level="AUTOCOMMIT")
-        await connection.execute(text("DROP DATABASE kioku_console_gone WITH (FORCE)"))
+        await connection.execute(text(f"DROP DATABASE {gone.database} WITH (FORCE)"))
     out = io.StringIO()
     code = await console(
         settings, read_line=lines("/show", "/refresh", "/quit"), out=out, database=database
