@@ -1,8 +1,9 @@
 """Prometheus metrics: what an operator watches while the bot runs.
 
 Counters are kept by the code that sees the event (the turn runner, the chat cog, the
-summarizer); the state of memory (cache size, the spool, the notice listener, the
-database) is read when Prometheus scrapes, so the memory core stays free of them.
+summarizer, every model request through :func:`bot.llm.client.chat_completion`); the
+state of memory (cache size, the spool, the notice listener, the database) is read when
+Prometheus scrapes, so the memory core stays free of them.
 
 No label holds a guild, channel or user id, nor any text: metrics leave the machine,
 and one series per channel would grow without bound. Every bot has its own registry,
@@ -29,6 +30,8 @@ from prometheus_client import (
     generate_latest,
 )
 
+from bot.llm.client import LlmRequest
+
 log = logging.getLogger(__name__)
 
 TurnOutcome = Literal[
@@ -39,6 +42,8 @@ StmToolResult = Literal["saved", "pending_sync", "rejected"]
 # A turn is mostly the model's answer: from a local model's first token to a slow
 # hosted one's long tool loop.
 TURN_SECONDS_BUCKETS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0, 120.0)
+# One model request: a local model's short answer to a hosted one retried after a 429.
+LLM_SECONDS_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0)
 
 
 def stm_tool_result(told: str) -> StmToolResult:
@@ -86,6 +91,36 @@ class Metrics:
             ["status"],
             registry=self.registry,
         )
+        self.llm_requests = Counter(
+            "kioku_llm_requests",
+            "Chat Completions requests (turns and the summarizer) by outcome: ok, timeout, "
+            "rate_limited (429), refused (another 4xx), server_error (5xx), unreachable, "
+            "bad_answer (a 200 that is no Chat Completions answer)",
+            ["outcome"],
+            registry=self.registry,
+        )
+        self.llm_seconds = Histogram(
+            "kioku_llm_request_duration_seconds",
+            "Time of one Chat Completions request, the client's own retries included",
+            buckets=LLM_SECONDS_BUCKETS,
+            registry=self.registry,
+        )
+        self.llm_tokens = Counter(
+            "kioku_llm_tokens",
+            "Tokens the model server reported using, by kind (prompt, completion)",
+            ["kind"],
+            registry=self.registry,
+        )
+
+    def llm_request(self, request: LlmRequest) -> None:
+        """One Chat Completions request of a turn or the summarizer (see
+        :func:`bot.llm.client.chat_completion`)."""
+        self.llm_requests.labels(request.outcome).inc()
+        self.llm_seconds.observe(request.seconds)
+        if request.prompt_tokens:
+            self.llm_tokens.labels("prompt").inc(request.prompt_tokens)
+        if request.completion_tokens:
+            self.llm_tokens.labels("completion").inc(request.completion_tokens)
 
     def turn_ended(self, outcome: TurnOutcome, seconds: float | None = None) -> None:
         self.turns.labels(outcome).inc()

@@ -216,7 +216,11 @@ class TurnRunner:
         self.persona = persona or load_persona(settings.persona_file)
         self.caps = capabilities(settings.provider)
         self.summarizer = Summarizer(
-            memory, client, settings, on_outcome=lambda o: self.metrics.summary_ran(o.status)
+            memory,
+            client,
+            settings,
+            on_outcome=lambda o: self.metrics.summary_ran(o.status),
+            observe=self.metrics.llm_request,
         )
         self.longterm = longterm
         # (user, guild, channel, opted in) known to show no long-term facts: most users never
@@ -322,6 +326,7 @@ class TurnRunner:
                 # The server may refuse tools this very turn: then nothing is stored.
                 without_tools_notes=[NO_LONG_TERM_TOOLS_NOTE] if intent else [],
                 strict_roles=self.settings.strict_roles,
+                observe=self.metrics.llm_request,
             )
         except LlmUnavailable as exc:
             log.warning("turn %s: model unavailable (%s)", turn.turn_id, exc.__class__.__name__)

@@ -1,9 +1,13 @@
 """The OpenAI-compatible client: one ``AsyncOpenAI`` per process, built from settings,
-and the one place chat requests are sent (:func:`chat_completion`)."""
+and the one place chat requests are sent (:func:`chat_completion`), so the one place
+they are timed and counted (:class:`LlmRequest`, for the operator's metrics)."""
 
 from __future__ import annotations
 
-from typing import Any
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 import openai
@@ -11,6 +15,40 @@ from openai.types.chat import ChatCompletion
 
 from bot.config import Settings
 from bot.llm.roles import alternate_roles
+
+# How a request ended, as a metric label: answered; the client's timeout; 429; another
+# 4xx (the request, the key or the model name refused); 5xx; no connection; or a 200
+# whose body was not a Chat Completions answer.
+LlmOutcome = Literal[
+    "ok", "timeout", "rate_limited", "refused", "server_error", "unreachable", "bad_answer"
+]
+
+
+@dataclass(frozen=True)
+class LlmRequest:
+    """One Chat Completions request: how it ended, how long it took (the client's own
+    retries included) and the tokens the server reported (0 when it reported none)."""
+
+    outcome: LlmOutcome
+    seconds: float
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+RequestObserver = Callable[[LlmRequest], None]
+
+
+def request_outcome(exc: BaseException) -> LlmOutcome:
+    """The outcome label of a request that raised ``exc``."""
+    if isinstance(exc, openai.APITimeoutError):  # a kind of APIConnectionError
+        return "timeout"
+    if isinstance(exc, openai.APIConnectionError):
+        return "unreachable"
+    if isinstance(exc, openai.APIStatusError):
+        if exc.status_code == 429:
+            return "rate_limited"
+        return "server_error" if exc.status_code >= 500 else "refused"
+    return "bad_answer"
 
 
 def make_client(settings: Settings, *, max_retries: int | None = None) -> openai.AsyncOpenAI:
@@ -40,14 +78,42 @@ def _split_query(url: str) -> tuple[str, dict[str, str]]:
 
 
 async def chat_completion(
-    api: openai.AsyncOpenAI, request: dict[str, Any], *, strict_roles: bool
+    api: openai.AsyncOpenAI,
+    request: dict[str, Any],
+    *,
+    strict_roles: bool,
+    observe: RequestObserver | None = None,
 ) -> ChatCompletion:
     """Send one Chat Completions ``request`` (the keyword arguments of
     ``chat.completions.create``). With ``strict_roles`` (``Settings.strict_roles``) its
     messages go in the order strict chat templates accept (:func:`alternate_roles`);
     otherwise the request is sent exactly as given. Every chat request of the bot comes
-    here: the tool loop's (turns, the summarizer) and ``kioku doctor``'s probe."""
+    here: the tool loop's (turns, the summarizer) and ``kioku doctor``'s probe.
+    ``observe`` is told how it went (not when it is cancelled: that is the caller's
+    doing, not the server's)."""
     if strict_roles:
         request = {**request, "messages": alternate_roles(request["messages"])}
-    completion: ChatCompletion = await api.chat.completions.create(**request)
+    began = time.perf_counter()
+    try:
+        completion: ChatCompletion = await api.chat.completions.create(**request)
+    except Exception as exc:
+        if observe is not None:
+            observe(LlmRequest(request_outcome(exc), time.perf_counter() - began))
+        raise
+    if observe is not None:
+        usage = getattr(completion, "usage", None)
+        observe(
+            LlmRequest(
+                "ok",
+                time.perf_counter() - began,
+                _tokens(usage, "prompt_tokens"),
+                _tokens(usage, "completion_tokens"),
+            )
+        )
     return completion
+
+
+def _tokens(usage: object, field: str) -> int:
+    """A token count of the answer's ``usage`` (servers omit it, or send nulls)."""
+    value = getattr(usage, field, None)
+    return value if isinstance(value, int) and value > 0 else 0

@@ -50,7 +50,7 @@ import openai
 from openai.types.chat import ChatCompletionMessage
 
 from bot.config import LlmSettings
-from bot.llm.client import chat_completion
+from bot.llm.client import RequestObserver, chat_completion
 from bot.llm.leaks import clean_tool_name, strip_leaked_tool_syntax
 from bot.llm.tools.base import ToolOutcome
 
@@ -184,6 +184,7 @@ async def run_tool_loop(
     tool_calling: bool = True,
     without_tools_notes: Sequence[str] = (),
     strict_roles: bool = False,
+    observe: RequestObserver | None = None,
 ) -> LoopResult:
     """Run one turn; see the module docstring. ``messages`` is not modified (the loop
     works on a copy). Raises :class:`LlmUnavailable` when a model call fails, except when
@@ -193,6 +194,7 @@ async def run_tool_loop(
     and the turn goes on without them (what it can no longer do this turn).
     ``strict_roles`` (``Settings.strict_roles``): every request is sent in the role order
     strict chat templates accept (:mod:`bot.llm.roles`); otherwise exactly as built.
+    ``observe`` is told how each request went (see :func:`chat_completion`).
     """
     api = client.with_options(max_retries=settings.max_retries)
     conversation: list[dict[str, Any]] = list(messages)
@@ -203,7 +205,13 @@ async def run_tool_loop(
     called: list[str] = []  # registry tools the conversation holds calls to
     history = _HistoryTools()
     ask = functools.partial(
-        _ask, api, model=model, settings=settings, history=history, strict_roles=strict_roles
+        _ask,
+        api,
+        model=model,
+        settings=settings,
+        history=history,
+        strict_roles=strict_roles,
+        observe=observe,
     )
 
     while result.iterations < settings.max_tool_iterations:
@@ -520,6 +528,7 @@ async def _ask(
     tools: list[dict[str, Any]],
     history: _HistoryTools,
     strict_roles: bool,
+    observe: RequestObserver | None,
     tool_choice: str | None = None,
 ) -> tuple[ChatCompletionMessage, bool]:
     """:func:`_complete`, except that a request with ``tool_choice`` (tools defined only
@@ -527,7 +536,13 @@ async def _ask(
     without ``tool_choice``, then without tools (and tool calls in the history): OpenRouter
     answers 404 when no provider it routes to takes the ``tool_choice`` value."""
     complete = functools.partial(
-        _complete, api, model=model, messages=messages, settings=settings, strict_roles=strict_roles
+        _complete,
+        api,
+        model=model,
+        messages=messages,
+        settings=settings,
+        strict_roles=strict_roles,
+        observe=observe,
     )
     if tool_choice is None:
         return await complete(tools=tools)
@@ -559,6 +574,7 @@ async def _complete(
     settings: LlmSettings,
     tools: list[dict[str, Any]],
     strict_roles: bool,
+    observe: RequestObserver | None,
     tool_choice: str | None = None,
     history_only: bool = False,
 ) -> tuple[ChatCompletionMessage, bool]:
@@ -583,7 +599,7 @@ async def _complete(
     if settings.max_reply_tokens:
         request["max_tokens"] = settings.max_reply_tokens
     try:
-        completion = await chat_completion(api, request, strict_roles=strict_roles)
+        completion = await chat_completion(api, request, strict_roles=strict_roles, observe=observe)
     except openai.APIStatusError as exc:
         raise _refusal(
             exc, tools=bool(tools), tool_choice=tool_choice, history_only=history_only

@@ -54,6 +54,7 @@ from typing import Any, Literal
 import openai
 
 from bot.config import Settings
+from bot.llm.client import RequestObserver
 from bot.llm.providers import ProviderCaps, capabilities, prompt_chars
 from bot.llm.tool_loop import UNAVAILABLE_MESSAGE, LlmUnavailable, LoopResult, run_tool_loop
 from bot.memory.change import REASON_CATEGORIES_CHANGED
@@ -223,12 +224,15 @@ class Summarizer:
         settings: Settings,
         *,
         on_outcome: Callable[[SummaryOutcome], None] | None = None,
+        observe: RequestObserver | None = None,
     ) -> None:
         self.memory = memory
         self.client = client
         self.settings = settings
-        # Told of every run's outcome (the bot's metrics count them).
+        # Told of every run's outcome, and of every model request (the bot's metrics
+        # count them).
         self._on_outcome = on_outcome
+        self._observe = observe
         self._running: set[int] = set()
 
     def is_running(self, channel_id: int) -> bool:
@@ -524,6 +528,7 @@ class Summarizer:
                 settings=llm,
                 tool_calling=False,
                 strict_roles=self.settings.strict_roles,
+                observe=self._observe,
             )
         except openai.OpenAIError as exc:  # mapped inside already; belt and braces
             log.warning("summarizer model call failed: %s", type(exc).__name__)

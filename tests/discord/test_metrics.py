@@ -58,6 +58,48 @@ async def test_turns_and_stm_tool_calls_are_counted_by_outcome(kioku: KiokuHarne
     assert sample(metrics, "kioku_guilds") == 1
 
 
+async def test_model_requests_are_counted_by_outcome_with_the_tokens_reported(
+    kioku: KiokuHarness,
+) -> None:
+    metrics = kioku.bot.metrics
+    kioku.llm.reply_text("Hello there!")
+    await kioku.env.send("hi", mention_bot=True)
+    kioku.llm.reply_error(500)
+    await kioku.env.send("still there?", mention_bot=True)
+    kioku.llm.reply_error(429, headers={"retry-after": "0"})
+    await kioku.env.send("and now?", mention_bot=True)
+    kioku.llm.reply_disconnect()
+    await kioku.env.send("hello?", mention_bot=True)
+    kioku.llm.reply_error(401, "bad key")
+    await kioku.env.send("anyone?", mention_bot=True)
+
+    for outcome in ("ok", "server_error", "rate_limited", "unreachable", "refused"):
+        assert sample(metrics, "kioku_llm_requests_total", outcome=outcome) == 1, outcome
+    assert sample(metrics, "kioku_llm_requests_total", outcome="timeout") is None
+    assert sample(metrics, "kioku_llm_request_duration_seconds_count") == 5
+    # The scripted server reports ~4 characters a token: "Hello there!" is 3.
+    assert sample(metrics, "kioku_llm_tokens_total", kind="completion") == 3
+    prompt = sample(metrics, "kioku_llm_tokens_total", kind="prompt")
+    assert prompt is not None and prompt > 0
+
+
+async def test_a_model_request_past_the_client_timeout_counts_as_a_timeout(
+    db: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path
+) -> None:
+    kioku = await start_kioku(
+        db, llm, pg_url, tmp_path, settings={"llm": {"max_retries": 0, "timeout_seconds": 0.2}}
+    )
+    try:
+        llm.reply_text("late", delay=5)
+        await kioku.env.send("hi", mention_bot=True)
+        metrics = kioku.bot.metrics
+        assert sample(metrics, "kioku_llm_requests_total", outcome="timeout") == 1
+        assert sample(metrics, "kioku_llm_requests_total", outcome="ok") is None
+        assert sample(metrics, "kioku_turns_total", outcome="llm_unavailable") == 1
+    finally:
+        await stop_kioku(kioku)
+
+
 async def test_a_turn_whose_answer_is_empty_counts_as_given_up(kioku: KiokuHarness) -> None:
     kioku.llm.reply_text("")  # nothing left to send: the fallback reply goes instead
     await kioku.env.send("hello?", mention_bot=True)
@@ -74,6 +116,8 @@ async def test_summarizer_runs_are_counted_by_status(kioku: KiokuHarness) -> Non
     metrics = kioku.bot.metrics
     assert sample(metrics, "kioku_summaries_total", status="nothing_new") == 1
     assert sample(metrics, "kioku_summaries_total", status="failed") == 1
+    # Only the failed run asked the model, and its request is counted too.
+    assert sample(metrics, "kioku_llm_requests_total", outcome="server_error") == 1
     assert sample(metrics, "kioku_summaries_total", status="updated") is None
 
 

@@ -1,4 +1,5 @@
-"""``bot.metrics``: the labels of STM tool results, and the endpoint's own life cycle."""
+"""``bot.metrics``: the labels of STM tool results and model requests, what a model
+request adds, and the endpoint's own life cycle."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import socket
 import aiohttp
 import pytest
 
+from bot.llm.client import LlmRequest, request_outcome
 from bot.metrics import Metrics, MetricsServer, stm_tool_result
 
 
@@ -21,6 +23,25 @@ from bot.metrics import Metrics, MetricsServer, stm_tool_result
 )
 def test_stm_tool_results_are_labelled_by_what_the_model_was_told(told: str, label: str) -> None:
     assert stm_tool_result(told) == label
+
+
+def test_a_200_whose_body_is_no_json_is_a_bad_answer() -> None:
+    # What the openai client raises when a proxy answers 200 with an HTML page.
+    assert request_outcome(ValueError("Expecting value: line 1 column 1")) == "bad_answer"
+
+
+def test_a_model_request_counts_its_time_and_only_the_tokens_reported() -> None:
+    metrics = Metrics()
+    metrics.llm_request(LlmRequest("ok", 0.3, prompt_tokens=120, completion_tokens=8))
+    metrics.llm_request(LlmRequest("ok", 0.2))  # a server that reports no usage
+    metrics.llm_request(LlmRequest("timeout", 30.0))
+    value = metrics.registry.get_sample_value
+    assert value("kioku_llm_requests_total", {"outcome": "ok"}) == 2
+    assert value("kioku_llm_requests_total", {"outcome": "timeout"}) == 1
+    assert value("kioku_llm_request_duration_seconds_count") == 3
+    assert value("kioku_llm_request_duration_seconds_sum") == pytest.approx(30.5)
+    assert value("kioku_llm_tokens_total", {"kind": "prompt"}) == 120
+    assert value("kioku_llm_tokens_total", {"kind": "completion"}) == 8
 
 
 def test_each_metrics_object_has_its_own_registry() -> None:
