@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from bot.db.repositories import stm as stm_repo
 from bot.db.repositories.stm import EventRecord
 from bot.memory.model import StmEntry
-from bot.memory.storage import DB_TIMEOUT_SECONDS, database_answered
+from bot.memory.storage import DB_TIMEOUT_SECONDS, database_answered, database_failed
 
 # At most this many writes (two rows each) share one transaction.
 GROUP_COMMIT_MAX = 64
@@ -144,7 +144,11 @@ class GroupCommit:
             # The others were fine: they go first in the next transaction.
             self._queue[:0] = [item for item in batch if id(item) not in found.outcomes]
             return
-        except Exception as exc:  # the writer reports it (see MemoryService._persist)
+        except Exception as exc:  # each writer spools its own (see MemoryService._persist)
+            # Reported to the breaker of the database that failed (logged once an
+            # outage), whatever the writers' service uses by the time they see it.
+            keys = ", ".join(str(entry.key) for entry in entries)
+            database_failed(sessions, f"STM write for {keys}", exc)
             for item in batch:
                 _settle(item, exc)
             return

@@ -757,11 +757,15 @@ class MemoryService:
         it would only wait for its timeout to land in the spool anyway."""
         return self._spool_first() or (self.spool is not None and self._ledger.database_down())
 
-    def _deletion_failed(self, what: str, exc: Exception) -> None:
+    @staticmethod
+    def _deletion_failed(
+        sessions: async_sessionmaker[AsyncSession], what: str, exc: Exception
+    ) -> None:
         """A deletion was not done now (it is spooled, or refused): a failure of the
-        database is reported to its breaker (an outage is logged once, not per call)."""
+        database (``sessions``, the one it was tried on) is reported to its breaker (an
+        outage is logged once, not per call)."""
         if not isinstance(exc, _NotTried):
-            database_failed(self._sessions, what, exc)
+            database_failed(sessions, what, exc)
         log.info("%s deferred: %s", what, exc.__class__.__name__)
 
     async def _persist(
@@ -798,10 +802,7 @@ class MemoryService:
             if isinstance(outcome, ClearedElsewhere):
                 return rejected(REASON_CLEARED)
             return rejected("a newer version of this memory exists; nothing was saved")
-        # Logged once per outage, not on every turn's write (see storage.database_failed).
-        database_failed(
-            self._sessions, f"STM write for {', '.join(str(e.key) for e in entries)}", outcome
-        )
+        # The commit queue told the database's breaker (see CommitQueue.commit).
         return self._spool_write(entries, events, before, turn)
 
     def _abandoned_write(self, entries: Sequence[StmEntry], outcome: Exception | None) -> None:
@@ -947,11 +948,12 @@ class MemoryService:
                     held += 1
             self.windows.clear(channel_id)
             at = self.clock.now()
+            sessions = self._sessions
             try:
                 if self._spool_at_once():
                     raise _NotTried
                 async with asyncio.timeout(DB_TIMEOUT_SECONDS):
-                    async with self._sessions() as session, session.begin():
+                    async with sessions() as session, session.begin():
                         rows = await delete_channel_rows(
                             session,
                             channel_id,
@@ -962,7 +964,7 @@ class MemoryService:
                             notify=self._notify,
                         )
             except Exception as exc:
-                self._deletion_failed(f"clearing channel {channel_id}", exc)
+                self._deletion_failed(sessions, f"clearing channel {channel_id}", exc)
                 try:
                     self._spool_or_raise(
                         exc,
@@ -979,7 +981,7 @@ class MemoryService:
                 # read again while its rows may stay (and every write refused as stale).
                 self._clear_not_done(channel_id)
                 raise
-            database_answered(self._sessions)
+            database_answered(sessions)
             self._tombstones.discard(channel_id)
             # The refresh counts from when it held the lock: what was said while it waited
             # for it is wiped too (as the database, and every other process, has it).
@@ -1034,11 +1036,12 @@ class MemoryService:
         self._guilds.forget_user(user_id)
         self._forget_set_aside(user_id)
         at = self.clock.now()
+        sessions = self._sessions
         try:
             if self._spool_at_once():
                 raise _NotTried
             async with asyncio.timeout(DB_TIMEOUT_SECONDS * 2):
-                async with self._sessions() as session, session.begin():
+                async with sessions() as session, session.begin():
                     deleted = await delete_user_rows(
                         session,
                         user_id,
@@ -1047,12 +1050,12 @@ class MemoryService:
                         notify=self._notify,
                     )
         except Exception as exc:
-            self._deletion_failed("forgetting a user", exc)
+            self._deletion_failed(sessions, "forgetting a user", exc)
             self._spool_or_raise(exc, lambda spool: spool.append_forget(user_id, at))
             self._ledger.note(FORGET_NOTICED)  # as below: what was cached while it was tried goes
             self._drop_derived_from(user_id)
             return ForgetReceipt(0, 0, 0, 0, dropped, raw, pending_sync=True)
-        database_answered(self._sessions)
+        database_answered(sessions)
         # The forget counts from when it held its locks: what they said while it waited
         # for them is forgotten too (as the database, and every other process, has it).
         raw += self.windows.forget_author(user_id)
