@@ -145,7 +145,7 @@ class GroupCommit:
             self._queue[:0] = [item for item in batch if id(item) not in found.outcomes]
             return
         except Exception as exc:  # each writer spools its own (see MemoryService._persist)
-            # Reported to the breaker of the database that failed (logged once an
+            # Reported to the breaker of the database that failed (logged once per
             # outage), whatever the writers' service uses by the time they see it.
             keys = ", ".join(str(entry.key) for entry in entries)
             database_failed(sessions, f"STM write for {keys}", exc)

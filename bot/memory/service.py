@@ -802,7 +802,7 @@ class MemoryService:
             if isinstance(outcome, ClearedElsewhere):
                 return rejected(REASON_CLEARED)
             return rejected("a newer version of this memory exists; nothing was saved")
-        # The commit queue told the database's breaker (see CommitQueue.commit).
+        # GroupCommit.commit told the breaker of the database that failed.
         return self._spool_write(entries, events, before, turn)
 
     def _abandoned_write(self, entries: Sequence[StmEntry], outcome: Exception | None) -> None:
