@@ -10,20 +10,24 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 
 from bot.memory.service import MemoryService
 
 log = logging.getLogger(__name__)
 
 
-async def run_janitor(service: MemoryService) -> None:
-    """Loop forever (until cancelled) purging expired rows."""
+async def run_janitor(
+    service: MemoryService, *, sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+) -> None:
+    """Loop forever (until cancelled) purging expired rows. ``sleep`` waits between
+    passes (tests hold it to step through the schedule)."""
     stm = service.settings.stm
-    await asyncio.sleep(stm.janitor_delay_seconds)
+    await sleep(stm.janitor_delay_seconds)
     while True:
         try:
             deleted = await service.purge_expired_rows()
             log.info("janitor: deleted %d STM rows older than %d days", deleted, stm.retention_days)
         except Exception as exc:
             log.warning("janitor pass failed: %s", exc.__class__.__name__)
-        await asyncio.sleep(stm.janitor_interval_hours * 3600)
+        await sleep(stm.janitor_interval_hours * 3600)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 from dataclasses import replace
 from typing import Any
@@ -17,6 +18,7 @@ from bot.db.engine import Database
 from bot.db.models import LongTermMemory, ShortTermMemory, StmEvent
 from bot.db.repositories import stm as stm_repo
 from bot.memory.change import REASON_CATEGORIES_CHANGED
+from bot.memory.janitor import run_janitor
 from bot.memory.model import AuditEvent, Category, ScopeKey
 from bot.memory.prompt import assemble
 from bot.memory.service import MemoryService
@@ -867,6 +869,51 @@ async def test_the_janitor_writes_one_expire_event_without_memory_text(
     async with db.sessions() as session:
         count = select(func.count()).select_from(StmEvent).where(StmEvent.event == "expire")
         assert await session.scalar(count) == 1
+
+
+async def test_the_janitor_waits_its_delay_then_purges_daily_and_outlives_a_failed_pass(
+    service: MemoryService, db: Database, clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    asked: asyncio.Queue[float] = asyncio.Queue()  # what each sleep was asked to wait
+    woken: asyncio.Queue[None] = asyncio.Queue()
+
+    async def sleep(seconds: float) -> None:
+        await asked.put(seconds)
+        await woken.get()
+
+    async def pass_then_next_sleep() -> float:
+        woken.put_nowait(None)
+        return await asked.get()
+
+    await service.update_stm(await start_turn(service), summary="old news")
+    clock.advance(days=91)
+    janitor = asyncio.create_task(run_janitor(service, sleep=sleep))
+    try:
+        # SPEC §2: 60 s after start, then daily.
+        assert await asked.get() == 60
+        assert len(await rows(db)) == 2, "nothing is purged before the delay"
+        assert await pass_then_next_sleep() == 24 * 3600
+        assert await rows(db) == []
+
+        await service.update_stm(await start_turn(service), summary="old again")
+        clock.advance(days=91)
+        broken = create_async_engine(
+            refused_base_url().replace("http://", "postgresql+asyncpg://u:p@") + "db"
+        )
+        real, service._sessions = service._sessions, async_sessionmaker(broken)
+        try:
+            assert await pass_then_next_sleep() == 24 * 3600  # failed, and still running
+        finally:
+            service._sessions = real
+            await broken.dispose()
+        assert "janitor pass failed: MemoryUnavailable" in caplog.text
+        assert len(await rows(db)) == 2
+        assert await pass_then_next_sleep() == 24 * 3600
+        assert await rows(db) == []
+    finally:
+        janitor.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await janitor
 
 
 async def test_forget_me_writes_a_forget_event_that_does_not_name_the_user(
