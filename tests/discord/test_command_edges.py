@@ -5,15 +5,19 @@ database, long memories in /stm show, a reply that looks like a refresh marker."
 from __future__ import annotations
 
 import asyncio
+import copy
+from collections.abc import Callable
 from typing import Any
 
 import discord
 import pytest
 
+from bot.cogs.errors import OUT_OF_DATE
 from bot.db.repositories import guilds as guild_repo
 from bot.llm.tools.stm import STM_TOOL_NAME
 from bot.memory.model import Category, ScopeKey
 from tests.helpers.bot import KiokuHarness
+from tests.helpers.discord_harness import snowflake
 
 
 @pytest.fixture
@@ -399,3 +403,28 @@ async def test_settings_failing_half_way_does_not_claim_nothing_was_changed(
     assert not (changed and result.content == UNAVAILABLE), (
         f"answered {result.content!r} although always-on was switched on"
     )
+
+
+@pytest.mark.parametrize(
+    "stale",
+    [
+        pytest.param(lambda data: data.update(name="remember-this"), id="a command since removed"),
+        pytest.param(
+            lambda data: data["options"][0].update(name="summarise"),
+            id="a subcommand since renamed",
+        ),
+    ],
+)
+async def test_a_command_discord_still_offers_from_before_an_upgrade_says_it_is_out_of_date(
+    kioku: KiokuHarness, stale: Callable[[dict[str, Any]], None]
+) -> None:
+    # Until `kioku sync` runs, Discord keeps sending the commands of the last sync.
+    current = await kioku.interactions.slash("stm show")
+    payload = copy.deepcopy(current.payload)
+    payload["id"], payload["token"] = str(snowflake()), f"stale-{snowflake()}"
+    stale(payload["data"])
+
+    result = await kioku.interactions.dispatch(payload)
+
+    assert result.ephemeral
+    assert result.content == OUT_OF_DATE

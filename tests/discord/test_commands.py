@@ -153,6 +153,26 @@ async def test_refresh_by_a_moderator_wipes_cache_and_rows_and_posts_the_marker(
     assert (refresh.channel_id, refresh.actor_user_id) == (kioku.env.channel.id, moderator.id)
 
 
+async def test_refresh_where_the_bot_may_not_post_wipes_and_says_the_marker_is_missing(
+    kioku: KiokuHarness, moderator: discord.Member
+) -> None:
+    quiet = await kioku.env.create_text_channel("announcements")
+    await kioku.env.set_overwrite(
+        quiet, kioku.env.guild.me, discord.PermissionOverwrite(send_messages=False)
+    )
+    await seed(kioku, channel=quiet)
+
+    result = await kioku.interactions.slash("refresh", user=moderator, channel=quiet)
+
+    assert result.texts()[-1] == (
+        "Memory of this channel wiped: 2 stored memories and 2 cached memories removed.\n"
+        "I couldn't post the refresh marker in this channel, so older messages may be read "
+        "back after a restart. Check that I can send messages here."
+    )
+    assert await stm_rows(kioku, quiet.id) == []
+    assert kioku.env.sent_to(quiet) == []
+
+
 async def test_refresh_in_a_dm_wipes_the_users_dm_memory(kioku: KiokuHarness) -> None:
     user = kioku.env.member
     dm = kioku.env.dm_channel(user)
