@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import signal
 import sys
-from collections.abc import Awaitable, Coroutine, Sequence
+from collections.abc import Awaitable, Coroutine, Iterator, Sequence
+from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 import aiohttp
@@ -29,6 +31,7 @@ from bot.problems import (
     embedded_data_dir_problem,
     one_line_error,
 )
+from bot.urls import async_database_url
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -106,6 +109,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         "Needs DISCORD_TOKEN; run once after install or upgrade (rate limited, so never "
         "done at start-up).",
     )
+    backup_parser = command(
+        "backup",
+        "write the database to a file",
+        "pg_dump's custom format, made with the PostgreSQL tools Kioku ships; by default "
+        "KIOKU_DATA_DIR/backups/kioku-<UTC time>.dump. Safe beside a running bot.",
+    )
+    backup_parser.add_argument(
+        "file", nargs="?", type=Path, help="the file to write (it must not exist yet)"
+    )
+    restore_parser = command(
+        "restore",
+        "replace the database's contents with a backup",
+        "Stop every bot using the database first; the spool must be empty. The restored "
+        "database is then migrated to this version.",
+    )
+    restore_parser.add_argument("file", type=Path, help="a file written by kioku backup")
+    restore_parser.add_argument(
+        "--yes", action="store_true", help="replace what is in the database (required)"
+    )
     args = parser.parse_args(argv)
 
     try:
@@ -126,6 +148,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_command(run_console(settings))
         if args.command == "sync":
             return run_command(sync(settings, _token(settings)))
+        if args.command == "backup":
+            return run_command(backup(settings, args.file))
+        if args.command == "restore":
+            return run_command(restore(settings, args.file, confirmed=args.yes))
     except SettingsError as exc:
         for line in str(exc).splitlines():
             print(f"kioku: {line}", file=sys.stderr)
@@ -242,6 +268,54 @@ async def migrate(settings: Settings) -> int:
     return EXIT_OK
 
 
+async def backup(settings: Settings, target: Path | None) -> int:
+    from bot.backup import BackupFailed, backup_target, write_backup
+
+    database = Database(settings)
+    try:
+        path = backup_target(settings, target)
+        with _database_errors(database):
+            await database.start()  # not migrated: a backup before an upgrade is as it was
+        await write_backup(settings, path, database)
+    except BackupFailed as exc:
+        raise CliError(str(exc)) from None
+    finally:
+        await database.close()
+    return EXIT_OK
+
+
+async def restore(settings: Settings, source: Path, *, confirmed: bool) -> int:
+    from bot.backup import BackupFailed, check_restore_allowed, check_revisions, replace_from_backup
+
+    if not confirmed:
+        raise CliError(
+            f"restore replaces every memory in {_configured_database(settings)} with the "
+            "backup's: stop every bot using that database, then run again with --yes",
+            EXIT_CONFIG,
+        )
+    database = Database(settings)
+    try:
+        check_restore_allowed(settings, source)
+        with _database_errors(database):
+            await database.start()
+        await check_revisions(source, database)
+        await replace_from_backup(source, database)
+        _, revision = await _migrate(database)
+    except BackupFailed as exc:
+        raise CliError(str(exc)) from None
+    finally:
+        await database.close()
+    print(f"restored {source} into {_where(database)}; schema at revision {revision}")
+    return EXIT_OK
+
+
+def _configured_database(settings: Settings) -> str:
+    """Which database the settings name, before it is started."""
+    if settings.database_url:
+        return describe_url(async_database_url(settings.database_url))
+    return f"the embedded database in {settings.data_dir}"
+
+
 async def run_console(settings: Settings) -> int:
     from bot.console import console
 
@@ -257,8 +331,15 @@ async def run_console(settings: Settings) -> int:
 async def _migrate(database: Database) -> tuple[str | None, str | None]:
     from bot.app import migrate_database
 
-    try:
+    with _database_errors(database):
         return await migrate_database(database)
+
+
+@contextlib.contextmanager
+def _database_errors(database: Database) -> Iterator[None]:
+    """Failures to start, reach or migrate ``database`` as one-line :class:`CliError`."""
+    try:
+        yield
     except DatabaseUnavailable as exc:
         raise CliError(str(exc)) from None
     except MigrationsMissing as exc:

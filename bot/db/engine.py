@@ -73,6 +73,11 @@ class EmbeddedPostgres:
         uri: str = self._server.get_uri()
         return make_url(uri).set(drivername="postgresql+asyncpg")
 
+    @property
+    def bin_path(self) -> Path | None:
+        """The folder of the running server's programs (``pg_dump`` among them)."""
+        return None if self._server is None else Path(self._server.bin_path)
+
     def stop(self) -> None:
         """Let go of the server; it stops when no other process of ours uses it. Blocking."""
         if self._server is not None:

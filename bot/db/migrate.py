@@ -58,18 +58,21 @@ def head_revision() -> str | None:
     return ScriptDirectory.from_config(alembic_config()).get_current_head()
 
 
+def is_known_revision(revision: str) -> bool:
+    """Whether ``revision`` is one of these scripts' (a newer Kioku's is not)."""
+    scripts = ScriptDirectory.from_config(alembic_config())
+    return revision in {script.revision for script in scripts.walk_revisions()}
+
+
 def unknown_revision_problem(current: str | None) -> str | None:
     """Why the database cannot be migrated by this Kioku, when its revision is none of
     these scripts' (Alembic's own words, "Can't locate revision", say nothing of a
     downgrade, and "run kioku migrate" would be no advice); ``None`` otherwise."""
-    if current is None:
-        return None
-    scripts = ScriptDirectory.from_config(alembic_config())
-    if current in {script.revision for script in scripts.walk_revisions()}:
+    if current is None or is_known_revision(current):
         return None
     return (
         f"the database is at revision {current}, which this Kioku does not know (its "
-        f"newest is {scripts.get_current_head()}): a newer Kioku migrated it; run that "
+        f"newest is {head_revision()}): a newer Kioku migrated it; run that "
         "version (or restore a backup made before the upgrade)"
     )
 

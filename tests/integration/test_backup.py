@@ -1,0 +1,226 @@
+"""``kioku backup`` and ``kioku restore`` on real PostgreSQL, with the client tools of the
+embedded server's wheel: a round trip, and every refusal leaving the database as it was."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.engine import URL
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from bot.__main__ import EXIT_CONFIG, CliError, backup, restore
+from bot.config import Settings
+from bot.db.engine import Database
+from bot.db.migrate import head_revision, upgrade
+from bot.db.models import Base
+from bot.memory.model import Provenance
+from bot.memory.spool import DurableSpool, spool_path
+from bot.urls import async_database_url
+from tests.helpers.builders import (
+    ALICE,
+    BOB,
+    CHANNEL,
+    GUILD,
+    OTHER_CHANNEL,
+    make_longterm,
+    make_service,
+    prepare,
+)
+from tests.helpers.database import make_test_settings, scratch_database
+
+TABLES = [table.name for table in Base.metadata.sorted_tables]
+
+
+async def snapshot(engine: AsyncEngine) -> dict[str, list[tuple[Any, ...]]]:
+    """Every Kioku table's rows, and the schema revision."""
+    rows: dict[str, list[tuple[Any, ...]]] = {}
+    async with engine.connect() as connection:
+        for name in [*TABLES, "alembic_version"]:
+            result = await connection.execute(text(f"SELECT * FROM {name} ORDER BY 1"))
+            rows[name] = [tuple(row) for row in result]
+    return rows
+
+
+def url_of(settings: Settings) -> URL:
+    assert settings.database_url is not None
+    return async_database_url(settings.database_url)
+
+
+async def snapshot_of(url: URL) -> dict[str, list[tuple[Any, ...]]]:
+    engine = create_async_engine(url)
+    try:
+        return await snapshot(engine)
+    finally:
+        await engine.dispose()
+
+
+async def remember_things(settings: Settings) -> None:
+    """An STM write (server and user rows, events) and a long-term fact, as the bot
+    makes them; the database is let go afterwards, as a stopped bot does."""
+    database = Database(settings)
+    await database.start()
+    try:
+        service = make_service(database.sessions, settings)
+        turn = (await prepare(service)).turn
+        assert (await service.update_stm(turn, summary="The launch moved to Friday.")).ok
+        facts = make_longterm(service)
+        await facts.remember(ALICE, GUILD, "my cat is called Miso", Provenance("model_tool"))
+    finally:
+        await database.close()
+
+
+async def change_things(settings: Settings) -> None:
+    """What happens after a backup: a /refresh, and a memory elsewhere."""
+    database = Database(settings)
+    await database.start()
+    try:
+        service = make_service(database.sessions, settings)
+        await service.clear_channel(CHANNEL, guild_id=GUILD, actor_user_id=BOB)
+        turn = (await prepare(service, channel=OTHER_CHANNEL)).turn
+        assert (await service.update_stm(turn, summary="Standup is at ten.")).ok
+    finally:
+        await database.close()
+
+
+@pytest.fixture
+async def kioku_db(pg_url: URL, tmp_path: Path) -> AsyncIterator[Settings]:
+    """Settings on a database of its own, migrated to head."""
+    url = await scratch_database(pg_url, "kioku_backup")
+    settings = make_test_settings(url, tmp_path / "data")
+    engine = create_async_engine(url)
+    try:
+        await upgrade(engine)
+    finally:
+        await engine.dispose()
+    yield settings
+
+
+async def test_a_restore_brings_back_every_memory_as_it_was_at_the_backup(
+    kioku_db: Settings, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    settings = kioku_db
+    await remember_things(settings)
+    at_backup = await snapshot_of(url_of(settings))
+    assert at_backup["short_term_memories"] and at_backup["long_term_memories"]
+
+    path = tmp_path / "before-friday.dump"
+    assert await backup(settings, path) == 0
+    out = capsys.readouterr().out
+    assert f"to {path} (" in out
+    assert f"restore it with: kioku restore {path} --yes" in out
+
+    await change_things(settings)
+    assert await snapshot_of(url_of(settings)) != at_backup
+
+    assert await restore(settings, path, confirmed=True) == 0
+    assert f"restored {path} into" in capsys.readouterr().out
+    assert await snapshot_of(url_of(settings)) == at_backup
+
+
+async def test_a_backup_into_an_empty_database_is_restored_and_migrated(
+    kioku_db: Settings, pg_url: URL, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    await remember_things(kioku_db)
+    path = tmp_path / "kioku.dump"
+    await backup(kioku_db, path)
+    # A new machine: an empty database (what `kioku restore` on a new KIOKU_DATA_DIR, or
+    # a new DATABASE_URL database, starts from).
+    empty = await scratch_database(pg_url, "kioku_new_home")
+    settings = make_test_settings(empty, tmp_path / "new-data")
+
+    assert await restore(settings, path, confirmed=True) == 0
+
+    assert f"schema at revision {head_revision()}" in capsys.readouterr().out
+    assert await snapshot_of(empty) == await snapshot_of(url_of(kioku_db))
+
+
+async def test_a_restore_without_yes_changes_nothing(kioku_db: Settings, tmp_path: Path) -> None:
+    await remember_things(kioku_db)
+    path = tmp_path / "kioku.dump"
+    await backup(kioku_db, path)
+    await change_things(kioku_db)
+    before = await snapshot_of(url_of(kioku_db))
+
+    with pytest.raises(CliError) as refused:
+        await restore(kioku_db, path, confirmed=False)
+
+    assert refused.value.code == EXIT_CONFIG
+    assert "run again with --yes" in str(refused.value)
+    assert await snapshot_of(url_of(kioku_db)) == before
+
+
+async def test_a_restore_with_changes_waiting_in_the_spool_is_refused(
+    kioku_db: Settings, tmp_path: Path
+) -> None:
+    await remember_things(kioku_db)
+    path = tmp_path / "kioku.dump"
+    await backup(kioku_db, path)
+    spool = DurableSpool(spool_path(kioku_db.data_dir))
+    spool.append_forget(ALICE, datetime.now(UTC))
+    spool.close()
+    before = await snapshot_of(url_of(kioku_db))
+
+    with pytest.raises(CliError) as refused:
+        await restore(kioku_db, path, confirmed=True)
+
+    assert str(refused.value).startswith(
+        f"1 memory operation waits in the spool of {kioku_db.data_dir}, and would be replayed"
+    )
+    assert await snapshot_of(url_of(kioku_db)) == before
+
+
+async def test_a_file_that_is_no_backup_is_refused_before_anything_changes(
+    kioku_db: Settings, tmp_path: Path
+) -> None:
+    await remember_things(kioku_db)
+    before = await snapshot_of(url_of(kioku_db))
+    junk = tmp_path / "notes.dump"
+    junk.write_text("not a backup\n")
+
+    with pytest.raises(CliError) as refused:
+        await restore(kioku_db, junk, confirmed=True)
+
+    assert str(refused.value).startswith(f"{junk} is not a backup made by kioku backup: ")
+    with pytest.raises(CliError, match="is not a file"):
+        await restore(kioku_db, tmp_path / "missing.dump", confirmed=True)
+    assert await snapshot_of(url_of(kioku_db)) == before
+
+
+async def test_a_backup_at_another_schema_revision_is_not_restored_over_this_one(
+    kioku_db: Settings, pg_url: URL, tmp_path: Path
+) -> None:
+    # A backup made before an upgrade: its database was at an older revision.
+    older = await scratch_database(pg_url, "kioku_older")
+    engine = create_async_engine(older)
+    try:
+        async with engine.begin() as connection:
+            await connection.execute(text("CREATE TABLE alembic_version (version_num text)"))
+            await connection.execute(text("INSERT INTO alembic_version VALUES ('0004')"))
+    finally:
+        await engine.dispose()
+    path = tmp_path / "older.dump"
+    await backup(make_test_settings(older, tmp_path / "older-data"), path)
+    before = await snapshot_of(url_of(kioku_db))
+
+    with pytest.raises(CliError) as refused:
+        await restore(kioku_db, path, confirmed=True)
+
+    assert str(refused.value) == (
+        f"the database is at schema revision {head_revision()} and the backup at 0004: "
+        "restore into an empty database (a new database in DATABASE_URL, or a new "
+        "KIOKU_DATA_DIR for the embedded one); it is migrated after the restore"
+    )
+    assert await snapshot_of(url_of(kioku_db)) == before
+
+
+async def test_a_backup_never_overwrites_a_file(kioku_db: Settings, tmp_path: Path) -> None:
+    path = tmp_path / "kept.dump"
+    path.write_bytes(b"something precious")
+    with pytest.raises(CliError, match="exists already"):
+        await backup(kioku_db, path)
+    assert path.read_bytes() == b"something precious"
