@@ -285,7 +285,14 @@ async def backup(settings: Settings, target: Path | None) -> int:
 
 
 async def restore(settings: Settings, source: Path, *, confirmed: bool) -> int:
-    from bot.backup import BackupFailed, check_restore_allowed, check_revisions, replace_from_backup
+    from bot.backup import (
+        BackupFailed,
+        check_restore_allowed,
+        check_revisions,
+        forgets_on_record,
+        reapply_forgets,
+        replace_from_backup,
+    )
 
     if not confirmed:
         raise CliError(
@@ -299,13 +306,17 @@ async def restore(settings: Settings, source: Path, *, confirmed: bool) -> int:
         with _database_errors(database):
             await database.start()
         await check_revisions(source, database)
+        forgets = await forgets_on_record(database)
         await replace_from_backup(source, database)
         _, revision = await _migrate(database)
+        again = await reapply_forgets(database, forgets)
     except BackupFailed as exc:
         raise CliError(str(exc)) from None
     finally:
         await database.close()
     print(f"restored {source} into {_where(database)}; schema at revision {revision}")
+    if again:
+        print(f"forgot {again} user(s) of the backup again: they asked /forget-me since")
     return EXIT_OK
 
 

@@ -11,6 +11,9 @@ command says so.
 
 A restore replaces what is in the database with the backup (``pg_restore --clean``, in
 one transaction: a failure changes nothing), then migrates it to this version's schema.
+The /forget-me requests the database still keeps (30 days, see ``stm_forgets``)
+are applied again to what the backup holds: a backup made before one brings nobody's
+forgotten memories back.
 Every bot using the database must be stopped first (their caches would keep serving
 what the restore replaced), and the spool must be empty (its changes, replayed later,
 would land on the restored rows).
@@ -21,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -30,6 +34,8 @@ from sqlalchemy.engine import URL
 from bot.config import Settings
 from bot.db.engine import Database, describe_url
 from bot.db.migrate import current_revision, head_revision, is_known_revision
+from bot.db.repositories import stm as stm_repo
+from bot.memory.deletion import delete_user_rows, stored_user_ids
 from bot.memory.spool import inspect_spool, spool_in_use
 from bot.urls import without_credentials
 
@@ -263,3 +269,33 @@ async def replace_from_backup(source: Path, database: Database) -> None:
             f"restore into {describe_url(database.url)} failed, nothing was changed: "
             f"{_failure(err)}"
         )
+
+
+async def forgets_on_record(database: Database) -> list[tuple[bytes, datetime]]:
+    """The /forget-me requests the database keeps (a hash of the user and the time, for
+    30 days), read before a restore replaces them."""
+    async with database.sessions() as session:
+        if await session.scalar(text("SELECT to_regclass('stm_forgets')")) is None:
+            return []  # empty, or migrated before the table existed
+        return await stm_repo.forget_records(session)
+
+
+async def reapply_forgets(database: Database, records: Sequence[tuple[bytes, datetime]]) -> int:
+    """After a restore: forget again every user of the backup a /forget-me on record
+    (see :func:`forgets_on_record`) forgot (a backup made before it still holds their
+    memories), and keep those records. Returns how many users were forgotten again."""
+    if not records:
+        return 0
+    forgotten = dict(records)
+    async with database.sessions() as session, session.begin():
+        for digest, at in records:
+            await stm_repo.record_forget_digest(session, digest, at)
+        again = [
+            user_id
+            for user_id in await stored_user_ids(session)
+            if stm_repo.user_hash(user_id) in forgotten
+        ]
+        for user_id in again:
+            # Unrecorded (None): the record kept above has the request's own time.
+            await delete_user_rows(session, user_id, None, origin="restore", notify=False)
+    return len(again)

@@ -99,6 +99,16 @@ async def delete_channel_rows(
     return rows
 
 
+async def stored_user_ids(session: AsyncSession) -> set[int]:
+    """Every user id a stored memory, setting or audit event names (what a /forget-me
+    of theirs would delete)."""
+    return (
+        await stm_repo.user_ids(session)
+        | await longterm_repo.user_ids(session)
+        | await guild_repo.settings_user_ids(session)
+    )
+
+
 async def delete_user_rows(
     session: AsyncSession,
     user_id: int,

@@ -47,6 +47,15 @@ async def snapshot(engine: AsyncEngine) -> dict[str, list[tuple[Any, ...]]]:
     return rows
 
 
+async def values_of(url: URL, query: str) -> list[Any]:
+    engine = create_async_engine(url)
+    try:
+        async with engine.connect() as connection:
+            return list(await connection.scalars(text(query)))
+    finally:
+        await engine.dispose()
+
+
 def url_of(settings: Settings) -> URL:
     assert settings.database_url is not None
     return async_database_url(settings.database_url)
@@ -121,6 +130,34 @@ async def test_a_restore_brings_back_every_memory_as_it_was_at_the_backup(
     assert await restore(settings, path, confirmed=True) == 0
     assert f"restored {path} into" in capsys.readouterr().out
     assert await snapshot_of(url_of(settings)) == at_backup
+
+
+async def test_a_restore_forgets_again_who_asked_forget_me_after_the_backup(
+    kioku_db: Settings, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    settings = kioku_db
+    await remember_things(settings)  # Alice's conversation and fact
+    database = Database(settings)
+    await database.start()
+    try:
+        service = make_service(database.sessions, settings)
+        turn = (await prepare(service, user=BOB, channel=OTHER_CHANNEL)).turn
+        assert (await service.update_stm(turn, summary="Bob plans the offsite.")).ok
+        path = tmp_path / "kioku.dump"
+        assert await backup(settings, path) == 0
+        await service.forget_user(ALICE)
+    finally:
+        await database.close()
+    capsys.readouterr()
+
+    assert await restore(settings, path, confirmed=True) == 0
+
+    assert "forgot 1 user(s) of the backup again" in capsys.readouterr().out
+    restored = await snapshot_of(url_of(settings))
+    assert restored["long_term_memories"] == []
+    summaries = await values_of(url_of(settings), "SELECT summary FROM short_term_memories")
+    assert summaries == ["Bob plans the offsite.", "Bob plans the offsite."]
+    assert len(restored["stm_forgets"]) == 1  # the request is still on record
 
 
 async def test_a_backup_into_an_empty_database_is_restored_and_migrated(

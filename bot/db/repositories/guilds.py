@@ -135,3 +135,8 @@ async def delete_user_settings(session: AsyncSession, user_id: int) -> int:
         delete(UserSettings).where(UserSettings.user_id == user_id).returning(UserSettings.user_id)
     )
     return len(result.all())
+
+
+async def settings_user_ids(session: AsyncSession) -> set[int]:
+    """Every user with stored settings."""
+    return set(await session.scalars(select(UserSettings.user_id)))

@@ -532,3 +532,8 @@ async def add_events(session: AsyncSession, events: Sequence[FactEvent], now: da
             for record in events
         ],
     )
+
+
+async def user_ids(session: AsyncSession) -> set[int]:
+    """Every user who has long-term facts."""
+    return set(await session.scalars(select(LongTermMemory.user_id).distinct()))

@@ -30,6 +30,7 @@ from sqlalchemy import (
     select,
     text,
     tuple_,
+    union,
     union_all,
 )
 from sqlalchemy.dialects.postgresql import insert
@@ -428,7 +429,13 @@ async def lock_forgets(session: AsyncSession, *, shared: bool = False) -> None:
 
 
 async def record_forget(session: AsyncSession, user_id: int, at: datetime) -> None:
-    statement = insert(StmForget).values(user_hash=user_hash(user_id), forgotten_at=at)
+    await record_forget_digest(session, user_hash(user_id), at)
+
+
+async def record_forget_digest(session: AsyncSession, digest: bytes, at: datetime) -> None:
+    """Keep that the user of ``digest`` (see :func:`user_hash`) was forgotten at ``at``
+    (the later time wins)."""
+    statement = insert(StmForget).values(user_hash=digest, forgotten_at=at)
     await session.execute(
         statement.on_conflict_do_update(
             index_elements=[StmForget.user_hash],
@@ -439,6 +446,25 @@ async def record_forget(session: AsyncSession, user_id: int, at: datetime) -> No
             },
         )
     )
+
+
+async def user_ids(session: AsyncSession) -> set[int]:
+    """Every user id short-term memories (owners, contributors, actors) and audit
+    events name."""
+    ids = union(
+        select(ShortTermMemory.user_id),
+        select(func.unnest(ShortTermMemory.contributor_ids)),
+        select(ShortTermMemory.actor_user_id),
+        select(StmEvent.user_id),
+        select(StmEvent.actor_user_id),
+    )
+    return {user_id for user_id in await session.scalars(ids) if user_id is not None}
+
+
+async def forget_records(session: AsyncSession) -> list[tuple[bytes, datetime]]:
+    """Every forgotten user's hash, with when they were forgotten."""
+    rows = await session.execute(select(StmForget.user_hash, StmForget.forgotten_at))
+    return [(bytes(digest), at) for digest, at in rows.all()]
 
 
 async def forget_times(session: AsyncSession, user_ids: Iterable[int]) -> dict[int, datetime]:
