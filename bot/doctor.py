@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import openai
 from sqlalchemy import text
 
+from bot.backup import backup_dir, latest_backup
 from bot.config import DEFAULT_PERSONA_FILE, Settings
 from bot.db.clock_skew import measure_clock_skew
 from bot.db.engine import Database, describe_url
@@ -28,6 +29,7 @@ from bot.db.migrate import (
 from bot.llm.client import chat_completion, make_client
 from bot.llm.providers import capabilities
 from bot.memory.clock import SystemClock
+from bot.memory.prompt import relative_time
 from bot.memory.spool import inspect_spool
 from bot.problems import data_dir_problem, database_unreachable, one_line_error
 from bot.urls import without_credentials
@@ -65,6 +67,7 @@ async def doctor(settings: Settings) -> int:
     finally:
         await database.close()
     checks.append(_spool_check(settings))
+    checks.append(_backup_check(settings))
     checks.append(_persona_check(settings))
     checks.extend(await _llm_checks(settings))
     print(render_table(checks))
@@ -89,6 +92,18 @@ def _spool_check(settings: Settings) -> Check:
         # Records that could not be read or applied: the operator should look at them.
         state += f"; {len(spool.set_aside)} set-aside file(s): {spool.set_aside[-1]}"
     return Check("spool", not spool.set_aside, state)
+
+
+def _backup_check(settings: Settings) -> Check:
+    """The newest backup in the default folder (information only: a managed database,
+    or backups kept elsewhere, are as good)."""
+    latest = latest_backup(settings)
+    if latest is None:
+        return Check("backup", True, f"none in {backup_dir(settings)} (kioku backup makes one)")
+    path, made = latest
+    return Check(
+        "backup", True, f"latest {path.name}, made {relative_time(made, SystemClock().now())}"
+    )
 
 
 def _persona_check(settings: Settings) -> Check:

@@ -221,11 +221,13 @@ async def test_doctor_passes_when_the_model_calls_the_tool(
         "migrations",
         "clock",
         "spool",
+        "backup",
         "persona",
         "llm endpoint",
         "llm tool call",
     ]
     assert {status for status, _ in rows.values()} == {"ok"}
+    assert rows["backup"][1] == f"none in {tmp_path / 'backups'} (kioku backup makes one)"
     assert f"{DEFAULT_MODEL_ID} listed" in rows["llm endpoint"][1]
     assert rows["llm tool call"][1].startswith("the model called the tool")
     assert llm.pending == 0 and len(llm.requests) == 1
