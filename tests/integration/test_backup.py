@@ -97,17 +97,20 @@ async def change_things(settings: Settings) -> None:
         await database.close()
 
 
-@pytest.fixture
-async def kioku_db(pg_url: URL, tmp_path: Path) -> AsyncIterator[Settings]:
-    """Settings on a database of its own, migrated to head."""
-    url = await scratch_database(pg_url, "kioku_backup")
-    settings = make_test_settings(url, tmp_path / "data")
+async def migrated(url: URL) -> None:
     engine = create_async_engine(url)
     try:
         await upgrade(engine)
     finally:
         await engine.dispose()
-    yield settings
+
+
+@pytest.fixture
+async def kioku_db(pg_url: URL, tmp_path: Path) -> AsyncIterator[Settings]:
+    """Settings on a database of its own, migrated to head."""
+    url = await scratch_database(pg_url, "kioku_backup")
+    await migrated(url)
+    yield make_test_settings(url, tmp_path / "data")
 
 
 async def test_a_restore_brings_back_every_memory_as_it_was_at_the_backup(
@@ -277,11 +280,7 @@ async def test_a_postgresql_16_server_is_backed_up_and_restored_with_tools_it_ac
     # The newest pg_restore sets transaction_timeout, which PostgreSQL 16 refuses: the
     # restore failed on the server docker-compose.yml runs.
     settings = make_test_settings(postgres_16, tmp_path / "data")
-    engine = create_async_engine(postgres_16)
-    try:
-        await upgrade(engine)
-    finally:
-        await engine.dispose()
+    await migrated(postgres_16)
     await remember_things(settings)
     at_backup = await snapshot_of(postgres_16)
     path = tmp_path / "pg16.dump"
