@@ -75,7 +75,8 @@ async def main() -> None:
             openai_base_url=llm.base_url,
             openai_api_key="bench",
             model="bench-model",
-            llm={"max_retries": 0},
+            # Three members answer 100 channels as fast as they can: no per-member limit.
+            llm={"max_retries": 0, "turns_per_user_per_minute": 0},
             database={"pool_size": 10, "max_overflow": 0},
         )
         database = Database(settings)

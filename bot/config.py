@@ -131,6 +131,10 @@ class LlmSettings(Section):
     # Turns of one channel waiting behind its running one; a mention past them is turned
     # away (a reaction, no model call) instead of answered long after the talk moved on.
     max_waiting_turns: Annotated[int, Field(ge=0, le=100)] = 5
+    # Turns one member may start in a minute, across channels and DMs; past it a message
+    # gets the same reaction and no model call (0: no limit). One account flooding the
+    # bot costs the operator model calls and holds up everyone's channel queue.
+    turns_per_user_per_minute: Annotated[int, Field(ge=0, le=600)] = 12
 
 
 class LongTermSettings(Section):

@@ -35,7 +35,7 @@ from bot.llm.client import LlmRequest
 log = logging.getLogger(__name__)
 
 TurnOutcome = Literal[
-    "answered", "gave_up", "llm_unavailable", "unanswered", "error", "turned_away"
+    "answered", "gave_up", "llm_unavailable", "unanswered", "error", "turned_away", "rate_limited"
 ]
 StmToolResult = Literal["saved", "pending_sync", "rejected"]
 
@@ -64,7 +64,8 @@ class Metrics:
         self.turns = Counter(
             "kioku_turns",
             "Turns by how they ended: answered, gave_up (fallback reply), llm_unavailable, "
-            "unanswered (message gone), error, turned_away (channel queue full)",
+            "unanswered (message gone), error, turned_away (channel queue full), rate_limited "
+            "(the member's turns per minute)",
             ["outcome"],
             registry=self.registry,
         )

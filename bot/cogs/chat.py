@@ -4,8 +4,9 @@
 - The bot answers in DMs always; in servers when mentioned, replied to, or in a channel
   an admin marked always-on. Bots (itself included) never trigger a turn.
 - Turns in one channel run one after another; different channels run concurrently. At
-  most ``llm.max_waiting_turns`` wait in one channel (a DM too): a message past them makes
-  no model call, and gets a reaction saying it was not taken.
+  most ``llm.max_waiting_turns`` wait in one channel (a DM too), and one member starts at
+  most ``llm.turns_per_user_per_minute``: a message past them makes no model call, and
+  gets a reaction saying it was not taken.
 - A cold channel is back-filled from history (once; again after a network failure or a
   Discord 5xx, a window the cache dropped, or missed notices), stopping at the newest
   ``/refresh`` marker and leaving out what ``stm_clears``/``stm_forgets`` say was wiped,
@@ -19,7 +20,7 @@ import contextlib
 import dataclasses
 import logging
 from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import aiohttp
 import discord
@@ -110,6 +111,14 @@ class Chat(commands.Cog):
         self.bot = bot
         # Turns of one channel wait for each other, so many at most (see _answer).
         self._turns: KeyedQueues[int] = KeyedQueues(bot.settings.llm.max_waiting_turns)
+        # Turns one member may start a minute (see _over_rate): discord.py's cooldown
+        # buckets, read on the memory clock.
+        rate = bot.settings.llm.turns_per_user_per_minute
+        self._rate: commands.CooldownMapping[discord.Message] | None = (
+            commands.CooldownMapping.from_cooldown(rate, 60.0, commands.BucketType.user)
+            if rate
+            else None
+        )
         # Members fetched from Discord to judge what a DM may show (the bot has no members
         # intent, so most are not cached); None: not a member any more. Short-lived, so a
         # member who loses access stops seeing that channel within minutes at most.
@@ -227,11 +236,15 @@ class Chat(commands.Cog):
         # always-on (uncached settings) fills no place a mention could have.
         guild = message.guild
         known = guild is not None and memory.cached_guild_config(guild.id) is not None
-        async with self._turns.place(channel.id, counted=addressed or known) as admitted:
+        counted = addressed or known
+        if counted and self._over_rate(message):
+            await self._turn_away(message, "rate_limited")
+            return
+        async with self._turns.place(channel.id, counted=counted) as admitted:
             if self._closing:
                 return  # shutting down: only the turns already running finish
             if not admitted:
-                await self._turn_away(message)
+                await self._turn_away(message, "turned_away")
                 return
             if not addressed and not await self._always_on(message):
                 return
@@ -266,13 +279,28 @@ class Chat(commands.Cog):
                 epoch = reply.turn.epoch
             await self._send(message, reply.text, epoch=epoch, failed=reply.failed)
 
-    async def _turn_away(self, message: discord.Message) -> None:
-        """The channel's queue is full: no turn for ``message`` (addressed, or in a channel
-        known to be always-on); a reaction (best effort) tells the member it was not
-        taken, rather than an answer long after."""
+    def _over_rate(self, message: discord.Message) -> bool:
+        """Whether the member already started ``llm.turns_per_user_per_minute`` turns in
+        the last minute (counting this one, when it is let through)."""
+        if self._rate is None:
+            return False
+        now = self.bot.memory.clock.monotonic()
+        bucket = self._rate.get_bucket(message, now)
+        return bucket is not None and bucket.update_rate_limit(now) is not None
+
+    async def _turn_away(
+        self, message: discord.Message, why: Literal["turned_away", "rate_limited"]
+    ) -> None:
+        """No turn for ``message`` (addressed, or in a channel known to be always-on): the
+        channel's queue is full, or its author is over their turns per minute. A
+        reaction (best effort) tells the member it was not taken, rather than an answer
+        long after."""
         channel = message.channel
-        log.debug("turned away a message in channel %s: too many turns waiting", channel.id)
-        self.bot.metrics.turn_ended("turned_away")
+        reason = (
+            "too many turns waiting" if why == "turned_away" else "its author's turns per minute"
+        )
+        log.debug("turned away a message in channel %s: %s", channel.id, reason)
+        self.bot.metrics.turn_ended(why)
         if not _may_react(channel):
             return
         try:

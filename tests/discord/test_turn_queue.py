@@ -292,3 +292,44 @@ async def test_in_an_always_on_channel_chatter_past_the_bound_is_turned_away_too
 
     assert asked(llm, ["running chatter", "more chatter"]) == ["running chatter"]
     assert [own_reactions(kioku, m) for m in messages] == [[], [TURNED_AWAY_REACTION]]
+
+
+async def test_a_member_past_their_turns_per_minute_gets_a_reaction_and_no_model_call(
+    db: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path
+) -> None:
+    kioku = await start_kioku(
+        db, llm, pg_url, tmp_path, channels=2, settings={"llm": {"turns_per_user_per_minute": 2}}
+    )
+    try:
+        env = kioku.env
+        for _ in range(4):
+            llm.reply_text("answered")
+        first = await env.send("question one", mention_bot=True)
+        second = await env.send("question two", channel=env.channels[1], mention_bot=True)
+        # A third turn within the minute, in either channel: over the limit.
+        third = await env.send("question three", mention_bot=True)
+        neighbour = await env.send("my own question", author=env.members[1], mention_bot=True)
+        kioku.clock.advance(seconds=61)  # the first turn's minute is over
+        later = await env.send("question four", mention_bot=True)
+
+        texts = ["question one", "question two", "question three", "my own question"]
+        assert asked(llm, [*texts, "question four"]) == [
+            "question one",
+            "question two",
+            "my own question",  # another member's turns are their own
+            "question four",  # a minute later
+        ]
+        assert [own_reactions(kioku, m) for m in (first, second, third, neighbour, later)] == [
+            [],
+            [],
+            [TURNED_AWAY_REACTION],
+            [],
+            [],
+        ]
+        window = [m.content for m in kioku.bot.memory.windows.get(env.channel.id)]
+        assert any("question three" in text for text in window), "still part of the talk"
+        turns = kioku.bot.metrics.registry.get_sample_value
+        assert turns("kioku_turns_total", {"outcome": "rate_limited"}) == 1
+        assert turns("kioku_turns_total", {"outcome": "answered"}) == 4
+    finally:
+        await stop_kioku(kioku)

@@ -59,7 +59,9 @@ async def start_kioku(
         "openai_base_url": llm.base_url,
         "openai_api_key": "test-key",
         "model": "test-model",
-        "llm": {"max_retries": 0, "timeout_seconds": 5},
+        # A few members make all of a test's turns, on a clock that stands still: no
+        # per-member limit unless a test sets one.
+        "llm": {"max_retries": 0, "timeout_seconds": 5, "turns_per_user_per_minute": 0},
     }
     for name, value in (settings or {}).items():
         if isinstance(value, dict) and isinstance(overrides.get(name), dict):
