@@ -22,6 +22,7 @@ would land on the restored rows).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import os
 import warnings
@@ -142,7 +143,13 @@ async def _tool(tools: Path, name: str, *args: str, url: URL | None) -> tuple[in
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
-    out, err = await process.communicate()
+    try:
+        out, err = await process.communicate()
+    except BaseException:  # Ctrl-C or SIGTERM: the tool stops with the command
+        with contextlib.suppress(ProcessLookupError):
+            process.kill()
+        await process.wait()
+        raise
     assert process.returncode is not None
     return process.returncode, out.decode(errors="replace"), err.decode(errors="replace")
 
@@ -187,15 +194,19 @@ async def write_backup(settings: Settings, path: Path, database: Database) -> No
     # Written beside the target, then renamed: a failed or interrupted dump leaves no
     # file that looks like a backup.
     partial = path.with_name(f".{path.name}.partial")
-    code, _, err = await _tool(
-        await client_tools(database),
-        "pg_dump",
-        "--format=custom",
-        "--no-owner",
-        "--no-privileges",
-        f"--file={partial}",
-        url=database.url,
-    )
+    try:
+        code, _, err = await _tool(
+            await client_tools(database),
+            "pg_dump",
+            "--format=custom",
+            "--no-owner",
+            "--no-privileges",
+            f"--file={partial}",
+            url=database.url,
+        )
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
     if code != 0:
         partial.unlink(missing_ok=True)
         raise BackupFailed(f"backup of {describe_url(database.url)} failed: {_failure(err)}")

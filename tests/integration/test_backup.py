@@ -3,6 +3,7 @@ embedded server's wheel: a round trip, and every refusal leaving the database as
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
@@ -32,7 +33,7 @@ from tests.helpers.builders import (
     make_service,
     prepare,
 )
-from tests.helpers.database import make_test_settings, scratch_database
+from tests.helpers.database import make_test_settings, scratch_database, worker_suffix
 
 TABLES = [table.name for table in Base.metadata.sorted_tables]
 
@@ -290,6 +291,32 @@ async def test_a_postgresql_16_server_is_backed_up_and_restored_with_tools_it_ac
     assert await restore(settings, path, confirmed=True) == 0
 
     assert await snapshot_of(postgres_16) == at_backup
+
+
+async def test_a_failed_backup_is_one_line_and_leaves_no_file_behind(
+    kioku_db: Settings, tmp_path: Path
+) -> None:
+    # A role that may connect but not read the tables (a least-privilege setup gone wrong).
+    role = f"kioku_cannot_read{worker_suffix()}"
+    owner = create_async_engine(url_of(kioku_db))
+    try:
+        async with owner.connect() as connection:
+            await connection.execution_options(isolation_level="AUTOCOMMIT")
+            await connection.execute(text(f"DROP ROLE IF EXISTS {role}"))
+            await connection.execute(text(f"CREATE ROLE {role} LOGIN PASSWORD 'pw'"))
+    finally:
+        await owner.dispose()
+    url = url_of(kioku_db).set(username=role, password="pw")
+    settings = make_test_settings(url, kioku_db.data_dir)
+    path = tmp_path / "denied.dump"
+
+    with pytest.raises(CliError) as failed:
+        await backup(settings, path)
+
+    assert str(failed.value).startswith("backup of postgresql at socket in ")
+    assert "failed: pg_dump: error: " in str(failed.value)
+    assert "permission denied" in str(failed.value)
+    assert os.listdir(tmp_path) == []  # neither the backup nor its partial file
 
 
 async def test_a_backup_never_overwrites_a_file(kioku_db: Settings, tmp_path: Path) -> None:
