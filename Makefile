@@ -32,9 +32,9 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check bot tests benchmarks migrations
 	$(BIN)/mypy bot
 
-# One worker per core, at most 4 (each starts its own embedded PostgreSQL).
+# Workers: see pytest_xdist_auto_num_workers in tests/conftest.py.
 test: lint
-	$(BIN)/pytest -q -n auto --maxprocesses 4
+	$(BIN)/pytest -q -n auto
 
 bench: $(STAMP)
 	@$(BIN)/python benchmarks/run_all.py

@@ -18,6 +18,7 @@ how they reach the summary from pytest-xdist's workers.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
@@ -53,6 +54,16 @@ class Figures:
 def figures(request: pytest.FixtureRequest) -> Figures:
     """Record numbers a test measured; printed in the "figures" summary section."""
     return Figures(request)
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto`` (``make test``): one worker per CPU this process may run on, 2 to 4.
+    xdist's own count is the machine's physical cores, which is 1 on a CI runner whose 2
+    vCPUs are one core's hyper-threads; each worker starts its own embedded PostgreSQL,
+    so more than 4 would mostly add start-ups."""
+    usable = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None  # Linux
+    cpus = len(usable) if usable is not None else (os.cpu_count() or 2)
+    return max(2, min(4, cpus))
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
