@@ -166,12 +166,12 @@ def _operations_wait(count: int) -> str:
 
 
 def _size(path: Path) -> str:
-    size = float(path.stat().st_size)
-    for unit in ("B", "KB", "MB", "GB"):
-        if size < 1024 or unit == "GB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{size:.1f} GB"  # pragma: no cover - the loop returns
+    size, unit = float(path.stat().st_size), "B"
+    for larger in ("KB", "MB", "GB"):
+        if size < 1024:
+            break
+        size, unit = size / 1024, larger
+    return f"{size:.0f} B" if unit == "B" else f"{size:.1f} {unit}"
 
 
 def backup_target(settings: Settings, target: Path | None) -> Path:

@@ -184,12 +184,9 @@ async def _apply(session: AsyncSession, record: dict[str, Any], origin: str) -> 
         channel_id = int(record["channel"])
         at = record_time(record)
         # The channel's lock is held (see apply_all): the clear time cannot move meanwhile.
-        if at is not None:
-            known = (await stm_repo.clear_times(session, [channel_id])).get(channel_id)
-            if known is not None and known >= at:
-                # Replayed already (a crash before the spool was rewritten), or a later
-                # /refresh wiped everything before it: what is there now came after.
-                return
+        known = (await stm_repo.clear_times(session, [channel_id])).get(channel_id)
+        if _covered(at, known):
+            return
         # This process queued its own later writes behind the clear in the spool.
         await delete_channel_rows(
             session,
@@ -204,9 +201,16 @@ async def _apply(session: AsyncSession, record: dict[str, Any], origin: str) -> 
         at = record_time(record)
         # The forget lock is held exclusively (see apply_all): no other /forget-me is
         # recorded meanwhile.
-        if at is not None:
-            known = (await stm_repo.forget_times(session, [user_id])).get(user_id)
-            if known is not None and known >= at:
-                return  # replayed already, or a later /forget-me deleted everything before
+        known = (await stm_repo.forget_times(session, [user_id])).get(user_id)
+        if _covered(at, known):
+            return
         # This process queued its own later writes behind it in the spool.
         await delete_user_rows(session, user_id, at, origin=origin)
+
+
+def _covered(at: datetime | None, recorded: datetime | None) -> bool:
+    """Whether a spooled deletion made at ``at`` is covered by the one the database
+    recorded (at ``recorded``): replayed already (a crash before the spool was
+    rewritten), or a later /refresh or /forget-me deleted everything before it, so what
+    is there now came after. A record without a time is always applied."""
+    return at is not None and recorded is not None and recorded >= at
