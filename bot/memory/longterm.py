@@ -81,6 +81,12 @@ FORGOTTEN_MEANWHILE = (
 )
 
 
+CLEARED_MEANWHILE = (
+    "the user cleared their long-term memories (/memories clear) while this turn ran; "
+    "nothing was saved"
+)
+
+
 FORGET_PENDING = (
     "the user's /forget-me is still being applied (the database was unavailable); "
     "nothing was saved, ask them to try again in a minute"
@@ -224,8 +230,9 @@ class LongTermService:
         """Store ``text`` as a fact of ``user_id`` made in ``guild_id`` (``None``: a DM),
         said in ``channel_id`` (or at ``place``, which also records a thread's parent and
         what else decides who may read it later; see :class:`Place`).
-        ``started_at``: when the asking turn started; a /forget-me of the user since then
-        (in any process) refuses the fact, which comes from before it.
+        ``started_at``: when the asking turn started; a /forget-me or a /memories clear
+        of the user since then (in any process) refuses the fact, which comes from
+        before it.
 
         Raises :class:`FactRefused` when nothing is left after sanitizing or the user was
         forgotten meanwhile, and :class:`MemoryUnavailable` when the database fails
@@ -264,6 +271,9 @@ class LongTermService:
                 forgotten = (await stm_repo.forget_times(session, [user_id])).get(user_id)
                 if forgotten is not None and forgotten >= started_at:  # see writes_refused
                     raise FactRefused(FORGOTTEN_MEANWHILE)
+                cleared = await repo.last_event_at(session, user_id, EVENT_CLEAR)
+                if cleared is not None and cleared >= started_at:
+                    raise FactRefused(CLEARED_MEANWHILE)
             existing = await repo.facts_in_scope(session, user_id, guild_id)
             twin = next(
                 (f for f in reversed(existing) if is_near_duplicate(content, f.content)), None
@@ -388,17 +398,20 @@ class LongTermService:
         return bool(result.deleted)
 
     async def clear(self, user_id: int) -> int:
-        """``/memories clear``: delete every fact of the user; returns how many."""
+        """``/memories clear``: delete every fact of the user; returns how many.
+
+        Its audit event is written even when nothing was left to delete: it is also the
+        clear's time, which refuses a fact from a turn that began before it (see
+        :meth:`remember`), so no answer still being written brings one back."""
         now = self.clock.now()
         async with self._storage("clearing long-term memory") as session, session.begin():
             await repo.lock_user(session, user_id)
             deleted = await repo.delete_all(session, user_id)
-            if deleted:
-                await repo.add_events(
-                    session,
-                    [FactEvent(EVENT_CLEAR, user_id, origin="user_command", actor_user_id=user_id)],
-                    now,
-                )
+            await repo.add_events(
+                session,
+                [FactEvent(EVENT_CLEAR, user_id, origin="user_command", actor_user_id=user_id)],
+                now,
+            )
         return deleted
 
     # ------------------------------------------------------------------ reading

@@ -1015,6 +1015,75 @@ async def test_a_remember_in_flight_during_forget_me_does_not_survive_it(
     assert "forget-me" in tool_result["content"]
 
 
+# ------------------------------------------------------------------ /memories clear
+
+
+async def test_a_remember_from_a_turn_that_started_before_memories_clear_is_refused(
+    db: Database, settings: Settings
+) -> None:
+    clock = ManualClock()
+    service = LongTermService(db.sessions, settings, clock)
+    await service.remember(ALICE, GUILD, "My dog is Rex", by_model())
+    started = clock.now()
+    clock.advance(seconds=1)
+    assert await service.clear(ALICE) == 1  # /memories clear while the model was thinking
+    clock.advance(seconds=5)
+
+    with pytest.raises(FactRefused, match="memories clear"):
+        await service.remember(ALICE, GUILD, "My cat is Miso", by_model(), started_at=started)
+    assert (await service.list_facts(ALICE)).total == 0
+    # Another user's turn of the same age is not concerned.
+    other = await service.remember(BOB, GUILD, "I like tea", by_model(), started_at=started)
+    assert other.created
+    # A turn that starts after the clear may save facts again.
+    result = await service.remember(
+        ALICE, GUILD, "My cat is Miso", by_model(), started_at=clock.now()
+    )
+    assert result.created
+
+
+async def test_a_clear_with_nothing_to_delete_still_refuses_an_older_turns_fact(
+    db: Database, settings: Settings
+) -> None:
+    clock = ManualClock()
+    service = LongTermService(db.sessions, settings, clock)
+    started = clock.now()
+    clock.advance(seconds=1)
+    assert await service.clear(ALICE) == 0
+
+    with pytest.raises(FactRefused, match="memories clear"):
+        await service.remember(ALICE, GUILD, "My cat is Miso", by_model(), started_at=started)
+    assert (await service.list_facts(ALICE)).total == 0
+
+
+async def test_a_remember_in_flight_during_memories_clear_does_not_survive_it(
+    db: Database, settings: Settings, llm: ScriptedLLM
+) -> None:
+    memory = make_service(db.sessions, settings)
+    runner = TurnRunner(
+        memory, openai_client(llm), settings, longterm=make_longterm(memory), persona="p"
+    )
+    llm.reply_tool_calls([("remember", {"fact": "My cat is called Miso"})]).reply_text("Noted!")
+    held = llm.hold()
+    request = TurnRequest(
+        channel_id=CHANNEL,
+        user_id=ALICE,
+        message_id=10,
+        content="remember that my cat is called Miso",
+        bot_user_id=BOT,
+        guild_id=GUILD,
+    )
+    turn = asyncio.create_task(runner.run(request))
+    await llm.wait_for_requests(1)  # the model is thinking about the request
+    await runner.longterm.clear(ALICE)  # /memories clear, confirmed
+    held.set()
+    await turn
+
+    assert (await runner.longterm.list_facts(ALICE)).total == 0
+    tool_result = next(m for m in llm.messages(1) if m["role"] == "tool")
+    assert "memories clear" in tool_result["content"]
+
+
 # ------------------------------------------------------------------ recall cache
 
 

@@ -534,6 +534,19 @@ async def add_events(session: AsyncSession, events: Sequence[FactEvent], now: da
     )
 
 
+async def last_event_at(session: AsyncSession, user_id: int, event: str) -> datetime | None:
+    """When ``user_id``'s latest long-term audit event of kind ``event`` was recorded
+    (``None``: never). The audit log is kept, so this is how a ``/memories clear`` is
+    remembered for a turn that began before it."""
+    return await session.scalar(
+        select(func.max(StmEvent.created_at)).where(
+            StmEvent.user_id == user_id,
+            StmEvent.scope_kind == _EVENT_SCOPE,
+            StmEvent.event == event,
+        )
+    )
+
+
 async def user_ids(session: AsyncSession) -> set[int]:
     """Every user who has long-term facts."""
     return set(await session.scalars(select(LongTermMemory.user_id).distinct()))
