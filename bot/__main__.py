@@ -288,7 +288,7 @@ async def restore(settings: Settings, source: Path, *, confirmed: bool) -> int:
     from bot.backup import (
         BackupFailed,
         check_restore_allowed,
-        check_revisions,
+        check_revision,
         forgets_on_record,
         reapply_forgets,
         replace_from_backup,
@@ -305,7 +305,7 @@ async def restore(settings: Settings, source: Path, *, confirmed: bool) -> int:
         check_restore_allowed(settings, source)
         with _database_errors(database):
             await database.start()
-        await check_revisions(source, database)
+        await check_revision(source)
         forgets = await forgets_on_record(database)
         await replace_from_backup(source, database)
         _, revision = await _migrate(database)

@@ -9,8 +9,11 @@ migration revision; no owners or privileges, so it restores into any database an
 What still waits in the spool is not in the database yet, so not in the backup: the
 command says so.
 
-A restore replaces what is in the database with the backup (``pg_restore --clean``, in
-one transaction: a failure changes nothing), then migrates it to this version's schema.
+A restore replaces what is in the database with the backup, in one transaction (a
+failure changes nothing): every table of the database's schema is dropped (a table a
+later Kioku added too, so a backup made before an upgrade restores over the upgraded
+database) and the backup's are created and filled (``pg_restore``'s script, run by
+``psql --single-transaction``); then it is migrated to this version's schema.
 The /forget-me requests the database still keeps (30 days, see ``stm_forgets``)
 are applied again to what the backup holds: a backup made before one brings nobody's
 forgotten memories back.
@@ -25,6 +28,7 @@ import asyncio
 import contextlib
 import itertools
 import os
+import tempfile
 import warnings
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -35,7 +39,7 @@ from sqlalchemy.engine import URL
 
 from bot.config import Settings
 from bot.db.engine import Database, describe_url
-from bot.db.migrate import current_revision, head_revision, is_known_revision
+from bot.db.migrate import head_revision, is_known_revision
 from bot.db.repositories import stm as stm_repo
 from bot.memory.deletion import delete_user_rows, stored_user_ids
 from bot.memory.spool import inspect_spool, spool_in_use
@@ -157,7 +161,7 @@ async def _tool(tools: Path, name: str, *args: str, url: URL | None) -> tuple[in
 def _failure(stderr: str) -> str:
     """The tool's own error line (``pg_dump: error: …``), credentials masked."""
     lines = [line.strip() for line in stderr.splitlines() if line.strip()]
-    errors = [line for line in lines if "error:" in line] or lines or ["no message"]
+    errors = [line for line in lines if "error:" in line.lower()] or lines or ["no message"]
     return without_credentials(errors[0])
 
 
@@ -243,23 +247,14 @@ async def backup_revision(source: Path) -> str:
     )
 
 
-async def check_revisions(source: Path, database: Database) -> str:
-    """The backup's revision, once it is known that this Kioku can restore it here:
-    one it knows, into an empty database or one at the same revision (``--clean``
-    replaces the tables the backup has; a table a later revision added would stay, and
-    the migration that adds it would then fail)."""
+async def check_revision(source: Path) -> str:
+    """The backup's schema revision, once it is known that this Kioku can migrate it
+    (whatever revision the database is at: the restore replaces all of it)."""
     revision = await backup_revision(source)
     if not is_known_revision(revision):
         raise BackupFailed(
             f"{source} was made at schema revision {revision}, which this Kioku does not know "
             f"(its newest is {head_revision()}): restore it with the Kioku that made it"
-        )
-    current = await current_revision(database.engine)
-    if current is not None and current != revision:
-        raise BackupFailed(
-            f"the database is at schema revision {current} and the backup at {revision}: "
-            "restore into an empty database (a new database in DATABASE_URL, or a new "
-            "KIOKU_DATA_DIR for the embedded one); it is migrated after the restore"
         )
     return revision
 
@@ -283,23 +278,51 @@ def check_restore_allowed(settings: Settings, source: Path) -> None:
         )
 
 
+# Run first in the restore's transaction: every table of the schema goes, whichever
+# revision made it (the database is Kioku's own: a backup holds all of it, too).
+_DROP_TABLES = """
+DO $drop$
+DECLARE found record;
+BEGIN
+    FOR found IN SELECT tablename FROM pg_tables WHERE schemaname = current_schema() LOOP
+        EXECUTE format('DROP TABLE IF EXISTS %I CASCADE', found.tablename);
+    END LOOP;
+END
+$drop$;
+"""
+
+
 async def replace_from_backup(source: Path, database: Database) -> None:
     """Replace the database's contents with the backup ``source`` (see the module
     docstring); the caller migrates it afterwards."""
     assert database.url is not None
-    code, _, err = await _tool(
-        await client_tools(database),
-        "pg_restore",
-        "--clean",
-        "--if-exists",
-        "--no-owner",
-        "--no-privileges",
-        "--single-transaction",
-        "--exit-on-error",
-        f"--dbname={database.url.database}",
-        str(source),
-        url=database.url,
-    )
+    tools = await client_tools(database)
+    # The script holds memory text: a private folder, removed whatever happens.
+    with tempfile.TemporaryDirectory(prefix="kioku-restore-") as folder:
+        script = Path(folder) / "restore.sql"
+        code, _, err = await _tool(
+            tools,
+            "pg_restore",
+            "--no-owner",
+            "--no-privileges",
+            f"--file={script}",
+            str(source),
+            url=None,
+        )
+        if code != 0:
+            raise BackupFailed(f"{source} cannot be read, nothing was changed: {_failure(err)}")
+        code, _, err = await _tool(
+            tools,
+            "psql",
+            "--no-psqlrc",
+            "--quiet",
+            "--single-transaction",
+            "--set=ON_ERROR_STOP=1",
+            f"--command={_DROP_TABLES}",
+            f"--file={script}",
+            f"--dbname={database.url.database}",
+            url=database.url,
+        )
     if code != 0:
         raise BackupFailed(
             f"restore into {describe_url(database.url)} failed, nothing was changed: "

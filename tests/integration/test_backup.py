@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from alembic import command as alembic_command
 from sqlalchemy import text
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
@@ -18,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from bot.__main__ import EXIT_CONFIG, CliError, backup, restore
 from bot.config import Settings
 from bot.db.engine import Database
-from bot.db.migrate import head_revision, upgrade
+from bot.db.migrate import alembic_config, head_revision, upgrade
 from bot.db.models import Base
 from bot.memory.model import Provenance
 from bot.memory.spool import DurableSpool, spool_path
@@ -233,30 +234,104 @@ async def test_a_file_that_is_no_backup_is_refused_before_anything_changes(
     assert await snapshot_of(url_of(kioku_db)) == before
 
 
-async def test_a_backup_at_another_schema_revision_is_not_restored_over_this_one(
-    kioku_db: Settings, pg_url: URL, tmp_path: Path
+async def migrated_to(url: URL, revision: str) -> None:
+    """The schema as the Kioku of ``revision`` left it (an older release)."""
+    engine = create_async_engine(url)
+    try:
+        async with engine.begin() as connection:
+            await connection.run_sync(
+                lambda sync: alembic_command.upgrade(alembic_config(sync), revision)
+            )
+    finally:
+        await engine.dispose()
+
+
+async def test_a_backup_made_before_an_upgrade_is_restored_over_the_upgraded_database(
+    kioku_db: Settings, pg_url: URL, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # A backup made before an upgrade: its database was at an older revision.
+    # The backup of a release whose schema had no stm_forgets and no fact places yet.
     older = await scratch_database(pg_url, "kioku_older")
+    await migrated_to(older, "0003")
     engine = create_async_engine(older)
     try:
         async with engine.begin() as connection:
-            await connection.execute(text("CREATE TABLE alembic_version (version_num text)"))
-            await connection.execute(text("INSERT INTO alembic_version VALUES ('0004')"))
+            await connection.execute(
+                text("INSERT INTO guild_settings (guild_id, refresh_cadence) VALUES (:g, 9)"),
+                {"g": GUILD},
+            )
     finally:
         await engine.dispose()
     path = tmp_path / "older.dump"
-    await backup(make_test_settings(older, tmp_path / "older-data"), path)
-    before = await snapshot_of(url_of(kioku_db))
+    assert await backup(make_test_settings(older, tmp_path / "older-data"), path) == 0
+    # Meanwhile the upgraded bot made memories the rollback must not keep.
+    await remember_things(kioku_db)
+    capsys.readouterr()
 
-    with pytest.raises(CliError) as refused:
-        await restore(kioku_db, path, confirmed=True)
+    assert await restore(kioku_db, path, confirmed=True) == 0
 
-    assert str(refused.value) == (
-        f"the database is at schema revision {head_revision()} and the backup at 0004: "
-        "restore into an empty database (a new database in DATABASE_URL, or a new "
-        "KIOKU_DATA_DIR for the embedded one); it is migrated after the restore"
+    assert f"schema at revision {head_revision()}" in capsys.readouterr().out
+    restored = await snapshot_of(url_of(kioku_db))
+    assert restored["alembic_version"] == [(head_revision(),)]
+    assert restored["short_term_memories"] == restored["long_term_memories"] == []
+    cadences = await values_of(url_of(kioku_db), "SELECT refresh_cadence FROM guild_settings")
+    assert cadences == [9]
+
+
+async def test_a_restore_over_a_database_a_newer_kioku_migrated_replaces_all_of_it(
+    kioku_db: Settings, tmp_path: Path
+) -> None:
+    # Rolling back a release: its database is at a revision this Kioku does not know,
+    # with a table it never made; the backup was made before the upgrade.
+    await remember_things(kioku_db)
+    at_backup = await snapshot_of(url_of(kioku_db))
+    path = tmp_path / "before-upgrade.dump"
+    assert await backup(kioku_db, path) == 0
+    engine = create_async_engine(url_of(kioku_db))
+    try:
+        async with engine.begin() as connection:
+            await connection.execute(text("CREATE TABLE stm_future (id bigint)"))
+            await connection.execute(text("UPDATE alembic_version SET version_num = '0099'"))
+    finally:
+        await engine.dispose()
+
+    assert await restore(kioku_db, path, confirmed=True) == 0
+
+    assert await snapshot_of(url_of(kioku_db)) == at_backup
+    tables = await values_of(
+        url_of(kioku_db), "SELECT tablename FROM pg_tables WHERE schemaname = 'public'"
     )
+    assert "stm_future" not in tables
+
+
+async def test_a_restore_that_fails_after_dropping_the_tables_changes_nothing(
+    kioku_db: Settings, tmp_path: Path
+) -> None:
+    await remember_things(kioku_db)
+    path = tmp_path / "kioku.dump"
+    assert await backup(kioku_db, path) == 0
+    await change_things(kioku_db)
+    before = await snapshot_of(url_of(kioku_db))
+    # A role that owns every table (so it may drop them) but may not create any: the
+    # restore fails after its drops, inside its transaction.
+    role = f"kioku_cannot_create{worker_suffix()}"
+    owner = create_async_engine(url_of(kioku_db))
+    try:
+        async with owner.connect() as connection:
+            await connection.execution_options(isolation_level="AUTOCOMMIT")
+            await connection.execute(text(f"DROP ROLE IF EXISTS {role}"))
+            await connection.execute(text(f"CREATE ROLE {role} LOGIN PASSWORD 'pw'"))
+            await connection.execute(text("REVOKE CREATE ON SCHEMA public FROM PUBLIC"))
+            for name in [*TABLES, "alembic_version"]:
+                await connection.execute(text(f"ALTER TABLE {name} OWNER TO {role}"))
+    finally:
+        await owner.dispose()
+    url = url_of(kioku_db).set(username=role, password="pw")
+
+    with pytest.raises(CliError) as failed:
+        await restore(make_test_settings(url, kioku_db.data_dir), path, confirmed=True)
+
+    assert "failed, nothing was changed: " in str(failed.value)
+    assert "permission denied for schema public" in str(failed.value)
     assert await snapshot_of(url_of(kioku_db)) == before
 
 
