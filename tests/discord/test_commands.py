@@ -505,6 +505,9 @@ async def test_stm_edit_with_whitespace_in_an_empty_category_field_changes_nothi
 ) -> None:
     await use_categories(kioku, "Decisions", "Questions")
     await seed(kioku, categories={"questions": "who writes docs?"})
+    before = [(r.scope_kind, r.categories, r.version, r.updated_at) for r in await stm_rows(kioku)]
+    events_before = [e.id for e in await events(kioku)]
+    assert before and events_before
     opened = await kioku.interactions.slash("stm edit", user=admin)
     assert opened.modal is not None
     prefill = {f["custom_id"]: f.get("value") or "" for f in opened.modal.text_inputs}
@@ -514,6 +517,9 @@ async def test_stm_edit_with_whitespace_in_an_empty_category_field_changes_nothi
     )
 
     assert saved.content == "Nothing changed, so nothing was saved."
+    after = [(r.scope_kind, r.categories, r.version, r.updated_at) for r in await stm_rows(kioku)]
+    assert after == before
+    assert [e.id for e in await events(kioku)] == events_before
 
 
 # ------------------------------------------------------------ /stm categories
@@ -1051,14 +1057,34 @@ async def test_a_double_click_on_forget_me_deletes_once_and_keeps_the_receipt(
 
 
 @pytest.mark.parametrize(
-    "command",
-    ["stm show", "stm settings", "stm history", "stm categories list", "stm categories clear"],
+    ("command", "reads"),
+    [
+        ("stm show", "guild_config"),
+        ("stm settings", "guild_config"),
+        ("stm history", "recent_events"),
+        ("stm categories list", "guild_config"),
+        ("stm categories clear", "guild_config"),
+    ],
 )
 async def test_commands_that_read_the_database_acknowledge_before_reading(
-    kioku: KiokuHarness, admin: discord.Member, command: str
+    kioku: KiokuHarness,
+    admin: discord.Member,
+    monkeypatch: pytest.MonkeyPatch,
+    command: str,
+    reads: str,
 ) -> None:
     # Discord drops an interaction not answered within 3 s; a slow database must not.
+    memory = kioku.bot.memory
+    real = getattr(memory, reads)
+    seen: list[bool] = []
+
+    async def watched(*args: Any, **kwargs: Any) -> Any:
+        seen.append(kioku.interactions.results[-1].deferred)
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(memory, reads, watched)
     result = await kioku.interactions.slash(command, user=admin)
+    assert seen and all(seen), f"{reads} ran before the acknowledgement: {seen}"
     assert result.deferred and result.ephemeral
     assert result.texts(), "the real answer follows the acknowledgement"
 

@@ -537,19 +537,34 @@ async def test_cross_context_with_the_database_down_answers_unavailable(
 
 
 @pytest.mark.parametrize(
-    ("command", "options"),
+    ("command", "options", "service", "reads"),
     [
-        ("memories list", {}),
-        ("memories clear", {}),
-        ("memories forget", {"fact_id": 7}),
-        ("memories cross-context", {"enabled": "on"}),
+        ("memories list", {}, "longterm", "list_facts"),
+        ("memories clear", {}, "longterm", "count"),
+        ("memories forget", {"fact_id": 7}, "longterm", "forget"),
+        ("memories cross-context", {"enabled": "on"}, "memory", "cross_context_opt_in"),
     ],
 )
 async def test_memories_commands_acknowledge_before_reading_the_database(
-    kioku: KiokuHarness, command: str, options: dict[str, Any]
+    kioku: KiokuHarness,
+    monkeypatch: pytest.MonkeyPatch,
+    command: str,
+    options: dict[str, Any],
+    service: str,
+    reads: str,
 ) -> None:
     """Discord drops an interaction not answered within 3 s: a command that reads the
     database says "thinking…" first, as the /stm commands do."""
+    target = getattr(kioku.bot, service)
+    real = getattr(target, reads)
+    seen: list[bool] = []
+
+    async def watched(*args: Any, **kwargs: Any) -> Any:
+        seen.append(kioku.interactions.results[-1].deferred)
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(target, reads, watched)
     result = await kioku.interactions.slash(command, options)
+    assert seen and all(seen), f"{reads} ran before the acknowledgement: {seen}"
     assert not result.command_failed
     assert result.deferred and result.ephemeral, result.response_type

@@ -707,6 +707,7 @@ async def test_forget_me_deletes_the_facts_and_their_audit_events(
     await remember(service, "Bob likes jazz", user=BOB)
     receipt = await make_service(db.sessions, settings, clock).forget_user(ALICE)
     assert receipt.long_term == 1
+    assert [(row.user_id, row.content) for row in await rows(db)] == [(BOB, "Bob likes jazz")]
     remaining = await events(db)
     assert ALICE not in {event.user_id for event in remaining}
     assert BOB in {event.user_id for event in remaining}
