@@ -11,9 +11,13 @@ from typing import Any
 
 import discord
 import pytest
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncSession
 
-from bot.cogs.errors import OUT_OF_DATE
+from bot.cogs.errors import OUT_OF_DATE, UNAVAILABLE
+from bot.db.models import GuildSettings, StmEvent
 from bot.db.repositories import guilds as guild_repo
+from bot.db.repositories import stm as stm_repo
 from bot.llm.tools.stm import STM_TOOL_NAME
 from bot.memory.model import Category, ScopeKey
 from tests.helpers.bot import KiokuHarness
@@ -380,29 +384,44 @@ async def test_a_reply_starting_like_the_refresh_marker_does_not_cut_back_fill(
 # ------------------------------------- F7: /stm settings reports "nothing was changed" wrongly
 
 
-async def test_settings_failing_half_way_does_not_claim_nothing_was_changed(
+async def test_settings_failing_half_way_say_nothing_was_changed_and_change_nothing(
     kioku: KiokuHarness, admin: discord.Member, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from bot.cogs.errors import UNAVAILABLE
-    from bot.memory.storage import MemoryUnavailable
+    # /stm settings writes every change and its audit event in one transaction: the
+    # connection dropping after the settings were written must undo them, or the reply
+    # ("nothing was changed") would be false.
+    guild_id = kioku.env.guild.id
+    first = await kioku.interactions.slash("stm settings", {"cadence": 5}, user=admin)
+    assert first.texts()[0].startswith("**Settings updated.**")
+    real_add_events = stm_repo.add_events
+    written: list[tuple[int, list[int]]] = []
 
-    memory = kioku.bot.memory
-    real_update = memory.update_guild_settings
+    async def dropped(session: AsyncSession, events: Any) -> None:
+        if not written:
+            # What the transaction holds when it fails: the changes, not yet committed.
+            row = await session.get(GuildSettings, guild_id, populate_existing=True)
+            assert row is not None
+            written.append((row.refresh_cadence, row.always_on_channel_ids))
+            raise ConnectionResetError("connection lost")
+        await real_add_events(session, events)
 
-    async def cadence_write_fails(guild_id: int, actor: int, **changes: Any) -> Any:
-        if "refresh_cadence" in changes:  # the database drops between the two writes
-            raise MemoryUnavailable("memory storage is unavailable right now")
-        return await real_update(guild_id, actor, **changes)
-
-    monkeypatch.setattr(memory, "update_guild_settings", cadence_write_fails)
+    monkeypatch.setattr(stm_repo, "add_events", dropped)
     result = await kioku.interactions.slash(
         "stm settings", {"always_on": True, "cadence": 9}, user=admin
     )
-    config = await memory.guild_config(kioku.env.guild.id)
-    changed = kioku.env.channel.id in config.always_on_channels
-    assert not (changed and result.content == UNAVAILABLE), (
-        f"answered {result.content!r} although always-on was switched on"
-    )
+
+    assert written == [(9, [kioku.env.channel.id])], "the failure was not half-way through"
+    assert result.texts() == [UNAVAILABLE]
+    async with kioku.database.sessions() as session:
+        row = await session.get(GuildSettings, guild_id)
+        assert row is not None
+        assert (row.refresh_cadence, row.always_on_channel_ids) == (5, [])
+        settings_events = await session.scalar(
+            select(func.count()).select_from(StmEvent).where(StmEvent.event == "settings")
+        )
+    assert settings_events == 1
+    config = await kioku.bot.memory.guild_config(guild_id)
+    assert (config.refresh_cadence, config.always_on_channels) == (5, frozenset())
 
 
 @pytest.mark.parametrize(
