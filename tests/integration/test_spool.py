@@ -15,7 +15,12 @@ import pytest
 from sqlalchemy import func, select, text
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
+from sqlalchemy.ext.asyncio import (
+    AsyncEngine,
+    AsyncSession,
+    async_sessionmaker,
+    create_async_engine,
+)
 
 from bot.config import Settings
 from bot.db.engine import Database
@@ -399,24 +404,39 @@ async def test_new_writes_during_an_outage_do_not_cut_the_backoff_short(
     await service.update_stm(turn, summary="first")
     attempts: list[Exception] = []
     failed = asyncio.Event()
+    opened = 0
+
+    class Counting(async_sessionmaker[AsyncSession]):
+        def __call__(self, **local_kw: Any) -> AsyncSession:
+            nonlocal opened
+            opened += 1
+            return super().__call__(**local_kw)
 
     def on_retry(exc: Exception) -> None:
         attempts.append(exc)
         failed.set()
 
     task = asyncio.create_task(
-        spool.run_replayer(
-            async_sessionmaker(dead_engine), on_retry=on_retry, first_wait_seconds=3600
-        )
+        spool.run_replayer(Counting(dead_engine), on_retry=on_retry, first_wait_seconds=3600)
     )
     try:
         await asyncio.wait_for(failed.wait(), timeout=30)
+        assert (opened, len(attempts)) == (1, 1)
         for n in range(20):  # each append wakes an idle replayer, not one backing off
             await service.update_stm(await turn_for(service), summary=f"more {n}")
-            await asyncio.sleep(0)  # let the replayer run if anything woke it
+        # A replayer woken from its backoff either has not run yet (the "database is
+        # back" event is still set) or has opened a session for its next attempt: the
+        # replay clears the event and opens the session without yielding in between.
+        assert not spool._back.is_set()
+        assert (opened, len(attempts)) == (1, 1)
+        assert spool.pending == 21
+        # What does end the backoff is seen by the same two checks.
+        failed.clear()
+        spool.database_back()
+        await asyncio.wait_for(failed.wait(), timeout=30)
+        assert (opened, len(attempts)) == (2, 2)
     finally:
         task.cancel()
-    assert len(attempts) == 1
     assert spool.pending == 21
 
 
