@@ -15,7 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import anyio
+import anyio.lowlevel
 import discord
+import openai._base_client
 import pytest
 from sqlalchemy import func, select
 from sqlalchemy.engine import URL
@@ -281,7 +284,7 @@ async def test_a_new_bot_instance_answers_with_the_stored_memory(
 
 
 SEEDED = "The team moved the launch to Friday."
-# How long a scripted fault keeps its turn waiting (a client timeout, or a slow error).
+# The client timeout of the timeout case (its reply comes far later).
 FAULT_SECONDS = 1.5
 
 
@@ -312,26 +315,27 @@ async def seed_memory(kioku: KiokuHarness, db: Database) -> tuple[list[dict[str,
 
 
 @pytest.mark.parametrize(
-    ("script", "client_timeout", "fragment"),
+    ("script", "client_timeout", "fragment", "held"),
     [
         pytest.param(
-            lambda llm: llm.reply_error(500, "boom", delay=FAULT_SECONDS),
+            lambda llm: llm.reply_error(500, "boom"),
             5,
             "can't reach",
+            True,
             id="500",
         ),
         pytest.param(
-            lambda llm: llm.reply_error(
-                429, "slow down", headers={"retry-after": "0"}, delay=FAULT_SECONDS
-            ),
+            lambda llm: llm.reply_error(429, "slow down", headers={"retry-after": "0"}),
             5,
             "busy",
+            True,
             id="429",
         ),
         pytest.param(
             lambda llm: llm.reply_text("late", delay=10 * FAULT_SECONDS),
             FAULT_SECONDS,
             "too long",
+            False,
             id="timeout",
         ),
     ],
@@ -344,10 +348,12 @@ async def test_llm_faults_get_a_friendly_reply_and_other_channels_keep_working(
     script: Any,
     client_timeout: float,
     fragment: str,
+    held: bool,
 ) -> None:
     """A model call that fails (slowly) gets a friendly reply and leaves the channel's
     stored memory and its cache entries exactly as they were; meanwhile another
-    channel's turn is answered while the failing one is still waiting."""
+    channel's turn is answered while the failing one is still waiting (an error is held
+    by the server until then; a timeout is the client's, on the clock)."""
     kioku = await start_kioku(
         db,
         llm,
@@ -360,15 +366,26 @@ async def test_llm_faults_get_a_friendly_reply_and_other_channels_keep_working(
         other = await kioku.env.create_text_channel("other")
         before = await seed_memory(kioku, db)
 
-        script(llm)  # the next model call (this channel's) fails...
-        llm.reply_text("all good here")  # ...and the one after it is the other channel's
+        if held:
+            # A held request takes its scripted reply once released, after the other
+            # channel's: so the other channel's reply is queued first.
+            gate = llm.hold()
+            llm.reply_text("all good here")
+            script(llm)
+        else:
+            script(llm)  # the next model call (this channel's) fails...
+            llm.reply_text("all good here")  # ...and the one after it is the other channel's
         requests = len(llm.requests)
         failing = asyncio.create_task(kioku.env.send("and now?", mention_bot=True))
         await llm.wait_for_requests(requests + 1)  # it is waiting for the model
+        if held:
+            llm.hold().set()  # the other channel's request goes straight through
         await kioku.env.send("hello", channel=other, mention_bot=True)
         assert kioku.env.sent_to(other)[-1].content == "all good here"
         assert not failing.done(), "the other channel was answered while the fault lasted"
 
+        if held:
+            gate.set()
         await failing
         assert fragment in kioku.env.sent_to(channel)[-1].content
         assert await stm_state(kioku, db) == before
@@ -385,33 +402,47 @@ async def test_unreachable_model_gets_a_friendly_reply(kioku: KiokuHarness, db: 
     assert await stm_state(kioku, db) == before
 
 
-# Above the client's own first backoff (at most 0.5 s), so only retry-after explains it.
+# Not a delay the client's own backoff could pick (0.375 to 0.5 s before a first retry).
 RETRY_AFTER_SECONDS = 0.6
 
 
+class _RecordedSleeps:
+    """Stands in for ``anyio`` in ``openai._base_client``, whose only use of it is the
+    sleep between retries: records each delay and sleeps none of it."""
+
+    def __init__(self) -> None:
+        self.delays: list[float] = []
+
+    async def sleep(self, delay: float) -> None:
+        self.delays.append(delay)
+        await anyio.lowlevel.checkpoint()  # still a point where the task may yield
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(anyio, name)
+
+
 async def test_a_rate_limit_is_retried_after_retry_after_and_then_given_up(
-    db: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path
+    db: Database,
+    llm: ScriptedLLM,
+    pg_url: URL,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """With ``max_retries`` > 0 the client waits what ``retry-after`` says (its own
-    backoff would wait at most 0.5 s before a first retry), and makes exactly
-    ``max_retries + 1`` requests before the user hears that the model is busy."""
+    """With ``max_retries`` > 0 the client waits what ``retry-after`` says (not its own
+    backoff), and makes exactly ``max_retries + 1`` requests before the user hears that
+    the model is busy."""
+    sleeps = _RecordedSleeps()
+    monkeypatch.setattr(openai._base_client, "anyio", sleeps)
     kioku = await start_kioku(
         db, llm, pg_url, tmp_path, settings={"llm": {"max_retries": 2, "timeout_seconds": 5}}
     )
     try:
-        loop = asyncio.get_running_loop()
         retry_after = {"retry-after": str(RETRY_AFTER_SECONDS)}
         llm.reply_error(429, "slow down", headers=retry_after).reply_text("made it")
-        turn = asyncio.create_task(kioku.env.send("hello", mention_bot=True))
-        await llm.wait_for_requests(1)
-        first = loop.time()
-        await llm.wait_for_requests(2)
-        waited = loop.time() - first
-        await turn
+        await kioku.env.send("hello", mention_bot=True)
         assert kioku.env.last_sent().content == "made it"
-        # A little slack for the moments this test's own wake-ups took, while staying
-        # above the 0.5 s the client would have waited without retry-after.
-        assert waited >= RETRY_AFTER_SECONDS - 0.05, waited
+        assert len(llm.requests) == 2
+        assert sleeps.delays == [RETRY_AFTER_SECONDS]
 
         for _ in range(3):
             llm.reply_error(429, "still slow", headers={"retry-after-ms": "20"})
@@ -420,6 +451,7 @@ async def test_a_rate_limit_is_retried_after_retry_after_and_then_given_up(
         assert "busy" in kioku.env.last_sent().content
         assert len(llm.requests) == 2 + 3  # max_retries + 1 for the second message
         assert llm.pending == 1  # the reply after the third 429 was never asked for
+        assert sleeps.delays == [RETRY_AFTER_SECONDS, 0.02, 0.02]
     finally:
         await stop_kioku(kioku)
 
@@ -787,7 +819,10 @@ async def test_a_refused_reply_reference_is_sent_again_without_it(
     ids=["connection-error", "timeout", "os-error"],
 )
 async def test_a_network_failure_while_posting_the_answer_is_logged_and_the_channel_keeps_serving(
-    kioku: KiokuHarness, monkeypatch: pytest.MonkeyPatch, failure: Exception
+    kioku: KiokuHarness,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    failure: Exception,
 ) -> None:
     env, bot = kioku.env, kioku.bot
     send = bot.http.send_message
@@ -802,11 +837,18 @@ async def test_a_network_failure_while_posting_the_answer_is_logged_and_the_chan
     kioku.llm.reply_text("lost on the way")
     kioku.llm.reply_text("Here is your answer.")
 
-    await env.send("what's the plan?", mention_bot=True, raise_errors=False)
-    await env.send("still there?", mention_bot=True, raise_errors=False)
+    with caplog.at_level(logging.WARNING, logger="bot.cogs.chat"):
+        await env.send("what's the plan?", mention_bot=True, raise_errors=False)
+        await env.send("still there?", mention_bot=True, raise_errors=False)
 
     assert env.errors == []
     assert [s.content for s in env.sent] == ["Here is your answer."]
+    assert [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "bot.cogs.chat"] == [
+        (
+            logging.WARNING,
+            f"could not send a reply in {env.channel.id}: {failure.__class__.__name__}",
+        )
+    ]
 
 
 async def test_the_bot_says_at_info_that_it_is_online(
