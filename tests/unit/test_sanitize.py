@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import copy
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -1035,21 +1039,46 @@ def test_huge_inputs_complete_and_are_capped(text: str) -> None:
     assert sanitize_value(out) == out
 
 
-@pytest.mark.parametrize(
-    "text",
-    [
-        "{" * MB + "}",
-        "a" * MB,
-        "sk-" * (MB // 3),
-        "<private>" * (MB // 9),
-        ("M" + "a" * 25 + ".") * (MB // 27),
-    ],
-    ids=["braces", "all_a", "sk", "private", "discord_like"],
-)
-def test_public_helpers_are_linear_on_huge_inputs(text: str) -> None:
+# A super-linear regex on a megabyte does not end in any useful time (it would hang the
+# suite): each case runs in a child process, and one past the deadline fails.
+_LINEAR_PROBE = textwrap.dedent(
+    """
+    import sys
+    sys.path.insert(0, {root!r})
+    from bot.memory.redaction import redact_secrets
+    from bot.memory.sanitize import strip_control_chars, strip_unknown_placeholders
+    MB = 1_000_000
+    text = {expression}
     assert len(redact_secrets(text)) <= len(text) + 64
     strip_unknown_placeholders(text)
     strip_control_chars(text)
+    print("ok")
+    """
+)
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        '"{" * MB + "}"',
+        '"a" * MB',
+        '"sk-" * (MB // 3)',
+        '"<private>" * (MB // 9)',
+        '("M" + "a" * 25 + ".") * (MB // 27)',
+    ],
+    ids=["braces", "all_a", "sk", "private", "discord_like"],
+)
+def test_public_helpers_are_linear_on_huge_inputs(expression: str) -> None:
+    root = str(Path(__file__).resolve().parents[2])
+    code = _LINEAR_PROBE.format(root=root, expression=expression)
+    # A hang guard, not a timing assertion: each case takes well under a second.
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=60
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"no result within 60 s on {expression}: not linear")
+    assert (done.returncode, done.stdout.strip()) == (0, "ok"), done.stderr[-800:]
 
 
 def test_a_secret_straddling_the_cut_is_never_partly_visible() -> None:
