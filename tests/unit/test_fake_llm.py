@@ -6,6 +6,7 @@ checked end to end with the same client the bot uses (no mocks anywhere).
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -310,12 +311,34 @@ async def test_models_endpoint_can_be_absent_like_on_some_gateways() -> None:
 
 async def test_stop_is_prompt_while_a_reply_is_delayed() -> None:
     """stop() must not wait out a long scripted delay (the handler is woken and dropped)."""
-    server = await ScriptedLLM().start()
+    server = ScriptedLLM()
+    handle = server._handle_chat
+    ended: list[str] = []
+
+    async def watched(request: Any) -> Any:
+        try:
+            response = await handle(request)
+        except asyncio.CancelledError:
+            ended.append("cancelled")
+            raise
+        ended.append("returned")
+        return response
+
+    server._handle_chat = watched  # type: ignore[method-assign]  # routed at start()
+    await server.start()
     server.reply_text("never", delay=30.0)
-    async with openai_client(server, timeout=0.2) as client:
-        with pytest.raises(openai.APITimeoutError):
-            await client.chat.completions.create(model="test-model", messages=USER_HI)
-    await server.stop()
+    async with openai_client(server, timeout=60.0) as client:
+        request = asyncio.create_task(
+            client.chat.completions.create(model="test-model", messages=USER_HI)
+        )
+        await server.wait_for_requests(1)  # its handler now sleeps in the delay
+        assert ended == []
+        async with asyncio.timeout(10):  # a hang guard: the delay is 30 s
+            await server.stop()
+        # Woken by stop(), not cancelled by the shutdown: no handler outlives the server.
+        assert ended == ["returned"]
+        with pytest.raises(openai.APIConnectionError):
+            await request
     await server.stop()  # idempotent
 
 

@@ -7,6 +7,7 @@ import socket
 
 import aiohttp
 import pytest
+from aiohttp import web
 
 from bot.llm.client import LlmRequest, request_outcome
 from bot.metrics import Metrics, MetricsServer, stm_tool_result
@@ -79,9 +80,24 @@ async def test_the_server_serves_metrics_on_a_free_port_and_frees_it() -> None:
         pass
 
 
-async def test_a_port_in_use_raises_and_leaves_nothing_running() -> None:
+async def test_a_port_in_use_raises_and_leaves_nothing_running(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    runners: list[web.AppRunner] = []
+
+    class Recorded(web.AppRunner):
+        async def setup(self) -> None:
+            runners.append(self)
+            await super().setup()
+
+    monkeypatch.setattr(web, "AppRunner", Recorded)
     with socket.create_server(("127.0.0.1", 0)) as taken:
         server = MetricsServer(Metrics())
         with pytest.raises(OSError):
             await server.start("127.0.0.1", taken.getsockname()[1])
+    # The runner set up before the bind failed was cleaned up (no server, no site), and
+    # the metrics server holds none and claims no port.
+    [runner] = runners
+    assert (runner.server, runner.sites, runner.addresses) == (None, set(), [])
+    assert (server._runner, server.port) == (None, None)
     await server.close()  # nothing to close: a no-op
