@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from bot.config import LlmSettings, Settings, SettingsError, load_settings
+from bot.config import LlmSettings, SettingsError, load_settings
 from bot.llm.providers import PROVIDERS, capabilities
 from bot.llm.roles import OPENING_USER_LINE, alternate_roles
 from bot.llm.tool_loop import LlmUnavailable, ToolSpec, run_tool_loop
@@ -238,8 +238,16 @@ def test_the_setting_overrides_the_table(
     assert settings.strict_roles is strict
 
 
-def test_the_default_follows_the_table() -> None:
-    assert Settings(_env_file=None).llm.strict_roles == "auto"  # type: ignore[call-arg]
+@pytest.mark.usefixtures("clean_env")
+@pytest.mark.parametrize(("provider", "strict"), [("mistral", True), ("openai", False)])
+def test_the_default_follows_the_table(
+    monkeypatch: pytest.MonkeyPatch, provider: str, strict: bool
+) -> None:
+    assert capabilities(provider).strict_roles is strict  # the table, as this case reads it
+    monkeypatch.setenv("KIOKU_PROVIDER", provider)  # no llm.strict_roles given
+    settings = load_settings()
+    assert settings.llm.strict_roles == "auto"
+    assert settings.strict_roles is strict
 
 
 @pytest.mark.usefixtures("clean_env")
