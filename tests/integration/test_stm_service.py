@@ -784,15 +784,18 @@ async def test_forget_me_reaches_other_users_copies_of_the_conversation(
 
 
 async def test_a_category_value_that_sanitizes_to_nothing_is_refused_not_cleared(
-    service: MemoryService,
+    service: MemoryService, db: Database
 ) -> None:
     await use_categories(service, "Decisions", "Todo")
-    await service.update_stm(await start_turn(service), categories={"todo": "docs"})
+    assert (await service.update_stm(await start_turn(service), categories={"todo": "docs"})).ok
+    before = [(r.scope_kind, r.categories, r.version) for r in await rows(db)]
+    assert [categories for _, categories, _ in before] == [{"todo": "docs"}] * 2
     result = await service.update_stm(
         await start_turn(service), categories={"decisions": "ship", "todo": "\u200b"}
     )
     assert str(result) == "rejected: categories ['todo'] are empty after removing unsafe content"
     assert (await service.entry(SERVER_KEY)).categories == {"todo": "docs"}
+    assert [(r.scope_kind, r.categories, r.version) for r in await rows(db)] == before
 
 
 # ------------------------------------------------- hydration TTLs, audit of purges and forgets
