@@ -533,6 +533,13 @@ class Scenario:
     async def settle(self) -> None:
         """Until every operation is finished, parked at its gate, or waiting for one."""
         while True:
+            # Yield first: ``blocked`` holds from when an operation starts to wait for a
+            # channel lock or a joined read until it runs again, so one handed its lock or
+            # read while this task was busy (its own awaits: syncing notices, service
+            # calls) still counts as waiting; settle would return with it runnable, to
+            # interleave with the next action (once in 1,100 scenarios without these
+            # yields). A hand-off takes a task one or two loop iterations, a shielded read
+            # a few more: 20 leave room for a chain. No clock: the rest is waited for below.
             for _ in range(20):
                 await asyncio.sleep(0)
             active = [
