@@ -17,11 +17,12 @@ import asyncio
 import copy
 from typing import Any
 
+import aiohttp
 import discord
 import pytest
 from discord.ext import commands
 
-from bot.cogs.history import WIPED_WHILE_ANSWERING
+from bot.cogs.history import WIPED_WHILE_ANSWERING, backfill
 from bot.cogs.refresh import REFRESH_MARKER_PREFIX, marker_text
 from bot.memory.window import WindowCache
 from tests.helpers.bot import KiokuHarness
@@ -427,3 +428,59 @@ async def test_a_discord_5xx_during_the_back_fill_is_retried_by_a_later_turn(
     await env.send("where is the venue?", mention_bot=True)
     assert calls == [env.channel.id, env.channel.id]
     assert "the boathouse" in prompt_text(kioku.llm)
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        pytest.param(aiohttp.ClientConnectionError("connection reset"), id="connection-reset"),
+        pytest.param(
+            discord.DiscordServerError(FakeResponse(503, "Service Unavailable"), "down"),
+            id="discord-503",
+        ),
+    ],
+)
+async def test_a_failed_back_fill_leaves_the_channel_cold_and_stops_recording_it(
+    kioku: KiokuHarness, monkeypatch: pytest.MonkeyPatch, failure: Exception
+) -> None:
+    bot, channel = kioku.bot, kioku.env.channel
+    windows = bot.memory.windows
+    assert not windows.is_primed(channel.id)
+    calls: list[int] = []
+
+    async def failing_logs_from(channel_id: int, *args: Any, **kwargs: Any) -> Any:
+        calls.append(int(channel_id))
+        raise failure
+
+    monkeypatch.setattr(bot.http, "logs_from", failing_logs_from)
+    await backfill(bot, channel)  # the turn goes on
+    windows.edit(channel.id, 7, "Alice's edited words")  # would be kept for a fill forever
+    windows.forget_author(1234)
+    assert windows._fills == {}
+    assert not windows.is_primed(channel.id), "still cold: Discord may answer next time"
+    await backfill(bot, channel)
+    assert calls == [channel.id, channel.id]
+
+
+@pytest.mark.parametrize(
+    "refusal",
+    [
+        pytest.param(discord.Forbidden(FakeResponse(403, "Forbidden"), "refused"), id="403"),
+        pytest.param(discord.NotFound(FakeResponse(404, "Not Found"), "refused"), id="404"),
+    ],
+)
+async def test_a_refused_history_read_is_final(
+    kioku: KiokuHarness, monkeypatch: pytest.MonkeyPatch, refusal: discord.HTTPException
+) -> None:
+    bot, channel = kioku.bot, kioku.env.channel
+    calls: list[int] = []
+
+    async def refused_logs_from(channel_id: int, *args: Any, **kwargs: Any) -> Any:
+        calls.append(int(channel_id))
+        raise refusal
+
+    monkeypatch.setattr(bot.http, "logs_from", refused_logs_from)
+    await backfill(bot, channel)
+    assert bot.memory.windows.is_primed(channel.id), "asking again would be refused again"
+    await backfill(bot, channel)
+    assert calls == [channel.id]
