@@ -1,4 +1,4 @@
-# Kioku: one image for `kioku run`, `kioku migrate` and `kioku doctor`.
+# Kioku: one image for every `kioku` command (`run`, `migrate`, `doctor`, `backup`, ...).
 #
 #   docker build -t kioku .
 #   docker run --rm -e DISCORD_TOKEN=... -v kioku-data:/data kioku          # embedded PostgreSQL in /data
@@ -46,7 +46,8 @@ VOLUME ["/data"]
 
 USER kioku
 
-# No HEALTHCHECK: the bot serves no port, and `kioku doctor` calls the LLM endpoint,
+# No HEALTHCHECK: the bot serves no port by default (/metrics only once
+# KIOKU_METRICS__PORT is set), and `kioku doctor` calls the LLM endpoint,
 # which is too costly to run every few seconds. Compose watches the process instead
 # (restart: unless-stopped), and `docker compose run --rm bot doctor` checks on demand.
 ENTRYPOINT ["kioku"]
