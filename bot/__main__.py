@@ -1,4 +1,4 @@
-"""Command line: ``kioku run | migrate | sync | console | doctor``.
+"""Command line: ``kioku run | migrate | sync | console | doctor | backup | restore``.
 
 Every failure an operator can cause (missing token, bad setting, unreachable database or
 Discord) ends with one readable line on stderr and a distinct exit code, not a traceback:
