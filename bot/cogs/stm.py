@@ -245,6 +245,10 @@ def _scope(event: AuditEvent) -> str | None:
         return f"<@{event.user_id}>'s copy" if event.user_id else "a member's copy"
     if event.event == "refresh":
         return "channel memory and every copy"
+    if event.event == "forget" and event.channel_id:
+        return "what a member's messages made of it"  # never whose
+    if event.event == "expire" and event.channel_id:
+        return "memories left unused for the retention period"
     return None
 
 

@@ -936,6 +936,29 @@ async def test_stm_history_shows_events_without_memory_text(
     assert "pelican" not in content
 
 
+async def test_stm_history_shows_a_forget_me_without_naming_the_member(
+    kioku: KiokuHarness, admin: discord.Member
+) -> None:
+    member = kioku.env.member
+    await seed(kioku, author=member, summary="Sam plans the offsite.")
+    asked = await kioku.interactions.slash("forget-me", user=member)
+    await kioku.interactions.click(asked, label="Delete my memories", user=member)
+
+    result = await kioku.interactions.slash("stm history", user=admin)
+
+    content = result.texts()[-1]
+    # The update naming the member went with their memories; what stays says only that
+    # a member's memories of the channel were deleted, and how much.
+    [head, forgot] = content.splitlines()
+    assert head.startswith("**Last 1 memory event**")
+    assert forgot.startswith(
+        "• **Forgotten (/forget-me)** · what a member's messages made of it · "
+        f"{kioku.env.channel.mention} · <t:"
+    )
+    assert forgot.endswith(f" · {2 * len('Sam plans the offsite.')} → 0 chars")
+    assert str(member.id) not in content
+
+
 async def test_stm_history_names_a_model_update_in_words(
     kioku: KiokuHarness, admin: discord.Member
 ) -> None:
@@ -1051,9 +1074,11 @@ async def test_a_double_click_on_forget_me_deletes_once_and_keeps_the_receipt(
     assert "• 1 memory of yours" in asked.content
     async with kioku.database.sessions() as session:
         forgets = await session.scalar(
-            select(func.count()).select_from(StmEvent).where(StmEvent.event == "forget")
+            select(func.count())
+            .select_from(StmEvent)
+            .where(StmEvent.event == "forget", StmEvent.channel_id.is_(None))
         )
-    assert forgets == 1
+    assert forgets == 1  # one request recorded, not two
 
 
 @pytest.mark.parametrize(

@@ -842,10 +842,11 @@ async def test_a_summary_row_23h_old_hydrates_fresh_and_expires_24h_after_its_up
     assert restarted.cache.get(SERVER_KEY) is None
 
 
-async def test_the_janitor_writes_one_expire_event_without_memory_text(
+async def test_the_janitor_records_its_pass_and_each_channel_it_emptied_without_text(
     service: MemoryService, db: Database, clock: ManualClock
 ) -> None:
-    await service.update_stm(await start_turn(service), summary="the secret launch codename")
+    summary = "the secret launch codename"
+    await service.update_stm(await start_turn(service), summary=summary)
     clock.advance(days=91)
     await service.update_stm(
         await start_turn(service, channel=OTHER_CHANNEL), summary="recent and kept"
@@ -854,15 +855,17 @@ async def test_the_janitor_writes_one_expire_event_without_memory_text(
     assert await service.purge_expired_rows() == 2  # the server and user rows of CHANNEL
 
     async with db.sessions() as session:
-        expired = list(await session.scalars(select(StmEvent).where(StmEvent.event == "expire")))
-    assert len(expired) == 1
-    event = expired[0]
-    assert (event.user_id, event.actor_user_id, event.chars_before, event.chars_after) == (
-        None,
-        None,
-        None,
-        None,
-    )
+        expired = list(
+            await session.scalars(
+                select(StmEvent).where(StmEvent.event == "expire").order_by(StmEvent.id)
+            )
+        )
+    # One event for the channel, in its server's /stm history: the size of both rows.
+    # And one for the pass.
+    assert [
+        (e.guild_id, e.channel_id, e.user_id, e.actor_user_id, e.chars_before, e.chars_after)
+        for e in expired
+    ] == [(GUILD, CHANNEL, None, None, 2 * len(summary), 0), (None, None, None, None, None, None)]
     async with db.engine.connect() as connection:
         dump = (await connection.execute(text("SELECT stm_events::text FROM stm_events"))).all()
     assert not any("codename" in row[0] for row in dump)
@@ -871,7 +874,7 @@ async def test_the_janitor_writes_one_expire_event_without_memory_text(
     assert await service.purge_expired_rows() == 0
     async with db.sessions() as session:
         count = select(func.count()).select_from(StmEvent).where(StmEvent.event == "expire")
-        assert await session.scalar(count) == 1
+        assert await session.scalar(count) == 2
 
 
 async def test_the_janitor_waits_its_delay_then_purges_daily_and_outlives_a_failed_pass(
@@ -930,12 +933,15 @@ async def test_forget_me_writes_a_forget_event_that_does_not_name_the_user(
     async with db.sessions() as session:
         events = list(await session.scalars(select(StmEvent).order_by(StmEvent.id)))
     forgets = [e for e in events if e.event == "forget"]
-    assert len(forgets) == 1
-    assert (forgets[0].user_id, forgets[0].actor_user_id, forgets[0].message_id) == (
-        None,
-        None,
-        None,
-    )
+    # One for the channel (its server's /stm history shows a member's memories went:
+    # Bob's copy and the channel's memory he took part in), one for the request.
+    assert [
+        (e.guild_id, e.channel_id, e.user_id, e.actor_user_id, e.message_id, e.chars_before)
+        for e in forgets
+    ] == [
+        (GUILD, CHANNEL, None, None, None, 2 * len("Bob's private plan")),
+        (None, None, None, None, None, None),
+    ]
     async with db.engine.connect() as connection:
         dump = (await connection.execute(text("SELECT stm_events::text FROM stm_events"))).all()
     assert not any(str(BOB) in row[0] or "private plan" in row[0] for row in dump)

@@ -23,8 +23,10 @@ from sqlalchemy import (
     bindparam,
     cast,
     delete,
+    false,
     func,
     literal_column,
+    not_,
     null,
     or_,
     select,
@@ -309,41 +311,87 @@ class UserRowsDeleted:
     contributed_rows: int
 
 
+# A row's size, as ``StmEntry.chars`` counts it (the summary and every category value).
+_ROW_CHARS: ColumnElement[int] = literal_column(
+    "char_length(short_term_memories.summary) + (SELECT coalesce(sum(char_length(value)), 0)"
+    " FROM jsonb_each_text(short_term_memories.categories))"
+)
+
+
+async def _delete_logged(
+    session: AsyncSession,
+    event: str,
+    where: ColumnElement[bool],
+    marked: ColumnElement[bool] | None = None,
+) -> tuple[int, int]:
+    """Delete the rows ``where`` says; return how many of them ``marked`` says, and how
+    many others. In the same statement, record one ``event`` per server channel they
+    were of, with the size of what went (for that server's ``/stm history``): never the
+    text, nor whose it was (nor a DM's channel, which would say whose)."""
+    gone = (
+        delete(ShortTermMemory)
+        .where(where)
+        .returning(
+            ShortTermMemory.guild_id,
+            ShortTermMemory.channel_id,
+            _ROW_CHARS.label("chars"),
+            (marked if marked is not None else false()).label("marked"),
+        )
+        .cte("gone")
+    )
+    per_channel = (
+        select(
+            literal_column(f"'{event}'"),
+            gone.c.guild_id,
+            gone.c.channel_id,
+            func.sum(gone.c.chars),
+            ZERO,
+        )
+        .where(gone.c.guild_id.is_not(None))
+        .group_by(gone.c.guild_id, gone.c.channel_id)
+    )
+    logged = (
+        insert(StmEvent)
+        .from_select(
+            ["event", "guild_id", "channel_id", "chars_before", "chars_after"], per_channel
+        )
+        .cte("logged")
+    )
+    counts = (
+        await session.execute(
+            select(
+                func.count().filter(gone.c.marked),
+                func.count().filter(not_(gone.c.marked)),
+            )
+            .select_from(gone)
+            .add_cte(logged)
+        )
+    ).one()
+    return int(counts[0]), int(counts[1])
+
+
 async def delete_user(
     session: AsyncSession, user_id: int, *, not_after: datetime | None = None
 ) -> UserRowsDeleted:
     """Delete the user's own rows and every other row derived from their messages
-    (server rows, and other users' rows of the same conversation)."""
-    user_rows = await session.execute(
-        delete(ShortTermMemory)
-        .where(
-            ShortTermMemory.scope_kind == "user",
-            ShortTermMemory.user_id == user_id,
-            *_not_after(not_after),
-        )
-        .returning(ShortTermMemory.id)
+    (server rows, and other users' rows of the same conversation); each server channel
+    they were of gets one ``forget`` event."""
+    own = and_(ShortTermMemory.scope_kind == "user", ShortTermMemory.user_id == user_id)
+    contributed = or_(
+        ShortTermMemory.contributor_ids.contains([user_id]),
+        ShortTermMemory.actor_user_id == user_id,
     )
-    contributed = await session.execute(
-        delete(ShortTermMemory)
-        .where(
-            or_(
-                ShortTermMemory.contributor_ids.contains([user_id]),
-                ShortTermMemory.actor_user_id == user_id,
-            ),
-            *_not_after(not_after),
-        )
-        .returning(ShortTermMemory.id)
+    user_rows, contributed_rows = await _delete_logged(
+        session, "forget", and_(or_(own, contributed), *_not_after(not_after)), own
     )
-    return UserRowsDeleted(len(user_rows.all()), len(contributed.all()))
+    return UserRowsDeleted(user_rows, contributed_rows)
 
 
 async def delete_older_than(session: AsyncSession, cutoff: datetime) -> int:
-    result = await session.execute(
-        delete(ShortTermMemory)
-        .where(ShortTermMemory.updated_at < cutoff)
-        .returning(ShortTermMemory.id)
-    )
-    return len(result.all())
+    """The janitor's deletion; each server channel it emptied rows of gets one
+    ``expire`` event."""
+    _, deleted = await _delete_logged(session, "expire", ShortTermMemory.updated_at < cutoff)
+    return deleted
 
 
 # ------------------------------------------------------------ cross-process clears
