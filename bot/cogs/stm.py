@@ -389,7 +389,7 @@ class StmCog(commands.Cog):
             guild_id=interaction.guild_id,
             channel_id=channel_id,
             actor_user_id=interaction.user.id,
-            reason="command",
+            reason="/stm summarize",
             parent_channel_id=parent_id,
         )
         await answer(interaction, describe_summary(outcome))

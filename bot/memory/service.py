@@ -623,10 +623,13 @@ class MemoryService:
         ),
         marker: Marker | None = None,
         expected_version: int | None = None,
+        detail: str | None = None,
     ) -> WriteResult:
         """Apply one STM update for ``turn`` (guards, sanitize, merge, write through).
         ``expected_version``: refuse unless the memory is still at that version (what the
-        caller built the update on, e.g. the summarizer, or an admin's edit form)."""
+        caller built the update on, e.g. the summarizer, or an admin's edit form).
+        ``detail``: the provenance's detail (the command; by default the model's name for
+        the model's and the summarizer's writes)."""
         if origin == "model_tool":
             reason = turn.stm_block_reason()
             if reason is not None:
@@ -638,9 +641,11 @@ class MemoryService:
         if isinstance(change, WriteResult):
             return change
         new_summary, new_categories = change
+        if detail is None and origin in ("model_tool", "summarizer"):
+            detail = turn.model
         provenance = Provenance(
             origin,
-            turn.model if origin in ("model_tool", "summarizer") else None,
+            detail,
             turn.user_id,
             turn.source_message_id,
         )
@@ -923,6 +928,7 @@ class MemoryService:
             categories=categories,
             origin="admin",
             expected_version=expected_version,
+            detail="/stm edit",
         )
 
     # ----------------------------------------------------------------- deleting

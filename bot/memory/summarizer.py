@@ -251,7 +251,8 @@ class Summarizer:
 
         ``actor_user_id`` is who asked (the command's user, or the turn's user for an
         automatic run): in a guild their user-scope copy is written too, as for every
-        update, and in a DM the memory is theirs. ``reason`` is only logged.
+        update, and in a DM the memory is theirs. ``reason`` (why it runs: the command,
+        or what made it automatic) is logged and recorded in the memory's provenance.
         """
         if channel_id in self._running:
             self._report(channel_id, reason, SummaryOutcome("busy"))
@@ -263,6 +264,7 @@ class Summarizer:
                 channel_id=channel_id,
                 actor_user_id=actor_user_id,
                 parent_channel_id=parent_channel_id,
+                reason=reason,
             )
         finally:
             self._running.discard(channel_id)
@@ -294,6 +296,7 @@ class Summarizer:
         channel_id: int,
         actor_user_id: int,
         parent_channel_id: int | None,
+        reason: str,
     ) -> SummaryOutcome:
         memory = self.memory
         # The epoch is captured before anything is read: a /refresh from here on wins.
@@ -422,6 +425,7 @@ class Summarizer:
             categories=categories,
             calls=calls,
             skipped=skipped,
+            detail=f"{self.settings.model}, {reason}",
         )
 
     async def _store(
@@ -435,10 +439,12 @@ class Summarizer:
         categories: Mapping[str, str],
         calls: int,
         skipped: int,
+        detail: str,
     ) -> SummaryOutcome:
         """Write the memory made from the messages ``read`` (the marker on the last one)
         unless the channel was wiped since ``epoch`` or the memory changed since
-        ``version``; the run's outcome either way."""
+        ``version``; the run's outcome either way. ``detail``: the provenance's (the
+        model, and why the summarizer ran)."""
         memory, config = self.memory, turn.config
 
         def failed(error: str) -> SummaryOutcome:
@@ -464,10 +470,16 @@ class Summarizer:
                 origin="summarizer",
                 marker=marker,
                 expected_version=version,
+                detail=detail,
             )
         else:
             result = await memory.update_stm(
-                turn, summary=summary, origin="summarizer", marker=marker, expected_version=version
+                turn,
+                summary=summary,
+                origin="summarizer",
+                marker=marker,
+                expected_version=version,
+                detail=detail,
             )
         if not result.ok:
             reason = result.reason or "the memory could not be saved"

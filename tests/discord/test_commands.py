@@ -357,9 +357,10 @@ async def test_stm_edit_opens_a_prefilled_modal_and_saves_with_origin_admin(
     assert saved.ephemeral
     assert saved.content is not None and saved.content.startswith("Saved.")
     server = next(r for r in await stm_rows(kioku) if r.scope_kind == "server")
-    assert (server.summary, server.origin, server.actor_user_id) == (
+    assert (server.summary, server.origin, server.origin_detail, server.actor_user_id) == (
         "new summary",
         "admin",
+        "/stm edit",
         admin.id,
     )
 

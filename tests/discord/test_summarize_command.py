@@ -82,7 +82,10 @@ async def test_summarize_folds_thirty_messages_in_and_moves_the_marker(
     assert [(r.scope_kind, r.user_id) for r in rows] == [("server", None), ("user", moderator.id)]
     for row in rows:
         assert row.summary == SUMMARY
-        assert row.origin == "summarizer"
+        assert (row.origin, row.origin_detail) == (
+            "summarizer",
+            f"{kioku.bot.settings.model}, /stm summarize",
+        )
         assert row.covered_through_message_id == sent[-1].id
         assert row.covered_through_hash == message_hash(kioku.env.member.id, "message 30")
 

@@ -966,7 +966,10 @@ async def test_with_a_tool_less_provider_the_summarizer_maintains_the_memory(
     assert ran == ["tool-less provider"]  # once, when the cadence (5) came due
     stored = await rows(db)
     assert {r.summary for r in stored} == {"Alice asked five questions; Kioku answered them."}
-    assert {r.origin for r in stored} == {"summarizer"}
+    # Which model wrote it, and why it ran without being asked.
+    assert {(r.origin, r.origin_detail) for r in stored} == {
+        ("summarizer", f"{settings.model}, tool-less provider")
+    }
     assert stored[0].covered_through_message_id == answer.message_id
     assert (await service.entry(SERVER_KEY)).turns_since_refresh == 0
 
