@@ -7,6 +7,7 @@ unloads cogs first, then releases what the bot owns, in reverse order.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 from collections.abc import Coroutine, Sequence
@@ -23,10 +24,11 @@ from bot.db.migrate import upgrade
 from bot.db.notify import CacheListener
 from bot.llm.client import make_client
 from bot.memory.clock import Clock, SystemClock
-from bot.memory.janitor import run_janitor
+from bot.memory.janitor import run_janitor, run_turn_count_saver
 from bot.memory.longterm import LongTermService
 from bot.memory.service import MemoryService
 from bot.memory.spool import DurableSpool, spool_path
+from bot.memory.storage import MemoryUnavailable
 from bot.memory.summarizer import Summarizer
 from bot.metrics import Metrics, MetricsServer
 from bot.turn import TurnRunner
@@ -147,6 +149,7 @@ class KiokuBot(commands.Bot):
             await self._serve_metrics()
         if self._janitor:
             self.spawn(run_janitor(self.memory), name="janitor")
+            self.spawn(run_turn_count_saver(self.memory), name="turn-count-saver")
         if self.spool is not None:
             self.spawn(
                 self.spool.run_replayer(
@@ -257,6 +260,8 @@ class KiokuBot(commands.Bot):
         if hasattr(self, "memory"):
             # Writes of cancelled tasks still go through (or fail) before the engine goes.
             await self.memory.writes_settled()
+            with contextlib.suppress(MemoryUnavailable):
+                await self.memory.save_turn_counts()
         try:
             await super().close()
         finally:

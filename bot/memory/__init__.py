@@ -6,7 +6,7 @@ Services (the entry points):
     service          MemoryService: the one path through which STM is read, written, deleted
     longterm         LongTermService: per-user facts, their recall and deletion
     summarizer       folds a channel's new messages into its memory with a separate call
-    janitor          retention: the periodic purge of expired rows
+    janitor          housekeeping loops: the purge of expired rows, saving turn counts
 
 A turn and its prompt:
     turn             TurnState: what a turn's guards look at, captured when it starts

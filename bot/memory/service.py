@@ -193,6 +193,8 @@ class MemoryService:
             maxsize=10_000, ttl=FORGOTTEN_ELSEWHERE_SECONDS
         )
         self._locks: KeyedLocks[int] = KeyedLocks()
+        # Entries whose turn count changed since save_turn_counts last stored them.
+        self._counts_unsaved: dict[ScopeKey, StmEntry] = {}
         self._commits = GroupCommit(
             lambda: self._sessions,
             lambda session, entries: self._announce(session, stm_notice(self.instance_id, entries)),
@@ -548,13 +550,33 @@ class MemoryService:
         return others
 
     def record_bot_turn(self, turn: TurnState) -> None:
-        """Count a finished bot turn toward the cadence (cache only; persisted with the
-        next write, so a restart may forget at most the turns since that write)."""
+        """Count a finished bot turn toward the cadence: in the cache now, in the row at
+        the next :meth:`save_turn_counts` (so a restart, or the entry's eviction, forgets
+        at most the turns since that save)."""
         if turn.stm_updated:
             return
         entry = self.cache.get(turn.channel_key)
         if entry is not None and self.epoch(turn.channel_id) == turn.epoch:
             entry.turns_since_refresh += 1
+            if entry.version > 0:  # a row exists to keep it (a new entry has none yet)
+                self._counts_unsaved[entry.key] = entry
+
+    async def save_turn_counts(self) -> int:
+        """Store the turn counts changed since the last call in their rows (one
+        statement); return how many rows took theirs. A row written since keeps its own
+        count (see ``stm_repo.save_turn_counts``). If the database fails, the counts are
+        kept for the next call."""
+        entries = list(self._counts_unsaved.values())
+        if not entries:
+            return 0
+        self._counts_unsaved.clear()
+        try:
+            async with self._storage("saving turn counts") as session, session.begin():
+                return await stm_repo.save_turn_counts(session, entries)
+        except MemoryUnavailable:
+            for entry in entries:  # unless counted again meanwhile (the same object)
+                self._counts_unsaved.setdefault(entry.key, entry)
+            raise
 
     def observe_message(self, channel_id: int, message: RawMessage) -> None:
         self.windows.append(channel_id, message)

@@ -642,3 +642,27 @@ async def test_a_message_its_author_had_forgotten_while_its_turn_is_queued_is_no
     assert len(llm.requests) == 1, prompt_text(llm, -1)
     # The first answer too: /forget-me wiped what it was made from (the leaver's message).
     assert [s.content for s in env.sent_to(env.channel)] == [WIPED_WHILE_ANSWERING] * 2
+
+
+async def test_a_stopping_bot_saves_the_turn_counts_of_its_last_turns(
+    db: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path
+) -> None:
+    # The periodic saver is off in the harness: only close() can store these.
+    harness = await start_kioku(db, llm, pg_url, tmp_path)
+    try:
+        llm.reply_tool_calls([(STM_TOOL_NAME, {"summary": "Launch on Friday."})])
+        llm.reply_text("Noted!")
+        await harness.env.send("we launch on friday", mention_bot=True)
+        for n in range(2):
+            llm.reply_text(f"answer {n}")
+            await harness.env.send(f"question {n}", mention_bot=True)
+    finally:
+        await stop_kioku(harness)
+
+    async with db.sessions() as session:
+        server = await session.scalar(
+            select(ShortTermMemory).where(ShortTermMemory.scope_kind == "server")
+        )
+    assert server is not None
+    # The updating turn resets the count; the two after it are what a restart reads.
+    assert (server.version, server.turns_since_refresh) == (1, 2)

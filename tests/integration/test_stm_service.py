@@ -18,10 +18,11 @@ from bot.db.engine import Database
 from bot.db.models import LongTermMemory, ShortTermMemory, StmEvent
 from bot.db.repositories import stm as stm_repo
 from bot.memory.change import REASON_CATEGORIES_CHANGED
-from bot.memory.janitor import run_janitor
+from bot.memory.janitor import run_janitor, run_turn_count_saver
 from bot.memory.model import AuditEvent, Category, ScopeKey
 from bot.memory.prompt import assemble
 from bot.memory.service import MemoryService
+from bot.memory.storage import MemoryUnavailable
 from bot.memory.turn import (
     REASON_ALREADY_UPDATED,
     REASON_CLEARED,
@@ -156,6 +157,69 @@ async def test_update_resets_the_cadence_counters(service: MemoryService, db: Da
     assert (server.turns_since_refresh, server.last_refreshed_turn) == (0, 1)
     service.record_bot_turn(turn)  # the updating turn itself does not count
     assert entry.turns_since_refresh == 0
+
+
+async def test_turn_counts_are_saved_and_a_restart_keeps_counting_from_them(
+    service: MemoryService, db: Database, settings: Settings, clock: ManualClock
+) -> None:
+    await service.update_stm(await start_turn(service), summary="the plan")
+    updated_at = (await rows(db))[0].updated_at
+    for _ in range(3):
+        service.record_bot_turn(await start_turn(service))
+    assert [r.turns_since_refresh for r in await rows(db)] == [0, 0]  # a turn never waits
+
+    assert await service.save_turn_counts() == 1  # the channel's row
+    assert await service.save_turn_counts() == 0  # nothing counted since
+
+    server = next(r for r in await rows(db) if r.scope_kind == "server")
+    # Counting is not an update: neither the version nor the TTL's start moves.
+    assert (server.turns_since_refresh, server.version, server.updated_at) == (3, 1, updated_at)
+    restarted = make_service(db.sessions, settings, clock)
+    assert (await restarted.entry(SERVER_KEY)).turns_since_refresh == 3
+    for _ in range(2):  # the cadence (5) comes due where it would have without the restart
+        restarted.record_bot_turn(await start_turn(restarted))
+    prepared = await restarted.prepare_turn(
+        channel_id=CHANNEL, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT
+    )
+    assert prepared.prompt.nudge_new_messages is not None
+
+
+async def test_a_turn_count_saved_after_a_write_leaves_the_write_s_own(
+    service: MemoryService, db: Database, settings: Settings, clock: ManualClock
+) -> None:
+    await service.update_stm(await start_turn(service), summary="first")
+    service.record_bot_turn(await start_turn(service))
+    # Another process writes the channel (its version 2, its count 0); this one has not
+    # heard of it yet when it saves the count it made on version 1.
+    other = make_service(db.sessions, settings, clock)
+    assert (await other.update_stm(await start_turn(other), summary="second")).ok
+
+    assert await service.save_turn_counts() == 0
+
+    assert [(r.version, r.turns_since_refresh) for r in await rows(db)] == [(2, 0), (2, 0)]
+
+
+async def test_turn_counts_that_could_not_be_saved_are_saved_next_time(
+    service: MemoryService, db: Database
+) -> None:
+    await service.update_stm(await start_turn(service), summary="the plan")
+    service.record_bot_turn(await start_turn(service))
+    broken = create_async_engine(
+        refused_base_url().replace("http://", "postgresql+asyncpg://u:p@") + "db"
+    )
+    real, service._sessions = service._sessions, async_sessionmaker(broken)
+    try:
+        with pytest.raises(MemoryUnavailable):
+            await service.save_turn_counts()
+    finally:
+        service._sessions = real
+        await broken.dispose()
+    service.record_bot_turn(await start_turn(service))
+
+    assert await service.save_turn_counts() == 1
+
+    server = next(r for r in await rows(db) if r.scope_kind == "server")
+    assert server.turns_since_refresh == 2
 
 
 async def test_at_most_one_successful_update_per_turn(service: MemoryService, db: Database) -> None:
@@ -920,6 +984,51 @@ async def test_the_janitor_waits_its_delay_then_purges_daily_and_outlives_a_fail
         janitor.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await janitor
+
+
+async def test_the_turn_count_saver_saves_every_minute_and_outlives_an_outage(
+    service: MemoryService, db: Database
+) -> None:
+    asked: asyncio.Queue[float] = asyncio.Queue()
+    woken: asyncio.Queue[None] = asyncio.Queue()
+
+    async def sleep(seconds: float) -> None:
+        await asked.put(seconds)
+        await woken.get()
+
+    async def save_then_next_sleep() -> float:
+        woken.put_nowait(None)
+        return await asked.get()
+
+    async def saved_count() -> int:
+        server = next(r for r in await rows(db) if r.scope_kind == "server")
+        return server.turns_since_refresh
+
+    await service.update_stm(await start_turn(service), summary="the plan")
+    saver = asyncio.create_task(run_turn_count_saver(service, sleep=sleep))
+    try:
+        assert await asked.get() == 60
+        service.record_bot_turn(await start_turn(service))
+        assert await save_then_next_sleep() == 60
+        assert await saved_count() == 1
+
+        service.record_bot_turn(await start_turn(service))
+        broken = create_async_engine(
+            refused_base_url().replace("http://", "postgresql+asyncpg://u:p@") + "db"
+        )
+        real, service._sessions = service._sessions, async_sessionmaker(broken)
+        try:
+            assert await save_then_next_sleep() == 60  # failed, and still running
+        finally:
+            service._sessions = real
+            await broken.dispose()
+        assert await saved_count() == 1
+        assert await save_then_next_sleep() == 60
+        assert await saved_count() == 2
+    finally:
+        saver.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await saver
 
 
 async def test_forget_me_writes_a_forget_event_that_does_not_name_the_user(

@@ -17,7 +17,9 @@ from sqlalchemy import (
     ARRAY,
     BigInteger,
     ColumnElement,
+    Integer,
     LargeBinary,
+    Text,
     and_,
     any_,
     bindparam,
@@ -392,6 +394,50 @@ async def delete_older_than(session: AsyncSession, cutoff: datetime) -> int:
     ``expire`` event."""
     _, deleted = await _delete_logged(session, "expire", ShortTermMemory.updated_at < cutoff)
     return deleted
+
+
+# Built once: the saver sends every count it holds in one statement, whatever their
+# number. Only a row still at the version counted on is touched (a write since stored
+# its own count, 0), and neither its version nor ``updated_at`` moves (the TTL and the
+# retention count from the last update, not from the last turn).
+_SAVE_TURN_COUNTS = text(
+    """
+    UPDATE short_term_memories AS row SET turns_since_refresh = counted.turns
+    FROM unnest(:kinds, :guilds, :users, :channels, :versions, :turns)
+        AS counted(kind, guild, member, channel, version, turns)
+    WHERE row.scope_kind = counted.kind
+      AND coalesce(row.guild_id, 0) = counted.guild
+      AND coalesce(row.user_id, 0) = counted.member
+      AND row.channel_id = counted.channel
+      AND row.version = counted.version
+    """
+).bindparams(
+    bindparam("kinds", type_=ARRAY(Text)),
+    bindparam("guilds", type_=ARRAY(BigInteger)),
+    bindparam("users", type_=ARRAY(BigInteger)),
+    bindparam("channels", type_=ARRAY(BigInteger)),
+    bindparam("versions", type_=ARRAY(BigInteger)),
+    bindparam("turns", type_=ARRAY(Integer)),
+)
+
+
+async def save_turn_counts(session: AsyncSession, entries: Sequence[StmEntry]) -> int:
+    """Store each entry's ``turns_since_refresh`` in its row, if the row is still at
+    the entry's version; return how many rows took theirs."""
+    if not entries:
+        return 0
+    result = await session.execute(
+        _SAVE_TURN_COUNTS,
+        {
+            "kinds": [entry.key.kind for entry in entries],
+            "guilds": [entry.key.guild_id or 0 for entry in entries],
+            "users": [entry.key.user_id or 0 for entry in entries],
+            "channels": [entry.key.channel_id for entry in entries],
+            "versions": [entry.version for entry in entries],
+            "turns": [entry.turns_since_refresh for entry in entries],
+        },
+    )
+    return int(getattr(result, "rowcount", 0) or 0)
 
 
 # ------------------------------------------------------------ cross-process clears
