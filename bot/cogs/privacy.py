@@ -39,7 +39,8 @@ EXPLANATION = (
     "• shared channel memories built from your messages (the whole channel memory, "
     "since it can't be split by author)\n"
     "• the long-term memories you asked me to keep\n"
-    "• audit entries about you, and the messages of yours I have cached\n"
+    "• the messages of yours I have cached, and your name in the audit log (its entries "
+    "stay, naming nobody)\n"
     "This cannot be undone."
 )
 CANCELLED = "Nothing was deleted."
@@ -64,7 +65,7 @@ def describe_receipt(receipt: ForgetReceipt) -> str:
             f"• {plural(receipt.contributed_rows, 'shared memory', 'shared memories')} "
             "built from your messages",
             f"• {plural(receipt.long_term, 'long-term memory', 'long-term memories')}",
-            f"• {plural(receipt.events, 'audit entry', 'audit entries')}",
+            f"• {plural(receipt.events, 'audit entry', 'audit entries')} no longer naming you",
             f"• {plural(receipt.raw_messages, 'cached message')} and "
             f"{plural(receipt.cache_entries, 'cached memory', 'cached memories')}",
         ]

@@ -27,7 +27,7 @@ class UserDeleted:
 
     stm: UserRowsDeleted
     long_term: int
-    events: int
+    events: int  # audit events that named them, and name nobody now
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +42,8 @@ class ClearReceipt:
 
 @dataclass(frozen=True, slots=True)
 class ForgetReceipt:
-    """What a ``/forget-me`` deleted, row by kind (its receipt)."""
+    """What a ``/forget-me`` deleted (audit events: took the user out of), by kind (its
+    receipt)."""
 
     user_rows: int
     contributed_rows: int
@@ -119,8 +120,9 @@ async def delete_user_rows(
 ) -> UserDeleted:
     """``/forget-me``: every memory derived from the user up to now (short-term rows,
     also other users' copies of a conversation they took part in), their long-term facts,
-    their settings and the audit events naming them. Recorded as forgotten at ``at`` (see
-    :func:`delete_channel_rows` for ``at``, ``origin`` and ``notify``)."""
+    their settings, and their name in the audit events (which stay). Recorded as
+    forgotten at ``at`` (see :func:`delete_channel_rows` for ``at``, ``origin`` and
+    ``notify``)."""
     # Writes in flight (any process) commit before this, or see its record and are
     # refused; so is a long-term fact a turn still means to save.
     await stm_repo.lock_forgets(session)
@@ -133,7 +135,7 @@ async def delete_user_rows(
     rows = await stm_repo.delete_user(session, user_id)
     long_term = await longterm_repo.delete_all(session, user_id)
     await guild_repo.delete_user_settings(session, user_id)
-    events = await stm_repo.delete_events_of_user(session, user_id)
+    events = await stm_repo.anonymize_events_of_user(session, user_id)
     # The audit trail keeps that a deletion happened, not who asked.
     await stm_repo.add_events(session, [EventRecord("forget")])
     if notify:

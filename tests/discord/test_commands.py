@@ -948,15 +948,21 @@ async def test_stm_history_shows_a_forget_me_without_naming_the_member(
     result = await kioku.interactions.slash("stm history", user=admin)
 
     content = result.texts()[-1]
-    # The update naming the member went with their memories; what stays says only that
-    # a member's memories of the channel were deleted, and how much.
-    [head, forgot] = content.splitlines()
-    assert head.startswith("**Last 1 memory event**")
+    # The log keeps every event (append-only), naming the member in none: the deletion
+    # says a member's memories of the channel went, and how much; the update they made
+    # stays, by nobody.
+    [head, forgot, update] = content.splitlines()
+    assert head.startswith("**Last 2 memory events**")
+    size = len("Sam plans the offsite.")
+    channel = kioku.env.channel.mention
     assert forgot.startswith(
-        "• **Forgotten (/forget-me)** · what a member's messages made of it · "
-        f"{kioku.env.channel.mention} · <t:"
+        f"• **Forgotten (/forget-me)** · what a member's messages made of it · {channel} · <t:"
     )
-    assert forgot.endswith(f" · {2 * len('Sam plans the offsite.')} → 0 chars")
+    assert forgot.endswith(f" · {2 * size} → 0 chars")
+    assert update.startswith(
+        f"• **Memory updated** by an admin · channel memory and a member's copy · {channel} · "
+    )
+    assert update.endswith(f" · 0 → {size} chars")
     assert str(member.id) not in content
 
 
@@ -1037,7 +1043,7 @@ async def test_forget_me_confirm_deletes_everything_and_shows_the_receipt(
         "• 1 memory of yours\n"
         "• 1 shared memory built from your messages\n"
         "• 1 long-term memory\n"
-        "• 2 audit entries\n"
+        "• 2 audit entries no longer naming you\n"
         "• 0 cached messages and 2 cached memories"
     )
     assert asked.components == []  # the buttons are gone

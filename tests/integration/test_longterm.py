@@ -700,17 +700,22 @@ async def test_list_pages_by_cursor_when_every_fact_has_the_same_time(
     assert top.page == 1 and not top.has_previous and len(top.facts) == 5
 
 
-async def test_forget_me_deletes_the_facts_and_their_audit_events(
+async def test_forget_me_deletes_the_facts_and_takes_the_user_out_of_their_audit_events(
     service: LongTermService, db: Database, settings: Settings, clock: ManualClock
 ) -> None:
     await remember(service, CAT)
     await remember(service, "Bob likes jazz", user=BOB)
+    before = await events(db)
     receipt = await make_service(db.sessions, settings, clock).forget_user(ALICE)
-    assert receipt.long_term == 1
+    assert (receipt.long_term, receipt.events) == (1, 1)
     assert [(row.user_id, row.content) for row in await rows(db)] == [(BOB, "Bob likes jazz")]
-    remaining = await events(db)
-    assert ALICE not in {event.user_id for event in remaining}
-    assert BOB in {event.user_id for event in remaining}
+    # The log is append-only: Alice's event stays, naming nobody.
+    after = {event.id: event for event in await events(db)}
+    assert set(after) >= {event.id for event in before}
+    assert ALICE not in {e.user_id for e in after.values()} | {
+        e.actor_user_id for e in after.values()
+    }
+    assert BOB in {event.user_id for event in after.values()}
 
 
 async def test_audit_events_never_hold_the_text(service: LongTermService, db: Database) -> None:

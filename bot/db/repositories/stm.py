@@ -36,6 +36,7 @@ from sqlalchemy import (
     tuple_,
     union,
     union_all,
+    update,
 )
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -683,10 +684,14 @@ async def add_events(session: AsyncSession, events: Sequence[EventRecord]) -> No
     await driver.execute_each(session, _ADD_EVENT, rows)
 
 
-async def delete_events_of_user(session: AsyncSession, user_id: int) -> int:
+async def anonymize_events_of_user(session: AsyncSession, user_id: int) -> int:
+    """Take the user out of every audit event naming them (as the member concerned or
+    the one who acted) and the message of theirs it points at; return how many. The log
+    stays append-only: what happened stays, not who it was."""
     result = await session.execute(
-        delete(StmEvent)
+        update(StmEvent)
         .where(or_(StmEvent.user_id == user_id, StmEvent.actor_user_id == user_id))
+        .values(user_id=None, actor_user_id=None, message_id=None)
         .returning(StmEvent.id)
     )
     return len(result.all())
