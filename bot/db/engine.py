@@ -22,6 +22,7 @@ import psutil
 from sqlalchemy import text
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import (
+    AsyncConnection,
     AsyncEngine,
     AsyncSession,
     async_sessionmaker,
@@ -183,6 +184,8 @@ class Database:
             # Connect once now, so "ready" is true and a refusal surfaces here, not mid-turn.
             async with engine.connect() as connection:
                 await connection.execute(text("SELECT 1"))
+                if self.embedded is not None:
+                    await _quiet_error_details(connection)
         except BaseException:
             await engine.dispose()
             raise
@@ -211,6 +214,19 @@ class Database:
         if self.embedded is not None:
             await asyncio.to_thread(self.embedded.stop)
             self.embedded = None
+
+
+async def _quiet_error_details(connection: AsyncConnection) -> None:
+    """Keep memory text out of the embedded server's log file: by default an error
+    there is logged with its DETAIL, and a refused row's is the whole row ("Failing row
+    contains (…)", a summary or a fact). ``terse`` logs the error without it; the client
+    still gets the detail. (An external server is its operator's: see the README.)"""
+    if await connection.scalar(text("SHOW log_error_verbosity")) == "terse":
+        return
+    await connection.commit()  # ALTER SYSTEM runs outside a transaction
+    autocommit = await connection.execution_options(isolation_level="AUTOCOMMIT")
+    await autocommit.execute(text("ALTER SYSTEM SET log_error_verbosity = 'terse'"))
+    await autocommit.execute(text("SELECT pg_reload_conf()"))
 
 
 def create_engine(url: URL, settings: Settings) -> AsyncEngine:

@@ -10,7 +10,12 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from bot.db.engine import EmbeddedPostgres
+import pytest
+from sqlalchemy import text
+from sqlalchemy.exc import IntegrityError
+
+from bot.config import load_settings
+from bot.db.engine import EMBEDDED_DIR_NAME, SERVER_LOG_NAME, Database, EmbeddedPostgres
 from tests.helpers.processes import ROOT, kioku_env
 from tests.integration.test_cli import kioku
 
@@ -155,3 +160,26 @@ def test_sigterm_during_start_up_stops_the_embedded_server(tmp_path: Path) -> No
         process.kill()
         process.wait(10)
         kill_postmaster(pgdata)
+
+
+async def test_a_row_the_embedded_server_refuses_is_not_written_to_its_log(
+    tmp_path: Path,
+) -> None:
+    # PostgreSQL logs a refused row's DETAIL ("Failing row contains (…)") by default:
+    # a memory's whole text, in a file no /forget-me reaches.
+    database = Database(load_settings(database_url=None, data_dir=tmp_path / "data"))
+    await database.start()
+    try:
+        async with database.engine.connect() as connection:
+            await connection.execute(text("CREATE TABLE refused (n int CHECK (n > 0), note text)"))
+            await connection.commit()
+            with pytest.raises(IntegrityError):
+                await connection.execute(
+                    text("INSERT INTO refused VALUES (-1, :note)"), {"note": "the-pelican-plan"}
+                )
+    finally:
+        await database.close()
+
+    server_log = (tmp_path / "data" / EMBEDDED_DIR_NAME / SERVER_LOG_NAME).read_text()
+    assert "violates check constraint" in server_log  # the error itself is logged
+    assert "pelican" not in server_log
