@@ -269,7 +269,7 @@ async def migrate(settings: Settings) -> int:
 
 
 async def backup(settings: Settings, target: Path | None) -> int:
-    from bot.backup import BackupFailed, backup_target, write_backup
+    from bot.backup import BackupFailed, BadBackupPath, backup_target, write_backup
 
     database = Database(settings)
     try:
@@ -277,6 +277,8 @@ async def backup(settings: Settings, target: Path | None) -> int:
         with _database_errors(database):
             await database.start()  # not migrated: a backup before an upgrade is as it was
         await write_backup(settings, path, database)
+    except BadBackupPath as exc:
+        raise CliError(str(exc), EXIT_CONFIG) from None
     except BackupFailed as exc:
         raise CliError(str(exc)) from None
     finally:
@@ -287,6 +289,7 @@ async def backup(settings: Settings, target: Path | None) -> int:
 async def restore(settings: Settings, source: Path, *, confirmed: bool) -> int:
     from bot.backup import (
         BackupFailed,
+        BadBackupPath,
         check_restore_allowed,
         check_revision,
         forgets_on_record,
@@ -310,6 +313,8 @@ async def restore(settings: Settings, source: Path, *, confirmed: bool) -> int:
         await replace_from_backup(source, database)
         _, revision = await _migrate(database)
         again = await reapply_forgets(database, forgets)
+    except BadBackupPath as exc:
+        raise CliError(str(exc), EXIT_CONFIG) from None
     except BackupFailed as exc:
         raise CliError(str(exc)) from None
     finally:

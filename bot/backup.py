@@ -53,6 +53,10 @@ class BackupFailed(RuntimeError):
     """A backup or restore that cannot go on; the message says why, in one line."""
 
 
+class BadBackupPath(BackupFailed):
+    """The file named on the command line cannot be used (a usage error, not a failure)."""
+
+
 def backup_dir(settings: Settings) -> Path:
     """Where backups go unless told otherwise: ``<data folder>/backups``."""
     return settings.data_dir / "backups"
@@ -179,16 +183,33 @@ def _size(path: Path) -> str:
 
 
 def backup_target(settings: Settings, target: Path | None) -> Path:
-    """Where a backup goes (default: see :func:`default_backup_path`), its folder made;
-    refused before anything starts when the file exists already."""
-    path = (target or default_backup_path(settings)).resolve()
+    """Where a backup goes, refused before anything starts when it cannot be a new file:
+    ``target``, in a folder that exists (a mistyped folder is not made up), or by
+    default :func:`default_backup_path`, its folder made private (a backup holds every
+    memory)."""
+    if target is None:
+        path = default_backup_path(settings).resolve()
+        try:
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        except OSError as exc:
+            raise BackupFailed(f"cannot create {path.parent}: {exc.strerror or exc}") from None
+    else:
+        path = target.resolve()
+        if path.is_dir():
+            example = path / default_backup_path(settings).name
+            raise BadBackupPath(f"{path} is a folder: name a new file in it, e.g. {example}")
+        if not path.parent.is_dir():
+            raise BadBackupPath(f"{path.parent} is not a folder: create it first")
     if path.exists():
-        raise BackupFailed(f"{path} exists already: name a new file (a backup never overwrites)")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise BackupFailed(f"cannot create {path.parent}: {exc.strerror or exc}") from None
+        raise BadBackupPath(f"{path} exists already: name a new file (a backup never overwrites)")
     return path
+
+
+def _private_file(path: Path) -> None:
+    """Create ``path`` empty, readable by this user only (``pg_dump`` then writes into
+    it and keeps the mode): a backup holds every memory, whatever the umask."""
+    path.unlink(missing_ok=True)  # left by an interrupted backup
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
 
 
 async def write_backup(settings: Settings, path: Path, database: Database) -> None:
@@ -198,6 +219,10 @@ async def write_backup(settings: Settings, path: Path, database: Database) -> No
     # Written beside the target, then renamed: a failed or interrupted dump leaves no
     # file that looks like a backup.
     partial = path.with_name(f".{path.name}.partial")
+    try:
+        _private_file(partial)
+    except OSError as exc:
+        raise BackupFailed(f"cannot write in {path.parent}: {exc.strerror or exc}") from None
     try:
         code, _, err = await _tool(
             await client_tools(database),
@@ -209,10 +234,10 @@ async def write_backup(settings: Settings, path: Path, database: Database) -> No
             url=database.url,
         )
     except BaseException:
-        partial.unlink(missing_ok=True)
+        _discard(partial)
         raise
     if code != 0:
-        partial.unlink(missing_ok=True)
+        _discard(partial)
         raise BackupFailed(f"backup of {describe_url(database.url)} failed: {_failure(err)}")
     partial.rename(path)
     print(f"backed up {describe_url(database.url)} to {path} ({_size(path)})")
@@ -223,6 +248,12 @@ async def write_backup(settings: Settings, path: Path, database: Database) -> No
             "this backup (they reach the database when the bot runs again)"
         )
     print(f"restore it with: kioku restore {path} --yes")
+
+
+def _discard(partial: Path) -> None:
+    # The error being reported matters more than this one (a read-only folder, say).
+    with contextlib.suppress(OSError):
+        partial.unlink(missing_ok=True)
 
 
 async def backup_revision(source: Path) -> str:
@@ -263,7 +294,7 @@ def check_restore_allowed(settings: Settings, source: Path) -> None:
     """A restore needs a backup file, every bot of this data folder stopped and its
     spool empty."""
     if not source.is_file():
-        raise BackupFailed(f"{source} is not a file")
+        raise BadBackupPath(f"{source} is not a file")
     if spool_in_use(settings.data_dir):
         raise BackupFailed(
             f"a kioku run is using the data folder {settings.data_dir} (KIOKU_DATA_DIR): stop "

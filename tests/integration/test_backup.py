@@ -4,6 +4,7 @@ embedded server's wheel: a round trip, and every refusal leaving the database as
 from __future__ import annotations
 
 import os
+import stat
 import warnings
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
@@ -229,8 +230,9 @@ async def test_a_file_that_is_no_backup_is_refused_before_anything_changes(
         await restore(kioku_db, junk, confirmed=True)
 
     assert str(refused.value).startswith(f"{junk} is not a backup made by kioku backup: ")
-    with pytest.raises(CliError, match="is not a file"):
+    with pytest.raises(CliError, match="is not a file") as missing:
         await restore(kioku_db, tmp_path / "missing.dump", confirmed=True)
+    assert missing.value.code == EXIT_CONFIG  # a mistyped path, not a failure
     assert await snapshot_of(url_of(kioku_db)) == before
 
 
@@ -397,6 +399,40 @@ async def test_a_failed_backup_is_one_line_and_leaves_no_file_behind(
 async def test_a_backup_never_overwrites_a_file(kioku_db: Settings, tmp_path: Path) -> None:
     path = tmp_path / "kept.dump"
     path.write_bytes(b"something precious")
-    with pytest.raises(CliError, match="exists already"):
+    with pytest.raises(CliError, match="exists already") as refused:
         await backup(kioku_db, path)
+    assert refused.value.code == EXIT_CONFIG
     assert path.read_bytes() == b"something precious"
+
+
+async def test_a_backup_named_as_a_folder_or_into_a_missing_one_is_refused(
+    kioku_db: Settings, tmp_path: Path
+) -> None:
+    with pytest.raises(CliError) as folder:
+        await backup(kioku_db, tmp_path)
+    assert str(folder.value).startswith(f"{tmp_path} is a folder: name a new file in it, e.g. ")
+    mistyped = tmp_path / "bakups" / "kioku.dump"
+    with pytest.raises(CliError) as missing:
+        await backup(kioku_db, mistyped)
+    assert str(missing.value) == f"{mistyped.parent} is not a folder: create it first"
+    assert (folder.value.code, missing.value.code) == (EXIT_CONFIG, EXIT_CONFIG)
+    assert os.listdir(tmp_path) == []  # no folder made up, no file left
+
+
+async def test_a_backup_is_readable_by_its_owner_only_whatever_the_umask(
+    kioku_db: Settings, tmp_path: Path
+) -> None:
+    await remember_things(kioku_db)
+    previous = os.umask(0o022)
+    try:
+        assert await backup(kioku_db, None) == 0
+    finally:
+        os.umask(previous)
+
+    folder = kioku_db.data_dir / "backups"
+    [made] = folder.glob("kioku-*.dump")
+    assert (stat.S_IMODE(folder.stat().st_mode), stat.S_IMODE(made.stat().st_mode)) == (
+        0o700,
+        0o600,
+    )
+    assert made.stat().st_size > 0
