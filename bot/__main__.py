@@ -57,6 +57,31 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_CONFIG, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
+def _version() -> str:
+    """``kioku 0.1.0 (schema revision 0005)``: what a bug report needs, and what a
+    backup's revision is compared with."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from bot.db.migrate import head_revision
+
+    try:
+        release = version("kioku")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        release = "unknown"
+    return f"kioku {release} (schema revision {head_revision()})"
+
+
+class _Version(argparse.Action):
+    """``--version``, worked out only when asked (it reads the migration scripts)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, help: str) -> None:
+        super().__init__(option_strings, dest, nargs=0, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> NoReturn:
+        print(_version())
+        parser.exit()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _Parser(
         prog="kioku",
@@ -65,6 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "config/example.env lists every variable. Exit codes: 0 success, 1 runtime "
         "failure, 2 configuration error.",
     )
+    parser.add_argument("--version", action=_Version, help="show the version and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, summary: str, details: str) -> argparse.ArgumentParser:

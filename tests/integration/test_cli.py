@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.metadata
 import os
 import re
 import socket
@@ -20,6 +21,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import URL
 
 from bot.db.engine import Database
+from bot.db.migrate import head_revision
 from bot.memory.spool import DurableSpool, spool_path
 from tests.helpers.database import make_test_settings, scratch_database, worker_suffix
 from tests.helpers.fake_llm import DEFAULT_MODEL_ID, ScriptedLLM
@@ -63,6 +65,18 @@ def test_run_without_token_exits_2_with_one_line(tmp_path: Path) -> None:
     assert len(lines) == 1
     assert lines[0].startswith("kioku: DISCORD_TOKEN is not set")
     assert not (tmp_path / "postgres").exists(), "nothing should start without a token"
+
+
+def test_version_names_the_release_and_the_schema_revision(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import bot.__main__ as cli
+
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["--version"])
+    assert exited.value.code == 0
+    release = importlib.metadata.version("kioku")
+    assert capsys.readouterr().out == f"kioku {release} (schema revision {head_revision()})\n"
 
 
 @pytest.mark.parametrize(
