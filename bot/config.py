@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import difflib
 import errno
+import io
 import os
 import typing
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal, Self
 
 from dotenv import dotenv_values
+from dotenv.parser import Binding, parse_stream
 from pydantic import (
     AliasChoices,
     BaseModel,
@@ -33,6 +35,7 @@ from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
     DotEnvSettingsSource,
+    EnvSettingsSource,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     TomlConfigSettingsSource,
@@ -57,7 +60,9 @@ DEFAULT_PERSONA_FILE = Path("config/persona.md")
 class Section(BaseModel):
     """A ``[section]`` of the file; a misspelt key is an error, not silently ignored."""
 
-    model_config = ConfigDict(extra="forbid")
+    # NaN passes no range check and fails it with a misleading bound ("should be less
+    # than or equal to 2"); infinity is no duration or temperature either.
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     @field_validator("*", mode="before")
     @classmethod
@@ -259,28 +264,8 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        chosen = os.environ.get("KIOKU_CONFIG")
-        config_file = config_file_path()
-        if chosen and not config_file.is_file():
-            # The default file may be absent (an installed package); a named one may not,
-            # and a folder would be skipped in silence like an absent file.
-            why = "is not a file" if config_file.exists() else "no such file"
-            raise SettingsError(
-                f"cannot read the configuration file {chosen} (KIOKU_CONFIG): {why}"
-            )
-        toml = TomlConfigSettingsSource(settings_cls, toml_file=config_file)
-        env_file = env_file_path()
-        try:
-            dotenv = _KnownKeysOnly(settings_cls, DotEnvSettingsSource(settings_cls, env_file))
-        except (OSError, UnicodeDecodeError) as exc:  # read here, when the source is made
-            raise env_file_error(env_file, exc) from None
-        # Order is precedence: explicit arguments, environment, .env, then the file.
-        return (
-            init_settings,
-            _BlankPathsUnset(settings_cls, env_settings),
-            _BlankPathsUnset(settings_cls, dotenv),
-            toml,
-        )
+        # Order is precedence: explicit arguments, then the operator's sources.
+        return (init_settings, *_operator_sources(settings_cls, env_settings))
 
     @property
     def embedded_database(self) -> bool:
@@ -302,6 +287,52 @@ class Settings(BaseSettings):
         if self.llm.strict_roles == "auto":
             return capabilities(self.provider).strict_roles
         return self.llm.strict_roles == "on"
+
+
+def _operator_sources(
+    settings_cls: type[BaseSettings], env_settings: PydanticBaseSettingsSource
+) -> tuple[PydanticBaseSettingsSource, PydanticBaseSettingsSource, PydanticBaseSettingsSource]:
+    """The environment, the ``.env`` file and the TOML file, in order of precedence."""
+    chosen = os.environ.get("KIOKU_CONFIG")
+    config_file = config_file_path()
+    if chosen and not config_file.is_file():
+        # The default file may be absent (an installed package); a named one may not,
+        # and a folder would be skipped in silence like an absent file.
+        why = "is not a file" if config_file.exists() else "no such file"
+        raise SettingsError(f"cannot read the configuration file {chosen} (KIOKU_CONFIG): {why}")
+    toml = TomlConfigSettingsSource(settings_cls, toml_file=config_file)
+    # Checked first: python-dotenv skips a line it cannot parse, with a warning naming no file.
+    env_file_values()
+    env_file = env_file_path()
+    try:
+        dotenv = _KnownKeysOnly(settings_cls, DotEnvSettingsSource(settings_cls, env_file))
+    except (OSError, UnicodeDecodeError) as exc:  # read here, when the source is made
+        raise env_file_error(env_file, exc) from None
+    return (
+        _BlankPathsUnset(settings_cls, env_settings),
+        _BlankPathsUnset(settings_cls, dotenv),
+        toml,
+    )
+
+
+Origin = Literal["environment", "dotenv", "toml"]
+
+
+def value_origin(loc: Sequence[str]) -> Origin | None:
+    """Which source the settings took the value at ``loc`` (``("stm", "raw_window")``)
+    from, asked of the sources themselves so that their precedence, variable names and
+    JSON sections are those of :func:`load_settings`; ``None``: a default or an argument."""
+    sources = _operator_sources(Settings, EnvSettingsSource(Settings))
+    origins: tuple[Origin, ...] = ("environment", "dotenv", "toml")
+    for origin, source in zip(origins, sources, strict=True):
+        values: Any = source()
+        for part in loc:
+            if not isinstance(values, dict) or part not in values:
+                break
+            values = values[part]
+        else:
+            return origin
+    return None
 
 
 class _KnownKeysOnly(PydanticBaseSettingsSource):
@@ -361,6 +392,19 @@ def env_file_error(path: Path, exc: OSError | UnicodeDecodeError) -> SettingsErr
     return SettingsError(f"cannot read the .env file {path}{named}: {why}")
 
 
+def env_file_line_error(path: Path, binding: Binding) -> SettingsError:
+    """A line python-dotenv cannot parse (it would skip it, warning without the file's
+    name): one line naming the file and the line, not its text, which may hold a secret."""
+    statement = binding.original.string
+    # The statement starts with the blank lines before it; its line is the first non-blank.
+    line = binding.original.line + statement[: len(statement) - len(statement.lstrip())].count("\n")
+    named = " (KIOKU_ENV_FILE)" if "KIOKU_ENV_FILE" in os.environ else ""
+    return SettingsError(
+        f"cannot parse line {line} of {path}{named}: "
+        "expected NAME=value, a # comment or a blank line"
+    )
+
+
 def config_file_path() -> Path:
     """The TOML file read: ``KIOKU_CONFIG`` or ``config/kioku.toml``."""
     chosen = os.environ.get("KIOKU_CONFIG")
@@ -418,7 +462,7 @@ def unknown_variables(names: Iterable[str], where: str) -> list[str]:
 
 def env_file_values() -> dict[str, str | None]:
     """The ``.env`` file's variables (none when it is absent); :class:`SettingsError` when
-    it cannot be read."""
+    it cannot be read or a line of it cannot be parsed."""
     path = env_file_path()
     if not path.is_file():
         if path.is_dir():
@@ -429,9 +473,13 @@ def env_file_values() -> dict[str, str | None]:
             )
         return {}
     try:
-        return dotenv_values(path, encoding="utf-8")
+        text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise env_file_error(path, exc) from None
+    for binding in parse_stream(io.StringIO(text)):
+        if binding.error:
+            raise env_file_line_error(path, binding)
+    return dotenv_values(stream=io.StringIO(text))
 
 
 def load_settings(**overrides: Any) -> Settings:

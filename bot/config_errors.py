@@ -1,5 +1,6 @@
-"""A bad setting as one clear line per key: the key (and its variable), the value
-(secrets hidden, URLs without their credentials), what is allowed.
+"""A bad setting as one clear line per key: the key and where its value was read (the
+variable in the environment or the ``.env`` file, or the TOML file), the value (secrets
+redacted, URLs without their credentials or query values), what is allowed.
 
 Pydantic's own ``ValidationError`` names model classes and internal locations; the
 operator wrote a TOML key or an environment variable, and is told about that.
@@ -24,6 +25,7 @@ from pydantic import AliasChoices, BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticCustomError
 
+from bot.memory.redaction import redact_leaves
 from bot.urls import without_credentials
 
 _TOP_LEVEL_ENV = {
@@ -40,7 +42,7 @@ _SECRET_KEYS = {"discord_token", "openai_api_key"}
 
 
 def format_validation_error(exc: ValidationError) -> str:
-    """One line per bad key: the key (and its variable), the value, what is allowed."""
+    """One line per bad key: the key and where it was set, the value, what is allowed."""
     from bot.config import SECTIONS
 
     lines = []
@@ -52,29 +54,76 @@ def format_validation_error(exc: ValidationError) -> str:
         if error["type"] == COMBINATION_ERROR:
             lines.append(_combination_line(loc, error.get("ctx") or {}))
             continue
-        key = ".".join(loc) if loc else "?"
+        if not loc:  # a check of the whole settings: no key to name
+            lines.append(f"invalid settings: {str(error['msg']).removeprefix('Value error, ')}")
+            continue
         if error["type"] == "extra_forbidden":
             # Unknown variables were caught before; an unknown key is the TOML file's.
             lines.append(_unknown_key_line(loc))
             continue
-        env = _TOP_LEVEL_ENV.get(loc[0]) if len(loc) == 1 else None
-        if env is None:
-            env = "KIOKU_" + "__".join(part.upper() for part in loc)
-        key = key if loc[0] not in _TOP_LEVEL_ENV else env.lower()
         value = error.get("input")
-        shown = "<hidden>" if key in _SECRET_KEYS else _short_repr(value)
+        shown = "<hidden>" if _key(loc) in _SECRET_KEYS else _short_repr(value)
         message = str(error["msg"]).removeprefix("Value error, ")
         if error["type"] == "model_type" and len(loc) == 1 and loc[0] in SECTIONS:
             # Pydantic's words name the class ("instance of StmSettings"), not the file.
+            env = _variable(loc)
             message = (
                 f"must be a section: [{loc[0]}] in the TOML file, or a JSON object in {env} "
                 f"(or single keys as {env}__<NAME>)"
             )
+        elif error["type"] == "finite_number":
+            message = "must be a finite number"  # the range follows, as "allowed"
         allowed = _allowed_for(loc) if item is None else None
         hint = f" (allowed: {allowed})" if allowed else ""
-        where = env if item is None else f"item {item + 1} of {env}"
-        lines.append(f"invalid setting {key} ({where}) = {shown}: {message}{hint}")
+        lines.append(f"invalid setting {_setting(loc, shown, item=item)}: {message}{hint}")
     return "\n".join(lines)
+
+
+def _key(loc: list[str]) -> str:
+    """The key as the TOML file spells it (``stm.raw_window``, ``database_url``)."""
+    return _variable(loc).lower() if loc[0] in _TOP_LEVEL_ENV else ".".join(loc)
+
+
+def _variable(loc: list[str]) -> str:
+    """The variable that sets ``loc`` alone: ``DATABASE_URL``, ``KIOKU_STM__RAW_WINDOW``."""
+    env = _TOP_LEVEL_ENV.get(loc[0]) if len(loc) == 1 else None
+    return env or "KIOKU_" + "__".join(part.upper() for part in loc)
+
+
+def _setting(
+    loc: list[str], shown: str, *, item: int | None = None, note: str = "", unset: str = ""
+) -> str:
+    """``key (VARIABLE) = value``, naming where the settings read the value: the variable
+    in the environment or in the ``.env`` file (``KIOKU_X in <path>``), else the TOML file
+    (``key = value (in <path>)``); a variable that is not set is never named, the operator
+    would look for it in vain. ``unset`` stands for a value no source gave (a default)."""
+    from bot.config import config_file_path, env_file_path, env_file_values, value_origin
+
+    key = _key(loc)
+    of = f"item {item + 1} of " if item is not None else ""
+    origin = value_origin(loc)
+    if origin in ("environment", "dotenv"):
+        values = os.environ if origin == "environment" else env_file_values()
+        in_file = f" in {env_file_path()}" if origin == "dotenv" else ""
+        after = f" ({note})" if note else ""
+        return f"{key} ({of}{_set_variable(loc, values)}{in_file}) = {shown}{after}"
+    notes = [note] if note else []
+    if item is not None:
+        notes.append(f"item {item + 1}")
+    if origin == "toml":
+        notes.append(f"in {config_file_path()}")
+    elif unset:
+        notes.append(unset)
+    return f"{key} = {shown}" + (f" ({', '.join(notes)})" if notes else "")
+
+
+def _set_variable(loc: list[str], values: Mapping[str, str | None]) -> str:
+    """The variable of ``values`` that set ``loc``: its own, else its section's as JSON
+    (``KIOKU_STM={…}``). Names are matched case-insensitively, as the settings read them."""
+    own = _variable(loc)
+    if len(loc) < 2 or any(name.upper() == own for name in values):
+        return own
+    return _variable(loc[:1])
 
 
 def _unknown_key_line(loc: list[str]) -> str:
@@ -145,42 +194,72 @@ def combination_error(
 
 
 def _combination_line(section: list[str], ctx: dict[str, Any]) -> str:
-    """Two keys that are fine alone but not together: name both, with their values."""
-
-    def named(field: str) -> str:
-        loc = [*section, field]
-        return f"{'.'.join(loc)} ({'KIOKU_' + '__'.join(part.upper() for part in loc)})"
-
-    smaller, larger = str(ctx["smaller"]), str(ctx["larger"])
-    larger_as = f" ({ctx['larger_as']})" if ctx.get("larger_as") else ""
-    return (
-        f"invalid setting {named(smaller)} = {ctx['smaller_value']!r}: "
-        f"must not exceed {named(larger)} = {ctx['larger_value']!r}{larger_as}"
+    """Two keys that are fine alone but not together: name both, with their values and
+    where each was set (one is often the default)."""
+    smaller = _setting(
+        [*section, str(ctx["smaller"])], repr(ctx["smaller_value"]), unset="the default"
     )
+    larger = _setting(
+        [*section, str(ctx["larger"])],
+        repr(ctx["larger_value"]),
+        note=str(ctx.get("larger_as") or ""),
+        unset="the default",
+    )
+    return f"invalid setting {smaller}: must not exceed {larger}"
 
 
-_NOT_JSON = re.compile(r'error parsing value for field "(?P<field>\w+)"')
+_NOT_JSON = re.compile(
+    r'error parsing value for field "(?P<field>\w+)"(?: from source "(?P<source>\w+)")?'
+)
 
 
 def not_json_line(exc: Exception) -> str:
     """The line for a list or section variable that is not JSON (pydantic-settings' own
-    error names neither the variable nor what it must be)."""
+    error names neither the variable nor what it must be), in the environment or, as
+    its error says, in the ``.env`` file."""
+    from bot.config import env_file_path, env_file_values
+
     found = _NOT_JSON.search(str(exc))
     field = found.group("field") if found else "?"
     variable = f"KIOKU_{field.upper()}"
-    value = os.environ.get(variable)
+    in_dotenv = found is not None and found.group("source") == "DotEnvSettingsSource"
+    values: Mapping[str, str | None] = env_file_values() if in_dotenv else os.environ
+    value = next((v for k, v in values.items() if k.upper() == variable), None)
+    where = f"{variable} in {env_file_path()}" if in_dotenv else variable
     shown = f" = {_short_repr(value)}" if value is not None else ""
     example = (
         "a JSON list, e.g. [123456789012345678]"
         if field == "owner_ids"
         else f"a JSON object (or set single keys as {variable}__<NAME>)"
     )
-    return f"invalid setting {field} ({variable}){shown}: must be {example}"
+    return f"invalid setting {field} ({where}){shown}: must be {example}"
+
+
+# A query string, from its "?" to the end of the word (a #fragment is not sent anyway).
+_QUERY = re.compile(r"\?[^\s#]*")
+_QUERY_VALUE = re.compile(r"=[^&;]*")
 
 
 def _short_repr(value: Any) -> str:
-    text = without_credentials(repr(value))
+    """The value as shown in a line: a URL's credentials and query values masked
+    (``?password=``, ``?key=``, ``?sig=``: any name may carry one), secrets redacted (the
+    memory's own redaction: a token in the wrong variable, ``password=`` in a libpq
+    string), and only then cut to 80 characters: a cut secret may match no pattern."""
+    # Masked first: a query's names then stay ("key=hello&api-version=1" is all one
+    # credential to the redaction, "key=***&api-version=***" is none).
+    text = repr(redact_leaves(_masked(value)))
     return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _masked(value: Any) -> Any:
+    if isinstance(value, str):
+        hidden = without_credentials(value)
+        return _QUERY.sub(lambda query: _QUERY_VALUE.sub("=***", query.group()), hidden)
+    if isinstance(value, dict):
+        return {key: _masked(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_masked(item) for item in value)
+    return value
 
 
 def _allowed_for(loc: list[str]) -> str | None:

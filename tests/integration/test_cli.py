@@ -725,6 +725,36 @@ def test_a_dotenv_file_that_is_not_utf8_stops_start_up_with_one_line(tmp_path: P
     ]
 
 
+def test_a_dotenv_line_that_cannot_be_parsed_stops_start_up_with_one_line(
+    tmp_path: Path,
+) -> None:
+    # python-dotenv warned "could not parse statement starting at line 1" (twice, naming
+    # no file) and the bot started without the token.
+    env_file = tmp_path / "kioku.env"
+    env_file.write_text("DISCORD_TOKEN abc\n")
+    result = kioku("migrate", data_dir=tmp_path, KIOKU_ENV_FILE=str(env_file))
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        f"kioku: cannot parse line 1 of {env_file} (KIOKU_ENV_FILE): "
+        "expected NAME=value, a # comment or a blank line"
+    ]
+    assert not (tmp_path / "postgres").exists(), "nothing should start"
+
+
+def test_a_bad_value_in_the_toml_file_is_reported_in_the_file_not_a_variable(
+    tmp_path: Path,
+) -> None:
+    # Was named KIOKU_STM__REFRESH_CADENCE, which the operator never set.
+    config = tmp_path / "cad.toml"
+    config.write_text("[stm]\nrefresh_cadence = 0\n")
+    result = kioku("migrate", data_dir=tmp_path, KIOKU_CONFIG=str(config))
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        f"kioku: invalid setting stm.refresh_cadence = 0 (in {config}): "
+        "Input should be greater than or equal to 1 (allowed: integer 1–100)"
+    ]
+
+
 def test_an_openai_base_url_that_is_no_url_stops_the_console_before_it_starts(
     tmp_path: Path,
 ) -> None:

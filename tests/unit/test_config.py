@@ -11,6 +11,7 @@ from aiohttp import web
 
 from bot.config import (
     DEFAULT_PERSONA_FILE,
+    SECTIONS,
     Settings,
     SettingsError,
     load_settings,
@@ -156,6 +157,52 @@ def test_database_password_is_not_echoed(monkeypatch: pytest.MonkeyPatch, url: s
     assert "hunter2" not in str(caught.value) and "ter2" not in str(caught.value)
 
 
+# Made up, in the shapes the redaction knows: a bot token starts with the bot's id in
+# base64, an OpenAI project key is longer than the 80 characters a value is cut to.
+BOT_TOKEN = "MTA4NzY1NDMyMTA5ODc2NTQzMg" + ".GhJkLm.abcdefghijklmnopqrstuvwxyz0123456789AB"
+PROJECT_KEY = "sk-proj-x9Kq2_Lm7ZpR4tV-b1Nc8Kd5Wg0Hy3JsA6fQe" + "T3BlbkFJ" + "u2Io5Pa8Sd1Fg4Hj" * 2
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "secret"),
+    [
+        # libpq's key=value form, not a URL: no userinfo for the URL masking to find.
+        (
+            "DATABASE_URL",
+            "host=db.example.com user=kioku password=S3cretPW dbname=kioku",
+            "S3cretPW",
+        ),
+        ("DATABASE_URL", "postgresql://bob@db/kioku?password=s3cretpw", "s3cretpw"),
+        # A secret put in the wrong variable is refused there, as what it is not.
+        ("OPENAI_BASE_URL", BOT_TOKEN, BOT_TOKEN),
+        ("OPENAI_BASE_URL", PROJECT_KEY, PROJECT_KEY),
+        ("OPENAI_BASE_URL", "https://llm.example/v1?key=opensesame&x=1&x=2", "opensesame"),
+    ],
+)
+def test_a_secret_in_a_refused_value_is_not_shown(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str, secret: str
+) -> None:
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(SettingsError) as caught:
+        load_settings()
+    message = str(caught.value)
+    assert "\n" not in message
+    assert message.startswith(f"invalid setting {variable.lower()} ({variable}) = ")
+    # Not even a piece of it, as a value cut to 80 characters would show its head.
+    assert not any(secret[i : i + 8] in message for i in range(len(secret) - 7)), message
+
+
+def test_a_secret_in_a_refused_json_section_is_not_shown(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("KIOKU_STM", f'{{"raw_window": "{PROJECT_KEY}"}}')
+    with pytest.raises(SettingsError) as caught:
+        load_settings()
+    assert str(caught.value).startswith(
+        "invalid setting stm.raw_window (KIOKU_STM) = '[REDACTED:openai_key]': "
+    )
+
+
 def test_unknown_key_in_toml_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     write_toml(tmp_path, "[stm]\nrefresh_cadance = 3\n", monkeypatch)
     with pytest.raises(SettingsError) as caught:
@@ -186,8 +233,8 @@ def test_a_section_given_a_plain_value_says_what_a_section_is(
     with pytest.raises(SettingsError) as caught:
         load_settings()
     assert str(caught.value) == (
-        "invalid setting stm (KIOKU_STM) = 5: must be a section: [stm] in the TOML file, "
-        "or a JSON object in KIOKU_STM (or single keys as KIOKU_STM__<NAME>)"
+        f"invalid setting stm = 5 (in {tmp_path / 'kioku.toml'}): must be a section: [stm] "
+        "in the TOML file, or a JSON object in KIOKU_STM (or single keys as KIOKU_STM__<NAME>)"
     )
 
 
@@ -380,15 +427,21 @@ def test_database_url_problems_give_one_line_naming_the_cause(
             "stm.raw_window (KIOKU_STM__RAW_WINDOW) = 5",
         ),
         (
+            # The other one set nowhere: no variable to look for, the default.
             {"KIOKU_STM__TTL_EMPTY_HOURS": "48"},
             "stm.ttl_empty_hours (KIOKU_STM__TTL_EMPTY_HOURS) = 48.0",
-            "stm.ttl_summary_hours (KIOKU_STM__TTL_SUMMARY_HOURS) = 24.0",
+            "stm.ttl_summary_hours = 24.0 (the default)",
         ),
     ],
 )
 def test_contradictory_settings_give_one_line_naming_both_keys(
-    monkeypatch: pytest.MonkeyPatch, env: dict[str, str], first: str, second: str
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    env: dict[str, str],
+    first: str,
+    second: str,
 ) -> None:
+    write_toml(tmp_path, "", monkeypatch)  # config/kioku.toml would set every default
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     with pytest.raises(SettingsError) as caught:
@@ -485,17 +538,16 @@ def test_a_bad_list_item_is_named_by_its_position_in_the_variable(
     [
         (
             "[stm]\nrefresh_cadence = true\n",
-            "invalid setting stm.refresh_cadence (KIOKU_STM__REFRESH_CADENCE) = True: "
+            "invalid setting stm.refresh_cadence = True (in {toml}): "
             "must be a number, not true/false",
         ),
         (
             "[llm]\ntemperature = false\n",
-            "invalid setting llm.temperature (KIOKU_LLM__TEMPERATURE) = False: "
-            "must be a number, not true/false",
+            "invalid setting llm.temperature = False (in {toml}): must be a number, not true/false",
         ),
         (
             "owner_ids = [true]\n",
-            "invalid setting owner_ids (KIOKU_OWNER_IDS) = [True]: "
+            "invalid setting owner_ids = [True] (in {toml}): "
             "must hold Discord user ids (numbers), not true/false",
         ),
     ],
@@ -507,6 +559,7 @@ def test_a_toml_boolean_is_not_taken_as_a_number(
     write_toml(tmp_path, body, monkeypatch)
     with pytest.raises(SettingsError) as caught:
         load_settings()
+    expected = expected.format(toml=tmp_path / "kioku.toml")
     assert str(caught.value).startswith(expected), str(caught.value)
 
 
@@ -516,6 +569,108 @@ def test_a_toml_boolean_still_sets_a_boolean(
     write_toml(tmp_path, "[stm]\nenabled = false\nrefresh_cadence = 3\n", monkeypatch)
     settings = load_settings()
     assert (settings.stm.enabled, settings.stm.refresh_cadence) == (False, 3)
+
+
+def test_a_bad_value_from_the_toml_file_names_the_file_not_a_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Was "(KIOKU_STM__REFRESH_CADENCE)": a variable the operator never set, and looked for.
+    write_toml(tmp_path, "[stm]\nrefresh_cadence = 0\n", monkeypatch)
+    with pytest.raises(SettingsError) as caught:
+        load_settings()
+    assert str(caught.value) == (
+        f"invalid setting stm.refresh_cadence = 0 (in {tmp_path / 'kioku.toml'}): "
+        "Input should be greater than or equal to 1 (allowed: integer 1–100)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        (
+            "KIOKU_STM__REFRESH_CADENCE=0",
+            "invalid setting stm.refresh_cadence (KIOKU_STM__REFRESH_CADENCE in {env}) = '0': "
+            "Input should be greater than or equal to 1 (allowed: integer 1–100)",
+        ),
+        (
+            'KIOKU_LLM={"temperature": 3}',
+            "invalid setting llm.temperature (KIOKU_LLM in {env}) = 3: "
+            "Input should be less than or equal to 2 (allowed: number 0–2)",
+        ),
+        (
+            "KIOKU_OWNER_IDS=123,456",
+            "invalid setting owner_ids (KIOKU_OWNER_IDS in {env}) = '123,456': "
+            "must be a JSON list, e.g. [123456789012345678]",
+        ),
+        (
+            'KIOKU_OWNER_IDS=[123, "x"]',
+            "invalid setting owner_ids (item 2 of KIOKU_OWNER_IDS in {env}) = 'x': "
+            "Input should be a valid integer, unable to parse string as an integer",
+        ),
+    ],
+)
+def test_a_bad_value_from_dotenv_names_the_variable_and_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, line: str, expected: str
+) -> None:
+    env_file = tmp_path / "kioku.env"
+    env_file.write_text(line + "\n")
+    monkeypatch.setenv("KIOKU_ENV_FILE", str(env_file))
+    with pytest.raises(SettingsError) as caught:
+        load_settings()
+    assert str(caught.value) == expected.format(env=env_file)
+
+
+@pytest.mark.parametrize(
+    ("in_dotenv", "in_environment", "where"),
+    [
+        (False, False, "stm.refresh_cadence = 0 (in {toml})"),
+        (True, False, "stm.refresh_cadence (KIOKU_STM__REFRESH_CADENCE in {env}) = '200'"),
+        (True, True, "stm.refresh_cadence (KIOKU_STM__REFRESH_CADENCE) = '101'"),
+        (False, True, "stm.refresh_cadence (KIOKU_STM__REFRESH_CADENCE) = '101'"),
+    ],
+)
+def test_the_line_names_the_source_the_value_was_taken_from(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    in_dotenv: bool,
+    in_environment: bool,
+    where: str,
+) -> None:
+    # The environment over .env over the TOML file: the value refused is the one named.
+    write_toml(tmp_path, "[stm]\nrefresh_cadence = 0\n", monkeypatch)
+    env_file = tmp_path / "kioku.env"
+    env_file.write_text("KIOKU_STM__REFRESH_CADENCE=200\n" if in_dotenv else "")
+    monkeypatch.setenv("KIOKU_ENV_FILE", str(env_file))
+    if in_environment:
+        monkeypatch.setenv("KIOKU_STM__REFRESH_CADENCE", "101")
+    with pytest.raises(SettingsError) as caught:
+        load_settings()
+    expected = where.format(toml=tmp_path / "kioku.toml", env=env_file)
+    assert str(caught.value).startswith(f"invalid setting {expected}: "), str(caught.value)
+
+
+def test_a_bad_list_item_in_the_toml_file_is_named_by_its_position_and_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_toml(tmp_path, 'owner_ids = [123, "x"]\n', monkeypatch)
+    with pytest.raises(SettingsError) as caught:
+        load_settings()
+    assert str(caught.value).startswith(
+        f"invalid setting owner_ids = 'x' (item 2, in {tmp_path / 'kioku.toml'}): "
+    ), str(caught.value)
+
+
+def test_contradictory_settings_from_two_sources_name_each_ones_source(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_toml(tmp_path, "[stm]\nmin_raw_tail = 20\n", monkeypatch)
+    monkeypatch.setenv("KIOKU_STM__RAW_WINDOW", "10")
+    with pytest.raises(SettingsError) as caught:
+        load_settings()
+    assert str(caught.value) == (
+        f"invalid setting stm.min_raw_tail = 20 (in {tmp_path / 'kioku.toml'}): "
+        "must not exceed stm.raw_window (KIOKU_STM__RAW_WINDOW) = 10"
+    )
 
 
 @pytest.mark.parametrize("value", ["", "  "])
@@ -553,9 +708,58 @@ def test_a_blank_path_in_the_toml_file_is_refused(
     with pytest.raises(SettingsError) as caught:
         load_settings()
     assert str(caught.value) == (
-        f"invalid setting {key} (KIOKU_{key.upper()}) = '': "
+        f"invalid setting {key} = '' (in {tmp_path / 'kioku.toml'}): "
         "must not be empty (remove the line for the default)"
     )
+
+
+@pytest.mark.parametrize("value", ["nan", "NaN", "inf", "-inf"])
+def test_a_temperature_that_is_no_finite_number_says_the_range(
+    monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    # NaN was "Input should be less than or equal to 2": true of no value it could mean.
+    monkeypatch.setenv("KIOKU_LLM__TEMPERATURE", value)
+    with pytest.raises(SettingsError) as caught:
+        load_settings()
+    assert str(caught.value) == (
+        f"invalid setting llm.temperature (KIOKU_LLM__TEMPERATURE) = {value!r}: "
+        "must be a finite number (allowed: number 0–2)"
+    )
+
+
+def test_a_nan_in_the_toml_file_says_the_range(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_toml(tmp_path, "[llm]\ntemperature = nan\n", monkeypatch)  # TOML has nan
+    with pytest.raises(SettingsError) as caught:
+        load_settings()
+    assert str(caught.value) == (
+        f"invalid setting llm.temperature = nan (in {tmp_path / 'kioku.toml'}): "
+        "must be a finite number (allowed: number 0–2)"
+    )
+
+
+FLOAT_SETTINGS = [
+    (section, name)
+    for section in SECTIONS
+    for name, field in Settings.model_fields[section].annotation.model_fields.items()  # type: ignore[union-attr]
+    if field.annotation is float
+]
+
+
+@pytest.mark.parametrize(("section", "name"), FLOAT_SETTINGS)
+@pytest.mark.parametrize("value", ["nan", "inf"])
+def test_every_number_setting_refuses_nan_and_infinity_as_no_finite_number(
+    monkeypatch: pytest.MonkeyPatch, section: str, name: str, value: str
+) -> None:
+    variable = f"KIOKU_{section.upper()}__{name.upper()}"
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(SettingsError) as caught:
+        load_settings()
+    assert str(caught.value).startswith(
+        f"invalid setting {section}.{name} ({variable}) = {value!r}: "
+        "must be a finite number (allowed: number "
+    ), str(caught.value)
 
 
 def test_a_summary_cached_longer_than_rows_are_kept_is_refused(
@@ -622,8 +826,10 @@ def test_an_openai_base_url_that_is_no_url_is_refused_in_one_line(
     monkeypatch.setenv("OPENAI_BASE_URL", url)
     with pytest.raises(SettingsError) as caught:
         load_settings()
+    # A query's values are masked: any of them may be a credential.
+    shown = url.replace("tag=a&tag=b", "tag=***&tag=***")
     assert str(caught.value) == (
-        f"invalid setting openai_base_url (OPENAI_BASE_URL) = {url!r}: {expected} "
+        f"invalid setting openai_base_url (OPENAI_BASE_URL) = {shown!r}: {expected} "
         "(allowed: an http:// or https:// URL with a host, e.g. http://localhost:11434/v1)"
     )
 
@@ -763,6 +969,45 @@ def test_settings_built_directly_refuse_a_dotenv_file_that_is_not_utf8(
     env_file.write_bytes(b"KIOKU_MODEL=\xff\n")
     monkeypatch.setenv("KIOKU_ENV_FILE", str(env_file))
     with pytest.raises(SettingsError, match=r"\.env file .*kioku\.env .*save it as UTF-8"):
+        Settings()
+
+
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        ("DISCORD_TOKEN abc\n", 1),
+        # Blank lines and comments before it count, as an editor numbers lines.
+        ("# Kioku\n\nKIOKU_MODEL=x\n\n  \nOPENAI_API_KEY 'abc\n", 6),
+        ("KIOKU_MODEL='unclosed\n", 1),
+    ],
+)
+def test_a_dotenv_line_that_cannot_be_parsed_is_one_line_naming_it(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+    text: str,
+    line: int,
+) -> None:
+    # python-dotenv skipped it, warning "could not parse statement" without the file.
+    env_file = tmp_path / "kioku.env"
+    env_file.write_text(text)
+    monkeypatch.setenv("KIOKU_ENV_FILE", str(env_file))
+    with pytest.raises(SettingsError) as caught:
+        load_settings()
+    assert str(caught.value) == (
+        f"cannot parse line {line} of {env_file} (KIOKU_ENV_FILE): "
+        "expected NAME=value, a # comment or a blank line"
+    )
+    assert capfd.readouterr().err == "", "nothing but the one line"
+
+
+def test_settings_built_directly_refuse_a_dotenv_line_that_cannot_be_parsed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env_file = tmp_path / "kioku.env"
+    env_file.write_text("KIOKU_MODEL=x\nDISCORD_TOKEN abc\n")
+    monkeypatch.setenv("KIOKU_ENV_FILE", str(env_file))
+    with pytest.raises(SettingsError, match=r"^cannot parse line 2 of .*kioku\.env "):
         Settings()
 
 
