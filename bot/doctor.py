@@ -1,23 +1,38 @@
 """``kioku doctor``: check configuration, database, migrations and the LLM endpoint.
 
-Prints one row per check and exits non-zero when any check fails, so it can serve as a
-container health check or a CI smoke test. The tool-call probe runs only for providers
-that can call tools (``bot/llm/providers.py``); for the others the summarizer keeps the
-memory, so the row says it was skipped and passes.
+Prints one row per check, each as soon as its check is done (an LLM endpoint that never
+answers takes the whole timeout), and exits non-zero when any check fails, so it can
+serve as a container health check or a CI smoke test. A row is ``ok``, ``WARN`` (works,
+but look: it does not fail the run), ``FAIL``, or ``skip`` (could not run, because a check
+it needs failed). The tool-call probe runs only for providers that can call tools
+(``bot/llm/providers.py``); for the others the summarizer keeps the memory, so the row
+says it was skipped and passes.
+
+Every row passes through one filter before it is printed: the configured secrets (API
+key, Discord token, passwords and query values of the URLs) and whatever
+:func:`bot.memory.redaction.redact_secrets` recognises never reach the terminal, even
+when a server quotes them back in an error.
 """
 
 from __future__ import annotations
 
+import difflib
 import os
+import re
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from enum import StrEnum
+from functools import partial
+from urllib.parse import parse_qsl, urlsplit
 
 import openai
 from sqlalchemy import text
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError
 
 from bot.backup import backup_dir, latest_backup
-from bot.config import DEFAULT_PERSONA_FILE, Settings
+from bot.config import DEFAULT_PERSONA_FILE, Settings, config_file_path
 from bot.db.clock_skew import measure_clock_skew
 from bot.db.engine import Database, describe_url
 from bot.db.migrate import (
@@ -30,54 +45,179 @@ from bot.llm.client import chat_completion, make_client
 from bot.llm.providers import capabilities
 from bot.memory.clock import SystemClock
 from bot.memory.prompt import relative_time
+from bot.memory.redaction import redact_secrets
+from bot.memory.sanitize import PROMPT_PLACEHOLDERS
 from bot.memory.spool import inspect_spool
 from bot.problems import data_dir_problem, database_unreachable, one_line_error
-from bot.urls import without_credentials
+from bot.urls import OPENAI_DEFAULT_BASE_URL
 
-DOCTOR_TIMEOUT_SECONDS = 15.0
+# Every row, in the order printed: the name column's width is known before the first.
+ROWS = (
+    "config",
+    "discord token",
+    "database",
+    "migrations",
+    "clock",
+    "spool",
+    "backup",
+    "persona",
+    "llm endpoint",
+    "llm tool call",
+)
+BASE_URL_HINT = "check OPENAI_BASE_URL (most OpenAI-compatible servers end in /v1)"
+API_KEY_HINT = "check OPENAI_API_KEY"
+
+
+class Status(StrEnum):
+    OK = "ok"
+    WARN = "WARN"
+    FAIL = "FAIL"
+    SKIP = "skip"
 
 
 @dataclass
 class Check:
     name: str
-    ok: bool
+    status: Status
     detail: str
 
 
+def passed(ok: bool) -> Status:
+    return Status.OK if ok else Status.FAIL
+
+
+Show = Callable[[Check], None]
+
+
 async def doctor(settings: Settings) -> int:
-    """Run every check, print the table, return the exit code."""
-    checks: list[Check] = [
-        Check(
-            "config",
-            True,
-            f"model {settings.model} via {settings.provider} at "
-            f"{without_credentials(settings.llm_base_url)}"
-            + ("; strict role order" if settings.strict_roles else "")
-            + _metrics_note(settings),
-        ),
+    """Run every check, printing each row as it completes; return the exit code."""
+    hide = secret_hider(settings)
+    table = _Table(hide)
+    table.show(_config_check(settings))
+    table.show(
         Check(
             "discord token",
-            settings.discord_token is not None,
+            passed(settings.discord_token is not None),
             "set" if settings.discord_token is not None else "DISCORD_TOKEN is not set",
-        ),
-    ]
+        )
+    )
     database = Database(settings)
     try:
-        checks.extend(await _database_checks(database, settings))
+        await _database_checks(database, settings, table.show)
     finally:
         await database.close()
-    checks.append(_spool_check(settings))
-    checks.append(_backup_check(settings))
-    checks.append(_persona_check(settings))
-    checks.extend(await _llm_checks(settings))
-    print(render_table(checks))
-    return 0 if all(check.ok for check in checks) else 1
+    table.show(_spool_check(settings))
+    table.show(_backup_check(settings))
+    table.show(_persona_check(settings))
+    await _llm_checks(settings, table.show, hide)
+    return 1 if table.failed else 0
 
 
-def _metrics_note(settings: Settings) -> str:
-    """Where ``kioku run`` serves its metrics, if it does (see bot.metrics)."""
-    metrics = settings.metrics
-    return f"; metrics at http://{metrics.host}:{metrics.port}/metrics" if metrics.port else ""
+class _Table:
+    """The table, printed row by row (flushed: stdout is a pipe under docker or CI)."""
+
+    def __init__(self, hide: Callable[[str], str]) -> None:
+        self._hide = hide
+        self._width = max(len(name) for name in ROWS)
+        self.failed = False
+        print(f"{'check':<{self._width}}  status  detail", flush=True)
+        print(f"{'-' * self._width}  ------  ------", flush=True)
+
+    def show(self, check: Check) -> None:
+        self.failed = self.failed or check.status is Status.FAIL
+        detail = self._hide(check.detail)
+        print(f"{check.name:<{self._width}}  {check.status:<6}  {detail}", flush=True)
+
+
+# A shorter "key" is a placeholder (OPENAI_API_KEY=ollama); replacing it wherever it
+# occurs would garble the rows ("via ollama") and hide nothing.
+_MIN_SECRET_CHARS = 8
+
+
+def secret_hider(settings: Settings) -> Callable[[str], str]:
+    """What takes the configured secrets, and any :func:`redact_secrets` recognises, out
+    of a text doctor shows: servers quote a rejected key back in their errors."""
+    named: dict[str, str] = {}
+    if settings.openai_api_key is not None:
+        named[settings.openai_api_key.get_secret_value()] = "[REDACTED:openai_api_key]"
+    if settings.discord_token is not None:
+        named[settings.discord_token.get_secret_value()] = "[REDACTED:discord_token]"
+    if settings.database_url is not None:
+        password = make_url(settings.database_url).password
+        if password is not None:
+            named[str(password)] = "***"
+    llm_url = urlsplit(settings.llm_base_url)
+    for value in (llm_url.password, *(v for _, v in parse_qsl(llm_url.query))):
+        if value:
+            named[value] = "***"
+    # Longest first: a secret holding another is replaced whole.
+    secrets = sorted(
+        ((s, marker) for s, marker in named.items() if len(s.strip()) >= _MIN_SECRET_CHARS),
+        key=lambda pair: -len(pair[0]),
+    )
+
+    def hide(shown: str) -> str:
+        for secret, marker in secrets:
+            shown = shown.replace(secret, marker)
+        return redact_secrets(shown)
+
+    return hide
+
+
+def shown_url(url: str) -> str:
+    """``url`` with its user, password and query values masked: a gateway's key often
+    rides in the query (``?api-key=…``)."""
+    parts = urlsplit(url)
+    host = parts.netloc.rpartition("@")[2]
+    netloc = f"***@{host}" if "@" in parts.netloc else host
+    query = "&".join(
+        f"{name}=***" if value else f"{name}="
+        for name, value in parse_qsl(parts.query, keep_blank_values=True)
+    )
+    return parts._replace(netloc=netloc, query=query).geturl()
+
+
+def _config_check(settings: Settings) -> Check:
+    parts = [
+        f"model {settings.model} via {settings.provider} at {shown_url(settings.llm_base_url)}"
+    ]
+    if settings.strict_roles:
+        parts.append("strict role order")
+    if settings.metrics.port:
+        # Where `kioku run` serves its metrics (see bot.metrics).
+        parts.append(f"metrics at http://{settings.metrics.host}:{settings.metrics.port}/metrics")
+    parts.append(_config_file_note())
+    problem = _api_key_problem(settings)
+    if problem is not None:
+        return Check("config", Status.FAIL, "; ".join([problem, *parts]))
+    return Check("config", Status.OK, "; ".join(parts))
+
+
+def _config_file_note() -> str:
+    # The default path is relative: run from another folder, the file is skipped in silence.
+    path = config_file_path()
+    where = path.absolute()
+    if path.is_file():
+        named = " (KIOKU_CONFIG)" if os.environ.get("KIOKU_CONFIG") else ""
+        return f"config file {where}{named}"
+    if path.exists():
+        return f"config file {where} is not a file: not read"
+    return f"config file: none found at {where}"
+
+
+def _api_key_problem(settings: Settings) -> str | None:
+    """OpenAI's own endpoint refuses every request without a key (a local server takes
+    the client's placeholder)."""
+    key = settings.openai_api_key
+    if key is not None and key.get_secret_value().strip():
+        return None
+    openai_host = urlsplit(OPENAI_DEFAULT_BASE_URL).hostname
+    if urlsplit(settings.llm_base_url).hostname != openai_host:
+        return None
+    return (
+        f"OPENAI_API_KEY is not set, and {openai_host} needs one (set it, or "
+        "OPENAI_BASE_URL for a server that does not)"
+    )
 
 
 def _spool_check(settings: Settings) -> Check:
@@ -85,13 +225,13 @@ def _spool_check(settings: Settings) -> Check:
     # a folder it cannot use, and this row says so ahead of it.
     problem = data_dir_problem(settings.data_dir)
     if problem is not None:
-        return Check("spool", False, problem)
+        return Check("spool", Status.FAIL, problem)
     spool = inspect_spool(settings.data_dir)
     state = "empty" if not spool.pending else f"{spool.pending} memory operations pending sync"
     if spool.set_aside:
         # Records that could not be read or applied: the operator should look at them.
         state += f"; {len(spool.set_aside)} set-aside file(s): {spool.set_aside[-1]}"
-    return Check("spool", not spool.set_aside, state)
+    return Check("spool", passed(not spool.set_aside), state)
 
 
 def _backup_check(settings: Settings) -> Check:
@@ -99,11 +239,18 @@ def _backup_check(settings: Settings) -> Check:
     or backups kept elsewhere, are as good)."""
     latest = latest_backup(settings)
     if latest is None:
-        return Check("backup", True, f"none in {backup_dir(settings)} (kioku backup makes one)")
+        return Check(
+            "backup", Status.OK, f"none in {backup_dir(settings)} (kioku backup makes one)"
+        )
     path, made = latest
     return Check(
-        "backup", True, f"latest {path.name}, made {relative_time(made, SystemClock().now())}"
+        "backup", Status.OK, f"latest {path.name}, made {relative_time(made, SystemClock().now())}"
     )
+
+
+# A `{word}` as bot.turn.render_persona fills them in; an unknown one reaches the model
+# as written. Other braces (JSON, code) are no placeholders.
+_PLACEHOLDER = re.compile(r"\{([A-Za-z_]\w*)\}")
 
 
 def _persona_check(settings: Settings) -> Check:
@@ -111,23 +258,53 @@ def _persona_check(settings: Settings) -> Check:
     fine for the default path (an installed package has none) but not for a named one."""
     path = settings.persona_file
     try:
-        size = len(path.read_text(encoding="utf-8"))
+        template = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
         # `kioku run` and `console` refuse it (a named file or the default alike).
         return Check(
-            "persona", False, f"{path} is not UTF-8 text (byte {exc.start}): save it as UTF-8"
+            "persona",
+            Status.FAIL,
+            f"{path} is not UTF-8 text (byte {exc.start}): save it as UTF-8",
         )
     except OSError as exc:
         named = "KIOKU_PERSONA_FILE" in os.environ or path != DEFAULT_PERSONA_FILE
         return Check(
             "persona",
-            not named,
+            passed(not named),
             f"{path} not readable ({exc.__class__.__name__}): the built-in persona is used",
         )
-    return Check("persona", True, f"{path} ({size} chars)")
+    detail = f"{path} ({len(template)} chars)"
+    unknown = sorted(set(_PLACEHOLDER.findall(template)) - PROMPT_PLACEHOLDERS)
+    if not unknown:
+        return Check("persona", Status.OK, detail)
+    known = ", ".join(f"{{{name}}}" for name in sorted(PROMPT_PLACEHOLDERS))
+    listed = ", ".join(_unknown_placeholder(name) for name in unknown)
+    which = "placeholder" if len(unknown) == 1 else "placeholders"
+    return Check(
+        "persona",
+        Status.WARN,
+        f"{detail}: unknown {which} {listed}, sent to the model as written (known: {known})",
+    )
 
 
-async def _database_checks(database: Database, settings: Settings) -> list[Check]:
+def _unknown_placeholder(name: str) -> str:
+    guess = difflib.get_close_matches(name, PROMPT_PLACEHOLDERS, n=1, cutoff=0.75)
+    return f"{{{name}}}" + (f" (did you mean {{{guess[0]}}}?)" if guess else "")
+
+
+async def _database_checks(database: Database, settings: Settings, show: Show) -> None:
+    row = await _database_check(database, settings)
+    show(row)
+    if row.status is Status.FAIL:
+        why = "skipped: no database to read (see the database row)"
+        show(Check("migrations", Status.SKIP, why))
+        show(Check("clock", Status.SKIP, why))
+        return
+    show(await _migrations_check(database))
+    show(await _clock_check(database))
+
+
+async def _database_check(database: Database, settings: Settings) -> Check:
     try:
         await database.start()
         started = time.perf_counter()
@@ -135,26 +312,40 @@ async def _database_checks(database: Database, settings: Settings) -> list[Check
             version = (await connection.execute(text("SHOW server_version"))).scalar_one()
         elapsed_ms = (time.perf_counter() - started) * 1000
     except (OSError, TimeoutError) as exc:
-        # Worded as `kioku migrate` words it (one line, a silent server named as such).
-        return [Check("database", False, f"unreachable: {database_unreachable(exc, settings)}")]
+        # Worded as `kioku migrate` words it (one line, a silent server named as such),
+        # with where it tried: a refused connection or an unknown host does not say.
+        where = f" ({describe_url(database.url)})" if database.url is not None else ""
+        reason = database_unreachable(exc, settings)
+        return Check("database", Status.FAIL, f"unreachable{where}: {reason}")
     except Exception as exc:  # any other failure is the finding too
-        return [Check("database", False, f"unusable: {one_line_error(exc, with_class=True)}")]
+        detail = f"unusable: {one_line_error(exc, with_class=True)}"
+        if settings.database_url is not None and login_refused(exc):
+            detail += "; check the user and password in DATABASE_URL"
+        return Check("database", Status.FAIL, detail)
     assert database.url is not None
     where = describe_url(database.url)
-    database_row = Check("database", True, f"PostgreSQL {version}, {where} ({elapsed_ms:.0f} ms)")
-    return [database_row, await _migrations_check(database), await _clock_check(database)]
+    return Check("database", Status.OK, f"PostgreSQL {version}, {where} ({elapsed_ms:.0f} ms)")
+
+
+def login_refused(exc: BaseException) -> bool:
+    """PostgreSQL's class 28, invalid authorization: a wrong password (28P01), or a user
+    that does not exist or may not log in (28000)."""
+    if isinstance(exc, DBAPIError) and exc.orig is not None:
+        exc = exc.orig.__cause__ or exc.orig  # SQLAlchemy's adapter wraps asyncpg's error
+    sqlstate = getattr(exc, "sqlstate", None)
+    return isinstance(sqlstate, str) and sqlstate.startswith("28")
 
 
 async def _migrations_check(database: Database) -> Check:
     try:
         head = head_revision()
     except MigrationsMissing as exc:
-        return Check("migrations", False, str(exc))
+        return Check("migrations", Status.FAIL, str(exc))
     try:
         current = await current_revision(database.engine)
     except Exception as exc:  # e.g. a role not allowed to read alembic_version
         detail = f"cannot read the revision: {one_line_error(exc, with_class=True)}"
-        return Check("migrations", False, detail)
+        return Check("migrations", Status.FAIL, detail)
     newer = unknown_revision_problem(current)
     if newer is not None:
         detail = newer
@@ -164,57 +355,107 @@ async def _migrations_check(database: Database) -> Check:
         detail = f"not migrated (head is {head}): run kioku migrate"
     else:
         detail = f"at {current}, head is {head}: run kioku migrate"
-    return Check("migrations", current == head, detail)
+    return Check("migrations", passed(current == head), detail)
 
 
 async def _clock_check(database: Database) -> Check:
     try:
         skew = await measure_clock_skew(database.engine, SystemClock().now)
     except Exception as exc:  # the database answered a moment ago: say what broke
-        return Check("clock", False, f"cannot compare: {one_line_error(exc, with_class=True)}")
-    return Check("clock", not skew.too_large, skew.describe())
+        detail = f"cannot compare: {one_line_error(exc, with_class=True)}"
+        return Check("clock", Status.FAIL, detail)
+    return Check("clock", passed(not skew.too_large), skew.describe())
 
 
-async def _llm_checks(settings: Settings) -> list[Check]:
+async def _llm_checks(settings: Settings, show: Show, hide: Callable[[str], str]) -> None:
     caps = capabilities(settings.provider)
-    client = make_client(settings, max_retries=0).with_options(timeout=DOCTOR_TIMEOUT_SECONDS)
+    if _api_key_problem(settings) is not None:
+        # Every request would be refused, and would send the client's placeholder key.
+        why = "skipped: OPENAI_API_KEY is not set (see config)"
+        show(Check("llm endpoint", Status.SKIP, why))
+        show(Check("llm tool call", Status.SKIP, why))
+        return
+    # Waits as long as the bot does: a slow local model that the bot can use must pass.
+    client = make_client(settings, max_retries=0)
     try:
-        checks = [await _timed("llm endpoint", lambda: _list_models(client, settings.model))]
-        if caps.tool_calling:
-            checks.append(
-                await _timed(
-                    "llm tool call",
-                    lambda: _tiny_tool_call(client, settings.model, settings.strict_roles),
-                )
+        endpoint = await _probe(
+            "llm endpoint", partial(_list_models, client, settings.model), settings, hide
+        )
+        show(endpoint)
+        if not caps.tool_calling:
+            detail = (
+                f"skipped (provider {caps.name} has no tool calling; the summarizer keeps memory)"
             )
+            show(Check("llm tool call", Status.OK, detail))
+        elif endpoint.status is Status.FAIL:
+            # A second request would fail the same way, after a second timeout.
+            show(Check("llm tool call", Status.SKIP, "skipped: the llm endpoint failed"))
         else:
-            checks.append(
-                Check(
-                    "llm tool call",
-                    True,
-                    f"skipped (provider {caps.name} has no tool calling; "
-                    "the summarizer keeps memory)",
-                )
-            )
-        return checks
+            probe = partial(_tiny_tool_call, client, settings.model, settings.strict_roles)
+            show(await _probe("llm tool call", probe, settings, hide))
     finally:
         await client.close()
 
 
-async def _timed(name: str, probe: Callable[[], Awaitable[str]]) -> Check:
+async def _probe(
+    name: str,
+    probe: Callable[[], Awaitable[tuple[Status, str]]],
+    settings: Settings,
+    hide: Callable[[str], str],
+) -> Check:
     started = time.perf_counter()
     try:
-        detail = await probe()
+        status, detail = await probe()
     except Exception as exc:  # any failure is the finding
-        return Check(name, False, f"{exc.__class__.__name__}: {exc}{_cause(exc)}")
-    return Check(name, True, f"{detail} ({(time.perf_counter() - started) * 1000:.0f} ms)")
+        return Check(name, Status.FAIL, _llm_failure(exc, settings, hide))
+    return Check(name, status, f"{detail} ({(time.perf_counter() - started) * 1000:.0f} ms)")
 
 
-def _cause(exc: BaseException) -> str:
+def _llm_failure(exc: Exception, settings: Settings, hide: Callable[[str], str]) -> str:
+    if isinstance(exc, openai.APITimeoutError):  # its text and causes say only "cancelled"
+        return f"no answer within {settings.llm.timeout_seconds:g} s (KIOKU_LLM__TIMEOUT_SECONDS)"
+    if isinstance(exc, openai.APIStatusError):
+        hint = _status_hint(exc)
+        return _status_text(exc) + (f"; {hint}" if hint else "")
+    return f"{exc.__class__.__name__}: {exc}{_cause(exc, hide)}"
+
+
+def _status_text(exc: openai.APIStatusError) -> str:
+    """``NotFoundError (HTTP 404): <what the server said>``, without openai's "Error
+    code: 404 - " (the status is given once)."""
+    said = _server_said(exc)
+    return f"{exc.__class__.__name__} (HTTP {exc.status_code})" + (f": {said}" if said else "")
+
+
+def _http_status(exc: openai.APIStatusError) -> str:
+    said = _server_said(exc)
+    return f"HTTP {exc.status_code}" + (f": {said}" if said else "")
+
+
+def _server_said(exc: openai.APIStatusError) -> str:
+    body = exc.body
+    said = body.get("message") if isinstance(body, Mapping) else body
+    if not isinstance(said, str):
+        return ""
+    said = " ".join(said.split())
+    return "" if said.startswith("<") else said  # an HTML error page says nothing useful
+
+
+def _status_hint(exc: openai.APIStatusError) -> str | None:
+    if exc.status_code in (401, 403):
+        return API_KEY_HINT
+    if exc.status_code == 404:
+        # OpenAI, vLLM and Ollama answer 404 for a model they do not have, too.
+        return "check KIOKU_MODEL" if "model" in _server_said(exc).lower() else BASE_URL_HINT
+    return None
+
+
+def _cause(exc: BaseException, hide: Callable[[str], str]) -> str:
     """What lies under a connection failure, briefly: openai's "Connection error." says
     nothing of a refused connection or a name that does not resolve, which the innermost
     of its causes does (the HTTP libraries hide it as a suppressed context; followed here
-    anyway, as it is the finding)."""
+    anyway, as it is the finding). Hidden before it is cut: a secret cut in half would
+    no longer be recognised."""
     if not isinstance(exc, openai.APIConnectionError):
         return ""  # the other errors' own text says what the endpoint answered
     chain: list[BaseException] = [exc]
@@ -224,25 +465,38 @@ def _cause(exc: BaseException) -> str:
         chain.append(inner)
     own = str(exc)
     for inner in reversed(chain[1:]):
-        text = " ".join(str(inner).split())
-        if text and text not in own:
-            return f" ({text if len(text) <= 120 else text[:117] + '...'})"
+        said = " ".join(hide(str(inner)).split())
+        if said and said not in own:
+            return f" ({said if len(said) <= 120 else said[:117] + '...'})"
     return ""
 
 
-async def _list_models(client: openai.AsyncOpenAI, model: str) -> str:
+async def _list_models(client: openai.AsyncOpenAI, model: str) -> tuple[Status, str]:
     try:
         page = await client.models.list()
-    except (openai.NotFoundError, openai.PermissionDeniedError) as exc:
-        # Some gateways do not list models (404) or forbid it (403): the server
-        # answered, which is what this row checks; the tool-call row uses the model.
-        return f"reachable (it does not list models: HTTP {exc.status_code})"
+    except openai.NotFoundError as exc:
+        # A gateway without a model list, or a base URL missing its /v1: the tool call
+        # tells them apart (it fails too in the second case).
+        return (
+            Status.WARN,
+            f"no model list at this URL ({_http_status(exc)}); {BASE_URL_HINT}, "
+            "unless the server has none",
+        )
+    except openai.PermissionDeniedError as exc:
+        # Some keys may chat but not list models.
+        return (
+            Status.WARN,
+            f"not allowed to list models ({_http_status(exc)}); {API_KEY_HINT}, "
+            "unless the key may only chat",
+        )
     names = [item.id for item in page.data]
     listed = "listed" if model in names else "not listed (may still work)"
-    return f"reachable, {len(names)} models, {model} {listed}"
+    return Status.OK, f"reachable, {len(names)} models, {model} {listed}"
 
 
-async def _tiny_tool_call(client: openai.AsyncOpenAI, model: str, strict_roles: bool) -> str:
+async def _tiny_tool_call(
+    client: openai.AsyncOpenAI, model: str, strict_roles: bool
+) -> tuple[Status, str]:
     request = {
         "model": model,
         "messages": [{"role": "user", "content": "Call the ping tool with word set to 'pong'."}],
@@ -266,13 +520,4 @@ async def _tiny_tool_call(client: openai.AsyncOpenAI, model: str, strict_roles: 
     calls = response.choices[0].message.tool_calls or []
     if not calls:
         raise RuntimeError("the model answered without calling the tool (no tool support?)")
-    return "the model called the tool"
-
-
-def render_table(checks: list[Check]) -> str:
-    width = max(len(check.name) for check in checks)
-    lines = [f"{'check':<{width}}  status  detail", f"{'-' * width}  ------  ------"]
-    for check in checks:
-        status = "ok" if check.ok else "FAIL"
-        lines.append(f"{check.name:<{width}}  {status:<6}  {check.detail}")
-    return "\n".join(lines)
+    return Status.OK, "the model called the tool"

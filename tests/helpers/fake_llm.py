@@ -209,6 +209,9 @@ class ScriptedLLM:
         # role_order_problem) gets vLLM's 400, without using a scripted reply.
         self.strict_roles = False
         self.refused_roles: list[str] = []  # why each such request was refused
+        # Set: a request without `Authorization: Bearer <api_key>` gets 401 quoting the
+        # key it sent (as some servers do), before anything is recorded or consumed.
+        self.api_key: str | None = None
         self.fallback_text = fallback_text
         self.host = host
         self.unscripted = 0
@@ -450,7 +453,19 @@ class ScriptedLLM:
 
     # ---- HTTP handlers ---------------------------------------------------------------------
 
+    def _refused_key(self, request: web.Request) -> web.Response | None:
+        if self.api_key is None:
+            return None
+        sent = request.headers.get("Authorization", "").removeprefix("Bearer ")
+        if sent == self.api_key:
+            return None
+        return self._error_response(
+            401, f"Incorrect API key provided: {sent}", "invalid_request_error", "invalid_api_key"
+        )
+
     async def _handle_models(self, request: web.Request) -> web.Response:
+        if (refused := self._refused_key(request)) is not None:
+            return refused
         if not self.lists_models:  # some gateways have no GET /models
             return web.json_response({"error": {"message": "not found"}}, status=404)
         return web.json_response(
@@ -463,6 +478,8 @@ class ScriptedLLM:
         )
 
     async def _handle_chat(self, request: web.Request) -> web.StreamResponse:
+        if (refused := self._refused_key(request)) is not None:
+            return refused
         raw = await request.read()
         try:
             body = json.loads(raw)

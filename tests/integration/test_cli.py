@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 from unittest.mock import Mock
+from urllib.parse import urlsplit
 
 import aiohttp
 import aiohttp.web
@@ -28,10 +29,12 @@ from tests.helpers.fake_llm import DEFAULT_MODEL_ID, ScriptedLLM
 from tests.helpers.processes import ROOT, kioku_env
 
 
-def kioku(*args: str, data_dir: Path, **env: str) -> subprocess.CompletedProcess[str]:
+def kioku(
+    *args: str, data_dir: Path, cwd: Path = ROOT, **env: str
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "bot", *args],
-        cwd=ROOT,
+        cwd=cwd,
         env=kioku_env(data_dir, **env),
         capture_output=True,
         text=True,
@@ -193,7 +196,8 @@ def test_doctor_reports_an_unreachable_llm_with_the_cause(tmp_path: Path) -> Non
     rows = doctor_rows(result.stdout)
     assert "migrations" in rows
     assert rows["database"][0] == "ok"
-    assert rows["llm tool call"][0] == "FAIL"
+    # Not tried: it would fail the same way (after a second timeout, for a silent server).
+    assert rows["llm tool call"] == ("skip", "skipped: the llm endpoint failed")
     # openai's own text is only "Connection error.": the row says what lies under it.
     status, detail = rows["llm endpoint"]
     assert status == "FAIL"
@@ -201,24 +205,29 @@ def test_doctor_reports_an_unreachable_llm_with_the_cause(tmp_path: Path) -> Non
     assert "Connect call failed" in detail or "refused" in detail, detail
 
 
+def doctor_settings(llm: ScriptedLLM, pg_url: URL, **env: str) -> dict[str, str]:
+    """The variables of ``kioku doctor`` on the test database and the scripted LLM."""
+    return {
+        "DATABASE_URL": pg_url.render_as_string(hide_password=False),
+        "DISCORD_TOKEN": "dummy-token",
+        "OPENAI_BASE_URL": llm.base_url,
+        "OPENAI_API_KEY": "test-key",
+        "KIOKU_MODEL": DEFAULT_MODEL_ID,
+        **env,  # a test's own values win
+    }
+
+
 async def doctor_against(
-    llm: ScriptedLLM, pg_url: URL, data_dir: Path, **env: str
+    llm: ScriptedLLM, pg_url: URL, data_dir: Path, cwd: Path = ROOT, **env: str
 ) -> subprocess.CompletedProcess[str]:
     """``kioku doctor`` on the migrated test database and the scripted LLM. In a thread:
     the scripted server answers on this test's event loop, which must keep running."""
     return await asyncio.to_thread(
-        kioku,
-        "doctor",
-        data_dir=data_dir,
-        **{
-            "DATABASE_URL": pg_url.render_as_string(hide_password=False),
-            "DISCORD_TOKEN": "dummy-token",
-            "OPENAI_BASE_URL": llm.base_url,
-            "OPENAI_API_KEY": "test-key",
-            "KIOKU_MODEL": DEFAULT_MODEL_ID,
-            **env,  # a test's own values win
-        },
+        kioku, "doctor", data_dir=data_dir, cwd=cwd, **doctor_settings(llm, pg_url, **env)
     )
+
+
+CONFIG_FILE_READ = f"config file {ROOT / 'config' / 'kioku.toml'}"
 
 
 async def test_doctor_passes_when_the_model_calls_the_tool(
@@ -285,8 +294,96 @@ async def test_doctor_does_not_show_the_password_in_the_llm_url(
     assert result.returncode == 0, result.stdout + result.stderr
     assert doctor_rows(result.stdout)["config"] == (
         "ok",
-        f"model {DEFAULT_MODEL_ID} via openai at http://***@127.0.0.1:{llm.port}/v1",
+        f"model {DEFAULT_MODEL_ID} via openai at http://***@127.0.0.1:{llm.port}/v1; "
+        + CONFIG_FILE_READ,
     )
+
+
+async def test_doctor_masks_the_query_values_of_the_llm_url(
+    llm: ScriptedLLM, pg_url: URL, migrated_database: Database, tmp_path: Path
+) -> None:
+    # A gateway's key often rides in the query; the row showed it whole.
+    llm.reply_tool_calls([("ping", {"word": "pong"})])
+    key = "sk-proj-AAAAbbbbCCCC1111dddd2222eeee"
+    url = f"{llm.base_url}?api-key={key}&api-version=2024-02-01"
+    result = await doctor_against(llm, pg_url, tmp_path, OPENAI_BASE_URL=url)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert doctor_rows(result.stdout)["config"] == (
+        "ok",
+        f"model {DEFAULT_MODEL_ID} via openai at http://127.0.0.1:{llm.port}/v1"
+        f"?api-key=***&api-version=***; {CONFIG_FILE_READ}",
+    )
+    assert key not in result.stdout + result.stderr
+
+
+async def test_doctor_hides_the_api_key_a_refusing_endpoint_quotes_and_says_to_check_it(
+    llm: ScriptedLLM, pg_url: URL, migrated_database: Database, tmp_path: Path
+) -> None:
+    # Shown as "AuthenticationError: Error code: 401 - Incorrect API key provided: <key>".
+    llm.api_key = "the-right-key"
+    key = "sk-live-SUPERSECRET123"
+    result = await doctor_against(llm, pg_url, tmp_path, OPENAI_API_KEY=key)
+    assert result.returncode == 1
+    rows = doctor_rows(result.stdout)
+    assert rows["llm endpoint"] == (
+        "FAIL",
+        "AuthenticationError (HTTP 401): Incorrect API key provided: "
+        "[REDACTED:openai_api_key]; check OPENAI_API_KEY",
+    )
+    assert rows["llm tool call"] == ("skip", "skipped: the llm endpoint failed")
+    assert llm.requests == []
+    assert key not in result.stdout + result.stderr
+
+
+def test_doctor_hides_every_configured_secret_from_the_text_it_shows(tmp_path: Path) -> None:
+    from bot.config import load_settings
+    from bot.doctor import secret_hider
+
+    settings = load_settings(
+        database_url="postgresql://kioku:db-password-1@db.example:5432/kioku",
+        data_dir=tmp_path,
+        openai_api_key="sk-live-SUPERSECRET123",
+        discord_token="discord-token-value",
+        openai_base_url="http://proxy:proxy-password@llm.example/v1?key=query-value-1",
+    )
+    secrets = [
+        "db-password-1",
+        "sk-live-SUPERSECRET123",
+        "discord-token-value",
+        "proxy-password",
+        "query-value-1",
+        "ghp_" + "a1B2" * 9,  # configured nowhere: redact_secrets knows its shape
+    ]
+    shown = secret_hider(settings)(" | ".join(secrets))
+    assert shown == (
+        "*** | [REDACTED:openai_api_key] | [REDACTED:discord_token] | *** | *** | "
+        "[REDACTED:github_token]"
+    )
+
+
+async def test_doctor_fails_the_config_row_without_a_key_for_openais_endpoint(
+    pg_url: URL,
+    migrated_database: Database,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from bot.doctor import doctor
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    settings = make_test_settings(pg_url, tmp_path)
+    assert await doctor(settings) == 1
+    rows = doctor_rows(capsys.readouterr().out)
+    status, detail = rows["config"]
+    assert status == "FAIL"
+    assert detail.startswith(
+        "OPENAI_API_KEY is not set, and api.openai.com needs one (set it, or OPENAI_BASE_URL "
+        "for a server that does not); model gpt-4o-mini via openai at https://api.openai.com/v1"
+    )
+    # No request goes out with the client's placeholder key.
+    why = "skipped: OPENAI_API_KEY is not set (see config)"
+    assert (rows["llm endpoint"], rows["llm tool call"]) == (("skip", why), ("skip", why))
 
 
 async def test_doctor_names_a_strict_role_order_and_its_probe_passes_a_strict_server(
@@ -297,7 +394,7 @@ async def test_doctor_names_a_strict_role_order_and_its_probe_passes_a_strict_se
     result = await doctor_against(llm, pg_url, tmp_path, KIOKU_PROVIDER="vllm")
     assert result.returncode == 0, result.stdout + result.stderr
     rows = doctor_rows(result.stdout)
-    assert rows["config"][1].endswith("; strict role order")
+    assert rows["config"][1].endswith(f"; strict role order; {CONFIG_FILE_READ}")
     assert rows["llm tool call"][0] == "ok"
     assert llm.refused_roles == [] and len(llm.requests) == 1
 
@@ -309,7 +406,35 @@ async def test_doctor_names_where_metrics_are_served(
     result = await doctor_against(llm, pg_url, tmp_path, KIOKU_METRICS__PORT="9464")
     assert result.returncode == 0, result.stdout + result.stderr
     assert doctor_rows(result.stdout)["config"][1].endswith(
-        "; metrics at http://127.0.0.1:9464/metrics"
+        f"; metrics at http://127.0.0.1:9464/metrics; {CONFIG_FILE_READ}"
+    )
+
+
+async def test_doctor_names_the_config_file_it_read(
+    llm: ScriptedLLM, pg_url: URL, migrated_database: Database, tmp_path: Path
+) -> None:
+    llm.reply_tool_calls([("ping", {"word": "pong"})])
+    config = tmp_path / "kioku.toml"
+    config.write_text(f'model = "{DEFAULT_MODEL_ID}"\n')
+    result = await doctor_against(llm, pg_url, tmp_path, KIOKU_CONFIG=str(config))
+    assert result.returncode == 0, result.stdout + result.stderr
+    detail = doctor_rows(result.stdout)["config"][1]
+    assert detail.endswith(f"; config file {config} (KIOKU_CONFIG)")
+
+
+async def test_doctor_says_no_config_file_was_found_when_run_from_another_folder(
+    llm: ScriptedLLM, pg_url: URL, migrated_database: Database, tmp_path: Path
+) -> None:
+    # config/kioku.toml is relative to the working directory: it was skipped in silence.
+    llm.reply_tool_calls([("ping", {"word": "pong"})])
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    result = await doctor_against(llm, pg_url, tmp_path, cwd=elsewhere)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert doctor_rows(result.stdout)["config"] == (
+        "ok",
+        f"model {DEFAULT_MODEL_ID} via openai at {llm.base_url}; "
+        f"config file: none found at {elsewhere / 'config' / 'kioku.toml'}",
     )
 
 
@@ -327,16 +452,134 @@ async def test_doctor_skips_the_tool_call_for_a_provider_without_tool_calling(
     assert llm.requests == []
 
 
-async def test_doctor_accepts_an_endpoint_that_does_not_list_models(
+NO_MODEL_LIST = (
+    "no model list at this URL (HTTP 404: {said}); check OPENAI_BASE_URL (most "
+    "OpenAI-compatible servers end in /v1), unless the server has none ("
+)
+
+
+async def test_doctor_warns_of_an_endpoint_that_does_not_list_models(
     llm: ScriptedLLM, pg_url: URL, migrated_database: Database, tmp_path: Path
 ) -> None:
+    # A gateway without GET /models: a warning, as a wrong URL answers the same; the
+    # tool call, which passes, tells them apart.
     llm.lists_models = False
     llm.reply_tool_calls([("ping", {"word": "pong"})])
     result = await doctor_against(llm, pg_url, tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert doctor_rows(result.stdout)["llm endpoint"][1].startswith(
-        "reachable (it does not list models: HTTP 404)"
+    rows = doctor_rows(result.stdout)
+    status, detail = rows["llm endpoint"]
+    assert status == "WARN" and detail.startswith(NO_MODEL_LIST.format(said="not found"))
+    assert rows["llm tool call"][0] == "ok"
+
+
+async def test_doctor_points_at_the_base_url_when_it_answers_404(
+    llm: ScriptedLLM, pg_url: URL, migrated_database: Database, tmp_path: Path
+) -> None:
+    # Without /v1 the endpoint row said "ok reachable", the tool call only "NotFoundError".
+    url = llm.base_url.removesuffix("/v1")
+    result = await doctor_against(llm, pg_url, tmp_path, OPENAI_BASE_URL=url)
+    assert result.returncode == 1
+    rows = doctor_rows(result.stdout)
+    status, detail = rows["llm endpoint"]
+    assert status == "WARN" and detail.startswith(NO_MODEL_LIST.format(said="404: Not Found"))
+    assert rows["llm tool call"] == (
+        "FAIL",
+        "NotFoundError (HTTP 404): 404: Not Found; check OPENAI_BASE_URL (most "
+        "OpenAI-compatible servers end in /v1)",
     )
+    assert llm.requests == []
+
+
+async def test_doctor_points_at_the_model_when_the_server_does_not_have_it(
+    llm: ScriptedLLM, pg_url: URL, migrated_database: Database, tmp_path: Path
+) -> None:
+    # OpenAI, vLLM and Ollama answer 404 for an unknown model too: not the URL's fault.
+    message = "The model `test-model` does not exist or you do not have access to it."
+    llm.reply_error(404, message, code="model_not_found")
+    result = await doctor_against(llm, pg_url, tmp_path)
+    assert result.returncode == 1
+    assert doctor_rows(result.stdout)["llm tool call"] == (
+        "FAIL",
+        f"NotFoundError (HTTP 404): {message}; check KIOKU_MODEL",
+    )
+
+
+async def test_doctor_names_an_llm_that_never_answers_as_a_timeout_and_waits_once(
+    pg_url: URL,
+    migrated_database: Database,
+    tmp_path: Path,
+    silent_server: int,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Was "APITimeoutError: Request timed out. (Cancelled via cancel scope …)", twice over.
+    from bot.doctor import doctor
+
+    settings = make_test_settings(
+        pg_url,
+        tmp_path,
+        openai_base_url=f"http://127.0.0.1:{silent_server}/v1",
+        llm={"timeout_seconds": 0.5},
+    )
+    assert await doctor(settings) == 1
+    rows = doctor_rows(capsys.readouterr().out)
+    assert rows["llm endpoint"] == (
+        "FAIL",
+        "no answer within 0.5 s (KIOKU_LLM__TIMEOUT_SECONDS)",
+    )
+    assert rows["llm tool call"] == ("skip", "skipped: the llm endpoint failed")
+
+
+async def test_doctor_prints_each_row_as_its_check_completes(
+    llm: ScriptedLLM, pg_url: URL, migrated_database: Database, tmp_path: Path
+) -> None:
+    # It printed nothing until every check was done: a blank terminal for as long as a
+    # silent LLM endpoint took to time out. Here the tool call's answer is held.
+    llm.reply_tool_calls([("ping", {"word": "pong"})])
+    answer = llm.hold()
+    with (tmp_path / "stderr").open("wb") as stderr:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "bot",
+            "doctor",
+            cwd=ROOT,
+            env=kioku_env(tmp_path, **doctor_settings(llm, pg_url)),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+        )
+    assert process.stdout is not None
+    try:
+        shown: list[str] = []
+        async with asyncio.timeout(60):  # a hang guard, not a measure
+            while not shown or not shown[-1].startswith("llm endpoint"):
+                line = (await process.stdout.readline()).decode()
+                assert line, f"doctor ended early: {shown}"
+                shown.append(line)
+            await llm.wait_for_requests(1)  # the tool call is waiting for its answer
+        assert list(doctor_rows("".join(shown))) == [
+            "config",
+            "discord token",
+            "database",
+            "migrations",
+            "clock",
+            "spool",
+            "backup",
+            "persona",
+            "llm endpoint",
+        ]
+        answer.set()
+        async with asyncio.timeout(60):
+            rest = (await process.stdout.read()).decode()
+            returncode = await process.wait()
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    assert returncode == 0, "".join(shown) + rest + (tmp_path / "stderr").read_text()
+    rows = doctor_rows("".join(shown) + rest)
+    assert list(rows)[-1] == "llm tool call" and rows["llm tool call"][0] == "ok"
 
 
 async def test_doctor_fails_a_named_persona_file_that_is_missing(
@@ -349,6 +592,35 @@ async def test_doctor_fails_a_named_persona_file_that_is_missing(
     status, detail = doctor_rows(result.stdout)["persona"]
     assert status == "FAIL"
     assert detail.startswith(f"{missing} not readable") and "built-in persona" in detail
+
+
+async def test_doctor_warns_of_an_unknown_placeholder_in_the_persona(
+    llm: ScriptedLLM, pg_url: URL, migrated_database: Database, tmp_path: Path
+) -> None:
+    # {user_nme} reached the model as written, and the row said ok.
+    llm.reply_tool_calls([("ping", {"word": "pong"})])
+    persona = tmp_path / "persona.md"
+    persona.write_text('You are {bot_name}, talking to {user_nme}. Answer as {"a": 1}.\n')
+    result = await doctor_against(llm, pg_url, tmp_path, KIOKU_PERSONA_FILE=str(persona))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert doctor_rows(result.stdout)["persona"] == (
+        "WARN",
+        f"{persona} (63 chars): unknown placeholder {{user_nme}} (did you mean "
+        "{user_name}?), sent to the model as written (known: {bot_name}, {channel_name}, "
+        "{date}, {guild_name}, {time}, {user_name})",
+    )
+
+
+def test_every_persona_placeholder_doctor_knows_is_filled_in() -> None:
+    from datetime import UTC, datetime
+
+    from bot.memory.sanitize import PROMPT_PLACEHOLDERS
+    from bot.turn import TurnRequest, render_persona
+
+    request = TurnRequest(channel_id=1, user_id=2, message_id=3, content="", bot_user_id=4)
+    template = " ".join(f"{{{name}}}" for name in sorted(PROMPT_PLACEHOLDERS))
+    rendered = render_persona(template, request, datetime(2025, 1, 2, 3, 4, tzinfo=UTC))
+    assert "{" not in rendered, rendered
 
 
 NOT_UTF8_PERSONA = "Tu es {bot_name}, l'assistant du café.\n".encode("latin-1")
@@ -800,11 +1072,36 @@ async def test_doctor_names_a_database_that_never_answers_as_a_timeout(
         database={"connect_timeout_seconds": 0.5},
     )
     assert await doctor(settings) == 1
-    assert doctor_rows(capsys.readouterr().out)["database"] == (
+    rows = doctor_rows(capsys.readouterr().out)
+    assert rows["database"] == (
         "FAIL",
-        "unreachable: no answer within 0.5 s "
+        f"unreachable (postgresql at 127.0.0.1:{silent_server}/db): no answer within 0.5 s "
         "(KIOKU_DATABASE__CONNECT_TIMEOUT_SECONDS sets how long to wait)",
     )
+    # They vanished from the table.
+    why = "skipped: no database to read (see the database row)"
+    assert (rows["migrations"], rows["clock"]) == (("skip", why), ("skip", why))
+
+
+async def test_doctor_names_the_host_and_port_of_a_database_that_refuses_connections(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from bot.config import load_settings
+    from bot.doctor import doctor
+    from tests.helpers.fake_llm import refused_base_url
+
+    port = urlsplit(refused_base_url()).port
+    settings = load_settings(
+        database_url=f"postgresql://kioku:db-password-1@127.0.0.1:{port}/kioku",
+        data_dir=tmp_path,
+        openai_base_url=refused_base_url(),
+    )
+    assert await doctor(settings) == 1
+    table = capsys.readouterr().out
+    status, detail = doctor_rows(table)["database"]
+    assert status == "FAIL"
+    assert detail.startswith(f"unreachable (postgresql at 127.0.0.1:{port}/kioku): "), detail
+    assert "db-password-1" not in table
 
 
 async def test_doctor_database_row_is_one_line_when_the_server_refuses(
@@ -822,10 +1119,48 @@ async def test_doctor_database_row_is_one_line_when_the_server_refuses(
     # SQLAlchemy's "(Background on this error at: …)" was a stray line of the table.
     assert "Background on this error" not in table
     assert len(table.strip().splitlines()) == 2 + len(doctor_rows(table)), table
-    assert doctor_rows(table)["database"] == (
+    rows = doctor_rows(table)
+    assert rows["database"] == (
         "FAIL",
         'unusable: InvalidCatalogNameError: database "kioku_does_not_exist" does not exist',
     )
+    why = "skipped: no database to read (see the database row)"
+    assert (rows["migrations"], rows["clock"]) == (("skip", why), ("skip", why))
+
+
+async def test_doctor_says_to_check_the_login_when_the_server_refuses_the_user(
+    pg_url: URL, migrated_database: Database, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from bot.doctor import doctor
+    from tests.helpers.database import make_test_settings
+    from tests.helpers.fake_llm import refused_base_url
+
+    role = f"kioku_nobody{worker_suffix()}"
+    settings = make_test_settings(
+        pg_url.set(username=role), tmp_path, openai_base_url=refused_base_url()
+    )
+    assert await doctor(settings) == 1
+    assert doctor_rows(capsys.readouterr().out)["database"] == (
+        "FAIL",
+        f'unusable: InvalidAuthorizationSpecificationError: role "{role}" does not exist; '
+        "check the user and password in DATABASE_URL",
+    )
+
+
+def test_a_wrong_database_password_is_a_refused_login() -> None:
+    # The test server trusts its local connections, so it never asks for a password:
+    # the driver's error for a wrong one, as SQLAlchemy hands it over.
+    import asyncpg
+    from sqlalchemy.exc import DBAPIError
+
+    from bot.doctor import login_refused
+
+    wrong = asyncpg.InvalidPasswordError('password authentication failed for user "kioku"')
+    orig = RuntimeError("adapted")
+    orig.__cause__ = wrong
+    wrapped = DBAPIError("connect", None, orig)
+    assert login_refused(wrong) and login_refused(wrapped)
+    assert not login_refused(asyncpg.InvalidCatalogNameError('database "x" does not exist'))
 
 
 async def test_doctor_fails_the_migrations_row_when_the_revision_cannot_be_read(

@@ -309,6 +309,21 @@ async def test_models_endpoint_can_be_absent_like_on_some_gateways() -> None:
             await client.models.list()
 
 
+async def test_a_wrong_api_key_is_refused_with_401_quoting_it(llm: ScriptedLLM) -> None:
+    llm.api_key = "right-key"
+    llm.reply_text("never sent")
+    async with openai_client(llm, api_key="wrong-key") as client:
+        with pytest.raises(openai.AuthenticationError) as refused:
+            await client.models.list()
+        assert refused.value.message == "Error code: 401 - Incorrect API key provided: wrong-key"
+        with pytest.raises(openai.AuthenticationError):
+            await client.chat.completions.create(model="test-model", messages=USER_HI)
+    async with openai_client(llm, api_key="right-key") as client:
+        resp = await client.chat.completions.create(model="test-model", messages=USER_HI)
+    assert resp.choices[0].message.content == "never sent"
+    assert len(llm.requests) == 1, "a refused request is not recorded"
+
+
 async def test_stop_is_prompt_while_a_reply_is_delayed() -> None:
     """stop() must not wait out a long scripted delay (the handler is woken and dropped)."""
     server = ScriptedLLM()
