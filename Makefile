@@ -2,29 +2,35 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# Running needs the package only; testing, linting and benchmarks also its dev tools.
+RUN_STAMP := $(VENV)/.installed-run
 STAMP := $(VENV)/.installed
 
 .PHONY: run test lint bench migrate doctor sync console clean
 
-$(STAMP): pyproject.toml
+$(RUN_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e .
+	touch $(RUN_STAMP)
+
+$(STAMP): $(RUN_STAMP)
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-run: $(STAMP)
+run: $(RUN_STAMP)
 	@$(BIN)/kioku run
 
-migrate: $(STAMP)
+migrate: $(RUN_STAMP)
 	@$(BIN)/kioku migrate
 
-doctor: $(STAMP)
+doctor: $(RUN_STAMP)
 	@$(BIN)/kioku doctor
 
-sync: $(STAMP)
+sync: $(RUN_STAMP)
 	@$(BIN)/kioku sync
 
-console: $(STAMP)
+console: $(RUN_STAMP)
 	@$(BIN)/kioku console
 
 lint: $(STAMP)
