@@ -295,27 +295,35 @@ async def migrate(settings: Settings) -> int:
 
 
 async def backup(settings: Settings, target: Path | None) -> int:
-    from bot.backup import BackupFailed, BadBackupPath, backup_target, write_backup
+    from bot.backup import backup_target, write_backup
 
     database = Database(settings)
     try:
-        path = backup_target(settings, target)
-        with _database_errors(database):
-            await database.start()  # not migrated: a backup before an upgrade is as it was
-        await write_backup(settings, path, database)
-    except BadBackupPath as exc:
-        raise CliError(str(exc), EXIT_CONFIG) from None
-    except BackupFailed as exc:
-        raise CliError(str(exc)) from None
+        with _backup_errors():
+            path = backup_target(settings, target)
+            with _database_errors(database):
+                await database.start()  # not migrated: a backup before an upgrade is as it was
+            await write_backup(settings, path, database)
     finally:
         await database.close()
     return EXIT_OK
 
 
+@contextlib.contextmanager
+def _backup_errors() -> Iterator[None]:
+    """A refused backup or restore as one line: a file named wrong is a usage error."""
+    from bot.backup import BackupFailed, BadBackupPath
+
+    try:
+        yield
+    except BadBackupPath as exc:
+        raise CliError(str(exc), EXIT_CONFIG) from None
+    except BackupFailed as exc:
+        raise CliError(str(exc)) from None
+
+
 async def restore(settings: Settings, source: Path, *, confirmed: bool) -> int:
     from bot.backup import (
-        BackupFailed,
-        BadBackupPath,
         check_restore_allowed,
         check_revision,
         forgets_on_record,
@@ -331,18 +339,15 @@ async def restore(settings: Settings, source: Path, *, confirmed: bool) -> int:
         )
     database = Database(settings)
     try:
-        check_restore_allowed(settings, source)
-        with _database_errors(database):
-            await database.start()
-        await check_revision(source)
-        forgets = await forgets_on_record(database)
-        await replace_from_backup(source, database)
-        _, revision = await _migrate(database)
-        again = await reapply_forgets(database, forgets)
-    except BadBackupPath as exc:
-        raise CliError(str(exc), EXIT_CONFIG) from None
-    except BackupFailed as exc:
-        raise CliError(str(exc)) from None
+        with _backup_errors():
+            check_restore_allowed(settings, source)
+            await check_revision(source)  # a file that is no backup starts nothing
+            with _database_errors(database):
+                await database.start()
+            forgets = await forgets_on_record(database)
+            await replace_from_backup(source, database)
+            _, revision = await _migrate(database)
+            again = await reapply_forgets(database, forgets)
     finally:
         await database.close()
     print(f"restored {source} into {_where(database)}; schema at revision {revision}")

@@ -108,6 +108,22 @@ async def migrated(url: URL) -> None:
         await engine.dispose()
 
 
+async def login_role(settings: Settings, role: str, *setup: str) -> URL:
+    """A new role that may log in to the settings' database (after ``setup``, run as its
+    owner); its URL."""
+    owner = create_async_engine(url_of(settings))
+    try:
+        async with owner.connect() as connection:
+            await connection.execution_options(isolation_level="AUTOCOMMIT")
+            await connection.execute(text(f"DROP ROLE IF EXISTS {role}"))
+            await connection.execute(text(f"CREATE ROLE {role} LOGIN PASSWORD 'pw'"))
+            for statement in setup:
+                await connection.execute(text(statement))
+    finally:
+        await owner.dispose()
+    return url_of(settings).set(username=role, password="pw")
+
+
 @pytest.fixture
 async def kioku_db(pg_url: URL, tmp_path: Path) -> AsyncIterator[Settings]:
     """Settings on a database of its own, migrated to head."""
@@ -316,18 +332,12 @@ async def test_a_restore_that_fails_after_dropping_the_tables_changes_nothing(
     # A role that owns every table (so it may drop them) but may not create any: the
     # restore fails after its drops, inside its transaction.
     role = f"kioku_cannot_create{worker_suffix()}"
-    owner = create_async_engine(url_of(kioku_db))
-    try:
-        async with owner.connect() as connection:
-            await connection.execution_options(isolation_level="AUTOCOMMIT")
-            await connection.execute(text(f"DROP ROLE IF EXISTS {role}"))
-            await connection.execute(text(f"CREATE ROLE {role} LOGIN PASSWORD 'pw'"))
-            await connection.execute(text("REVOKE CREATE ON SCHEMA public FROM PUBLIC"))
-            for name in [*TABLES, "alembic_version"]:
-                await connection.execute(text(f"ALTER TABLE {name} OWNER TO {role}"))
-    finally:
-        await owner.dispose()
-    url = url_of(kioku_db).set(username=role, password="pw")
+    url = await login_role(
+        kioku_db,
+        role,
+        "REVOKE CREATE ON SCHEMA public FROM PUBLIC",
+        *(f"ALTER TABLE {name} OWNER TO {role}" for name in [*TABLES, "alembic_version"]),
+    )
 
     with pytest.raises(CliError) as failed:
         await restore(make_test_settings(url, kioku_db.data_dir), path, confirmed=True)
@@ -374,16 +384,7 @@ async def test_a_failed_backup_is_one_line_and_leaves_no_file_behind(
     kioku_db: Settings, tmp_path: Path
 ) -> None:
     # A role that may connect but not read the tables (a least-privilege setup gone wrong).
-    role = f"kioku_cannot_read{worker_suffix()}"
-    owner = create_async_engine(url_of(kioku_db))
-    try:
-        async with owner.connect() as connection:
-            await connection.execution_options(isolation_level="AUTOCOMMIT")
-            await connection.execute(text(f"DROP ROLE IF EXISTS {role}"))
-            await connection.execute(text(f"CREATE ROLE {role} LOGIN PASSWORD 'pw'"))
-    finally:
-        await owner.dispose()
-    url = url_of(kioku_db).set(username=role, password="pw")
+    url = await login_role(kioku_db, f"kioku_cannot_read{worker_suffix()}")
     settings = make_test_settings(url, kioku_db.data_dir)
     path = tmp_path / "denied.dump"
 

@@ -4,6 +4,7 @@ recall within the budget, full-text relevance, redaction and the audit trail."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -993,8 +994,20 @@ async def test_a_remember_from_a_turn_that_started_before_forget_me_is_refused(
     assert result.created
 
 
-async def test_a_remember_in_flight_during_forget_me_does_not_survive_it(
-    db: Database, settings: Settings, llm: ScriptedLLM
+@pytest.mark.parametrize(
+    ("wipe", "said"),
+    [
+        (lambda runner: runner.memory.forget_user(ALICE), "forget-me"),
+        (lambda runner: runner.longterm.clear(ALICE), "memories clear"),
+    ],
+    ids=["forget-me", "memories-clear"],
+)
+async def test_a_remember_in_flight_during_a_wipe_does_not_survive_it(
+    db: Database,
+    settings: Settings,
+    llm: ScriptedLLM,
+    wipe: Callable[[TurnRunner], Awaitable[object]],
+    said: str,
 ) -> None:
     memory = make_service(db.sessions, settings)
     runner = TurnRunner(
@@ -1012,13 +1025,13 @@ async def test_a_remember_in_flight_during_forget_me_does_not_survive_it(
     )
     turn = asyncio.create_task(runner.run(request))
     await llm.wait_for_requests(1)  # the model is thinking about the request
-    await memory.forget_user(ALICE)  # /forget-me, confirmed
+    await wipe(runner)  # confirmed by the user meanwhile
     held.set()
     await turn
 
     assert (await runner.longterm.list_facts(ALICE)).total == 0
     tool_result = next(m for m in llm.messages(1) if m["role"] == "tool")
-    assert "forget-me" in tool_result["content"]
+    assert said in tool_result["content"]
 
 
 # ------------------------------------------------------------------ /memories clear
@@ -1060,34 +1073,6 @@ async def test_a_clear_with_nothing_to_delete_still_refuses_an_older_turns_fact(
     with pytest.raises(FactRefused, match="memories clear"):
         await service.remember(ALICE, GUILD, "My cat is Miso", by_model(), started_at=started)
     assert (await service.list_facts(ALICE)).total == 0
-
-
-async def test_a_remember_in_flight_during_memories_clear_does_not_survive_it(
-    db: Database, settings: Settings, llm: ScriptedLLM
-) -> None:
-    memory = make_service(db.sessions, settings)
-    runner = TurnRunner(
-        memory, openai_client(llm), settings, longterm=make_longterm(memory), persona="p"
-    )
-    llm.reply_tool_calls([("remember", {"fact": "My cat is called Miso"})]).reply_text("Noted!")
-    held = llm.hold()
-    request = TurnRequest(
-        channel_id=CHANNEL,
-        user_id=ALICE,
-        message_id=10,
-        content="remember that my cat is called Miso",
-        bot_user_id=BOT,
-        guild_id=GUILD,
-    )
-    turn = asyncio.create_task(runner.run(request))
-    await llm.wait_for_requests(1)  # the model is thinking about the request
-    await runner.longterm.clear(ALICE)  # /memories clear, confirmed
-    held.set()
-    await turn
-
-    assert (await runner.longterm.list_facts(ALICE)).total == 0
-    tool_result = next(m for m in llm.messages(1) if m["role"] == "tool")
-    assert "memories clear" in tool_result["content"]
 
 
 # ------------------------------------------------------------------ recall cache

@@ -27,6 +27,7 @@ from sqlalchemy import (
     delete,
     false,
     func,
+    literal,
     literal_column,
     not_,
     null,
@@ -344,7 +345,7 @@ async def _delete_logged(
     )
     per_channel = (
         select(
-            literal_column(f"'{event}'"),
+            literal(event, Text),
             gone.c.guild_id,
             gone.c.channel_id,
             func.sum(gone.c.chars),
