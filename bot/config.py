@@ -126,6 +126,10 @@ class LlmSettings(Section):
 
     timeout_seconds: Annotated[float, Field(gt=0, le=600)] = 60.0
     max_retries: Annotated[int, Field(ge=0, le=10)] = 2
+    # All the model calls of one reply together, the client's retries and their waits
+    # included. Without it a silent endpoint holds a member (and the channel's queue) for
+    # timeout_seconds × (1 + max_retries) before the "took too long" notice.
+    turn_timeout_seconds: Annotated[float, Field(gt=0, le=3600)] = 90.0
     max_tool_iterations: Annotated[int, Field(ge=1, le=20)] = 6
     max_consecutive_tool_errors: Annotated[int, Field(ge=1, le=20)] = 5
     temperature: Annotated[float, Field(ge=0, le=2)] = 0.7

@@ -29,7 +29,9 @@ One call of :func:`run_tool_loop` is one turn of the bot's reply (SPEC §3):
 * transport problems surface as :class:`LlmUnavailable` carrying a short message safe to
   show in Discord, unless the model already answered beside a tool call: that answer
   ends the turn. Retries (429/5xx/timeouts, honouring ``retry-after``) are the
-  ``openai`` client's own, with ``settings.max_retries``; nothing here retries again.
+  ``openai`` client's own, with ``settings.max_retries``; nothing here retries again;
+* all the model calls of one run share ``settings.turn_timeout_seconds``, retries and
+  their waits included: past it the call under way is a timeout (tools are never cut).
 
 The reply text has leaked tool-call syntax and ``<think>`` blocks removed
 (:func:`bot.llm.leaks.strip_leaked_tool_syntax`). This module imports nothing from Discord
@@ -38,10 +40,12 @@ or the database.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import logging
 import re
+import time
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -50,7 +54,7 @@ import openai
 from openai.types.chat import ChatCompletionMessage
 
 from bot.config import LlmSettings
-from bot.llm.client import RequestObserver, chat_completion
+from bot.llm.client import LlmRequest, RequestObserver, chat_completion
 from bot.llm.leaks import clean_tool_name, strip_leaked_tool_syntax
 from bot.llm.tools.base import ToolOutcome
 
@@ -197,6 +201,7 @@ async def run_tool_loop(
     ``observe`` is told how each request went (see :func:`chat_completion`).
     """
     api = client.with_options(max_retries=settings.max_retries)
+    deadline = asyncio.get_running_loop().time() + settings.turn_timeout_seconds
     conversation: list[dict[str, Any]] = list(messages)
     result = LoopResult(text="", iterations=0)
     interim: list[str] = []  # text the model wrote alongside its tool calls
@@ -212,6 +217,7 @@ async def run_tool_loop(
         history=history,
         strict_roles=strict_roles,
         observe=observe,
+        deadline=deadline,
     )
 
     while result.iterations < settings.max_tool_iterations:
@@ -529,6 +535,7 @@ async def _ask(
     history: _HistoryTools,
     strict_roles: bool,
     observe: RequestObserver | None,
+    deadline: float,
     tool_choice: str | None = None,
 ) -> tuple[ChatCompletionMessage, bool]:
     """:func:`_complete`, except that a request with ``tool_choice`` (tools defined only
@@ -543,6 +550,7 @@ async def _ask(
         settings=settings,
         strict_roles=strict_roles,
         observe=observe,
+        deadline=deadline,
     )
     if tool_choice is None:
         return await complete(tools=tools)
@@ -575,6 +583,7 @@ async def _complete(
     tools: list[dict[str, Any]],
     strict_roles: bool,
     observe: RequestObserver | None,
+    deadline: float,
     tool_choice: str | None = None,
     history_only: bool = False,
 ) -> tuple[ChatCompletionMessage, bool]:
@@ -583,11 +592,18 @@ async def _complete(
     results either (servers refuse them without definitions): an answer written beside
     a call stays, as a plain assistant message. ``history_only``: the tools are there
     only for the calls in the history; a 400/404/422 that is not about the tools
-    themselves or one generation raises :class:`_HistoryToolsRefused`."""
+    themselves or one generation raises :class:`_HistoryToolsRefused`.
+
+    ``deadline`` (event-loop time) ends the turn's model calls, the client's retries and
+    its waits between them included: past it the call is a timeout. Only model calls are
+    cut, never a tool's run (a write is not abandoned half-way)."""
+    remaining = deadline - asyncio.get_running_loop().time()
+    if remaining <= 0:
+        raise _past_deadline(settings, observe, 0.0)
     request: dict[str, Any] = {
         "model": model,
         "messages": messages if tools else _without_tool_calls(messages),
-        "timeout": settings.timeout_seconds,
+        "timeout": min(settings.timeout_seconds, remaining),
     }
     if tools:
         request["tools"] = tools
@@ -598,8 +614,14 @@ async def _complete(
         request["temperature"] = settings.temperature
     if settings.max_reply_tokens:
         request["max_tokens"] = settings.max_reply_tokens
+    began = time.perf_counter()
     try:
-        completion = await chat_completion(api, request, strict_roles=strict_roles, observe=observe)
+        async with asyncio.timeout_at(deadline):
+            completion = await chat_completion(
+                api, request, strict_roles=strict_roles, observe=observe
+            )
+    except TimeoutError as exc:
+        raise _past_deadline(settings, observe, time.perf_counter() - began) from exc
     except openai.APIStatusError as exc:
         raise _refusal(
             exc, tools=bool(tools), tool_choice=tool_choice, history_only=history_only
@@ -698,6 +720,20 @@ def _error_text(exc: openai.APIStatusError) -> str:
 
 def _failed_generation(exc: openai.APIStatusError) -> bool:
     return exc.code == "tool_use_failed" or bool(_FAILED_GENERATION.search(_error_text(exc)))
+
+
+def _past_deadline(
+    settings: LlmSettings, observe: RequestObserver | None, seconds: float
+) -> LlmUnavailable:
+    """The turn's time for model calls ran out (``turn_timeout_seconds``): a timeout,
+    counted as one (a call cut here never reached the client's own accounting)."""
+    log.warning(
+        "LLM gave no answer within the turn's %g s (KIOKU_LLM__TURN_TIMEOUT_SECONDS)",
+        settings.turn_timeout_seconds,
+    )
+    if observe is not None:
+        observe(LlmRequest("timeout", seconds))
+    return LlmUnavailable("timeout", TIMEOUT_MESSAGE)
 
 
 def _unavailable(exc: openai.OpenAIError) -> LlmUnavailable:

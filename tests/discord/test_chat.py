@@ -28,6 +28,7 @@ from bot.cogs.refresh import REFRESH_MARKER_PREFIX
 from bot.cogs.replies import DISCORD_LIMIT
 from bot.db.engine import Database
 from bot.db.models import ShortTermMemory, StmEvent
+from bot.llm.tool_loop import TIMEOUT_MESSAGE
 from bot.llm.tools.stm import STM_TOOL_NAME
 from bot.memory.model import Category, ScopeKey
 from bot.memory.turn import REASON_ALREADY_UPDATED, REASON_CLEARED, REASON_DISABLED
@@ -389,6 +390,35 @@ async def test_llm_faults_get_a_friendly_reply_and_other_channels_keep_working(
         await failing
         assert fragment in kioku.env.sent_to(channel)[-1].content
         assert await stm_state(kioku, db) == before
+    finally:
+        await stop_kioku(kioku)
+
+
+async def test_a_silent_model_is_given_up_at_the_turn_timeout_and_the_channel_goes_on(
+    db: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path
+) -> None:
+    """A model that never answers is given up at ``turn_timeout_seconds``, not after one
+    call's timeout per retry: the member hears it took too long, no retry was sent, the
+    memory is untouched, and the channel's next message is answered."""
+    kioku = await start_kioku(
+        db,
+        llm,
+        pg_url,
+        tmp_path,
+        settings={"llm": {"max_retries": 2, "timeout_seconds": 60, "turn_timeout_seconds": 0.5}},
+    )
+    try:
+        before = await seed_memory(kioku, db)
+        llm.reply_text("far too late", delay=60.0)
+        requests = len(llm.requests)
+        await kioku.env.send("are you there?", mention_bot=True)
+        assert kioku.env.last_sent().content == TIMEOUT_MESSAGE
+        assert len(llm.requests) == requests + 1
+        assert await stm_state(kioku, db) == before
+
+        llm.reply_text("here now")
+        await kioku.env.send("and now?", mention_bot=True)
+        assert kioku.env.last_sent().content == "here now"
     finally:
         await stop_kioku(kioku)
 

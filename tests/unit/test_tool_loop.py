@@ -6,6 +6,7 @@ Every test drives a real ``openai.AsyncOpenAI`` client, so error classes, retrie
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Sequence
 from pathlib import Path
@@ -447,6 +448,62 @@ async def test_timeout_is_unavailable_timeout(llm: ScriptedLLM) -> None:
     assert info.value.kind == "timeout"
     assert info.value.user_message == TIMEOUT_MESSAGE
     assert info.value.user_message.startswith("The model took too long to answer")
+
+
+async def test_turn_timeout_cuts_the_retries_of_a_silent_endpoint(llm: ScriptedLLM) -> None:
+    """With ``turn_timeout_seconds`` below one call's timeout, a silent endpoint ends the
+    turn at the deadline as a timeout: the client's retries are never started."""
+    for _ in range(3):
+        llm.reply_text("far too late", delay=30.0)
+    with pytest.raises(LlmUnavailable) as info:
+        await _loop(llm, timeout_seconds=30.0, max_retries=2, turn_timeout_seconds=0.3)
+    assert info.value.kind == "timeout"
+    assert info.value.user_message == TIMEOUT_MESSAGE
+    assert len(llm.requests) == 1
+    assert llm.pending == 2
+
+
+async def test_turn_timeout_never_cuts_a_tool_run(llm: ScriptedLLM) -> None:
+    """A tool still running at the deadline finishes (a write is never abandoned
+    half-way); the model call after it is the one that times out, without a request."""
+    finished: list[bool] = []
+    turn_timeout = 0.2
+
+    async def slow_tool(arguments: str | None) -> ToolOutcome:
+        # Outlive the turn's deadline, on the loop's own clock.
+        past_deadline = asyncio.Event()
+        asyncio.get_running_loop().call_later(turn_timeout * 1.5, past_deadline.set)
+        await past_deadline.wait()
+        finished.append(True)
+        return ToolOutcome("saved", True)
+
+    llm.reply_tool_calls([("remember", '{"x": "1"}')]).reply_text("never asked for")
+    with pytest.raises(LlmUnavailable) as info:
+        await _loop(
+            llm,
+            {"remember": ToolSpec(definition=_definition("remember"), run=slow_tool)},
+            turn_timeout_seconds=turn_timeout,
+        )
+    assert finished == [True]
+    assert info.value.kind == "timeout"
+    assert len(llm.requests) == 1
+    assert llm.pending == 1
+
+
+async def test_turn_timeout_past_an_answer_beside_a_tool_call_keeps_that_answer(
+    llm: ScriptedLLM,
+) -> None:
+    """The model answered beside its tool call, then the next call outlived the
+    deadline: the member gets that answer, not the timeout notice."""
+    tool = Recorder("remember")
+    llm.reply_tool_calls([("remember", '{"x": "1"}')], content="It is Tuesday.")
+    llm.reply_text("too late", delay=30.0)
+    result = await _loop(
+        llm, {"remember": tool.spec}, timeout_seconds=30.0, turn_timeout_seconds=0.3
+    )
+    assert result.text == "It is Tuesday."
+    assert tool.received == ['{"x": "1"}']
+    assert len(llm.requests) == 2
 
 
 async def test_connection_refused_is_unavailable(llm: ScriptedLLM) -> None:
