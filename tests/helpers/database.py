@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -70,11 +70,25 @@ async def reset_schema(engine: AsyncEngine) -> None:
         await connection.execute(text("DROP TABLE IF EXISTS alembic_version"))
 
 
-def worker_suffix() -> str:
+def worker_suffix(environ: Mapping[str, str] | None = None) -> str:
     """``_gw0`` in pytest-xdist's first worker (and so on), empty without xdist: what
     tells apart the databases workers make on one server."""
-    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    worker = (os.environ if environ is None else environ).get("PYTEST_XDIST_WORKER")
     return f"_{worker}" if worker else ""
+
+
+def external_database_url(environ: Mapping[str, str] | None = None) -> URL | None:
+    """The asyncpg URL of the database the session uses on the ``TEST_DATABASE_URL``
+    server (under pytest-xdist, this worker's own one beside the given database), or
+    ``None`` when it is unset or empty: then an embedded server is started. A malformed
+    URL raises ``ValueError`` rather than quietly falling back to the embedded server."""
+    environ = os.environ if environ is None else environ
+    raw = environ.get("TEST_DATABASE_URL")
+    if not raw:
+        return None
+    url = async_database_url(raw)
+    suffix = worker_suffix(environ)
+    return url.set(database=f"{url.database or 'postgres'}{suffix}") if suffix else url
 
 
 async def _create_database(url: URL, name: str, *, replace: bool) -> None:
@@ -104,14 +118,14 @@ async def scratch_database(pg_url: URL, name: str) -> URL:
 @pytest.fixture(scope="session")
 def pg_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[URL]:
     """The asyncpg URL of the session's PostgreSQL."""
-    external = os.environ.get("TEST_DATABASE_URL")
-    if external:
-        url = async_database_url(external)
+    external = external_database_url()
+    if external is not None:
         if worker_suffix():
-            name = f"{url.database or 'postgres'}{worker_suffix()}"
-            asyncio.run(_create_database(url, name, replace=False))
-            url = url.set(database=name)
-        yield url
+            # Created from the given database: the worker's own does not exist yet.
+            given = async_database_url(os.environ["TEST_DATABASE_URL"])
+            assert external.database is not None
+            asyncio.run(_create_database(given, external.database, replace=False))
+        yield external
         return
     server = EmbeddedPostgres(tmp_path_factory.mktemp("pg"))
     url = server.start()
