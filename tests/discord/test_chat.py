@@ -154,6 +154,22 @@ async def test_stm_disabled_hides_the_tool_and_rejects_a_forced_call(
     assert await rows(db) == []
 
 
+async def test_stm_disabled_in_the_settings_command_hides_the_tool_and_rejects_a_forced_call(
+    kioku: KiokuHarness, db: Database
+) -> None:
+    admin = await kioku.env.create_member("admin", kind="admin")
+    assert admin.guild_permissions.manage_guild
+    changed = await kioku.interactions.slash("stm settings", {"enabled": False}, user=admin)
+    assert changed.content is not None and changed.content.startswith("**Settings updated.**")
+
+    kioku.llm.reply_tool_calls([stm_call("sneaky")]).reply_text("ok")
+    await kioku.env.send("hello", mention_bot=True)
+    assert kioku.llm.tool_names(0) == []
+    assert tool_results(kioku.llm, 1) == [f"rejected: {REASON_DISABLED}"]
+    assert kioku.env.last_sent().content == "ok"
+    assert await rows(db) == []
+
+
 async def test_remember_that_hides_the_stm_tool_for_the_turn(kioku: KiokuHarness) -> None:
     kioku.llm.reply_text("I'll remember.").reply_text("hi")
     await kioku.env.send("remember that my cat is called Miso", mention_bot=True)
@@ -265,6 +281,38 @@ async def test_categories_set_by_an_admin_shape_the_next_tool_schema(
     assert "What the group decided" in schema["properties"]["decisions"]["description"]
 
 
+async def test_categories_submitted_in_the_form_by_an_admin_shape_the_next_tool_schema(
+    kioku: KiokuHarness,
+) -> None:
+    admin = await kioku.env.create_member("admin", kind="admin")
+    opened = await kioku.interactions.slash("stm categories set", user=admin)
+    saved = await kioku.interactions.submit_modal(
+        opened,
+        {
+            "category_1": "Decisions: what we decided",
+            "category_2": "",
+            "category_3": "Open Questions: what is unsettled",
+        },
+        user=admin,
+    )
+    assert saved.content is not None and saved.content.startswith("Saved 2 categories.")
+
+    kioku.llm.reply_text("ok")
+    await kioku.env.send("hello", mention_bot=True)
+    schema = kioku.llm.tool_schema(STM_TOOL_NAME, 0)
+    properties = schema["properties"]
+    assert {slug: sorted(p) for slug, p in properties.items()} == {
+        "decisions": ["description", "type"],
+        "open_questions": ["description", "type"],
+    }
+    assert all(p["type"] == "string" for p in properties.values())
+    assert properties["decisions"]["description"].startswith("Decisions: what we decided")
+    assert properties["open_questions"]["description"].startswith(
+        "Open Questions: what is unsettled"
+    )
+    assert schema["additionalProperties"] is False
+
+
 async def test_a_new_bot_instance_answers_with_the_stored_memory(
     db: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path
 ) -> None:
@@ -316,13 +364,14 @@ async def seed_memory(kioku: KiokuHarness, db: Database) -> tuple[list[dict[str,
 
 
 @pytest.mark.parametrize(
-    ("script", "client_timeout", "fragment", "held"),
+    ("script", "client_timeout", "fragment", "held", "rejected"),
     [
         pytest.param(
             lambda llm: llm.reply_error(500, "boom"),
             5,
             "can't reach",
             True,
+            None,
             id="500",
         ),
         pytest.param(
@@ -330,6 +379,7 @@ async def seed_memory(kioku: KiokuHarness, db: Database) -> tuple[list[dict[str,
             5,
             "busy",
             True,
+            None,
             id="429",
         ),
         pytest.param(
@@ -337,7 +387,18 @@ async def seed_memory(kioku: KiokuHarness, db: Database) -> tuple[list[dict[str,
             FAULT_SECONDS,
             "too long",
             False,
+            None,
             id="timeout",
+        ),
+        pytest.param(
+            lambda llm: llm.reply_tool_calls([(STM_TOOL_NAME, '{"summary": "cut')]).reply_text(
+                "Sorry, I could not note that down."
+            ),
+            5,
+            "Sorry, I could not note that down.",
+            True,
+            "JSON",
+            id="malformed-tool-arguments",
         ),
     ],
 )
@@ -350,11 +411,14 @@ async def test_llm_faults_get_a_friendly_reply_and_other_channels_keep_working(
     client_timeout: float,
     fragment: str,
     held: bool,
+    rejected: str | None,
 ) -> None:
     """A model call that fails (slowly) gets a friendly reply and leaves the channel's
     stored memory and its cache entries exactly as they were; meanwhile another
     channel's turn is answered while the failing one is still waiting (an error is held
-    by the server until then; a timeout is the client's, on the clock)."""
+    by the server until then; a timeout is the client's, on the clock). Malformed tool
+    arguments are answered to the model as a tool error: its next answer reaches the
+    member, nothing is stored, and the answered turn only counts toward the cadence."""
     kioku = await start_kioku(
         db,
         llm,
@@ -389,6 +453,85 @@ async def test_llm_faults_get_a_friendly_reply_and_other_channels_keep_working(
             gate.set()
         await failing
         assert fragment in kioku.env.sent_to(channel)[-1].content
+        if rejected is not None:  # the model was told why its call failed, then answered
+            (result,) = tool_results(llm, -1)
+            assert result.startswith("rejected: ") and rejected in result
+            before = counted_one_more_turn(before, kioku)
+        assert await stm_state(kioku, db) == before
+    finally:
+        await stop_kioku(kioku)
+
+
+def counted_one_more_turn(state: tuple[list[dict[str, Any]], Any], kioku: KiokuHarness) -> Any:
+    """``state`` (from :func:`stm_state`) after one more answered turn of the harness's
+    channel that stored nothing: its server entry counts the turn toward the cadence (in
+    the cache only, until the counts are saved); rows, events and all else are unchanged."""
+    stored, (events, cached) = copy.deepcopy(state)
+    cached[ScopeKey.server(kioku.env.guild.id, kioku.env.channel.id)].turns_since_refresh += 1
+    return stored, (events, cached)
+
+
+class _RecordedSleeps:
+    """Stands in for ``anyio`` in ``openai._base_client``, whose only use of it is the
+    sleep between retries: records each delay and sleeps none of it. With ``held``,
+    each sleep instead waits for ``release`` (``waiting`` is set once one has begun), so
+    a test can act while the client is between two attempts."""
+
+    def __init__(self, *, held: bool = False) -> None:
+        self.delays: list[float] = []
+        self.waiting = asyncio.Event()
+        self.release = asyncio.Event()
+        if not held:
+            self.release.set()
+
+    async def sleep(self, delay: float) -> None:
+        self.delays.append(delay)
+        self.waiting.set()
+        await self.release.wait()
+        await anyio.lowlevel.checkpoint()  # still a point where the task may yield
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(anyio, name)
+
+
+async def test_an_unreachable_model_gets_a_friendly_reply_and_other_channels_keep_working(
+    db: Database,
+    llm: ScriptedLLM,
+    pg_url: URL,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The model's endpoint refuses the connection: while the client waits to retry (held
+    here, not on the clock) another channel's turn is answered; then the retry is refused
+    too, the member hears the model can't be reached, and the channel's stored memory and
+    cache entries are exactly as they were."""
+    sleeps = _RecordedSleeps(held=True)
+    monkeypatch.setattr(openai._base_client, "anyio", sleeps)
+    kioku = await start_kioku(
+        db, llm, pg_url, tmp_path, settings={"llm": {"max_retries": 1, "timeout_seconds": 5}}
+    )
+    try:
+        channel = kioku.env.channel
+        other = await kioku.env.create_text_channel("other")
+        before = await seed_memory(kioku, db)
+        reachable = kioku.bot.turns.client
+        kioku.bot.turns.client = reachable.with_options(base_url=refused_base_url())
+        requests = len(llm.requests)
+        failing = asyncio.create_task(kioku.env.send("and now?", mention_bot=True))
+        async with asyncio.timeout(10):  # a hang guard: refused once, it waits to retry
+            await sleeps.waiting.wait()
+        # A turn takes the client as it starts: only the waiting one is unreachable.
+        kioku.bot.turns.client = reachable
+        llm.reply_text("all good here")
+        await kioku.env.send("hello", channel=other, mention_bot=True)
+        assert kioku.env.sent_to(other)[-1].content == "all good here"
+        assert not failing.done(), "the other channel was answered while the fault lasted"
+
+        sleeps.release.set()
+        await failing
+        assert "can't reach" in kioku.env.sent_to(channel)[-1].content
+        assert len(sleeps.delays) == 1  # the one retry was made, and refused as well
+        assert len(llm.requests) == requests + 1  # only the other channel's reached a model
         assert await stm_state(kioku, db) == before
     finally:
         await stop_kioku(kioku)
@@ -434,21 +577,6 @@ async def test_unreachable_model_gets_a_friendly_reply(kioku: KiokuHarness, db: 
 
 # Not a delay the client's own backoff could pick (0.375 to 0.5 s before a first retry).
 RETRY_AFTER_SECONDS = 0.6
-
-
-class _RecordedSleeps:
-    """Stands in for ``anyio`` in ``openai._base_client``, whose only use of it is the
-    sleep between retries: records each delay and sleeps none of it."""
-
-    def __init__(self) -> None:
-        self.delays: list[float] = []
-
-    async def sleep(self, delay: float) -> None:
-        self.delays.append(delay)
-        await anyio.lowlevel.checkpoint()  # still a point where the task may yield
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(anyio, name)
 
 
 async def test_a_rate_limit_is_retried_after_retry_after_and_then_given_up(
@@ -560,6 +688,41 @@ async def test_a_tool_less_provider_still_gets_memory_from_the_summarizer(
         server, _ = await rows(db)
         assert server.summary == "Alice and the bot discussed tea twice."
         assert server.origin == "summarizer"
+        assert server.covered_through_message_id is not None
+    finally:
+        await stop_kioku(kioku)
+
+
+async def test_a_model_ignoring_the_nudge_gets_the_summarizer_when_opted_in(
+    db: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path
+) -> None:
+    # Cadence 1: every turn after the first carries the nudge. Two ignored: summarize.
+    kioku = await start_kioku(
+        db,
+        llm,
+        pg_url,
+        tmp_path,
+        settings={"stm": {"refresh_cadence": 1, "summarize_when_ignored_turns": 2}},
+    )
+    try:
+        for n in (1, 2):
+            llm.reply_text(f"answer {n}")
+            await kioku.env.send(f"tea talk {n}", mention_bot=True)
+            await kioku.bot.turns.drain()
+        assert len(llm.requests) == 2  # the nudge was ignored once only: no summary yet
+        assert "Memory upkeep:" not in prompt_text(llm, 0)
+        assert "Memory upkeep:" in prompt_text(llm, 1)
+        assert await rows(db) == []
+
+        llm.reply_text("answer 3").reply_text("Alice and the bot talked about tea.")
+        await kioku.env.send("tea talk 3", mention_bot=True)
+        await kioku.bot.turns.drain()
+        assert all(STM_TOOL_NAME in llm.tool_names(i) for i in range(3))  # offered, not used
+        assert "Memory upkeep:" in prompt_text(llm, 2)
+        assert len(llm.requests) == 4 and llm.unscripted == 0  # the summary's request
+        server, user = await rows(db)
+        assert server.summary == user.summary == "Alice and the bot talked about tea."
+        assert (server.origin, server.origin_detail) == ("summarizer", "test-model, nudge ignored")
         assert server.covered_through_message_id is not None
     finally:
         await stop_kioku(kioku)
