@@ -86,8 +86,9 @@ def add_window(service: MemoryService, channel_id: int, count: int = 50) -> None
 
 
 async def bench_assembly(service: MemoryService, entries: int) -> tuple[float, float]:
-    channels = fill_cache(service, entries, guilds=1_000)
-    sample = random.Random(1).sample(channels, 200)
+    # 1,000 guilds (fewer for a small run, so each has a channel to sample).
+    channels = fill_cache(service, entries, guilds=max(1, min(1_000, entries)))
+    sample = random.Random(1).sample(channels, min(200, len(channels)))
     for _, channel_id in sample:
         add_window(service, channel_id)
     for guild_id, _ in sample:
@@ -219,7 +220,7 @@ async def main() -> None:
     parser.add_argument("--writers", type=int, default=8, help="concurrent STM writers")
     parser.add_argument("--json", action="store_true", help="one line for run_all.py")
     args = parser.parse_args()
-    overhead = bench_cache_bytes(100_000)
+    overhead = bench_cache_bytes(args.entries)
 
     with tempfile.TemporaryDirectory(prefix="kioku-bench-") as folder:
         settings = load_settings(
@@ -277,7 +278,7 @@ async def main() -> None:
                 f"{overhead:,.0f} B",
                 "≤ 2 KB",
                 overhead <= 2048,
-                "tracemalloc, 100,000 entries",
+                f"tracemalloc, {args.entries:,} entries",
             ),
         ],
         args.json,
