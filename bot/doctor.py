@@ -227,7 +227,8 @@ def _spool_check(settings: Settings) -> Check:
     if problem is not None:
         return Check("spool", Status.FAIL, problem)
     spool = inspect_spool(settings.data_dir)
-    state = "empty" if not spool.pending else f"{spool.pending} memory operations pending sync"
+    noun = "operation" if spool.pending == 1 else "operations"
+    state = f"{spool.pending} memory {noun} pending sync" if spool.pending else "empty"
     if spool.set_aside:
         # Records that could not be read or applied: the operator should look at them.
         state += f"; {len(spool.set_aside)} set-aside file(s): {spool.set_aside[-1]}"

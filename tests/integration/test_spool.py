@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import resource
 import signal
@@ -438,6 +439,72 @@ async def test_new_writes_during_an_outage_do_not_cut_the_backoff_short(
     finally:
         task.cancel()
     assert spool.pending == 21
+
+
+# The waits of the replayer's default backoff, one per failed attempt in a row: doubling
+# from half a second, capped at 30 s.
+BACKOFF_WAITS = [0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0, 30.0]
+
+
+async def test_the_replayers_backoff_doubles_to_its_cap_and_starts_over_after_a_replay(
+    db: Database,
+    settings: Settings,
+    spool: DurableSpool,
+    dead_engine: AsyncEngine,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Each failed attempt logs the wait it then takes (the value it waits on). Every
+    wait is cut short by the "database is back" call, so nothing really waits (that an
+    uncut wait lasts that long is shown above, with first_wait_seconds=3600)."""
+    caplog.set_level(logging.INFO, logger=spool_module.__name__)
+    service = make_service(db.sessions, settings, ManualClock(), spool=spool)
+    turn = await turn_for(service)
+    await outage(service, dead_engine)
+    assert str(await service.update_stm(turn, summary="first outage")) == "saved, pending sync"
+    dead = async_sessionmaker(dead_engine)
+    sessions: list[async_sessionmaker] = [dead]  # type: ignore[type-arg]
+    failures: list[Exception] = []
+    replayed, failed_again = asyncio.Event(), asyncio.Event()
+
+    def current_sessions() -> object:
+        return sessions[0]()
+
+    def on_retry(exc: Exception) -> None:
+        failures.append(exc)
+        if len(failures) == len(BACKOFF_WAITS):
+            sessions[0] = db.sessions  # the database is back: the next attempt succeeds
+        if len(failures) <= len(BACKOFF_WAITS):
+            spool.database_back()  # ends this wait at once
+        else:
+            failed_again.set()  # the first failure after the replay: left to wait
+
+    def on_replayed() -> None:
+        sessions[0] = dead  # the next outage
+        replayed.set()
+
+    task = asyncio.create_task(
+        spool.run_replayer(current_sessions, on_replayed=on_replayed, on_retry=on_retry)
+    )
+    try:
+        await asyncio.wait_for(replayed.wait(), timeout=30)
+        assert spool.pending == 0
+        second = await service.update_stm(await turn_for(service), summary="second outage")
+        assert str(second) == "saved, pending sync"
+        await asyncio.wait_for(failed_again.wait(), timeout=30)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    waits = [
+        record.args[2]
+        for record in caplog.records
+        if record.name == spool_module.__name__
+        and isinstance(record.args, tuple)
+        and str(record.msg).startswith("spool: %d operations wait for the database")
+    ]
+    assert len(failures) == len(BACKOFF_WAITS) + 1
+    assert waits == [*BACKOFF_WAITS, 0.5]  # after the replay it starts over from 0.5 s
+    assert spool.pending == 1
 
 
 class _Deadlock(Exception):

@@ -1,0 +1,181 @@
+"""``kioku doctor``'s spool row: what waits in the data folder's spool, and what was set aside.
+
+Doctor runs in this process (as in test_cli's in-process doctor tests), on the migrated
+test database and the scripted LLM, so every other row passes and the exit code is the
+spool row's doing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from sqlalchemy.engine import URL
+from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
+
+from bot.config import Settings
+from bot.db.engine import Database
+from bot.doctor import doctor
+from bot.memory.model import ScopeKey
+from bot.memory.spool import DurableSpool, inspect_spool, spool_path
+from tests.helpers.builders import CHANNEL, GUILD, ManualClock, make_service, turn_for
+from tests.helpers.database import make_test_settings
+from tests.helpers.fake_llm import DEFAULT_MODEL_ID, ScriptedLLM
+from tests.integration.test_cli import doctor_rows
+
+SERVER_KEY = ScopeKey.server(GUILD, CHANNEL)
+
+
+async def doctor_table(
+    llm: ScriptedLLM, pg_url: URL, data_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> tuple[int, dict[str, tuple[str, str]]]:
+    """``kioku doctor``'s exit code and rows, every check but the spool's set to pass."""
+    llm.reply_tool_calls([("ping", {"word": "pong"})])
+    settings = make_test_settings(
+        pg_url,
+        data_dir,
+        discord_token="dummy-token",
+        openai_base_url=llm.base_url,
+        openai_api_key="test-key",
+        model=DEFAULT_MODEL_ID,
+    )
+    code = await doctor(settings)
+    return code, doctor_rows(capsys.readouterr().out)
+
+
+def not_ok(rows: dict[str, tuple[str, str]]) -> dict[str, str]:
+    return {name: status for name, (status, _) in rows.items() if status != "ok"}
+
+
+async def test_doctor_counts_the_operations_an_unreachable_database_left_in_the_spool(
+    db: Database,
+    settings: Settings,
+    pg_url: URL,
+    llm: ScriptedLLM,
+    dead_engine: AsyncEngine,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Held by the service, as by a running `kioku run`: doctor may run beside it.
+    spool = DurableSpool(spool_path(settings.data_dir))
+    try:
+        service = make_service(db.sessions, settings, ManualClock(), spool=spool)
+        turn = await turn_for(service)  # warm: hydrated while the database was up
+        service._sessions = async_sessionmaker(dead_engine)  # the database is down
+        for summary in ("one", "two"):
+            result = await service.update_stm(await turn_for(service), summary=summary)
+            assert str(result) == "saved, pending sync"
+        # A local record (another process cleared the channel): no operation for the
+        # database, so not pending.
+        spool.blank_channel(CHANNEL)
+        receipt = await service.clear_channel(CHANNEL, guild_id=GUILD, actor_user_id=turn.user_id)
+        assert receipt.pending_sync
+        assert spool.pending == 3
+        assert len(spool.path.read_text().splitlines()) == 4  # the blank is in the file
+
+        code, rows = await doctor_table(llm, pg_url, settings.data_dir, capsys)
+    finally:
+        spool.close()
+    assert rows["spool"] == ("ok", "3 memory operations pending sync")
+    assert (code, not_ok(rows)) == (0, {}), rows  # pending operations do not fail the run
+
+
+async def test_doctor_says_the_spool_is_empty_once_the_replay_stored_everything(
+    db: Database,
+    settings: Settings,
+    pg_url: URL,
+    llm: ScriptedLLM,
+    dead_engine: AsyncEngine,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    spool = DurableSpool(spool_path(settings.data_dir))
+    try:
+        service = make_service(db.sessions, settings, ManualClock(), spool=spool)
+        turn = await turn_for(service)
+        real = service._sessions
+        service._sessions = async_sessionmaker(dead_engine)
+        assert str(await service.update_stm(turn, summary="waiting")) == "saved, pending sync"
+        service._sessions = real
+        assert await spool.replay(db.sessions) == 1
+        assert spool.path.exists()  # the file stays, with nothing in it
+
+        code, rows = await doctor_table(llm, pg_url, settings.data_dir, capsys)
+    finally:
+        spool.close()
+    assert rows["spool"] == ("ok", "empty")
+    assert code == 0, rows
+
+
+async def test_doctor_says_a_fresh_data_folder_has_an_empty_spool_and_creates_none(
+    migrated_database: Database,
+    pg_url: URL,
+    llm: ScriptedLLM,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, rows = await doctor_table(llm, pg_url, tmp_path, capsys)
+    assert rows["spool"] == ("ok", "empty")
+    assert code == 0, rows
+    assert not spool_path(tmp_path).parent.exists(), "doctor only reads the spool"
+
+
+async def test_doctor_fails_the_spool_row_for_a_line_set_aside_as_unreadable(
+    db: Database,
+    settings: Settings,
+    pg_url: URL,
+    llm: ScriptedLLM,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    path = spool_path(settings.data_dir)
+    spool = DurableSpool(path)
+    service = make_service(db.sessions, settings, ManualClock(), spool=spool)
+    entry = await service.entry(SERVER_KEY)
+    entry.summary, entry.version = "still pending", 1
+    spool.append([entry])
+    spool.close()
+    with path.open("ab") as handle:
+        handle.write(b'{"op": "teleport"}\n')
+    DurableSpool(path).close()  # opening it sets the damaged line aside
+    (aside,) = inspect_spool(settings.data_dir).set_aside
+
+    code, rows = await doctor_table(llm, pg_url, settings.data_dir, capsys)
+
+    assert rows["spool"] == (
+        "FAIL",
+        f"1 memory operation pending sync; 1 set-aside file(s): {aside}",
+    )
+    assert (code, not_ok(rows)) == (1, {"spool": "FAIL"}), rows
+
+
+async def test_doctor_names_the_newest_of_several_set_aside_files_with_nothing_pending(
+    db: Database,
+    settings: Settings,
+    pg_url: URL,
+    llm: ScriptedLLM,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    path = spool_path(settings.data_dir)
+    spool = DurableSpool(path)
+    service = make_service(db.sessions, settings, ManualClock(), spool=spool)
+    entry = await service.entry(SERVER_KEY)
+    spool.close()
+    with path.open("ab") as handle:
+        handle.write(b"[1, 2]\n")
+    spool = DurableSpool(path)  # the damaged line: the first set-aside file
+    try:
+        # A record the database refuses (its channel id does not fit a bigint), alone in
+        # its batch: set aside by the replay, in a second file.
+        poisoned = replace(entry, key=ScopeKey.server(GUILD, 2**63 + 5))
+        poisoned.summary, poisoned.version = "cannot be stored", 1
+        spool.append([poisoned])
+        assert await spool.replay(db.sessions) == 1
+        assert spool.pending == 0
+    finally:
+        spool.close()
+    first, newest = inspect_spool(settings.data_dir).set_aside
+    assert first.read_bytes() == b"[1, 2]\n" and b"cannot be stored" in newest.read_bytes()
+
+    code, rows = await doctor_table(llm, pg_url, settings.data_dir, capsys)
+
+    assert rows["spool"] == ("FAIL", f"empty; 2 set-aside file(s): {newest}")
+    assert (code, not_ok(rows)) == (1, {"spool": "FAIL"}), rows
