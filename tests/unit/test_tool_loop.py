@@ -467,12 +467,15 @@ async def test_turn_timeout_never_cuts_a_tool_run(llm: ScriptedLLM) -> None:
     """A tool still running at the deadline finishes (a write is never abandoned
     half-way); the model call after it is the one that times out, without a request."""
     finished: list[bool] = []
-    turn_timeout = 0.2
+    # Room for the first model call on a loaded machine (at 0.2 s it sometimes used the
+    # whole deadline under xdist, and the tool never ran).
+    turn_timeout = 2.0
 
     async def slow_tool(arguments: str | None) -> ToolOutcome:
-        # Outlive the turn's deadline, on the loop's own clock.
+        # Outlive the turn's deadline, on the loop's own clock: the deadline was set
+        # before this tool started, so a full turn_timeout from now is past it.
         past_deadline = asyncio.Event()
-        asyncio.get_running_loop().call_later(turn_timeout * 1.5, past_deadline.set)
+        asyncio.get_running_loop().call_later(turn_timeout + 0.05, past_deadline.set)
         await past_deadline.wait()
         finished.append(True)
         return ToolOutcome("saved", True)
@@ -498,8 +501,9 @@ async def test_turn_timeout_past_an_answer_beside_a_tool_call_keeps_that_answer(
     tool = Recorder("remember")
     llm.reply_tool_calls([("remember", '{"x": "1"}')], content="It is Tuesday.")
     llm.reply_text("too late", delay=30.0)
+    # 2 s: the first call must answer inside the deadline even on a loaded machine.
     result = await _loop(
-        llm, {"remember": tool.spec}, timeout_seconds=30.0, turn_timeout_seconds=0.3
+        llm, {"remember": tool.spec}, timeout_seconds=30.0, turn_timeout_seconds=2.0
     )
     assert result.text == "It is Tuesday."
     assert tool.received == ['{"x": "1"}']
