@@ -18,9 +18,11 @@ import aiohttp
 import aiohttp.web
 import discord
 import pytest
+from discord.ext import commands
 from sqlalchemy import text
 from sqlalchemy.engine import URL
 
+from bot.app import ShardedKiokuBot
 from bot.db.engine import Database
 from bot.db.migrate import head_revision
 from bot.memory.spool import DurableSpool, spool_path
@@ -768,15 +770,105 @@ def _run_without_discord(
 
     monkeypatch.setattr(discord.Client, "login", login)
     monkeypatch.setattr(discord.Client, "connect", connect)
+    _cli_environment(
+        monkeypatch,
+        tmp_path,
+        DISCORD_TOKEN="dummy-token",
+        DATABASE_URL=pg_url.render_as_string(hide_password=False),
+        **env,
+    )
+    return cli.main(["run"])  # an uncaught exception here is the traceback wall
+
+
+def _cli_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, **env: str) -> None:
+    """This process's environment for an in-process ``main()``: no ``KIOKU_*``, database
+    or token of the developer's, no ``.env``; then ``env``."""
     for name in list(os.environ):
-        if name.startswith("KIOKU_"):
+        if name.startswith("KIOKU_") or name in ("DATABASE_URL", "DISCORD_TOKEN"):
             monkeypatch.delenv(name)
     monkeypatch.setenv("KIOKU_ENV_FILE", str(tmp_path / "absent.env"))
-    monkeypatch.setenv("DISCORD_TOKEN", "dummy-token")
-    monkeypatch.setenv("DATABASE_URL", pg_url.render_as_string(hide_password=False))
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    return cli.main(["run"])  # an uncaught exception here is the traceback wall
+
+
+def test_run_with_shards_logs_in_with_a_sharded_bot_running_them(
+    pg_url: URL,
+    migrated_database: Database,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``kioku run --shards 0-3 --shard-count 8`` end to end through main(), up to the
+    login, where Discord refuses the dummy token (no connection is made)."""
+    import bot.__main__ as cli
+
+    logged_in: list[discord.Client] = []
+
+    async def refused_login(self: discord.Client, token: str) -> None:
+        logged_in.append(self)
+        raise discord.LoginFailure("Improper token has been passed.")  # discord.py's, on 401
+
+    monkeypatch.setattr(discord.Client, "login", refused_login)
+    _cli_environment(
+        monkeypatch,
+        tmp_path,
+        KIOKU_DATA_DIR=str(tmp_path),
+        DISCORD_TOKEN="dummy-token",
+        DATABASE_URL=pg_url.render_as_string(hide_password=False),
+    )
+    code = cli.main(["run", "--shards", "0-3", "--shard-count", "8"])
+    (bot,) = logged_in
+    assert isinstance(bot, ShardedKiokuBot)
+    assert isinstance(bot, commands.AutoShardedBot)
+    assert (bot.shard_ids, bot.shard_count) == ([0, 1, 2, 3], 8)
+    assert (code, capsys.readouterr().err.strip().splitlines()[-1]) == (
+        1,
+        "kioku: Discord rejected DISCORD_TOKEN (login failed): copy the bot token again from "
+        "https://discord.com/developers/applications",
+    )
+
+
+@pytest.mark.parametrize(
+    ("options", "line"),
+    [
+        (
+            ["--shards", "0-9", "--shard-count", "8"],
+            "kioku: --shards '0-9' names shards 8-9 outside 0–7 (--shard-count 8)",
+        ),
+        (
+            ["--shards", "0-3"],
+            "kioku: --shards and --shard-count go together (e.g. --shards 0-3 --shard-count 8)",
+        ),
+        (
+            ["--shard-count", "8"],
+            "kioku: --shards and --shard-count go together (e.g. --shards 0-3 --shard-count 8)",
+        ),
+    ],
+    ids=["outside-the-count", "no-count", "no-shards"],
+)
+def test_run_with_bad_shard_options_exits_2_with_one_line_before_anything_starts(
+    options: list[str],
+    line: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import bot.__main__ as cli
+
+    logged_in: list[discord.Client] = []
+
+    async def login(self: discord.Client, token: str) -> None:
+        logged_in.append(self)
+
+    monkeypatch.setattr(discord.Client, "login", login)
+    # The embedded database, in tmp_path: nothing may start there.
+    _cli_environment(
+        monkeypatch, tmp_path, KIOKU_DATA_DIR=str(tmp_path), DISCORD_TOKEN="dummy-token"
+    )
+    code = cli.main(["run", *options])
+    assert (code, capsys.readouterr().err.strip().splitlines()) == (2, [line])
+    assert logged_in == []
+    assert not (tmp_path / "postgres").exists(), "nothing should start"
 
 
 # `kioku run` with Discord's API at the address given as its first argument.

@@ -1,20 +1,15 @@
-"""``kioku run --shards 0-3 --shard-count 8``: parsing, the sharded bot it builds, and the
-command line that does both."""
+"""``kioku run --shards 0-3 --shard-count 8``: parsing, and the sharded bot it builds."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-import discord
 import pytest
 from discord.ext import commands
-from sqlalchemy.engine import URL
 
-from bot.__main__ import CliError, main, parse_shards
+from bot.__main__ import CliError, parse_shards
 from bot.app import KiokuBot, ShardedKiokuBot, build_bot
 from bot.config import load_settings
-from bot.db.engine import Database
 from tests.helpers.processes import ROOT, kioku_env
 
 
@@ -91,86 +86,3 @@ def test_sharded_bot_runs_the_given_shards(tmp_path: Path) -> None:
     assert (sharded.shard_ids, sharded.shard_count) == ([0, 1, 2, 3], 8)
     plain = build_bot(settings)
     assert type(plain) is KiokuBot
-
-
-def cli_environment(monkeypatch: pytest.MonkeyPatch, data_dir: Path, **env: str) -> None:
-    """This process's environment as :func:`kioku_env` makes a subprocess's."""
-    for name in list(os.environ):
-        if name.startswith("KIOKU_") or name in ("DATABASE_URL", "DISCORD_TOKEN"):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("KIOKU_DATA_DIR", str(data_dir))
-    monkeypatch.setenv("KIOKU_ENV_FILE", str(data_dir / "absent.env"))
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
-
-
-def test_run_with_shards_logs_in_with_a_sharded_bot_running_them(
-    pg_url: URL,
-    migrated_database: Database,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    """``kioku run --shards 0-3 --shard-count 8`` end to end through main(), up to the
-    login, where Discord refuses the dummy token (no connection is made)."""
-    logged_in: list[discord.Client] = []
-
-    async def refused_login(self: discord.Client, token: str) -> None:
-        logged_in.append(self)
-        raise discord.LoginFailure("Improper token has been passed.")  # discord.py's, on 401
-
-    monkeypatch.setattr(discord.Client, "login", refused_login)
-    cli_environment(
-        monkeypatch,
-        tmp_path,
-        DISCORD_TOKEN="dummy-token",
-        DATABASE_URL=pg_url.render_as_string(hide_password=False),
-    )
-    code = main(["run", "--shards", "0-3", "--shard-count", "8"])
-    (bot,) = logged_in
-    assert isinstance(bot, ShardedKiokuBot)
-    assert isinstance(bot, commands.AutoShardedBot)
-    assert (bot.shard_ids, bot.shard_count) == ([0, 1, 2, 3], 8)
-    assert (code, capsys.readouterr().err.strip().splitlines()[-1]) == (
-        1,
-        "kioku: Discord rejected DISCORD_TOKEN (login failed): copy the bot token again from "
-        "https://discord.com/developers/applications",
-    )
-
-
-@pytest.mark.parametrize(
-    ("options", "line"),
-    [
-        (
-            ["--shards", "0-9", "--shard-count", "8"],
-            "kioku: --shards '0-9' names shards 8-9 outside 0–7 (--shard-count 8)",
-        ),
-        (
-            ["--shards", "0-3"],
-            "kioku: --shards and --shard-count go together (e.g. --shards 0-3 --shard-count 8)",
-        ),
-        (
-            ["--shard-count", "8"],
-            "kioku: --shards and --shard-count go together (e.g. --shards 0-3 --shard-count 8)",
-        ),
-    ],
-    ids=["outside-the-count", "no-count", "no-shards"],
-)
-def test_run_with_bad_shard_options_exits_2_with_one_line_before_anything_starts(
-    options: list[str],
-    line: str,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    logged_in: list[discord.Client] = []
-
-    async def login(self: discord.Client, token: str) -> None:
-        logged_in.append(self)
-
-    monkeypatch.setattr(discord.Client, "login", login)
-    cli_environment(monkeypatch, tmp_path, DISCORD_TOKEN="dummy-token")  # embedded database
-    code = main(["run", *options])
-    assert (code, capsys.readouterr().err.strip().splitlines()) == (2, [line])
-    assert logged_in == []
-    assert not (tmp_path / "postgres").exists(), "nothing should start"
