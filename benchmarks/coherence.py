@@ -24,9 +24,9 @@ from bot.config import load_settings
 from bot.db.engine import Database
 from bot.db.migrate import upgrade
 from bot.db.notify import CacheListener, Notice
-from bot.memory.clock import SystemClock
 from bot.memory.service import MemoryService
 from bot.memory.turn import TurnState
+from bot.vocabulary.clock import SystemClock
 
 
 async def main() -> None:

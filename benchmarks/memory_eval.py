@@ -59,14 +59,14 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from benchmarks._figures import Figure, emit
 from bot.config import Settings, SettingsError, load_settings
+from bot.conversation.tools.longterm import REMEMBER_TOOL_NAME
+from bot.conversation.turn import TurnReply, TurnRequest, TurnRunner, load_persona, render_persona
 from bot.db.engine import Database
 from bot.db.migrate import upgrade
 from bot.llm.client import make_client
-from bot.llm.tools.longterm import REMEMBER_TOOL_NAME
 from bot.memory.longterm import LongTermService
-from bot.memory.model import RawMessage
 from bot.memory.service import MemoryService
-from bot.turn import TurnReply, TurnRequest, TurnRunner, load_persona, render_persona
+from bot.vocabulary.model import RawMessage
 from tests.helpers.builders import ManualClock
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -33,11 +33,11 @@ from bot.config import load_settings
 from bot.db.engine import Database
 from bot.db.migrate import upgrade
 from bot.memory.cache import StmCache
-from bot.memory.clock import SystemClock
-from bot.memory.model import Marker, Provenance, RawMessage, ScopeKey, StmEntry
 from bot.memory.prompt import assemble
 from bot.memory.service import MemoryService
 from bot.memory.turn import TurnState
+from bot.vocabulary.clock import SystemClock
+from bot.vocabulary.model import Marker, Provenance, RawMessage, ScopeKey, StmEntry
 
 BOT_ID = 1
 SUMMARY = ("The team agreed to ship on Friday; Alice owns the docs, Bob the release. " * 20)[:1500]

@@ -27,10 +27,10 @@ from _figures import Figure, emit
 
 from bot.app import build_bot
 from bot.config import load_settings
+from bot.conversation.tools.stm import STM_TOOL_NAME
 from bot.db.driver import statements_sent
 from bot.db.engine import Database
 from bot.db.migrate import upgrade
-from bot.llm.tools.stm import STM_TOOL_NAME
 from tests.helpers.discord_harness import attach_dpytest, detach
 from tests.helpers.fake_llm import ScriptedLLM
 
@@ -89,7 +89,7 @@ async def main() -> None:
         memory.prepare_turn = memory_time.wrap_async(memory.prepare_turn)  # type: ignore[method-assign]
         memory.update_stm = memory_time.wrap_async(memory.update_stm)  # type: ignore[method-assign]
         memory.record_bot_turn = memory_time.wrap(memory.record_bot_turn)  # type: ignore[method-assign]
-        import bot.turn as turn_module
+        import bot.conversation.turn as turn_module
 
         turn_module.assemble = memory_time.wrap(turn_module.assemble)  # type: ignore[assignment]
         bot.turns.run = turn_time.wrap_async(bot.turns.run)  # type: ignore[method-assign]

@@ -18,20 +18,21 @@ import discord
 import openai
 from discord.ext import commands
 
+from bot.cogs.errors import install_error_handler
 from bot.config import Settings
+from bot.conversation.summarizer import Summarizer
+from bot.conversation.turn import TurnRunner
 from bot.db.engine import Database
 from bot.db.migrate import upgrade
 from bot.db.notify import CacheListener
+from bot.db.storage import MemoryUnavailable
 from bot.llm.client import make_client
-from bot.memory.clock import Clock, SystemClock
 from bot.memory.janitor import run_janitor, run_turn_count_saver
 from bot.memory.longterm import LongTermService
 from bot.memory.service import MemoryService
 from bot.memory.spool import DurableSpool, spool_path
-from bot.memory.storage import MemoryUnavailable
-from bot.memory.summarizer import Summarizer
 from bot.metrics import Metrics, MetricsServer
-from bot.turn import TurnRunner
+from bot.vocabulary.clock import Clock, SystemClock
 
 log = logging.getLogger(__name__)
 
@@ -113,8 +114,6 @@ class KiokuBot(commands.Bot):
             raise StartupFailed(describe_local_failure(exc, self.settings.data_dir)) from exc
 
     async def _wire(self) -> None:
-        from bot.cogs.errors import install_error_handler
-
         await self.database.start()
         # `kioku sync` runs next to the serving bot and writes no memory: no spool.
         self.spool = DurableSpool(spool_path(self.settings.data_dir)) if self._use_spool else None

@@ -18,15 +18,15 @@ from datetime import UTC, datetime
 from typing import TextIO
 
 from bot.config import Settings
+from bot.conversation.turn import TurnRequest, TurnRunner
 from bot.db.engine import Database
 from bot.db.migrate import upgrade
+from bot.db.storage import MemoryUnavailable
 from bot.llm.client import make_client
 from bot.memory.longterm import LongTermService
-from bot.memory.model import RawMessage, ScopeKey
 from bot.memory.prompt import relative_time, render_memory_text
 from bot.memory.service import MemoryService
-from bot.memory.storage import MemoryUnavailable
-from bot.turn import TurnRequest, TurnRunner
+from bot.vocabulary.model import RawMessage, ScopeKey
 
 CONSOLE_GUILD_ID = 1
 CONSOLE_CHANNEL_ID = 2

@@ -5,12 +5,12 @@ answers takes the whole timeout), and exits non-zero when any check fails, so it
 serve as a container health check or a CI smoke test. A row is ``ok``, ``WARN`` (works,
 but look: it does not fail the run), ``FAIL``, or ``skip`` (could not run, because a check
 it needs failed). The tool-call probe runs only for providers that can call tools
-(``bot/llm/providers.py``); for the others the summarizer keeps the memory, so the row
+(``bot/vocabulary/providers.py``); for the others the summarizer keeps the memory, so the row
 says it was skipped and passes.
 
 Every row passes through one filter before it is printed: the configured secrets (API
 key, Discord token, passwords and query values of the URLs) and whatever
-:func:`bot.memory.redaction.redact_secrets` recognises never reach the terminal, even
+:func:`bot.vocabulary.redaction.redact_secrets` recognises never reach the terminal, even
 when a server quotes them back in an error.
 """
 
@@ -42,14 +42,14 @@ from bot.db.migrate import (
     unknown_revision_problem,
 )
 from bot.llm.client import chat_completion, make_client
-from bot.llm.providers import capabilities
-from bot.memory.clock import SystemClock
 from bot.memory.prompt import relative_time
-from bot.memory.redaction import redact_secrets
 from bot.memory.sanitize import PROMPT_PLACEHOLDERS
 from bot.memory.spool import inspect_spool
 from bot.problems import data_dir_problem, database_unreachable, one_line_error
 from bot.urls import OPENAI_DEFAULT_BASE_URL
+from bot.vocabulary.clock import SystemClock
+from bot.vocabulary.providers import capabilities
+from bot.vocabulary.redaction import redact_secrets
 
 # Every row, in the order printed: the name column's width is known before the first.
 ROWS = (
@@ -249,7 +249,7 @@ def _backup_check(settings: Settings) -> Check:
     )
 
 
-# A `{word}` as bot.turn.render_persona fills them in; an unknown one reaches the model
+# A `{word}` as bot.conversation.turn.render_persona fills them in; an unknown one reaches the model
 # as written. Other braces (JSON, code) are no placeholders.
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_]\w*)\}")
 

@@ -1,7 +1,7 @@
 """One-line descriptions of what keeps the bot from running, for the operator: a
 failure's own text, a database that cannot be reached, a data folder that cannot be used.
 
-Not the settings' errors (:mod:`bot.config_errors`): these describe what the settings
+Not the settings' errors (:mod:`bot.config.errors`): these describe what the settings
 point at. The command line and ``kioku doctor`` both use them, to describe the same
 problem the same way.
 """

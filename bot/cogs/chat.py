@@ -24,30 +24,25 @@ from typing import TYPE_CHECKING, Literal
 
 import aiohttp
 import discord
-from cachetools import TTLCache
 from discord.ext import commands
 
 from bot.cogs.history import WIPED_WHILE_ANSWERING, backfill, belongs_in_window, to_raw
+from bot.cogs.members import Members
 from bot.cogs.refresh import REFRESH_MARKER_PREFIX
 from bot.cogs.replies import DISCORD_LIMIT, split_reply
 from bot.cogs.visibility import DirectView, OnlyHere, ServerView, place_of
+from bot.conversation.turn import TurnRequest
+from bot.db.storage import MemoryUnavailable
 from bot.memory.fact_visibility import ChannelView
-from bot.memory.model import StmEntry
 from bot.memory.service import LabelFor
 from bot.memory.singleflight import KeyedQueues, finish_or_cancel
-from bot.memory.storage import MemoryUnavailable
-from bot.turn import TurnRequest
+from bot.vocabulary.model import StmEntry
 
 if TYPE_CHECKING:
     from bot.app import KiokuBot
 
 log = logging.getLogger(__name__)
 
-MEMBER_CHECK_SECONDS = 300
-# At most this many servers are asked about one user before a DM turn (the rest show
-# nothing this turn; they are asked on later turns as the cache fills).
-MAX_MEMBER_FETCHES = 10
-MEMBER_FETCH_TIMEOUT_SECONDS = 5.0
 NO_MENTIONS = discord.AllowedMentions.none()
 # At shutdown, answers in flight get this long to go out (within `docker stop`'s 10 s);
 # those still running then are cancelled.
@@ -119,12 +114,7 @@ class Chat(commands.Cog):
             if rate
             else None
         )
-        # Members fetched from Discord to judge what a DM may show (the bot has no members
-        # intent, so most are not cached); None: not a member any more. Short-lived, so a
-        # member who loses access stops seeing that channel within minutes at most.
-        self._fetched: TTLCache[tuple[int, int], discord.Member | None] = TTLCache(
-            maxsize=10_000, ttl=MEMBER_CHECK_SECONDS
-        )
+        self.members = Members(bot)
         # The tasks answering a message (running or waiting for their channel's turn).
         self._answering: set[asyncio.Task[object]] = set()
         self._closing = False
@@ -346,7 +336,7 @@ class Chat(commands.Cog):
         here = place_of(message.channel)
         if guild is None:
             # A DM shows what the user said in it, and what they may still read in servers.
-            return DirectView(self, message.author.id, message.channel.id, here)
+            return DirectView(self.members, message.author.id, message.channel.id, here)
         current = message.channel
         base = current.parent if isinstance(current, discord.Thread) else current
         if not isinstance(base, discord.abc.GuildChannel):
@@ -355,7 +345,7 @@ class Chat(commands.Cog):
 
     async def _load_dm_members(self, user_id: int) -> None:
         """Before an opted-in DM turn: the user's membership in every server whose memory
-        it could show, fetched from Discord when not cached (see :meth:`_member_sees`)."""
+        it could show."""
         memory = self.bot.memory
         try:
             if not await memory.cross_context_opt_in(user_id):
@@ -364,48 +354,7 @@ class Chat(commands.Cog):
             guild_ids |= await self.bot.longterm.guild_ids(user_id)
         except MemoryUnavailable:
             return
-        missing = [
-            guild
-            for guild in (self.bot.get_guild(guild_id or 0) for guild_id in guild_ids)
-            if guild is not None
-            and self._cached_member(guild, user_id) is None
-            and (guild.id, user_id) not in self._fetched
-        ]
-        members = await asyncio.gather(
-            *(self._fetch_member(guild, user_id) for guild in missing[:MAX_MEMBER_FETCHES])
-        )
-        for guild, member in zip(missing, members, strict=False):
-            self._fetched[(guild.id, user_id)] = member
-
-    @staticmethod
-    async def _fetch_member(guild: discord.Guild, user_id: int) -> discord.Member | None:
-        try:
-            async with asyncio.timeout(MEMBER_FETCH_TIMEOUT_SECONDS):
-                return await guild.fetch_member(user_id)
-        except (discord.HTTPException, aiohttp.ClientError, OSError, TimeoutError):
-            return None  # left the server (404), or unknown right now: show nothing
-
-    def _member_sees(self, user_id: int, channel_id: int) -> bool:
-        """Whether the user can read that server channel now (never a private thread)."""
-        channel = self.bot.get_channel(channel_id)
-        if not isinstance(channel, discord.abc.GuildChannel | discord.Thread):
-            return False
-        if isinstance(channel, discord.Thread) and (
-            channel.type is discord.ChannelType.private_thread or channel.parent is None
-        ):
-            return False  # a private thread, or one whose parent (and rights) is unknown
-        member = self._member(channel.guild, user_id)
-        return member is not None and channel.permissions_for(member).view_channel
-
-    def _member(self, guild: discord.Guild, user_id: int) -> discord.Member | None:
-        """The user as a member of ``guild`` as far as known (cached or fetched lately)."""
-        return self._cached_member(guild, user_id) or self._fetched.get((guild.id, user_id))
-
-    def _cached_member(self, guild: discord.Guild, user_id: int) -> discord.Member | None:
-        """The member as the gateway keeps it current: only with the members intent.
-        Without it a member is cached while in voice (or after speaking) and their role
-        changes are never sent: a copy fetched at most MEMBER_CHECK_SECONDS ago is used."""
-        return guild.get_member(user_id) if self.bot.intents.members else None
+        await self.members.fetch_missing(guild_ids, user_id)
 
     def _labeler(self, message: discord.Message, visible: Callable[[int], bool]) -> LabelFor:
         guild = message.guild

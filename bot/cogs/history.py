@@ -12,10 +12,10 @@ import aiohttp
 import discord
 
 from bot.cogs.refresh import REFRESH_MARKER_PREFIX
+from bot.db.storage import MemoryUnavailable
 from bot.llm.tool_loop import FRIENDLY_ERRORS
-from bot.memory.model import RawMessage, speaker_name
 from bot.memory.sanitize import strip_control_chars
-from bot.memory.storage import MemoryUnavailable
+from bot.vocabulary.model import RawMessage, speaker_name
 
 if TYPE_CHECKING:
     from bot.app import KiokuBot

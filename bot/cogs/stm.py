@@ -29,16 +29,16 @@ from bot.cogs.stm_forms import (
     describe_categories,
     quoted,
 )
-from bot.memory.model import (
+from bot.conversation.summarizer import SummaryOutcome
+from bot.db.storage import MemoryUnavailable
+from bot.memory.prompt import VALUE_LIMIT, relative_time, render_memory_text
+from bot.memory.service import MemoryService
+from bot.vocabulary.model import (
     AuditEvent,
     GuildConfig,
     ScopeKey,
     StmEntry,
 )
-from bot.memory.prompt import VALUE_LIMIT, relative_time, render_memory_text
-from bot.memory.service import MemoryService
-from bot.memory.storage import MemoryUnavailable
-from bot.memory.summarizer import SummaryOutcome
 
 if TYPE_CHECKING:
     from bot.app import KiokuBot

@@ -17,6 +17,7 @@ import discord
 from bot.cogs.checks import is_bot_owner, require_admin
 from bot.cogs.errors import UNAVAILABLE, ReportingModal, ReportingView, answer, plural, think
 from bot.cogs.replies import split_reply
+from bot.db.storage import MemoryUnavailable
 from bot.memory.categories import (
     DESCRIPTION_MAX_LENGTH,
     LABEL_MAX_LENGTH,
@@ -24,12 +25,11 @@ from bot.memory.categories import (
     parse_category_lines,
 )
 from bot.memory.change import REASON_ALL_EMPTY, WriteResult
-from bot.memory.model import MAX_CATEGORIES, SUMMARY_SLUG, Category, ScopeKey
 from bot.memory.prompt import VALUE_LIMIT
 from bot.memory.sanitize import truncate_graphemes
 from bot.memory.service import MemoryService
-from bot.memory.storage import MemoryUnavailable
 from bot.memory.turn import REASON_CHANGED, REASON_CLEARED, REASON_STORAGE
+from bot.vocabulary.model import MAX_CATEGORIES, SUMMARY_SLUG, Category, ScopeKey
 
 log = logging.getLogger(__name__)
 

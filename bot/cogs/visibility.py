@@ -9,15 +9,12 @@ nothing now are judged by the :class:`Place` recorded with them.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import discord
 
+from bot.cogs.members import Members
 from bot.memory.fact_visibility import ChannelView
-from bot.memory.model import Place
-
-if TYPE_CHECKING:
-    from bot.cogs.chat import Chat
+from bot.vocabulary.model import Place
 
 
 def _sees(channel: discord.abc.GuildChannel, roles: Sequence[discord.Role]) -> bool:
@@ -148,11 +145,11 @@ class ServerView(ChannelView):
 class DirectView(ChannelView):
     """What a DM may show: the DM itself, and what the user may still read in servers."""
 
-    def __init__(self, chat: Chat, user_id: int, dm_id: int, here: Place) -> None:
-        self.chat, self.user_id, self.dm_id, self.here = chat, user_id, dm_id, here
+    def __init__(self, members: Members, user_id: int, dm_id: int, here: Place) -> None:
+        self.members, self.user_id, self.dm_id, self.here = members, user_id, dm_id, here
 
     def __call__(self, channel_id: int, /) -> bool:
-        return channel_id == self.dm_id or self.chat._member_sees(self.user_id, channel_id)
+        return channel_id == self.dm_id or self.members.sees(self.user_id, channel_id)
 
     def shows(self, guild_id: int | None, place: Place) -> bool:
         """As :meth:`ServerView.shows`, for the user: an archived public thread if they
@@ -160,7 +157,7 @@ class DirectView(ChannelView):
         still a member of that server."""
         if self(place.channel_id):
             return True
-        bot = self.chat.bot
+        bot = self.members.client
         if guild_id is None or place.private_thread:
             return False
         if bot.get_channel(place.channel_id) is not None:
@@ -170,5 +167,5 @@ class DirectView(ChannelView):
             return False  # a server the bot left: who may read what is unknown
         parent = place.parent_channel_id
         if parent is not None and guild.get_channel(parent) is not None:
-            return self.chat._member_sees(self.user_id, parent)
-        return place.readable_by_everyone and self.chat._member(guild, self.user_id) is not None
+            return self.members.sees(self.user_id, parent)
+        return place.readable_by_everyone and self.members.member(guild, self.user_id) is not None

@@ -19,8 +19,8 @@ from datetime import datetime
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from bot.memory.clock import SystemClock
 from bot.problems import one_line_error
+from bot.vocabulary.clock import SystemClock
 
 log = logging.getLogger(__name__)
 

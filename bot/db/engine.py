@@ -220,7 +220,7 @@ async def _quiet_error_details(connection: AsyncConnection) -> None:
     """Keep memory text out of the embedded server's log file: by default an error
     there is logged with its DETAIL, and a refused row's is the whole row ("Failing row
     contains (…)", a summary or a fact). ``terse`` logs the error without it; the client
-    still gets the detail. (An external server is its operator's: see the README.)"""
+    still gets the detail. (An external server is its operator's: see docs/operations.md.)"""
     if await connection.scalar(text("SHOW log_error_verbosity")) == "terse":
         return
     await connection.commit()  # ALTER SYSTEM runs outside a transaction

@@ -24,7 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from bot.db import driver
 from bot.db.driver import DriverStatement
 from bot.db.engine import DatabaseUnavailable, describe_url
-from bot.memory.model import StmEntry
+from bot.vocabulary.model import StmEntry
 
 log = logging.getLogger(__name__)
 

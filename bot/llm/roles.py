@@ -11,7 +11,7 @@ history may start with the bot's own message, and a turn that loses its tools ke
 texts written beside the tool calls as assistant messages in a row.
 
 :func:`alternate_roles` rewrites such a list for a provider that needs it (see
-``strict_roles`` in :mod:`bot.llm.providers`); the one place requests are sent applies
+``strict_roles`` in :mod:`bot.vocabulary.providers`); the one place requests are sent applies
 it (:func:`bot.llm.client.chat_completion`). Nothing is dropped: notes keep their labels
 and ``<memory>`` fences (they stay data, fenced), and each member's ``Name: text`` line
 stays as it was.

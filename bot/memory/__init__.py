@@ -1,28 +1,24 @@
 """The memory core: short-term memory (STM), long-term facts and their privacy rules.
 
-Imports nothing from Discord. Cogs and the console reach it through the services.
+Imports nothing from Discord, the LLM client or the conversation above it.
 
 Services (the entry points):
     service          MemoryService: the one path through which STM is read, written, deleted
     longterm         LongTermService: per-user facts, their recall and deletion
-    summarizer       folds a channel's new messages into its memory with a separate call
     janitor          housekeeping loops: the purge of expired rows, saving turn counts
 
 A turn and its prompt:
     turn             TurnState: what a turn's guards look at, captured when it starts
     prompt           prompt assembly (SPEC §5)
-    summary_prompt   the summarizer's request: its prompt, batches, answer parsing
     gather           the messages a memory does not cover yet (after its marker)
     window           the recent raw messages of each channel (never persisted)
     intent           whether a message explicitly asks to remember or forget
-    search_words     which words a long-term search looks for
     fact_visibility  where a long-term fact may be shown (never somewhere more public)
 
 Writing and deleting:
     change           one write: its checks, sanitized values, what it does to an entry
     near_duplicates  whether a fact to remember restates, and replaces, a stored one
     sanitize         the sanitizer pipeline every stored value goes through
-    redaction        secrets and private regions become [REDACTED:<kind>] markers
     categories       admin-defined categories: slugs from labels, validation
     commit           group commit: writes queued behind a transaction share the next one
     deletion         the /refresh and /forget-me transactions (live and replayed)
@@ -35,9 +31,4 @@ Caching and coherence:
     guild_settings   guild configuration and opt-ins: cached, announced on change
     coherence        what changed since a read began; deaf while notices are unheard
     singleflight     one database read per missing key, however many ask
-
-Plumbing:
-    model            the vocabulary: keys, entries, raw messages, configuration, facts
-    storage          sessions whose failures become MemoryUnavailable; outage tracking
-    clock            injectable time
 """

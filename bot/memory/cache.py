@@ -21,8 +21,8 @@ from datetime import datetime
 from cachetools import TLRUCache
 from sortedcontainers import SortedList
 
-from bot.memory.clock import Clock
-from bot.memory.model import ScopeKey, StmEntry
+from bot.vocabulary.clock import Clock
+from bot.vocabulary.model import ScopeKey, StmEntry
 
 # (updated_at, insertion number, key): the number breaks ties, so keys are never compared.
 _Rank = tuple[datetime, int, ScopeKey]

@@ -16,9 +16,9 @@ from collections.abc import Sequence
 
 from anyascii import anyascii
 
-from bot.memory.model import MAX_CATEGORIES, Category
-from bot.memory.redaction import redact_secrets
 from bot.memory.sanitize import sanitize_value
+from bot.vocabulary.model import MAX_CATEGORIES, Category
+from bot.vocabulary.redaction import redact_secrets
 
 SLUG_MAX_LENGTH = 48
 LABEL_MAX_LENGTH = 40

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
-from bot.memory.model import GuildConfig, Marker, Provenance, StmEntry
 from bot.memory.sanitize import sanitize_value
+from bot.vocabulary.model import GuildConfig, Marker, Provenance, StmEntry
 
 
 @dataclass(frozen=True, slots=True)

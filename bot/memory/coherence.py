@@ -16,7 +16,7 @@ from typing import TypeVar
 from cachetools import LRUCache
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from bot.memory.storage import MemoryUnavailable, database_down
+from bot.db.storage import MemoryUnavailable, database_down
 
 T = TypeVar("T")
 # The session factory, looked up on each use (tests point a service at a dead server).

@@ -16,8 +16,8 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from bot.db.repositories import stm as stm_repo
 from bot.db.repositories.stm import EventRecord
-from bot.memory.model import StmEntry
-from bot.memory.storage import DB_TIMEOUT_SECONDS, database_answered, database_failed
+from bot.db.storage import DB_TIMEOUT_SECONDS, database_answered, database_failed
+from bot.vocabulary.model import StmEntry
 
 # At most this many writes (two rows each) share one transaction.
 GROUP_COMMIT_MAX = 64

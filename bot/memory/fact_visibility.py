@@ -4,7 +4,7 @@ where it was said (SPEC §6).
 
 The memory core knows no Discord channels or permissions: a caller that does (the chat
 cog) passes a :data:`ChannelFilter`, or a :class:`ChannelView` that can also judge the
-:class:`~bot.memory.model.Place` recorded with a fact. The service's recall, search and
+:class:`~bot.vocabulary.model.Place` recorded with a fact. The service's recall, search and
 forgetting by words leave out the facts :func:`hidden_fact_ids` names (the server/DM
 scope is the repository's query); the model's tools judge a fact already read with
 :func:`visible_here`. One module, so the two paths cannot disagree on a place.
@@ -18,7 +18,7 @@ from collections.abc import Callable
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from bot.db.repositories import longterm as repo
-from bot.memory.model import Fact, Place
+from bot.vocabulary.model import Fact, Place
 
 __all__ = ["ChannelFilter", "ChannelView", "hidden_fact_ids", "may_show_place", "visible_here"]
 

@@ -18,10 +18,10 @@ from bot.db.notify import Notice
 from bot.db.repositories import guilds as guild_repo
 from bot.db.repositories import stm as stm_repo
 from bot.db.repositories.stm import EventRecord
+from bot.db.storage import storage
 from bot.memory.coherence import STALE_READ_RETRIES, NoticeLedger, Sessions
-from bot.memory.model import Category, GuildConfig
 from bot.memory.singleflight import SingleFlight
-from bot.memory.storage import storage
+from bot.vocabulary.model import Category, GuildConfig
 
 Announce = Callable[[AsyncSession, Notice], Awaitable[None]]
 

@@ -21,7 +21,7 @@ The one path through which facts are stored, recalled and deleted (SPEC §6):
 * **Forgetting** by words (:meth:`LongTermService.forget`) deletes the one visible fact
   holding every word of the query; several such facts are returned, not guessed at.
 
-Database failures surface as :class:`~bot.memory.storage.MemoryUnavailable`. This module
+Database failures surface as :class:`~bot.db.storage.MemoryUnavailable`. This module
 imports nothing from Discord.
 """
 
@@ -44,14 +44,14 @@ from bot.config import Settings
 from bot.db.repositories import longterm as repo
 from bot.db.repositories import stm as stm_repo
 from bot.db.repositories.longterm import FactCursor
-from bot.memory.clock import Clock, SystemClock
+from bot.db.storage import storage
 from bot.memory.fact_visibility import ChannelFilter, hidden_fact_ids
-from bot.memory.model import Fact, FactEvent, Place, Provenance, ScoredFact
 from bot.memory.near_duplicates import is_near_duplicate
 from bot.memory.sanitize import sanitize_value
-from bot.memory.search_words import SearchWords
 from bot.memory.spool import DurableSpool
-from bot.memory.storage import storage
+from bot.vocabulary.clock import Clock, SystemClock
+from bot.vocabulary.model import Fact, FactEvent, Place, Provenance, ScoredFact
+from bot.vocabulary.search_words import SearchWords
 
 __all__ = [
     "FactCursor",

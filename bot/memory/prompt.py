@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from bot.memory.gather import messages_after_marker
-from bot.memory.model import GuildConfig, RawMessage, StmEntry
 from bot.memory.sanitize import MAX_VALUE_CHARS, strip_control_chars
+from bot.vocabulary.model import GuildConfig, RawMessage, StmEntry
 
 # Each stored value (the summary or one category) is truncated to this many characters.
 VALUE_LIMIT = MAX_VALUE_CHARS

@@ -7,7 +7,7 @@ back into the system prompt, so every value goes through :func:`sanitize_value` 
    points (always a few, others between two token characters) are removed.  PostgreSQL
    rejects NUL and surrogates outright, and invisible characters can be used to split a
    secret so that redaction misses it.
-2. :func:`bot.memory.redaction.redact_secrets` - credentials and ``<private>`` regions
+2. :func:`bot.vocabulary.redaction.redact_secrets` - credentials and ``<private>`` regions
    become ``[REDACTED:<kind>]`` markers, so a secret that was pasted into chat never
    reaches the database or a later prompt.
 3. :func:`strip_unknown_placeholders` - brace placeholders other than the prompt's own
@@ -18,7 +18,7 @@ back into the system prompt, so every value goes through :func:`sanitize_value` 
    without splitting a grapheme cluster (or a redaction marker, or a kept placeholder).
 5. Trailing whitespace is dropped.
 
-Every regular expression here (and in :mod:`bot.memory.redaction`) is written to run in
+Every regular expression here (and in :mod:`bot.vocabulary.redaction`) is written to run in
 linear time (literal prefixes, token boundaries enforced with look-behinds, no nested
 ambiguous repetition), because values can be arbitrarily large and adversarial.  The
 module is pure Python and imports nothing from Discord or the database layer.
@@ -31,7 +31,7 @@ from typing import Final
 
 import regex
 
-from bot.memory.redaction import TOKEN_CHARS, cut_safely, redact_secrets
+from bot.vocabulary.redaction import TOKEN_CHARS, cut_safely, redact_secrets
 
 __all__ = [
     "MAX_VALUE_CHARS",

@@ -37,6 +37,14 @@ from bot.config import Settings
 from bot.db.notify import Notice, send_notice, stm_notice
 from bot.db.repositories import stm as stm_repo
 from bot.db.repositories.stm import EventRecord
+from bot.db.storage import (
+    DB_TIMEOUT_SECONDS,
+    MemoryUnavailable,
+    database_answered,
+    database_failed,
+    outage_number,
+    storage,
+)
 from bot.memory.cache import StmCache
 from bot.memory.change import (
     REASON_ALL_EMPTY,
@@ -48,7 +56,6 @@ from bot.memory.change import (
     sanitized_change,
     write_shape,
 )
-from bot.memory.clock import Clock, SystemClock
 from bot.memory.coherence import FORGET_NOTICED, STALE_READ_RETRIES, NoticeLedger
 from bot.memory.commit import ClearedElsewhere, GroupCommit, StaleWrite
 from bot.memory.deletion import (
@@ -59,28 +66,10 @@ from bot.memory.deletion import (
 )
 from bot.memory.gather import count_new_messages, messages_after_marker
 from bot.memory.guild_settings import GuildSettings
-from bot.memory.model import (
-    AuditEvent,
-    Category,
-    GuildConfig,
-    Marker,
-    Provenance,
-    RawMessage,
-    ScopeKey,
-    StmEntry,
-)
 from bot.memory.prompt import OtherChannel, PromptInput
 from bot.memory.singleflight import KeyedLocks, SingleFlight
 from bot.memory.spool import DurableSpool, PendingChanges
 from bot.memory.spool_replay import carried_row_wiped
-from bot.memory.storage import (
-    DB_TIMEOUT_SECONDS,
-    MemoryUnavailable,
-    database_answered,
-    database_failed,
-    outage_number,
-    storage,
-)
 from bot.memory.turn import (
     REASON_ALREADY_UPDATED,
     REASON_CHANGED,
@@ -90,6 +79,17 @@ from bot.memory.turn import (
     TurnState,
 )
 from bot.memory.window import WindowCache, answering
+from bot.vocabulary.clock import Clock, SystemClock
+from bot.vocabulary.model import (
+    AuditEvent,
+    Category,
+    GuildConfig,
+    Marker,
+    Provenance,
+    RawMessage,
+    ScopeKey,
+    StmEntry,
+)
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -37,8 +37,8 @@ that is alone in its batch, or whose batch-mates were stored, is set aside at on
 A set-aside file holds memory text: a ``/forget-me`` removes the user's lines from it,
 also when the forget is replayed from the spool, and a refused record that a forget
 queued behind it covers is dropped, not set aside. To re-queue set-aside records once
-their cause is fixed, stop the bot and append the file's lines to ``stm.jsonl`` (see the
-README, "Reliability").
+their cause is fixed, stop the bot and append the file's lines to ``stm.jsonl`` (see
+docs/reliability.md).
 
 This module keeps the file, its in-memory index and the replay driver; the record format
 is :mod:`bot.memory.spool_records`, and applying a record to the database
@@ -62,7 +62,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from bot.db.repositories.stm import EventRecord
-from bot.memory.model import ScopeKey, StmEntry
+from bot.db.storage import database_answered, sqlstate
 from bot.memory.spool_records import (
     Carried,
     Chain,
@@ -77,7 +77,7 @@ from bot.memory.spool_records import (
     record_holds_user,
 )
 from bot.memory.spool_replay import apply_all, refused_record
-from bot.memory.storage import database_answered, sqlstate
+from bot.vocabulary.model import ScopeKey, StmEntry
 
 log = logging.getLogger(__name__)
 

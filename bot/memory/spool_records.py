@@ -21,7 +21,7 @@ from datetime import datetime
 from typing import Any
 
 from bot.db.repositories.stm import EventRecord
-from bot.memory.model import Marker, Provenance, ScopeKey, StmEntry
+from bot.vocabulary.model import Marker, Provenance, ScopeKey, StmEntry
 
 
 def parse(raw: bytes) -> tuple[list[dict[str, Any]], list[bytes], bool]:

@@ -26,8 +26,8 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from bot.db.notify import send_notice, stm_notice
 from bot.db.repositories import stm as stm_repo
+from bot.db.storage import sqlstate
 from bot.memory.deletion import delete_channel_rows, delete_user_rows
-from bot.memory.model import ScopeKey, StmEntry
 from bot.memory.spool_records import (
     carried_row_created,
     carried_users,
@@ -35,7 +35,7 @@ from bot.memory.spool_records import (
     event_from_json,
     record_time,
 )
-from bot.memory.storage import sqlstate
+from bot.vocabulary.model import ScopeKey, StmEntry
 
 # The spool's logger: its replay reports under one name with the rest of the spool.
 log = logging.getLogger("bot.memory.spool")

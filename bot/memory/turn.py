@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from bot.memory.model import GuildConfig, Marker, RawMessage, ScopeKey, StmEntry
+from bot.vocabulary.model import GuildConfig, Marker, RawMessage, ScopeKey, StmEntry
 
 _turn_ids = itertools.count(1)
 

@@ -26,12 +26,12 @@ from sqlalchemy.engine import URL
 from bot.cogs.history import WIPED_WHILE_ANSWERING
 from bot.cogs.refresh import REFRESH_MARKER_PREFIX
 from bot.cogs.replies import DISCORD_LIMIT
+from bot.conversation.tools.stm import STM_TOOL_NAME
 from bot.db.engine import Database
 from bot.db.models import ShortTermMemory, StmEvent
 from bot.llm.tool_loop import TIMEOUT_MESSAGE
-from bot.llm.tools.stm import STM_TOOL_NAME
-from bot.memory.model import Category, ScopeKey
 from bot.memory.turn import REASON_ALREADY_UPDATED, REASON_CLEARED, REASON_DISABLED
+from bot.vocabulary.model import Category, ScopeKey
 from tests.helpers.bot import KiokuHarness, start_kioku, stop_kioku
 from tests.helpers.discord_harness import FakeResponse, _body_of
 from tests.helpers.fake_llm import ScriptedLLM, refused_base_url

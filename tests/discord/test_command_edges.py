@@ -15,11 +15,11 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from bot.cogs.errors import OUT_OF_DATE, UNAVAILABLE
+from bot.conversation.tools.stm import STM_TOOL_NAME
 from bot.db.models import GuildSettings, StmEvent
 from bot.db.repositories import guilds as guild_repo
 from bot.db.repositories import stm as stm_repo
-from bot.llm.tools.stm import STM_TOOL_NAME
-from bot.memory.model import Category, ScopeKey
+from bot.vocabulary.model import Category, ScopeKey
 from tests.helpers.bot import KiokuHarness
 from tests.helpers.discord_harness import snowflake
 

@@ -18,9 +18,9 @@ from bot.cogs.privacy import CANCELLED, NOT_YOURS
 from bot.cogs.refresh import REFRESH_MARKER_PREFIX
 from bot.cogs.stm import ALWAYS_ON_SHOWN, describe_events
 from bot.cogs.stm_forms import WIPE_ASK_A_MODERATOR, WIPE_WITH_REFRESH
+from bot.conversation.tools.stm import STM_TOOL_NAME
 from bot.db.models import GuildSettings, LongTermMemory, ShortTermMemory, StmCategory, StmEvent
-from bot.llm.tools.stm import STM_TOOL_NAME
-from bot.memory.model import AuditEvent, Category, Provenance, ScopeKey
+from bot.vocabulary.model import AuditEvent, Category, Provenance, ScopeKey
 from tests.helpers.bot import KiokuHarness
 from tests.helpers.discord_harness import _channel_payload
 from tests.helpers.fake_llm import refused_base_url

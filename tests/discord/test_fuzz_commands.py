@@ -35,8 +35,8 @@ from sqlalchemy import func, select
 
 from bot.cogs.errors import GUILD_ONLY, SOMETHING_WENT_WRONG
 from bot.db.models import LongTermMemory, StmCategory
-from bot.memory.model import Provenance, ScopeKey
 from bot.memory.sanitize import sanitize_value
+from bot.vocabulary.model import Provenance, ScopeKey
 from tests.helpers.bot import KiokuHarness
 from tests.helpers.discord_harness import DEFERRED_CHANNEL_MESSAGE, InteractionResult
 from tests.helpers.fuzz import (

@@ -50,11 +50,11 @@ from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 
 from bot.cogs.history import to_raw
+from bot.conversation.tools.stm import STM_TOOL_NAME
 from bot.db.engine import Database
 from bot.db.models import Base
-from bot.llm.tools.stm import STM_TOOL_NAME
-from bot.memory.model import message_hash
 from bot.memory.spool import inspect_spool, spool_path
+from bot.vocabulary.model import message_hash
 from tests.conftest import Figures
 from tests.helpers.bot import KiokuHarness, start_kioku, stop_kioku
 from tests.helpers.fake_llm import ScriptedLLM, refused_base_url

@@ -9,12 +9,12 @@ import discord
 from sqlalchemy import select
 from sqlalchemy.engine import URL
 
+from bot.conversation.tools.longterm import NO_FULL_MATCH
+from bot.conversation.tools.stm import STM_TOOL_NAME
 from bot.db.engine import Database
 from bot.db.models import LongTermMemory
-from bot.llm.tools.longterm import NO_FULL_MATCH
-from bot.llm.tools.stm import STM_TOOL_NAME
 from bot.memory.longterm import LongTermService
-from bot.memory.model import Provenance
+from bot.vocabulary.model import Provenance
 from tests.helpers.bot import KiokuHarness, start_kioku, stop_kioku
 from tests.helpers.fake_llm import ScriptedLLM
 

@@ -21,11 +21,11 @@ from bot.cogs.privacy import (
     NO_MEMORIES,
     NOTHING_TO_CLEAR,
 )
+from bot.conversation.tools.stm import STM_TOOL_NAME
 from bot.db.engine import Database
 from bot.db.models import LongTermMemory, StmEvent, UserSettings
-from bot.llm.tools.stm import STM_TOOL_NAME
 from bot.memory.longterm import LongTermService
-from bot.memory.model import Provenance
+from bot.vocabulary.model import Provenance
 from tests.helpers.bot import KiokuHarness, start_kioku, stop_kioku
 from tests.helpers.discord_harness import InteractionResult
 from tests.helpers.fake_llm import ScriptedLLM, refused_base_url

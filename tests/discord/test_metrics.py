@@ -12,8 +12,8 @@ import aiohttp
 import pytest
 from sqlalchemy.engine import URL
 
+from bot.conversation.tools.stm import STM_TOOL_NAME
 from bot.db.engine import Database
-from bot.llm.tools.stm import STM_TOOL_NAME
 from bot.metrics import Metrics
 from tests.helpers.bot import KiokuHarness, start_kioku, stop_kioku
 from tests.helpers.fake_llm import ScriptedLLM

@@ -14,9 +14,9 @@ from typing import Any
 
 from sqlalchemy.engine import URL
 
+from bot.conversation.tools.stm import STM_TOOL_NAME
 from bot.db.engine import Database
 from bot.llm.roles import OPENING_USER_LINE
-from bot.llm.tools.stm import STM_TOOL_NAME
 from tests.helpers.bot import start_kioku, stop_kioku
 from tests.helpers.fake_llm import ScriptedLLM, role_order_problem
 

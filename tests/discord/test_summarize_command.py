@@ -18,11 +18,11 @@ from bot.cogs.stm import (
     SUMMARY_UNSEEN,
     describe_summary,
 )
+from bot.conversation.summarizer import Summarizer, SummaryOutcome
 from bot.db.models import ShortTermMemory
 from bot.llm.tool_loop import UNAVAILABLE_MESSAGE
-from bot.memory.model import ScopeKey, message_hash
-from bot.memory.summarizer import Summarizer, SummaryOutcome
 from bot.memory.window import WindowCache
+from bot.vocabulary.model import ScopeKey, message_hash
 from tests.helpers.bot import KiokuHarness
 
 SUMMARY = "Alice and Bob planned the launch: Friday, venue booked."
@@ -143,7 +143,7 @@ async def test_a_cut_off_answer_names_no_setting_to_the_moderator(
     await chat(kioku, 2)
     kioku.llm.reply_text("Launch on", finish_reason="length")
 
-    with caplog.at_level(logging.WARNING, logger="bot.memory.summarizer"):
+    with caplog.at_level(logging.WARNING, logger="bot.conversation.summarizer"):
         result = await kioku.interactions.slash("stm summarize", user=moderator)
 
     assert result.texts() == [

@@ -16,12 +16,12 @@ from sqlalchemy import func, select
 from sqlalchemy.engine import URL
 
 from bot.cogs.history import WIPED_WHILE_ANSWERING
+from bot.conversation.tools.stm import STM_TOOL_NAME
+from bot.conversation.turn import NO_LONG_TERM_TOOLS_NOTE
 from bot.db.engine import Database
 from bot.db.models import LongTermMemory, ShortTermMemory
 from bot.llm.tool_loop import FALLBACK_REPLY, UNAVAILABLE_MESSAGE
-from bot.llm.tools.stm import STM_TOOL_NAME
-from bot.memory.model import RawMessage
-from bot.turn import NO_LONG_TERM_TOOLS_NOTE
+from bot.vocabulary.model import RawMessage
 from tests.helpers.bot import KiokuHarness, start_kioku, stop_kioku
 from tests.helpers.discord_harness import _complete_message_payload, snowflake
 from tests.helpers.fake_llm import ScriptedLLM

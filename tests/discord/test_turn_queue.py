@@ -23,7 +23,7 @@ from sqlalchemy.engine import URL
 
 from bot.cogs.chat import TURNED_AWAY_REACTION
 from bot.db.engine import Database
-from bot.memory.model import RawMessage
+from bot.vocabulary.model import RawMessage
 from tests.helpers.bot import KiokuHarness, start_kioku, stop_kioku
 from tests.helpers.fake_llm import ScriptedLLM
 

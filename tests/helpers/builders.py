@@ -10,10 +10,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from bot.config import Settings
 from bot.memory.longterm import LongTermService
-from bot.memory.model import RawMessage
 from bot.memory.service import LabelFor, MemoryService, PreparedTurn
 from bot.memory.spool import DurableSpool
 from bot.memory.turn import TurnState
+from bot.vocabulary.model import RawMessage
 
 EPOCH = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
 GUILD = 111_111_111_111_111_111

@@ -22,9 +22,9 @@ from bot.config import Settings
 from bot.db.engine import Database
 from bot.db.migrate import alembic_config, head_revision, upgrade
 from bot.db.models import Base
-from bot.memory.model import Provenance
 from bot.memory.spool import DurableSpool, spool_path
 from bot.urls import async_database_url
+from bot.vocabulary.model import Provenance
 from tests.helpers.builders import (
     ALICE,
     BOB,

@@ -13,7 +13,7 @@ import pytest
 from bot.config import Settings
 from bot.db.engine import Database
 from bot.db.repositories import stm as stm_repo
-from bot.memory.model import ScopeKey
+from bot.vocabulary.model import ScopeKey
 from tests.helpers.builders import (
     BOB,
     CHANNEL,

@@ -84,17 +84,17 @@ from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 
 from bot.config import Settings
+from bot.db import storage
 from bot.db.engine import Database
 from bot.db.models import ShortTermMemory
 from bot.db.notify import NOTIFY_CHANNEL, CacheListener
 from bot.db.repositories import stm as stm_repo
+from bot.db.storage import MemoryUnavailable
 from bot.memory import commit as commit_module
 from bot.memory import service as service_module
-from bot.memory import storage
-from bot.memory.model import Category, GuildConfig, RawMessage, ScopeKey, StmEntry
 from bot.memory.service import MemoryService, PreparedTurn
 from bot.memory.spool import DurableSpool, spool_path
-from bot.memory.storage import MemoryUnavailable
+from bot.vocabulary.model import Category, GuildConfig, RawMessage, ScopeKey, StmEntry
 from tests.helpers.builders import (
     ALICE,
     BOB,

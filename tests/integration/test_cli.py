@@ -616,8 +616,8 @@ async def test_doctor_warns_of_an_unknown_placeholder_in_the_persona(
 def test_every_persona_placeholder_doctor_knows_is_filled_in() -> None:
     from datetime import UTC, datetime
 
+    from bot.conversation.turn import TurnRequest, render_persona
     from bot.memory.sanitize import PROMPT_PLACEHOLDERS
-    from bot.turn import TurnRequest, render_persona
 
     request = TurnRequest(channel_id=1, user_id=2, message_id=3, content="", bot_user_id=4)
     template = " ".join(f"{{{name}}}" for name in sorted(PROMPT_PLACEHOLDERS))

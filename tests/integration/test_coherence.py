@@ -29,11 +29,11 @@ from bot.db.notify import NOTIFY_CHANNEL, CacheListener, ListenerUnavailable, No
 from bot.db.repositories import guilds as guild_repo
 from bot.db.repositories import stm as stm_repo
 from bot.memory.change import REASON_CATEGORIES_CHANGED
-from bot.memory.model import Category, ScopeKey
 from bot.memory.service import MemoryService
 from bot.memory.spool import DurableSpool, spool_path
 from bot.memory.turn import REASON_CLEARED
 from bot.urls import async_database_url
+from bot.vocabulary.model import Category, ScopeKey
 from tests.helpers.builders import (
     ALICE,
     BOB,

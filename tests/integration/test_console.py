@@ -15,11 +15,11 @@ from sqlalchemy import text
 from sqlalchemy.engine import URL
 
 from bot.console import console
+from bot.conversation.tools.longterm import REMEMBER_TOOL_NAME
+from bot.conversation.tools.stm import STM_TOOL_NAME
+from bot.conversation.turn import DEFAULT_PERSONA
 from bot.db.engine import Database
 from bot.db.migrate import upgrade
-from bot.llm.tools.longterm import REMEMBER_TOOL_NAME
-from bot.llm.tools.stm import STM_TOOL_NAME
-from bot.turn import DEFAULT_PERSONA
 from tests.helpers.database import make_test_settings, scratch_database
 from tests.helpers.fake_llm import ScriptedLLM
 from tests.helpers.processes import ROOT, kioku_env

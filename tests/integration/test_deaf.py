@@ -16,14 +16,14 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 
 from bot.config import Settings
+from bot.conversation.summarizer import Summarizer
 from bot.db.engine import Database
 from bot.db.models import ShortTermMemory
 from bot.db.repositories import guilds as guild_repo
-from bot.memory.model import ScopeKey
+from bot.db.storage import database_answered
 from bot.memory.service import MemoryService
 from bot.memory.spool import DurableSpool, PendingChanges, inspect_spool, spool_path
-from bot.memory.storage import database_answered
-from bot.memory.summarizer import Summarizer
+from bot.vocabulary.model import ScopeKey
 from tests.helpers.builders import (
     ALICE,
     BOB,
@@ -191,7 +191,7 @@ async def test_a_clear_notice_is_applied_even_when_the_blank_record_cannot_be_wr
 
 
 def test_doctor_does_not_count_the_local_blank_record_as_pending(tmp_path: Path) -> None:
-    from bot.memory.model import StmEntry
+    from bot.vocabulary.model import StmEntry
 
     spool = DurableSpool(spool_path(tmp_path))
     spool.append([StmEntry(key=SERVER_KEY, updated_at=ManualClock().now(), version=1)])

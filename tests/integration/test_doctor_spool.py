@@ -17,8 +17,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 from bot.config import Settings
 from bot.db.engine import Database
 from bot.doctor import doctor
-from bot.memory.model import ScopeKey
 from bot.memory.spool import DurableSpool, inspect_spool, spool_path
+from bot.vocabulary.model import ScopeKey
 from tests.helpers.builders import CHANNEL, GUILD, ManualClock, make_service, turn_for
 from tests.helpers.database import make_test_settings
 from tests.helpers.fake_llm import DEFAULT_MODEL_ID, ScriptedLLM

@@ -24,13 +24,14 @@ from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker, create_async_engine
 
 from bot.config import Settings
+from bot.conversation.tools.stm import STM_TOOL_NAME
+from bot.db import storage as storage_module
 from bot.db.engine import Database, EmbeddedPostgres
 from bot.db.migrate import upgrade
 from bot.db.models import ShortTermMemory, StmEvent
-from bot.llm.tools.stm import STM_TOOL_NAME
+from bot.db.storage import MemoryUnavailable, database_failed, outage_number
 from bot.memory import commit as commit_module
 from bot.memory import service as service_module
-from bot.memory import storage as storage_module
 from bot.memory.service import MemoryService
 from bot.memory.spool import (
     DurableSpool,
@@ -39,7 +40,6 @@ from bot.memory.spool import (
     inspect_spool,
     spool_path,
 )
-from bot.memory.storage import MemoryUnavailable, database_failed, outage_number
 from tests.conftest import Figures
 from tests.helpers.bot import start_kioku, stop_kioku
 from tests.helpers.builders import (

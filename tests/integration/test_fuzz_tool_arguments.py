@@ -26,14 +26,14 @@ from hypothesis import strategies as st
 from sqlalchemy import select
 
 from bot.config import Settings
+from bot.conversation.tools.stm import parse_stm_arguments, run_stm_tool
 from bot.db.engine import Database
 from bot.db.models import ShortTermMemory
 from bot.llm.tools.base import ToolArgumentError
-from bot.llm.tools.stm import parse_stm_arguments, run_stm_tool
-from bot.memory.model import Category, GuildConfig
 from bot.memory.sanitize import sanitize_value
 from bot.memory.service import MemoryService
 from bot.memory.turn import TurnState
+from bot.vocabulary.model import Category, GuildConfig
 from tests.helpers.builders import ALICE, BOB, BOT, CHANNEL, GUILD, ManualClock
 from tests.helpers.fuzz import (
     FuzzCounter,

@@ -14,14 +14,14 @@ from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 
 from bot.config import Settings
+from bot.conversation.turn import TurnRequest, TurnRunner
 from bot.db.engine import Database
 from bot.db.models import LongTermMemory, ShortTermMemory, StmEvent
+from bot.db.storage import MemoryUnavailable
 from bot.memory.longterm import FactRefused, LongTermService
-from bot.memory.model import Place, Provenance
 from bot.memory.near_duplicates import is_near_duplicate
-from bot.memory.search_words import SearchWords, query_words
-from bot.memory.storage import MemoryUnavailable
-from bot.turn import TurnRequest, TurnRunner
+from bot.vocabulary.model import Place, Provenance
+from bot.vocabulary.search_words import SearchWords, query_words
 from tests.helpers.builders import (
     ALICE,
     BOB,
@@ -773,7 +773,7 @@ async def test_a_database_outage_is_memory_unavailable_and_stores_nothing(
     ],
 )
 def test_search_terms_add_the_other_number(words: list[str], terms: list[str]) -> None:
-    from bot.memory.search_words import search_terms
+    from bot.vocabulary.search_words import search_terms
 
     assert search_terms(words) == terms
 

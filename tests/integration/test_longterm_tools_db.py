@@ -12,10 +12,7 @@ from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 
 from bot.config import Settings
-from bot.db.engine import Database
-from bot.db.models import LongTermMemory, StmEvent
-from bot.llm.tool_loop import ToolSpec
-from bot.llm.tools.longterm import (
+from bot.conversation.tools.longterm import (
     FORGET_TOOL_NAME,
     LONG_TERM_TOOL_NAMES,
     MAX_REMEMBERS_PER_TURN,
@@ -25,8 +22,11 @@ from bot.llm.tools.longterm import (
     UNAVAILABLE,
     long_term_tools,
 )
+from bot.db.engine import Database
+from bot.db.models import LongTermMemory, StmEvent
+from bot.llm.tool_loop import ToolSpec
 from bot.memory.longterm import LongTermService
-from bot.memory.model import Provenance
+from bot.vocabulary.model import Provenance
 from tests.helpers.builders import ALICE, BOB, GUILD, ManualClock
 from tests.helpers.database import make_test_settings
 from tests.helpers.fake_llm import refused_base_url

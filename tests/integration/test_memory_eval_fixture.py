@@ -30,13 +30,13 @@ from benchmarks.memory_eval import (
     load_fixture,
 )
 from bot.config import Settings
+from bot.conversation.tools.longterm import LONG_TERM_TOOL_NAMES, REMEMBER_TOOL_NAME
+from bot.conversation.tools.stm import STM_TOOL_NAME
+from bot.conversation.turn import load_persona
 from bot.db.engine import Database
-from bot.llm.tools.longterm import LONG_TERM_TOOL_NAMES, REMEMBER_TOOL_NAME
-from bot.llm.tools.stm import STM_TOOL_NAME
 from bot.memory.intent import explicit_long_term_intent
-from bot.memory.model import RawMessage
 from bot.memory.prompt import LONG_TERM_HEADING, VALUE_LIMIT, relative_time
-from bot.turn import load_persona
+from bot.vocabulary.model import RawMessage
 from tests.helpers.builders import ManualClock
 from tests.helpers.database import empty_tables, make_test_settings
 from tests.helpers.fake_llm import ScriptedLLM, openai_client

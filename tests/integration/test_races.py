@@ -13,10 +13,10 @@ from bot.config import Settings
 from bot.db.engine import Database
 from bot.db.models import GuildSettings, ShortTermMemory, StmEvent
 from bot.db.repositories import stm as stm_repo
-from bot.memory.model import ScopeKey
 from bot.memory.service import MemoryService
 from bot.memory.spool import DurableSpool, spool_path
 from bot.memory.turn import REASON_CLEARED
+from bot.vocabulary.model import ScopeKey
 from tests.helpers.builders import (
     ALICE,
     BOB,

@@ -27,11 +27,11 @@ from bot.config import Settings
 from bot.db.engine import Database
 from bot.db.models import LongTermMemory, ShortTermMemory, StmEvent
 from bot.db.repositories import stm as stm_repo
+from bot.db.storage import MemoryUnavailable
 from bot.memory import spool as spool_module
 from bot.memory import spool_replay
 from bot.memory.change import WriteResult
 from bot.memory.longterm import FactRefused, LongTermService
-from bot.memory.model import Category, Provenance, ScopeKey, StmEntry
 from bot.memory.service import MemoryService
 from bot.memory.spool import (
     ALL_REFUSED_RETRIES,
@@ -42,8 +42,8 @@ from bot.memory.spool import (
     inspect_spool,
     spool_path,
 )
-from bot.memory.storage import MemoryUnavailable
 from bot.memory.turn import REASON_CLEARED
+from bot.vocabulary.model import Category, Provenance, ScopeKey, StmEntry
 from tests.helpers.builders import (
     ALICE,
     BOB,

@@ -12,10 +12,9 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 
 from bot.config import Settings
+from bot.conversation.tools.stm import run_stm_tool
 from bot.db.engine import Database
 from bot.db.models import ShortTermMemory, StmEvent
-from bot.llm.tools.stm import run_stm_tool
-from bot.memory.model import Category, ScopeKey
 from bot.memory.service import MemoryService
 from bot.memory.turn import (
     REASON_ALREADY_UPDATED,
@@ -25,6 +24,7 @@ from bot.memory.turn import (
     REASON_STORAGE,
     TurnState,
 )
+from bot.vocabulary.model import Category, ScopeKey
 from tests.helpers.builders import ALICE, BOT, CHANNEL, GUILD, ManualClock, make_service
 from tests.helpers.fake_llm import refused_base_url
 

@@ -15,18 +15,8 @@ from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 
 from bot.config import Settings
-from bot.db.engine import Database
-from bot.db.models import ShortTermMemory, StmEvent
-from bot.llm import providers
-from bot.llm.providers import CHARS_PER_TOKEN, capabilities
-from bot.llm.tool_loop import UNAVAILABLE_MESSAGE
-from bot.memory import summarizer as summarizer_module
-from bot.memory.change import WriteResult
-from bot.memory.model import Category, Marker, RawMessage, ScopeKey, message_hash
-from bot.memory.prompt import VALUE_LIMIT, assemble
-from bot.memory.service import MemoryService
-from bot.memory.spool import DurableSpool, spool_path
-from bot.memory.summarizer import (
+from bot.conversation import summarizer as summarizer_module
+from bot.conversation.summarizer import (
     CATEGORIES_CHANGED_MEANWHILE,
     CHANGED_MEANWHILE,
     CLEARED_MEANWHILE,
@@ -42,15 +32,25 @@ from bot.memory.summarizer import (
     ignored_nudges,
     should_auto_summarize,
 )
-from bot.memory.summary_prompt import (
+from bot.conversation.summary_prompt import (
     CUT_MARK,
     MAX_BATCHES,
     build_messages,
     plan_batches,
     request_chars,
 )
+from bot.conversation.turn import TurnRequest, TurnRunner
+from bot.db.engine import Database
+from bot.db.models import ShortTermMemory, StmEvent
+from bot.llm.tool_loop import UNAVAILABLE_MESSAGE
+from bot.memory.change import WriteResult
+from bot.memory.prompt import VALUE_LIMIT, assemble
+from bot.memory.service import MemoryService
+from bot.memory.spool import DurableSpool, spool_path
 from bot.memory.turn import REASON_CHANGED, TurnState
-from bot.turn import TurnRequest, TurnRunner
+from bot.vocabulary import providers
+from bot.vocabulary.model import Category, Marker, RawMessage, ScopeKey, message_hash
+from bot.vocabulary.providers import CHARS_PER_TOKEN, capabilities
 from tests.helpers.builders import (
     ALICE,
     BOB,

@@ -8,9 +8,9 @@ from pathlib import Path
 from sqlalchemy.engine import URL
 
 from bot.config import Settings
+from bot.conversation.turn import TurnRequest, TurnRunner, context_chars
 from bot.db.engine import Database
-from bot.llm.providers import capabilities
-from bot.turn import TurnRequest, TurnRunner, context_chars
+from bot.vocabulary.providers import capabilities
 from tests.helpers.builders import (
     ALICE,
     BOB,

@@ -3,9 +3,9 @@ after it by others, and never a marker past it."""
 
 from __future__ import annotations
 
-from bot.memory.model import Marker
+from bot.conversation.turn import with_trigger
 from bot.memory.window import answering
-from bot.turn import with_trigger
+from bot.vocabulary.model import Marker
 from tests.helpers.builders import ALICE, BOB, BOT, message
 
 

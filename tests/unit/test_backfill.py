@@ -10,8 +10,8 @@ from types import SimpleNamespace
 
 from bot.cogs.history import is_refresh_marker
 from bot.cogs.refresh import marker_text
-from bot.memory.model import RawMessage
 from bot.memory.window import WindowCache
+from bot.vocabulary.model import RawMessage
 
 CHANNEL = 42
 

@@ -12,7 +12,7 @@ from datetime import timedelta
 import pytest
 
 from bot.memory.cache import StmCache
-from bot.memory.model import ScopeKey, StmEntry
+from bot.vocabulary.model import ScopeKey, StmEntry
 from tests.helpers.builders import ALICE, BOB, CHANNEL, GUILD, OTHER_CHANNEL, ManualClock
 
 TTL_SUMMARY_HOURS = 24

@@ -15,7 +15,7 @@ from bot.memory.categories import (
     parse_category_lines,
     slugify,
 )
-from bot.memory.model import Category
+from bot.vocabulary.model import Category
 
 SLUG_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 

@@ -14,7 +14,7 @@ from bot.memory.change import (
     sanitized_change,
     write_shape,
 )
-from bot.memory.model import Category, GuildConfig, Marker, Provenance, ScopeKey, StmEntry
+from bot.vocabulary.model import Category, GuildConfig, Marker, Provenance, ScopeKey, StmEntry
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 SUMMARY_MODE = GuildConfig(guild_id=1)

@@ -28,8 +28,8 @@ KIOKU_TOML = ROOT / "config" / "kioku.toml"
 
 # Variables read straight from os.environ rather than through Settings.
 PROCESS_ONLY = {
-    "KIOKU_CONFIG": "bot/config.py",
-    "KIOKU_ENV_FILE": "bot/config.py",
+    "KIOKU_CONFIG": "bot/config/files.py",
+    "KIOKU_ENV_FILE": "bot/config/files.py",
     "KIOKU_MIGRATIONS_DIR": "bot/db/migrate.py",
 }
 SECRETS = {"DISCORD_TOKEN", "OPENAI_API_KEY"}

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from bot.llm.providers import CHARS_PER_TOKEN, prompt_chars
-from bot.memory.prompt import AssembledPrompt
-from bot.turn import (
+from bot.conversation.turn import (
     TOOL_SCHEMA_TOKENS,
     TurnRequest,
     context_chars,
@@ -14,6 +12,8 @@ from bot.turn import (
     fit_notes,
     render_persona,
 )
+from bot.memory.prompt import AssembledPrompt
+from bot.vocabulary.providers import CHARS_PER_TOKEN, prompt_chars
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 

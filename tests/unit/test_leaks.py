@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from bot.conversation.tools.stm import STM_TOOL_NAME
 from bot.llm.leaks import strip_leaked_tool_syntax
-from bot.llm.tools.stm import STM_TOOL_NAME
 
 CALL = '{"name": "update_short_term_memory", "arguments": {"summary": "likes tea"}}'
 

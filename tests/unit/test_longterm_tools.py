@@ -9,8 +9,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from bot.llm.tools.base import ToolArgumentError
-from bot.llm.tools.longterm import (
+from bot.conversation.tools.longterm import (
     FORGET_TOOL_NAME,
     RECALL_TOOL_NAME,
     REMEMBER_TOOL_NAME,
@@ -22,8 +21,9 @@ from bot.llm.tools.longterm import (
     recall_definition,
     remember_definition,
 )
-from bot.memory.model import Fact
+from bot.llm.tools.base import ToolArgumentError
 from bot.memory.near_duplicates import is_near_duplicate
+from bot.vocabulary.model import Fact
 
 # ------------------------------------------------------------------ definitions
 

@@ -9,11 +9,15 @@ from types import ModuleType
 
 import pytest
 
+import bot.conversation
 import bot.llm
 import bot.memory
+import bot.vocabulary
 
 
-@pytest.mark.parametrize("package", [bot.memory, bot.llm], ids=lambda p: p.__name__)
+@pytest.mark.parametrize(
+    "package", [bot.memory, bot.llm, bot.conversation, bot.vocabulary], ids=lambda p: p.__name__
+)
 def test_the_package_docstring_maps_every_module(package: ModuleType) -> None:
     folder = Path(package.__file__ or "").parent
     modules = {p.stem for p in folder.glob("*.py") if p.stem != "__init__"}

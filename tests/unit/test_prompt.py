@@ -12,15 +12,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bot.memory.model import (
-    Category,
-    GuildConfig,
-    Marker,
-    RawMessage,
-    RenderMode,
-    ScopeKey,
-    StmEntry,
-)
 from bot.memory.prompt import (
     AssembledPrompt,
     OtherChannel,
@@ -28,6 +19,15 @@ from bot.memory.prompt import (
     assemble,
     relative_time,
     render_memory_text,
+)
+from bot.vocabulary.model import (
+    Category,
+    GuildConfig,
+    Marker,
+    RawMessage,
+    RenderMode,
+    ScopeKey,
+    StmEntry,
 )
 
 NOW = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)

@@ -14,8 +14,7 @@ import regex
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import bot.memory.redaction as redaction_module
-from bot.memory.redaction import redact_leaves, redact_secrets, redaction_kinds
+import bot.vocabulary.redaction as redaction_module
 from bot.memory.sanitize import (
     MAX_VALUE_CHARS,
     PROMPT_PLACEHOLDERS,
@@ -24,6 +23,7 @@ from bot.memory.sanitize import (
     strip_unknown_placeholders,
     truncate_graphemes,
 )
+from bot.vocabulary.redaction import redact_leaves, redact_secrets, redaction_kinds
 from tests.helpers.fuzz import memory_value_problems
 
 # Characters that must never survive sanitizing (\t and \n are allowed).
@@ -1045,7 +1045,7 @@ _LINEAR_PROBE = textwrap.dedent(
     """
     import sys
     sys.path.insert(0, {root!r})
-    from bot.memory.redaction import redact_secrets
+    from bot.vocabulary.redaction import redact_secrets
     from bot.memory.sanitize import strip_control_chars, strip_unknown_placeholders
     MB = 1_000_000
     text = {expression}

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bot.llm.tools import stm
-from bot.llm.tools.stm import (
+from bot.conversation.tools import stm
+from bot.conversation.tools.stm import (
     DEFAULT_TOOL_DESCRIPTION,
     STM_TOOL_NAME,
     StmUpdate,
@@ -18,7 +18,7 @@ from bot.llm.tools.stm import (
     parse_stm_arguments,
     stm_tool_definition,
 )
-from bot.memory.model import Category, GuildConfig
+from bot.vocabulary.model import Category, GuildConfig
 
 SUMMARY = GuildConfig(guild_id=1)
 SINGLE_SUMMARY_CATEGORY = GuildConfig(

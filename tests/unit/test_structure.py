@@ -36,7 +36,9 @@ def test_core_layers_import_nothing_from_discord(layer: str) -> None:
 def test_memory_core_does_not_reach_into_cogs_or_the_app() -> None:
     for path in (ROOT / "memory").rglob("*.py"):
         modules = imported_modules(path)
-        assert not any(m.startswith(("bot.cogs", "bot.app", "bot.turn")) for m in modules), path
+        assert not any(
+            m.startswith(("bot.cogs", "bot.app", "bot.conversation.turn")) for m in modules
+        ), path
 
 
 async def test_no_two_commands_share_a_name(tmp_path: Path) -> None:

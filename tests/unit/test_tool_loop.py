@@ -19,15 +19,11 @@ from sqlalchemy import func, select
 from sqlalchemy.engine import URL
 
 from bot.config import LlmSettings
+from bot.conversation.tools.longterm import LONG_TERM_TOOL_NAMES
+from bot.conversation.tools.stm import STM_TOOL_NAME
+from bot.conversation.turn import TurnRequest, TurnRunner
 from bot.db.engine import Database
 from bot.db.models import LongTermMemory, ShortTermMemory
-from bot.llm.providers import (
-    GENERIC,
-    MIN_STM_CONTEXT_TOKENS,
-    PROVIDERS,
-    ProviderCaps,
-    capabilities,
-)
 from bot.llm.tool_loop import (
     CONFIGURATION_MESSAGE,
     FALLBACK_REPLY,
@@ -40,10 +36,14 @@ from bot.llm.tool_loop import (
     run_tool_loop,
 )
 from bot.llm.tools.base import ToolOutcome
-from bot.llm.tools.longterm import LONG_TERM_TOOL_NAMES
-from bot.llm.tools.stm import STM_TOOL_NAME
 from bot.memory.turn import REASON_PROVIDER
-from bot.turn import TurnRequest, TurnRunner
+from bot.vocabulary.providers import (
+    GENERIC,
+    MIN_STM_CONTEXT_TOKENS,
+    PROVIDERS,
+    ProviderCaps,
+    capabilities,
+)
 from tests.helpers.builders import (
     ALICE,
     BOT,
@@ -1064,7 +1064,7 @@ async def test_a_tool_calling_provider_excluded_from_stm_hides_only_the_stm_tool
     )
     # The shipped table has no such entry (every tool-calling provider there allows STM).
     assert not any(c.tool_calling and not c.stm_allowed for c in PROVIDERS.values())
-    monkeypatch.setattr("bot.turn.capabilities", lambda name: small)
+    monkeypatch.setattr("bot.conversation.turn.capabilities", lambda name: small)
     settings = make_test_settings(
         pg_url, tmp_path, model="test-model", llm={"max_retries": 0, "timeout_seconds": 5}
     )

@@ -2,7 +2,7 @@
 
 Every function takes an ``AsyncSession`` and leaves transaction control to the caller.
 User text never reaches SQL as SQL: full-text queries are built from plain words (see
-:func:`bot.memory.search_words.query_words`, which also decides what a search looks
+:func:`bot.vocabulary.search_words.query_words`, which also decides what a search looks
 for) and always sent as bound parameters; substring patterns escape ``%``, ``_`` and
 ``\\``.
 
@@ -47,8 +47,8 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from bot.db.models import LongTermMemory, StmEvent
-from bot.memory.model import Fact, FactEvent, Place, Provenance, ScoredFact
-from bot.memory.search_words import SearchWords, WordGroup
+from bot.vocabulary.model import Fact, FactEvent, Place, Provenance, ScoredFact
+from bot.vocabulary.search_words import SearchWords, WordGroup
 
 # The ``simple`` configuration: no stemming and no stop words, so every language is
 # indexed the same way (it is also what the generated ``content_tsv`` column uses).
@@ -375,7 +375,7 @@ async def search(
     """The user's facts visible here (in scope, and none of the ``hidden`` ids), most
     relevant first.
 
-    ``words`` is what :class:`~bot.memory.search_words.SearchWords` made of the query.
+    ``words`` is what :class:`~bot.vocabulary.search_words.SearchWords` made of the query.
     A fact holding more of the query's words (``words.groups``, a word in either number)
     comes first: one that holds every word is never outranked by a newer one holding
     some. Among facts holding as many, relevance is full-text: the words and their other

@@ -45,7 +45,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from bot.db import driver
 from bot.db.driver import DriverStatement
 from bot.db.models import ShortTermMemory, StmClear, StmEvent, StmForget
-from bot.memory.model import AuditEvent, Marker, Provenance, ScopeKey, StmEntry
+from bot.vocabulary.model import AuditEvent, Marker, Provenance, ScopeKey, StmEntry
 
 ZERO: ColumnElement[int] = literal_column("0")
 # The conflict target must repeat the unique index's expressions exactly.

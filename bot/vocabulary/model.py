@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Literal, NamedTuple
 
-from bot.memory.redaction import redact_secrets
+from bot.vocabulary.redaction import redact_secrets
 
 ScopeKind = Literal["server", "user"]
 Origin = Literal["model_tool", "summarizer", "admin", "user_command", "import"]

@@ -3,7 +3,7 @@ prompt of one call (the seed's template, after a system message for summary or c
 mode), the parsing of its answer, and the split of a run's new messages into batches.
 
 These are pure functions of their arguments (no model, no storage, no clock), kept apart
-from the run in :mod:`bot.memory.summarizer` (one at a time per channel, the model call,
+from the run in :mod:`bot.conversation.summarizer` (one at a time per channel, the model call,
 the write through the memory service) so that the prompt, the parsing and the plan can be
 read and checked without a run. The rules they serve (batching, the context budget, all or
 nothing) are described there. Nothing here imports Discord.
@@ -17,9 +17,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from bot.memory.gather import gather_new_messages
-from bot.memory.model import GuildConfig, RawMessage
 from bot.memory.prompt import VALUE_LIMIT
 from bot.memory.sanitize import truncate_graphemes
+from bot.vocabulary.model import GuildConfig, RawMessage
 
 __all__ = [
     "CUT_MARK",
@@ -34,7 +34,7 @@ __all__ = [
 ]
 
 MAX_BATCHES = 5
-"""Batches (each one model call) one run may read; see :mod:`bot.memory.summarizer`."""
+"""Batches (each one model call) one run may read; see :mod:`bot.conversation.summarizer`."""
 
 CUT_MARK = " […]"
 """Ends a message cut to fit the context, so the model knows it did not see all of it."""

@@ -15,14 +15,14 @@ the end, with the marker on the last message read. (A later batch that no longer
 because the JSON of the categories grew, reads only the messages that fit whole; the run
 stops there and the rest stay new for the next one.) So 30 short new messages
 with the defaults take two calls (20 + 10) and the marker lands on the 30th. At most
-:data:`~bot.memory.summary_prompt.MAX_BATCHES` calls are made per run: new messages that
+:data:`~bot.conversation.summary_prompt.MAX_BATCHES` calls are made per run: new messages that
 do not fit in that many batches are not read, the oldest first (the gatherer's own rule:
 the newest are read); the outcome counts them as ``skipped``. The batches are planned, and
-each call's prompt built and its answer parsed, in :mod:`bot.memory.summary_prompt`.
+each call's prompt built and its answer parsed, in :mod:`bot.conversation.summary_prompt`.
 
 **Context.** Every request fits the provider's context (``context_tokens`` of
-:func:`bot.llm.providers.capabilities`, at :data:`~bot.llm.providers.CHARS_PER_TOKEN`
-characters a token, the chat turn's estimate: :func:`~bot.llm.providers.prompt_chars`):
+:func:`bot.vocabulary.providers.capabilities`, at :data:`~bot.vocabulary.providers.CHARS_PER_TOKEN`
+characters a token, the chat turn's estimate: :func:`~bot.vocabulary.providers.prompt_chars`):
 the answer may use at most a third of it (:data:`REPLY_SHARE`), the instructions and the
 memory come next, and the new messages get what is left. A single message longer than
 that room is cut (marked ``[…]``), not sent whole. Between batches the running memory is
@@ -54,24 +54,24 @@ from typing import Any, Literal
 import openai
 
 from bot.config import Settings
-from bot.llm.client import RequestObserver
-from bot.llm.providers import ProviderCaps, capabilities, prompt_chars
-from bot.llm.tool_loop import UNAVAILABLE_MESSAGE, LlmUnavailable, LoopResult, run_tool_loop
-from bot.memory.change import REASON_CATEGORIES_CHANGED
-from bot.memory.gather import messages_after_marker
-from bot.memory.model import GuildConfig, Marker, RawMessage, StmEntry
-from bot.memory.prompt import VALUE_LIMIT, render_memory_text
-from bot.memory.sanitize import sanitize_value
-from bot.memory.service import MemoryService
-from bot.memory.storage import MemoryUnavailable
-from bot.memory.summary_prompt import (
+from bot.conversation.summary_prompt import (
     build_messages,
     fitting,
     parse_categories,
     plan_batches,
     request_chars,
 )
+from bot.db.storage import MemoryUnavailable
+from bot.llm.client import RequestObserver
+from bot.llm.tool_loop import UNAVAILABLE_MESSAGE, LlmUnavailable, LoopResult, run_tool_loop
+from bot.memory.change import REASON_CATEGORIES_CHANGED
+from bot.memory.gather import messages_after_marker
+from bot.memory.prompt import VALUE_LIMIT, render_memory_text
+from bot.memory.sanitize import sanitize_value
+from bot.memory.service import MemoryService
 from bot.memory.turn import REASON_CHANGED, REASON_CLEARED, REASON_DISABLED, TurnState
+from bot.vocabulary.model import GuildConfig, Marker, RawMessage, StmEntry
+from bot.vocabulary.providers import ProviderCaps, capabilities, prompt_chars
 
 __all__ = [
     "REPLY_SHARE",

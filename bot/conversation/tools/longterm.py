@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
+from bot.db.storage import MemoryUnavailable
 from bot.llm.tool_loop import ToolSpec
 from bot.llm.tools.arguments import (
     json_type,
@@ -27,8 +28,7 @@ from bot.llm.tools.arguments import (
 from bot.llm.tools.base import ToolArgumentError, ToolOutcome
 from bot.memory.fact_visibility import ChannelFilter, ChannelView, visible_here
 from bot.memory.longterm import SEARCH_LIMIT, FactRefused, LongTermService
-from bot.memory.model import Fact, Place, Provenance
-from bot.memory.storage import MemoryUnavailable
+from bot.vocabulary.model import Fact, Place, Provenance
 
 REMEMBER_TOOL_NAME = "remember"
 RECALL_TOOL_NAME = "recall"

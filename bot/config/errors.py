@@ -4,10 +4,6 @@ redacted, URLs without their credentials or query values), what is allowed.
 
 Pydantic's own ``ValidationError`` names model classes and internal locations; the
 operator wrote a TOML key or an environment variable, and is told about that.
-
-The models' fields say what is allowed, and the settings' sources where an unknown key
-came from: both are read from :mod:`bot.config` when a line is written, not when this
-module is imported, because ``load_settings`` there imports this module.
 """
 
 from __future__ import annotations
@@ -23,10 +19,16 @@ from typing import Any, Literal
 import annotated_types
 from pydantic import AliasChoices, BaseModel, ValidationError
 from pydantic.fields import FieldInfo
-from pydantic_core import PydanticCustomError
 
-from bot.memory.redaction import redact_leaves
+from bot.config.files import config_file_path, env_file_path, env_file_values
+from bot.config.settings import (
+    COMBINATION_ERROR,
+    SECTIONS,
+    Settings,
+    value_origin,
+)
 from bot.urls import without_credentials
+from bot.vocabulary.redaction import redact_leaves
 
 _TOP_LEVEL_ENV = {
     "discord_token": "DISCORD_TOKEN",
@@ -43,7 +45,6 @@ _SECRET_KEYS = {"discord_token", "openai_api_key"}
 
 def format_validation_error(exc: ValidationError) -> str:
     """One line per bad key: the key and where it was set, the value, what is allowed."""
-    from bot.config import SECTIONS
 
     lines = []
     for error in exc.errors():
@@ -97,7 +98,6 @@ def _setting(
     in the environment or in the ``.env`` file (``KIOKU_X in <path>``), else the TOML file
     (``key = value (in <path>)``); a variable that is not set is never named, the operator
     would look for it in vain. ``unset`` stands for a value no source gave (a default)."""
-    from bot.config import config_file_path, env_file_path, env_file_values, value_origin
 
     key = _key(loc)
     of = f"item {item + 1} of " if item is not None else ""
@@ -127,7 +127,6 @@ def _set_variable(loc: list[str], values: Mapping[str, str | None]) -> str:
 
 
 def _unknown_key_line(loc: list[str]) -> str:
-    from bot.config import SECTIONS, Settings, config_file_path
 
     known = [
         f"{name}.{inner}" if inner else name
@@ -151,7 +150,6 @@ def _section_variable(loc: list[str]) -> str | None:
     """``KIOKU_STM (the environment)`` when the unknown key came from a whole section set
     as JSON (``KIOKU_STM={…}``), in the environment or the ``.env`` file; ``None`` when
     it came from the TOML file (sections are merged, so the key is looked for)."""
-    from bot.config import SECTIONS, env_file_path, env_file_values
 
     if len(loc) < 2 or loc[0] not in SECTIONS:
         return None
@@ -170,27 +168,6 @@ def _section_variable(loc: list[str]) -> str | None:
         if isinstance(section, dict) and loc[1] in section:
             return f"{variable} ({where})"
     return None
-
-
-COMBINATION_ERROR = "settings_combination"
-
-
-def combination_error(
-    smaller: str, smaller_value: Any, larger: str, larger_value: Any, larger_as: str = ""
-) -> PydanticCustomError:
-    """Two values fine alone but not together (see :func:`_combination_line`); ``larger_as``
-    restates the larger value in the smaller one's unit when they differ."""
-    return PydanticCustomError(
-        COMBINATION_ERROR,
-        "{smaller} must not exceed {larger}",
-        {
-            "smaller": smaller,
-            "larger": larger,
-            "smaller_value": smaller_value,
-            "larger_value": larger_value,
-            "larger_as": larger_as,
-        },
-    )
 
 
 def _combination_line(section: list[str], ctx: dict[str, Any]) -> str:
@@ -217,7 +194,6 @@ def not_json_line(exc: Exception) -> str:
     """The line for a list or section variable that is not JSON (pydantic-settings' own
     error names neither the variable nor what it must be), in the environment or, as
     its error says, in the ``.env`` file."""
-    from bot.config import env_file_path, env_file_values
 
     found = _NOT_JSON.search(str(exc))
     field = found.group("field") if found else "?"
@@ -264,7 +240,6 @@ def _masked(value: Any) -> Any:
 
 def _allowed_for(loc: list[str]) -> str | None:
     """Describe the allowed values of the field at ``loc`` from its type and constraints."""
-    from bot.config import Settings
 
     model: type[BaseModel] = Settings
     field: FieldInfo | None = None

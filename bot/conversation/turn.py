@@ -22,28 +22,28 @@ import openai
 from cachetools import TTLCache
 
 from bot.config import Settings
-from bot.llm.providers import capabilities, prompt_chars
-from bot.llm.tool_loop import FALLBACK_REPLY, LlmUnavailable, ToolSpec, run_tool_loop
-from bot.llm.tools.base import ToolOutcome
-from bot.llm.tools.longterm import LONG_TERM_TOOL_NAMES, long_term_tools
-from bot.llm.tools.stm import STM_TOOL_NAME, run_stm_tool, stm_tool_definition
-from bot.memory.fact_visibility import ChannelFilter
-from bot.memory.intent import explicit_long_term_intent
-from bot.memory.longterm import LongTermService
-from bot.memory.model import RawMessage
-from bot.memory.prompt import AssembledPrompt, assemble
-from bot.memory.sanitize import strip_control_chars
-from bot.memory.service import LabelFor, MemoryService
-from bot.memory.singleflight import finish_or_cancel
-from bot.memory.storage import MemoryUnavailable
-from bot.memory.summarizer import (
+from bot.conversation.summarizer import (
     Summarizer,
     SummaryOutcome,
     auto_summarize_reason,
     ignored_nudges,
 )
+from bot.conversation.tools.longterm import LONG_TERM_TOOL_NAMES, long_term_tools
+from bot.conversation.tools.stm import STM_TOOL_NAME, run_stm_tool, stm_tool_definition
+from bot.db.storage import MemoryUnavailable
+from bot.llm.tool_loop import FALLBACK_REPLY, LlmUnavailable, ToolSpec, run_tool_loop
+from bot.llm.tools.base import ToolOutcome
+from bot.memory.fact_visibility import ChannelFilter
+from bot.memory.intent import explicit_long_term_intent
+from bot.memory.longterm import LongTermService
+from bot.memory.prompt import AssembledPrompt, assemble
+from bot.memory.sanitize import strip_control_chars
+from bot.memory.service import LabelFor, MemoryService
+from bot.memory.singleflight import finish_or_cancel
 from bot.memory.turn import TurnState
 from bot.metrics import Metrics, TurnOutcome
+from bot.vocabulary.model import RawMessage
+from bot.vocabulary.providers import capabilities, prompt_chars
 
 log = logging.getLogger(__name__)
 

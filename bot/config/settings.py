@@ -1,37 +1,26 @@
-"""Settings: one typed object, environment over ``config/kioku.toml``.
-
-Secrets and the operator's well-known variables keep their conventional names
-(``DISCORD_TOKEN``, ``DATABASE_URL``, ``OPENAI_API_KEY``, ``OPENAI_BASE_URL``); every other
-setting is ``KIOKU_<NAME>`` or, inside a section, ``KIOKU_<SECTION>__<NAME>``.
-A bad value stops start-up with one line per key naming the key, the value and what
-is allowed (see :mod:`bot.config_errors`).
-"""
+"""The settings model: sections, their limits, and the sources they are read from."""
 
 from __future__ import annotations
 
 import difflib
-import errno
-import io
 import os
 import typing
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal, Self
 
-from dotenv import dotenv_values
-from dotenv.parser import Binding, parse_stream
 from pydantic import (
     AliasChoices,
     BaseModel,
     ConfigDict,
     Field,
     SecretStr,
-    ValidationError,
     ValidationInfo,
     field_validator,
     model_validator,
 )
 from pydantic.fields import FieldInfo
+from pydantic_core import PydanticCustomError
 from pydantic_settings import (
     BaseSettings,
     DotEnvSettingsSource,
@@ -40,21 +29,23 @@ from pydantic_settings import (
     SettingsConfigDict,
     TomlConfigSettingsSource,
 )
-from pydantic_settings import (
-    SettingsError as PydanticSettingsError,
-)
 
-from bot.config_errors import combination_error, format_validation_error, not_json_line
-from bot.llm.providers import capabilities, provider_problem
+from bot.config.files import (
+    DEFAULT_PERSONA_FILE,
+    PROCESS_ONLY_VARIABLES,
+    SettingsError,
+    config_file_path,
+    env_file_error,
+    env_file_path,
+    env_file_values,
+)
 from bot.urls import OPENAI_DEFAULT_BASE_URL, async_database_url, openai_base_url
+from bot.vocabulary.providers import capabilities, provider_problem
 
 RenderMode = Literal["crude_summary", "supersede"]
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
 # "auto": the provider capability table decides; "on" / "off" override it.
 StrictRoles = Literal["auto", "on", "off"]
-
-DEFAULT_CONFIG_FILE = Path("config/kioku.toml")
-DEFAULT_PERSONA_FILE = Path("config/persona.md")
 
 
 class Section(BaseModel):
@@ -380,48 +371,6 @@ class _BlankPathsUnset(PydanticBaseSettingsSource):
         }
 
 
-def env_file_path() -> Path:
-    """The ``.env`` file read: ``KIOKU_ENV_FILE`` or ``.env``."""
-    return Path(os.environ.get("KIOKU_ENV_FILE", ".env"))
-
-
-def env_file_error(path: Path, exc: OSError | UnicodeDecodeError) -> SettingsError:
-    """The ``.env`` file cannot be read: one line naming it (not the TOML file, which the
-    decoding error would otherwise be blamed on, being a ``ValueError`` like its own)."""
-    if isinstance(exc, UnicodeDecodeError):
-        why = f"it is not UTF-8 text (byte {exc.start}): save it as UTF-8"
-    else:
-        why = exc.strerror or str(exc)
-    named = " (KIOKU_ENV_FILE)" if "KIOKU_ENV_FILE" in os.environ else ""
-    return SettingsError(f"cannot read the .env file {path}{named}: {why}")
-
-
-def env_file_line_error(path: Path, binding: Binding) -> SettingsError:
-    """A line python-dotenv cannot parse (it would skip it, warning without the file's
-    name): one line naming the file and the line, not its text, which may hold a secret."""
-    statement = binding.original.string
-    # The statement starts with the blank lines before it; its line is the first non-blank.
-    line = binding.original.line + statement[: len(statement) - len(statement.lstrip())].count("\n")
-    named = " (KIOKU_ENV_FILE)" if "KIOKU_ENV_FILE" in os.environ else ""
-    return SettingsError(
-        f"cannot parse line {line} of {path}{named}: "
-        "expected NAME=value, a # comment or a blank line"
-    )
-
-
-def config_file_path() -> Path:
-    """The TOML file read: ``KIOKU_CONFIG`` or ``config/kioku.toml``."""
-    chosen = os.environ.get("KIOKU_CONFIG")
-    return Path(chosen) if chosen else DEFAULT_CONFIG_FILE
-
-
-class SettingsError(Exception):
-    """Raised with an operator-readable, one-line-per-key message."""
-
-
-# Read straight from the process environment (before the settings exist), not fields.
-PROCESS_ONLY_VARIABLES = ("KIOKU_CONFIG", "KIOKU_ENV_FILE", "KIOKU_MIGRATIONS_DIR")
-
 _CONVENTIONAL = ("DISCORD_TOKEN", "DATABASE_URL", "OPENAI_API_KEY", "OPENAI_BASE_URL")
 # The settings' sections ([stm], [llm], ...), from the model: a new one is known at once.
 SECTIONS = tuple(
@@ -464,42 +413,22 @@ def unknown_variables(names: Iterable[str], where: str) -> list[str]:
     return lines
 
 
-def env_file_values() -> dict[str, str | None]:
-    """The ``.env`` file's variables (none when it is absent); :class:`SettingsError` when
-    it cannot be read or a line of it cannot be parsed."""
-    path = env_file_path()
-    if not path.is_file():
-        if path.is_dir():
-            # A folder named by mistake (the .env file's own) would be skipped like an
-            # absent file: its DISCORD_TOKEN "not set", with no word of why.
-            raise env_file_error(
-                path, IsADirectoryError(errno.EISDIR, "it is a folder, not a file")
-            )
-        return {}
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise env_file_error(path, exc) from None
-    for binding in parse_stream(io.StringIO(text)):
-        if binding.error:
-            raise env_file_line_error(path, binding)
-    return dotenv_values(stream=io.StringIO(text))
+COMBINATION_ERROR = "settings_combination"
 
 
-def load_settings(**overrides: Any) -> Settings:
-    """Build the settings; raise :class:`SettingsError` with readable lines on bad values."""
-    problems = unknown_variables(os.environ, "the environment") + unknown_variables(
-        env_file_values(), str(env_file_path())
+def combination_error(
+    smaller: str, smaller_value: Any, larger: str, larger_value: Any, larger_as: str = ""
+) -> PydanticCustomError:
+    """Two values fine alone but not together (see :func:`_combination_line`); ``larger_as``
+    restates the larger value in the smaller one's unit when they differ."""
+    return PydanticCustomError(
+        COMBINATION_ERROR,
+        "{smaller} must not exceed {larger}",
+        {
+            "smaller": smaller,
+            "larger": larger,
+            "smaller_value": smaller_value,
+            "larger_value": larger_value,
+            "larger_as": larger_as,
+        },
     )
-    if problems:
-        raise SettingsError("\n".join(problems))
-    try:
-        return Settings(**overrides)
-    except ValidationError as exc:
-        raise SettingsError(format_validation_error(exc)) from None
-    except PydanticSettingsError as exc:  # a list or section variable that is not JSON
-        raise SettingsError(not_json_line(exc)) from None
-    except (OSError, ValueError) as exc:  # unreadable or malformed TOML file
-        raise SettingsError(
-            f"cannot read the configuration file {config_file_path()}: {exc}"
-        ) from None

@@ -1,0 +1,1 @@
+"""The tools the model may call, implemented over the memory services."""
