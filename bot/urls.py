@@ -1,10 +1,7 @@
-"""The URLs the operator gives, the database's (``DATABASE_URL``) and the LLM endpoint's
-(``OPENAI_BASE_URL``): checked and normalised, and any URL's credentials masked for display.
+"""``DATABASE_URL`` and ``OPENAI_BASE_URL``: checked, normalised, and masked for display.
 
-A bad URL is refused when the settings are read, by name, not at the first connection or
-request. Each check raises ``ValueError`` worded to follow the setting's name, which the
-settings' validators (:mod:`bot.config`) turn into one line: so nothing here reads the
-settings, and the models can call it.
+Checks raise ``ValueError`` worded to follow the setting's name; the settings' validators
+turn it into one line, so nothing here reads the settings.
 """
 
 from __future__ import annotations
@@ -22,10 +19,10 @@ _BASE_URL_ALLOWED = (
 
 
 def openai_base_url(raw: str) -> str:
-    """Check an ``OPENAI_BASE_URL`` and return it without a trailing ``/`` on its path;
-    raise ``ValueError`` saying what is wrong. Checked here, as a URL, because the HTTP
-    library only refuses a bad one (no host, a port out of range) at the first call. A
-    query (``?api-version=…``) is kept: the client sends it with every request."""
+    """Check an ``OPENAI_BASE_URL`` and return it without a trailing ``/``.
+
+    The HTTP library would only refuse a bad one at the first call; a query
+    (``?api-version=…``) is kept, as the client sends it with every request."""
     if any(char.isspace() for char in raw):
         problem = "contains a space"
     else:

@@ -1,11 +1,8 @@
 """How far this machine's clock is from the database's.
 
-A ``/refresh`` or ``/forget-me`` is stored with the time of the process that ran it, and
-a turn's write is refused when such a time is later than the turn's start by the clock
-of the writing process (``stm_clears``, ``stm_forgets``; see docs/scaling.md, Limits).
-Across machines that holds only while their clocks agree, so ``kioku doctor`` shows the
-offset against PostgreSQL's clock (the one reference every process shares) and
-``kioku run`` warns at start-up when it is too large.
+Wipe times (``stm_clears``, ``stm_forgets``) are compared with turn starts across
+processes, which holds only while their clocks agree: doctor shows the offset, and
+``kioku run`` warns when it is too large.
 """
 
 from __future__ import annotations

@@ -1,13 +1,7 @@
-"""Statements run by asyncpg itself, inside a transaction SQLAlchemy manages.
+"""The STM write path's statements, compiled once and run on the session's asyncpg connection.
 
-Every STM update runs the same few statements (the clear and forget times, the upsert,
-its audit events, its notice). Through SQLAlchemy's execution path (the greenlet hop,
-the compiled-cache lookup, parameter processing, result wrapping) each costs about three
-times what asyncpg needs for it, and on this path that was most of the bot's CPU per
-update (see docs/scaling.md). So these statements are still written as SQLAlchemy
-constructs (names checked against the models), compiled once for asyncpg here, and run
-on the asyncpg connection of the session's own transaction: commit, rollback, pooling
-and invalidation stay SQLAlchemy's.
+Through SQLAlchemy's execution path each cost about three times asyncpg's own, most of
+the bot's CPU per update (docs/scaling.md); transactions and pooling stay SQLAlchemy's.
 """
 
 from __future__ import annotations

@@ -1,17 +1,8 @@
 """Long-term memory rows (``long_term_memories``) and their audit events.
 
-Every function takes an ``AsyncSession`` and leaves transaction control to the caller.
-User text never reaches SQL as SQL: full-text queries are built from plain words (see
-:func:`bot.vocabulary.search_words.query_words`, which also decides what a search looks
-for) and always sent as bound parameters; substring patterns escape ``%``, ``_`` and
-``\\``.
-
-Scoping (who sees which fact where) is decided by :func:`scope_filter`:
-
-* in a server, only the facts made in that server;
-* in a DM, the facts made in DMs, plus every server's facts when the user opted in to
-  cross-context memory. Facts made in DMs never appear in a server (they are more
-  private than any server channel).
+Functions take an ``AsyncSession``; the caller controls the transaction. User text only
+ever reaches SQL as bound parameters. Scope (:func:`scope_filter`): in a server, that
+server's facts; in a DM, DM facts plus every server's when the user opted in.
 """
 
 from __future__ import annotations
@@ -372,28 +363,14 @@ async def search(
     whole_words: bool = False,
     hidden: Collection[int] = (),
 ) -> list[ScoredFact]:
-    """The user's facts visible here (in scope, and none of the ``hidden`` ids), most
-    relevant first.
+    """The user's facts visible here, most relevant first (not ``hidden``).
 
-    ``words`` is what :class:`~bot.vocabulary.search_words.SearchWords` made of the query.
-    A fact holding more of the query's words (``words.groups``, a word in either number)
-    comes first: one that holds every word is never outranked by a newer one holding
-    some. Among facts holding as many, relevance is full-text: the words and their other
-    number (``words.terms``) are OR-ed into one ``websearch_to_tsquery`` (they are plain
-    words) and ranked with ``ts_rank``; a recency term (halving every
-    :data:`RECENCY_HALF_DAYS` days) orders facts of similar rank.
-
-    Words in another script than Latin (:attr:`WordGroup.substrings`) also match as
-    substrings (``ILIKE``), since scripts written without spaces have no word boundaries the
-    parser knows ("猫" in "私の猫の名前はミソです"); with ``whole_words`` a Latin word
-    also matches as a whole word of the text (a regular expression per word, too slow
-    for every turn's recall), since the parser keeps an email, a host name, a decimal or
-    a date as one token ("ann" in "ann@example.com"). Such a match that full-text search
-    missed ranks :data:`SUBSTRING_RANK` times the share of words found. A Latin word
-    matches whole words only ("cat" never finds "catering").
-
-    Facts matching no word come after every match, newest first, unless
-    ``matched_only``; with ``all_words`` only the facts holding every word are returned.
+    Ranking: facts holding more of the query's word groups first; then ``ts_rank`` of
+    the OR-ed ``websearch_to_tsquery`` with a recency term (halving every
+    :data:`RECENCY_HALF_DAYS`). Non-Latin words also match as substrings (such scripts
+    have no word boundaries); ``whole_words`` adds a per-word regex so "ann" finds
+    "ann@example.com" (too slow for every turn's recall). Non-matching facts follow,
+    newest first, unless ``matched_only``; ``all_words`` keeps only full matches.
     """
     age_days = func.greatest(
         func.extract("epoch", literal(now, DateTime(timezone=True)) - LongTermMemory.updated_at)
