@@ -1,8 +1,8 @@
 """Remove tool calls and reasoning that some models write into their reply text.
 
 A marker opens or closes a call or a reasoning block (``<tool_call>``, ``[TOOL_CALLS]``,
-``<think>``…). Code, and a marker used as a word in a sentence, are the model showing the
-syntax on purpose: they stay.
+``<think>``…). Code is the model showing syntax on purpose, and a marker used as a word in a
+sentence is prose about it: both stay.
 """
 
 from __future__ import annotations

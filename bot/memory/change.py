@@ -86,7 +86,7 @@ def apply_change(
                 entry.categories[slug] = value
             else:
                 entry.categories.pop(slug, None)
-        # Values of categories an admin removed or renamed: the model can no longer see them.
+        # Drop values of categories an admin removed or renamed: the model can no longer see them.
         defined = {c.slug for c in config.categories}
         for slug in [s for s in entry.categories if s not in defined]:
             del entry.categories[slug]

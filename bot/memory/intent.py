@@ -1,11 +1,9 @@
-"""Whether a message explicitly asks the bot to remember or forget something long-term:
-such a turn is offered the long-term tools instead of the STM tool (SPEC §3, §6).
+"""Whether a message explicitly asks the bot to remember or forget something long-term
+(SPEC §3, §6): such a turn is offered the long-term tools instead of the STM tool.
 
-A message is read clause by clause. A clause is a request when it starts with address words
-(the bot's mention or name, interjections), then optionally a request marker ("please",
-"can you", "I want you to"…), then a memory verb in the imperative. The verb's form must be
-strictest when the clause is bare (neither addressed nor marked), since "remember…" in chat
-is usually reminiscence. tests/unit/test_intent.py holds the examples each rule serves.
+Each clause is read as address words (the bot's mention or name, interjections), an optional
+request marker ("please", "can you"…), then a memory verb in the imperative. A bare clause (no
+address, no marker) needs the strictest form: "remember…" in chat is usually reminiscence.
 """
 
 from __future__ import annotations

@@ -299,8 +299,9 @@ class LongTermService:
         source_message_id: int | None = None,
         origin: str = "model_tool",
     ) -> ForgetResult:
-        """Delete the user's fact ``fact_id``, or the one fact visible here holding every word of
-        ``query`` ("sister Anna" never deletes "My sister is called Maria", nor guesses)."""
+        """Delete the user's fact ``fact_id``, or the visible fact holding every word of ``query``.
+
+        When several facts do, none is deleted: they come back as candidates."""
         if (fact_id is None) == (query is None):
             raise ValueError("give exactly one of fact_id and query")
         now = self.clock.now()

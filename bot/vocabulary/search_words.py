@@ -36,9 +36,8 @@ _STOP_WORDS_TEXT = """
 """
 STOP_WORDS = frozenset(_STOP_WORDS_TEXT.split())
 _WORD = re.compile(r"\w+", re.UNICODE)  # word characters only: nothing can act as query syntax
-# Scripts written without spaces between words: PostgreSQL's parser takes a whole run of
-# them for one word, so "猫" is no word of "私の猫の名前はミソです" to full-text search.
-# One such character can be a word on its own.
+# Scripts written without spaces: PostgreSQL takes a whole run for one word ("猫" is no word
+# of "私の猫の名前はミソです"), so one such character can be a word on its own.
 _UNSPACED = regex.compile(
     r"[\p{Han}\p{Hiragana}\p{Katakana}\p{Thai}\p{Lao}\p{Khmer}\p{Myanmar}\p{Tibetan}]"
 )
