@@ -1,13 +1,4 @@
-"""The summarizer's request, built and read without running it (seed 000, SPEC §4): the
-prompt of one call (the seed's template, after a system message for summary or category
-mode), the parsing of its answer, and the split of a run's new messages into batches.
-
-These are pure functions of their arguments (no model, no storage, no clock), kept apart
-from the run in :mod:`bot.conversation.summarizer` (one at a time per channel, the model call,
-the write through the memory service) so that the prompt, the parsing and the plan can be
-read and checked without a run. The rules they serve (batching, the context budget, all or
-nothing) are described there. Nothing here imports Discord.
-"""
+"""The summarizer's request as pure functions (seed 000, SPEC §4): prompt, answer, batches."""
 
 from __future__ import annotations
 
@@ -113,11 +104,7 @@ def build_messages(
     categories: Mapping[str, str],
     max_new_chars: int | None = None,
 ) -> list[dict[str, Any]]:
-    """The chat messages of one summarizer call: the system message, then the filled
-    template. In category mode the "summary" is the JSON object of the current values
-    and, while none has a value yet, the summary from before the categories (the chat
-    model is shown it, so it is part of the memory to integrate into). The new messages'
-    text is cut to ``max_new_chars`` (ending with :data:`CUT_MARK`) when it is longer."""
+    """The chat messages of one summarizer call: the system message, then the filled template."""
     latest = gather_new_messages(batch, None, len(batch))
     if max_new_chars is not None and len(latest) > max_new_chars:
         latest = truncate_graphemes(latest, max(0, max_new_chars - len(CUT_MARK))) + CUT_MARK
@@ -129,6 +116,7 @@ def build_messages(
         keys = ", ".join(json.dumps(category.slug) for category in config.categories)
         system = SYSTEM_CATEGORIES.replace("{categories}", listed).replace("{keys}", keys)
         existing = _categories_json(config, categories)
+        # Until a category has a value, the chat model is still shown the earlier summary.
         if summary.strip() and not any(v.strip() for v in categories.values()):
             existing += f"\n\n{EARLIER_SUMMARY}\n{summary.strip()}"
     else:
@@ -145,11 +133,10 @@ _decoder = json.JSONDecoder()
 
 
 def parse_categories(text: str, config: GuildConfig) -> dict[str, str]:
-    """The category values in the model's answer: exactly one JSON object keyed by slug,
-    alone or in one code fence, optionally after a short lead-in line ("Here you go:").
-    Unknown keys, non-string and blank values are dropped. Raises ``ValueError`` for
-    anything else: an object quoted inside prose, several objects, an array — stored,
-    any of those could put old or example values over the memory and move its marker."""
+    """The category values of the model's answer: one JSON object keyed by slug, or ``ValueError``.
+
+    The object may be fenced and follow a one-line lead-in; anything else (an object quoted in
+    prose, several objects) could put example values over the memory, so it is refused."""
     stripped = text.strip()
     fenced = _FENCED_ANYWHERE.search(stripped)
     if fenced is not None and not stripped[fenced.end() :].strip():
@@ -181,8 +168,7 @@ def request_chars(messages: Sequence[Mapping[str, Any]]) -> int:
 
 
 def _segment_end(sizes: Sequence[int], start: int, per_call: int, room: int) -> int:
-    """Where the batch starting at ``start`` ends: as many messages as the count and the
-    room allow, and always at least one (a message too long alone is cut when sent)."""
+    """The end of the batch starting at ``start``: as many messages as fit, at least one."""
     end, used = start, 0
     while end < len(sizes) and end - start < per_call:
         used += sizes[end] + (1 if end > start else 0)  # the newline joining the lines
@@ -206,16 +192,13 @@ def _segment_start(sizes: Sequence[int], end: int, per_call: int, room: int) -> 
 def plan_batches(
     sizes: Sequence[int], *, per_call: int, room: int, max_batches: int = MAX_BATCHES
 ) -> tuple[int, list[tuple[int, int]]]:
-    """Split messages (their line lengths, oldest first) into batches of at most
-    ``per_call`` messages and ``room`` characters (one message alone may be longer).
+    """The first message read (the newest are) and ``(start, end)`` batches, oldest first.
 
-    Returns the index of the first message read (the ones before it are skipped: the
-    newest are read) and the batches as ``(start, end)`` slices, oldest first, at most
-    ``max_batches`` of them. Filling batches greedily gives the fewest contiguous batches
-    from either end, so the messages found from the newest backwards in ``max_batches``
-    batches also fit in that many when split from the oldest forwards (which keeps the
-    full batches first: 20 + 10, not 10 + 20).
+    ``sizes`` are the messages' line lengths, oldest first; a batch holds at most ``per_call``
+    messages and ``room`` characters (or one longer message).
     """
+    # Greedy batches are the fewest from either end, so what fits in max_batches from the
+    # newest backwards fits from the oldest forwards, full batches first (20 + 10, not 10 + 20).
     first = len(sizes)
     for _ in range(max_batches):
         if first == 0:

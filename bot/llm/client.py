@@ -1,6 +1,4 @@
-"""The OpenAI-compatible client: one ``AsyncOpenAI`` per process, built from settings,
-and the one place chat requests are sent (:func:`chat_completion`), so the one place
-they are timed and counted (:class:`LlmRequest`, for the operator's metrics)."""
+"""The OpenAI-compatible client, and the one place chat requests are sent, timed and counted."""
 
 from __future__ import annotations
 
@@ -16,9 +14,8 @@ from openai.types.chat import ChatCompletion
 from bot.config import Settings
 from bot.llm.roles import alternate_roles
 
-# How a request ended, as a metric label: answered; the client's timeout; 429; another
-# 4xx (the request, the key or the model name refused); 5xx; no connection; or a 200
-# whose body was not a Chat Completions answer.
+# How a request ended, as a metric label: "refused" is a 4xx other than 429, "bad_answer" a
+# 200 whose body was no Chat Completions answer.
 LlmOutcome = Literal[
     "ok", "timeout", "rate_limited", "refused", "server_error", "unreachable", "bad_answer"
 ]
@@ -26,8 +23,7 @@ LlmOutcome = Literal[
 
 @dataclass(frozen=True)
 class LlmRequest:
-    """One Chat Completions request: how it ended, how long it took (the client's own
-    retries included) and the tokens the server reported (0 when it reported none)."""
+    """One Chat Completions request: its outcome, seconds (retries included) and tokens."""
 
     outcome: LlmOutcome
     seconds: float
@@ -52,13 +48,11 @@ def request_outcome(exc: BaseException) -> LlmOutcome:
 
 
 def make_client(settings: Settings, *, max_retries: int | None = None) -> openai.AsyncOpenAI:
-    """A client for the configured endpoint. Local servers need no key, so a placeholder
-    stands in when ``OPENAI_API_KEY`` is unset (the ``openai`` client insists on one).
-
-    A query in the base URL (Azure-style gateways' ``?api-version=…``) goes along with
-    every request as ``default_query``: left in the base URL, the client would append
-    ``/chat/completions`` after it and every request would miss the endpoint."""
+    """An ``AsyncOpenAI`` client for the configured endpoint."""
+    # Local servers need no key, but the openai client insists on one.
     api_key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else "unset"
+    # A query in the base URL (Azure's ?api-version=…) goes with every request: left in the
+    # URL, the client would append /chat/completions after it.
     base_url, query = _split_query(settings.llm_base_url)
     return openai.AsyncOpenAI(
         api_key=api_key,
@@ -70,8 +64,7 @@ def make_client(settings: Settings, *, max_retries: int | None = None) -> openai
 
 
 def _split_query(url: str) -> tuple[str, dict[str, str]]:
-    """``url`` without its query, and the query's parameters (settings refuse a name
-    given twice)."""
+    """``url`` without its query, and the query's parameters (settings refuse repeated names)."""
     parts = urlsplit(url)
     query = dict(parse_qsl(parts.query, keep_blank_values=True))
     return urlunsplit(parts._replace(query="")), query
@@ -84,19 +77,13 @@ async def chat_completion(
     strict_roles: bool,
     observe: RequestObserver | None = None,
 ) -> ChatCompletion:
-    """Send one Chat Completions ``request`` (the keyword arguments of
-    ``chat.completions.create``). With ``strict_roles`` (``Settings.strict_roles``) its
-    messages go in the order strict chat templates accept (:func:`alternate_roles`);
-    otherwise the request is sent exactly as given. Every chat request of the bot comes
-    here: the tool loop's (turns, the summarizer) and ``kioku doctor``'s probe.
-    ``observe`` is told how it went (not when it is cancelled: that is the caller's
-    doing, not the server's)."""
+    """Send one request (``chat.completions.create``'s arguments), reported to ``observe``."""
     if strict_roles:
         request = {**request, "messages": alternate_roles(request["messages"])}
     began = time.perf_counter()
     try:
         completion: ChatCompletion = await api.chat.completions.create(**request)
-    except Exception as exc:
+    except Exception as exc:  # not a cancellation: that is the caller's doing, not the server's
         if observe is not None:
             observe(LlmRequest(request_outcome(exc), time.perf_counter() - began))
         raise

@@ -1,14 +1,8 @@
-"""Leaked tool-call syntax: calls and reasoning some models write into their reply text.
+"""Remove tool calls and reasoning that some models write into their reply text.
 
-A reply is shown in the channel as the model wrote it, so a tool call written out as text
-instead of made (``<tool_call>{…}</tool_call>``, ``[TOOL_CALLS]…``, ``<function=name>``, a
-bare JSON call, DeepSeek's or Kimi's special tokens), or a ``<think>`` block, would reach
-the members, memory text and all. :func:`strip_leaked_tool_syntax` removes them from the
-text the tool loop returns.
-
-Code is the model showing syntax on purpose, and a marker mid-line in a sentence is prose
-about it: both stay (see :func:`strip_leaked_tool_syntax` for where the line is drawn).
-This module imports nothing from the tool loop, Discord or the database.
+A marker opens or closes a call or a reasoning block (``<tool_call>``, ``[TOOL_CALLS]``,
+``<think>``…). Code is the model showing syntax on purpose, and a marker used as a word in a
+sentence is prose about it: both stay.
 """
 
 from __future__ import annotations
@@ -88,30 +82,9 @@ _decoder = json.JSONDecoder()
 
 
 def strip_leaked_tool_syntax(text: str, tool_names: Collection[str] | None = None) -> str:
-    """Remove tool-call syntax some models leak into their text, and reasoning blocks.
+    """``text`` without leaked calls and reasoning, trimmed; possibly ``""``.
 
-    Handles ``<think>…</think>`` (also an unclosed one, and a reply that starts inside
-    a block whose opening tag was in the prompt), ``<tool_call>…</tool_call>``,
-    ``<|tool_call|>…``, ``[TOOL_CALLS]…``, ``<function=name>{…}</function>``,
-    ``<|python_tag|>…``, and a JSON tool call (``{"name": …, "arguments": …}``, a list of
-    them, or the ``{"type": "function", "function": {…}}`` form) standing on its own
-    line(s) or alone in a code fence. Ordinary JSON (without that exact shape) stays.
-
-    Code is the model showing syntax on purpose, so inline code and fenced blocks are
-    never touched (except a fence holding nothing but a tool call). A marker without its
-    closing marker removes the rest of the reply only when it looks like a leak: it
-    begins the reply or a line, or it is glued to what follows (a payload, a name, a
-    newline, or nothing at all). Mid-line and followed by a space or punctuation, as in
-    "Qwen wraps calls in <tool_call> tags.", it is prose about the syntax and stays.
-    Likewise a ``</think>`` with no opening tag drops the text before it unless it
-    stands mid-line between spaces.
-
-    A closed block whose opening marker stands mid-line followed by a space or
-    punctuation ("wraps its reasoning in <think> and </think> tags") is prose too.
-    ``tool_names``: the turn's tools; a fenced example of a call to another name is the
-    model showing a format, not a leak (``None``: any name).
-
-    Returns the trimmed text, which may be ``""``: the caller decides what to show.
+    A fenced call to a name not in ``tool_names`` (None: any name) is an example, not a leak.
     """
     if not text:
         return ""
@@ -129,8 +102,7 @@ def strip_leaked_tool_syntax(text: str, tool_names: Collection[str] | None = Non
 
 
 def _hold_code(text: str, tool_names: Collection[str] | None) -> tuple[str, list[str]]:
-    """Set fenced blocks and inline code spans aside (placeholders in the text); a fence
-    holding only a call to one of ``tool_names`` (any name when None) is dropped instead."""
+    """Set code aside behind placeholders; a fence holding only a tool call is dropped instead."""
     held: list[str] = []
 
     def hold(span: str) -> str:
@@ -158,8 +130,7 @@ def _restore_code(text: str, held: Sequence[str]) -> str:
 
 
 def _starts_a_leak(text: str, start: int, end: int) -> bool:
-    """Whether the opening marker at ``text[start:end]`` (with no closing marker) is a
-    leak, rather than prose mentioning it."""
+    """Whether the unclosed opening marker at ``text[start:end]`` is a leak, not prose."""
     line_start = text.rfind("\n", 0, start) + 1
     if not text[line_start:start].strip():
         return True  # it begins the reply or a line
@@ -171,8 +142,7 @@ def _starts_a_leak(text: str, start: int, end: int) -> bool:
 
 
 def _cut_unterminated(text: str) -> str:
-    """Cut the reply at the first unterminated marker that is a leak (closed blocks are
-    gone by now, so any opener left has no closing marker)."""
+    """Cut the reply at the first opening marker left (so unclosed) that is a leak."""
     for match in _OPENERS.finditer(text):
         if _starts_a_leak(text, match.start(), match.end()):
             return text[: match.start()]
@@ -202,9 +172,7 @@ _PROSE_BODY_WORDS = 3
 
 
 def _strip_closed(pattern: re.Pattern[str], text: str) -> str:
-    """Remove ``pattern``'s closed blocks (or stray markers), except where a block is
-    prose: its opening marker stands in a sentence (see :func:`_in_prose`) and its body
-    is a few words on one line, not reasoning or a payload."""
+    """Remove ``pattern``'s closed blocks (or stray markers), except the few words of prose."""
 
     def drop(match: re.Match[str]) -> str:
         block = match.group(0)
@@ -219,9 +187,9 @@ def _strip_closed(pattern: re.Pattern[str], text: str) -> str:
 
 
 def _strip_orphan_think_close(text: str) -> str:
-    """A reply that starts inside a reasoning block (its opening tag was in the prompt):
-    drop everything up to the last ``</think>``, unless that tag stands mid-line after a
-    space and before a space or punctuation (prose about the tag)."""
+    """Drop everything up to the last ``</think>`` without an opener, unless it is prose.
+
+    Such a reply started inside a reasoning block whose opening tag was in the prompt."""
     for match in reversed(list(_THINK_CLOSE.finditer(text))):
         start = match.start()
         if _THINK_OPEN.search(text, 0, start) is not None:
@@ -296,8 +264,7 @@ def _is_tool_call_json(body: str, tool_names: Collection[str] | None = None) -> 
 
 
 def clean_tool_name(name: str) -> str:
-    """The name of the tool a call means: the loop routes ``functions.name`` to ``name``,
-    and a fenced call is matched against the turn's tools the same way."""
+    """The name of the tool a call means: ``functions.name`` means ``name``."""
     cleaned = name.strip()
     return cleaned.removeprefix("functions.")
 

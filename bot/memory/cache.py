@@ -1,16 +1,4 @@
-"""The STM cache: a bounded cachetools TLRU cache with secondary indexes.
-
-Expiry is measured from an entry's last update: ``stm.ttl_summary_hours`` (default 24 h)
-when its summary text is non-empty, ``stm.ttl_empty_hours`` (default 12 h) otherwise
-(category-only entries included). Because the TTL is computed from
-``entry.updated_at`` (wall clock) rather than from the moment of insertion, an entry
-hydrated from a row older than its TTL is already expired and is never cached "fresh".
-
-Prompt assembly needs "the other channels of this guild" and DMs need "this user's
-memories elsewhere" without scanning 50,000 entries, so the cache keeps small indexes
-by guild, by user and by channel, maintained on every insert, removal, eviction and
-expiry.
-"""
+"""The STM cache: a bounded TLRU cache of entries, indexed by guild, user and channel."""
 
 from __future__ import annotations
 
@@ -29,7 +17,7 @@ _Rank = tuple[datetime, int, ScopeKey]
 
 
 class _TLRU(TLRUCache[ScopeKey, StmEntry]):
-    """TLRUCache that reports every removal (delete, LRU eviction, expiry)."""
+    """A TLRUCache that calls ``on_remove`` on every removal (delete, LRU eviction, expiry)."""
 
     def __init__(
         self,
@@ -64,9 +52,8 @@ class StmCache:
         self._ttl_summary = ttl_summary_s
         self._ttl_empty = ttl_empty_s
         self._data = _TLRU(maxsize, self._expires_at, clock.monotonic, self._unindex)
-        # Per guild, its server keys ordered by ``updated_at`` (ties by insertion), so "the
-        # 3 most recent" never scans the guild. Insertion order alone would not do: an old
-        # row hydrated now is not recent.
+        # Indexes, so prompt assembly never scans the whole cache. A guild's server keys are
+        # ordered by updated_at, not insertion: an old row hydrated now is not recent.
         self._by_guild: dict[int, SortedList[_Rank]] = {}
         self._rank: dict[ScopeKey, _Rank] = {}
         self._inserts = itertools.count()
@@ -77,6 +64,8 @@ class StmCache:
         return self._ttl_summary if entry.has_summary else self._ttl_empty
 
     def _expires_at(self, key: ScopeKey, entry: StmEntry, now_monotonic: float) -> float:
+        # From the last update, not from insertion: a row hydrated past its TTL is already
+        # expired, never cached "fresh" (SPEC §2).
         age = (self._clock.now() - entry.updated_at).total_seconds()
         return now_monotonic + self.ttl_for(entry) - max(0.0, age)
 
@@ -85,9 +74,8 @@ class StmCache:
         return (self._clock.now() - entry.updated_at).total_seconds() >= self.ttl_for(entry)
 
     def get(self, key: ScopeKey) -> StmEntry | None:
-        # TLRUCache.get asks "in?" and then "[]", each checking expiry, under a timer
-        # context: twice the work of one "[]" (which checks expiry and moves the key to
-        # the LRU end too). Every turn makes several of these.
+        # Not TLRUCache.get: it does "in" and then "[]", twice the work of one "[]" (which
+        # also checks expiry and updates the LRU order), and every turn makes several.
         try:
             return self._data[key]
         except KeyError:
@@ -104,8 +92,7 @@ class StmCache:
         key = entry.key
         self._data[key] = entry
         if key not in self._data:
-            # Already expired: TLRUCache refused it, and dropped a live entry of that key
-            # without telling us (its private delete path), so unindex here.
+            # Already expired: TLRUCache refused it and silently dropped the old entry.
             self._unindex(key)
             return
         if key.kind == "server" and key.guild_id is not None:
@@ -154,8 +141,7 @@ class StmCache:
                 yield entry
 
     def server_entries_of_guild(self, guild_id: int) -> Iterator[StmEntry]:
-        """Live server-scope entries of a guild, most recently updated first (lazily, so
-        a caller that needs three reads three)."""
+        """Live server-scope entries of a guild, most recently updated first, lazily."""
         recency = self._by_guild.get(guild_id)
         if recency:
             # Reversed view, no copy: callers consume this without awaiting in between.
@@ -170,8 +156,8 @@ class StmCache:
         return [e for e in self._live(self._by_user.get(user_id, ())) if e.key.kind == "user"]
 
     def keys_of_channel(self, channel_id: int) -> list[ScopeKey]:
-        # Expiry is lazy in cachetools: purge first, so no expired key is counted (the
-        # /refresh and /forget-me receipts report these).
+        # Expiry is lazy in cachetools: purge first, so the /refresh and /forget-me receipts
+        # count no expired key.
         self._data.expire()
         return list(self._by_channel.get(channel_id, ()))
 

@@ -1,11 +1,4 @@
-"""Admin-defined STM categories: slugs derived from labels, and validation of admin input.
-
-A slug is what the model sees as a tool parameter name, so it must be ASCII, stable
-(the same label always gives the same slug) and readable. Labels in any script get a
-transliterated slug (``日本語`` → ``ri_ben_yu``, ``Русский`` → ``russkiy``); emoji-only
-labels use the emoji's name (``🎉🎉`` → ``tada_tada``); a label with nothing
-transliterable (``★★``) falls back to ``category_<first 6 hex of sha1(label)>``.
-"""
+"""Admin-defined STM categories: slugs derived from labels, and validation of admin input."""
 
 from __future__ import annotations
 
@@ -24,11 +17,14 @@ SLUG_MAX_LENGTH = 48
 LABEL_MAX_LENGTH = 40
 DESCRIPTION_MAX_LENGTH = 200
 
+# A slug is the tool parameter name the model sees: ASCII, stable and readable. Other
+# scripts are transliterated (日本語 → ri_ben_yu), emoji named (🎉 → tada), and a label with
+# nothing transliterable (★★) gets category_<6 hex digits of its sha1>.
 _DIGIT_PREFIX = "c_"
 _FALLBACK_PREFIX = "category_"
 _NON_ALNUM = re.compile(r"[^a-z0-9]+")
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
-_CAMEL_BOUNDARY = re.compile(r"(?<=[a-z])(?=[A-Z])")
+_CAMEL_BOUNDARY = re.compile(r"(?<=[a-z])(?=[A-Z])")  # anyascii's "RiBenYu" is 3 syllables
 # Control characters (C0, DEL, C1) and surrogates: never valid in a label or description.
 _FORBIDDEN_CATEGORIES = frozenset({"Cc", "Cs"})
 
@@ -44,13 +40,8 @@ def _is_latin(char: str) -> bool:
 
 
 def _transliterate(label: str, *, keep_symbols: bool) -> str:
-    """ASCII rendering of ``label`` (not yet slugified).
-
-    ASCII and Latin letters (after folding accents) stay inline; each run of other
-    characters (Han, Cyrillic, Greek, emoji…) is transliterated as a whole, split at its
-    syllable capitals (``RiBenYu`` → ``Ri Ben Yu``) and separated from its neighbours.
-    Symbols (emoji included) are skipped unless ``keep_symbols``.
-    """
+    """``label`` in ASCII words: accents folded, other scripts transliterated run by run,
+    symbols (emoji included) skipped unless ``keep_symbols``."""
     parts: list[str] = []
     run: list[str] = []
 
@@ -87,12 +78,7 @@ def _fit(slug: str, limit: int = SLUG_MAX_LENGTH) -> str:
 
 
 def slugify(label: str) -> str:
-    """A stable, ASCII parameter name for ``label``, matching ``^[a-z][a-z0-9_]*$``.
-
-    Lowercase, accents folded, other scripts transliterated (``anyascii``), runs of
-    anything but ``[a-z0-9]`` collapsed to ``_``, trimmed, ``c_`` prefixed when it would
-    start with a digit, at most 48 characters. Raises ``ValueError`` for an empty label.
-    """
+    """The slug of ``label``, matching ``^[a-z][a-z0-9_]*$``; ``ValueError`` if it is blank."""
     stripped = label.strip()
     if not stripped:
         raise ValueError("a category label cannot be empty")
@@ -108,11 +94,7 @@ def slugify(label: str) -> str:
 
 
 def assign_slugs(labels: Sequence[str]) -> list[str]:
-    """Slugs for ``labels`` in order, unique: repeats get ``_2``, ``_3``… (≤ 48 chars).
-
-    A label's own slug is never taken by another label's suffixed one
-    (``["a", "a", "a_2"]`` → ``["a", "a_3", "a_2"]``).
-    """
+    """Unique slugs for ``labels`` in order: repeats get ``_2``, ``_3``…, never another's own."""
     bases = [slugify(label) for label in labels]
     reserved = set(bases)
     used: set[str] = set()
@@ -207,42 +189,30 @@ def _validate(rows: Sequence[tuple[str, str]], places: Sequence[str]) -> tuple[C
 
 
 def parse_category_definitions(rows: Sequence[tuple[str, str]]) -> tuple[Category, ...]:
-    """Validate ``(label, description)`` rows and turn them into positioned categories.
+    """Validate ``(label, description)`` rows into positioned categories.
 
-    Labels: 1–40 characters after stripping, unique case-insensitively. Descriptions:
-    1–200 characters. 1–5 rows. No control characters. Raises
-    ``CategoryDefinitionError`` naming every problem (``category 2: …``).
+    Raises :class:`CategoryDefinitionError` naming every problem (``category 2: …``).
     """
     return _validate(rows, [f"category {i}" for i in range(1, len(rows) + 1)])
 
 
 def _split_row(line: str) -> tuple[str, str, str]:
-    """``label``, ``":"``, ``description`` of one typed row (each sanitized later, on
-    its own), unless the colon is part of a secret.
-
-    Split first: the row's own colon reads like a secret's (``Password: reset requests
-    and who handled them`` would be redacted whole). But a secret can straddle it
-    (``password: Hunter2``, ``postgres://admin:pw@db``): when redacting the whole row
-    finds something the halves do not, and what follows the colon looks like a secret's
-    value on its own (one word, token-shaped or quoted, as ``secret: …`` redacts it), the
-    row is redacted before the split, so no half of the secret is kept."""
+    """``label``, ``":"``, ``description`` of one typed row, each to be sanitized on its own."""
+    # Split before redacting: the row's own colon reads like a secret's ("Password: reset
+    # requests" would be redacted whole). But a secret can straddle it ("password: Hunter2"):
+    # when what follows looks like a secret's value alone, the whole row is redacted first.
     label, colon, description = line.partition(":")
     redacted = redact_secrets(line)
     if redacted != f"{redact_secrets(label)}{colon}{redact_secrets(description)}":
         value = description.strip()
-        # (A URL's scheme colon, `postgres://admin:pw@db …`: the credentials follow it.)
-        url = description.startswith("//")
+        url = description.startswith("//")  # a URL's scheme colon: credentials follow it
         if url or redact_secrets(f"secret: {value}") != f"secret: {value}":
             return redacted.partition(":")
     return label, colon, description
 
 
 def parse_category_lines(text: str, *, place: str = "line") -> tuple[Category, ...]:
-    """Parse text with one ``label: description`` per line (blank lines ignored).
-
-    Problems name the line number as typed (``line 3: …``; ``place`` renames it, e.g.
-    ``row`` for the rows of a modal).
-    """
+    """Categories from one ``label: description`` per line; problems say ``{place} {number}``."""
     rows: list[tuple[str, str]] = []
     places: list[str] = []
     problems: list[str] = []

@@ -1,11 +1,4 @@
-"""One STM write, apart from where it is stored: what it may hold, and what it does to a
-memory entry.
-
-The memory service checks a write against the guild's mode and categories, sanitizes
-its values (:func:`sanitized_change`), and applies it to the live entries of every key
-it writes (:func:`apply_change`), before persisting them. :class:`WriteResult` is what
-the tool tells the model afterwards: the truth about where the write is.
-"""
+"""One STM write, apart from where it is stored: what it may hold and what it does to an entry."""
 
 from __future__ import annotations
 
@@ -49,16 +42,15 @@ REASON_CATEGORIES_CHANGED = (
 
 
 def write_shape(config: GuildConfig) -> tuple[bool, frozenset[str]]:
-    """What a write's shape depends on: summary or category mode, and which categories.
-    (Labels, descriptions and order may change under a turn: its values still fit.)"""
+    """What a write's shape depends on: category mode, and which categories."""
+    # Not labels, descriptions or order: those may change under a turn, its values still fit.
     if not config.category_mode:
         return False, frozenset()
     return True, frozenset(c.slug for c in config.categories)
 
 
 def keeps_a_value(entry: StmEntry, change: Mapping[str, str], config: GuildConfig) -> bool:
-    """Whether the memory still holds a category value after ``change`` ("" clears): an
-    update may clear some categories, not empty the whole memory."""
+    """Whether the memory still holds a category value after ``change`` ("" clears one)."""
     if any(change.values()):
         return True
     defined = {c.slug for c in config.categories}
@@ -79,25 +71,22 @@ def apply_change(
     provenance: Provenance,
     now: datetime,
 ) -> None:
-    """Apply one sanitized write to ``entry`` in place (the text, then its bookkeeping:
-    marker, contributors, provenance, a new version, the cadence counters). ``""`` as a
-    category value clears that category; ``marker`` None keeps the entry's own."""
+    """Apply one sanitized write to ``entry`` in place, bookkeeping included (version, cadence…)."""
     if summary is not None:
-        # A summary supersedes categories left from before the guild went back to
-        # summary mode (the writer was shown them; now they are folded in).
+        # Categories left from before the guild went back to summary mode were shown to the
+        # writer, so the summary folds them in.
         entry.summary = summary
         entry.categories = {}
     if categories is not None:
-        # Categories supersede a summary written before the guild chose them (it is no
-        # longer shown, and must not keep the 24 h TTL alive).
+        # A summary from before the guild chose categories is no longer shown, and must not
+        # keep the 24 h TTL alive.
         entry.summary = ""
         for slug, value in categories.items():
             if value:
                 entry.categories[slug] = value
             else:
                 entry.categories.pop(slug, None)
-        # Values of categories an admin removed or renamed go with this write (they
-        # could no longer be seen, changed or cleared by the model).
+        # Drop values of categories an admin removed or renamed: the model can no longer see them.
         defined = {c.slug for c in config.categories}
         for slug in [s for s in entry.categories if s not in defined]:
             del entry.categories[slug]
@@ -117,9 +106,7 @@ def sanitized_change(
     summary: str | None,
     categories: Mapping[str, str] | None,
 ) -> tuple[str | None, dict[str, str] | None] | WriteResult:
-    """The write's new summary or category values, sanitized (``""`` for a category it
-    clears), or why it is refused: the wrong shape for the guild's mode, unknown
-    categories, or a value that sanitizing emptied."""
+    """The sanitized summary or category values (``""`` clears one), or why the write is refused."""
     if (summary is None) == (categories is None):
         return rejected("give either a summary or categories")
     if summary is not None:

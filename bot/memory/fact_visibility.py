@@ -1,13 +1,7 @@
-"""Where a long-term fact may be shown: a server's facts in that server, DM facts in
-DMs, a server's in DMs only when the user opted in; never in a channel more public than
-where it was said (SPEC §6).
+"""Where a long-term fact may be shown (SPEC §6), one rule for the service and the tools.
 
-The memory core knows no Discord channels or permissions: a caller that does (the chat
-cog) passes a :data:`ChannelFilter`, or a :class:`ChannelView` that can also judge the
-:class:`~bot.vocabulary.model.Place` recorded with a fact. The service's recall, search and
-forgetting by words leave out the facts :func:`hidden_fact_ids` names (the server/DM
-scope is the repository's query); the model's tools judge a fact already read with
-:func:`visible_here`. One module, so the two paths cannot disagree on a place.
+A server's facts in that server, DM facts in DMs, a server's in DMs only when the user
+opted in; never in a channel more public than where the fact was said.
 """
 
 from __future__ import annotations
@@ -22,28 +16,22 @@ from bot.vocabulary.model import Fact, Place
 
 __all__ = ["ChannelFilter", "ChannelView", "hidden_fact_ids", "may_show_place", "visible_here"]
 
-# Whether what was said in a given channel may be shown where the turn happens: never in
-# a channel more public than where it was said (the same rule as other channels' STM).
+# Whether what was said in a channel (by id) may be shown where the turn happens.
 ChannelFilter = Callable[[int], bool]
 
 
 class ChannelView(ABC):
-    """A :data:`ChannelFilter` from a caller that knows the places (the chat cog knows
-    Discord's channels and permissions), which can also judge a long-term fact by all
-    its :class:`Place` recorded: a fact said in a thread Discord no longer shows (an
-    archived thread is not cached) or in a channel since deleted.
+    """A :data:`ChannelFilter` that can also judge a fact by its recorded :class:`Place`
+    (for a thread since archived, which Discord no longer caches, or a deleted channel)."""
 
-    ``here`` is where the turn happens, recorded with the facts saved in it."""
-
-    here: Place | None = None
+    here: Place | None = None  # where the turn happens, recorded with the facts saved in it
 
     @abstractmethod
     def __call__(self, channel_id: int, /) -> bool:
         """Whether what was said in ``channel_id`` may be shown here."""
 
     def shows(self, guild_id: int | None, place: Place) -> bool:
-        """Whether a fact said at ``place`` in ``guild_id`` may be shown here (by
-        default, as its channel)."""
+        """Whether a fact said at ``place`` in ``guild_id`` may be shown here."""
         return self(place.channel_id)
 
 
@@ -59,9 +47,7 @@ def may_show_place(may_show: ChannelFilter | None, guild_id: int | None, place: 
 def visible_here(
     fact: Fact, guild_id: int | None, *, opted_in: bool, may_show: ChannelFilter | None
 ) -> bool:
-    """Whether ``fact`` may be shown where a turn happens (the recall rules: a server's
-    facts in that server, DM facts in DMs, a server's in DMs only when opted in; never
-    from a channel more private than this one)."""
+    """Whether ``fact`` may be shown where the turn happens."""
     if guild_id is not None and fact.guild_id != guild_id:
         return False
     if guild_id is None and fact.guild_id is not None and not opted_in:
@@ -77,10 +63,9 @@ async def hidden_fact_ids(
     opted_in: bool,
     may_show: ChannelFilter | None,
 ) -> list[int]:
-    """The ids of the user's facts in scope that ``may_show`` keeps from this channel.
+    """The ids of the user's facts in scope that ``may_show`` hides here.
 
-    Found before searching, so the search's limit counts only facts that may be shown
-    (ten private matches must not hide a visible one); each place is judged once."""
+    Found before searching, so ten hidden matches cannot fill the limit of a search."""
     if may_show is None:
         return []
     verdicts: dict[tuple[int | None, Place], bool] = {}

@@ -1,29 +1,4 @@
-"""Long-term memory: per-user facts the user explicitly asked the bot to remember.
-
-The one path through which facts are stored, recalled and deleted (SPEC §6):
-
-* **Storing** (:meth:`LongTermService.remember`): the text is sanitized first
-  (``sanitize_value`` with ``max_fact_chars``: secrets redacted, control characters
-  dropped, cut to 500 characters); empty after that means refused. A near-duplicate of
-  a fact the user made in the same place replaces that fact instead of adding a row
-  (:func:`~bot.memory.near_duplicates.is_near_duplicate`). At most
-  ``max_facts_per_user`` facts are kept: adding one more evicts the least-recalled,
-  oldest first. Every change writes an audit event (``ltm_remember``, ``ltm_forget``,
-  ``ltm_evict``, ``ltm_clear``) without the text.
-* **Recalling** (:meth:`LongTermService.recall_notes`): the user's facts visible here,
-  ranked by how many of the message's words they hold, then PostgreSQL full-text rank
-  (words of other scripts than Latin also as substrings, for languages written without
-  spaces) plus recency, within ``recall_char_budget`` characters. Facts made in a server
-  are recalled in that server only; in DMs, DM facts always and server facts only if
-  the user opted in to cross-context memory; never in a channel more public than where
-  they were said (:class:`~bot.memory.fact_visibility.ChannelView`). Every recalled
-  fact has its recall counter bumped.
-* **Forgetting** by words (:meth:`LongTermService.forget`) deletes the one visible fact
-  holding every word of the query; several such facts are returned, not guessed at.
-
-Database failures surface as :class:`~bot.db.storage.MemoryUnavailable`. This module
-imports nothing from Discord.
-"""
+"""Long-term memory (SPEC §6): the facts each user explicitly asked the bot to remember."""
 
 from __future__ import annotations
 
@@ -99,9 +74,7 @@ class FactRefused(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class RememberResult:
-    """What :meth:`LongTermService.remember` did: the fact's id, whether it was created
-    or replaced a near-duplicate, what was evicted to make room, and whether the text
-    had to be shortened."""
+    """What :meth:`LongTermService.remember` stored, replaced and evicted."""
 
     id: int
     status: Literal["created", "updated"]
@@ -120,8 +93,7 @@ class RememberResult:
 
 @dataclass(frozen=True, slots=True)
 class ForgetResult:
-    """The facts :meth:`LongTermService.forget` deleted (empty: nothing matched), or,
-    when a query fits several facts, those facts (``candidates``; none deleted)."""
+    """The facts :meth:`LongTermService.forget` deleted, or the candidates of an ambiguous query."""
 
     deleted: tuple[Fact, ...] = ()
     candidates: tuple[Fact, ...] = ()
@@ -133,8 +105,7 @@ class ForgetResult:
 
 @dataclass(frozen=True, slots=True)
 class FactPage:
-    """One page of a user's facts, newest first. ``page`` is 1-based and clamped;
-    ``newer`` is how many of the user's facts come before the page."""
+    """One page of a user's facts, newest first; ``newer`` counts the facts before it."""
 
     facts: tuple[Fact, ...]
     page: int
@@ -162,9 +133,6 @@ class FactPage:
         return (self.facts[-1].updated_at, self.facts[-1].id) if self.facts else None
 
 
-# ------------------------------------------------------------------ the service
-
-
 class LongTermService:
     """Stores, recalls, lists and deletes one user's long-term facts."""
 
@@ -182,25 +150,22 @@ class LongTermService:
         self._spool = spool
         self.limits = settings.longterm
         self.clock: Clock = clock or SystemClock()
-        # Per user, the number of the last save attempted in this process. One rising
-        # sequence for all users: a value read before a save never equals one read after
-        # it, even if the user's entry was evicted in between (it reads 0 then).
+        # Per user, the number of their last save attempted here. One sequence for all users,
+        # so a value read before a save never equals one read after, even across an eviction.
         self._save_seq = itertools.count(1)
         self._last_save: LRUCache[int, int] = LRUCache(maxsize=SAVE_COUNTERS)
 
     def saves(self, user_id: int) -> int:
-        """A number that changes whenever this process saves (or tries to save) a fact of
-        ``user_id``: a caller that read it before a recall and finds it unchanged after
-        knows no save in this process finished meanwhile."""
+        """A number that changes whenever this process tries to save a fact of ``user_id``.
+
+        Unchanged across a recall, it means no save finished meanwhile."""
         return self._last_save.get(user_id, 0)
 
     def _storage(self, what: str) -> contextlib.AbstractAsyncContextManager[AsyncSession]:
         return storage(self._sessions, f"long-term memory: {what}")
 
     def _forget_pending(self, user_id: int) -> bool:
-        """A /forget-me of the user waits in the spool: their facts are still stored
-        (the database may answer again before the replayer runs) but, as far as the user
-        was told, deleted; they are not recalled, nor saved anew (see _remember)."""
+        """Whether a /forget-me of the user waits in the spool (their facts count as deleted)."""
         return self._spool is not None and self._spool.forgetting(user_id)
 
     # ------------------------------------------------------------------ writing
@@ -209,10 +174,8 @@ class LongTermService:
         """``text`` as it would be stored, and whether it was shortened to fit."""
         limit = self.limits.max_fact_chars
         clean = sanitize_value(text, limit=limit).strip()
-        # Compared with the text sanitized without a limit: the cut ends on a grapheme
-        # boundary, so one more code point allowed would not show a dropped emoji of
-        # several code points (a ZWJ family, a flag) at the limit.
-        # (Not len(text): a redaction marker can be longer than the secret it hides.)
+        # Not len(text): redaction markers can be longer than their secret, and a cut on a
+        # grapheme boundary can drop several code points at once.
         whole = sanitize_value(text, limit=sys.maxsize).strip()
         return clean, len(whole) > len(clean)
 
@@ -227,16 +190,10 @@ class LongTermService:
         place: Place | None = None,
         started_at: datetime | None = None,
     ) -> RememberResult:
-        """Store ``text`` as a fact of ``user_id`` made in ``guild_id`` (``None``: a DM),
-        said in ``channel_id`` (or at ``place``, which also records a thread's parent and
-        what else decides who may read it later; see :class:`Place`).
-        ``started_at``: when the asking turn started; a /forget-me or a /memories clear
-        of the user since then (in any process) refuses the fact, which comes from
-        before it.
+        """Store ``text`` as a fact of ``user_id`` said in ``guild_id`` (None: a DM) at ``place``.
 
-        Raises :class:`FactRefused` when nothing is left after sanitizing or the user was
-        forgotten meanwhile, and :class:`MemoryUnavailable` when the database fails
-        (nothing is stored then).
+        Raises :class:`FactRefused` if sanitizing empties it, or if the user was forgotten or
+        cleared since ``started_at`` (when the asking turn began).
         """
         content, truncated = self.clean(text)
         if not content:
@@ -248,8 +205,8 @@ class LongTermService:
                 user_id, guild_id, content, truncated, provenance, place, started_at
             )
         finally:
-            # After the commit (or failure): a recall that ran meanwhile and found
-            # nothing must not be remembered as "no facts here".
+            # After the commit (or failure): a recall that ran meanwhile and found nothing
+            # must not be cached as "no facts here".
             self._last_save[user_id] = next(self._save_seq)
 
     async def _remember(
@@ -275,22 +232,22 @@ class LongTermService:
                 if cleared is not None and cleared >= started_at:
                     raise FactRefused(CLEARED_MEANWHILE)
             existing = await repo.facts_in_scope(session, user_id, guild_id)
-            twin = next(
+            near_duplicate = next(
                 (f for f in reversed(existing) if is_near_duplicate(content, f.content)), None
             )
             events: list[FactEvent] = []
             evicted: list[Fact] = []
-            if twin is not None:
+            if near_duplicate is not None:
                 fact = await repo.update_fact(
                     session,
-                    twin.id,
+                    near_duplicate.id,
                     content=content,
                     provenance=provenance,
                     now=now,
                     place=place,
                 )
                 status: Literal["created", "updated"] = "updated"
-                chars_before: int | None = len(twin.content)
+                chars_before: int | None = len(near_duplicate.content)
             else:
                 total = await repo.count_facts(session, user_id)
                 overflow = total - self.limits.max_facts_per_user + 1
@@ -342,13 +299,9 @@ class LongTermService:
         source_message_id: int | None = None,
         origin: str = "model_tool",
     ) -> ForgetResult:
-        """Delete one of the user's facts: by id (any of theirs), or by ``query``: the
-        fact that holds every word of it, among the facts that may be shown here
-        (``guild_id`` and ``may_show``, as for recall). Deletes nothing when the id is not
-        theirs or no fact holds every word; when several do, deletes none of them and
-        returns them as ``candidates`` (at most :data:`SEARCH_LIMIT`), to be told apart
-        by id: a query like "sister Anna" must never delete "My sister is called Maria",
-        nor guess between two sisters."""
+        """Delete the user's fact ``fact_id``, or the visible fact holding every word of ``query``.
+
+        When several facts do, none is deleted: they come back as candidates."""
         if (fact_id is None) == (query is None):
             raise ValueError("give exactly one of fact_id and query")
         now = self.clock.now()
@@ -398,15 +351,12 @@ class LongTermService:
         return bool(result.deleted)
 
     async def clear(self, user_id: int) -> int:
-        """``/memories clear``: delete every fact of the user; returns how many.
-
-        Its audit event is written even when nothing was left to delete: it is also the
-        clear's time, which refuses a fact from a turn that began before it (see
-        :meth:`remember`), so no answer still being written brings one back."""
+        """``/memories clear``: delete every fact of the user; returns how many."""
         now = self.clock.now()
         async with self._storage("clearing long-term memory") as session, session.begin():
             await repo.lock_user(session, user_id)
             deleted = await repo.delete_all(session, user_id)
+            # Even when nothing was deleted: its time refuses facts from turns begun before.
             await repo.add_events(
                 session,
                 [FactEvent(EVENT_CLEAR, user_id, origin="user_command", actor_user_id=user_id)],
@@ -425,13 +375,7 @@ class LongTermService:
         *,
         may_show: ChannelFilter | None = None,
     ) -> list[str]:
-        """The facts to put in this turn's prompt, most relevant first.
-
-        Facts visible here are ranked by how many words of ``query_text`` (the user's
-        message) they hold, then full-text relevance and recency; they are taken in that
-        order until the next one would take the total past ``recall_char_budget``
-        characters. The recalled facts have their recall counter bumped.
-        """
+        """The facts visible here most relevant to ``query_text``, within the recall budget."""
         budget = self.limits.recall_char_budget
         if budget <= 0 or self._forget_pending(user_id):
             return []
@@ -461,9 +405,7 @@ class LongTermService:
         limit: int = SEARCH_LIMIT,
         may_show: ChannelFilter | None = None,
     ) -> list[Fact]:
-        """The facts visible here that match ``query``'s words, best first (those
-        holding the most of its words; the ``recall`` tool). The returned facts have
-        their recall counter bumped."""
+        """The facts visible here holding ``query``'s words, those holding most first."""
         if self._forget_pending(user_id):
             return []
         now = self.clock.now()
@@ -492,12 +434,10 @@ class LongTermService:
         older_than: FactCursor | None = None,
         newer_than: FactCursor | None = None,
     ) -> FactPage:
-        """One page of the user's facts from every place, newest first (``/memories
-        list``): page number ``page`` (past the end: the last page), or the page after
-        the fact at ``older_than`` / before the one at ``newer_than`` (a page's
-        :attr:`FactPage.last` / :attr:`FactPage.first`). Paging by those cursors skips
-        no fact when some were deleted meanwhile. Past the end, the last page; short of
-        a whole page before the first shown, the first page."""
+        """Page ``page`` of the user's facts, or the page past a cursor (``/memories list``).
+
+        Cursors (:attr:`FactPage.last` / :attr:`FactPage.first`) skip no fact when some were
+        deleted meanwhile."""
         page_size = max(1, page_size)
         if self._forget_pending(user_id):  # deleted, as far as the user was told
             return FactPage((), 1, 1, 0, page_size)
@@ -549,8 +489,7 @@ class LongTermService:
             return await repo.count_facts(session, user_id)
 
     async def suggest(self, user_id: int, typed: str, limit: int = 25) -> list[Fact]:
-        """Facts for an autocomplete: those whose id starts with ``typed`` (digits, an
-        optional ``#``) or whose text contains it, newest first."""
+        """Facts whose id starts with ``typed`` (``#`` optional) or whose text holds it."""
         needle = typed.strip().casefold()
         if self._forget_pending(user_id):
             return []
@@ -570,8 +509,7 @@ class LongTermService:
 
 
 def _within_budget(hits: Sequence[ScoredFact], budget: int) -> list[Fact]:
-    """The most relevant facts that fit: one too long for what is left is passed over,
-    and a shorter, less relevant one may still fit after it."""
+    """The most relevant facts that fit in ``budget``; one too long is skipped, not a stop."""
     chosen: list[Fact] = []
     used = 0
     for hit in hits:

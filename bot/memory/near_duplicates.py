@@ -1,13 +1,4 @@
-"""Near-duplicate facts: whether a fact the user asks to remember restates one already
-stored, which it then replaces instead of adding a row (SPEC §6).
-
-:meth:`~bot.memory.longterm.LongTermService.remember` asks :func:`is_near_duplicate`
-of the facts the user made in the same place. The rules are text alone (words, spelling
-variants, contractions, what binds a subject to its value), with no database or service
-state. Erring either way costs the user: a false match overwrites a fact they still
-want (restating part of a fact must not overwrite the rest), a missed one keeps two
-versions of it.
-"""
+"""Whether a fact the user asks to remember restates a stored one, which it then replaces."""
 
 from __future__ import annotations
 
@@ -18,6 +9,8 @@ from bot.vocabulary.search_words import STOP_WORDS
 
 __all__ = ["is_near_duplicate", "normalized_tokens"]
 
+# Erring either way costs the user: a false match overwrites a fact they still want (so
+# restating part of a fact must not overwrite the rest), a missed one keeps two versions.
 JACCARD_THRESHOLD = 0.8
 SUBJECT_MAX_VALUE_WORDS = 6
 
@@ -49,10 +42,8 @@ _NOT_FILLER = frozenset(_NOT_FILLER_TEXT.split())
 _FILLER = (STOP_WORDS | {"user", "users", "s", "also", "really", "still"}) - _NOT_FILLER
 # Words that bind a subject to its value: "<subject> is/are/called <value>".
 _BINDERS = frozenset({"is", "are", "am", "was", "were", "called"})
-# Subjects that name one value at a time: a new value replaces the old one. Only words
-# whose value is one name, number or date; "my job is boring" / "my job is remote" or
-# "my address is long" / "my address is in Lyon" describe one thing twice and are two
-# facts, so job and address are not here.
+# Subjects that hold one name, number or date at a time: a new value replaces the old one.
+# Not job or address: "my job is boring" / "my job is remote" are two facts.
 _SINGLE_VALUED = frozenset(
     {
         "name",
@@ -74,23 +65,19 @@ _SINGLE_VALUED = frozenset(
 # Words that start another statement: an extension holding one is more than a longer
 # value ("my name is Ann" / "my name is Ann and I like cats").
 _CLAUSE_WORDS = _BINDERS | _NOT_FILLER | {"and", "but", "or", "because", "so", "with"}
-# What separates two statements in the text between two words ("my age is 34, vegan
-# since 2019"): an extension after one is another statement, not a longer value. A dot
-# or colon only before a space ("ann@x.com" and "10:30" are one value), a hyphen only
-# between spaces ("Ann-Marie" is one name); "UTC+2" and "she/her" are one value.
+# What separates two statements between two words ("my age is 34, vegan since 2019"). A dot
+# or colon only before a space ("ann@x.com", "10:30"), a hyphen only between spaces
+# ("Ann-Marie"); "UTC+2" and "she/her" are one value.
 _STATEMENT_SEPARATOR = re.compile(r"[,;!?()\[\]{}|&\u2014\u2013\u2026\n]|[.:]\s|\s-\s")
 
 
 def normalized_tokens(text: str) -> list[str]:
-    """``text`` case-folded, without punctuation or extra whitespace, as words (a few
-    spelling variants made canonical: ``named`` → ``called``, ``colour`` → ``color``;
-    contractions spelt out: ``I'm`` → ``i am``, ``don't`` → ``do not``)."""
+    """``text`` as case-folded words, contractions spelt out, a few spellings made canonical."""
     return _words(text)[0]
 
 
 def _words(text: str) -> tuple[list[str], list[bool]]:
-    """:func:`normalized_tokens`, and for each word whether a statement separator
-    (``,`` ``;`` ``. `` ``—``…) stands between it and the word before."""
+    """:func:`normalized_tokens`, and for each word whether a statement separator precedes it."""
     folded = text.casefold().replace("\u2019", "'")
     for pattern, replacement in _CONTRACTIONS:
         folded = pattern.sub(replacement, folded)
@@ -113,6 +100,8 @@ def _jaccard(a: Sequence[str], b: Sequence[str]) -> float:
 def _same_subject_new_value(
     a: Sequence[str], b: Sequence[str], separated_a: Sequence[bool], separated_b: Sequence[bool]
 ) -> bool:
+    """Whether both say "<subject> is <value>" with the same subject and a short new value
+    that replaces the old one: a name ("called …") or a single-valued subject's value."""
     prefix = 0
     for left, right in zip(a, b, strict=False):
         if left != right:
@@ -131,11 +120,8 @@ def _same_subject_new_value(
     names_a_value = "called" in shared[binder:] or any(word in _SINGLE_VALUED for word in subject)
     if rest_a and rest_b:
         return names_a_value
-    # One value extends the other ("my timezone is UTC" / "my timezone is UTC+2"): the
-    # same single value restated, as long as the shorter one has a value at all and the
-    # extra words continue it rather than start another statement - by a clause word
-    # ("…and I like cats") or after a separator ("my age is 34, vegan since 2019": the
-    # shorter fact would overwrite the diet).
+    # One value extends the other ("UTC" / "UTC+2"): the same value restated, unless the
+    # extra words start another statement ("…and I like cats", "34, vegan since 2019").
     extra = rest_a or rest_b
     separated = (separated_a if rest_a else separated_b)[prefix:]
     has_value = binder + 1 < prefix
@@ -148,27 +134,12 @@ def _same_subject_new_value(
 
 
 def is_near_duplicate(new: str, old: str) -> bool:
-    """Whether remembering ``new`` should replace ``old`` rather than add a fact.
-
-    Two rules, on :func:`normalized_tokens`:
-
-    1. **Same words:** the word sets overlap by a Jaccard index of at least 0.8 and
-       the words that differ are all function words ("My cat is called Miso." / "my
-       cat is called miso!", "I am vegan" / "I'm not vegan"). One differing word that
-       carries meaning (cat / dog, sister / brother, Tom / Ben, 2 / 3) makes two facts.
-    2. **Same subject, new value:** both say "<subject> <is/are/called…> <value>" with
-       the same words up to a short value (at most six words each), where the value
-       is a name ("my cat is called Miso" / "my cat is named Tofu") or the subject is
-       single-valued ("my favourite colour is blue" / "my favorite color is green";
-       name, email, timezone, birthday, age, phone, favourite X…). One value may extend
-       the other ("my timezone is UTC" / "my timezone is UTC+2") unless the extra words
-       start another statement ("…and I like cats", "…, allergic to peanuts"): restating
-       part of a fact must not overwrite the rest. "my cat is black" and "my cat is
-       fat" are two facts, and so are "my job is boring" and "my job is remote".
-    """
+    """Whether remembering ``new`` should replace ``old`` rather than add a fact."""
     (a, separated_a), (b, separated_b) = _words(new), _words(old)
     if not a or not b:  # no words at all (emoji only): only the same text is a duplicate
         return " ".join(new.casefold().split()) == " ".join(old.casefold().split())
+    # The same words, those that differ all filler: one differing word that carries meaning
+    # (cat / dog, Tom / Ben, 2 / 3) makes two facts.
     if _jaccard(a, b) >= JACCARD_THRESHOLD and set(a) ^ set(b) <= _FILLER:
         return True
     return _same_subject_new_value(a, b, separated_a, separated_b)

@@ -1,6 +1,4 @@
-"""Per-key coordination of concurrent callers: those asking for the same missing key
-share one load (:class:`SingleFlight`); those working on the same key take turns
-(:class:`KeyedLocks`), in a queue of bounded length (:class:`KeyedQueues`)."""
+"""Per-key coordination of concurrent callers: shared loads, locks and bounded queues."""
 
 from __future__ import annotations
 
@@ -37,11 +35,7 @@ class SingleFlight(Generic[K, V]):
 
 
 class KeyedLocks(Generic[K]):
-    """One :class:`asyncio.Lock` per key (a channel's turns run one after another).
-
-    A lock lives only while someone holds or awaits it (weak values), so the thousands
-    of channels nobody is talking in cost nothing.
-    """
+    """One :class:`asyncio.Lock` per key, alive only while someone holds or awaits it."""
 
     def __init__(self) -> None:
         self._locks: weakref.WeakValueDictionary[K, asyncio.Lock] = weakref.WeakValueDictionary()
@@ -55,11 +49,7 @@ class KeyedLocks(Generic[K]):
 
 
 class KeyedQueues(Generic[K]):
-    """Callers of one key take turns (a channel's turns), and at most ``max_waiting`` of
-    them wait behind the one running: one more is turned away instead of queued.
-
-    Only keys someone is in cost anything (see :class:`KeyedLocks`).
-    """
+    """Callers of one key take turns; beyond ``max_waiting`` waiting, one more is turned away."""
 
     def __init__(self, max_waiting: int) -> None:
         self._max_waiting = max_waiting
@@ -69,18 +59,15 @@ class KeyedQueues(Generic[K]):
 
     @contextlib.asynccontextmanager
     async def place(self, key: K, *, counted: bool = True) -> AsyncIterator[bool]:
-        """A place in ``key``'s queue: yields True once the callers ahead of it are done,
-        or False at once when the queue is full (the caller then does nothing). A place
-        not ``counted`` is never refused and fills no place of the bound (a caller that
-        may well have nothing to do).
+        """Yields True once the callers ahead in ``key``'s queue are done, False if it is full.
 
-        The place is taken on entering, before anything is awaited, so callers run in
-        the order they entered; it is given up on leaving, also when cancelled while
-        waiting."""
+        A place not ``counted`` is never refused and takes no room in the bound.
+        """
         if not counted:
             async with self._locks(key):
                 yield True
             return
+        # Taken before anything is awaited, so callers run in the order they entered.
         inside = self._inside.get(key, 0)
         if inside > self._max_waiting:
             yield False
@@ -98,8 +85,7 @@ class KeyedQueues(Generic[K]):
 
 
 async def finish_or_cancel(tasks: Iterable[asyncio.Task[Any]], grace: float) -> int:
-    """Give ``tasks`` ``grace`` seconds to finish, then cancel those still running and
-    wait until they have ended (shutdown); return how many were cancelled."""
+    """Await ``tasks`` for ``grace`` seconds, then cancel and await the rest; return how many."""
     waiting = list(tasks)
     if not waiting:
         return 0

@@ -21,6 +21,5 @@ class SystemClock:
     def now(self) -> datetime:
         return datetime.now(UTC)
 
-    # The builtin itself, not a method calling it: the cache reads this clock on every
-    # lookup, several times a turn.
+    # The builtin itself, not a wrapper: the cache reads it on every lookup.
     monotonic = staticmethod(time.monotonic)

@@ -1,9 +1,4 @@
-"""The memory core's vocabulary: keys, entries, raw messages, guild configuration,
-long-term facts.
-
-Nothing here knows about Discord or the database; cogs translate Discord objects into
-these, repositories translate rows into them.
-"""
+"""The memory model: scope keys, STM entries, raw messages, guild configuration, facts."""
 
 from __future__ import annotations
 
@@ -22,15 +17,12 @@ SUMMARY_SLUG = "summary"
 MAX_CATEGORIES = 5
 
 
+# A named tuple, not a dataclass: its hash and equality run in C, about 5x faster per cache
+# lookup, and every turn makes several (docs/scaling.md).
 class ScopeKey(NamedTuple):
-    """Identifies one STM entry: ``server:{guild}:{channel}`` or ``user:{user}:{channel}``.
+    """One STM entry's key: ``server:{guild}:{channel}`` or ``user:{user}:{channel}``.
 
-    A user key made in a guild keeps its guild id, so recall elsewhere can tell which
-    guild a memory came from; in DMs ``guild_id`` is ``None``.
-
-    A named tuple, not a dataclass: every turn looks several keys up in the cache and
-    its indexes, and a tuple's hash and equality run in C (about 5x faster per lookup
-    than a frozen dataclass's generated ones; see docs/scaling.md).
+    A user key keeps the guild it was made in (``None`` in DMs), for recall elsewhere.
     """
 
     kind: ScopeKind
@@ -62,37 +54,29 @@ class RawMessage:
     content: str
     created_at: datetime
     is_bot: bool = False
-    # line() with secrets and <private> regions hidden, once computed (see shared_line).
-    _shared: str | None = field(default=None, init=False, repr=False, compare=False)
-    # message_hash(author_id, content), once computed (see content_hash).
-    _hash: str | None = field(default=None, init=False, repr=False, compare=False)
-    # line(), once computed: every prompt of the channel shows the message again.
+    # Computed once: one message is shown in many prompts and compared with many markers.
+    _shared_line: str | None = field(default=None, init=False, repr=False, compare=False)
+    _content_hash: str | None = field(default=None, init=False, repr=False, compare=False)
     _line: str | None = field(default=None, init=False, repr=False, compare=False)
 
     def content_hash(self) -> str:
-        """The marker's fingerprint of this message (see :func:`message_hash`). Computed
-        once: every turn marks the message it answers, and the window's messages are
-        compared against markers again and again."""
-        if self._hash is None:
-            object.__setattr__(self, "_hash", message_hash(self.author_id, self.content))
-        assert self._hash is not None
-        return self._hash
+        """The marker's fingerprint of this message (see :func:`message_hash`)."""
+        if self._content_hash is None:
+            object.__setattr__(self, "_content_hash", message_hash(self.author_id, self.content))
+        assert self._content_hash is not None
+        return self._content_hash
 
     def shared_line(self) -> str:
-        """:meth:`line` as another channel's (or a DM's) prompt shows it: secrets and
-        ``<private>`` regions redacted, as in stored memory. Computed once per message
-        (redaction costs tens of µs, and one message is shown in many prompts)."""
-        if self._shared is None:
+        """:meth:`line` as other channels' prompts show it: secrets redacted, as in memory."""
+        if self._shared_line is None:
             # The text only: a speaker called "Password" says no password.
             shown = replace(self, content=redact_secrets(self.content))
-            object.__setattr__(self, "_shared", shown.line())
-        assert self._shared is not None
-        return self._shared
+            object.__setattr__(self, "_shared_line", shown.line())
+        assert self._shared_line is not None
+        return self._shared_line
 
     def line(self) -> str:
-        """The gatherer's ``Name: text`` form. Continuation lines of a multi-line message
-        are indented, so no line of one message can pass for another speaker's (every
-        kind of line break counts: ``\r``, ``\u2028``, form feed…)."""
+        """The ``Name: text`` line, continuation lines indented so none passes for a speaker's."""
         if self._line is None:
             text = f"{self.author_name}: {self.content}"
             if not text.isprintable():  # a line break of some kind (the usual message has none)
@@ -103,9 +87,7 @@ class RawMessage:
 
 
 def speaker_name(name: str) -> str:
-    """A display name as the ``Name: text`` lines show it: its colons made look-alikes
-    (U+A789) and its line breaks spaces, so a name like "Bob: I agree. Alice" cannot pass
-    for a line of another speaker."""
+    """``name`` on one line with look-alike colons (U+A789), so it cannot forge a speaker."""
     return " ".join(name.replace(":", "\ua789").split())
 
 
@@ -138,8 +120,7 @@ class Provenance:
 
 @dataclass(slots=True)
 class StmEntry:
-    """One short-term memory (cache entry and row). Mutated only by ``memory.service``
-    (writes through ``memory.change.apply_change``)."""
+    """One short-term memory (cache entry and row); only the memory core mutates it."""
 
     key: ScopeKey
     updated_at: datetime
@@ -167,8 +148,7 @@ class StmEntry:
         return self.has_summary or any(value.strip() for value in self.categories.values())
 
     def derived_from(self, user_id: int) -> bool:
-        """Whether the memory holds something of the user's (/forget-me deletes it): their
-        own key, their words among its contributors, or their hand on its last change."""
+        """Whether the memory holds something of the user's (then /forget-me deletes it)."""
         actor = self.provenance.actor_user_id if self.provenance is not None else None
         return user_id in (self.key.user_id, actor) or user_id in self.contributor_ids
 
@@ -184,8 +164,7 @@ class StmEntry:
 
 @dataclass(frozen=True, slots=True)
 class AuditEvent:
-    """One audit event of ``/stm history`` as the cogs see it (a ``stm_events`` row). It
-    holds sizes, never memory text."""
+    """One ``/stm history`` event (a ``stm_events`` row): sizes, never memory text."""
 
     event: str
     created_at: datetime
@@ -266,10 +245,8 @@ class Fact:
 
 @dataclass(frozen=True, slots=True)
 class Place:
-    """Where a fact was said, as the bot saw it then: the channel (a thread's own id);
-    for a thread, its parent channel and whether it was private; and whether every
-    member of the server could read it. Discord may later forget the place (an archived
-    thread is not cached, a channel may be deleted); this is what it is judged by then."""
+    """Where a fact was said, as the bot saw it then: what judges the fact once Discord forgets
+    the place (an archived thread, a deleted channel)."""
 
     channel_id: int
     parent_channel_id: int | None = None
@@ -279,8 +256,7 @@ class Place:
 
 @dataclass(frozen=True, slots=True)
 class ScoredFact:
-    """A search hit: the fact, whether it matched the query's words, how many of the
-    query's words it holds (a word in either number), and its score."""
+    """A search hit: the fact, whether it matched, its score, and how many query words it holds."""
 
     fact: Fact
     matched: bool

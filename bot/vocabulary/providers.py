@@ -1,18 +1,4 @@
-"""What each kind of OpenAI-compatible provider can do, as far as Kioku cares.
-
-The table answers three questions for the configured ``provider`` (SPEC §3, §8): can the
-tool loop offer tools at all (``tool_calling``), may the short-term-memory tool be
-offered (``stm_allowed``), and must requests keep the strict role order of chat templates
-such as Llama 2's and Mistral's (``strict_roles``: one leading system message,
-then user and assistant alternating, see :mod:`bot.llm.roles`)? STM needs tool calling
-and enough context for its overhead (the summary, the tool schema and the tool round
-trip), so providers with less than :data:`MIN_STM_CONTEXT_TOKENS` of context are excluded
-even if they can call tools.
-
-``context_tokens`` is a conservative default for the provider's usual models; local
-servers (Ollama, LM Studio, llama.cpp, vLLM) really depend on how the model was loaded,
-which the ``notes`` say. Unknown names get a generic entry that assumes tool calling.
-"""
+"""What each kind of OpenAI-compatible provider can do, as far as Kioku cares (SPEC §3, §8)."""
 
 from __future__ import annotations
 
@@ -35,29 +21,27 @@ __all__ = [
 MIN_STM_CONTEXT_TOKENS = 8192
 """Below this context size the memory-management overhead crowds out the conversation."""
 CHARS_PER_TOKEN = 4
-"""A rough, model-independent estimate of text per token (fitting prompts: the chat
-turn's history, the summarizer's batches)."""
+"""A rough, model-independent estimate of characters per token, for fitting prompts."""
 
 
 def prompt_chars(context_tokens: int, reply_tokens: int, reserved_tokens: int) -> int:
-    """Characters of prompt that fit in a context of ``context_tokens``, once the reply
-    (``reply_tokens``) and ``reserved_tokens`` (tool schemas, the chat format) have their
-    room, at :data:`CHARS_PER_TOKEN`; never negative."""
+    """Characters of prompt that fit in the context beside the reply and ``reserved_tokens``."""
     return max(0, (context_tokens - reply_tokens - reserved_tokens) * CHARS_PER_TOKEN)
 
 
 @dataclass(frozen=True)
 class ProviderCaps:
-    """One provider's capabilities. ``stm_allowed`` is derived by :func:`_caps`: tool
-    calling and at least :data:`MIN_STM_CONTEXT_TOKENS` of context."""
+    """One provider's capabilities; STM needs tool calling and ``MIN_STM_CONTEXT_TOKENS``."""
 
     name: str
     tool_calling: bool
+    # Conservative for the provider's usual models; a local server's depends on how the
+    # model was loaded, which its notes say.
     context_tokens: int
     stm_allowed: bool
     notes: str
-    # The server refuses system messages after the first, or user and assistant messages
-    # that do not alternate (the operator's llm.strict_roles overrides it).
+    # The server refuses a second system message, or roles that do not alternate (the
+    # operator's llm.strict_roles overrides this).
     strict_roles: bool = False
 
 
@@ -275,11 +259,7 @@ def provider_problem(name: str) -> str | None:
 
 
 def capabilities(name: str) -> ProviderCaps:
-    """The capabilities of provider ``name`` (case-insensitive; ``_`` and ``-`` alike).
-
-    An unknown name gets the generic entry (tool calling assumed, STM allowed) under that
-    name, with a note saying so.
-    """
+    """The capabilities of provider ``name``; an unknown name gets the generic entry's."""
     key = _normalize(name)
     key = _ALIASES.get(key, key)
     known = PROVIDERS.get(key)

@@ -1,14 +1,4 @@
-"""Which words a long-term memory search looks for (the search policy).
-
-A query text (the user's message, a ``recall`` or ``forget_memory`` query) becomes plain
-words (:func:`query_words`: nothing in them can act as query syntax), each searched in
-both numbers of simple English nouns (:func:`search_terms`, grouped per query word by
-:func:`word_groups`); a word in another script than Latin is also matched as a substring
-(:func:`is_non_latin`). :class:`SearchWords` carries all of it to the repository, which
-only turns it into SQL (``bot.db.repositories.longterm.search``).
-
-Nothing here knows about Discord or the database.
-"""
+"""Which words a long-term memory search looks for; the repository only turns them into SQL."""
 
 from __future__ import annotations
 
@@ -45,10 +35,9 @@ _STOP_WORDS_TEXT = """
     would you your yours yourself
 """
 STOP_WORDS = frozenset(_STOP_WORDS_TEXT.split())
-_WORD = re.compile(r"\w+", re.UNICODE)
-# Scripts written without spaces between words: PostgreSQL's parser takes a whole run of
-# them for one word, so "猫" is no word of "私の猫の名前はミソです" to full-text search.
-# One such character can be a word on its own.
+_WORD = re.compile(r"\w+", re.UNICODE)  # word characters only: nothing can act as query syntax
+# Scripts written without spaces: PostgreSQL takes a whole run for one word ("猫" is no word
+# of "私の猫の名前はミソです"), so one such character can be a word on its own.
 _UNSPACED = regex.compile(
     r"[\p{Han}\p{Hiragana}\p{Katakana}\p{Thai}\p{Lao}\p{Khmer}\p{Myanmar}\p{Tibetan}]"
 )
@@ -57,13 +46,7 @@ _NON_LATIN = regex.compile(r"[^\p{Latin}\p{N}\p{M}_]")
 
 
 def query_words(text: str) -> list[str]:
-    """The distinct searchable words of ``text``: lower-cased word characters only
-    (so nothing in them can act as query syntax), stop words and one-letter words
-    dropped (except one character of a script written without spaces, such as ``猫``),
-    plus the singular of simple English plurals (``cats`` → ``cat``).
-
-    At most :data:`MAX_QUERY_WORDS` words of the text are kept, the last ones: a long
-    message usually ends with what it asks. The added singulars do not count."""
+    """The last :data:`MAX_QUERY_WORDS` searchable words of ``text``, plus simple singulars."""
     keywords: list[str] = []
     # lower(), not casefold(): PostgreSQL's to_tsvector lowers "ß" and "ς" as they are,
     # where casefold() would make "ss" and "σ", and such words would never match.
@@ -75,6 +58,7 @@ def query_words(text: str) -> list[str]:
             keywords.remove(word)  # kept at its last place, so the end of the text wins
         keywords.append(word)
     words: list[str] = []
+    # The last words: a long message usually ends with what it asks.
     for word in keywords[-MAX_QUERY_WORDS:]:
         forms = [word]
         if len(word) > 3 and word.endswith("s") and not word.endswith("ss"):
@@ -84,10 +68,7 @@ def query_words(text: str) -> list[str]:
 
 
 def word_groups(words: Sequence[str]) -> list[list[str]]:
-    """``words`` (from :func:`query_words`) as the query's words, each with every form
-    it is searched in (:func:`search_terms`): ``["cats", "cat", "box"]`` is two words,
-    ``[["cats", "cat"], ["box", "boxes"]]``. A fact "holds" a word when it holds one of
-    its forms."""
+    """``words`` grouped per query word, with all its forms (``cats`` and ``cat`` are one)."""
     groups: list[list[str]] = []
     for word in words:
         forms = search_terms([word])
@@ -100,12 +81,9 @@ def word_groups(words: Sequence[str]) -> list[list[str]]:
 
 
 def search_terms(words: Sequence[str]) -> list[str]:
-    """``words`` (from :func:`query_words`) with the other number of simple English
-    nouns added, so that a singular query finds a plural fact and the reverse (the
-    ``simple`` configuration does not stem): ``cat`` → ``cats``, ``box`` → ``boxes``,
-    ``city`` → ``cities``, ``tomato`` → ``tomatos``/``tomatoes``, and back ``cities`` →
-    ``city``, ``boxes`` → ``box``, ``tomatoes`` → ``tomato``. The added forms are the
-    words' own letters plus ASCII suffixes: still plain words."""
+    """``words`` with the other number of simple English nouns added (``city`` → ``cities``)."""
+    # The "simple" text search configuration does not stem; an added form is the word's own
+    # letters plus an ASCII suffix, still a plain word.
     terms: list[str] = []
     for word in words:
         forms = [word]
@@ -127,22 +105,19 @@ def search_terms(words: Sequence[str]) -> list[str]:
 
 
 def is_non_latin(word: str) -> bool:
-    """Whether ``word`` holds a letter of a script other than Latin (CJK, Cyrillic,
-    Greek…): such words are also searched as substrings."""
+    """Whether ``word`` holds a letter of a script other than Latin (CJK, Cyrillic, Greek…)."""
     return _NON_LATIN.search(word) is not None
 
 
 @dataclass(frozen=True, slots=True)
 class WordGroup:
-    """One query word with every form it is searched in (one of :func:`word_groups`).
-    A fact holds the word when it holds one of its forms."""
+    """One query word with every form it is searched in; a fact holding a form holds the word."""
 
     forms: tuple[str, ...]
 
     @property
     def substrings(self) -> tuple[str, ...]:
-        """The forms in another script than Latin (:func:`is_non_latin`), also matched as
-        substrings of a fact's text."""
+        """The forms in another script than Latin, also matched as substrings of a fact."""
         return tuple(form for form in self.forms if is_non_latin(form))
 
     @property
@@ -153,9 +128,7 @@ class WordGroup:
 
 @dataclass(frozen=True, slots=True)
 class SearchWords:
-    """What a search looks for in a query text: its words (:func:`query_words`), the
-    full-text terms (:func:`search_terms`) and the words grouped with their forms
-    (:func:`word_groups`)."""
+    """What a search looks for in a query text: its words, their forms, and both grouped."""
 
     words: tuple[str, ...]
     terms: tuple[str, ...]

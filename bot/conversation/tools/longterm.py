@@ -1,14 +1,5 @@
-"""The long-term memory tools: ``remember``, ``recall`` and ``forget_memory``.
-
-They are offered instead of the STM tool on a turn where the user explicitly asked the
-bot to remember or forget something (SPEC §6). :func:`long_term_tools` builds them for
-one turn (one user, one place); the turn merges the returned specs into its registry.
-
-Arguments are parsed strictly, like the STM tool's: a malformed call is refused with
-a message the model can act on (``rejected: …``) and nothing is stored. Values are
-not sanitized here; :class:`~bot.memory.longterm.LongTermService` does that before
-anything is written.
-"""
+"""The long-term memory tools ``remember``, ``recall`` and ``forget_memory``, offered instead of
+the STM tool when the user explicitly asks to remember or forget (SPEC §6)."""
 
 from __future__ import annotations
 
@@ -227,8 +218,7 @@ def _how_many(candidates: tuple[Fact, ...]) -> str:
 
 
 def _place_here(channel_id: int | None, may_show: ChannelFilter | None) -> Place | None:
-    """Where a fact saved this turn is said: the caller's view of this channel when it
-    has one (a thread's parent, who may read it), else just the channel."""
+    """Where a fact saved this turn is said: the caller's view of this channel, if it has one."""
     here = may_show.here if isinstance(may_show, ChannelView) else None
     if here is not None and here.channel_id == channel_id:
         return here
@@ -247,11 +237,9 @@ def long_term_tools(
     may_show: ChannelFilter | None = None,
     started_at: datetime | None = None,
 ) -> dict[str, ToolSpec]:
-    """The three long-term tools for one turn of ``user_id`` in ``guild_id`` (``None``:
-    a DM), keyed by name, ready to merge into the turn's tool registry.
+    """The long-term tools by name, for one turn of ``user_id`` in ``guild_id`` (None: a DM).
 
-    ``opted_in`` is the user's cross-context choice: in a DM it lets ``recall`` and
-    ``forget_memory`` (by query) reach facts made in servers.
+    ``opted_in`` (to cross-context memory) lets them reach server facts from a DM.
     """
     remembered = 0
     place = _place_here(channel_id, may_show)

@@ -32,8 +32,7 @@ def quoted(names: list[str]) -> str:
 
 
 def reject_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """``object_pairs_hook`` for ``json.loads``: a key given twice is an error, not a
-    silent "last one wins"."""
+    """``json.loads``'s ``object_pairs_hook``: a key given twice is an error, not "last wins"."""
     result: dict[str, Any] = {}
     for key, value in pairs:
         if key in result:
@@ -50,8 +49,9 @@ def utf8_size(text: str) -> int:
 
 
 def load_object(raw: str | None, example: str, *, max_bytes: int, shorter: str) -> dict[str, Any]:
-    """The model's raw arguments as a JSON object, or ``ToolArgumentError`` saying what is
-    wrong and showing ``example``; ``shorter`` tells how to fit under ``max_bytes``."""
+    """The model's raw arguments as a JSON object, or a ``ToolArgumentError`` showing ``example``.
+
+    ``shorter`` tells the model how to fit under ``max_bytes``."""
     if raw is None or not raw.strip():
         raise ToolArgumentError(f"no arguments were given; send a JSON object like {example}")
     size = utf8_size(raw)
@@ -100,8 +100,7 @@ def unexpected_fields(extra: Sequence[str], allowed: Sequence[str]) -> str:
 
 
 def reject_unexpected(payload: Collection[str], allowed: Sequence[str]) -> None:
-    """``ToolArgumentError`` (naming the first one) when ``payload`` has fields other than
-    ``allowed``."""
+    """Raise ``ToolArgumentError`` if ``payload`` has fields other than ``allowed``."""
     extra = [key for key in payload if key not in allowed]
     if extra:
         raise ToolArgumentError(unexpected_fields(extra, allowed), extra[0])
@@ -110,17 +109,16 @@ def reject_unexpected(payload: Collection[str], allowed: Sequence[str]) -> None:
 def require_string(
     field: str, value: object, *, null_hint: str = "", surrogate_detail: str = ""
 ) -> str:
-    """``value`` as a string, or ``ToolArgumentError`` naming ``field`` and its problem:
-    not a string (``null_hint`` added when it is a JSON null), or holding a lone
-    surrogate, which JSON escapes allow but is no Unicode text (``surrogate_detail``
-    added to the explanation)."""
+    """``value`` if it is text, else a ``ToolArgumentError`` naming ``field``.
+
+    ``null_hint`` is added for a JSON null, ``surrogate_detail`` for a lone surrogate."""
     name = quoted([field])
     if not isinstance(value, str):
         hint = null_hint if value is None else ""
         raise ToolArgumentError(
             f"field {name} must be a string, got {json_type(value)}{hint}", field
         )
-    if any("\ud800" <= char <= "\udfff" for char in value):
+    if any("\ud800" <= char <= "\udfff" for char in value):  # JSON escapes allow them
         raise ToolArgumentError(
             f"field {name} contains a lone surrogate (an unpaired \\ud800-\\udfff escape)"
             f"{surrogate_detail}; send plain text",

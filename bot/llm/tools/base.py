@@ -7,8 +7,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True, slots=True)
 class ToolOutcome:
-    """The text the model reads as the tool's result, and whether it was an error
-    (consecutive errors end the turn)."""
+    """The tool's result as the model reads it; consecutive errors end the turn."""
 
     content: str
     ok: bool
