@@ -31,7 +31,7 @@ from bot.conversation.tools.stm import STM_TOOL_NAME
 from bot.db.driver import statements_sent
 from bot.db.engine import Database
 from bot.db.migrate import upgrade
-from tests.helpers.discord_harness import attach_dpytest, detach
+from tests.helpers.dpytest_env import attach_dpytest, detach
 from tests.helpers.fake_llm import ScriptedLLM
 
 

@@ -28,7 +28,6 @@ from tests.helpers.summary import recorded_properties
 pytest_plugins = [
     "tests.helpers.fake_llm",  # before database, which imports it
     "tests.helpers.database",
-    "tests.helpers.discord_harness",
     "tests.helpers.bot",
     "tests.helpers.fuzz",
     "pytester",  # tests of the summary sections run pytest itself

@@ -33,7 +33,8 @@ from bot.llm.tool_loop import TIMEOUT_MESSAGE
 from bot.memory.turn import REASON_ALREADY_UPDATED, REASON_CLEARED, REASON_DISABLED
 from bot.vocabulary.model import Category, ScopeKey
 from tests.helpers.bot import KiokuHarness, start_kioku, stop_kioku
-from tests.helpers.discord_harness import FakeResponse, _body_of
+from tests.helpers.discord_payloads import FakeResponse
+from tests.helpers.discord_payloads import request_body as _body_of
 from tests.helpers.fake_llm import ScriptedLLM, refused_base_url
 
 

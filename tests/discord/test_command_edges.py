@@ -21,7 +21,7 @@ from bot.db.repositories import guilds as guild_repo
 from bot.db.repositories import stm as stm_repo
 from bot.vocabulary.model import Category, ScopeKey
 from tests.helpers.bot import KiokuHarness
-from tests.helpers.discord_harness import snowflake
+from tests.helpers.discord_payloads import snowflake
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ from bot.conversation.tools.stm import STM_TOOL_NAME
 from bot.db.models import GuildSettings, LongTermMemory, ShortTermMemory, StmCategory, StmEvent
 from bot.vocabulary.model import AuditEvent, Category, Provenance, ScopeKey
 from tests.helpers.bot import KiokuHarness
-from tests.helpers.discord_harness import _channel_payload
+from tests.helpers.discord_payloads import channel_payload as _channel_payload
 from tests.helpers.fake_llm import refused_base_url
 
 SUMMARY = "Team picked Friday for the launch."

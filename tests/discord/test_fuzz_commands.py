@@ -38,7 +38,6 @@ from bot.db.models import LongTermMemory, StmCategory
 from bot.memory.sanitize import sanitize_value
 from bot.vocabulary.model import Provenance, ScopeKey
 from tests.helpers.bot import KiokuHarness
-from tests.helpers.discord_harness import DEFERRED_CHANNEL_MESSAGE, InteractionResult
 from tests.helpers.fuzz import (
     FuzzCounter,
     fuzz_settings,
@@ -46,6 +45,7 @@ from tests.helpers.fuzz import (
     stored_memory_problems,
     weighted,
 )
+from tests.helpers.interaction_responses import DEFERRED_CHANNEL_MESSAGE, InteractionResult
 
 pytestmark = pytest.mark.fuzz
 

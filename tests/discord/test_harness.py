@@ -1,4 +1,4 @@
-"""Proves tests/helpers/discord_harness.py against discord.py's real state.
+"""Proves the Discord harness (tests/helpers/dpytest_env.py...) against discord.py's real state.
 
 Every command, listener, view and modal here is a tiny test-only stand-in; the point is that
 the harness feeds them through the real ``ConnectionState`` / ``CommandTree`` / ``ViewStore``
@@ -13,17 +13,16 @@ import pytest
 from discord import app_commands
 from discord.ext import commands
 
-from tests.helpers.discord_harness import (
-    AUTOCOMPLETE_RESULT,
+from tests.helpers.discord_world import EventHandlerError
+from tests.helpers.dpytest_env import (
     DEFAULT_BASE_ID,
-    UPDATE_MESSAGE,
     DpytestEnv,
-    EventHandlerError,
-    InteractionHarness,
     attach_dpytest,
     detach,
     make_harness_bot,
 )
+from tests.helpers.interaction_responses import AUTOCOMPLETE_RESULT, UPDATE_MESSAGE
+from tests.helpers.interactions import InteractionHarness
 
 FRUITS = ["apple", "banana", "mango", "orange", "pineapple"]
 

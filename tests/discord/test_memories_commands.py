@@ -27,8 +27,8 @@ from bot.db.models import LongTermMemory, StmEvent, UserSettings
 from bot.memory.longterm import LongTermService
 from bot.vocabulary.model import Provenance
 from tests.helpers.bot import KiokuHarness, start_kioku, stop_kioku
-from tests.helpers.discord_harness import InteractionResult
 from tests.helpers.fake_llm import ScriptedLLM, refused_base_url
+from tests.helpers.interaction_responses import InteractionResult
 
 
 @pytest.fixture

@@ -26,7 +26,7 @@ from bot.cogs.errors import GUILD_ONLY
 from bot.db.models import ShortTermMemory, StmCategory
 from tests.conftest import Figures
 from tests.helpers.bot import KiokuHarness
-from tests.helpers.discord_harness import InteractionResult
+from tests.helpers.interaction_responses import InteractionResult
 
 KINDS = ("member", "moderator", "admin", "administrator", "owner", "operator")
 PLACES = ("guild", "dm")

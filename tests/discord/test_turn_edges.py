@@ -23,7 +23,8 @@ from bot.db.models import LongTermMemory, ShortTermMemory
 from bot.llm.tool_loop import FALLBACK_REPLY, UNAVAILABLE_MESSAGE
 from bot.vocabulary.model import RawMessage
 from tests.helpers.bot import KiokuHarness, start_kioku, stop_kioku
-from tests.helpers.discord_harness import _complete_message_payload, snowflake
+from tests.helpers.discord_payloads import complete_message_payload as _complete_message_payload
+from tests.helpers.discord_payloads import snowflake
 from tests.helpers.fake_llm import ScriptedLLM
 
 

@@ -26,12 +26,9 @@ from bot.cogs.history import WIPED_WHILE_ANSWERING, backfill
 from bot.cogs.refresh import REFRESH_MARKER_PREFIX, marker_text
 from bot.memory.window import WindowCache
 from tests.helpers.bot import KiokuHarness
-from tests.helpers.discord_harness import (
-    FakeResponse,
-    _body_of,
-    _complete_message_payload,
-    snowflake,
-)
+from tests.helpers.discord_payloads import FakeResponse, snowflake
+from tests.helpers.discord_payloads import complete_message_payload as _complete_message_payload
+from tests.helpers.discord_payloads import request_body as _body_of
 from tests.helpers.fake_llm import ScriptedLLM
 
 

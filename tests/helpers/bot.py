@@ -21,14 +21,9 @@ from bot.app import KiokuBot, build_bot
 from bot.db.engine import Database
 from tests.helpers.builders import ManualClock
 from tests.helpers.database import make_test_settings
-from tests.helpers.discord_harness import (
-    DEFAULT_BASE_ID,
-    DpytestEnv,
-    InteractionHarness,
-    attach_dpytest,
-    detach,
-)
+from tests.helpers.dpytest_env import DEFAULT_BASE_ID, DpytestEnv, attach_dpytest, detach
 from tests.helpers.fake_llm import ScriptedLLM
+from tests.helpers.interactions import InteractionHarness
 
 
 @dataclass
