@@ -61,8 +61,7 @@ async def ask(
     deadline: float,
     tool_choice: str | None = None,
 ) -> tuple[ChatCompletionMessage, bool]:
-    """The model's message and whether it was cut at ``max_tokens``, falling back when a
-    ``tool_choice`` request is refused."""
+    """The model's message and whether it was cut at ``max_tokens``, with fallbacks."""
     # A request with `tool_choice` (tools defined only for the history's calls) the server
     # refuses is asked again without it, then without tools nor tool calls in the history:
     # OpenRouter answers 404 when no provider it routes to takes the value.
