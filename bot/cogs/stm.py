@@ -1,15 +1,12 @@
-"""``/stm``: look at, edit and configure the short-term memory of a channel.
+"""``/stm``: look at, edit and configure the short-term memory of a channel."""
 
-``show`` is for everyone (in DMs it shows the DM's memory); ``summarize`` needs Manage
-Messages (in DMs anyone may summarize their own conversation); everything else needs
-Manage Server and a server. Answers are ephemeral; memory text is only ever shown to
-the person who asked, never logged.
-"""
+# `show` is for everyone (in DMs, the DM's memory); `summarize` needs Manage Messages (in
+# DMs anyone may summarize their own conversation); the rest needs Manage Server and a
+# server.  Answers are ephemeral: memory text is only shown to who asked, never logged.
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
 import discord
@@ -19,6 +16,17 @@ from discord.ext import commands
 from bot.cogs.checks import IntRange, admin_only, moderator_only
 from bot.cogs.errors import answer, plural, think
 from bot.cogs.history import backfill
+from bot.cogs.stm_answers import (
+    ALWAYS_ON_UNHEARD,
+    RENDER_MODES,
+    SUMMARY_UNSEEN,
+    channel_label,
+    describe_origin,
+    describe_pending,
+    describe_settings,
+    describe_summary,
+    memory_sections,
+)
 from bot.cogs.stm_forms import (
     CategoriesModal,
     CategoryEditModal,
@@ -27,18 +35,12 @@ from bot.cogs.stm_forms import (
     answer_blocks,
     before_a_modal,
     describe_categories,
-    quoted,
 )
-from bot.conversation.summarizer import SummaryOutcome
+from bot.cogs.stm_history import describe_events
 from bot.db.storage import MemoryUnavailable
-from bot.memory.prompt import VALUE_LIMIT, relative_time, render_memory_text
+from bot.memory.prompt import relative_time, render_memory_text
 from bot.memory.service import MemoryService
-from bot.vocabulary.model import (
-    AuditEvent,
-    GuildConfig,
-    ScopeKey,
-    StmEntry,
-)
+from bot.vocabulary.model import AuditEvent, ScopeKey, StmEntry
 
 if TYPE_CHECKING:
     from bot.app import KiokuBot
@@ -49,277 +51,11 @@ HISTORY_LIMIT = 15
 # How many of the latest events /stm history reads, widening while too few of them are in
 # channels the admin can read (each write records two: the channel's and a member's copy).
 HISTORY_READS = (HISTORY_LIMIT * 4, HISTORY_LIMIT * 40)
-# Always-on channels named in /stm settings: a server may mark hundreds (threads too),
-# and one answer must stay within Discord's 2,000 characters.
-ALWAYS_ON_SHOWN = 20
-
-RENDER_MODES = {
-    "crude_summary": "crude summary: distilled text plus the last raw messages",
-    "supersede": "supersede: distilled text only, raw messages when there is none",
-}
-ORIGINS = {
-    "model_tool": "the model",
-    "summarizer": "the summarizer",
-    "admin": "an admin",
-    "user_command": "a command",
-    "import": "an import",
-}
-# What /stm history calls each kind of audit event (``EventRecord.event``).
-EVENTS = {
-    "update": "Memory updated",
-    "refresh": "Wiped (/refresh)",
-    "forget": "Forgotten (/forget-me)",
-    "expire": "Expired",
-    "settings": "Settings changed",
-    "categories": "Categories changed",
-}
-
-
-# ------------------------------------------------------------------- formatting
-
-
-ALWAYS_ON_UNHEARD = (
-    "I can't read or send messages in this channel, so I won't answer here until I'm "
-    "given **View Channel** and **Send Messages**."
-)
-SUMMARY_BUSY = "A summary is already being made for this channel."
-NOTHING_NEW = "Nothing new since the last summary — no model call made."
-SUMMARY_UNSEEN = (
-    "I can't see this channel's messages, so there is nothing for me to summarize. "
-    "I need **View Channel** and **Read Message History** here."
-)
-SUMMARY_DISABLED = (
-    "Short-term memory is turned off in this server, so there is nothing to summarize."
-)
-
-
-def describe_summary(outcome: SummaryOutcome) -> str:
-    """The answer to ``/stm summarize``."""
-    if outcome.status == "updated":
-        parts = [
-            f"Summary updated from {plural(outcome.new_messages, 'new message')} "
-            f"({outcome.chars} chars)."
-        ]
-        if outcome.skipped:
-            verb = "was" if outcome.skipped == 1 else "were"
-            parts.append(
-                f"{plural(outcome.skipped, 'older new message')} did not fit in the model's "
-                f"reading and {verb} skipped."
-            )
-        if outcome.pending_sync:
-            parts.append(
-                "Saved, pending sync: the database is unavailable; "
-                "it will be written when it is back."
-            )
-        return " ".join(parts)
-    if outcome.status == "nothing_new":
-        return NOTHING_NEW
-    if outcome.status == "busy":
-        return SUMMARY_BUSY
-    if outcome.status == "disabled":
-        return SUMMARY_DISABLED
-    error = (outcome.error or "unknown error").strip().rstrip(".")
-    return f"The summarizer failed: {error}. The memory was left unchanged."
-
-
-def describe_origin(entry: StmEntry) -> str:
-    provenance = entry.provenance
-    if provenance is None:
-        return "unknown"
-    origin = ORIGINS.get(provenance.origin, provenance.origin)
-    if provenance.origin in ("model_tool", "summarizer") and provenance.detail:
-        origin += f" ({provenance.detail})"
-    elif provenance.origin in ("admin", "user_command") and provenance.actor_user_id:
-        origin += f" (<@{provenance.actor_user_id}>)"
-    return origin
-
-
-def memory_sections(entry: StmEntry, config: GuildConfig) -> list[str]:
-    """One block per stored value, with its size against the limit."""
-
-    def section(label: str, value: str) -> str:
-        # Labels are an admin's text: a `**` or `_` in one must not break the heading.
-        size = f"({len(value)}/{VALUE_LIMIT} chars)"
-        heading = discord.utils.escape_markdown(label)
-        return f"**{heading}** {size}\n{quoted(value) if value.strip() else '*(empty)*'}"
-
-    sections: list[str] = []
-    defined = {category.slug for category in config.categories}
-    if config.category_mode:
-        for category in config.categories:
-            sections.append(section(category.label, entry.categories.get(category.slug, "")))
-    for slug, value in entry.categories.items():
-        if (slug not in defined or not config.category_mode) and value.strip():
-            sections.append(section(f"{slug} (no longer a category)", value))
-    if entry.has_summary:
-        label = "Summary (from before categories)" if config.category_mode else "Summary"
-        sections.append(section(label, entry.summary))
-    return sections
-
-
-def describe_always_on(
-    channel_ids: Collection[int], guild: discord.Guild | None, here: int | None = None
-) -> str:
-    """The always-on channels the server still shows (``here`` first), at most
-    :data:`ALWAYS_ON_SHOWN` of them; the others are counted, not named."""
-    present = sorted(
-        c for c in channel_ids if guild is None or guild.get_channel_or_thread(c) is not None
-    )
-    if here in present:
-        present.remove(here)
-        present.insert(0, here)
-    parts = [", ".join(f"<#{c}>" for c in present[:ALWAYS_ON_SHOWN])] if present else []
-    if len(present) > ALWAYS_ON_SHOWN:
-        parts.append(f"and {len(present) - ALWAYS_ON_SHOWN} more")
-    # Discord does not tell a bot about archived threads: such a thread (or a channel
-    # deleted while the bot was away) is kept, and counted here.
-    unseen = len(channel_ids) - len(present)
-    if unseen:
-        gone = plural(
-            unseen,
-            "archived thread or deleted channel",
-            "archived threads or deleted channels",
-        )
-        parts.append(f"(and {gone})" if parts else gone)
-    return " ".join(parts) or "none"
-
-
-def describe_settings(
-    config: GuildConfig, guild: discord.Guild | None = None, here: int | None = None
-) -> list[str]:
-    if config.category_mode:
-        categories = ", ".join(f"`{c.slug}`" for c in config.categories)
-    else:
-        categories = "none (one summary per channel)"
-    return [
-        f"Enabled: **{'yes' if config.stm_enabled else 'no'}**",
-        f"Refresh cadence: every **{config.refresh_cadence}** "
-        + ("bot turn" if config.refresh_cadence == 1 else "bot turns"),
-        f"Render mode: **{RENDER_MODES.get(config.render_mode, config.render_mode)}**",
-        f"Raw messages from other channels: **{config.crude_message_count}**",
-        f"Categories: {categories}",
-        f"Always-on channels: {describe_always_on(config.always_on_channels, guild, here)}",
-    ]
-
-
-def describe_pending(memory: MemoryService, channel_id: int) -> list[str]:
-    """What ``/stm show`` says of the channel's changes waiting for the database."""
-    pending = memory.pending_changes_in(channel_id)
-    notes: list[str] = []
-    if pending.cleared:
-        notes.append(
-            "This channel's memory was wiped; the deletion reaches the database when it is back."
-        )
-    if pending.writes:
-        verb = "is" if pending.writes == 1 else "are"
-        notes.append(
-            f"{plural(pending.writes, 'change')} to this channel's memory {verb} waiting for "
-            "the database (saved locally)."
-        )
-    return notes
-
-
-def _event_author(event: AuditEvent) -> str | None:
-    """Who made an update (the origin, with the member it was for), or who acted."""
-    actor = f"<@{event.actor_user_id}>" if event.actor_user_id else None
-    if event.event != "update" or not event.origin:
-        return f"by {actor}" if actor else None
-    who = ORIGINS.get(event.origin, event.origin)
-    if actor is None:
-        return f"by {who}"
-    if event.origin == "model_tool":
-        return f"by {who}, answering {actor}"
-    return f"by {who} ({actor})"
-
-
-def _chars(event: AuditEvent) -> str | None:
-    if event.chars_before is None and event.chars_after is None:
-        return None
-    return f"{event.chars_before or 0} → {event.chars_after or 0} chars"
-
-
-def _scope(event: AuditEvent) -> str | None:
-    if event.scope_kind == "server":
-        return "channel memory"
-    if event.scope_kind == "user":
-        return f"<@{event.user_id}>'s copy" if event.user_id else "a member's copy"
-    if event.event == "refresh":
-        return "channel memory and every copy"
-    if event.event == "forget" and event.channel_id:
-        return "what a member's messages made of it"  # never whose
-    if event.event == "expire" and event.channel_id:
-        return "memories left unused for the retention period"
-    return None
-
-
-def _pair(first: AuditEvent, second: AuditEvent) -> tuple[AuditEvent, AuditEvent] | None:
-    """(channel memory, member's copy) when the two are one write's rows: an update
-    stores the channel's memory and the copy of the member it answered together."""
-    if first.event != "update" or second.event != "update":
-        return None
-    same = ("channel_id", "origin", "actor_user_id", "message_id", "created_at")
-    if any(getattr(first, name) != getattr(second, name) for name in same):
-        return None
-    kinds = (first.scope_kind, second.scope_kind)
-    if kinds == ("server", "user"):
-        return first, second
-    if kinds == ("user", "server"):
-        return second, first
-    return None
-
-
-def describe_event(event: AuditEvent, copy: AuditEvent | None = None) -> str:
-    """One line of ``/stm history``; ``copy`` is the member's copy written with
-    ``event`` (the channel memory), shown on the same line."""
-    head = f"**{EVENTS.get(event.event, event.event)}**"
-    author = _event_author(event)
-    if event.event == "update" and author:
-        head, author = f"{head} {author}", None
-    parts = [head]
-    scope = _scope(event)
-    if copy is not None and scope:
-        copy_scope = _scope(copy)
-        if _chars(event) == _chars(copy):
-            scope = f"{scope} and {copy_scope}"
-        else:
-            scope = f"{scope} ({_chars(event)}) and {copy_scope} ({_chars(copy)})"
-    if scope:
-        parts.append(scope)
-    if event.channel_id:
-        parts.append(f"<#{event.channel_id}>")
-    parts.append(discord.utils.format_dt(event.created_at, "R"))
-    chars = _chars(event)
-    if chars and (copy is None or _chars(copy) == chars):
-        parts.append(chars)
-    if author:
-        parts.append(author)
-    return "• " + " · ".join(parts)
-
-
-def describe_events(events: Sequence[AuditEvent]) -> list[str]:
-    """The lines of ``/stm history``: a write's channel memory and member's copy on one."""
-    lines: list[str] = []
-    index = 0
-    while index < len(events):
-        pair = _pair(events[index], events[index + 1]) if index + 1 < len(events) else None
-        if pair is not None:
-            lines.append(describe_event(*pair))
-            index += 2
-        else:
-            lines.append(describe_event(events[index]))
-            index += 1
-    return lines
-
-
-def channel_label(interaction: discord.Interaction[Any]) -> str:
-    name = getattr(interaction.channel, "name", None)
-    return f"#{name}" if name else "this channel"
-
-
-# -------------------------------------------------------------------------- cog
 
 
 class StmCog(commands.Cog):
+    """The ``/stm`` command group, and forgetting deleted always-on channels."""
+
     stm = app_commands.Group(name="stm", description="The bot's short-term memory of a channel")
     categories = app_commands.Group(
         name="categories", description="Split the memory into named fields", parent=stm
@@ -577,8 +313,8 @@ class StmCog(commands.Cog):
 
 
 def _may_answer_here(interaction: discord.Interaction[Any]) -> bool:
-    """Whether the bot gets the messages of the channel the command came from and may
-    answer them there (Discord delivers commands from channels the bot cannot see)."""
+    """Whether the bot gets and may answer the messages of the command's channel."""
+    # Discord delivers commands from channels the bot cannot see.
     permissions = interaction.app_permissions
     if isinstance(interaction.channel, discord.Thread):
         return permissions.view_channel and permissions.send_messages_in_threads
@@ -586,8 +322,8 @@ def _may_answer_here(interaction: discord.Interaction[Any]) -> bool:
 
 
 def _may_see(interaction: discord.Interaction[Any], channel_id: int | None) -> bool:
-    """Whether the user of ``interaction`` can read that channel of its server (a guild-
-    wide event has none); an unknown or deleted one counts as not readable."""
+    """Whether the user of ``interaction`` can read that channel of its server."""
+    # A guild-wide event has no channel; an unknown or deleted one is not readable.
     if channel_id is None:
         return True
     guild, member = interaction.guild, interaction.user

@@ -11,7 +11,7 @@ import discord
 import pytest
 from sqlalchemy import select
 
-from bot.cogs.stm import (
+from bot.cogs.stm_answers import (
     NOTHING_NEW,
     SUMMARY_BUSY,
     SUMMARY_DISABLED,

@@ -14,7 +14,6 @@ import regex
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import bot.vocabulary.redaction as redaction_module
 from bot.memory.sanitize import (
     MAX_VALUE_CHARS,
     PROMPT_PLACEHOLDERS,
@@ -23,7 +22,14 @@ from bot.memory.sanitize import (
     strip_unknown_placeholders,
     truncate_graphemes,
 )
-from bot.vocabulary.redaction import redact_leaves, redact_secrets, redaction_kinds
+from bot.vocabulary.redaction import (
+    context_rules,
+    engine,
+    redact_leaves,
+    redact_secrets,
+    redaction_kinds,
+    token_rules,
+)
 from tests.helpers.fuzz import memory_value_problems
 
 # Characters that must never survive sanitizing (\t and \n are allowed).
@@ -1349,24 +1355,24 @@ def test_a_url_token_user_at_the_processing_cut_is_not_stored() -> None:
 
 # Every case-insensitive pass with its gate (the text `_fold` sees is the one the pass sees).
 FOLDED_GATES = [
-    (redaction_module._REGION_OPEN, redaction_module._REGION_WORDS),
-    (redaction_module._URL_CREDENTIALS, redaction_module._URL_GATE),
-    (redaction_module._URL_CREDENTIALS_AT_CUT, redaction_module._URL_GATE),
-    (redaction_module._URL_TOKEN_USERINFO, redaction_module._URL_GATE),
-    (redaction_module._URL_TOKEN_USERINFO_AT_CUT, redaction_module._URL_GATE),
-    (redaction_module._PASSWORD, redaction_module._PASSWORD_GATE),
-    (redaction_module._PASSWORD_STATED, redaction_module._PASSWORD_GATE),
-    (redaction_module._CREDENTIAL_STATED, redaction_module._CREDENTIAL_GATE),
-    (redaction_module._PIN, redaction_module._PIN_GATE),
-    (redaction_module._CREDENTIAL, redaction_module._CREDENTIAL_GATE),
-    (redaction_module._BEARER, redaction_module._BEARER_GATE),
+    (context_rules.REGION_OPEN, context_rules.REGION_GATE),
+    (context_rules.URL_CREDENTIALS, context_rules.URL_GATE),
+    (context_rules.URL_CREDENTIALS_AT_CUT, context_rules.URL_GATE),
+    (context_rules.URL_TOKEN_USERINFO, context_rules.URL_GATE),
+    (context_rules.URL_TOKEN_USERINFO_AT_CUT, context_rules.URL_GATE),
+    (context_rules.PASSWORD, context_rules.PASSWORD_GATE),
+    (context_rules.PASSWORD_STATED, context_rules.PASSWORD_GATE),
+    (context_rules.CREDENTIAL_STATED, context_rules.CREDENTIAL_GATE),
+    (context_rules.PIN, context_rules.PIN_GATE),
+    (context_rules.CREDENTIAL, context_rules.CREDENTIAL_GATE),
+    (context_rules.BEARER, context_rules.BEARER_GATE),
 ]
 GATE_WORDS = tuple({word for _pattern, words in FOLDED_GATES for word in words})
 # The webhook patterns are case-insensitive too; their gates use only caseless characters.
 WEBHOOK_GATE_CHARS = {
     char
     for kind in ("discord_webhook", "slack_webhook")
-    for group in redaction_module._TOKEN_GATES[kind]
+    for group in token_rules._TOKEN_GATES[kind]
     for word in group
     for char in word
 }
@@ -1385,23 +1391,23 @@ def test_gate_words_fold_like_the_regex_engine_except_for_two_letters() -> None:
         for found in regex.finditer(f"(?i){regex.escape(char)}", every)
         if found.group().lower() != char
     }
-    assert folded_only_by_regex == set(redaction_module._FOLDED_ONLY_BY_REGEX)
+    assert folded_only_by_regex == set(engine._FOLDED_ONLY_BY_REGEX)
     assert {char.lower() for char in WEBHOOK_GATE_CHARS} == WEBHOOK_GATE_CHARS
 
 
 def closed_gates(text: str) -> list[str]:
     """The passes whose pattern matches ``text`` although their gate is closed (the
     property every gate must have: it only skips a pass that finds nothing)."""
-    folded = redaction_module._fold(text)
+    folded = engine._fold(text)
     closed = [
         pattern.pattern[:40]
         for pattern, words in FOLDED_GATES
-        if pattern.search(text) and not redaction_module._may_hold(folded, words)
+        if pattern.search(text) and not engine._may_hold(folded, words)
     ]
     closed += [
         kind
-        for kind, pattern in redaction_module._TOKEN_PATTERNS
-        if pattern.search(text) and not redaction_module._token_may_match(kind, text)
+        for kind, pattern in token_rules.TOKEN_PATTERNS
+        if pattern.search(text) and not token_rules.token_may_match(kind, text)
     ]
     return closed
 
@@ -1543,9 +1549,9 @@ def test_no_gate_closes_on_a_near_miss_its_pass_matches(text: str) -> None:
 def test_the_gates_never_change_what_is_redacted(text: str) -> None:
     gated = sanitize_value(text)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(redaction_module, "_may_hold", lambda _folded, _words: True)
-        patch.setattr(redaction_module, "_TOKEN_GATES", {})
-        patch.setattr(redaction_module, "_may_hold_discord_token", lambda _text: True)
+        patch.setattr(engine, "_may_hold", lambda _folded, _words: True)
+        patch.setattr(token_rules, "_TOKEN_GATES", {})
+        patch.setattr(token_rules, "_may_hold_discord_token", lambda _text: True)
         ungated = sanitize_value(text)
     assert gated == ungated
 

@@ -328,7 +328,7 @@ async def test_raising_tool_is_answered_as_error_and_logged_without_arguments(
         raise RuntimeError("database went away")
 
     llm.reply_tool_calls([("boom", {"x": "SECRET-ARGUMENT"})]).reply_text("Hmm.")
-    with caplog.at_level(logging.WARNING, logger="bot.llm.tool_loop"):
+    with caplog.at_level(logging.WARNING, logger="bot.llm.tool_calls"):
         result = await _loop(llm, {"boom": ToolSpec(_definition("boom"), explode)})
     assert result.text == "Hmm."
     assert result.errors == 1

@@ -1,0 +1,183 @@
+"""One Chat Completions request of a turn, within the turn's deadline."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+from collections.abc import Awaitable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import openai
+from openai.types.chat import ChatCompletionMessage
+
+from bot.config import LlmSettings
+from bot.llm.client import LlmRequest, RequestObserver, chat_completion
+from bot.llm.failures import (
+    TIMEOUT_MESSAGE,
+    UNAVAILABLE_MESSAGE,
+    HistoryToolsRefused,
+    LlmUnavailable,
+    refusal,
+    unavailable,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class HistoryTools:
+    """Which requests with tools only for the history's calls this turn's server refused."""
+
+    # 1: it refused `tool_choice`; 2: the definitions too.  A fallback needed once is
+    # used from the start next time.
+    refused: int = 0
+
+
+class Ask(Protocol):
+    """:func:`ask` with the turn's client, model, settings and history fallbacks bound."""
+
+    def __call__(
+        self,
+        *,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        tool_choice: str | None = None,
+    ) -> Awaitable[tuple[ChatCompletionMessage, bool]]: ...
+
+
+async def ask(
+    api: openai.AsyncOpenAI,
+    *,
+    model: str,
+    messages: list[dict[str, Any]],
+    settings: LlmSettings,
+    tools: list[dict[str, Any]],
+    history: HistoryTools,
+    strict_roles: bool,
+    observe: RequestObserver | None,
+    deadline: float,
+    tool_choice: str | None = None,
+) -> tuple[ChatCompletionMessage, bool]:
+    """The model's message and whether it was cut at ``max_tokens``, with fallbacks."""
+    # A request with `tool_choice` (tools defined only for the history's calls) the server
+    # refuses is asked again without it, then without tools nor tool calls in the history:
+    # OpenRouter answers 404 when no provider it routes to takes the value.
+    complete = functools.partial(
+        _complete,
+        api,
+        model=model,
+        messages=messages,
+        settings=settings,
+        strict_roles=strict_roles,
+        observe=observe,
+        deadline=deadline,
+    )
+    if tool_choice is None:
+        return await complete(tools=tools)
+    for keep_choice in (True, False)[history.refused :]:
+        try:
+            return await complete(
+                tools=tools,
+                tool_choice=tool_choice if keep_choice else None,
+                history_only=True,
+            )
+        except HistoryToolsRefused:
+            history.refused += 1
+            if keep_choice:
+                log.warning("LLM refused tool_choice %r: asking again without it", tool_choice)
+            else:
+                log.warning(
+                    "LLM refused the tool definitions of a follow-up: asking again with the "
+                    "tool calls taken out of the history"
+                )
+    return await complete(tools=[])
+
+
+async def _complete(
+    api: openai.AsyncOpenAI,
+    *,
+    model: str,
+    messages: list[dict[str, Any]],
+    settings: LlmSettings,
+    tools: list[dict[str, Any]],
+    strict_roles: bool,
+    observe: RequestObserver | None,
+    deadline: float,
+    tool_choice: str | None = None,
+    history_only: bool = False,
+) -> tuple[ChatCompletionMessage, bool]:
+    """One request: the first choice's message and whether it was cut at ``max_tokens``."""
+    # Without tools the request carries no tool calls or results either (servers refuse
+    # them without definitions).  `deadline` (event-loop time) bounds the client's retries
+    # and their waits too; only model calls are cut, never a tool's run.
+    remaining = deadline - asyncio.get_running_loop().time()
+    if remaining <= 0:
+        raise _past_deadline(settings, observe, 0.0)
+    request: dict[str, Any] = {
+        "model": model,
+        "messages": messages if tools else _without_tool_calls(messages),
+        "timeout": min(settings.timeout_seconds, remaining),
+    }
+    if tools:
+        request["tools"] = tools
+        if tool_choice is not None:
+            request["tool_choice"] = tool_choice
+    # Only send what is set: some servers reject explicit nulls.
+    if settings.temperature is not None:
+        request["temperature"] = settings.temperature
+    if settings.max_reply_tokens:
+        request["max_tokens"] = settings.max_reply_tokens
+    began = time.perf_counter()
+    try:
+        async with asyncio.timeout_at(deadline):
+            completion = await chat_completion(
+                api, request, strict_roles=strict_roles, observe=observe
+            )
+    except TimeoutError as exc:
+        raise _past_deadline(settings, observe, time.perf_counter() - began) from exc
+    except openai.APIStatusError as exc:
+        raise refusal(
+            exc, tools=bool(tools), tool_choice=tool_choice, history_only=history_only
+        ) from exc
+    except openai.OpenAIError as exc:
+        raise unavailable(exc) from exc
+    except ValueError as exc:  # a 200 whose JSON body does not parse (a proxy's fault)
+        log.warning("LLM answer was not valid JSON (%s)", type(exc).__name__)
+        raise LlmUnavailable("unavailable", UNAVAILABLE_MESSAGE) from exc
+    choices = getattr(completion, "choices", None)
+    if not choices or getattr(choices[0], "message", None) is None:
+        log.warning("LLM answer had no choices (%s)", type(completion).__name__)
+        raise LlmUnavailable("unavailable", UNAVAILABLE_MESSAGE)
+    message: ChatCompletionMessage = choices[0].message
+    return message, getattr(choices[0], "finish_reason", None) == "length"
+
+
+def _without_tool_calls(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``messages`` without tool results, and assistant tool calls reduced to their text."""
+    kept: list[dict[str, Any]] = []
+    for message in messages:
+        if message.get("role") == "tool":
+            continue
+        if message.get("role") == "assistant" and message.get("tool_calls"):
+            if message.get("content"):
+                kept.append({"role": "assistant", "content": message["content"]})
+            continue
+        kept.append(message)
+    return kept
+
+
+def _past_deadline(
+    settings: LlmSettings, observe: RequestObserver | None, seconds: float
+) -> LlmUnavailable:
+    """The turn's time for model calls ran out: a timeout, counted as one."""
+    # A call cut here never reached the client's own accounting.
+    log.warning(
+        "LLM gave no answer within the turn's %g s (KIOKU_LLM__TURN_TIMEOUT_SECONDS)",
+        settings.turn_timeout_seconds,
+    )
+    if observe is not None:
+        observe(LlmRequest("timeout", seconds))
+    return LlmUnavailable("timeout", TIMEOUT_MESSAGE)

@@ -1,0 +1,234 @@
+"""The redaction passes: each rule's pattern run over the text in a fixed order, behind its gate."""
+
+from __future__ import annotations
+
+from typing import Final
+
+import regex
+
+from bot.vocabulary.redaction.alphabet import marker
+from bot.vocabulary.redaction.context_rules import (
+    AWS_KEY_ID_MARKER,
+    AWS_SECRET_CANDIDATE,
+    BEARER,
+    BEARER_GATE,
+    CREDENTIAL,
+    CREDENTIAL_GATE,
+    CREDENTIAL_STATED,
+    PASSWORD,
+    PASSWORD_GATE,
+    PASSWORD_STATED,
+    PEM_END,
+    PIN,
+    PIN_GATE,
+    PRIVATE_TAG,
+    REGION_GATE,
+    REGION_OPEN,
+    URL_CREDENTIALS,
+    URL_CREDENTIALS_AT_CUT,
+    URL_GATE,
+    URL_TOKEN_USERINFO,
+    URL_TOKEN_USERINFO_AT_CUT,
+)
+from bot.vocabulary.redaction.replacements import (
+    Replacer,
+    replace_bearer,
+    replace_credential,
+    replace_password,
+    replace_pin,
+    replace_stated_credential,
+    replace_token,
+    replace_url,
+    replace_url_token,
+)
+from bot.vocabulary.redaction.token_rules import TOKEN_PATTERNS, token_may_match
+
+# Gate words are looked up in `str.lower()` of the text, which folds their letters as the
+# engine's IGNORECASE does except for the long s and the dotted capital I (whose lower() is
+# two code points): a text holding either runs every pass.  A test scans every code point.
+_FOLDED_ONLY_BY_REGEX: Final = "\u017f\u0130"
+# Shorter tokens are not swept elsewhere in the text: too likely to occur by chance.
+_MIN_SWEPT_SECRET: Final = 16
+# Rounds of token passes and sweep; a bound keeps the work linear.
+_MAX_SWEEP_ROUNDS: Final = 8
+
+
+def redact_secrets(text: str, *, cut: bool = False) -> str:
+    """Replace private regions and credentials in ``text`` with ``[REDACTED:<kind>]`` markers."""
+    # Idempotent: already-redacted text passes through unchanged.  `cut`: `text` is a head
+    # `cut_safely` took from a longer text, so a value running into its end is hidden whole.
+    return _redact(text, cut=cut)[0]
+
+
+def redaction_kinds(text: str) -> list[str]:
+    """The kind of every redaction `redact_secrets` would make, for audit counters."""
+    return _redact(text)[1]
+
+
+def _fold(text: str) -> str | None:
+    """The text as the case-insensitive gates see it; None: every pass must run."""
+    if not text.isascii() and any(char in text for char in _FOLDED_ONLY_BY_REGEX):
+        return None
+    return text.lower()
+
+
+def _may_hold(folded: str | None, words: tuple[str, ...]) -> bool:
+    """Whether ``folded`` (`_fold` of a text) may hold a match that needs one of ``words``."""
+    return folded is None or any(word in folded for word in words)
+
+
+def _redact(text: str, *, cut: bool = False) -> tuple[str, list[str]]:
+    """The redacted text and the kind of each redaction, regions first."""
+    # Each pass is one regex with a literal-ish start, so text without a candidate is
+    # scanned quickly; no pass matches inside an earlier marker.
+    kinds: list[str] = []
+    # Folding costs about a fast pass: once per version of the text (most texts come out
+    # of every pass unchanged, as the same object); gates shared by two passes, once.
+    folded_text, folded = text, _fold(text)
+    verdicts: dict[tuple[str, ...], bool] = {}
+
+    def may_hold(words: tuple[str, ...]) -> bool:
+        nonlocal folded_text, folded
+        if folded_text is not text:
+            folded_text, folded = text, _fold(text)
+            verdicts.clear()
+        verdict = verdicts.get(words)
+        if verdict is None:
+            verdict = verdicts[words] = _may_hold(folded, words)
+        return verdict
+
+    text = _redact_regions(text, kinds, folded)
+    if not text:
+        return text, kinds
+
+    found: dict[str, str] = {}  # each token redacted (whole match) -> its kind
+
+    def sub(
+        pattern: regex.Pattern[str],
+        replace: Replacer,
+        kind: str,
+        *,
+        token: bool,
+        gate: tuple[str, ...] | None = None,
+    ) -> None:
+        nonlocal text
+        if gate is not None and not may_hold(gate):
+            return
+        if pattern.search(text) is None:
+            return
+
+        def replace_one(match: regex.Match[str]) -> str:
+            replacement, reported = replace(match, kind, cut)
+            if reported is not None:
+                kinds.append(reported)
+                if token and replacement == marker(reported):
+                    found[match.group(0)] = reported
+            return replacement
+
+        text = pattern.sub(replace_one, text)
+
+    sub(
+        URL_CREDENTIALS_AT_CUT if cut else URL_CREDENTIALS,
+        replace_url,
+        "url_credentials",
+        token=False,
+        gate=URL_GATE,
+    )
+    sub(
+        URL_TOKEN_USERINFO_AT_CUT if cut else URL_TOKEN_USERINFO,
+        replace_url_token,
+        "url_credentials",
+        token=False,
+        gate=URL_GATE,
+    )
+    swept, rounds = True, 0
+    while swept and rounds < _MAX_SWEEP_ROUNDS:
+        rounds += 1
+        for kind, pattern in TOKEN_PATTERNS:
+            if token_may_match(kind, text):
+                sub(pattern, replace_token, kind, token=True)
+        text = _redact_aws_secret_pairs(text, kinds, found)
+        # A token recognised once is hidden everywhere, also glued to other text (`0sk-…`)
+        # where its shape alone would not give it away.  A marker put there can end the
+        # word before it (an `AKIA…` glued to `sk-…`), so the token passes run again.
+        swept = False
+        for secret in sorted(found, key=len, reverse=True):
+            if len(secret) >= _MIN_SWEPT_SECRET and secret in text:
+                kinds.extend([found[secret]] * text.count(secret))
+                text = text.replace(secret, marker(found[secret]))
+                swept = True
+    sub(PASSWORD, replace_password, "credential", token=False, gate=PASSWORD_GATE)
+    sub(PASSWORD_STATED, replace_password, "credential", token=False, gate=PASSWORD_GATE)
+    sub(
+        CREDENTIAL_STATED,
+        replace_stated_credential,
+        "credential",
+        token=False,
+        gate=CREDENTIAL_GATE,
+    )
+    sub(PIN, replace_pin, "credential", token=False, gate=PIN_GATE)
+    sub(CREDENTIAL, replace_credential, "credential", token=False, gate=CREDENTIAL_GATE)
+    sub(BEARER, replace_bearer, "bearer", token=False, gate=BEARER_GATE)
+    return text, kinds
+
+
+def _redact_aws_secret_pairs(text: str, kinds: list[str], found: dict[str, str]) -> str:
+    """Hide AWS secret access keys on the lines around an (already hidden) AWS key id."""
+    if AWS_KEY_ID_MARKER not in text:
+        return text
+    lines = text.split("\n")
+    near: set[int] = set()
+    for number, line in enumerate(lines):
+        if AWS_KEY_ID_MARKER in line:
+            near.update((number - 1, number, number + 1))
+
+    def replace(match: regex.Match[str]) -> str:
+        kinds.append("aws_secret_key")
+        found[match.group()] = "aws_secret_key"
+        return marker("aws_secret_key")
+
+    for number in sorted(near):
+        if 0 <= number < len(lines):
+            lines[number] = AWS_SECRET_CANDIDATE.sub(replace, lines[number])
+    return "\n".join(lines)
+
+
+def _redact_regions(text: str, kinds: list[str], folded: str | None) -> str:
+    """``<private>`` regions and PEM private keys, each up to its closer or the end."""
+    if not _may_hold(folded, REGION_GATE):
+        return text
+    pieces: list[str] = []
+    pos = 0
+    while True:
+        opener = REGION_OPEN.search(text, pos)
+        if opener is None:
+            break
+        kind = "private" if opener.group("private") is not None else "private_key"
+        pieces.append(text[pos : opener.start()])
+        pieces.append(marker(kind))
+        kinds.append(kind)
+        end = _private_end(text, opener.end()) if kind == "private" else _pem_end(text, opener)
+        if end is None:
+            pos = len(text)
+            break
+        pos = end
+    if not pieces:
+        return text
+    pieces.append(text[pos:])
+    return "".join(pieces)
+
+
+def _private_end(text: str, pos: int) -> int | None:
+    """End of the closer that balances a ``<private>`` opened before ``pos`` (None: EOF)."""
+    depth = 1
+    for tag in PRIVATE_TAG.finditer(text, pos):
+        depth += 1 if tag.group("open") is not None else -1
+        if depth == 0:
+            return tag.end()
+    return None
+
+
+def _pem_end(text: str, opener: regex.Match[str]) -> int | None:
+    """End of the END line of a PEM private key (None: the block runs to EOF)."""
+    closer = PEM_END.search(text, opener.end())
+    return closer.end() if closer is not None else None
