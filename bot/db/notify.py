@@ -1,10 +1,8 @@
 """Cache coherence between processes sharing one PostgreSQL: ``LISTEN/NOTIFY``.
 
-Every change to STM, guild settings or categories sends a notice *inside its own
-transaction* (``pg_notify`` is delivered on commit, never for a rolled-back write). Each
-process listens on a dedicated asyncpg connection and evicts or refreshes what the
-notice names. A lost connection may have missed notices, so the listener reports a
-reset (the caller drops its whole cache) and reconnects with backoff.
+A change sends its notice inside its own transaction (delivered on commit, never for a
+rolled-back write); each process listens on its own connection, and after a lost one
+(notices missed) reports a reset: the caller drops its whole cache.
 """
 
 from __future__ import annotations
@@ -20,6 +18,7 @@ import asyncpg
 from sqlalchemy import text
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncSession
+from tenacity import AsyncRetrying, RetryCallState, wait_exponential
 
 from bot.db import driver
 from bot.db.driver import DriverStatement
@@ -40,8 +39,9 @@ MAX_PAYLOAD_BYTES = 7_900
 
 
 async def send_notice(session: AsyncSession, notice: Notice) -> None:
-    """Queue a notice on the session's transaction (sent when it commits). An STM notice
-    naming too many keys for one payload (a large group commit) goes out in parts."""
+    """Queue a notice on the session's transaction, sent when it commits."""
+    # An STM notice naming too many keys for one payload (a large group commit) goes out
+    # in parts.
     payload = json.dumps(notice, separators=(",", ":"))
     keys = notice.get("k")
     if len(payload.encode()) > MAX_PAYLOAD_BYTES and isinstance(keys, list) and len(keys) > 1:
@@ -69,14 +69,12 @@ class ListenerUnavailable(DatabaseUnavailable):
     """The notice connection did not come up in time at start-up."""
 
 
-class CacheListener:
-    """Listens for notices on its own connection until closed.
+class _CannotConnect(Exception):
+    """Connecting the listener failed (the cause says why)."""
 
-    A supervisor task owns the connection: it reconnects with backoff (each failed
-    attempt logged), pings the connection every ``ping_interval_seconds`` so a half-open
-    one (no FIN, no answer) counts as lost, and survives its own unexpected errors. Every
-    LISTEN after the first reports a reset.
-    """
+
+class CacheListener:
+    """Listens for notices on its own connection, reconnecting with backoff, until closed."""
 
     def __init__(
         self,
@@ -108,16 +106,15 @@ class CacheListener:
 
     @staticmethod
     def _asyncpg_connect_args(url: URL) -> dict[str, Any]:
-        """asyncpg.connect()'s arguments, built as the engine's dialect builds them (so the
-        same query parameters, ``ssl`` included, mean the same on both connections)."""
+        """asyncpg.connect()'s arguments, built as the engine's dialect builds them."""
+        # So the same query parameters, ``ssl`` included, mean the same on both connections.
         _, kwargs = url.get_dialect()().create_connect_args(url)
         for engine_only in ("prepared_statement_cache_size", "prepared_statement_name_func"):
             kwargs.pop(engine_only, None)
         return dict(kwargs)
 
     async def start(self) -> None:
-        """Connect and start listening; returns once the first LISTEN is active, or raises
-        :class:`ListenerUnavailable` after ``start_timeout_seconds``."""
+        """Return once the first LISTEN is active; raise :class:`ListenerUnavailable` if late."""
         self._task = asyncio.create_task(self._supervise(), name="cache-listener")
         self._task.add_done_callback(self._supervisor_done)
         listening = asyncio.ensure_future(self._listening.wait())
@@ -146,41 +143,49 @@ class CacheListener:
             )
 
     async def _supervise(self) -> None:
-        failures = 0
+        """Connect and listen until closed, reconnecting with backoff after failures."""
         while True:
-            try:
-                connection = await asyncpg.connect(
-                    **self._connect_args,
-                    timeout=self._connect_timeout,
-                    server_settings={"application_name": "kioku-listener"},
-                )
-            except Exception as exc:
-                failures += 1
-                delay = self._backoff(failures)
-                log.warning(
-                    "cache listener cannot connect to %s (attempt %d: %s: %s); retrying in %.1f s",
-                    self._where,
-                    failures,
-                    exc.__class__.__name__,
-                    exc,
-                    delay,
-                )
-                await asyncio.sleep(delay)
-                continue
-            try:
-                await self._listen(connection)
-                failures = 0
-                log.warning("cache listener lost its connection; reconnecting")
-            except Exception:
-                # A bug here (or in on_reset) must not end coherence: log it, start over.
-                failures += 1
-                log.exception("cache listener failed; reconnecting")
-            finally:
-                await self._discard(connection)
-                if not self._closing:
-                    self._lost()  # at once, before any backoff
-            if failures:
-                await asyncio.sleep(self._backoff(failures))
+            # The backoff counts failures in a row, of connecting or of listening (a bug
+            # here or in on_reset must not end coherence, nor spin); a lost connection
+            # after listening starts it over, and reconnects at once.
+            async for attempt in AsyncRetrying(
+                wait=wait_exponential(multiplier=0.2, max=self._max_backoff),
+                before_sleep=self._log_failure,
+            ):
+                with attempt:
+                    await self._connect_and_listen()
+            log.warning("cache listener lost its connection; reconnecting")
+
+    async def _connect_and_listen(self) -> None:
+        try:
+            connection = await asyncpg.connect(
+                **self._connect_args,
+                timeout=self._connect_timeout,
+                server_settings={"application_name": "kioku-listener"},
+            )
+        except Exception as exc:
+            raise _CannotConnect from exc
+        try:
+            await self._listen(connection)
+        finally:
+            await self._discard(connection)
+            if not self._closing:
+                self._lost()  # at once, before any backoff
+
+    def _log_failure(self, state: RetryCallState) -> None:
+        exc = state.outcome.exception() if state.outcome is not None else None
+        if isinstance(exc, _CannotConnect):
+            cause = exc.__cause__
+            log.warning(
+                "cache listener cannot connect to %s (attempt %d: %s: %s); retrying in %.1f s",
+                self._where,
+                state.attempt_number,
+                cause.__class__.__name__,
+                cause,
+                state.upcoming_sleep,
+            )
+        else:
+            log.error("cache listener failed; reconnecting", exc_info=exc)
 
     def _lost(self) -> None:
         """Tell the owner at once: notices go unheard until the next LISTEN (on_reset)."""
@@ -190,9 +195,6 @@ class CacheListener:
             self._on_lost()
         except Exception:
             log.exception("the cache listener's on_lost callback failed")
-
-    def _backoff(self, failures: int) -> float:
-        return min(self._max_backoff, 0.2 * 2.0 ** min(failures - 1, 16))
 
     async def _listen(self, connection: asyncpg.Connection) -> None:
         """LISTEN on ``connection`` until it is lost (closed, or silent to a ping)."""

@@ -23,6 +23,8 @@ Writing and deleting:
     commit           group commit: writes queued behind a transaction share the next one
     deletion         the /refresh and /forget-me transactions (live and replayed)
     spool            the durable spool of operations the database refused
+    spool_file       the spool's file: its lock, fsynced appends and rewrites
+    spool_pending    what waits in the spool, as reads of the memory see it
     spool_records    the spool's record format
     spool_replay     applying spooled records to the database
 

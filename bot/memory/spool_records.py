@@ -1,17 +1,7 @@
-"""The spool's record format: one JSON object a line, and what can be read back from it.
+"""The spool's record format, one JSON object a line: ``upsert``, ``clear``, ``forget``, ``blank``.
 
-Kept apart from the file (:mod:`bot.memory.spool`) and from the database side of the
-replay (:mod:`bot.memory.spool_replay`), which both read records, so that the on-disk
-format is defined in one place: a record is written by one version of the bot and may be
-replayed by a later one, after a restart, so what a line may hold (and what an older
-version left out) is decided here and nowhere else. A line that does not validate here
-is never replayed (the spool moves it aside). Nothing here touches the file or the
-database.
-
-The operations: ``upsert`` (STM entries with their audit events, the start of the
-writing turn, and per entry the stored text or spooled writes it carries: ``from_row``,
-``from_users``, ``chain``), ``clear`` (a ``/refresh``), ``forget`` (a ``/forget-me``),
-and ``blank`` (local bookkeeping the replay skips: spooled states shown empty).
+Defined in one place because a line written by one version of the bot may be replayed by
+a later one; a line that does not validate here is never replayed (it is set aside).
 """
 
 from __future__ import annotations
@@ -25,8 +15,8 @@ from bot.vocabulary.model import Marker, Provenance, ScopeKey, StmEntry
 
 
 def parse(raw: bytes) -> tuple[list[dict[str, Any]], list[bytes], bool]:
-    """Valid records, unreadable complete lines, and whether the last line was torn
-    (no newline: the write never finished, so it was never acknowledged)."""
+    """Valid records, unreadable complete lines, and whether the last line was torn."""
+    # A torn line (no newline) never finished, so it was never acknowledged.
     lines = raw.split(b"\n")
     torn = lines.pop() != b""  # text after the last newline
     records: list[dict[str, Any]] = []
@@ -86,8 +76,8 @@ Chain = dict[str, Any]
 
 
 def extend_chain(chain: Chain | None, users: set[int], started: str | None) -> Chain | None:
-    """``chain`` with one more spooled write (derived from ``users``, its turn begun at
-    ``started``; None: not recorded, nothing to add)."""
+    """``chain`` with one more spooled write, derived from ``users``, begun at ``started``."""
+    # ``started`` None: not recorded, nothing to add.
     if started is None:
         return chain
     at = datetime.fromisoformat(started)
@@ -106,8 +96,7 @@ def carried_row_created(data: dict[str, Any]) -> datetime | None:
 
 
 def carried_users(data: dict[str, Any]) -> set[int] | None:
-    """The users the carried text is derived from (None: not recorded, by an older
-    version: any /forget-me then counts)."""
+    """The users the carried text is derived from (None: not recorded, any forget counts)."""
     users = data.get("from_users")
     return {int(user) for user in users} if isinstance(users, list) else None
 
@@ -220,8 +209,7 @@ def line_holds_user(line: bytes, user_id: int) -> bool:
 
 
 def record_holds_user(record: dict[str, Any], user_id: int) -> bool:
-    """Whether a spool record holds something of the user's (their own key, a memory
-    they contributed to or acted on, or their forget)."""
+    """Whether a record holds the user's key, a memory they shaped, or their forget."""
     if record.get("op") == "forget":
         return bool(record.get("user") == user_id)
     for data in record.get("entries") or ():

@@ -1,18 +1,4 @@
-"""The database side of the spool's replay: applying spooled records in a session.
-
-Kept apart from :mod:`bot.memory.spool` (the file, its in-memory index and the replay
-driver, which decides what to retry and what to set aside) because this is where a record
-meets the database: the locks a replay takes, the checks that keep a replayed write from
-bringing back what a ``/refresh`` or ``/forget-me`` (in any process) wiped, and the
-judgement of whether a refusal blames the record or the server. Nothing here touches the
-spool's file.
-
-The rules (see :mod:`bot.memory.spool` for why): upserts carry their versions and never
-overwrite a newer row, so replaying a stale write is harmless; a clear or forget deletes
-everything of the channel (or derived from the user) up to the replay and is recorded in
-the same transaction, so replayed twice it deletes nothing newer; and only a data
-exception (SQLSTATE class 22) or an integrity violation (class 23) blames the record.
-"""
+"""Applying spooled records to the database, never bringing back what a wipe removed."""
 
 from __future__ import annotations
 
@@ -48,8 +34,7 @@ REPLAY_TIMEOUT_SECONDS = 30.0
 
 
 def refused_record(exc: BaseException) -> bool:
-    """Whether ``exc`` says this record can never be stored (see the module's docstring);
-    anything else (no SQLSTATE: a lost connection, a timeout) is an outage."""
+    """Whether ``exc`` says this record can never be stored (anything else is an outage)."""
     if isinstance(exc, TimeoutError | OSError | ConnectionError):
         return False
     code = sqlstate(exc)
@@ -87,11 +72,9 @@ async def apply_all(
 async def _carries_wiped(
     session: AsyncSession, entries: Sequence[StmEntry], encoded: Sequence[dict[str, Any]]
 ) -> bool:
-    """Whether an entry of a spooled write carries text a wipe was meant to remove: the
-    stored row it was built on is gone, and a /refresh of its channel or a /forget-me of
-    a user that text is derived from came since the row was made. A row gone for
-    another user's /forget-me (words another process added to it, unheard here: this
-    copy holds none of them) does not count."""
+    """Whether an entry of a spooled write carries a stored row's text a wipe removed since."""
+    # A row gone for another user's /forget-me (words another process added to it,
+    # unheard here: this copy holds none of them) does not count.
     for entry, data in zip(entries, encoded, strict=True):
         created_at = carried_row_created(data)
         if created_at is None:
@@ -105,10 +88,9 @@ async def _carries_wiped(
 async def _chain_wiped(
     session: AsyncSession, entries: Sequence[StmEntry], encoded: Sequence[dict[str, Any]]
 ) -> bool:
-    """Whether a /refresh of the channel or a /forget-me of a user refuses one of the
-    spooled writes an entry was built on (its ``chain``), as ``stm_repo.writes_refused``
-    refuses each of them: a clear after the earliest of their turns began, a forget at or
-    after the earliest turn derived from that user began."""
+    """Whether a wipe refuses one of the spooled writes an entry was built on (its ``chain``)."""
+    # As stm_repo.writes_refused would each: a clear after the earliest of their turns
+    # began, a forget at or after the earliest turn derived from that user began.
     chains = [
         (entry, data["chain"])
         for entry, data in zip(entries, encoded, strict=True)
@@ -139,11 +121,9 @@ async def carried_row_wiped(
     created_at: datetime,
     users: set[int] | None,
 ) -> bool:
-    """Whether the stored row of ``key`` created at ``created_at``, whose text a spooled
-    state carries (derived from ``users``; None: not recorded), was wiped: it is gone
-    (``row``: what the database holds now) and a /refresh of its channel or a /forget-me
-    of one of ``users`` came since it was made. The replay skips a write carrying it, and
-    the memory service shows the spooled state empty once it reads this."""
+    """Whether the row of ``key`` made at ``created_at`` is gone, and a wipe of it came since."""
+    # ``row``: what the database holds now; ``users``: whom the carried text is derived
+    # from (None: not recorded, judged by the row alone).
     if row is not None and row.created_at == created_at:
         return False
     if users is None:  # recorded by an older version: judged as before, by the row
@@ -209,8 +189,7 @@ async def _apply(session: AsyncSession, record: dict[str, Any], origin: str) -> 
 
 
 def _covered(at: datetime | None, recorded: datetime | None) -> bool:
-    """Whether a spooled deletion made at ``at`` is covered by the one the database
-    recorded (at ``recorded``): replayed already (a crash before the spool was
-    rewritten), or a later /refresh or /forget-me deleted everything before it, so what
-    is there now came after. A record without a time is always applied."""
+    """Whether the deletion the database recorded (at ``recorded``) covers one made at ``at``."""
+    # Replayed already (a crash before the spool was rewritten), or a later wipe deleted
+    # everything before it, so what is there now came after. No time: always applied.
     return at is not None and recorded is not None and recorded >= at

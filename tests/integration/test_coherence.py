@@ -450,6 +450,31 @@ async def test_the_listener_start_gives_up_with_a_clear_error_and_logs_each_retr
     assert not any("hunter2" in r.getMessage() for r in caplog.records)
 
 
+async def test_the_listeners_reconnect_backoff_doubles_from_a_fifth_of_a_second_to_its_cap(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Each failed attempt logs its number and the wait it then takes."""
+    listener = CacheListener(
+        refused_url(),
+        on_notice=ignore,
+        on_reset=lambda: None,
+        max_backoff_seconds=0.4,
+        start_timeout_seconds=1.5,  # attempts at 0, 0.2, 0.6, 1.0 s (refused at once)
+    )
+    with (
+        caplog.at_level(logging.WARNING, logger="bot.db.notify"),
+        pytest.raises(ListenerUnavailable),
+    ):
+        await listener.start()
+    retries = [
+        (r.args[1], r.args[-1])
+        for r in caplog.records
+        if isinstance(r.args, tuple) and "cannot connect" in str(r.msg)
+    ]
+    assert len(retries) >= 3
+    assert retries == [(1, 0.2), (2, 0.4), (3, 0.4), (4, 0.4), (5, 0.4)][: len(retries)]
+
+
 async def test_an_error_in_the_reset_handler_does_not_end_the_listener(
     db: Database, pg_url: URL, caplog: pytest.LogCaptureFixture
 ) -> None:

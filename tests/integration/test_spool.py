@@ -42,6 +42,7 @@ from bot.memory.spool import (
     inspect_spool,
     spool_path,
 )
+from bot.memory.spool_file import SpoolFile
 from bot.memory.turn import REASON_CLEARED
 from bot.vocabulary.model import Category, Provenance, ScopeKey, StmEntry
 from tests.helpers.builders import (
@@ -382,7 +383,9 @@ async def test_the_replayer_retries_at_once_when_told_the_database_is_back(
             current_sessions,
             on_replayed=replayed.set,
             on_retry=lambda _exc: failed.set(),
-            first_wait_seconds=3600,  # only a wake-up can make it retry within the test
+            # Only a wake-up can make it retry within the test.
+            first_wait_seconds=3600,
+            max_wait_seconds=3600,
         )
     )
     try:
@@ -418,7 +421,12 @@ async def test_new_writes_during_an_outage_do_not_cut_the_backoff_short(
         failed.set()
 
     task = asyncio.create_task(
-        spool.run_replayer(Counting(dead_engine), on_retry=on_retry, first_wait_seconds=3600)
+        spool.run_replayer(
+            Counting(dead_engine),
+            on_retry=on_retry,
+            first_wait_seconds=3600,
+            max_wait_seconds=3600,
+        )
     )
     try:
         await asyncio.wait_for(failed.wait(), timeout=30)
@@ -739,16 +747,16 @@ async def test_a_failed_rewrite_leaves_the_spool_writable(
 ) -> None:
     spool = DurableSpool(spool_path(tmp_path))
     spool.append_clear(CHANNEL, GUILD, ALICE, ManualClock().now())
-    real = DurableSpool._rewrite
+    real = SpoolFile.rewrite
 
-    def disk_full(self: DurableSpool) -> None:
+    def disk_full(self: SpoolFile, records: object) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(DurableSpool, "_rewrite", disk_full)
+    monkeypatch.setattr(SpoolFile, "rewrite", disk_full)
     # The clear reached the database: the replay is done, the file is rewritten later.
     assert await spool.replay(db.sessions) == 1
     assert (spool.pending, spool.clearing(CHANNEL)) == (0, False)
-    monkeypatch.setattr(DurableSpool, "_rewrite", real)
+    monkeypatch.setattr(SpoolFile, "rewrite", real)
 
     spool.append_forget(BOB, ManualClock().now())  # still appends (the file is open)
     assert spool.pending == 1
@@ -1073,12 +1081,12 @@ async def test_a_failed_reopen_after_replay_never_writes_into_a_reused_descripto
 ) -> None:
     spool = DurableSpool(spool_path(tmp_path))
     spool.append_clear(CHANNEL, GUILD, ALICE, ManualClock().now())
-    stale_fd = spool._fd
+    stale_fd = spool._file._fd
 
-    def out_of_descriptors(self: DurableSpool) -> int:
+    def out_of_descriptors(self: SpoolFile) -> None:
         raise OSError(24, "Too many open files")
 
-    monkeypatch.setattr(DurableSpool, "_open_for_append", out_of_descriptors)
+    monkeypatch.setattr(SpoolFile, "open", out_of_descriptors)
     assert await spool.replay(db.sessions) == 1  # replayed; the file is reopened later
     monkeypatch.undo()
 
