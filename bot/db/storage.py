@@ -234,9 +234,11 @@ class Fault:
         times: int | None = None,
         error: BaseException | None = None,
         timeout: float | None = None,
+        after: int = 0,
     ) -> None:
         self.kind, self.step, self.at, self.times = kind, step, at, times
         self.error, self.timeout = error, timeout
+        self.after = after  # uses let through first
         self.met = 0  # uses it struck
         self._held: list[asyncio.Future[None]] = []
         self._holding = asyncio.Event()
@@ -285,10 +287,11 @@ class FaultPlan:
         *,
         error: BaseException | None = None,
         times: int | None = None,
+        after: int = 0,
     ) -> Fault:
         """The step's session raises ``error`` (by default a refused connection) as it
-        opens: none of its statements run."""
-        return self._plan(Fault("fail", step, times=times, error=error))
+        opens, once ``after`` uses went through: none of its statements run."""
+        return self._plan(Fault("fail", step, times=times, error=error, after=after))
 
     def hang(
         self,
@@ -314,8 +317,9 @@ class FaultPlan:
         return self._plan(Fault("drop", step, at=at, times=times))
 
     def clear(self) -> None:
-        """No more faults; the uses hanging go on."""
+        """No more faults (and none met); the uses hanging go on."""
         faults, self._faults = self._faults, []
+        self.met = []
         for fault in faults:
             fault.release()
 
@@ -326,6 +330,9 @@ class FaultPlan:
     def _take(self, what: str) -> Fault | None:
         for fault in reversed(self._faults):
             if fault.matches(what):
+                if fault.after:
+                    fault.after -= 1
+                    return None
                 if fault.times is not None:
                     fault.times -= 1
                 return fault

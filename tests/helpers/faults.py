@@ -3,6 +3,7 @@ session factory says which steps fail, hang or lose their connection."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
@@ -39,3 +40,18 @@ async def back(sessions: async_sessionmaker[AsyncSession]) -> None:
     faults(sessions).clear()
     async with storage(sessions, "a test's query") as session:
         await session.execute(text("SELECT 1"))
+
+
+async def probes_done() -> None:
+    """Wait for the breakers' probes under way (they meet the faults planned now)."""
+    probes = [task for task in asyncio.all_tasks() if task.get_name() == "database-probe"]
+    await asyncio.gather(*probes, return_exceptions=True)
+
+
+async def callbacks_already_scheduled() -> None:
+    """Return once the callbacks scheduled before this call have run: a task woken by a
+    release (or a ``cancel()``) has then run on to its next wait."""
+    loop = asyncio.get_running_loop()
+    ran = loop.create_future()
+    loop.call_soon(ran.set_result, None)
+    await ran
