@@ -259,6 +259,7 @@ class Fault:
                 future.set_result(None)
 
     async def hold(self) -> None:
+        """Wait here until released (TimeoutError after ``timeout`` s, if given)."""
         future = asyncio.get_running_loop().create_future()
         self._held.append(future)
         self._holding.set()

@@ -68,6 +68,12 @@ async def test_a_step_fails_with_the_error_given_times_times(db: Database) -> No
     assert fault.met == 2
 
 
+async def test_a_step_fails_after_letting_some_uses_through(db: Database) -> None:
+    sessions = own_sessions(db)
+    faults(sessions).fail("reading", after=2)
+    assert [await answers(sessions) for _ in range(4)] == [True, True, False, False]
+
+
 async def test_the_latest_fault_planned_strikes_and_clear_ends_them_all(db: Database) -> None:
     sessions = own_sessions(db)
     plan = faults(sessions)
@@ -79,6 +85,7 @@ async def test_the_latest_fault_planned_strikes_and_clear_ends_them_all(db: Data
     assert isinstance(timed_out.value.__cause__, TimeoutError)
     assert not await answers(sessions, "writing")  # refused
     plan.clear()
+    assert plan.met == []
     assert await answers(sessions, "reading") and await answers(sessions, "writing")
 
 
