@@ -9,20 +9,26 @@ on a database that does not answer; one probe at a time, with a short timeout, f
 when it is back (so does any operation that succeeds, a spool replay, or the cache
 listener reconnecting). The outage is logged once, when it begins, and once when it
 ends, not on every failed operation.
+
+Every session is opened through :func:`open_session`, named for its step, so a
+:class:`FaultPlan` (tests, drills) can make a step fail, hang or lose its connection.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import time
 import weakref
 from collections.abc import AsyncIterator
+from typing import Any, Literal
 
-from sqlalchemy import text
+from sqlalchemy import event, text
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.orm import Session
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +133,10 @@ class _Breaker:
 
     async def _probe(self, sessions: async_sessionmaker[AsyncSession]) -> None:
         try:
-            async with asyncio.timeout(PROBE_TIMEOUT_SECONDS), sessions() as session:
+            async with (
+                asyncio.timeout(PROBE_TIMEOUT_SECONDS),
+                open_session(sessions, "probing the database") as session,
+            ):
                 await session.execute(text("SELECT 1"))
         except Exception as exc:  # whatever it is, the database did not answer
             log.debug("database probe failed: %s", exc.__class__.__name__)
@@ -196,9 +205,204 @@ async def storage(
 ) -> AsyncIterator[AsyncSession]:
     """A session for ``what`` (named in the log if the database fails)."""
     try:
-        async with asyncio.timeout(DB_TIMEOUT_SECONDS), sessions() as session:
+        async with asyncio.timeout(DB_TIMEOUT_SECONDS), open_session(sessions, what) as session:
             yield session
     except (SQLAlchemyError, OSError, TimeoutError) as exc:
         database_failed(sessions, what, exc)
         raise MemoryUnavailable("memory storage is unavailable right now") from exc
     database_answered(sessions)
+
+
+# ------------------------------------------------------------------ planned faults
+
+# Where in its step a fault strikes: as its session opens (or at its first statement),
+# or at its end (after its statements: at its commit, or once a read has its rows).
+FaultPoint = Literal["start", "end"]
+# The server ends the connection it runs on: its statement fails as a lost connection.
+_TERMINATE_OWN_BACKEND = "SELECT pg_terminate_backend(pg_backend_pid())"
+
+
+class Fault:
+    """One planned fault, with how many more uses it strikes (None: every use)."""
+
+    def __init__(
+        self,
+        kind: Literal["fail", "hang", "drop"],
+        step: str | None,
+        *,
+        at: FaultPoint = "start",
+        times: int | None = None,
+        error: BaseException | None = None,
+        timeout: float | None = None,
+        after: int = 0,
+    ) -> None:
+        self.kind, self.step, self.at, self.times = kind, step, at, times
+        self.error, self.timeout = error, timeout
+        self.after = after  # uses let through first
+        self.met = 0  # uses it struck
+        self._held: list[asyncio.Future[None]] = []
+        self._holding = asyncio.Event()
+
+    def matches(self, what: str) -> bool:
+        return self.times != 0 and (self.step is None or self.step in what)
+
+    async def reached(self) -> None:
+        """Return once a use hangs here (see :meth:`FaultPlan.hang`)."""
+        await self._holding.wait()
+
+    def release(self) -> None:
+        """Let the uses hanging here go on (later uses still hang)."""
+        held, self._held = self._held, []
+        self._holding.clear()
+        for future in held:
+            if not future.done():
+                future.set_result(None)
+
+    async def hold(self) -> None:
+        """Wait here until released (TimeoutError after ``timeout`` s, if given)."""
+        future = asyncio.get_running_loop().create_future()
+        self._held.append(future)
+        self._holding.set()
+        try:
+            async with asyncio.timeout(self.timeout):
+                await future
+        finally:
+            if future in self._held:
+                self._held.remove(future)
+                if not self._held:
+                    self._holding.clear()
+
+
+class FaultPlan:
+    """Faults planned for one database (one session factory), by step: the ``what`` a
+    session is opened for; a step given matches every ``what`` that contains it (None:
+    every one). The latest fault planned that matches strikes."""
+
+    def __init__(self) -> None:
+        self._faults: list[Fault] = []
+        self.met: list[str] = []  # the steps a fault struck, in order
+
+    def fail(
+        self,
+        step: str | None = None,
+        *,
+        error: BaseException | None = None,
+        times: int | None = None,
+        after: int = 0,
+    ) -> Fault:
+        """The step's session raises ``error`` (by default a refused connection) as it
+        opens, once ``after`` uses went through: none of its statements run."""
+        return self._plan(Fault("fail", step, times=times, error=error, after=after))
+
+    def hang(
+        self,
+        step: str | None = None,
+        *,
+        at: FaultPoint = "start",
+        times: int | None = None,
+        timeout: float | None = None,
+    ) -> Fault:
+        """The step hangs before its session opens (the database does not answer), or
+        at its ``"end"`` (its statements ran, a transaction committed: the answer is
+        late), until released or the plan cleared (it then goes on as the plan says), or
+        its caller gives up; after ``timeout`` s it fails with TimeoutError, as a hung
+        step's own timeout would, without waiting that long."""
+        return self._plan(Fault("hang", step, at=at, times=times, timeout=timeout))
+
+    def drop(
+        self, step: str | None = None, *, at: FaultPoint = "start", times: int | None = None
+    ) -> Fault:
+        """The server ends the step's connection at its first statement, or at its
+        commit (``"end"``: its statements ran and roll back; a read is spared): it fails
+        with a genuinely lost connection."""
+        return self._plan(Fault("drop", step, at=at, times=times))
+
+    def clear(self) -> None:
+        """No more faults (and none met); the uses hanging go on."""
+        faults, self._faults = self._faults, []
+        self.met = []
+        for fault in faults:
+            fault.release()
+
+    def _plan(self, fault: Fault) -> Fault:
+        self._faults.append(fault)
+        return fault
+
+    def _take(self, what: str) -> Fault | None:
+        for fault in reversed(self._faults):
+            if fault.matches(what):
+                if fault.after:
+                    fault.after -= 1
+                    return None
+                if fault.times is not None:
+                    fault.times -= 1
+                return fault
+        return None
+
+    def _struck(self, fault: Fault, what: str) -> None:
+        fault.met += 1
+        self.met.append(what)
+
+    def session(
+        self, sessions: async_sessionmaker[AsyncSession], what: str
+    ) -> contextlib.AbstractAsyncContextManager[AsyncSession]:
+        fault = self._take(what)
+        return sessions() if fault is None else self._faulted(sessions, what, fault)
+
+    @contextlib.asynccontextmanager
+    async def _faulted(
+        self, sessions: async_sessionmaker[AsyncSession], what: str, fault: Fault | None
+    ) -> AsyncIterator[AsyncSession]:
+        while fault is not None and fault.kind == "hang" and fault.at == "start":
+            self._struck(fault, what)
+            await fault.hold()
+            fault = self._take(what)  # released: as the plan says now
+        if fault is not None and fault.kind == "fail":
+            self._struck(fault, what)
+            raise fault.error or ConnectionRefusedError(
+                errno.ECONNREFUSED, f"{what}: connection refused (a planned fault)"
+            )
+        async with sessions() as session:
+            if fault is not None and fault.kind == "drop":
+                self._drop_connection(session, fault, what)
+            yield session
+        if fault is not None and fault.kind == "hang":
+            self._struck(fault, what)
+            await fault.hold()
+
+    def _drop_connection(self, session: AsyncSession, fault: Fault, what: str) -> None:
+        def at_start(_session: Session, _transaction: Any, connection: Any) -> None:
+            self._struck(fault, what)
+            connection.exec_driver_sql(_TERMINATE_OWN_BACKEND)
+
+        def at_commit(sync_session: Session) -> None:
+            self._struck(fault, what)
+            sync_session.connection().exec_driver_sql(_TERMINATE_OWN_BACKEND)
+
+        if fault.at == "start":
+            event.listen(session.sync_session, "after_begin", at_start, once=True)
+        else:
+            event.listen(session.sync_session, "before_commit", at_commit, once=True)
+
+
+# A plan per session factory, forgotten with it; none for nearly all of them.
+_plans: weakref.WeakKeyDictionary[async_sessionmaker[AsyncSession], FaultPlan] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def faults(sessions: async_sessionmaker[AsyncSession]) -> FaultPlan:
+    """The fault plan of ``sessions``' database (tests, drills): empty until told."""
+    plan = _plans.get(sessions)
+    if plan is None:
+        plan = _plans[sessions] = FaultPlan()
+    return plan
+
+
+def open_session(
+    sessions: async_sessionmaker[AsyncSession], what: str
+) -> contextlib.AbstractAsyncContextManager[AsyncSession]:
+    """A session of ``sessions`` for the step ``what``, with the faults planned for it
+    (nearly always none: then just ``sessions()``)."""
+    plan = _plans.get(sessions)
+    return sessions() if plan is None else plan.session(sessions, what)

@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from bot.db.repositories import stm as stm_repo
 from bot.db.repositories.stm import EventRecord
-from bot.db.storage import DB_TIMEOUT_SECONDS, database_answered, database_failed
+from bot.db.storage import DB_TIMEOUT_SECONDS, database_answered, database_failed, open_session
 from bot.vocabulary.model import StmEntry
 
 # At most this many writes (two rows each) share one transaction.
@@ -125,7 +125,7 @@ class GroupCommit:
         sessions = self._sessions()
         try:
             async with asyncio.timeout(DB_TIMEOUT_SECONDS):
-                async with sessions() as session, session.begin():
+                async with open_session(sessions, "STM write") as session, session.begin():
                     refused = await _refused_since_start(session, batch)
                     if refused:
                         raise _RefusedInBatch(refused)

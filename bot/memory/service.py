@@ -42,6 +42,7 @@ from bot.db.storage import (
     MemoryUnavailable,
     database_answered,
     database_failed,
+    open_session,
     outage_number,
     storage,
 )
@@ -981,7 +982,10 @@ class MemoryService:
                 if self._spool_at_once():
                     raise _NotTried
                 async with asyncio.timeout(DB_TIMEOUT_SECONDS):
-                    async with sessions() as session, session.begin():
+                    async with (
+                        open_session(sessions, "clearing a channel") as session,
+                        session.begin(),
+                    ):
                         rows = await delete_channel_rows(
                             session,
                             channel_id,
@@ -1069,7 +1073,7 @@ class MemoryService:
             if self._spool_at_once():
                 raise _NotTried
             async with asyncio.timeout(DB_TIMEOUT_SECONDS * 2):
-                async with sessions() as session, session.begin():
+                async with open_session(sessions, "forgetting a user") as session, session.begin():
                     deleted = await delete_user_rows(
                         session,
                         user_id,

@@ -12,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from bot.db.notify import send_notice, stm_notice
 from bot.db.repositories import stm as stm_repo
-from bot.db.storage import sqlstate
+from bot.db.storage import open_session, sqlstate
 from bot.memory.deletion import delete_channel_rows, delete_user_rows
 from bot.memory.spool_records import (
     carried_row_created,
@@ -58,7 +58,7 @@ async def apply_all(
 ) -> None:
     """Apply ``records`` in order in one transaction (all or none); raise on a failure."""
     async with asyncio.timeout(REPLAY_TIMEOUT_SECONDS):
-        async with sessions() as session, session.begin():
+        async with open_session(sessions, "replaying the spool") as session, session.begin():
             # The forget lock, then every channel of the batch, up front and in order (as
             # live writes take them): two processes replaying at once (both after the same
             # outage), or a replay and a live write or /forget-me, cannot deadlock.

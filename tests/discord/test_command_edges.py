@@ -12,16 +12,15 @@ from typing import Any
 import discord
 import pytest
 from sqlalchemy import func, select
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from bot.cogs.errors import OUT_OF_DATE, UNAVAILABLE
 from bot.conversation.tools.stm import STM_TOOL_NAME
 from bot.db.models import GuildSettings, StmEvent
-from bot.db.repositories import guilds as guild_repo
-from bot.db.repositories import stm as stm_repo
+from bot.db.storage import faults
 from bot.vocabulary.model import Category, ScopeKey
 from tests.helpers.bot import KiokuHarness
 from tests.helpers.discord_payloads import snowflake
+from tests.helpers.faults import callbacks_already_scheduled
 
 
 @pytest.fixture
@@ -197,39 +196,27 @@ async def test_a_summary_edit_refused_as_categories_came_says_so_in_admin_terms(
 
 
 async def test_stm_settings_is_not_undone_by_a_config_read_already_in_flight(
-    kioku: KiokuHarness, admin: discord.Member, monkeypatch: pytest.MonkeyPatch
+    kioku: KiokuHarness, admin: discord.Member
 ) -> None:
     guild_id = kioku.env.guild.id
     memory = kioku.bot.memory
     memory.invalidate_guild(guild_id)
-    read_done = asyncio.Event()
-    committed = asyncio.Event()
-    real_load = guild_repo.load_guild_config
-    calls = 0
-
-    async def slow_first_load(*args: Any, **kwargs: Any) -> Any:
-        # The first read (a turn's, say) reads the old row, then its task is slow to
-        # resume (scheduling, a slow network) until after the settings commit.
-        nonlocal calls
-        calls += 1
-        config = await real_load(*args, **kwargs)
-        if calls == 1:
-            read_done.set()
-            await committed.wait()
-        return config
-
-    monkeypatch.setattr(guild_repo, "load_guild_config", slow_first_load)
-    real_invalidate = memory._guilds.invalidate
-
-    def invalidate_and_signal(gid: int) -> None:  # called once the change committed
-        real_invalidate(gid)
-        committed.set()
-
-    monkeypatch.setattr(memory._guilds, "invalidate", invalidate_and_signal)
+    plan = faults(memory.sessions)
+    # The first read (a turn's, say) reads the old row, then its task is slow to resume
+    # (scheduling, a slow network) until after the settings commit.
+    read = plan.hang("loading guild settings", at="end", times=1)
+    saved = plan.hang("saving guild settings", at="end", times=1)
 
     turn_read = asyncio.create_task(memory.guild_config(guild_id))
-    await read_done.wait()
-    result = await kioku.interactions.slash("stm settings", {"cadence": 7}, user=admin)
+    await read.reached()
+    changing = asyncio.create_task(
+        kioku.interactions.slash("stm settings", {"cadence": 7}, user=admin)
+    )
+    await saved.reached()  # committed ...
+    saved.release()
+    await callbacks_already_scheduled()  # ... and taken in: the cached copy dropped
+    read.release()  # the old row arrives after that
+    result = await changing
     await turn_read
 
     assert "every **7** bot turns" in (result.content or ""), result.content
@@ -385,7 +372,7 @@ async def test_a_reply_starting_like_the_refresh_marker_does_not_cut_back_fill(
 
 
 async def test_settings_failing_half_way_say_nothing_was_changed_and_change_nothing(
-    kioku: KiokuHarness, admin: discord.Member, monkeypatch: pytest.MonkeyPatch
+    kioku: KiokuHarness, admin: discord.Member
 ) -> None:
     # /stm settings writes every change and its audit event in one transaction: the
     # connection dropping after the settings were written must undo them, or the reply
@@ -393,24 +380,13 @@ async def test_settings_failing_half_way_say_nothing_was_changed_and_change_noth
     guild_id = kioku.env.guild.id
     first = await kioku.interactions.slash("stm settings", {"cadence": 5}, user=admin)
     assert first.texts()[0].startswith("**Settings updated.**")
-    real_add_events = stm_repo.add_events
-    written: list[tuple[int, list[int]]] = []
-
-    async def dropped(session: AsyncSession, events: Any) -> None:
-        if not written:
-            # What the transaction holds when it fails: the changes, not yet committed.
-            row = await session.get(GuildSettings, guild_id, populate_existing=True)
-            assert row is not None
-            written.append((row.refresh_cadence, row.always_on_channel_ids))
-            raise ConnectionResetError("connection lost")
-        await real_add_events(session, events)
-
-    monkeypatch.setattr(stm_repo, "add_events", dropped)
+    plan = faults(kioku.bot.memory.sessions)
+    plan.drop("saving guild settings", at="end")  # at its commit, once everything is written
     result = await kioku.interactions.slash(
         "stm settings", {"always_on": True, "cadence": 9}, user=admin
     )
 
-    assert written == [(9, [kioku.env.channel.id])], "the failure was not half-way through"
+    assert plan.met == ["saving guild settings"], "the failure was not half-way through"
     assert result.texts() == [UNAVAILABLE]
     async with kioku.database.sessions() as session:
         row = await session.get(GuildSettings, guild_id)

@@ -10,7 +10,6 @@ from typing import Any
 import discord
 import pytest
 from sqlalchemy import func, insert, select
-from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 
 from bot.cogs import stm_forms
 from bot.cogs.errors import GUILD_ONLY, SOMETHING_WENT_WRONG, UNAVAILABLE
@@ -21,10 +20,11 @@ from bot.cogs.stm_forms import WIPE_ASK_A_MODERATOR, WIPE_WITH_REFRESH
 from bot.cogs.stm_history import describe_events
 from bot.conversation.tools.stm import STM_TOOL_NAME
 from bot.db.models import GuildSettings, LongTermMemory, ShortTermMemory, StmCategory, StmEvent
+from bot.db.storage import faults
 from bot.vocabulary.model import AuditEvent, Category, Provenance, ScopeKey
 from tests.helpers.bot import KiokuHarness
 from tests.helpers.discord_payloads import channel_payload as _channel_payload
-from tests.helpers.fake_llm import refused_base_url
+from tests.helpers.faults import back
 
 SUMMARY = "Team picked Friday for the launch."
 DISCORD_CONTENT_LIMIT = 2000
@@ -89,14 +89,11 @@ def markers(kioku: KiokuHarness, channel: object) -> list[str]:
 
 
 def break_database(kioku: KiokuHarness) -> None:
-    """Point the memory service at a server that refuses every connection, and stop the
-    bot's spool replayer: it holds the real session factory, and would replay what the
-    test spools at once, racing the test's checks of what is pending (tests replay by
-    hand, with ``kioku.bot.spool.replay``)."""
-    dead = create_async_engine(
-        refused_base_url().replace("http://", "postgresql+asyncpg://u:p@") + "db"
-    )
-    kioku.bot.memory._sessions = async_sessionmaker(dead)
+    """The bot's database refuses every connection (until ``back``), and the bot's spool
+    replayer stops: it would replay what the test spools once the database is back,
+    racing the test's checks of what is pending (tests replay by hand, with
+    ``kioku.bot.spool.replay``)."""
+    faults(kioku.bot.memory.sessions).fail()
     for task in kioku.bot._background:
         if task.get_name() == "spool-replayer":
             task.cancel()
@@ -670,7 +667,6 @@ async def test_categories_refused_by_a_database_outage_can_be_edited_again(
 ) -> None:
     # Like a /stm edit form, a categories form the storage refused keeps what was typed.
     opened = await kioku.interactions.slash("stm categories set", user=admin)
-    real = kioku.bot.memory._sessions
     break_database(kioku)
     typed = {"category_1": "Decisions: what we decided", "category_2": "People: who is who"}
 
@@ -678,7 +674,7 @@ async def test_categories_refused_by_a_database_outage_can_be_edited_again(
 
     assert refused.ephemeral
     assert refused.texts() == [UNAVAILABLE]
-    kioku.bot.memory._sessions = real
+    await back(kioku.bot.memory.sessions)
     again = await kioku.interactions.click(refused, label="Edit again", user=admin)
     assert again.modal is not None
     assert [f.get("value") for f in again.modal.text_inputs] == [*typed.values(), None, None, None]
@@ -1179,7 +1175,6 @@ async def test_refresh_with_the_database_down_is_spooled_and_says_so(
     kioku: KiokuHarness, moderator: discord.Member
 ) -> None:
     await seed(kioku)
-    real = kioku.bot.memory._sessions
     break_database(kioku)
     result = await kioku.interactions.slash("refresh", user=moderator)
     assert result.ephemeral
@@ -1187,8 +1182,8 @@ async def test_refresh_with_the_database_down_is_spooled_and_says_so(
     assert len(markers(kioku, kioku.env.channel)) == 1
     assert kioku.bot.memory.pending_sync == 1
     # When the database is back, the queued deletion happens.
-    kioku.bot.memory._sessions = real
-    await kioku.bot.spool.replay(real)
+    await back(kioku.bot.memory.sessions)
+    await kioku.bot.spool.replay(kioku.bot.memory.sessions)
     assert await stm_rows(kioku) == []
 
 
@@ -1198,13 +1193,12 @@ async def test_forget_me_with_the_database_down_is_spooled_and_says_so(
     user = kioku.env.member
     await seed_user_data(kioku, user)
     asked = await kioku.interactions.slash("forget-me", user=user)
-    real = kioku.bot.memory._sessions
     break_database(kioku)
     assert len(await stm_rows(kioku)) == 2 and await count(kioku, LongTermMemory) == 1
     done = await kioku.interactions.click(asked, label="Delete my memories", user=user)
     assert "the stored copies are deleted as soon as it is back" in done.content
-    kioku.bot.memory._sessions = real
-    await kioku.bot.spool.replay(real)
+    await back(kioku.bot.memory.sessions)
+    await kioku.bot.spool.replay(kioku.bot.memory.sessions)
     assert await stm_rows(kioku) == []
     assert await count(kioku, LongTermMemory) == 0, "the long-term fact goes too"
     assert [e for e in await events(kioku) if e.actor_user_id == user.id] == []
@@ -1226,12 +1220,10 @@ async def test_admin_command_in_a_dm_is_guild_only(kioku: KiokuHarness) -> None:
 
 
 async def test_unexpected_error_is_logged_and_answered_generically(
-    kioku: KiokuHarness, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+    kioku: KiokuHarness, caplog: pytest.LogCaptureFixture
 ) -> None:
-    async def explode(*args: object, **kwargs: object) -> None:
-        raise RuntimeError("boom")
-
-    monkeypatch.setattr(kioku.bot.memory, "guild_config", explode)
+    kioku.bot.memory.invalidate_guild(kioku.env.guild.id)
+    faults(kioku.bot.memory.sessions).fail("loading guild settings", error=RuntimeError("boom"))
     with caplog.at_level(logging.ERROR, logger="bot.cogs.errors"):
         result = await kioku.interactions.slash("stm show")
     assert result.ephemeral and result.content == SOMETHING_WENT_WRONG
@@ -1248,13 +1240,8 @@ async def test_a_modal_command_on_a_stalled_database_answers_in_time(
     # A modal must be the first answer, so it cannot be preceded by "thinking…": the
     # reads before it get a short limit, and the user hears why instead of nothing.
     monkeypatch.setattr(stm_forms, "MODAL_READ_SECONDS", 0.05)
-    stalled = asyncio.Event()
     kioku.bot.memory.invalidate_guild(kioku.env.guild.id)
-
-    async def never_answers(guild_id: int | None) -> Any:
-        await stalled.wait()
-
-    monkeypatch.setattr(kioku.bot.memory, "guild_config", never_answers)
+    faults(kioku.bot.memory.sessions).hang("loading guild settings")  # never answers
 
     result = await kioku.interactions.slash(command, user=admin)
 

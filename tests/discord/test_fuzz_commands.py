@@ -35,6 +35,7 @@ from sqlalchemy import func, select
 
 from bot.cogs.errors import GUILD_ONLY, SOMETHING_WENT_WRONG
 from bot.db.models import LongTermMemory, StmCategory
+from bot.db.storage import faults
 from bot.memory.sanitize import sanitize_value
 from bot.vocabulary.model import Provenance, ScopeKey
 from tests.helpers.bot import KiokuHarness
@@ -488,15 +489,12 @@ async def test_categories_set_then_edit_with_hostile_text(
     fuzz_counter.tick("accepted" if accepted else "refused")
 
 
-async def test_the_checks_catch_an_escaped_exception(
-    world: World, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_the_checks_catch_an_escaped_exception(world: World) -> None:
     """The invariants are not vacuous: a command that blows up fails them."""
 
-    async def boom(*args: object, **kwargs: object) -> None:
-        raise RuntimeError("boom")
-
-    monkeypatch.setattr(world.kioku.bot.memory, "guild_config", boom)
+    memory = world.kioku.bot.memory
+    memory.invalidate_guild(world.kioku.env.guild.id)
+    faults(memory.sessions).fail("loading guild settings", error=RuntimeError("boom"))
     checker = Checker(world)
     result = await world.kioku.interactions.slash("stm show", user=world.member)
     with pytest.raises(AssertionError, match="Something went wrong"):

@@ -47,7 +47,6 @@ import discord
 import pytest
 from sqlalchemy import select
 from sqlalchemy.engine import URL
-from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 
 from bot.cogs.history import to_raw
 from bot.conversation.tools.stm import STM_TOOL_NAME
@@ -57,7 +56,8 @@ from bot.memory.spool import inspect_spool, spool_path
 from bot.vocabulary.model import message_hash
 from tests.conftest import Figures
 from tests.helpers.bot import KiokuHarness, start_kioku, stop_kioku
-from tests.helpers.fake_llm import ScriptedLLM, refused_base_url
+from tests.helpers.fake_llm import ScriptedLLM
+from tests.helpers.faults import outage
 
 GUILDS = 20
 USERS_PER_GUILD = 50
@@ -341,19 +341,13 @@ async def test_twenty_guilds_of_interleaved_turns_never_leak(
         spool_snapshots.append(spool.path.read_text(encoding="utf-8"))
 
     async def outage_turn(place: Place, text: str) -> discord.Message:
-        real = memory._sessions
-        dead = create_async_engine(
-            refused_base_url().replace("http://", "postgresql+asyncpg://u:p@") + "db"
-        )
-        memory._sessions = async_sessionmaker(dead)
         spool._write = recording_write  # type: ignore[method-assign]
         first = len(llm.requests)
         try:
-            sent = await turn(place, victim, text, tool=True)
+            async with outage(memory.sessions):
+                sent = await turn(place, victim, text, tool=True)
         finally:
-            memory._sessions = real
             del spool._write
-            await dead.dispose()
         results = [
             m["content"]
             for body in llm.requests[first:]
@@ -363,7 +357,7 @@ async def test_twenty_guilds_of_interleaved_turns_never_leak(
         assert any("pending sync" in r for r in results), results
         # The database is back: the spooled write reaches it (the replayer may have done
         # it already; this waits for it or does it).
-        await spool.replay(real)
+        await spool.replay(memory.sessions)
         assert memory.pending_sync == 0
         return sent
 

@@ -12,7 +12,6 @@ import discord
 import pytest
 from sqlalchemy import select
 from sqlalchemy.engine import URL
-from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 
 from bot.cogs.errors import UNAVAILABLE
 from bot.cogs.privacy import (
@@ -27,7 +26,8 @@ from bot.db.models import LongTermMemory, StmEvent, UserSettings
 from bot.memory.longterm import LongTermService
 from bot.vocabulary.model import Provenance
 from tests.helpers.bot import KiokuHarness, start_kioku, stop_kioku
-from tests.helpers.fake_llm import ScriptedLLM, refused_base_url
+from tests.helpers.fake_llm import ScriptedLLM
+from tests.helpers.faults import outage
 from tests.helpers.interaction_responses import InteractionResult
 
 
@@ -174,16 +174,8 @@ async def test_a_page_turn_with_the_database_down_answers_unavailable(
         await remember(kioku, longterm, f"fact number {i} about topic {i}")
         kioku.clock.advance(minutes=1)
     result = await kioku.interactions.slash("memories list", user=user)
-    real = longterm._sessions
-    dead = create_async_engine(
-        refused_base_url().replace("http://", "postgresql+asyncpg://u:p@") + "db"
-    )
-    longterm._sessions = async_sessionmaker(dead)
-    try:
+    async with outage(kioku.database.sessions, "long-term memory"):
         clicked = await kioku.interactions.click(result, label="Next", user=user)
-    finally:
-        longterm._sessions = real
-        await dead.dispose()
     [reported] = clicked.followups
     assert reported.ephemeral and reported.content == UNAVAILABLE
     assert footer(result).startswith("Page 1/2")
@@ -521,17 +513,8 @@ async def test_cross_context_with_the_database_down_answers_unavailable(
     kioku: KiokuHarness,
 ) -> None:
     # A refused connection: the storage error reaches the tree's error handler.
-    memory = kioku.bot.memory
-    real = memory._sessions
-    dead = create_async_engine(
-        refused_base_url().replace("http://", "postgresql+asyncpg://u:p@") + "db"
-    )
-    memory._sessions = async_sessionmaker(dead)
-    try:
+    async with outage(kioku.bot.memory.sessions):
         result = await kioku.interactions.slash("memories cross-context", {"enabled": "on"})
-    finally:
-        memory._sessions = real
-        await dead.dispose()
     assert result.ephemeral and result.content == UNAVAILABLE
     assert await stored_opt_in(kioku, kioku.env.member.id) is None
 

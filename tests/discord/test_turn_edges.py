@@ -20,6 +20,7 @@ from bot.conversation.tools.stm import STM_TOOL_NAME
 from bot.conversation.turn import NO_LONG_TERM_TOOLS_NOTE
 from bot.db.engine import Database
 from bot.db.models import LongTermMemory, ShortTermMemory
+from bot.db.storage import Fault, faults
 from bot.llm.tool_loop import FALLBACK_REPLY, UNAVAILABLE_MESSAGE
 from bot.vocabulary.model import RawMessage
 from tests.helpers.bot import KiokuHarness, start_kioku, stop_kioku
@@ -474,22 +475,10 @@ async def test_a_remember_request_in_the_turn_that_found_tools_refused_is_not_cl
 # when it scrolled out); a /refresh or /forget-me that wiped it keeps it out all the same.
 
 
-def _slow_recall(
-    kioku: KiokuHarness, monkeypatch: pytest.MonkeyPatch
-) -> tuple[asyncio.Event, asyncio.Event]:
+def _slow_recall(kioku: KiokuHarness) -> Fault:
     """Hold the turn in its long-term recall query: after the trigger was taken, before
-    prepare_turn reads the channel's epoch. Returns (reached, release)."""
-    turns = kioku.bot.turns
-    recall = turns._recall
-    reached, release = asyncio.Event(), asyncio.Event()
-
-    async def slow_recall(request: Any, opted_in: bool) -> list[str]:
-        reached.set()
-        await release.wait()
-        return await recall(request, opted_in)
-
-    monkeypatch.setattr(turns, "_recall", slow_recall)
-    return reached, release
+    prepare_turn reads the channel's epoch."""
+    return faults(kioku.database.sessions).hang("recalling facts", times=1)
 
 
 def _arrival(kioku: KiokuHarness, monkeypatch: pytest.MonkeyPatch, text: str) -> asyncio.Event:
@@ -526,20 +515,20 @@ async def _queue_behind_a_held_turn(
 
 
 async def test_a_refresh_before_the_turn_reads_memory_does_not_bring_the_wiped_trigger_back(
-    kioku: KiokuHarness, monkeypatch: pytest.MonkeyPatch
+    kioku: KiokuHarness,
 ) -> None:
     env, bot, llm = kioku.env, kioku.bot, kioku.llm
     moderator = await env.create_member("mod", kind="moderator")
-    reached, release = _slow_recall(kioku, monkeypatch)
+    recalling = _slow_recall(kioku)
     llm.reply_tool_calls([(STM_TOOL_NAME, {"summary": "The codename is HERON."})])
     llm.reply_text("Noted: HERON.")
     turn = asyncio.create_task(env.send("the secret codename is HERON", mention_bot=True))
-    await asyncio.wait_for(reached.wait(), 5)
+    await asyncio.wait_for(recalling.reached(), 5)
     kioku.clock.catch_up()
     refreshed = await kioku.interactions.slash("refresh", user=moderator)
     assert not refreshed.command_failed
     assert bot.memory.windows.get(env.channel.id) == ()  # the refresh wiped the message
-    release.set()
+    recalling.release()
     await turn
 
     assert llm.requests == [], "the model was asked about a wiped message"
@@ -547,21 +536,21 @@ async def test_a_refresh_before_the_turn_reads_memory_does_not_bring_the_wiped_t
 
 
 async def test_a_forget_me_before_the_turn_reads_memory_does_not_bring_the_trigger_back(
-    kioku: KiokuHarness, monkeypatch: pytest.MonkeyPatch
+    kioku: KiokuHarness,
 ) -> None:
     env, llm = kioku.env, kioku.llm
     leaver = await env.create_member("leaver")
-    reached, release = _slow_recall(kioku, monkeypatch)
+    recalling = _slow_recall(kioku)
     llm.reply_text("ok")
     turn = asyncio.create_task(
         env.send("my home address is 12 Elm Street", author=leaver, mention_bot=True)
     )
-    await asyncio.wait_for(reached.wait(), 5)
+    await asyncio.wait_for(recalling.reached(), 5)
     kioku.clock.catch_up()
     asked = await kioku.interactions.slash("forget-me", user=leaver)
     done = await kioku.interactions.click(asked, label="Delete my memories", user=leaver)
     assert done.content is not None and "1 cached message" in done.content
-    release.set()
+    recalling.release()
     await turn
 
     assert llm.requests == [], "the model was asked about a forgotten message"

@@ -6,7 +6,7 @@ import itertools
 import time
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from bot.config import Settings
 from bot.memory.longterm import LongTermService
@@ -14,6 +14,7 @@ from bot.memory.service import LabelFor, MemoryService, PreparedTurn
 from bot.memory.spool import DurableSpool
 from bot.memory.turn import TurnState
 from bot.vocabulary.model import RawMessage
+from tests.helpers.faults import outage
 
 EPOCH = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
 GUILD = 111_111_111_111_111_111
@@ -112,21 +113,16 @@ async def turn_for(service: MemoryService, user: int = ALICE) -> TurnState:
 
 
 async def spooled_then_cleared_elsewhere(
-    sessions: async_sessionmaker[AsyncSession],
-    settings: Settings,
-    spool: DurableSpool,
-    dead: AsyncEngine,
+    sessions: async_sessionmaker[AsyncSession], settings: Settings, spool: DurableSpool
 ) -> tuple[MemoryService, MemoryService]:
     """Process A spools a write of CHANNEL's memory during a database blip ("wiped by the
     refresh"); the database comes back before A's replayer runs; process B then clears
     the channel. Returns (A, B); A has not heard B's clear notice yet."""
     a = make_service(sessions, settings, ManualClock(), spool=spool)
     turn = await turn_for(a)
-    real = a._sessions
-    a._sessions = async_sessionmaker(dead)
-    result = await a.update_stm(turn, summary="wiped by the refresh")
+    async with outage(a.sessions):
+        result = await a.update_stm(turn, summary="wiped by the refresh")
     assert str(result) == "saved, pending sync"
-    a._sessions = real
     clock_b = ManualClock()
     clock_b.advance(seconds=5)  # the clear comes after A's turn began
     b = make_service(sessions, settings, clock_b)

@@ -31,6 +31,7 @@ from bot.db.driver import statements_sent
 from bot.db.engine import Database, EmbeddedPostgres
 from bot.db.migrate import upgrade
 from bot.db.models import Base
+from bot.db.storage import database_answered, faults
 from bot.urls import async_database_url
 from tests.helpers.fake_llm import refused_base_url
 
@@ -180,6 +181,9 @@ async def db(migrated_database: Database) -> AsyncIterator[Database]:
     """The session's database with every table emptied before the test."""
     await empty_tables(migrated_database.engine)
     yield migrated_database
+    # Shared by the session: a test's planned faults and outage end with it.
+    faults(migrated_database.sessions).clear()
+    database_answered(migrated_database.sessions)
 
 
 @pytest.fixture

@@ -89,7 +89,7 @@ from bot.db.engine import Database
 from bot.db.models import ShortTermMemory
 from bot.db.notify import NOTIFY_CHANNEL, CacheListener
 from bot.db.repositories import stm as stm_repo
-from bot.db.storage import MemoryUnavailable
+from bot.db.storage import MemoryUnavailable, database_answered, faults
 from bot.memory import commit as commit_module
 from bot.memory import service as service_module
 from bot.memory.service import MemoryService, PreparedTurn
@@ -107,6 +107,7 @@ from tests.helpers.builders import (
     prepare,
 )
 from tests.helpers.database import empty_tables, make_test_settings
+from tests.helpers.faults import own_sessions
 
 CAROL = 333_333_333_333_333_003
 USERS = (ALICE, BOB, CAROL)
@@ -269,7 +270,7 @@ def instrument(service: MemoryService, on_build: Callable[[Op], None]) -> None:
     service.guild_config = watched_config  # type: ignore[method-assign]
 
 
-# Outages are modelled (a process's sessions swapped for a refused engine); a real one
+# Outages are modelled (a fault plan refuses a process's sessions); a real one
 # is outside the model. On a loaded machine a statement can take seconds, and the 5 s
 # timeout would mark the shared database down while the model counts it up (a deaf
 # process then falls back to what it can show without the database, which the model's
@@ -448,22 +449,19 @@ class Scenario:
         seed: int,
         db: Database,
         settings: Settings,
-        dead: AsyncEngine,
         notices: Notices,
         data_dir: Path,
     ) -> None:
         self.rng = random.Random(seed)
         self.seed = seed
         self.db = db
-        self.dead = async_sessionmaker(dead)
         self.notices = notices
         self.clock = ManualClock()
         spool = DurableSpool(spool_path(data_dir))
+        a, b = own_sessions(db), own_sessions(db)  # each process its own outages
         self.procs = {
-            "A": Proc(
-                "A", make_service(db.sessions, settings, self.clock, spool), spool, db.sessions
-            ),
-            "B": Proc("B", make_service(db.sessions, settings, self.clock), None, db.sessions),
+            "A": Proc("A", make_service(a, settings, self.clock, spool), spool, a),
+            "B": Proc("B", make_service(b, settings, self.clock), None, b),
         }
         for proc in self.procs.values():
             instrument(proc.service, self._built)
@@ -956,7 +954,12 @@ class Scenario:
 
     def _set_down(self, proc: Proc, down: bool) -> None:
         proc.down = down
-        proc.service._sessions = self.dead if down else proc.real
+        plan = faults(proc.real)
+        if down:
+            plan.fail()
+        else:
+            plan.clear()
+            database_answered(proc.real)  # as its probe would find: the model counts it up
 
     async def replay(self) -> None:
         proc = self.procs["A"]
@@ -1389,7 +1392,6 @@ async def run_scenario(
     seed: int,
     db: Database,
     settings: Settings,
-    dead: AsyncEngine,
     notices: Notices,
     data_dir: Path,
     steps: int = STEPS,
@@ -1397,7 +1399,7 @@ async def run_scenario(
 ) -> Scenario:
     """A seeded scenario of ``steps`` random actions, or the actions ``script`` runs."""
     await empty_tables(db.engine)
-    scenario = Scenario(seed, db, settings, dead, notices, data_dir)
+    scenario = Scenario(seed, db, settings, notices, data_dir)
     try:
         if script is None:
             await scenario.setup()
@@ -1421,7 +1423,6 @@ async def test_chaos_two_processes(
     db: Database,
     pg_url: URL,
     tmp_path: Path,
-    dead_engine: AsyncEngine,
     notices: Notices,
     monkeypatch: pytest.MonkeyPatch,
     figures: Any,
@@ -1435,9 +1436,7 @@ async def test_chaos_two_processes(
     failures: list[str] = []
     for seed in seeds:
         try:
-            scenario = await run_scenario(
-                seed, db, settings, dead_engine, notices, tmp_path / f"s{seed}"
-            )
+            scenario = await run_scenario(seed, db, settings, notices, tmp_path / f"s{seed}")
         except AssertionError as exc:
             if not collect:
                 raise
@@ -1500,7 +1499,6 @@ async def test_chaos_write_after_expiry_starts_a_lineage(
     db: Database,
     pg_url: URL,
     tmp_path: Path,
-    dead_engine: AsyncEngine,
     notices: Notices,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -1537,9 +1535,7 @@ async def test_chaos_write_after_expiry_starts_a_lineage(
         await scenario.release_one()
         assert not scenario.rng.answers
 
-    scenario = await run_scenario(
-        0, db, settings, dead_engine, notices, tmp_path / "scripted", script=script
-    )
+    scenario = await run_scenario(0, db, settings, notices, tmp_path / "scripted", script=script)
     w1, w2, w3 = scenario.writes
     key = ScopeKey.server(GUILD, OTHER_CHANNEL)
     assert [w.status for w in scenario.writes] == ["saved"] * 3

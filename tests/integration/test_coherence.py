@@ -18,7 +18,6 @@ import asyncpg
 import pytest
 from sqlalchemy import select, text
 from sqlalchemy.engine import URL
-from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 
 import bot.db.notify as notify_module
 from bot.app import build_bot
@@ -26,8 +25,7 @@ from bot.config import Settings
 from bot.db.engine import Database, DatabaseUnavailable
 from bot.db.models import ShortTermMemory
 from bot.db.notify import NOTIFY_CHANNEL, CacheListener, ListenerUnavailable, Notice
-from bot.db.repositories import guilds as guild_repo
-from bot.db.repositories import stm as stm_repo
+from bot.db.storage import faults
 from bot.memory.change import REASON_CATEGORIES_CHANGED
 from bot.memory.service import MemoryService
 from bot.memory.spool import DurableSpool, spool_path
@@ -48,6 +46,7 @@ from tests.helpers.builders import (
     turn_for,
 )
 from tests.helpers.database import make_test_settings
+from tests.helpers.faults import outage, own_sessions
 
 KEY = ScopeKey.server(GUILD, CHANNEL)
 
@@ -65,7 +64,7 @@ class Process:
 
 
 async def start_process(db: Database, settings: Settings, url: URL) -> Process:
-    memory = make_service(db.sessions, settings, ManualClock())
+    memory = make_service(own_sessions(db), settings, ManualClock())
     notices: asyncio.Queue[Notice] = asyncio.Queue()
     resets: asyncio.Queue[None] = asyncio.Queue()
 
@@ -247,28 +246,16 @@ async def test_two_bot_instances_share_one_database_coherently(
             await bot.close()
 
 
-async def test_a_read_overtaken_by_a_notice_is_not_cached(
-    two: tuple[Process, Process], monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_a_read_overtaken_by_a_notice_is_not_cached(two: tuple[Process, Process]) -> None:
     a, b = two
     await write(a, "v1")
     await b.next_notice()
-    read, release = asyncio.Event(), asyncio.Event()
-    load = stm_repo.load_entry
-
-    async def slow_load(*args: Any, **kwargs: Any) -> Any:
-        row = await load(*args, **kwargs)
-        if not read.is_set():
-            read.set()
-            await release.wait()  # v2 is written and announced while v1 is on its way
-        return row
-
-    monkeypatch.setattr(stm_repo, "load_entry", slow_load)
+    read = faults(b.memory.sessions).hang("hydrating", at="end", times=1)
     hydrating = asyncio.create_task(b.memory.entry(KEY))
-    await read.wait()
+    await read.reached()  # v2 is written and announced while v1 is on its way
     await write(a, "v2")
     assert (await b.next_notice())["t"] == "stm"
-    release.set()
+    read.release()
 
     assert (await hydrating).summary == "v2"
     assert b.memory.cache.get(KEY) is not None and b.memory.cache.get(KEY).summary == "v2"  # type: ignore[union-attr]
@@ -541,52 +528,44 @@ async def test_the_listener_connects_with_the_ssl_parameter_settings_produce(
 
 
 async def test_an_opt_out_heard_while_the_opt_in_is_read_is_not_lost(
-    db: Database, settings: Settings, monkeypatch: pytest.MonkeyPatch
+    db: Database, settings: Settings
 ) -> None:
     a = make_service(db.sessions, settings, ManualClock())
-    b = make_service(db.sessions, settings, ManualClock())
+    b = make_service(own_sessions(db), settings, ManualClock())
     await a.set_cross_context_opt_in(ALICE, True)
-    read, release = asyncio.Event(), asyncio.Event()
-    real = guild_repo.cross_context_opt_in
-
-    async def slow(*args: Any, **kwargs: Any) -> Any:
-        value = await real(*args, **kwargs)
-        read.set()
-        await release.wait()  # the opt-out happens while "on" is on its way to B
-        return value
-
-    monkeypatch.setattr(guild_repo, "cross_context_opt_in", slow)
+    read = faults(b.sessions).hang("loading privacy settings", at="end")
     loading = asyncio.create_task(b.cross_context_opt_in(ALICE))
-    await read.wait()
-    monkeypatch.setattr(guild_repo, "cross_context_opt_in", real)
+    await read.reached()  # the opt-out happens while "on" is on its way to B
     await a.set_cross_context_opt_in(ALICE, False)
     b.apply_notice({"o": a.instance_id, "t": "opt-in", "u": ALICE})
-    release.set()
+    faults(b.sessions).clear()
     await loading
 
     assert await b.cross_context_opt_in(ALICE) is False
 
 
 async def test_a_read_overtaken_on_every_retry_is_used_once_and_not_cached(
-    db: Database, settings: Settings, monkeypatch: pytest.MonkeyPatch
+    db: Database, settings: Settings
 ) -> None:
     a = make_service(db.sessions, settings, ManualClock())
     turn = (
         await a.prepare_turn(channel_id=CHANNEL, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT)
     ).turn
     assert (await a.update_stm(turn, summary="v1")).ok
-    b = make_service(db.sessions, settings, ManualClock())
-    load = stm_repo.load_entry
-
-    async def always_overtaken(*args: Any, **kwargs: Any) -> Any:
-        row = await load(*args, **kwargs)
+    b = make_service(own_sessions(db), settings, ManualClock())
+    read = faults(b.sessions).hang("hydrating", at="end")
+    reading = asyncio.create_task(b.entry(KEY))
+    while True:  # every read, once it has its row, is overtaken by a notice
+        reached = asyncio.ensure_future(read.reached())
+        await asyncio.wait([reading, reached], return_when=asyncio.FIRST_COMPLETED)
+        if reading.done():
+            reached.cancel()
+            break
         b.apply_notice({"o": "elsewhere", "t": "stm", "k": [["server", GUILD, None, CHANNEL, 7]]})
-        return row
+        read.release()
+    await reading
 
-    monkeypatch.setattr(stm_repo, "load_entry", always_overtaken)
-    await b.entry(KEY)
-
-    assert b.cache.get(KEY) is None
+    assert read.met > 1 and b.cache.get(KEY) is None
 
 
 # ------------------------------------------------- while the listener cannot reconnect
@@ -655,7 +634,7 @@ async def test_a_forget_me_made_elsewhere_is_not_served_stale_while_the_listener
 
 
 async def test_a_spooled_write_that_lost_to_another_processs_same_version_is_not_kept(
-    db: Database, settings: Settings, tmp_path: Path, dead_engine: AsyncEngine
+    db: Database, settings: Settings, tmp_path: Path
 ) -> None:
     # A spools v2 during a database blip while B writes its own v2 of the same key: the
     # database keeps B's (A's replay is stale), and B's notice makes A read it again.
@@ -664,10 +643,10 @@ async def test_a_spooled_write_that_lost_to_another_processs_same_version_is_not
     b = make_service(db.sessions, settings, ManualClock())
     assert (await a.update_stm(await turn_for(a), summary="v1")).ok
     b_turn = await turn_for(b, BOB)
-    real = a._sessions
-    a._sessions = async_sessionmaker(dead_engine)
-    assert str(await a.update_stm(await turn_for(a), summary="A's v2")) == "saved, pending sync"
-    a._sessions = real
+    async with outage(a.sessions):
+        assert str(await a.update_stm(await turn_for(a), summary="A's v2")) == (
+            "saved, pending sync"
+        )
     assert (await b.update_stm(b_turn, summary="B's v2")).ok
     a.apply_notice({"o": b.instance_id, "t": "stm", "k": [["server", GUILD, None, CHANNEL, 2]]})
     await spool.replay(db.sessions)
@@ -901,7 +880,7 @@ async def test_categories_changed_while_a_write_waits_for_the_channel_lock(
 
 
 async def _stand_in_then_forget(
-    db: Database, settings: Settings, tmp_path: Path, dead_engine: AsyncEngine, *, spooled: bool
+    db: Database, settings: Settings, tmp_path: Path, *, spooled: bool
 ) -> tuple[str, str, str]:
     """Alice's memory (v3) expired; process A holds its stand-in (v3, no content). Alice
     runs /forget-me in A (during a database blip when ``spooled``: replayed after). Then
@@ -918,9 +897,8 @@ async def _stand_in_then_forget(
     stand_in = await a.entry(ScopeKey.server(GUILD, CHANNEL))
     assert (stand_in.has_content, stand_in.version) == (False, 3)
     if spooled:
-        a._sessions = async_sessionmaker(dead_engine)
-        assert (await a.forget_user(ALICE)).pending_sync
-        a._sessions = db.sessions
+        async with outage(a.sessions):
+            assert (await a.forget_user(ALICE)).pending_sync
         assert await spool.replay(db.sessions) == 1
         a.spool_replayed()  # as the replayer does (bot/app.py)
     else:
@@ -943,21 +921,17 @@ async def _stand_in_then_forget(
 
 
 async def test_an_online_forget_drops_stand_ins_so_no_new_memory_is_overwritten(
-    db: Database, settings: Settings, tmp_path: Path, dead_engine: AsyncEngine
+    db: Database, settings: Settings, tmp_path: Path
 ) -> None:
-    shown, result, _ = await _stand_in_then_forget(
-        db, settings, tmp_path, dead_engine, spooled=False
-    )
+    shown, result, _ = await _stand_in_then_forget(db, settings, tmp_path, spooled=False)
     # A re-read the key: its write is built on C's memory.
     assert (shown, result) == ("bob: new plan", "saved")
 
 
 async def test_a_replayed_forget_drops_stand_ins_so_no_new_memory_is_overwritten(
-    db: Database, settings: Settings, tmp_path: Path, dead_engine: AsyncEngine
+    db: Database, settings: Settings, tmp_path: Path
 ) -> None:
-    shown, result, stored = await _stand_in_then_forget(
-        db, settings, tmp_path, dead_engine, spooled=True
-    )
+    shown, result, stored = await _stand_in_then_forget(db, settings, tmp_path, spooled=True)
     # A write never shown C's memory must not replace it (it would be refused as stale).
     assert shown == "bob: new plan" or stored == "bob: new plan", (shown, result, stored)
 

@@ -13,14 +13,12 @@ from typing import Any
 
 import pytest
 from sqlalchemy import func, select
-from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 
 from bot.config import Settings
 from bot.conversation.summarizer import Summarizer
 from bot.db.engine import Database
 from bot.db.models import ShortTermMemory
-from bot.db.repositories import guilds as guild_repo
-from bot.db.storage import database_answered
+from bot.db.storage import database_answered, faults
 from bot.memory.service import MemoryService
 from bot.memory.spool import DurableSpool, PendingChanges, inspect_spool, spool_path
 from bot.vocabulary.model import ScopeKey
@@ -39,6 +37,7 @@ from tests.helpers.builders import (
     turn_for,
 )
 from tests.helpers.fake_llm import ScriptedLLM, openai_client
+from tests.helpers.faults import back, outage, own_sessions, probes_done
 
 SERVER_KEY = ScopeKey.server(GUILD, CHANNEL)
 
@@ -76,7 +75,7 @@ async def test_the_cadence_still_counts_while_the_listener_is_down(
 
 
 async def test_a_deaf_hydration_never_puts_an_older_row_over_a_write_in_flight(
-    db: Database, settings: Settings, tmp_path: Path, dead_engine: AsyncEngine
+    db: Database, settings: Settings, tmp_path: Path
 ) -> None:
     """Deaf, a hydration that read the row while a local write was being committed puts
     the older row over the newer cached entry (`existing` is ignored while deaf). If the
@@ -88,28 +87,17 @@ async def test_a_deaf_hydration_never_puts_an_older_row_over_a_write_in_flight(
     assert (await service.update_stm(await turn_for(service), summary="v1")).ok
     service.listener_lost()
 
-    entered, release = asyncio.Event(), asyncio.Event()
-    real_commit = service._commits.commit
-
-    async def gated_commit(batch: Any) -> None:
-        entered.set()
-        await release.wait()
-        await real_commit(batch)
-
-    service._commits.commit = gated_commit  # type: ignore[method-assign]
+    committing = faults(service.sessions).hang("STM write", times=1)
     turn_b = await turn_for(service)
     writing = asyncio.create_task(service.update_stm(turn_b, summary="v2"))
-    await entered.wait()  # B's v2 is in the cache, its commit in flight
+    await committing.reached()  # B's v2 is in the cache, its commit in flight
     await turn_for(service, BOB)  # another message in the channel: hydrates while deaf
-    release.set()
+    committing.release()
     assert str(await writing) == "saved"
-    service._commits.commit = real_commit  # type: ignore[method-assign]
 
-    real = service._sessions
-    service._sessions = async_sessionmaker(dead_engine)  # the database goes down too
-    shown = (await service.entry(SERVER_KEY)).summary
-    acknowledged = await service.update_stm(await turn_for(service), summary="v3")
-    service._sessions = real
+    async with outage(service.sessions):  # the database goes down too
+        shown = (await service.entry(SERVER_KEY)).summary
+        acknowledged = await service.update_stm(await turn_for(service), summary="v3")
     await spool.replay(db.sessions)
     observed = (shown, str(acknowledged), await server_summary(db))
     assert observed == ("v2", "saved, pending sync", "v3"), observed
@@ -119,7 +107,7 @@ async def test_a_deaf_hydration_never_puts_an_older_row_over_a_write_in_flight(
 
 
 async def test_an_opt_out_is_not_undone_by_joining_an_older_read_while_deaf(
-    db: Database, settings: Settings, monkeypatch: pytest.MonkeyPatch
+    db: Database, settings: Settings
 ) -> None:
     """Deaf, a read of the opt-in that began before the user's opt-out is joined by a
     caller that asks after the opt-out returned: it is handed the old 'True' (a DM turn
@@ -128,22 +116,9 @@ async def test_an_opt_out_is_not_undone_by_joining_an_older_read_while_deaf(
     await service.set_cross_context_opt_in(ALICE, True)
     service.listener_lost()
 
-    read, release = asyncio.Event(), asyncio.Event()
-    real_read = guild_repo.cross_context_opt_in
-    calls = 0
-
-    async def gated_read(session: Any, user_id: int) -> bool:
-        nonlocal calls
-        calls += 1
-        found = await real_read(session, user_id)
-        if calls == 1:
-            read.set()
-            await release.wait()
-        return found
-
-    monkeypatch.setattr(guild_repo, "cross_context_opt_in", gated_read)
+    read = faults(service.sessions).hang("loading privacy settings", at="end", times=1)
     earlier = asyncio.create_task(service.cross_context_opt_in(ALICE))
-    await read.wait()  # that read saw True
+    await read.reached()  # that read saw True
     await service.set_cross_context_opt_in(ALICE, False)  # the user opts out (returned)
     joined = asyncio.Event()
     real_run = service._guilds._opt_in_flight.run
@@ -155,7 +130,7 @@ async def test_an_opt_out_is_not_undone_by_joining_an_older_read_while_deaf(
     service._guilds._opt_in_flight.run = run  # type: ignore[method-assign]
     later = asyncio.create_task(service.cross_context_opt_in(ALICE))  # asked after it
     await joined.wait()
-    release.set()
+    read.release()
     await earlier
     assert await later is False
 
@@ -164,13 +139,13 @@ async def test_an_opt_out_is_not_undone_by_joining_an_older_read_while_deaf(
 
 
 async def test_a_clear_notice_is_applied_even_when_the_blank_record_cannot_be_written(
-    db: Database, settings: Settings, tmp_path: Path, dead_engine: AsyncEngine
+    db: Database, settings: Settings, tmp_path: Path
 ) -> None:
     """The clear is applied in memory even when the spool cannot record it (disk full):
     the notice is not lost to the listener callback, and the wiped text is not hydrated
     back from the spool."""
     spool = DurableSpool(spool_path(tmp_path))
-    a, b = await spooled_then_cleared_elsewhere(db.sessions, settings, spool, dead_engine)
+    a, b = await spooled_then_cleared_elsewhere(db.sessions, settings, spool)
 
     soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
     previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
@@ -241,25 +216,24 @@ async def test_closing_the_listener_is_not_reported_as_a_lost_connection(
 
 
 async def test_a_forget_me_missed_while_deaf_is_not_undone_by_the_spool_replay(
-    db: Database, settings: Settings, tmp_path: Path, dead_engine: AsyncEngine
+    db: Database, settings: Settings, tmp_path: Path
 ) -> None:
     # Process B lost its database and its notice connection together; it spooled a write
     # holding Alice's words. Meanwhile Alice ran /forget-me through process A. B never
     # hears the notice, but its replay meets the forget's record in the database.
     clock = ManualClock()
     spool = DurableSpool(spool_path(tmp_path))
-    b = make_service(db.sessions, settings, clock, spool=spool)
+    b = make_service(own_sessions(db), settings, clock, spool=spool)
     a = make_service(db.sessions, settings, clock)
     turn = await turn_for(b)
     b.listener_lost()
-    real = b._sessions
-    b._sessions = async_sessionmaker(dead_engine)
+    faults(b.sessions).fail()
     assert str(await b.update_stm(turn, summary="Alice's secret plan")) == "saved, pending sync"
     clock.advance(seconds=5)
     await a.forget_user(ALICE)  # announced; B cannot hear it
     clock.advance(seconds=60)
 
-    b._sessions = real
+    await back(b.sessions)
     b.listening_again()
     await spool.replay(db.sessions)
 
@@ -365,7 +339,7 @@ async def test_a_refresh_made_elsewhere_while_deaf_does_not_bring_back_the_messa
 
 
 async def test_deaf_with_the_database_down_only_messages_sent_since_are_shown(
-    db: Database, settings: Settings, dead_engine: AsyncEngine
+    db: Database, settings: Settings
 ) -> None:
     # The wipe times cannot be read: a /forget-me committed elsewhere just before the
     # outage may cover anything older, so only what was said since the first failed read
@@ -374,7 +348,7 @@ async def test_deaf_with_the_database_down_only_messages_sent_since_are_shown(
     b = make_service(db.sessions, settings, clock)
     b.observe_message(CHANNEL, message(ALICE, "said before the outage"))
     b.listener_lost()
-    b._sessions = async_sessionmaker(dead_engine)
+    faults(b.sessions).fail()
     clock.advance(seconds=10)
     question = message(BOB, "anyone there?", at=EPOCH + timedelta(seconds=9))
     b.observe_message(CHANNEL, question)
@@ -391,7 +365,7 @@ async def test_deaf_with_the_database_down_only_messages_sent_since_are_shown(
     later = await prepare(b, BOB)
     assert [m.content for m in later.prompt.window] == ["hello?"]
 
-    b._sessions = db.sessions  # back (still deaf): checked, and all of it shown again
+    await back(b.sessions)  # back (still deaf): checked, and all of it shown again
     assert len((await prepare(b, BOB)).prompt.window) == 3
 
 
@@ -413,63 +387,59 @@ async def test_the_summarizer_of_a_deaf_process_does_not_read_words_forgotten_el
 
 
 async def _deaf_with_alice_forgotten_between_two_outages(
-    db: Database, settings: Settings, dead_engine: AsyncEngine, clock: ManualClock, gap: int
-) -> tuple[MemoryService, async_sessionmaker[Any]]:
-    """Deaf process B: a first outage, the database back, Alice speaks and another
-    process forgets her (unheard by B), ``gap`` seconds later a second outage."""
+    db: Database, settings: Settings, clock: ManualClock, gap: int
+) -> MemoryService:
+    """Deaf process B: a first outage, the database back (B has not seen it answer),
+    Alice speaks and another process forgets her (unheard by B), ``gap`` seconds later a
+    second outage."""
     a = make_service(db.sessions, settings, clock)
-    b = make_service(db.sessions, settings, clock)
-    dead: async_sessionmaker[Any] = async_sessionmaker(dead_engine)
+    b = make_service(own_sessions(db), settings, clock)
     await prepare(b, BOB)  # B's entry and settings are cached
     b.observe_message(CHANNEL, message(BOB, "hi", at=EPOCH))
     b.listener_lost()
-    b._sessions = dead  # outage 1
+    plan = faults(b.sessions)
+    plan.fail()  # outage 1
     clock.advance(seconds=1)
     await prepare(b, BOB)  # the wipe times cannot be read
-    b._sessions = db.sessions  # back
+    await probes_done()  # B's probe found it down
+    plan.clear()  # back
     b.observe_message(
         CHANNEL, message(ALICE, "my address is 12 Elm St", at=clock.now() + timedelta(seconds=1))
     )
     clock.advance(seconds=2)
     await a.forget_user(ALICE)
     clock.advance(seconds=gap)
-    b._sessions = dead  # outage 2
-    return b, dead
+    plan.fail()  # outage 2
+    return b
 
 
 async def test_a_second_outage_after_a_silence_does_not_reuse_the_first_ones_start(
-    db: Database, settings: Settings, dead_engine: AsyncEngine
+    db: Database, settings: Settings
 ) -> None:
     # No failed read for a minute: the database may have answered others (it did: the
     # forget) in between, so the second outage counts from itself.
     clock = ManualClock()
-    b, _ = await _deaf_with_alice_forgotten_between_two_outages(
-        db, settings, dead_engine, clock, gap=60
-    )
+    b = await _deaf_with_alice_forgotten_between_two_outages(db, settings, clock, gap=60)
     window = (await prepare(b, BOB)).prompt.window
     assert "my address is 12 Elm St" not in [m.content for m in window]
 
 
 async def test_a_second_outage_after_the_database_answered_does_not_reuse_the_first_ones_start(
-    db: Database, settings: Settings, dead_engine: AsyncEngine
+    db: Database, settings: Settings
 ) -> None:
     # Seconds apart, but the database was seen answering in between: a new outage.
     clock = ManualClock()
-    b, dead = await _deaf_with_alice_forgotten_between_two_outages(
-        db, settings, dead_engine, clock, gap=1
-    )
-    database_answered(dead)  # e.g. the spool's replay or the probe got through
+    b = await _deaf_with_alice_forgotten_between_two_outages(db, settings, clock, gap=1)
+    database_answered(b.sessions)  # e.g. the spool's replay or the probe got through
     window = (await prepare(b, BOB)).prompt.window
     assert "my address is 12 Elm St" not in [m.content for m in window]
 
 
 async def test_words_forgotten_between_two_outages_do_not_reach_a_summary(
-    db: Database, settings: Settings, dead_engine: AsyncEngine, tmp_path: Path, llm: ScriptedLLM
+    db: Database, settings: Settings, tmp_path: Path, llm: ScriptedLLM
 ) -> None:
     clock = ManualClock()
-    b, _ = await _deaf_with_alice_forgotten_between_two_outages(
-        db, settings, dead_engine, clock, gap=60
-    )
+    b = await _deaf_with_alice_forgotten_between_two_outages(db, settings, clock, gap=60)
     spool = DurableSpool(spool_path(tmp_path))
     b.spool = spool
     spool.notice_origin = b.instance_id
@@ -477,7 +447,7 @@ async def test_words_forgotten_between_two_outages_do_not_reach_a_summary(
     outcome = await Summarizer(b, openai_client(llm), settings).summarize(
         guild_id=GUILD, channel_id=CHANNEL, actor_user_id=BOB, reason="test"
     )
-    b._sessions = db.sessions
+    await back(b.sessions)
     b.listening_again()
     await spool.replay(db.sessions)
     async with db.sessions() as session:

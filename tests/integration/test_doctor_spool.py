@@ -12,16 +12,17 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy.engine import URL
-from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 
 from bot.config import Settings
 from bot.db.engine import Database
+from bot.db.storage import faults
 from bot.doctor import doctor
 from bot.memory.spool import DurableSpool, inspect_spool, spool_path
 from bot.vocabulary.model import ScopeKey
 from tests.helpers.builders import CHANNEL, GUILD, ManualClock, make_service, turn_for
 from tests.helpers.database import make_test_settings
 from tests.helpers.fake_llm import DEFAULT_MODEL_ID, ScriptedLLM
+from tests.helpers.faults import outage
 from tests.integration.test_cli import doctor_rows
 
 SERVER_KEY = ScopeKey.server(GUILD, CHANNEL)
@@ -53,7 +54,6 @@ async def test_doctor_counts_the_operations_an_unreachable_database_left_in_the_
     settings: Settings,
     pg_url: URL,
     llm: ScriptedLLM,
-    dead_engine: AsyncEngine,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     # Held by the service, as by a running `kioku run`: doctor may run beside it.
@@ -61,7 +61,7 @@ async def test_doctor_counts_the_operations_an_unreachable_database_left_in_the_
     try:
         service = make_service(db.sessions, settings, ManualClock(), spool=spool)
         turn = await turn_for(service)  # warm: hydrated while the database was up
-        service._sessions = async_sessionmaker(dead_engine)  # the database is down
+        faults(service.sessions).fail()  # the database is down
         for summary in ("one", "two"):
             result = await service.update_stm(await turn_for(service), summary=summary)
             assert str(result) == "saved, pending sync"
@@ -85,17 +85,14 @@ async def test_doctor_says_the_spool_is_empty_once_the_replay_stored_everything(
     settings: Settings,
     pg_url: URL,
     llm: ScriptedLLM,
-    dead_engine: AsyncEngine,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     spool = DurableSpool(spool_path(settings.data_dir))
     try:
         service = make_service(db.sessions, settings, ManualClock(), spool=spool)
         turn = await turn_for(service)
-        real = service._sessions
-        service._sessions = async_sessionmaker(dead_engine)
-        assert str(await service.update_stm(turn, summary="waiting")) == "saved, pending sync"
-        service._sessions = real
+        async with outage(service.sessions):
+            assert str(await service.update_stm(turn, summary="waiting")) == "saved, pending sync"
         assert await spool.replay(db.sessions) == 1
         assert spool.path.exists()  # the file stays, with nothing in it
 

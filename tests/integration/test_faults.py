@@ -16,22 +16,19 @@ import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 import pytest
 from sqlalchemy import func, select
 from sqlalchemy.engine import URL
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from bot.config import Settings
 from bot.conversation.tools.stm import STM_TOOL_NAME
-from bot.db import storage as storage_module
 from bot.db.engine import Database, EmbeddedPostgres
 from bot.db.migrate import upgrade
 from bot.db.models import ShortTermMemory, StmEvent
-from bot.db.storage import MemoryUnavailable, database_failed, outage_number
-from bot.memory import commit as commit_module
-from bot.memory import service as service_module
+from bot.db.storage import MemoryUnavailable, database_failed, faults, outage_number
 from bot.memory.service import MemoryService
 from bot.memory.spool import (
     DurableSpool,
@@ -54,6 +51,7 @@ from tests.helpers.builders import (
 )
 from tests.helpers.database import make_test_settings
 from tests.helpers.fake_llm import ScriptedLLM
+from tests.helpers.faults import own_sessions
 
 ROOT = Path(__file__).resolve().parents[2]
 PENDING = "saved, pending sync"
@@ -416,64 +414,51 @@ async def test_sigkill_mid_stream_loses_nothing_acknowledged(
 # ----------------------------------------------------- a hung database, a long outage
 
 
-class CountingSessions(async_sessionmaker[AsyncSession]):
-    """A session factory that counts the sessions opened, but for the breaker's probe
-    (a background task finding out when the database is back)."""
+# A hung database: a step waits this long, then fails as its own timeout would (5 s).
+HUNG_SECONDS = 0.2
 
-    opened = 0
 
-    def __call__(self, **local_kw: Any) -> AsyncSession:
-        task = asyncio.current_task()
-        if task is None or task.get_name() != "database-probe":
-            self.opened += 1
-        return super().__call__(**local_kw)
+def without_probes(steps: list[str]) -> list[str]:
+    """The steps the memory service itself opened, not the breaker's probe (a background
+    task finding out when the database is back)."""
+    return [step for step in steps if step != "probing the database"]
 
 
 async def test_a_hung_database_costs_one_timeout_not_one_per_read(
-    db: Database,
-    settings: Settings,
-    tmp_path: Path,
-    silent_server: int,
-    monkeypatch: pytest.MonkeyPatch,
+    db: Database, settings: Settings, tmp_path: Path
 ) -> None:
     """The database stops answering (a partition, a hung server) while the cache listener
     is down: the first read waits for its timeout and the database is marked down; then
     reads with a cached value use it at once, the window is filtered as with the database
     down, and the write goes to the spool, instead of every read of every turn waiting
     for the timeout (5 s each, about 40 s a turn)."""
-    monkeypatch.setattr(storage_module, "DB_TIMEOUT_SECONDS", 1.0)
-    monkeypatch.setattr(commit_module, "DB_TIMEOUT_SECONDS", 1.0)
     clock = ManualClock()
-    service = make_service(db.sessions, settings, clock, spool=DurableSpool(spool_path(tmp_path)))
+    service = make_service(
+        own_sessions(db), settings, clock, spool=DurableSpool(spool_path(tmp_path))
+    )
     assert str(await service.update_stm(await turn_for(service), summary="warm")) == "saved"
     service.observe_message(CHANNEL, message(ALICE, "said before the outage"))
-    hung = create_async_engine(
-        URL.create("postgresql+asyncpg", "u", "p", "127.0.0.1", silent_server, "db")
+    plan = faults(service.sessions)
+    plan.hang(timeout=HUNG_SECONDS)
+    service.listener_lost()  # what the listener's failed ping reports
+    clock.advance(seconds=10)
+    first = await service.update_stm(await turn_for(service), summary="in the outage")
+    assert outage_number(service.sessions) is not None
+    tried_first = len(without_probes(plan.met))
+    clock.advance(seconds=10)
+    question = message(ALICE, "still there?", at=clock.now())
+    service.observe_message(CHANNEL, question)
+    before = len(without_probes(plan.met))
+    prepared = await service.prepare_turn(
+        channel_id=CHANNEL,
+        user_id=ALICE,
+        guild_id=GUILD,
+        bot_user_id=BOT,
+        source_message_id=question.message_id,
     )
-    sessions = CountingSessions(hung)
-    try:
-        service._sessions = sessions
-        service.listener_lost()  # what the listener's failed ping reports
-        clock.advance(seconds=10)
-        first = await service.update_stm(await turn_for(service), summary="in the outage")
-        assert outage_number(sessions) is not None
-        tried_first = sessions.opened
-        clock.advance(seconds=10)
-        question = message(ALICE, "still there?", at=clock.now())
-        service.observe_message(CHANNEL, question)
-        before = sessions.opened
-        prepared = await service.prepare_turn(
-            channel_id=CHANNEL,
-            user_id=ALICE,
-            guild_id=GUILD,
-            bot_user_id=BOT,
-            source_message_id=question.message_id,
-        )
-        shown = prepared.entry.summary
-        second = await service.update_stm(prepared.turn, summary="later in the outage")
-        tried_second = sessions.opened - before
-    finally:
-        await hung.dispose()
+    shown = prepared.entry.summary
+    second = await service.update_stm(prepared.turn, summary="later in the outage")
+    tried_second = len(without_probes(plan.met)) - before
     assert (str(first), str(second)) == (PENDING, PENDING)
     assert shown == "in the outage"
     # The wipe times could not be read: only what was said since the first failed read.
@@ -486,39 +471,25 @@ async def test_a_hung_database_costs_one_timeout_not_one_per_read(
 
 @pytest.mark.parametrize("deletion", ["refresh", "forget-me"])
 async def test_a_deletion_during_a_known_outage_goes_to_the_spool_without_trying(
-    db: Database,
-    settings: Settings,
-    tmp_path: Path,
-    silent_server: int,
-    monkeypatch: pytest.MonkeyPatch,
-    deletion: str,
+    db: Database, settings: Settings, tmp_path: Path, deletion: str
 ) -> None:
     """The database is known to be down (a read just timed out on it): a /refresh or a
     /forget-me goes to the spool at once, as a write does, instead of opening a session
     and waiting for its own timeout first; it is done when the spool is replayed."""
-    monkeypatch.setattr(storage_module, "DB_TIMEOUT_SECONDS", 1.0)
-    monkeypatch.setattr(service_module, "DB_TIMEOUT_SECONDS", 1.0)
     spool = DurableSpool(spool_path(tmp_path))
-    service = make_service(db.sessions, settings, ManualClock(), spool=spool)
+    service = make_service(own_sessions(db), settings, ManualClock(), spool=spool)
     assert str(await service.update_stm(await turn_for(service), summary="before")) == "saved"
-    hung = create_async_engine(
-        URL.create("postgresql+asyncpg", "u", "p", "127.0.0.1", silent_server, "db")
-    )
-    sessions = CountingSessions(hung)
-    try:
-        service._sessions = sessions
-        with pytest.raises(MemoryUnavailable):
-            await service.recent_events(GUILD)  # times out: the database is marked down
-        assert outage_number(sessions) is not None
-        before = sessions.opened
-        if deletion == "refresh":
-            pending = await service.clear_channel(CHANNEL, guild_id=GUILD, actor_user_id=ALICE)
-        else:
-            pending = await service.forget_user(ALICE)
-        tried = sessions.opened - before
-    finally:
-        service._sessions = db.sessions
-        await hung.dispose()
+    plan = faults(service.sessions)
+    plan.hang(timeout=HUNG_SECONDS)
+    with pytest.raises(MemoryUnavailable):
+        await service.recent_events(GUILD)  # times out: the database is marked down
+    assert outage_number(service.sessions) is not None
+    before = len(without_probes(plan.met))
+    if deletion == "refresh":
+        pending = await service.clear_channel(CHANNEL, guild_id=GUILD, actor_user_id=ALICE)
+    else:
+        pending = await service.forget_user(ALICE)
+    tried = len(without_probes(plan.met)) - before
     assert (pending.pending_sync, tried, spool.pending) == (True, 0, 1)
     assert await spool.replay(db.sessions) == 1
     spool.close()
@@ -527,28 +498,16 @@ async def test_a_deletion_during_a_known_outage_goes_to_the_spool_without_trying
 
 
 async def test_a_deletion_that_times_out_marks_the_database_down(
-    db: Database,
-    settings: Settings,
-    tmp_path: Path,
-    silent_server: int,
-    monkeypatch: pytest.MonkeyPatch,
+    db: Database, settings: Settings, tmp_path: Path
 ) -> None:
     """A /refresh that waited its timeout on a hung database reports it: the next read
     with a cached value uses it at once instead of waiting again."""
-    monkeypatch.setattr(service_module, "DB_TIMEOUT_SECONDS", 1.0)
     spool = DurableSpool(spool_path(tmp_path))
-    service = make_service(db.sessions, settings, ManualClock(), spool=spool)
-    hung = create_async_engine(
-        URL.create("postgresql+asyncpg", "u", "p", "127.0.0.1", silent_server, "db")
-    )
-    try:
-        service._sessions = async_sessionmaker(hung)
-        receipt = await service.clear_channel(CHANNEL, guild_id=GUILD, actor_user_id=ALICE)
-        down = outage_number(service._sessions)
-    finally:
-        service._sessions = db.sessions
-        await hung.dispose()
-        spool.close()
+    service = make_service(own_sessions(db), settings, ManualClock(), spool=spool)
+    faults(service.sessions).hang("clearing a channel", timeout=HUNG_SECONDS)
+    receipt = await service.clear_channel(CHANNEL, guild_id=GUILD, actor_user_id=ALICE)
+    down = outage_number(service.sessions)
+    spool.close()
     assert receipt.pending_sync and down is not None
 
 

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any
 
-import pytest
 from sqlalchemy import func, select, text
 
 from bot.config import Settings
 from bot.db.engine import Database
 from bot.db.models import GuildSettings, ShortTermMemory, StmEvent
 from bot.db.repositories import stm as stm_repo
+from bot.db.storage import faults
 from bot.memory.service import MemoryService
 from bot.memory.spool import DurableSpool, spool_path
 from bot.memory.turn import REASON_CLEARED
@@ -30,6 +29,7 @@ from tests.helpers.builders import (
     prepare,
     turn_for,
 )
+from tests.helpers.faults import own_sessions
 
 SERVER_KEY = ScopeKey.server(GUILD, CHANNEL)
 
@@ -185,7 +185,7 @@ async def test_a_turn_reading_a_forgotten_users_messages_cannot_store_them(
 
 
 async def test_a_refresh_during_the_other_channels_load_is_not_undone(
-    db: Database, settings: Settings, monkeypatch: pytest.MonkeyPatch
+    db: Database, settings: Settings
 ) -> None:
     writer = make_service(db.sessions, settings, ManualClock())
     wrote = await writer.update_stm(
@@ -197,17 +197,8 @@ async def test_a_refresh_during_the_other_channels_load_is_not_undone(
         summary="wiped secret",
     )
     assert wrote.ok
-    service = make_service(db.sessions, settings, ManualClock())  # a fresh process
-    loaded, release = asyncio.Event(), asyncio.Event()
-    query = stm_repo.recent_server_entries
-
-    async def slow_query(*args: Any, **kwargs: Any) -> Any:
-        rows = await query(*args, **kwargs)
-        loaded.set()
-        await release.wait()  # the /refresh lands while these rows are on their way
-        return rows
-
-    monkeypatch.setattr(stm_repo, "recent_server_entries", slow_query)
+    service = make_service(own_sessions(db), settings, ManualClock())  # a fresh process
+    loaded = faults(service.sessions).hang("loading a guild's memories", at="end", times=1)
     turn = asyncio.create_task(
         service.prepare_turn(
             channel_id=CHANNEL,
@@ -217,9 +208,9 @@ async def test_a_refresh_during_the_other_channels_load_is_not_undone(
             label_for=lambda entry: "#other",
         )
     )
-    await loaded.wait()
+    await loaded.reached()  # the /refresh lands while these rows are on their way
     await service.clear_channel(OTHER_CHANNEL, guild_id=GUILD, actor_user_id=BOB)
-    release.set()
+    loaded.release()
     prepared = await turn
 
     assert prepared.prompt.others == []
@@ -311,7 +302,7 @@ async def test_a_clear_and_writes_from_two_processes_never_leave_a_pre_clear_row
 
 
 async def test_a_forget_me_during_a_hydration_is_not_undone_by_it(
-    db: Database, settings: Settings, monkeypatch: pytest.MonkeyPatch
+    db: Database, settings: Settings
 ) -> None:
     service = make_service(db.sessions, settings, ManualClock())
     turn = (
@@ -321,21 +312,11 @@ async def test_a_forget_me_during_a_hydration_is_not_undone_by_it(
     ).turn
     assert (await service.update_stm(turn, summary="Alice's secret plans")).ok
     service.cache.clear()  # e.g. evicted, or dropped after a listener reset
-    read, release = asyncio.Event(), asyncio.Event()
-    load = stm_repo.load_entry
-
-    async def slow_load(*args: Any, **kwargs: Any) -> Any:
-        row = await load(*args, **kwargs)
-        if not read.is_set():
-            read.set()
-            await release.wait()  # the row (Alice's words) is on its way back
-        return row
-
-    monkeypatch.setattr(stm_repo, "load_entry", slow_load)
+    read = faults(service.sessions).hang("hydrating", at="end", times=1)
     hydrating = asyncio.create_task(service.entry(SERVER_KEY))
-    await read.wait()
+    await read.reached()  # the row (Alice's words) is on its way back
     await service.forget_user(ALICE)
-    release.set()
+    read.release()
     await hydrating
 
     assert service.cache.get(SERVER_KEY) is None or not service.cache.get(SERVER_KEY).has_content  # type: ignore[union-attr]
@@ -444,27 +425,19 @@ async def stored_server_summary(db: Database) -> str | None:
 
 
 async def test_a_turn_prepared_while_forget_me_commits_does_not_keep_the_forgotten_memory(
-    db: Database, settings: Settings, monkeypatch: pytest.MonkeyPatch
+    db: Database, settings: Settings
 ) -> None:
     service = make_service(db.sessions, settings, ManualClock())
     turn = (await prepare(service, ALICE)).turn
     assert str(await service.update_stm(turn, summary="Alice's secret plan")) == "saved"
 
-    # /forget-me of Alice is on its way to the database (its transaction has begun) ...
-    in_transaction, go_on = asyncio.Event(), asyncio.Event()
-    record_forget = stm_repo.record_forget
-
-    async def slow_record_forget(*args: Any, **kwargs: Any) -> None:
-        in_transaction.set()
-        await go_on.wait()
-        await record_forget(*args, **kwargs)
-
-    monkeypatch.setattr(stm_repo, "record_forget", slow_record_forget)
+    # /forget-me of Alice is on its way to the database (its channel locks are held) ...
+    on_its_way = faults(service.sessions).hang("forgetting a user", times=1)
     forgetting = asyncio.create_task(service.forget_user(ALICE))
-    await in_transaction.wait()
+    await on_its_way.reached()
     # ... when Bob's message in the same channel starts a turn (a cache miss: hydrated).
     await prepare(service, BOB)
-    go_on.set()
+    on_its_way.release()
     receipt = await forgetting
     assert receipt.contributed_rows + receipt.user_rows >= 1  # the rows are gone
 
@@ -473,30 +446,22 @@ async def test_a_turn_prepared_while_forget_me_commits_does_not_keep_the_forgott
 
 
 async def test_a_hydration_during_an_in_flight_write_does_not_cache_the_old_row(
-    db: Database, settings: Settings, monkeypatch: pytest.MonkeyPatch
+    db: Database, settings: Settings
 ) -> None:
     service = make_service(db.sessions, settings, ManualClock())
     turn = (await prepare(service, ALICE)).turn
     assert str(await service.update_stm(turn, summary="v1")) == "saved"
     second = (await prepare(service, ALICE)).turn
 
-    committing, go_on = asyncio.Event(), asyncio.Event()
-    writes_refused = stm_repo.writes_refused
-
-    async def slow_check(*args: Any, **kwargs: Any) -> Any:
-        committing.set()
-        await go_on.wait()
-        return await writes_refused(*args, **kwargs)
-
-    monkeypatch.setattr(stm_repo, "writes_refused", slow_check)
+    committing = faults(service.sessions).hang("STM write", times=1)
     writing = asyncio.create_task(service.update_stm(second, summary="v2"))
-    await committing.wait()  # v2 is in the cache and on its way to the database ...
+    await committing.reached()  # v2 is in the cache and on its way to the database ...
     # ... when the notice listener reconnects (the cache is dropped, as after any missed
     # notice) and Bob's message starts a turn in the same channel (a miss: hydrated).
     service.listener_lost()
     service.listening_again()
     await prepare(service, BOB)
-    go_on.set()
+    committing.release()
     assert str(await writing) == "saved"
     assert await stored_server_summary(db) == "v2"
     # The cache kept the row as it was before the write committed.

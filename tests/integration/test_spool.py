@@ -8,17 +8,15 @@ import logging
 import os
 import resource
 import signal
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import pytest
 from sqlalchemy import func, select, text
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import (
-    AsyncEngine,
-    AsyncSession,
     async_sessionmaker,
     create_async_engine,
 )
@@ -27,9 +25,8 @@ from bot.config import Settings
 from bot.db.engine import Database
 from bot.db.models import LongTermMemory, ShortTermMemory, StmEvent
 from bot.db.repositories import stm as stm_repo
-from bot.db.storage import MemoryUnavailable
+from bot.db.storage import FaultPlan, MemoryUnavailable, faults
 from bot.memory import spool as spool_module
-from bot.memory import spool_replay
 from bot.memory.change import WriteResult
 from bot.memory.longterm import FactRefused, LongTermService
 from bot.memory.service import MemoryService
@@ -59,6 +56,7 @@ from tests.helpers.builders import (
     spooled_then_cleared_elsewhere,
     turn_for,
 )
+from tests.helpers.faults import back, outage, own_sessions
 
 SERVER_KEY = ScopeKey.server(GUILD, CHANNEL)
 OTHER = CHANNEL + 1
@@ -75,19 +73,19 @@ async def summaries(db: Database) -> list[tuple[str, str, int]]:
         return [(r.scope_kind, r.summary, r.version) for r in rows]
 
 
-async def outage(service: MemoryService, engine: AsyncEngine) -> async_sessionmaker:  # type: ignore[type-arg]
-    """Point the service at a database that refuses connections; return the real one."""
-    real = service._sessions
-    service._sessions = async_sessionmaker(engine)
-    return real
+def down(service: MemoryService) -> FaultPlan:
+    """The service's database refuses every connection until ``back``."""
+    plan = faults(service.sessions)
+    plan.fail()
+    return plan
 
 
 async def test_a_refused_write_is_spooled_and_acknowledged_as_pending(
-    db: Database, settings: Settings, spool: DurableSpool, dead_engine: AsyncEngine
+    db: Database, settings: Settings, spool: DurableSpool
 ) -> None:
     service = make_service(db.sessions, settings, ManualClock(), spool=spool)
     turn = await turn_for(service)  # warm: hydrated while the database was up
-    real = await outage(service, dead_engine)
+    down(service)
     result = await service.update_stm(turn, summary="written during the outage")
     assert str(result) == "saved, pending sync"
     assert spool.pending == 1 and service.pending_sync == 1
@@ -95,7 +93,7 @@ async def test_a_refused_write_is_spooled_and_acknowledged_as_pending(
     assert (await service.entry(SERVER_KEY)).summary == "written during the outage"
     assert await summaries(db) == []
 
-    service._sessions = real
+    await back(service.sessions)
     assert await spool.replay(db.sessions) == 1
     assert await summaries(db) == [
         ("server", "written during the outage", 1),
@@ -107,13 +105,12 @@ async def test_a_refused_write_is_spooled_and_acknowledged_as_pending(
 
 
 async def test_replay_never_overwrites_a_newer_version(
-    db: Database, settings: Settings, spool: DurableSpool, dead_engine: AsyncEngine
+    db: Database, settings: Settings, spool: DurableSpool
 ) -> None:
     service = make_service(db.sessions, settings, ManualClock(), spool=spool)
     turn = await turn_for(service)
-    real = await outage(service, dead_engine)
-    await service.update_stm(turn, summary="spooled v1")
-    service._sessions = real
+    async with outage(service.sessions):
+        await service.update_stm(turn, summary="spooled v1")
     # Meanwhile another process wrote a newer version straight to the database.
     other = make_service(db.sessions, settings, ManualClock())
     assert (await other.update_stm(await turn_for(other, BOB), summary="older elsewhere")).ok
@@ -123,17 +120,17 @@ async def test_replay_never_overwrites_a_newer_version(
 
 
 async def test_a_clear_during_the_outage_is_replayed_after_the_writes(
-    db: Database, settings: Settings, spool: DurableSpool, dead_engine: AsyncEngine
+    db: Database, settings: Settings, spool: DurableSpool
 ) -> None:
     service = make_service(db.sessions, settings, ManualClock(), spool=spool)
     turn = await turn_for(service)
-    real = await outage(service, dead_engine)
+    down(service)
     await service.update_stm(turn, summary="to be wiped")
     receipt = await service.clear_channel(CHANNEL, guild_id=GUILD, actor_user_id=BOB)
     assert receipt.pending_sync
     # Nothing brings it back before the replay either.
     assert not (await service.entry(SERVER_KEY)).has_content
-    service._sessions = real
+    await back(service.sessions)
     assert await spool.replay(db.sessions) == 2
     assert await summaries(db) == []
     service.spool_replayed()
@@ -141,33 +138,32 @@ async def test_a_clear_during_the_outage_is_replayed_after_the_writes(
 
 
 async def test_forget_me_during_the_outage_is_replayed(
-    db: Database, settings: Settings, spool: DurableSpool, dead_engine: AsyncEngine
+    db: Database, settings: Settings, spool: DurableSpool
 ) -> None:
     service = make_service(db.sessions, settings, ManualClock(), spool=spool)
     await service.update_stm(await turn_for(service), summary="Alice's plans")
-    real = await outage(service, dead_engine)
-    receipt = await service.forget_user(ALICE)
+    async with outage(service.sessions):
+        receipt = await service.forget_user(ALICE)
     assert receipt.pending_sync
-    service._sessions = real
     await spool.replay(db.sessions)
     assert await summaries(db) == []
 
 
 async def test_a_restarted_process_prefers_spooled_state_over_older_rows(
-    db: Database, settings: Settings, tmp_path: Path, dead_engine: AsyncEngine
+    db: Database, settings: Settings, tmp_path: Path
 ) -> None:
     first = make_service(
-        db.sessions, settings, ManualClock(), spool=DurableSpool(spool_path(tmp_path))
+        own_sessions(db), settings, ManualClock(), spool=DurableSpool(spool_path(tmp_path))
     )
     await first.update_stm(await turn_for(first), summary="in the database")
-    real = await outage(first, dead_engine)
+    down(first)
     await first.update_stm(await turn_for(first), summary="only in the spool")
     assert first.spool is not None
     first.spool.close()
 
     reopened = DurableSpool(spool_path(tmp_path))
     assert reopened.pending == 1
-    restarted = make_service(real, settings, ManualClock(), spool=reopened)
+    restarted = make_service(db.sessions, settings, ManualClock(), spool=reopened)
     entry = await restarted.entry(SERVER_KEY)
     assert (entry.summary, entry.version) == ("only in the spool", 2)
     # A write before the replay gets the next version, so the replay cannot beat it.
@@ -179,28 +175,19 @@ async def test_a_restarted_process_prefers_spooled_state_over_older_rows(
 # ------------------------------------------------ ordering once the database is back
 
 
-async def back_online(service: MemoryService, real: async_sessionmaker) -> None:  # type: ignore[type-arg]
-    service._sessions = real
-
-
-async def spooled_write(
-    service: MemoryService, dead_engine: AsyncEngine, summary: str
-) -> WriteResult:
+async def spooled_write(service: MemoryService, summary: str) -> WriteResult:
     """One STM update made while the database refuses connections; then it is back (the
     replayer has not run yet)."""
     turn = await turn_for(service)
-    real = await outage(service, dead_engine)
-    try:
+    async with outage(service.sessions):
         return await service.update_stm(turn, summary=summary)
-    finally:
-        await back_online(service, real)
 
 
 async def test_a_refresh_after_the_outage_queues_behind_the_spooled_write(
-    db: Database, settings: Settings, spool: DurableSpool, dead_engine: AsyncEngine
+    db: Database, settings: Settings, spool: DurableSpool
 ) -> None:
     service = make_service(db.sessions, settings, ManualClock(), spool=spool)
-    await spooled_write(service, dead_engine, "secret plan")
+    await spooled_write(service, "secret plan")
 
     receipt = await service.clear_channel(CHANNEL, guild_id=GUILD, actor_user_id=BOB)
 
@@ -213,10 +200,10 @@ async def test_a_refresh_after_the_outage_queues_behind_the_spooled_write(
 
 
 async def test_forget_me_after_the_outage_reaches_the_spooled_write(
-    db: Database, settings: Settings, spool: DurableSpool, dead_engine: AsyncEngine
+    db: Database, settings: Settings, spool: DurableSpool
 ) -> None:
     service = make_service(db.sessions, settings, ManualClock(), spool=spool)
-    await spooled_write(service, dead_engine, "Alice's diary")
+    await spooled_write(service, "Alice's diary")
 
     receipt = await service.forget_user(ALICE)
 
@@ -227,10 +214,10 @@ async def test_forget_me_after_the_outage_reaches_the_spooled_write(
 
 
 async def test_writes_after_the_outage_queue_behind_the_spool_until_it_is_replayed(
-    db: Database, settings: Settings, spool: DurableSpool, dead_engine: AsyncEngine
+    db: Database, settings: Settings, spool: DurableSpool
 ) -> None:
     service = make_service(db.sessions, settings, ManualClock(), spool=spool)
-    first = await spooled_write(service, dead_engine, "v1 during the outage")
+    first = await spooled_write(service, "v1 during the outage")
     second = await service.update_stm(await turn_for(service), summary="v2 after it")
 
     assert (str(first), str(second)) == ("saved, pending sync", "saved, pending sync")
@@ -242,10 +229,10 @@ async def test_writes_after_the_outage_queue_behind_the_spool_until_it_is_replay
 
 
 async def test_hydration_takes_a_newer_row_over_an_older_spooled_state(
-    db: Database, settings: Settings, spool: DurableSpool, dead_engine: AsyncEngine
+    db: Database, settings: Settings, spool: DurableSpool
 ) -> None:
     service = make_service(db.sessions, settings, ManualClock(), spool=spool)
-    await spooled_write(service, dead_engine, "spooled v1")
+    await spooled_write(service, "spooled v1")
     # Another process writes the same memory, newer, straight to the database.
     other = make_service(db.sessions, settings, ManualClock())
     assert (await other.update_stm(await turn_for(other, BOB), summary="older elsewhere")).ok
@@ -345,14 +332,13 @@ async def test_a_record_the_database_refuses_is_set_aside_not_retried_forever(
 
 
 async def test_a_replayed_clear_never_deletes_a_newer_write(
-    db: Database, settings: Settings, tmp_path: Path, dead_engine: AsyncEngine
+    db: Database, settings: Settings, tmp_path: Path
 ) -> None:
     clock = ManualClock()
     spool = DurableSpool(spool_path(tmp_path))
     service = make_service(db.sessions, settings, clock, spool=spool)
-    real = await outage(service, dead_engine)
-    await service.clear_channel(CHANNEL, guild_id=GUILD, actor_user_id=BOB)
-    await back_online(service, real)
+    async with outage(service.sessions):
+        await service.clear_channel(CHANNEL, guild_id=GUILD, actor_user_id=BOB)
     await spool.replay(db.sessions)
     record = {"op": "clear", "channel": CHANNEL, "guild": GUILD, "actor": BOB}
     record["at"] = clock.now().isoformat()
@@ -366,21 +352,17 @@ async def test_a_replayed_clear_never_deletes_a_newer_write(
 
 
 async def test_the_replayer_retries_at_once_when_told_the_database_is_back(
-    db: Database, settings: Settings, spool: DurableSpool, dead_engine: AsyncEngine
+    db: Database, settings: Settings, spool: DurableSpool
 ) -> None:
     service = make_service(db.sessions, settings, ManualClock(), spool=spool)
     turn = await turn_for(service)
-    await outage(service, dead_engine)
+    plan = down(service)
     await service.update_stm(turn, summary="waiting")
-    sessions: list[async_sessionmaker] = [async_sessionmaker(dead_engine)]  # type: ignore[type-arg]
     failed, replayed = asyncio.Event(), asyncio.Event()
-
-    def current_sessions() -> object:
-        return sessions[0]()
 
     task = asyncio.create_task(
         spool.run_replayer(
-            current_sessions,
+            service.sessions,
             on_replayed=replayed.set,
             on_retry=lambda _exc: failed.set(),
             # Only a wake-up can make it retry within the test.
@@ -390,7 +372,7 @@ async def test_the_replayer_retries_at_once_when_told_the_database_is_back(
     )
     try:
         await asyncio.wait_for(failed.wait(), timeout=30)
-        sessions[0] = db.sessions
+        plan.clear()
         spool.database_back()
         await asyncio.wait_for(replayed.wait(), timeout=30)
     finally:
@@ -400,21 +382,14 @@ async def test_the_replayer_retries_at_once_when_told_the_database_is_back(
 
 
 async def test_new_writes_during_an_outage_do_not_cut_the_backoff_short(
-    db: Database, settings: Settings, spool: DurableSpool, dead_engine: AsyncEngine
+    db: Database, settings: Settings, spool: DurableSpool
 ) -> None:
     service = make_service(db.sessions, settings, ManualClock(), spool=spool)
     turn = await turn_for(service)
-    await outage(service, dead_engine)
+    replays = down(service).fail("replaying the spool")  # counts the replayer's sessions
     await service.update_stm(turn, summary="first")
     attempts: list[Exception] = []
     failed = asyncio.Event()
-    opened = 0
-
-    class Counting(async_sessionmaker[AsyncSession]):
-        def __call__(self, **local_kw: Any) -> AsyncSession:
-            nonlocal opened
-            opened += 1
-            return super().__call__(**local_kw)
 
     def on_retry(exc: Exception) -> None:
         attempts.append(exc)
@@ -422,28 +397,25 @@ async def test_new_writes_during_an_outage_do_not_cut_the_backoff_short(
 
     task = asyncio.create_task(
         spool.run_replayer(
-            Counting(dead_engine),
-            on_retry=on_retry,
-            first_wait_seconds=3600,
-            max_wait_seconds=3600,
+            service.sessions, on_retry=on_retry, first_wait_seconds=3600, max_wait_seconds=3600
         )
     )
     try:
         await asyncio.wait_for(failed.wait(), timeout=30)
-        assert (opened, len(attempts)) == (1, 1)
+        assert (replays.met, len(attempts)) == (1, 1)
         for n in range(20):  # each append wakes an idle replayer, not one backing off
             await service.update_stm(await turn_for(service), summary=f"more {n}")
         # A replayer woken from its backoff either has not run yet (the "database is
         # back" event is still set) or has opened a session for its next attempt: the
         # replay clears the event and opens the session without yielding in between.
         assert not spool._back.is_set()
-        assert (opened, len(attempts)) == (1, 1)
+        assert (replays.met, len(attempts)) == (1, 1)
         assert spool.pending == 21
         # What does end the backoff is seen by the same two checks.
         failed.clear()
         spool.database_back()
         await asyncio.wait_for(failed.wait(), timeout=30)
-        assert (opened, len(attempts)) == (2, 2)
+        assert (replays.met, len(attempts)) == (2, 2)
     finally:
         task.cancel()
     assert spool.pending == 21
@@ -458,7 +430,6 @@ async def test_the_replayers_backoff_doubles_to_its_cap_and_starts_over_after_a_
     db: Database,
     settings: Settings,
     spool: DurableSpool,
-    dead_engine: AsyncEngine,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """Each failed attempt logs the wait it then takes (the value it waits on). Every
@@ -467,31 +438,26 @@ async def test_the_replayers_backoff_doubles_to_its_cap_and_starts_over_after_a_
     caplog.set_level(logging.INFO, logger=spool_module.__name__)
     service = make_service(db.sessions, settings, ManualClock(), spool=spool)
     turn = await turn_for(service)
-    await outage(service, dead_engine)
+    plan = down(service)
     assert str(await service.update_stm(turn, summary="first outage")) == "saved, pending sync"
-    dead = async_sessionmaker(dead_engine)
-    sessions: list[async_sessionmaker] = [dead]  # type: ignore[type-arg]
     failures: list[Exception] = []
     replayed, failed_again = asyncio.Event(), asyncio.Event()
-
-    def current_sessions() -> object:
-        return sessions[0]()
 
     def on_retry(exc: Exception) -> None:
         failures.append(exc)
         if len(failures) == len(BACKOFF_WAITS):
-            sessions[0] = db.sessions  # the database is back: the next attempt succeeds
+            plan.clear()  # the database is back: the next attempt succeeds
         if len(failures) <= len(BACKOFF_WAITS):
             spool.database_back()  # ends this wait at once
         else:
             failed_again.set()  # the first failure after the replay: left to wait
 
     def on_replayed() -> None:
-        sessions[0] = dead  # the next outage
+        plan.fail()  # the next outage
         replayed.set()
 
     task = asyncio.create_task(
-        spool.run_replayer(current_sessions, on_replayed=on_replayed, on_retry=on_retry)
+        spool.run_replayer(service.sessions, on_replayed=on_replayed, on_retry=on_retry)
     )
     try:
         await asyncio.wait_for(replayed.wait(), timeout=30)
@@ -520,23 +486,13 @@ class _Deadlock(Exception):
 
 
 async def test_a_transient_refusal_is_retried_never_set_aside(
-    db: Database, settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    db: Database, settings: Settings, tmp_path: Path
 ) -> None:
     service = make_service(db.sessions, settings, ManualClock())
     await service.update_stm(await turn_for(service), summary="Alice's plans")
     spool = DurableSpool(spool_path(tmp_path))
     spool.append_forget(ALICE, ManualClock().now().replace(year=2030))
-    real = spool_replay._apply
-    failures = 0
-
-    async def deadlock_once(*args: Any) -> Any:
-        nonlocal failures
-        if failures == 0:
-            failures += 1
-            raise _Deadlock("deadlock detected")
-        return await real(*args)
-
-    monkeypatch.setattr(spool_replay, "_apply", deadlock_once)
+    faults(db.sessions).fail("replaying the spool", error=_Deadlock("deadlock detected"), times=1)
     with pytest.raises(_Deadlock):
         await spool.replay(db.sessions)  # the replayer backs off and tries again
     assert spool.pending == 1 and inspect_spool(tmp_path).set_aside == ()
@@ -566,24 +522,14 @@ class _ServerRefusal(Exception):
     ],
 )
 async def test_a_server_failure_while_it_answers_is_retried_never_set_aside(
-    db: Database, settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: str
+    db: Database, settings: Settings, tmp_path: Path, code: str
 ) -> None:
     service = make_service(db.sessions, settings, ManualClock())
     entry = await service.entry(SERVER_KEY)
     entry.summary, entry.version = "acknowledged", 1
     spool = DurableSpool(spool_path(tmp_path))
     spool.append([entry])
-    real = spool_replay._apply
-    failures = 0
-
-    async def fail_once(*args: Any) -> Any:
-        nonlocal failures
-        if failures == 0:
-            failures += 1
-            raise _ServerRefusal(code)
-        return await real(*args)
-
-    monkeypatch.setattr(spool_replay, "_apply", fail_once)
+    faults(db.sessions).fail("replaying the spool", error=_ServerRefusal(code), times=1)
     with pytest.raises(_ServerRefusal):  # SELECT 1 works meanwhile: still not the record's
         await spool.replay(db.sessions)
     assert spool.pending == 1 and inspect_spool(tmp_path).set_aside == ()
@@ -742,21 +688,17 @@ async def test_two_processes_replaying_clears_of_the_same_channels_do_not_deadlo
     assert await asyncio.gather(one.replay(db.sessions), two.replay(db.sessions)) == [2, 2]
 
 
-async def test_a_failed_rewrite_leaves_the_spool_writable(
-    db: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_a_failed_rewrite_leaves_the_spool_writable(db: Database, tmp_path: Path) -> None:
     spool = DurableSpool(spool_path(tmp_path))
     spool.append_clear(CHANNEL, GUILD, ALICE, ManualClock().now())
-    real = SpoolFile.rewrite
-
-    def disk_full(self: SpoolFile, records: object) -> None:
-        raise OSError(28, "No space left on device")
-
-    monkeypatch.setattr(SpoolFile, "rewrite", disk_full)
-    # The clear reached the database: the replay is done, the file is rewritten later.
-    assert await spool.replay(db.sessions) == 1
-    assert (spool.pending, spool.clearing(CHANNEL)) == (0, False)
-    monkeypatch.setattr(SpoolFile, "rewrite", real)
+    in_the_way = spool.path.with_suffix(".tmp")  # a real OSError: see the test below
+    in_the_way.mkdir()
+    try:
+        # The clear reached the database: the replay is done, the file is rewritten later.
+        assert await spool.replay(db.sessions) == 1
+        assert (spool.pending, spool.clearing(CHANNEL)) == (0, False)
+    finally:
+        in_the_way.rmdir()
 
     spool.append_forget(BOB, ManualClock().now())  # still appends (the file is open)
     assert spool.pending == 1
@@ -766,7 +708,7 @@ async def test_a_failed_rewrite_leaves_the_spool_writable(
 
 
 async def test_a_failed_rewrite_after_the_last_batch_does_not_hide_the_channel(
-    db: Database, settings: Settings, tmp_path: Path, dead_engine: AsyncEngine
+    db: Database, settings: Settings, tmp_path: Path
 ) -> None:
     """A spooled /refresh is replayed, then rewriting the (now empty) spool file fails
     (a real OSError: here a directory in the way of the temporary file). The clear
@@ -776,10 +718,9 @@ async def test_a_failed_rewrite_after_the_last_batch_does_not_hide_the_channel(
     spool = DurableSpool(spool_path(tmp_path))
     service = make_service(db.sessions, settings, ManualClock(), spool=spool)
     await turn_for(service)
-    real = await outage(service, dead_engine)
-    receipt = await service.clear_channel(CHANNEL, guild_id=GUILD, actor_user_id=BOB)
+    async with outage(service.sessions):
+        receipt = await service.clear_channel(CHANNEL, guild_id=GUILD, actor_user_id=BOB)
     assert receipt.pending_sync
-    service._sessions = real
 
     in_the_way = spool.path.with_suffix(".tmp")
     in_the_way.mkdir()  # os.open(stm.tmp, O_WRONLY | O_CREAT | O_TRUNC): IsADirectoryError
@@ -800,29 +741,34 @@ async def test_a_failed_rewrite_after_the_last_batch_does_not_hide_the_channel(
 # ---------------------------------------- failed appends; deletions waiting in a spool
 
 
+@contextlib.contextmanager
+def disk_full(spool: DurableSpool) -> Iterator[None]:
+    """The disk fills up: the kernel refuses to grow any file past the spool's size."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (spool.path.stat().st_size, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, previous)
+
+
 async def test_a_spool_append_refused_by_a_full_disk_is_not_replayed_after_a_restart(
-    db: Database, settings: Settings, tmp_path: Path, dead_engine: AsyncEngine
+    db: Database, settings: Settings, tmp_path: Path
 ) -> None:
     """Disk full while the database is down: the write is (correctly) rejected and the
     cache rolled back. Space comes back, the next write is acknowledged "saved, pending
     sync", then the process is killed before the database returns. After the restart the
     replay must store the acknowledged write, never the rejected one."""
     spool = DurableSpool(spool_path(tmp_path))
-    service = make_service(db.sessions, settings, ManualClock(), spool=spool)
+    service = make_service(own_sessions(db), settings, ManualClock(), spool=spool)
     turn = await turn_for(service)  # warm while the database is up
-    real = service._sessions
-    service._sessions = async_sessionmaker(dead_engine)  # the database goes down
+    down(service)
     assert str(await service.update_stm(turn, summary="one")) == "saved, pending sync"
 
-    # The disk fills up: the kernel refuses to grow any file past its current size.
-    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
-    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (spool.path.stat().st_size, hard))
-    try:
+    with disk_full(spool):
         rejected = await service.update_stm(await turn_for(service), summary="REJECTED")
-    finally:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
-        signal.signal(signal.SIGXFSZ, previous)
     assert not rejected.ok  # correctly reported as not saved
     assert (await service.entry(SERVER_KEY)).summary == "one"  # and rolled back
 
@@ -833,7 +779,7 @@ async def test_a_spool_append_refused_by_a_full_disk_is_not_replayed_after_a_res
 
     reopened = DurableSpool(spool_path(tmp_path))
     pending_after_restart = reopened.pending
-    await reopened.replay(real)
+    await reopened.replay(db.sessions)
     stored = await summaries(db)
     assert (pending_after_restart, stored) == (
         2,
@@ -842,17 +788,16 @@ async def test_a_spool_append_refused_by_a_full_disk_is_not_replayed_after_a_res
 
 
 async def test_a_refresh_still_in_the_spool_after_a_restart_does_not_bring_the_memory_back(
-    db: Database, settings: Settings, tmp_path: Path, dead_engine: AsyncEngine
+    db: Database, settings: Settings, tmp_path: Path
 ) -> None:
     """/refresh during an outage is spooled (``pending_sync``); the process restarts with
     it still pending. Until it is replayed, hydration must not serve the wiped row (the
     running process has a tombstone for exactly this; a restarted one has none)."""
     first = make_service(
-        db.sessions, settings, ManualClock(), spool=DurableSpool(spool_path(tmp_path))
+        own_sessions(db), settings, ManualClock(), spool=DurableSpool(spool_path(tmp_path))
     )
     await first.update_stm(await turn_for(first), summary="wiped secret")
-    real = first._sessions
-    first._sessions = async_sessionmaker(dead_engine)
+    down(first)
     receipt = await first.clear_channel(CHANNEL, guild_id=GUILD, actor_user_id=BOB)
     assert receipt.pending_sync
     assert not (await first.entry(SERVER_KEY)).has_content  # the running process: fine
@@ -861,7 +806,7 @@ async def test_a_refresh_still_in_the_spool_after_a_restart_does_not_bring_the_m
 
     # Restart; the database is reachable again but the replayer has not run yet.
     restarted = make_service(
-        real, settings, ManualClock(), spool=DurableSpool(spool_path(tmp_path))
+        db.sessions, settings, ManualClock(), spool=DurableSpool(spool_path(tmp_path))
     )
     assert restarted.pending_sync == 1
     prepared = await restarted.prepare_turn(
@@ -871,7 +816,7 @@ async def test_a_refresh_still_in_the_spool_after_a_restart_does_not_bring_the_m
 
 
 async def test_a_refresh_heard_by_notice_is_not_undone_by_this_processs_spooled_write(
-    db: Database, settings: Settings, tmp_path: Path, dead_engine: AsyncEngine
+    db: Database, settings: Settings, tmp_path: Path
 ) -> None:
     """Process A spooled a write (database blip). Process B runs /refresh on the channel;
     A hears the clear notice (evicts, new epoch). A's replay will correctly skip the
@@ -879,7 +824,7 @@ async def test_a_refresh_heard_by_notice_is_not_undone_by_this_processs_spooled_
     serves the spooled, wiped text from ``spool.latest`` - and once the replay has run,
     A's cache still holds it while the database holds nothing."""
     spool = DurableSpool(spool_path(tmp_path))
-    a, b = await spooled_then_cleared_elsewhere(db.sessions, settings, spool, dead_engine)
+    a, b = await spooled_then_cleared_elsewhere(db.sessions, settings, spool)
     a.apply_notice({"o": b.instance_id, "t": "clear", "c": CHANNEL})  # as delivered
 
     during = (await a.entry(SERVER_KEY)).summary
@@ -918,11 +863,7 @@ async def test_forget_me_also_removes_the_users_words_from_set_aside_spool_files
 
 
 async def test_a_refresh_that_failed_does_not_leave_the_channel_unwritable_forever(
-    db: Database,
-    settings: Settings,
-    tmp_path: Path,
-    dead_engine: AsyncEngine,
-    monkeypatch: pytest.MonkeyPatch,
+    db: Database, settings: Settings, tmp_path: Path
 ) -> None:
     """/refresh while the database is down and the spool cannot be written (disk full):
     the command correctly reports failure. But the channel keeps its tombstone, so once
@@ -932,16 +873,10 @@ async def test_a_refresh_that_failed_does_not_leave_the_channel_unwritable_forev
     service = make_service(db.sessions, settings, ManualClock(), spool=spool)
     for n in range(3):
         await service.update_stm(await turn_for(service), summary=f"v{n + 1}")
-    real = service._sessions
-    service._sessions = async_sessionmaker(dead_engine)
-
-    def disk_full(*_args: object) -> None:
-        raise OSError(28, "No space left on device")
-
-    monkeypatch.setattr(spool, "append_clear", disk_full)
-    with pytest.raises(MemoryUnavailable):  # reported as failed: correct
-        await service.clear_channel(CHANNEL, guild_id=GUILD, actor_user_id=BOB)
-    service._sessions = real  # database and disk are fine again
+    async with outage(service.sessions):
+        with disk_full(spool), pytest.raises(MemoryUnavailable):  # reported as failed: correct
+            await service.clear_channel(CHANNEL, guild_id=GUILD, actor_user_id=BOB)
+    # Database and disk are fine again.
 
     results = [
         str(await service.update_stm(await turn_for(service), summary=f"after recovery {n}"))
@@ -951,22 +886,21 @@ async def test_a_refresh_that_failed_does_not_leave_the_channel_unwritable_forev
 
 
 async def test_a_forget_me_still_in_the_spool_after_a_restart_does_not_bring_the_memory_back(
-    db: Database, settings: Settings, tmp_path: Path, dead_engine: AsyncEngine
+    db: Database, settings: Settings, tmp_path: Path
 ) -> None:
     """Same as the refresh case for /forget-me: spooled during an outage, the process
     restarts, the database answers before the replayer has run."""
     first = make_service(
-        db.sessions, settings, ManualClock(), spool=DurableSpool(spool_path(tmp_path))
+        own_sessions(db), settings, ManualClock(), spool=DurableSpool(spool_path(tmp_path))
     )
     await first.update_stm(await turn_for(first), summary="Alice's diary")
-    real = first._sessions
-    first._sessions = async_sessionmaker(dead_engine)
+    down(first)
     assert (await first.forget_user(ALICE)).pending_sync
     assert first.spool is not None
     first.spool.close()
 
     restarted = make_service(
-        real, settings, ManualClock(), spool=DurableSpool(spool_path(tmp_path))
+        db.sessions, settings, ManualClock(), spool=DurableSpool(spool_path(tmp_path))
     )
     assert restarted.pending_sync == 1
     prepared = await restarted.prepare_turn(
@@ -983,44 +917,33 @@ async def test_a_forget_me_heard_while_a_write_of_theirs_is_on_its_way_to_the_sp
     times out: ``holds_user`` is still False, so no deletion is queued. The write, begun
     before the forget, must not land in the spool, to be replayed whenever B's database
     answers again (Alice's words back), nor be acknowledged as saved."""
-    connected = asyncio.Event()
+    spool = DurableSpool(spool_path(tmp_path))
+    b = make_service(own_sessions(db), settings, ManualClock(), spool=spool)
+    turn = await turn_for(b)
+    plan = faults(b.sessions)
+    stalled = plan.hang("STM write")
+    write = asyncio.create_task(b.update_stm(turn, summary="Alice's words"))
+    await stalled.reached()  # the write waits on the stalled database
 
-    async def swallow(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        connected.set()
-        await reader.read()  # accept, never answer: a stalled database
+    a = make_service(db.sessions, settings, ManualClock())
+    await a.forget_user(ALICE)
+    b.apply_notice({"o": a.instance_id, "t": "forget", "u": ALICE})  # as delivered
 
-    server = await asyncio.start_server(swallow, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    stalled = create_async_engine(f"postgresql+asyncpg://u:p@127.0.0.1:{port}/db")
-    try:
-        spool = DurableSpool(spool_path(tmp_path))
-        b = make_service(db.sessions, settings, ManualClock(), spool=spool)
-        turn = await turn_for(b)
-        real = b._sessions
-        b._sessions = async_sessionmaker(stalled)
-        write = asyncio.create_task(b.update_stm(turn, summary="Alice's words"))
-        await asyncio.wait_for(connected.wait(), 5)  # the write waits on the stalled database
-
-        a = make_service(db.sessions, settings, ManualClock())
-        await a.forget_user(ALICE)
-        b.apply_notice({"o": a.instance_id, "t": "forget", "u": ALICE})  # as delivered
-
-        # After DB_TIMEOUT_SECONDS: refused, as the database would have refused it.
-        assert str(await write) == f"rejected: {REASON_CLEARED}" and spool.pending == 0
-        b._sessions = real
-        await spool.replay(db.sessions)
-        assert await summaries(db) == []
-    finally:
-        await stalled.dispose()
-        server.close()
+    # Its timeout: refused, as the database would have refused it.
+    plan.fail("STM write", error=TimeoutError())
+    stalled.release()
+    assert str(await write) == f"rejected: {REASON_CLEARED}" and spool.pending == 0
+    await back(b.sessions)
+    await spool.replay(db.sessions)
+    assert await summaries(db) == []
 
 
 async def test_a_late_write_refused_by_a_forget_heard_leaves_nothing_of_theirs_cached(
-    db: Database, settings: Settings, tmp_path: Path, dead_engine: AsyncEngine
+    db: Database, settings: Settings, tmp_path: Path
 ) -> None:
     clock = ManualClock()
     spool = DurableSpool(spool_path(tmp_path))
-    b = make_service(db.sessions, settings, clock, spool=spool)
+    b = make_service(own_sessions(db), settings, clock, spool=spool)
     # Alice's memory in another channel of the guild (written while the DB is up).
     other = await b.prepare_turn(channel_id=OTHER, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT)
     assert (await b.update_stm(other.turn, summary="Alice's secret plan")).ok
@@ -1028,8 +951,7 @@ async def test_a_late_write_refused_by_a_forget_heard_leaves_nothing_of_theirs_c
     # Bob's turn here is shown Alice's memory (other channels); its write lists her.
     prepared = await prepare(b, BOB, label_for=lambda e: "#other")
     assert ALICE in prepared.turn.shown_contributors()
-    real = b._sessions
-    b._sessions = async_sessionmaker(dead_engine)  # B's database goes away
+    down(b)  # B's database goes away
     clock.advance(seconds=1)
     # Process A runs Alice's /forget-me; B hears it before its write lands in the spool.
     a = make_service(db.sessions, settings, clock)
@@ -1047,7 +969,7 @@ async def test_a_late_write_refused_by_a_forget_heard_leaves_nothing_of_theirs_c
     later = await prepare(b, BOB)
     assert "Alice's secret plan" in later.entry.summary or not shown_after_forget
     await b.update_stm(later.turn, summary=later.entry.summary + " (continued)")
-    b._sessions = real
+    await back(b.sessions)
     await spool.replay(db.sessions)
     b.spool_replayed()
     async with db.sessions() as session:
@@ -1060,10 +982,10 @@ async def test_a_late_write_refused_by_a_forget_heard_leaves_nothing_of_theirs_c
 
 
 async def test_a_refresh_heard_by_notice_stays_applied_after_a_restart(
-    db: Database, settings: Settings, tmp_path: Path, dead_engine: AsyncEngine
+    db: Database, settings: Settings, tmp_path: Path
 ) -> None:
     spool = DurableSpool(spool_path(tmp_path))
-    a, b = await spooled_then_cleared_elsewhere(db.sessions, settings, spool, dead_engine)
+    a, b = await spooled_then_cleared_elsewhere(db.sessions, settings, spool)
     a.apply_notice({"o": b.instance_id, "t": "clear", "c": CHANNEL})  # as delivered
     spool.close()  # A restarts before its replayer ran
 
@@ -1114,7 +1036,7 @@ async def rows_derived_from(db: Database, user_id: int) -> list[str]:
 
 
 async def test_a_deferred_forget_me_also_deletes_what_another_process_wrote_before_its_replay(
-    db: Database, settings: Settings, spool: DurableSpool, dead_engine: AsyncEngine
+    db: Database, settings: Settings, spool: DurableSpool
 ) -> None:
     # A could not reach the database: its /forget-me waits in its spool. B, which could,
     # commits a memory of Alice's words (its turn began before the forget, which the
@@ -1122,9 +1044,8 @@ async def test_a_deferred_forget_me_also_deletes_what_another_process_wrote_befo
     clock, a, b = spooling_and_direct(db, settings, spool)
     alices = (await prepare(b, ALICE)).turn
     clock.advance(seconds=1)
-    real = await outage(a, dead_engine)
-    assert (await a.forget_user(ALICE)).pending_sync
-    a._sessions = real
+    async with outage(a.sessions):
+        assert (await a.forget_user(ALICE)).pending_sync
     clock.advance(seconds=5)
     assert (await b.update_stm(alices, summary="Alice's secret plan")).ok
 
@@ -1134,15 +1055,15 @@ async def test_a_deferred_forget_me_also_deletes_what_another_process_wrote_befo
 
 
 async def test_a_spooled_write_replayed_days_after_a_forget_me_elsewhere_stays_refused(
-    db: Database, settings: Settings, spool: DurableSpool, dead_engine: AsyncEngine
+    db: Database, settings: Settings, spool: DurableSpool
 ) -> None:
     # B spooled a write of Alice's words and went down for three days; meanwhile Alice ran
     # /forget-me through A and the janitor ran: the forget's record outlives the outage.
     clock = ManualClock()
-    b = make_service(db.sessions, settings, clock, spool=spool)
+    b = make_service(own_sessions(db), settings, clock, spool=spool)
     a = make_service(db.sessions, settings, clock)
     turn = (await prepare(b, ALICE)).turn
-    await outage(b, dead_engine)
+    down(b)
     assert str(await b.update_stm(turn, summary="Alice's secret plan")) == "saved, pending sync"
     clock.advance(seconds=5)
     await a.forget_user(ALICE)
@@ -1210,11 +1131,12 @@ async def stored_server_summary(db: Database) -> str | None:
 def spooling_and_direct(
     db: Database, settings: Settings, spool: DurableSpool
 ) -> tuple[ManualClock, MemoryService, MemoryService]:
-    """Processes A (with ``spool``) and B (without) on one database and one clock."""
+    """Processes A (with ``spool``) and B (without) on one database and one clock (each
+    with its own session factory: A's outages leave B alone)."""
     clock = ManualClock()
     return (
         clock,
-        make_service(db.sessions, settings, clock, spool=spool),
+        make_service(own_sessions(db), settings, clock, spool=spool),
         make_service(db.sessions, settings, clock),
     )
 
@@ -1222,19 +1144,19 @@ def spooling_and_direct(
 def spooling_pair(
     db: Database, settings: Settings, tmp_path: Path
 ) -> tuple[ManualClock, DurableSpool, MemoryService, MemoryService]:
-    """Processes A (with a spool) and B (without) on one database and one clock."""
+    """As :func:`spooling_and_direct`, A's spool in ``tmp_path``."""
     clock = ManualClock()
     spool = DurableSpool(spool_path(tmp_path / "a"))
-    a = make_service(db.sessions, settings, clock, spool=spool)
+    a = make_service(own_sessions(db), settings, clock, spool=spool)
     return clock, spool, a, make_service(db.sessions, settings, clock)
 
 
 async def test_a_spool_replay_does_not_overwrite_a_newer_write_saved_by_another_process(
-    db: Database, settings: Settings, tmp_path: Path, dead_engine: AsyncEngine
+    db: Database, settings: Settings, tmp_path: Path
 ) -> None:
     clock, spool, a, b = spooling_pair(db, settings, tmp_path)
     first, second = (await prepare(a, ALICE)).turn, (await prepare(a, BOB)).turn
-    a._sessions = async_sessionmaker(dead_engine)  # process A loses the database
+    down(a)  # process A loses the database
     assert str(await a.update_stm(first, summary="old plan, take 1")) == "saved, pending sync"
     assert str(await a.update_stm(second, summary="old plan, take 2")) == "saved, pending sync"
 
@@ -1243,7 +1165,7 @@ async def test_a_spool_replay_does_not_overwrite_a_newer_write_saved_by_another_
     assert str(await b.update_stm(turn, summary="the current plan")) == "saved"
     assert await stored_server_summary(db) == "the current plan"
 
-    a._sessions = db.sessions  # A is back and replays its spool
+    await back(a.sessions)  # A is back and replays its spool
     await spool.replay(db.sessions)
     a.spool_replayed()
     # The replayed write is older (its turns ended ten minutes earlier) but carries a
@@ -1253,11 +1175,11 @@ async def test_a_spool_replay_does_not_overwrite_a_newer_write_saved_by_another_
 
 
 async def test_a_refused_replay_does_not_leave_a_blank_entry_that_hides_the_newer_row(
-    db: Database, settings: Settings, tmp_path: Path, dead_engine: AsyncEngine
+    db: Database, settings: Settings, tmp_path: Path
 ) -> None:
     clock, spool, a, b = spooling_pair(db, settings, tmp_path)
     first, second = (await prepare(a, ALICE)).turn, (await prepare(a, BOB)).turn
-    a._sessions = async_sessionmaker(dead_engine)  # A loses the database, spools v1 and v2
+    down(a)  # A loses the database, spools v1 and v2
     assert str(await a.update_stm(first, summary="before the refresh 1")) == "saved, pending sync"
     assert str(await a.update_stm(second, summary="before the refresh 2")) == "saved, pending sync"
 
@@ -1269,7 +1191,7 @@ async def test_a_refused_replay_does_not_leave_a_blank_entry_that_hides_the_newe
     assert str(await b.update_stm(turn, summary="after the refresh")) == "saved"
     a.apply_notice({"o": b.instance_id, "t": "stm", "k": [["server", GUILD, None, CHANNEL, 1]]})
 
-    a._sessions = db.sessions  # A is back; a turn there, then the replay (refused: cleared)
+    await back(a.sessions)  # A is back; a turn there, then the replay (refused: cleared)
     await prepare(a, CAROL)
     await spool.replay(db.sessions)
     a.spool_replayed()
@@ -1281,20 +1203,20 @@ async def test_a_refused_replay_does_not_leave_a_blank_entry_that_hides_the_newe
 
 
 async def test_a_spooled_refresh_also_wipes_what_an_earlier_turn_wrote_before_its_replay(
-    db: Database, settings: Settings, tmp_path: Path, dead_engine: AsyncEngine
+    db: Database, settings: Settings, tmp_path: Path
 ) -> None:
     clock, spool, a, b = spooling_pair(db, settings, tmp_path)
     turn = (await prepare(b, BOB)).turn  # a turn in process B starts (the model is thinking)
 
     clock.advance(seconds=5)  # a moderator runs /refresh; A's database connection is down
-    a._sessions = async_sessionmaker(dead_engine)
+    down(a)
     receipt = await a.clear_channel(CHANNEL, guild_id=GUILD, actor_user_id=ALICE)
     assert receipt.pending_sync
 
     clock.advance(seconds=5)  # B's turn, begun before the /refresh, saves its summary
     assert str(await b.update_stm(turn, summary="from before the refresh")) == "saved"
 
-    a._sessions = db.sessions  # A is back: the /refresh is replayed
+    await back(a.sessions)  # A is back: the /refresh is replayed
     await spool.replay(db.sessions)
     a.spool_replayed()
     # The replayed clear reaches only rows updated before the /refresh: the in-flight
@@ -1304,10 +1226,10 @@ async def test_a_spooled_refresh_also_wipes_what_an_earlier_turn_wrote_before_it
 
 
 async def test_a_spooled_refresh_overtaken_by_a_later_one_leaves_no_empty_stand_in_cached(
-    db: Database, settings: Settings, tmp_path: Path, dead_engine: AsyncEngine
+    db: Database, settings: Settings, tmp_path: Path
 ) -> None:
     clock, spool, a, b = spooling_pair(db, settings, tmp_path)
-    a._sessions = async_sessionmaker(dead_engine)  # A's database connection is down
+    down(a)  # A's database connection is down
     assert (await a.clear_channel(CHANNEL, guild_id=GUILD, actor_user_id=ALICE)).pending_sync
 
     clock.advance(seconds=5)  # B runs a later /refresh, then saves a new memory
@@ -1318,7 +1240,7 @@ async def test_a_spooled_refresh_overtaken_by_a_later_one_leaves_no_empty_stand_
     assert str(await b.update_stm(turn, summary="after both refreshes")) == "saved"
     a.apply_notice({"o": b.instance_id, "t": "stm", "k": [["server", GUILD, None, CHANNEL, 1]]})
 
-    a._sessions = db.sessions  # back: a turn in A reads while its /refresh still waits
+    await back(a.sessions)  # back: a turn in A reads while its /refresh still waits
     assert not (await a.entry(SERVER_KEY)).has_content
     await spool.replay(db.sessions)  # skipped: B's later /refresh covers it
     a.spool_replayed()
@@ -1330,19 +1252,19 @@ async def test_a_spooled_refresh_overtaken_by_a_later_one_leaves_no_empty_stand_
 
 
 async def test_a_write_of_a_turn_begun_after_a_forget_me_elsewhere_survives_the_replay(
-    db: Database, settings: Settings, spool: DurableSpool, dead_engine: AsyncEngine
+    db: Database, settings: Settings, spool: DurableSpool
 ) -> None:
     # Alice ran /forget-me through A at T; B, its database down, spooled a write of hers
     # from a turn that began after T, then heard the notice: the deletion queued behind
     # it is the one made at T, which does not reach a write begun after it.
     clock = ManualClock()
     a = make_service(db.sessions, settings, clock)
-    b = make_service(db.sessions, settings, clock, spool=spool)
+    b = make_service(own_sessions(db), settings, clock, spool=spool)
     forgotten_at = clock.now()
     await a.forget_user(ALICE)
     clock.advance(seconds=5)
     turn = (await prepare(b, ALICE)).turn  # begun after the /forget-me
-    await outage(b, dead_engine)
+    down(b)
     assert str(await b.update_stm(turn, summary="Alice again")) == "saved, pending sync"
     b.apply_notice({"o": a.instance_id, "t": "forget", "u": ALICE, "at": forgotten_at.isoformat()})
 
@@ -1352,19 +1274,19 @@ async def test_a_write_of_a_turn_begun_after_a_forget_me_elsewhere_survives_the_
 
 
 async def test_after_a_replay_the_cache_lets_go_of_writes_a_forget_behind_them_deleted(
-    db: Database, settings: Settings, spool: DurableSpool, dead_engine: AsyncEngine
+    db: Database, settings: Settings, spool: DurableSpool
 ) -> None:
     clock = ManualClock()
     service = make_service(db.sessions, settings, clock, spool=spool)
     service.observe_message(CHANNEL, message(BOB, "Bob's plan"))
     turn = (await prepare(service, ALICE)).turn
-    real = await outage(service, dead_engine)
+    down(service)
     assert str(await service.update_stm(turn, summary="Bob's plan, noted")) == (
         "saved, pending sync"
     )
     clock.advance(seconds=1)
     assert (await service.forget_user(BOB)).pending_sync
-    service._sessions = real
+    await back(service.sessions)
 
     await spool.replay(db.sessions)
     service.spool_replayed()
@@ -1419,16 +1341,16 @@ async def test_a_damaged_line_does_not_stop_the_bot_when_a_forget_me_waits(tmp_p
 
 
 async def test_a_replayed_forget_me_with_a_damaged_set_aside_file_keeps_the_bookkeeping(
-    db: Database, settings: Settings, tmp_path: Path, dead_engine: AsyncEngine
+    db: Database, settings: Settings, tmp_path: Path
 ) -> None:
     clock = ManualClock()
     spool = DurableSpool(spool_path(tmp_path))
     service = make_service(db.sessions, settings, clock, spool=spool)
     await turn_for(service)
-    real = await outage(service, dead_engine)
+    down(service)
     assert (await service.clear_channel(CHANNEL, guild_id=GUILD, actor_user_id=BOB)).pending_sync
     spool.append_forget(BOB, clock.now())  # as _on_forget queues one
-    service._sessions = real
+    await back(service.sessions)
     # A line an earlier run set aside as unreadable.
     spool.path.with_name("stm.corrupt-20260101T000000000000.jsonl").write_bytes(DAMAGED)
 
@@ -1519,7 +1441,7 @@ async def test_a_local_blank_record_does_not_make_a_refused_batch_look_like_bad_
 
 
 async def test_a_spooled_record_does_not_change_when_the_cache_entry_does(
-    db: Database, settings: Settings, tmp_path: Path, dead_engine: AsyncEngine
+    db: Database, settings: Settings, tmp_path: Path
 ) -> None:
     """The record replayed is what was acknowledged: a later write of this process
     mutates the live cache entry's categories in place, never the record's copy."""
@@ -1527,7 +1449,7 @@ async def test_a_spooled_record_does_not_change_when_the_cache_entry_does(
     service = make_service(db.sessions, settings, ManualClock(), spool=spool)
     await service.set_categories(GUILD, BOB, [Category(0, "plans", "Plans", "plans")])
     first, second = await turn_for(service), await turn_for(service)
-    service._sessions = async_sessionmaker(dead_engine)
+    down(service)
     assert str(await service.update_stm(first, categories={"plans": "first"})) == (
         "saved, pending sync"
     )
@@ -1539,7 +1461,7 @@ async def test_a_spooled_record_does_not_change_when_the_cache_entry_does(
 
 @pytest.mark.parametrize("wipe", ["refresh", "forget-me"])
 async def test_a_spooled_write_built_on_a_copy_of_what_was_wiped_unheard_is_not_replayed(
-    db: Database, settings: Settings, tmp_path: Path, dead_engine: AsyncEngine, wipe: str
+    db: Database, settings: Settings, tmp_path: Path, wipe: str
 ) -> None:
     # A saved Alice's words; B wiped them (a /refresh of the channel, or Alice's
     # /forget-me). A, cut off from the database before the notice reached it, then
@@ -1556,14 +1478,14 @@ async def test_a_spooled_write_built_on_a_copy_of_what_was_wiped_unheard_is_not_
         await b.forget_user(ALICE)
     assert await stored_server_summary(db) is None
     clock.advance(seconds=5)
-    a._sessions = async_sessionmaker(dead_engine)  # A loses the database, unaware
+    down(a)  # A loses the database, unaware
 
     later = (await prepare(a, BOB)).turn  # begun after the wipe, on A's cached copy
     assert later.started_at is not None and turn.started_at is not None
     written = await a.update_stm(later, summary="Alice's plan, and Bob's part in it")
     assert str(written) == "saved, pending sync"
 
-    a._sessions = db.sessions
+    await back(a.sessions)
     await spool.replay(db.sessions)
     a.spool_replayed()
     assert await stored_server_summary(db) is None
@@ -1572,19 +1494,19 @@ async def test_a_spooled_write_built_on_a_copy_of_what_was_wiped_unheard_is_not_
 
 
 async def test_a_spooled_write_built_on_its_own_earlier_spooled_write_is_replayed(
-    db: Database, settings: Settings, tmp_path: Path, dead_engine: AsyncEngine
+    db: Database, settings: Settings, tmp_path: Path
 ) -> None:
     # The counterpart: a chain of writes made during one outage, each built on the one
     # before (none of them in the database yet), all reach the database in order.
     _, spool, a, _ = spooling_pair(db, settings, tmp_path)
     first, second = (await prepare(a, ALICE)).turn, (await prepare(a, BOB)).turn
     assert str(await a.update_stm(first, summary="before the outage")) == "saved"
-    a._sessions = async_sessionmaker(dead_engine)
+    down(a)
     third = (await prepare(a, ALICE)).turn
     assert str(await a.update_stm(second, summary="take 1")) == "saved, pending sync"
     assert str(await a.update_stm(third, summary="take 2")) == "saved, pending sync"
 
-    a._sessions = db.sessions
+    await back(a.sessions)
     await spool.replay(db.sessions)
     a.spool_replayed()
     assert await stored_server_summary(db) == "take 2"
@@ -1592,7 +1514,7 @@ async def test_a_spooled_write_built_on_its_own_earlier_spooled_write_is_replaye
 
 
 async def test_a_spooled_write_on_a_memory_withheld_for_a_pending_forget_is_replayed(
-    db: Database, settings: Settings, tmp_path: Path, dead_engine: AsyncEngine
+    db: Database, settings: Settings, tmp_path: Path
 ) -> None:
     # Alice's /forget-me waits in A's spool, so her memory's row is withheld (read as
     # empty); Bob's write on it carries nothing of the row: once the forget's replay has
@@ -1600,9 +1522,9 @@ async def test_a_spooled_write_on_a_memory_withheld_for_a_pending_forget_is_repl
     _, spool, a, _ = spooling_pair(db, settings, tmp_path)
     turn = (await prepare(a, ALICE)).turn
     assert str(await a.update_stm(turn, summary="Alice's plan")) == "saved"
-    a._sessions = async_sessionmaker(dead_engine)
+    down(a)
     assert (await a.forget_user(ALICE)).pending_sync
-    a._sessions = db.sessions  # back, but the spool holds the forget: writes queue behind
+    await back(a.sessions)  # back, but the spool holds the forget: writes queue behind
 
     later = (await prepare(a, BOB)).turn
     withheld = await a.entry(later.channel_key)
@@ -1624,7 +1546,6 @@ async def test_a_write_on_a_copy_without_the_words_of_a_user_forgotten_since_is_
     db: Database,
     settings: Settings,
     tmp_path: Path,
-    dead_engine: AsyncEngine,
     monkeypatch: pytest.MonkeyPatch,
     forget: str,
 ) -> None:
@@ -1638,7 +1559,7 @@ async def test_a_write_on_a_copy_without_the_words_of_a_user_forgotten_since_is_
     clock, spool, a, b = spooling_pair(db, settings, tmp_path)
     turn = (await prepare(a, BOB)).turn
     assert str(await a.update_stm(turn, summary="Bob's plan")) == "saved"
-    a._sessions = async_sessionmaker(dead_engine)  # A loses the database (and the notices)
+    down(a)  # A loses the database (and the notices)
     clock.advance(seconds=5)
     turn = (await prepare(b, ALICE)).turn
     assert str(await b.update_stm(turn, summary="Bob's plan; Alice's secret")) == "saved"
@@ -1656,7 +1577,7 @@ async def test_a_write_on_a_copy_without_the_words_of_a_user_forgotten_since_is_
 
     if forget == "here, replayed before it":  # its own transaction, committed first
         monkeypatch.setattr(spool_module, "REPLAY_BATCH", 1)
-    a._sessions = db.sessions
+    await back(a.sessions)
     await spool.replay(db.sessions)
     a.spool_replayed()
     assert await stored_server_summary(db) == "Bob's plan, revised"
@@ -1666,7 +1587,7 @@ async def test_a_write_on_a_copy_without_the_words_of_a_user_forgotten_since_is_
 
 @pytest.mark.parametrize("clock_step", [0, -1], ids=["same instant", "clock stepped back"])
 async def test_two_writes_spooled_at_one_instant_replay_in_order(
-    db: Database, settings: Settings, tmp_path: Path, dead_engine: AsyncEngine, clock_step: int
+    db: Database, settings: Settings, tmp_path: Path, clock_step: int
 ) -> None:
     # B moved the row on (version 2) unheard by A; A, cut off, spooled two writes (its
     # versions 2 and 3) at one instant of its clock, or the second after the clock
@@ -1677,7 +1598,7 @@ async def test_two_writes_spooled_at_one_instant_replay_in_order(
     await prepare(a, BOB)  # Bob's own key is cached too, as after any turn of his
     first = (await prepare(a, ALICE)).turn
     assert str(await a.update_stm(first, summary="v1")) == "saved"
-    a._sessions = async_sessionmaker(dead_engine)
+    down(a)
     clock.advance(seconds=5)
     assert str(await b.update_stm((await prepare(b, CAROL)).turn, summary="B's")) == "saved"
     clock.advance(seconds=5)
@@ -1686,7 +1607,7 @@ async def test_two_writes_spooled_at_one_instant_replay_in_order(
     clock.advance(seconds=clock_step)
     assert str(await a.update_stm(third, summary="A's second")) == "saved, pending sync"
 
-    a._sessions = db.sessions
+    await back(a.sessions)
     await spool.replay(db.sessions)
     a.spool_replayed()
     assert await stored_server_summary(db) == "A's second"
@@ -1695,7 +1616,7 @@ async def test_two_writes_spooled_at_one_instant_replay_in_order(
 
 @pytest.mark.parametrize("wipe", ["refresh", "forget-me"])
 async def test_a_wipe_read_from_the_database_while_deaf_blanks_the_spooled_copy_of_it(
-    db: Database, settings: Settings, tmp_path: Path, dead_engine: AsyncEngine, wipe: str
+    db: Database, settings: Settings, tmp_path: Path, wipe: str
 ) -> None:
     # A spooled a write on its copy of Alice's memory, which B had wiped unheard (as in
     # test_a_spooled_write_built_on_a_copy_of_what_was_wiped_unheard_is_not_replayed).
@@ -1713,14 +1634,14 @@ async def test_a_wipe_read_from_the_database_while_deaf_blanks_the_spooled_copy_
     else:
         await b.forget_user(ALICE)
     clock.advance(seconds=5)
-    a._sessions = async_sessionmaker(dead_engine)  # A loses the database, unaware
+    down(a)  # A loses the database, unaware
     a.listener_lost()  # and its notices
     later = (await prepare(a, BOB)).turn
     written = await a.update_stm(later, summary="Alice's plan, and Bob's part in it")
     assert str(written) == "saved, pending sync"
 
     clock.advance(seconds=5)
-    a._sessions = db.sessions  # the database is back for A; the listener is still lost
+    await back(a.sessions)  # the database is back for A; the listener is still lost
     last = await prepare(a, BOB)
     assert "Alice's plan" not in last.entry.summary
     assert "Alice's plan" not in str(last.prompt)
@@ -1742,7 +1663,7 @@ async def test_a_wipe_read_from_the_database_while_deaf_blanks_the_spooled_copy_
 
 
 async def test_a_write_refused_by_a_forget_me_heard_from_elsewhere_is_not_spooled(
-    db: Database, settings: Settings, spool: DurableSpool, dead_engine: AsyncEngine
+    db: Database, settings: Settings, spool: DurableSpool
 ) -> None:
     # Bob's turn in A began before Alice's /forget-me through B; A heard the notice.
     # After the forget, B saved a new memory of Alice's (her turn began after it), which
@@ -1760,7 +1681,7 @@ async def test_a_write_refused_by_a_forget_me_heard_from_elsewhere_is_not_spoole
     a.apply_notice({"o": b.instance_id, "t": "stm", "k": [["server", GUILD, None, CHANNEL, 1]]})
     await prepare(a, CAROL)  # A reads the new memory
     clock.advance(seconds=1)
-    await outage(a, dead_engine)
+    down(a)
 
     result = await a.update_stm(stale, summary="Bob's words, and Alice's")
 
@@ -1770,7 +1691,7 @@ async def test_a_write_refused_by_a_forget_me_heard_from_elsewhere_is_not_spoole
 
 
 async def test_a_spooled_write_built_on_a_spooled_write_a_forget_refuses_is_refused_too(
-    db: Database, settings: Settings, spool: DurableSpool, dead_engine: AsyncEngine
+    db: Database, settings: Settings, spool: DurableSpool
 ) -> None:
     # A, cut off, spools Alice's turn; Alice's /forget-me then runs through B (A does not
     # hear it); Bob's turn in A, begun after the forget, rewrites the memory on top of the
@@ -1779,7 +1700,7 @@ async def test_a_spooled_write_built_on_a_spooled_write_a_forget_refuses_is_refu
     clock, a, b = spooling_and_direct(db, settings, spool)
     alices = (await prepare(a, ALICE)).turn
     await prepare(a, BOB)  # Bob's memory is cached too
-    real = await outage(a, dead_engine)
+    down(a)
     assert str(await a.update_stm(alices, summary="Alice's secret plan")) == ("saved, pending sync")
     clock.advance(seconds=1)
     await b.forget_user(ALICE)
@@ -1788,7 +1709,7 @@ async def test_a_spooled_write_built_on_a_spooled_write_a_forget_refuses_is_refu
     assert str(await a.update_stm(bobs, summary="Alice's secret plan, and Bob's")) == (
         "saved, pending sync"
     )
-    a._sessions = real
+    await back(a.sessions)
 
     await spool.replay(db.sessions)
 
@@ -1796,12 +1717,12 @@ async def test_a_spooled_write_built_on_a_spooled_write_a_forget_refuses_is_refu
 
 
 async def test_a_spooled_write_built_on_a_spooled_write_a_refresh_refuses_is_refused_too(
-    db: Database, settings: Settings, spool: DurableSpool, dead_engine: AsyncEngine
+    db: Database, settings: Settings, spool: DurableSpool
 ) -> None:
     clock, a, b = spooling_and_direct(db, settings, spool)
     first = (await prepare(a, ALICE)).turn
     await prepare(a, BOB)
-    real = await outage(a, dead_engine)
+    down(a)
     assert str(await a.update_stm(first, summary="before the refresh")) == "saved, pending sync"
     clock.advance(seconds=1)
     await b.clear_channel(CHANNEL, guild_id=GUILD, actor_user_id=CAROL)  # A does not hear it
@@ -1810,7 +1731,7 @@ async def test_a_spooled_write_built_on_a_spooled_write_a_refresh_refuses_is_ref
     assert str(await a.update_stm(later, summary="before the refresh, and more")) == (
         "saved, pending sync"
     )
-    a._sessions = real
+    await back(a.sessions)
 
     await spool.replay(db.sessions)
 
@@ -1818,7 +1739,7 @@ async def test_a_spooled_write_built_on_a_spooled_write_a_refresh_refuses_is_ref
 
 
 async def test_spooled_writes_built_on_each_other_after_a_forget_me_all_survive_the_replay(
-    db: Database, settings: Settings, spool: DurableSpool, dead_engine: AsyncEngine
+    db: Database, settings: Settings, spool: DurableSpool
 ) -> None:
     # Both turns began after Alice's /forget-me: what Alice said since is hers to keep.
     clock, a, b = spooling_and_direct(db, settings, spool)
@@ -1826,12 +1747,12 @@ async def test_spooled_writes_built_on_each_other_after_a_forget_me_all_survive_
     clock.advance(seconds=1)
     alices = (await prepare(a, ALICE)).turn
     await prepare(a, BOB)
-    real = await outage(a, dead_engine)
+    down(a)
     assert str(await a.update_stm(alices, summary="Alice, anew")) == "saved, pending sync"
     clock.advance(seconds=1)
     bobs = (await prepare(a, BOB)).turn
     assert str(await a.update_stm(bobs, summary="Alice, anew, and Bob")) == "saved, pending sync"
-    a._sessions = real
+    await back(a.sessions)
 
     await spool.replay(db.sessions)
 
@@ -1839,7 +1760,7 @@ async def test_spooled_writes_built_on_each_other_after_a_forget_me_all_survive_
 
 
 async def test_a_refresh_heard_while_a_write_waits_for_the_database_refuses_it_not_spooled(
-    db: Database, settings: Settings, spool: DurableSpool, monkeypatch: pytest.MonkeyPatch
+    db: Database, settings: Settings, spool: DurableSpool
 ) -> None:
     # A's write (its turn began before the /refresh) is in its transaction when the
     # database goes away; meanwhile B runs /refresh and A hears it. Spooled, the write
@@ -1847,21 +1768,16 @@ async def test_a_refresh_heard_while_a_write_waits_for_the_database_refuses_it_n
     # later turn in A would build on its text (a wiped memory, shown again).
     clock, a, b = spooling_and_direct(db, settings, spool)
     turn = await turn_for(a, ALICE)
-    reached, fail = asyncio.Event(), asyncio.Event()
-
-    async def dropped(*_args: Any, **_kwargs: Any) -> Any:
-        reached.set()
-        await fail.wait()
-        raise ConnectionRefusedError("the database went away")
-
+    plan = faults(a.sessions)
     # Before the write takes its locks: B's /refresh must not wait for A's transaction.
-    monkeypatch.setattr(stm_repo, "writes_refused", dropped)
+    waiting = plan.hang("STM write")
     writing = asyncio.create_task(a.update_stm(turn, summary="before the refresh"))
-    await reached.wait()
+    await waiting.reached()
     clock.advance(seconds=1)
     await b.clear_channel(CHANNEL, guild_id=GUILD, actor_user_id=BOB)
     a.apply_notice({"o": b.instance_id, "t": "clear", "c": CHANNEL})
-    fail.set()
+    plan.fail("STM write")  # the database went away
+    waiting.release()
 
     assert str(await writing) == f"rejected: {REASON_CLEARED}"
     assert spool.pending == 0
@@ -1872,7 +1788,6 @@ async def test_a_forget_me_heard_after_a_partial_replay_drops_the_users_replayed
     db: Database,
     settings: Settings,
     spool: DurableSpool,
-    dead_engine: AsyncEngine,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # A's spool holds Alice's write here and Bob's in another channel; its replay stores
@@ -1881,25 +1796,16 @@ async def test_a_forget_me_heard_after_a_partial_replay_drops_the_users_replayed
     clock, a, b = spooling_and_direct(db, settings, spool)
     alices = (await prepare(a, ALICE)).turn
     bobs = (await prepare(a, BOB, channel=OTHER)).turn
-    real = await outage(a, dead_engine)
+    plan = down(a)
     assert str(await a.update_stm(alices, summary="Alice's secret plan")) == "saved, pending sync"
     assert str(await a.update_stm(bobs, summary="Bob's plan")) == "saved, pending sync"
     monkeypatch.setattr(spool_module, "REPLAY_BATCH", 1)
-    apply_all = spool_replay.apply_all
-    calls = 0
-
-    async def second_fails(*args: Any, **kwargs: Any) -> Any:
-        nonlocal calls
-        calls += 1
-        if calls > 1:
-            raise ConnectionRefusedError("the database went away")
-        return await apply_all(*args, **kwargs)
-
-    # Where DurableSpool.replay looks it up.
-    monkeypatch.setattr(spool_module, "apply_all", second_fails)
+    plan.clear()
+    plan.fail("replaying the spool", after=1)  # the first batch goes through
     with pytest.raises(ConnectionRefusedError):
-        await spool.replay(real)
+        await spool.replay(a.sessions)
     assert spool.pending == 1  # Alice's write is stored, Bob's waits
+    plan.fail()  # and the database is still down for A
     clock.advance(seconds=1)
     await b.forget_user(ALICE)
     a.apply_notice({"o": b.instance_id, "t": "forget", "u": ALICE, "at": clock.now().isoformat()})
@@ -1911,14 +1817,14 @@ async def test_a_forget_me_heard_after_a_partial_replay_drops_the_users_replayed
 
 
 async def test_a_write_on_an_expired_spooled_state_does_not_carry_its_refused_text(
-    db: Database, settings: Settings, spool: DurableSpool, dead_engine: AsyncEngine
+    db: Database, settings: Settings, spool: DurableSpool
 ) -> None:
     # A spooled a write whose turn began before a /refresh elsewhere (its replay is
     # refused); the state expired before the next turn, which was shown an empty memory:
     # its write carries nothing of the refused one, and is kept.
     clock, a, b = spooling_and_direct(db, settings, spool)
     first = (await prepare(a, ALICE)).turn
-    real = await outage(a, dead_engine)
+    down(a)
     assert str(await a.update_stm(first, summary="before the refresh")) == "saved, pending sync"
     clock.advance(seconds=1)
     await b.clear_channel(CHANNEL, guild_id=GUILD, actor_user_id=CAROL)  # A does not hear it
@@ -1926,7 +1832,7 @@ async def test_a_write_on_an_expired_spooled_state_does_not_carry_its_refused_te
     later = await prepare(a, ALICE)
     assert not later.entry.has_content
     assert str(await a.update_stm(later.turn, summary="anew")) == "saved, pending sync"
-    a._sessions = real
+    await back(a.sessions)
 
     await spool.replay(db.sessions)
 

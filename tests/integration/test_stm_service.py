@@ -45,6 +45,7 @@ from tests.helpers.builders import (
 )
 from tests.helpers.database import count_statements
 from tests.helpers.fake_llm import refused_base_url
+from tests.helpers.faults import outage
 
 SERVER_KEY = ScopeKey.server(GUILD, CHANNEL)
 ALICE_KEY = ScopeKey.user(ALICE, CHANNEL, GUILD)
@@ -204,16 +205,9 @@ async def test_turn_counts_that_could_not_be_saved_are_saved_next_time(
 ) -> None:
     await service.update_stm(await start_turn(service), summary="the plan")
     service.record_bot_turn(await start_turn(service))
-    broken = create_async_engine(
-        refused_base_url().replace("http://", "postgresql+asyncpg://u:p@") + "db"
-    )
-    real, service._sessions = service._sessions, async_sessionmaker(broken)
-    try:
+    async with outage(service.sessions):
         with pytest.raises(MemoryUnavailable):
             await service.save_turn_counts()
-    finally:
-        service._sessions = real
-        await broken.dispose()
     service.record_bot_turn(await start_turn(service))
 
     assert await service.save_turn_counts() == 1
@@ -535,14 +529,8 @@ async def test_database_failure_is_never_reported_as_saved(
 ) -> None:
     await service.update_stm(await start_turn(service), summary="before the outage")
     turn = await start_turn(service)
-    broken = create_async_engine(
-        refused_base_url().replace("http://", "postgresql+asyncpg://u:p@") + "db"
-    )
-    service._sessions = async_sessionmaker(broken)
-    try:
+    async with outage(service.sessions):
         result = await service.update_stm(turn, summary="during the outage")
-    finally:
-        await broken.dispose()
     assert str(result).startswith("rejected: the memory could not be saved")
     cached = service.cache.get(SERVER_KEY)
     assert cached is not None and cached.summary == "before the outage"
@@ -563,15 +551,8 @@ async def test_the_cadence_resets_only_when_the_write_is_saved(
     assert before is not None
     counters = (before.turns_since_refresh, before.last_refreshed_turn)
     assert counters == (3, 1)
-    broken = create_async_engine(
-        refused_base_url().replace("http://", "postgresql+asyncpg://u:p@") + "db"
-    )
-    real, service._sessions = service._sessions, async_sessionmaker(broken)
-    try:
+    async with outage(service.sessions):
         assert not (await service.update_stm(turn, summary="during the outage")).ok
-    finally:
-        await broken.dispose()
-        service._sessions = real
     after = service.cache.get(SERVER_KEY)
     assert after is not None and (after.turns_since_refresh, after.last_refreshed_turn) == counters
 
@@ -967,15 +948,8 @@ async def test_the_janitor_waits_its_delay_then_purges_daily_and_outlives_a_fail
 
         await service.update_stm(await start_turn(service), summary="old again")
         clock.advance(days=91)
-        broken = create_async_engine(
-            refused_base_url().replace("http://", "postgresql+asyncpg://u:p@") + "db"
-        )
-        real, service._sessions = service._sessions, async_sessionmaker(broken)
-        try:
+        async with outage(service.sessions):
             assert await pass_then_next_sleep() == 24 * 3600  # failed, and still running
-        finally:
-            service._sessions = real
-            await broken.dispose()
         assert "janitor pass failed: MemoryUnavailable" in caplog.text
         assert len(await rows(db)) == 2
         assert await pass_then_next_sleep() == 24 * 3600
@@ -1013,15 +987,8 @@ async def test_the_turn_count_saver_saves_every_minute_and_outlives_an_outage(
         assert await saved_count() == 1
 
         service.record_bot_turn(await start_turn(service))
-        broken = create_async_engine(
-            refused_base_url().replace("http://", "postgresql+asyncpg://u:p@") + "db"
-        )
-        real, service._sessions = service._sessions, async_sessionmaker(broken)
-        try:
+        async with outage(service.sessions):
             assert await save_then_next_sleep() == 60  # failed, and still running
-        finally:
-            service._sessions = real
-            await broken.dispose()
         assert await saved_count() == 1
         assert await save_then_next_sleep() == 60
         assert await saved_count() == 2

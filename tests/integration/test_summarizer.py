@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 from sqlalchemy.engine import URL
-from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 
 from bot.config import Settings
 from bot.conversation import summarizer as summarizer_module
@@ -42,6 +41,7 @@ from bot.conversation.summary_prompt import (
 from bot.conversation.turn import TurnRequest, TurnRunner
 from bot.db.engine import Database
 from bot.db.models import ShortTermMemory, StmEvent
+from bot.db.storage import faults
 from bot.llm.tool_loop import UNAVAILABLE_MESSAGE
 from bot.memory.change import WriteResult
 from bot.memory.prompt import VALUE_LIMIT, assemble
@@ -67,6 +67,7 @@ from tests.helpers.builders import (
 )
 from tests.helpers.database import make_test_settings
 from tests.helpers.fake_llm import ScriptedLLM, openai_client
+from tests.helpers.faults import back
 from tests.integration.test_coherence import start_process
 
 EXISTING = "The team is planning a launch party."
@@ -1284,7 +1285,6 @@ async def test_a_summary_made_while_the_database_went_down_is_spooled_not_droppe
     quick_settings: Settings,
     llm: ScriptedLLM,
     tmp_path: Path,
-    dead_engine: AsyncEngine,
 ) -> None:
     spool = DurableSpool(spool_path(tmp_path / "spool"))
     service = make_service(db.sessions, quick_settings, ManualClock(), spool=spool)
@@ -1297,12 +1297,12 @@ async def test_a_summary_made_while_the_database_went_down_is_spooled_not_droppe
     # away while the model is answering.
     task = asyncio.create_task(summarize(summarizer, user=BOB))
     await llm.wait_for_requests(1)
-    real, service._sessions = service._sessions, async_sessionmaker(dead_engine)
+    faults(service.sessions).fail()
     gate.set()
     outcome = await task
 
     assert (outcome.status, outcome.pending_sync, outcome.error) == ("updated", True, None)
-    service._sessions = real
+    await back(service.sessions)
     await spool.replay(db.sessions)
     written = {(r.scope_kind, r.user_id): r.summary for r in await rows(db)}
     assert written[("server", None)] == written[("user", BOB)] == "The launch party is on Friday."
