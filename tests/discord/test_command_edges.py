@@ -219,13 +219,13 @@ async def test_stm_settings_is_not_undone_by_a_config_read_already_in_flight(
         return config
 
     monkeypatch.setattr(guild_repo, "load_guild_config", slow_first_load)
-    real_invalidate = memory._guilds.invalidate
+    real_invalidate = memory._state.guilds.invalidate
 
     def invalidate_and_signal(gid: int) -> None:  # called once the change committed
         real_invalidate(gid)
         committed.set()
 
-    monkeypatch.setattr(memory._guilds, "invalidate", invalidate_and_signal)
+    monkeypatch.setattr(memory._state.guilds, "invalidate", invalidate_and_signal)
 
     turn_read = asyncio.create_task(memory.guild_config(guild_id))
     await read_done.wait()
@@ -374,7 +374,7 @@ async def test_a_reply_starting_like_the_refresh_marker_does_not_cut_back_fill(
     kioku.llm.reply_text(f"{REFRESH_MARKER_PREFIX} by me, ha. (just quoting you)")
     await kioku.env.send(f'say "{REFRESH_MARKER_PREFIX}"', mention_bot=True)
     # Restart: the window is cold and is back-filled from Discord history.
-    kioku.bot.memory.windows = WindowCache(per_channel=kioku.bot.settings.stm.raw_window)
+    kioku.bot.memory._state.windows = WindowCache(per_channel=kioku.bot.settings.stm.raw_window)
     kioku.llm.reply_text("Friday.")
     await kioku.env.send("when is the launch?", mention_bot=True)
     prompt = "\n".join(str(m.get("content") or "") for m in kioku.llm.messages(-1))

@@ -31,7 +31,7 @@ from bot.db.migrate import upgrade
 from bot.db.models import ShortTermMemory, StmEvent
 from bot.db.storage import MemoryUnavailable, database_failed, outage_number
 from bot.memory import commit as commit_module
-from bot.memory import service as service_module
+from bot.memory import wipes as wipes_module
 from bot.memory.service import MemoryService
 from bot.memory.spool import (
     DurableSpool,
@@ -40,6 +40,7 @@ from bot.memory.spool import (
     inspect_spool,
     spool_path,
 )
+from bot.memory.turn import TurnStart
 from tests.conftest import Figures
 from tests.helpers.bot import start_kioku, stop_kioku
 from tests.helpers.builders import (
@@ -463,11 +464,13 @@ async def test_a_hung_database_costs_one_timeout_not_one_per_read(
         service.observe_message(CHANNEL, question)
         before = sessions.opened
         prepared = await service.prepare_turn(
-            channel_id=CHANNEL,
-            user_id=ALICE,
-            guild_id=GUILD,
-            bot_user_id=BOT,
-            source_message_id=question.message_id,
+            TurnStart(
+                channel_id=CHANNEL,
+                user_id=ALICE,
+                guild_id=GUILD,
+                bot_user_id=BOT,
+                source_message_id=question.message_id,
+            )
         )
         shown = prepared.entry.summary
         second = await service.update_stm(prepared.turn, summary="later in the outage")
@@ -497,7 +500,7 @@ async def test_a_deletion_during_a_known_outage_goes_to_the_spool_without_trying
     /forget-me goes to the spool at once, as a write does, instead of opening a session
     and waiting for its own timeout first; it is done when the spool is replayed."""
     monkeypatch.setattr(storage_module, "DB_TIMEOUT_SECONDS", 1.0)
-    monkeypatch.setattr(service_module, "DB_TIMEOUT_SECONDS", 1.0)
+    monkeypatch.setattr(wipes_module, "DB_TIMEOUT_SECONDS", 1.0)
     spool = DurableSpool(spool_path(tmp_path))
     service = make_service(db.sessions, settings, ManualClock(), spool=spool)
     assert str(await service.update_stm(await turn_for(service), summary="before")) == "saved"
@@ -535,7 +538,7 @@ async def test_a_deletion_that_times_out_marks_the_database_down(
 ) -> None:
     """A /refresh that waited its timeout on a hung database reports it: the next read
     with a cached value uses it at once instead of waiting again."""
-    monkeypatch.setattr(service_module, "DB_TIMEOUT_SECONDS", 1.0)
+    monkeypatch.setattr(wipes_module, "DB_TIMEOUT_SECONDS", 1.0)
     spool = DurableSpool(spool_path(tmp_path))
     service = make_service(db.sessions, settings, ManualClock(), spool=spool)
     hung = create_async_engine(
