@@ -1,13 +1,5 @@
-"""The memory service: the one way the layers above read, write and wipe short-term memory.
-
-A facade: each call goes to the part that owns it, and the parts share one
-:class:`MemoryState`. ``reading`` hydrates entries and serves the raw windows;
-``prepare`` starts a turn; ``writing`` is the write path (SPEC §3) and the turn counts;
-``wipes`` are /refresh, /forget-me and expiry; ``notices`` apply other processes'
-changes; ``pending`` is the spool as the rest sees it. Below them: what a write may hold
-(``change``), group commit (``commit``), the deletion transactions (``deletion``), guild
-settings (``guild_settings``) and what changed since a read began (``coherence``).
-"""
+"""The memory service: the facade through which the layers above read, write and wipe STM,
+each call handed to the part that owns it (see ``bot/memory/__init__.py``)."""
 
 from __future__ import annotations
 

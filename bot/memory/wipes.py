@@ -1,11 +1,5 @@
-"""Wiping memory in a live process: ``/refresh`` of a channel, ``/forget-me`` of a user
-and the janitor's purge of expired rows, in the cache, the raw windows and the database
-(or the spool, while the database cannot take them).
-
-A wipe cannot be undone by a turn already running: it bumps the channel's epoch, and a
-write whose turn started in an older epoch is refused. Writes and clears of a channel
-take its lock in turn, so a clear never interleaves with a write's database round trip.
-"""
+"""Wipes in a live process (``/refresh``, ``/forget-me``, the janitor's purge) that no turn
+already running can undo: in the cache, the raw windows and the database, or the spool."""
 
 from __future__ import annotations
 
