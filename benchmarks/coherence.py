@@ -64,7 +64,7 @@ async def main() -> None:
                 user_id=7,
                 guild_id=1,
                 config=a.defaults,
-                epoch=a.epoch(channel),
+                epoch=a.channel_epoch(channel),
                 started_at=a.clock.now(),  # as prepare_turn sets it (the database guard)
             )
             # B holds the current version, so the notice has something stale to evict.

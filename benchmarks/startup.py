@@ -31,6 +31,7 @@ from bot.config import load_settings
 from bot.db.engine import Database
 from bot.db.migrate import head_revision, upgrade
 from bot.memory.service import MemoryService
+from bot.memory.turn import TurnStart
 
 
 async def start_and_migrate(data_dir: Path) -> tuple[float, str | None, str | None]:
@@ -114,7 +115,9 @@ async def cold_start_with_rows(rows: int) -> float:
         await upgrade(database.engine)
         memory = MemoryService(database.sessions, settings)
         prepared = await memory.prepare_turn(
-            channel_id=rows // 2, user_id=7, guild_id=1 + (rows // 2) // 100, bot_user_id=1
+            TurnStart(
+                channel_id=rows // 2, user_id=7, guild_id=1 + (rows // 2) // 100, bot_user_id=1
+            )
         )
         elapsed = time.perf_counter() - started
         assert prepared.entry.has_summary, "the hydrated channel should have its memory"

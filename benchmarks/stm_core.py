@@ -35,7 +35,7 @@ from bot.db.migrate import upgrade
 from bot.memory.cache import StmCache
 from bot.memory.prompt import assemble
 from bot.memory.service import MemoryService
-from bot.memory.turn import TurnState
+from bot.memory.turn import TurnStart, TurnState
 from bot.vocabulary.clock import SystemClock
 from bot.vocabulary.model import Marker, Provenance, RawMessage, ScopeKey, StmEntry
 
@@ -92,7 +92,7 @@ async def bench_assembly(service: MemoryService, entries: int) -> tuple[float, f
     for _, channel_id in sample:
         add_window(service, channel_id)
     for guild_id, _ in sample:
-        service._guilds_hydrated[guild_id] = True  # measured warm: no database on this path
+        service._state.guilds_hydrated[guild_id] = True  # measured warm: no database on this path
         await service.guild_config(guild_id)  # one read each, then cached
 
     def label(entry: StmEntry) -> str:
@@ -103,11 +103,13 @@ async def bench_assembly(service: MemoryService, entries: int) -> tuple[float, f
         for guild_id, channel_id in sample:
             started = time.perf_counter()
             prepared = await service.prepare_turn(
-                channel_id=channel_id,
-                user_id=7,
-                guild_id=guild_id,
-                bot_user_id=BOT_ID,
-                label_for=label,
+                TurnStart(
+                    channel_id=channel_id,
+                    user_id=7,
+                    guild_id=guild_id,
+                    bot_user_id=BOT_ID,
+                    label_for=label,
+                )
             )
             assemble(prepared.prompt)
             if round_ >= 10:
@@ -165,7 +167,7 @@ async def bench_upserts(
                 user_id=100 + w,
                 guild_id=77,
                 config=service.defaults,
-                epoch=service.epoch(channel_id),
+                epoch=service.channel_epoch(channel_id),
                 # As prepare_turn sets it: the write also checks /refresh and /forget-me
                 # times in the database (the cross-process guard), as in production.
                 started_at=service.clock.now(),

@@ -88,7 +88,7 @@ async def main() -> None:
         memory = bot.memory
         memory.prepare_turn = memory_time.wrap_async(memory.prepare_turn)  # type: ignore[method-assign]
         memory.update_stm = memory_time.wrap_async(memory.update_stm)  # type: ignore[method-assign]
-        memory.record_bot_turn = memory_time.wrap(memory.record_bot_turn)  # type: ignore[method-assign]
+        memory.finish_turn = memory_time.wrap(memory.finish_turn)  # type: ignore[method-assign]
         import bot.conversation.turn as turn_module
 
         turn_module.assemble = memory_time.wrap(turn_module.assemble)  # type: ignore[assignment]

@@ -34,8 +34,8 @@ from bot.cogs.visibility import DirectView, OnlyHere, ServerView, place_of
 from bot.conversation.turn import TurnRequest
 from bot.db.storage import MemoryUnavailable
 from bot.memory.fact_visibility import ChannelView
-from bot.memory.service import LabelFor
 from bot.memory.singleflight import KeyedQueues, finish_or_cancel
+from bot.memory.turn import LabelFor
 from bot.vocabulary.model import StmEntry
 
 if TYPE_CHECKING:
@@ -157,18 +157,18 @@ class Chat(commands.Cog):
     async def on_raw_message_edit(self, payload: discord.RawMessageUpdateEvent) -> None:
         if "content" not in payload.data:
             return  # an embed resolving, not an edit of the text
-        self.bot.memory.windows.edit(
+        self.bot.memory.message_edited(
             payload.channel_id, payload.message_id, to_raw(payload.message).content
         )
 
     @commands.Cog.listener()
     async def on_raw_message_delete(self, payload: discord.RawMessageDeleteEvent) -> None:
-        self.bot.memory.windows.delete(payload.channel_id, payload.message_id)
+        self.bot.memory.message_deleted(payload.channel_id, payload.message_id)
 
     @commands.Cog.listener()
     async def on_raw_bulk_message_delete(self, payload: discord.RawBulkMessageDeleteEvent) -> None:
         for message_id in payload.message_ids:
-            self.bot.memory.windows.delete(payload.channel_id, message_id)
+            self.bot.memory.message_deleted(payload.channel_id, message_id)
 
     # ----------------------------------------------------------------- turns
 
@@ -220,7 +220,7 @@ class Chat(commands.Cog):
         channel = message.channel
         memory = self.bot.memory
         # Whether a /refresh or a /forget-me wiped the message while its turn waited.
-        arrived_epoch = memory.epoch(channel.id)
+        arrived_epoch = memory.channel_epoch(channel.id)
         # The queue slot is taken before anything is awaited, so turns of one channel run
         # in the order their messages arrived. Chatter in a channel not known to be
         # always-on (uncached settings) fills no place a mention could have.
@@ -245,7 +245,7 @@ class Chat(commands.Cog):
             await backfill(self.bot, channel, before=message)
             if message.guild is None:
                 await self._load_dm_members(message.author.id)
-            if memory.windows.was_deleted(message.id):
+            if memory.was_deleted(message.id):
                 # Deleted while the turn waited: nothing is left to answer (the window
                 # would end with the previous question, answered a second time).
                 log.debug("message %s was deleted before its turn", message.id)
@@ -256,13 +256,13 @@ class Chat(commands.Cog):
             request = dataclasses.replace(
                 self._request(message), trigger=to_raw(message), trigger_epoch=arrived_epoch
             )
-            epoch = memory.epoch(channel.id)
+            epoch = memory.channel_epoch(channel.id)
             async with _typing(channel):
                 reply = await self.bot.turns.run(request)
             if reply.unanswered:
                 # Deleted: nothing to say. Wiped by a /refresh or a /forget-me: the member
                 # is told, as when a refresh overtakes an answer.
-                if not memory.windows.was_deleted(message.id):
+                if not memory.was_deleted(message.id):
                     await self._post(message, WIPED_WHILE_ANSWERING, reply=True)
                 return
             if reply.turn is not None:
@@ -395,7 +395,7 @@ class Chat(commands.Cog):
         channel_id = message.channel.id
 
         def wiped() -> bool:
-            return memory.epoch(channel_id) != epoch
+            return memory.wiped_since(channel_id, epoch)
 
         sent: list[discord.Message] = []
         # One character kept free for the marker guard below.
@@ -414,7 +414,7 @@ class Chat(commands.Cog):
                 break
             sent.append(part)
             if failed:
-                memory.windows.delete(channel_id, part.id)  # in case the echo came first
+                memory.message_deleted(channel_id, part.id)  # in case the echo came first
             else:
                 memory.observe_message(channel_id, to_raw(part))
         if wiped():
@@ -459,7 +459,7 @@ class Chat(commands.Cog):
     async def _take_back(self, part: discord.Message) -> None:
         """Delete a part of an answer that a /refresh overtook, from Discord and from the
         raw window (the delete also keeps a late echo of it out)."""
-        self.bot.memory.windows.delete(part.channel.id, part.id)
+        self.bot.memory.message_deleted(part.channel.id, part.id)
         try:
             await part.delete()
         except discord.HTTPException as exc:

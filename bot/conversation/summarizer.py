@@ -300,7 +300,7 @@ class Summarizer:
     ) -> SummaryOutcome:
         memory = self.memory
         # The epoch is captured before anything is read: a /refresh from here on wins.
-        epoch, started_at = memory.epoch(channel_id), memory.clock.now()
+        epoch, started_at = memory.channel_epoch(channel_id), memory.clock.now()
         try:
             config = await memory.guild_config(guild_id)
             turn = TurnState(
@@ -450,7 +450,7 @@ class Summarizer:
         def failed(error: str) -> SummaryOutcome:
             return SummaryOutcome("failed", len(read), error=error, calls=calls, skipped=skipped)
 
-        if memory.epoch(turn.channel_id) != epoch:
+        if memory.wiped_since(turn.channel_id, epoch):
             return failed(CLEARED_MEANWHILE)
         # If the model (or an admin) wrote meanwhile, what we made is built on an older
         # memory and would move the marker back over their update: the write checks the
@@ -492,7 +492,7 @@ class Summarizer:
                 REASON_CATEGORIES_CHANGED: CATEGORIES_CHANGED_MEANWHILE,
             }
             return failed(known.get(reason, reason))
-        written = memory.cache.get(turn.channel_key)
+        written = memory.cached_entry(turn.channel_key)
         return SummaryOutcome(
             "updated",
             len(read),

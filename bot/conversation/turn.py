@@ -12,7 +12,6 @@ import asyncio
 import logging
 import re
 import time
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
@@ -38,11 +37,11 @@ from bot.memory.intent import explicit_long_term_intent
 from bot.memory.longterm import LongTermService
 from bot.memory.prompt import AssembledPrompt, assemble
 from bot.memory.sanitize import strip_control_chars
-from bot.memory.service import LabelFor, MemoryService
+from bot.memory.service import MemoryService
 from bot.memory.singleflight import finish_or_cancel
-from bot.memory.turn import TurnState
+from bot.memory.turn import LabelFor, TurnStart, TurnState
 from bot.metrics import Metrics, TurnOutcome
-from bot.vocabulary.model import RawMessage
+from bot.vocabulary.model import RawMessage, StmEntry
 from bot.vocabulary.providers import capabilities, prompt_chars
 
 log = logging.getLogger(__name__)
@@ -85,7 +84,7 @@ class TurnRequest:
     # Whether something said in another channel may be shown here (None: anything).
     may_show_channel: ChannelFilter | None = None
     # The message being answered, as it arrived: shown to the model when it is no longer
-    # in the raw window (see :func:`with_trigger`), unless a wipe since ``trigger_epoch``
+    # in the raw window (see ``memory.window.with_trigger``), unless a wipe since ``trigger_epoch``
     # took it. Set, the turn answers nothing without it (see ``TurnReply.unanswered``).
     trigger: RawMessage | None = None
     # The channel's epoch when ``trigger`` was taken: a wipe since then drops it.
@@ -139,22 +138,6 @@ def fit_history(history: list[dict[str, str]], *, budget_chars: int) -> list[dic
         kept.append(message)
     kept.reverse()
     return kept
-
-
-def with_trigger(
-    window: Sequence[RawMessage], trigger: RawMessage | None, deleted: Callable[[int], bool]
-) -> Sequence[RawMessage]:
-    """The turn's window, ending with the message being answered even when a busy channel
-    pushed it out of the raw window while the turn waited in the queue (then the window
-    holds nothing older either). A deleted message stays out. The turn's marker was set
-    from ``window`` before: it does not claim the trigger, nor what scrolled out with it."""
-    if (
-        trigger is None
-        or deleted(trigger.message_id)
-        or any(m.message_id == trigger.message_id for m in window)
-    ):
-        return window
-    return (*window, trigger)
 
 
 def load_persona(path: Path) -> str:
@@ -255,35 +238,28 @@ class TurnRunner:
             bot_role_ids=request.bot_role_ids,
             bot_names=(request.bot_name,),
         )
-        # The turn starts before its recall: the facts recalled go into the prompt, and a
-        # /forget-me that deletes them while the turn goes on must refuse what the model
-        # writes from them (an STM update, a fact saved again), in every process.
-        started_at = self.memory.clock.now()
-        opted_in = await self._opted_in(request)
-        notes = await self._recall(request, opted_in)
         prepared = await self.memory.prepare_turn(
-            channel_id=request.channel_id,
-            user_id=request.user_id,
-            guild_id=request.guild_id,
-            bot_user_id=request.bot_user_id,
-            parent_channel_id=request.parent_channel_id,
-            source_message_id=request.message_id,
-            explicit_long_term_intent=intent,
-            provider_allows_stm=self.caps.stm_allowed,
-            model=self.settings.model,
-            label_for=request.label_for,
-            long_term_notes=notes,
-            started_at=started_at,
+            TurnStart(
+                channel_id=request.channel_id,
+                user_id=request.user_id,
+                guild_id=request.guild_id,
+                bot_user_id=request.bot_user_id,
+                parent_channel_id=request.parent_channel_id,
+                source_message_id=request.message_id,
+                trigger=request.trigger,
+                trigger_epoch=request.trigger_epoch,
+                label_for=request.label_for,
+                recall=lambda opted_in: self._recall(request, opted_in),
+                explicit_long_term_intent=intent,
+                provider_allows_stm=self.caps.stm_allowed,
+                model=self.settings.model,
+            )
         )
         turn = prepared.turn
-        trigger = await self._trigger(request, turn.epoch, prepared.prompt.window)
-        window = with_trigger(prepared.prompt.window, trigger, self.memory.windows.was_deleted)
-        if request.trigger is not None and all(m.message_id != request.message_id for m in window):
-            # Without its message the conversation ends with an earlier one (answered
-            # again, as if it were this member's) or with nothing at all.
+        if prepared.unanswered:
             log.info("turn %s: its message was deleted or wiped meanwhile", turn.turn_id)
             return TurnReply("", failed=True, turn=turn, unanswered=True, outcome="unanswered")
-        prompt = assemble(replace(prepared.prompt, window=window))
+        prompt = assemble(prepared.prompt)
         messages, whole_history = self._messages(
             request, prompt, prepared.prompt.now, intent=intent
         )
@@ -306,7 +282,7 @@ class TurnRunner:
             # Only a user's explicit request may change their long-term facts: without it
             # the tools do not exist this turn, so a call forced by the model (or by
             # another user's text in the channel) is answered as an unknown tool.
-            registry |= self._long_term_tools(request, opted_in, turn.started_at)
+            registry |= self._long_term_tools(request, prepared.opted_in, turn.started_at)
 
         def offered() -> list[str]:
             # An explicit "remember that…" reserves the turn for the long-term tools.
@@ -352,8 +328,7 @@ class TurnRunner:
             return TurnReply(
                 text, failed=True, stm_results=tuple(stm_results), turn=turn, outcome="gave_up"
             )
-        self.memory.record_bot_turn(turn)
-        self._maybe_summarize(turn)
+        self._maybe_summarize(turn, self.memory.finish_turn(turn))
         return TurnReply(result.text, stm_results=tuple(stm_results), turn=turn)
 
     def _messages(
@@ -385,33 +360,6 @@ class TurnRunner:
             prompt.history, budget_chars=budget - sum(len(m["content"]) for m in messages)
         )
         return messages + history, len(history) == len(prompt.history)
-
-    async def _trigger(
-        self, request: TurnRequest, epoch: int, window: Sequence[RawMessage]
-    ) -> RawMessage | None:
-        """The message being answered, when it must be added to the window and nothing
-        wiped it: no /refresh or /forget-me here since it was taken (the epoch), and none
-        recorded in the database (made in another process, or missed while deaf: the
-        window drops what those wiped, but the trigger is carried beside it). One query,
-        only when the message scrolled out of the window (rare); in doubt it is left out."""
-        trigger = request.trigger
-        if trigger is None or any(m.message_id == trigger.message_id for m in window):
-            return trigger
-        if request.trigger_epoch != epoch:
-            return None
-        try:
-            wiped = await self.memory.wiped_history(request.channel_id, [trigger])
-        except MemoryUnavailable:
-            return None
-        return None if wiped(trigger) else trigger
-
-    async def _opted_in(self, request: TurnRequest) -> bool:
-        if request.guild_id is not None:
-            return False
-        try:
-            return await self.memory.cross_context_opt_in(request.user_id)
-        except MemoryUnavailable:
-            return False
 
     async def _recall(self, request: TurnRequest, opted_in: bool) -> list[str]:
         scope = (request.user_id, request.guild_id, request.channel_id, opted_in)
@@ -465,10 +413,10 @@ class TurnRunner:
         tools["remember"] = ToolSpec(remember.definition, remember_and_forget_emptiness)
         return tools
 
-    def _maybe_summarize(self, turn: TurnState) -> None:
+    def _maybe_summarize(self, turn: TurnState, entry: StmEntry | None) -> None:
         """When the cadence is due and the model cannot (or, opt-in, did not) keep the
-        memory itself, the summarizer does it, after the reply, in the background."""
-        entry = self.memory.cache.get(turn.channel_key)
+        memory itself (``entry``: the channel's), the summarizer does it, after the reply,
+        in the background."""
         if (
             entry is None
             or turn.stm_updated

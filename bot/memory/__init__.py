@@ -3,12 +3,21 @@
 Imports nothing from Discord, the LLM client or the conversation above it.
 
 Services (the entry points):
-    service          MemoryService: the one path through which STM is read, written, deleted
+    service          MemoryService: the facade through which STM is read, written, deleted
     longterm         LongTermService: per-user facts, their recall and deletion
     janitor          housekeeping loops: the purge of expired rows, saving turn counts
 
+The parts behind MemoryService (sharing one MemoryState):
+    state            the caches, epochs, tombstones, locks and ledger the parts share
+    reading          entries from the cache or hydrated; raw windows as a prompt uses them
+    prepare          a turn's start: its state, memory, window and prompt input
+    writing          the write path (SPEC §3) and the turn counts of the cadence
+    wipes            /refresh, /forget-me and the janitor's purge in a live process
+    notices          what other processes' notices evict here; deaf and hearing again
+    pending          the spool as the service sees it: when to use it, what its replay changes
+
 A turn and its prompt:
-    turn             TurnState: what a turn's guards look at, captured when it starts
+    turn             TurnStart, PreparedTurn, TurnState: a turn as memory sees it
     prompt           prompt assembly (SPEC §5)
     gather           the messages a memory does not cover yet (after its marker)
     window           the recent raw messages of each channel (never persisted)

@@ -19,8 +19,6 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from bot.db.storage import MemoryUnavailable, database_down
 
 T = TypeVar("T")
-# The session factory, looked up on each use (tests point a service at a dead server).
-Sessions = Callable[[], async_sessionmaker[AsyncSession]]
 
 # Marks a /forget-me (or a cache reset, or the janitor's purge): it may concern any entry.
 FORGET_NOTICED = "forget"
@@ -34,8 +32,9 @@ NOTICED_REMEMBERED = 100_000
 class NoticeLedger:
     """Counts changes and remembers, per thing named, the count of its latest change."""
 
-    def __init__(self, sessions: Sessions) -> None:
-        self._sessions = sessions
+    def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
+        # Whose outages count (see database_down).
+        self.sessions = sessions
         self.seq = 0
         self._noticed: LRUCache[object, int] = LRUCache(NOTICED_REMEMBERED)
         # The notice listener is down: notices from other processes go unheard.
@@ -66,7 +65,7 @@ class NoticeLedger:
     def database_down(self) -> bool:
         """The database failed and has not answered since (see ``storage``): a read with
         a fallback uses it rather than wait for a timeout."""
-        return database_down(self._sessions())
+        return database_down(self.sessions)
 
     async def cached_or_read(self, cached: T | None, read: Callable[[], Awaitable[T]]) -> T:
         """The cached value if there is one and notices are heard; else read it. Deaf,

@@ -65,11 +65,8 @@ def _settle(item: _PendingWrite, outcome: Exception | None) -> None:
 class GroupCommit:
     """The STM write queue and the task that commits it."""
 
-    def __init__(
-        self, sessions: Callable[[], async_sessionmaker[AsyncSession]], announce: Announce
-    ) -> None:
-        # The owner's current session factory, looked up on every commit.
-        self._sessions = sessions
+    def __init__(self, sessions: async_sessionmaker[AsyncSession], announce: Announce) -> None:
+        self.sessions = sessions
         self._announce = announce
         self._queue: list[_PendingWrite] = []
         self._flusher: asyncio.Task[None] | None = None
@@ -122,7 +119,7 @@ class GroupCommit:
         """One transaction for ``batch``; every writer in it is settled, or put back at
         the head of the queue when only others were refused."""
         entries = [entry for item in batch for entry in item.entries]
-        sessions = self._sessions()
+        sessions = self.sessions
         try:
             async with asyncio.timeout(DB_TIMEOUT_SECONDS):
                 async with open_session(sessions, "STM write") as session, session.begin():
@@ -144,7 +141,7 @@ class GroupCommit:
             # The others were fine: they go first in the next transaction.
             self._queue[:0] = [item for item in batch if id(item) not in found.outcomes]
             return
-        except Exception as exc:  # each writer spools its own (see MemoryService._persist)
+        except Exception as exc:  # each writer spools its own (see Writer._persist)
             # Reported to the breaker of the database that failed (logged once per
             # outage), whatever the writers' service uses by the time they see it.
             keys = ", ".join(str(entry.key) for entry in entries)

@@ -1,12 +1,14 @@
-"""Per-turn state: what the guards of SPEC §3 look at, captured when the turn starts."""
+"""A turn as memory sees it: what it asks for (TurnStart), what it gets (PreparedTurn), and
+what the guards of SPEC §3 look at while it runs (TurnState)."""
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from bot.memory.prompt import PromptInput
 from bot.vocabulary.model import GuildConfig, Marker, RawMessage, ScopeKey, StmEntry
 
 _turn_ids = itertools.count(1)
@@ -109,3 +111,47 @@ class TurnState:
         if not self.storage_available:
             return REASON_STORAGE
         return None
+
+
+# Returns the label to show for another channel's memory, or None when it may not be
+# shown here (more private than the current channel, or no longer visible).
+LabelFor = Callable[[StmEntry], str | None]
+# The long-term facts to show this turn, given whether the user opted in to cross-context
+# memory; read after the turn started (a /forget-me deleting them refuses its writes).
+Recall = Callable[[bool], Awaitable[Sequence[str]]]
+
+
+# Not frozen (as PromptInput): a frozen dataclass is several times slower to build, and
+# every turn builds one. Nothing changes it once built.
+@dataclass(slots=True)
+class TurnStart:
+    """What memory needs to prepare a turn: where, for whom, answering which message."""
+
+    channel_id: int
+    user_id: int
+    guild_id: int | None
+    bot_user_id: int
+    parent_channel_id: int | None = None
+    source_message_id: int | None = None
+    # The message being answered as it arrived, and the channel's epoch then: shown even
+    # when it scrolled out of the raw window, unless deleted or wiped since.
+    trigger: RawMessage | None = None
+    trigger_epoch: int | None = None
+    label_for: LabelFor | None = None
+    recall: Recall | None = None
+    explicit_long_term_intent: bool = False
+    provider_allows_stm: bool = True
+    model: str | None = None
+
+
+@dataclass(slots=True)
+class PreparedTurn:
+    """A turn ready for the model: its state, its prompt input and its channel's memory."""
+
+    turn: TurnState
+    prompt: PromptInput
+    entry: StmEntry
+    # Whether the user lets this DM show their server memories (False in a server).
+    opted_in: bool = False
+    # The message being answered was deleted or wiped before the model was asked.
+    unanswered: bool = False

@@ -8,7 +8,7 @@ Bounded per channel (``raw_window``) and in the number of channels (LRU).
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from cachetools import LRUCache
@@ -227,3 +227,19 @@ def answering(
         or (m.author_id == bot_user_id and m.message_id > source_message_id)
     ]
     return (*before, *source)
+
+
+def with_trigger(
+    window: Sequence[RawMessage], trigger: RawMessage | None, deleted: Callable[[int], bool]
+) -> Sequence[RawMessage]:
+    """The turn's window, ending with the message being answered even when a busy channel
+    pushed it out of the raw window while the turn waited in the queue (then the window
+    holds nothing older either). A deleted message stays out. The turn's marker was set
+    from ``window`` before: it does not claim the trigger, nor what scrolled out with it."""
+    if (
+        trigger is None
+        or deleted(trigger.message_id)
+        or any(m.message_id == trigger.message_id for m in window)
+    ):
+        return window
+    return (*window, trigger)

@@ -247,7 +247,7 @@ async def test_after_a_restart_the_history_is_read_before_summarizing(
     sent = await chat(kioku, 5, prefix="before the restart")
     # A restarted bot has an empty window until the channel's next turn.
     memory = kioku.bot.memory
-    memory.windows = WindowCache(per_channel=kioku.bot.settings.stm.raw_window)
+    memory._state.windows = WindowCache(per_channel=kioku.bot.settings.stm.raw_window)
     kioku.llm.reply_text(SUMMARY)
 
     result = await kioku.interactions.slash("stm summarize", user=moderator)
@@ -265,7 +265,7 @@ async def test_a_refresh_during_the_history_backfill_is_not_summarized_back(
 ) -> None:
     await chat(kioku, 5, prefix="secret before the refresh")
     # A restarted bot: the window is cold, so /stm summarize back-fills it first.
-    kioku.bot.memory.windows = WindowCache(per_channel=kioku.bot.settings.stm.raw_window)
+    kioku.bot.memory._state.windows = WindowCache(per_channel=kioku.bot.settings.stm.raw_window)
 
     fetched, release = asyncio.Event(), asyncio.Event()
     real_history = discord.TextChannel.history

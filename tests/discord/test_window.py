@@ -234,7 +234,7 @@ async def test_a_refresh_whose_marker_was_deleted_still_bounds_the_back_fill(
     await bot.http.delete_message(marker.channel.id, marker.id)  # a tidy moderator
     await env.send("after the refresh: the venue is the boathouse")
 
-    bot.memory.windows = WindowCache(per_channel=bot.settings.stm.raw_window)  # a restart
+    bot.memory._state.windows = WindowCache(per_channel=bot.settings.stm.raw_window)  # a restart
     kioku.llm.reply_text("Nothing.")
     await env.send("what do you know?", mention_bot=True)
 
@@ -253,7 +253,7 @@ async def test_forget_me_is_not_undone_by_a_later_back_fill(kioku: KiokuHarness)
     assert done.content is not None and "1 cached message" in done.content
     await env.send("I am back and I like tea", author=leaver)
 
-    bot.memory.windows = WindowCache(per_channel=bot.settings.stm.raw_window)  # a restart
+    bot.memory._state.windows = WindowCache(per_channel=bot.settings.stm.raw_window)  # a restart
     kioku.llm.reply_text("ok")
     await env.send("anything new?", mention_bot=True)
 
@@ -314,7 +314,7 @@ async def test_a_part_sent_across_a_refresh_is_not_read_back_after_a_restart(
     await _refresh_between_two_parts(kioku, monkeypatch)
 
     bot = kioku.bot
-    bot.memory.windows = WindowCache(per_channel=bot.settings.stm.raw_window)  # a restart
+    bot.memory._state.windows = WindowCache(per_channel=bot.settings.stm.raw_window)  # a restart
     kioku.llm.reply_text("ok")
     await kioku.env.send("what do you know?", mention_bot=True)
     assert "HERON" not in prompt_text(kioku.llm)

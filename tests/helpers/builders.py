@@ -10,9 +10,9 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from bot.config import Settings
 from bot.memory.longterm import LongTermService
-from bot.memory.service import LabelFor, MemoryService, PreparedTurn
+from bot.memory.service import MemoryService
 from bot.memory.spool import DurableSpool
-from bot.memory.turn import TurnState
+from bot.memory.turn import LabelFor, PreparedTurn, TurnStart, TurnState
 from bot.vocabulary.model import RawMessage
 from tests.helpers.faults import outage
 
@@ -103,7 +103,9 @@ async def prepare(
 ) -> PreparedTurn:
     """A turn of ``user`` in the test guild's ``channel``, prepared as a message would."""
     return await service.prepare_turn(
-        channel_id=channel, user_id=user, guild_id=GUILD, bot_user_id=BOT, label_for=label_for
+        TurnStart(
+            channel_id=channel, user_id=user, guild_id=GUILD, bot_user_id=BOT, label_for=label_for
+        )
     )
 
 

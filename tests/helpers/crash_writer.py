@@ -34,6 +34,7 @@ from bot.config import Settings, load_settings
 from bot.db.engine import Database
 from bot.memory.service import MemoryService
 from bot.memory.spool import DurableSpool, count_pending, spool_path
+from bot.memory.turn import TurnStart
 
 GUILD = 42
 USER = 7
@@ -74,7 +75,7 @@ async def write(args: argparse.Namespace) -> None:
     channels = [FIRST_CHANNEL + c for c in range(args.channels)]
     for channel in channels:
         prepared = await memory.prepare_turn(
-            channel_id=channel, user_id=USER, guild_id=GUILD, bot_user_id=1
+            TurnStart(channel_id=channel, user_id=USER, guild_id=GUILD, bot_user_id=1)
         )
         if not prepared.turn.storage_available:
             raise SystemExit("crash_writer: WARM needs the database up")
@@ -86,11 +87,13 @@ async def write(args: argparse.Namespace) -> None:
         channel = channels[i % len(channels)]
         message_id = args.first_id + i
         prepared = await memory.prepare_turn(
-            channel_id=channel,
-            user_id=USER,
-            guild_id=GUILD,
-            bot_user_id=1,
-            source_message_id=message_id,
+            TurnStart(
+                channel_id=channel,
+                user_id=USER,
+                guild_id=GUILD,
+                bot_user_id=1,
+                source_message_id=message_id,
+            )
         )
         result = await memory.update_stm(prepared.turn, summary=f"update {message_id}")
         if result.ok:

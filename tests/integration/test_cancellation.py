@@ -131,7 +131,7 @@ async def test_a_write_built_on_a_cancelled_turns_queued_write_commits_after_it(
     # ... when a turn's write of this channel queues behind it, and the turn is cancelled.
     writing = asyncio.create_task(service.update_stm((await prepare(service)).turn, summary="v2"))
     await callbacks_already_scheduled()
-    assert len(service._commits._queue) == 1  # queued, not yet sent
+    assert len(service._writer._commits._queue) == 1  # queued, not yet sent
     writing.cancel()
     with pytest.raises(asyncio.CancelledError):
         await writing

@@ -91,9 +91,10 @@ from bot.db.notify import NOTIFY_CHANNEL, CacheListener
 from bot.db.repositories import stm as stm_repo
 from bot.db.storage import MemoryUnavailable, database_answered, faults
 from bot.memory import commit as commit_module
-from bot.memory import service as service_module
-from bot.memory.service import MemoryService, PreparedTurn
+from bot.memory import wipes as wipes_module
+from bot.memory.service import MemoryService
 from bot.memory.spool import DurableSpool, spool_path
+from bot.memory.turn import PreparedTurn
 from bot.vocabulary.model import Category, GuildConfig, RawMessage, ScopeKey, StmEntry
 from tests.helpers.builders import (
     ALICE,
@@ -219,9 +220,9 @@ def instrument(service: MemoryService, on_build: Callable[[Op], None]) -> None:
             locks[channel_id] = WatchedLock()
         return locks[channel_id]
 
-    service._lock = lock  # type: ignore[method-assign]
+    service._state.locks = lock
 
-    flight = service._entry_flight
+    flight = service._reader._entry_flight
     run = flight.run
 
     async def joined(key: Any, load: Callable[[], Awaitable[Any]]) -> Any:
@@ -238,7 +239,7 @@ def instrument(service: MemoryService, on_build: Callable[[Op], None]) -> None:
 
     flight.run = joined  # type: ignore[method-assign]
 
-    persist = service._persist
+    persist = service._writer._persist
 
     async def gated_persist(entries: Any, events: Any, before: Any, turn: Any) -> Any:
         op = CURRENT.get()
@@ -256,9 +257,9 @@ def instrument(service: MemoryService, on_build: Callable[[Op], None]) -> None:
         await gate("persist")
         return await persist(entries, events, before, turn)
 
-    service._persist = gated_persist  # type: ignore[method-assign]
+    service._writer._persist = gated_persist  # type: ignore[method-assign]
 
-    read_config = service.guild_config
+    read_config = service._state.guilds.config
 
     async def watched_config(guild_id: int | None) -> GuildConfig:
         config = await read_config(guild_id)
@@ -267,7 +268,7 @@ def instrument(service: MemoryService, on_build: Callable[[Op], None]) -> None:
             op.meta["config"] = config
         return config
 
-    service.guild_config = watched_config  # type: ignore[method-assign]
+    service._state.guilds.config = watched_config  # type: ignore[method-assign]
 
 
 # Outages are modelled (a fault plan refuses a process's sessions); a real one
@@ -280,7 +281,7 @@ REAL_TIMEOUT_SECONDS = 120.0
 
 
 def patch_repositories(monkeypatch: pytest.MonkeyPatch) -> None:
-    for module in (storage, commit_module, service_module):
+    for module in (storage, commit_module, wipes_module):
         monkeypatch.setattr(module, "DB_TIMEOUT_SECONDS", REAL_TIMEOUT_SECONDS)
     load_entry = stm_repo.load_entry
     lock_channels = stm_repo.lock_channels
@@ -817,7 +818,7 @@ class Scenario:
         async def call(write: Write) -> Any:
             config = await proc.service.guild_config(GUILD)
             shown = await proc.service.entry(key)
-            epoch, opened = proc.service.epoch(channel), self.clock.now()
+            epoch, opened = proc.service.channel_epoch(channel), self.clock.now()
             write.started_at = opened
             await gate("form")
             payload = self._payload(config, write.text, shape)

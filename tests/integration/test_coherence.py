@@ -29,7 +29,7 @@ from bot.db.storage import faults
 from bot.memory.change import REASON_CATEGORIES_CHANGED
 from bot.memory.service import MemoryService
 from bot.memory.spool import DurableSpool, spool_path
-from bot.memory.turn import REASON_CLEARED
+from bot.memory.turn import REASON_CLEARED, TurnStart
 from bot.urls import async_database_url
 from bot.vocabulary.model import Category, ScopeKey
 from tests.helpers.builders import (
@@ -101,7 +101,7 @@ async def two(
 
 async def write(process: Process, summary: str, user: int = ALICE) -> str:
     prepared = await process.memory.prepare_turn(
-        channel_id=CHANNEL, user_id=user, guild_id=GUILD, bot_user_id=BOT
+        TurnStart(channel_id=CHANNEL, user_id=user, guild_id=GUILD, bot_user_id=BOT)
     )
     return str(await process.memory.update_stm(prepared.turn, summary=summary))
 
@@ -128,7 +128,7 @@ async def test_a_clear_elsewhere_stops_an_in_flight_turn_here(
     await a.next_notice()
     in_flight = (
         await b.memory.prepare_turn(
-            channel_id=CHANNEL, user_id=BOB, guild_id=GUILD, bot_user_id=BOT
+            TurnStart(channel_id=CHANNEL, user_id=BOB, guild_id=GUILD, bot_user_id=BOT)
         )
     ).turn
     await a.memory.clear_channel(CHANNEL, guild_id=GUILD, actor_user_id=ALICE)
@@ -233,7 +233,7 @@ async def test_two_bot_instances_share_one_database_coherently(
         assert (await second.memory.entry(KEY)).summary == ""
         turn = (
             await first.memory.prepare_turn(
-                channel_id=CHANNEL, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT
+                TurnStart(channel_id=CHANNEL, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT)
             )
         ).turn
         assert (await first.memory.update_stm(turn, summary="from bot one")).ok
@@ -270,17 +270,19 @@ async def test_a_memory_written_elsewhere_reaches_other_channels_here(
 
     async def others_seen_by_b() -> list[str]:
         prepared = await b.memory.prepare_turn(
-            channel_id=CHANNEL,
-            user_id=BOB,
-            guild_id=GUILD,
-            bot_user_id=BOT,
-            label_for=lambda entry: f"#{entry.key.channel_id}",
+            TurnStart(
+                channel_id=CHANNEL,
+                user_id=BOB,
+                guild_id=GUILD,
+                bot_user_id=BOT,
+                label_for=lambda entry: f"#{entry.key.channel_id}",
+            )
         )
         return [o.entry.summary for o in prepared.prompt.others if o.entry is not None]
 
     assert await others_seen_by_b() == []
     prepared = await a.memory.prepare_turn(
-        channel_id=OTHER_CHANNEL, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT
+        TurnStart(channel_id=OTHER_CHANNEL, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT)
     )
     await a.memory.update_stm(prepared.turn, summary="news in the other channel")
     assert (await b.next_notice())["t"] == "stm"
@@ -549,7 +551,9 @@ async def test_a_read_overtaken_on_every_retry_is_used_once_and_not_cached(
 ) -> None:
     a = make_service(db.sessions, settings, ManualClock())
     turn = (
-        await a.prepare_turn(channel_id=CHANNEL, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT)
+        await a.prepare_turn(
+            TurnStart(channel_id=CHANNEL, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT)
+        )
     ).turn
     assert (await a.update_stm(turn, summary="v1")).ok
     b = make_service(own_sessions(db), settings, ManualClock())
@@ -619,7 +623,9 @@ async def test_a_forget_me_made_elsewhere_is_not_served_stale_while_the_listener
     key = ScopeKey.server(GUILD, CHANNEL)
     try:
         turn = (
-            await a.prepare_turn(channel_id=CHANNEL, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT)
+            await a.prepare_turn(
+                TurnStart(channel_id=CHANNEL, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT)
+            )
         ).turn
         assert (await a.update_stm(turn, summary="Alice's secret plan")).ok
         await b.next_notice()
@@ -678,7 +684,7 @@ async def next_of(process: Process, kind: str) -> Notice:
 async def category_write(process: Process, values: dict[str, str], user: int = ALICE) -> bool:
     turn = (
         await process.memory.prepare_turn(
-            channel_id=CHANNEL, user_id=user, guild_id=GUILD, bot_user_id=BOT
+            TurnStart(channel_id=CHANNEL, user_id=user, guild_id=GUILD, bot_user_id=BOT)
         )
     ).turn
     return (await process.memory.update_stm(turn, categories=values)).ok
@@ -816,7 +822,7 @@ async def test_a_turn_in_flight_cannot_write_the_old_category_schema_over_a_summ
     # B's turn starts while the guild is in category mode (the model is offered `goals`).
     in_flight = (
         await b.memory.prepare_turn(
-            channel_id=CHANNEL, user_id=BOB, guild_id=GUILD, bot_user_id=BOT
+            TurnStart(channel_id=CHANNEL, user_id=BOB, guild_id=GUILD, bot_user_id=BOT)
         )
     ).turn
     # Meanwhile the admin (served by A) goes back to summary mode, and A's turn writes one.
@@ -850,10 +856,10 @@ async def test_categories_changed_while_a_write_waits_for_the_channel_lock(
     await next_of(b, "guild")
     in_flight = (
         await b.memory.prepare_turn(
-            channel_id=CHANNEL, user_id=BOB, guild_id=GUILD, bot_user_id=BOT
+            TurnStart(channel_id=CHANNEL, user_id=BOB, guild_id=GUILD, bot_user_id=BOT)
         )
     ).turn
-    lock = b.memory._lock(CHANNEL)
+    lock = b.memory._state.locks(CHANNEL)
     async with lock:  # the channel's lock is busy
         task = asyncio.create_task(
             b.memory.update_stm(in_flight, categories={"decisions": "ship on friday"})

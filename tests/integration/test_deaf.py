@@ -21,6 +21,7 @@ from bot.db.models import ShortTermMemory
 from bot.db.storage import database_answered, faults
 from bot.memory.service import MemoryService
 from bot.memory.spool import DurableSpool, PendingChanges, inspect_spool, spool_path
+from bot.memory.turn import TurnStart
 from bot.vocabulary.model import ScopeKey
 from tests.helpers.builders import (
     ALICE,
@@ -57,16 +58,16 @@ async def test_the_cadence_still_counts_while_the_listener_is_down(
     db: Database, settings: Settings
 ) -> None:
     """Deaf, every turn re-hydrates the row (turns_since_refresh as last persisted) and
-    puts it over the cached entry that record_bot_turn counted on: the nudge (and the
+    puts it over the cached entry that finish_turn counted on: the nudge (and the
     automatic summary of tool-less providers) never comes while the listener is down."""
     service = make_service(db.sessions, settings, ManualClock())
     assert (await service.update_stm(await turn_for(service), summary="warm")).ok
     cadence = (await service.guild_config(GUILD)).refresh_cadence
     service.listener_lost()
     for _ in range(cadence):
-        service.record_bot_turn(await turn_for(service))
+        service.finish_turn(await turn_for(service))
     prepared = await service.prepare_turn(
-        channel_id=CHANNEL, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT
+        TurnStart(channel_id=CHANNEL, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT)
     )
     assert prepared.entry.turns_since_refresh >= cadence, prepared.entry.turns_since_refresh
 
@@ -121,13 +122,13 @@ async def test_an_opt_out_is_not_undone_by_joining_an_older_read_while_deaf(
     await read.reached()  # that read saw True
     await service.set_cross_context_opt_in(ALICE, False)  # the user opts out (returned)
     joined = asyncio.Event()
-    real_run = service._guilds._opt_in_flight.run
+    real_run = service._state.guilds._opt_in_flight.run
 
     async def run(key: int, load: Any) -> bool:
         joined.set()  # real_run takes the in-flight future before its first await
         return await real_run(key, load)
 
-    service._guilds._opt_in_flight.run = run  # type: ignore[method-assign]
+    service._state.guilds._opt_in_flight.run = run  # type: ignore[method-assign]
     later = asyncio.create_task(service.cross_context_opt_in(ALICE))  # asked after it
     await joined.wait()
     read.release()
@@ -353,11 +354,13 @@ async def test_deaf_with_the_database_down_only_messages_sent_since_are_shown(
     question = message(BOB, "anyone there?", at=EPOCH + timedelta(seconds=9))
     b.observe_message(CHANNEL, question)
     first = await b.prepare_turn(
-        channel_id=CHANNEL,
-        user_id=BOB,
-        guild_id=GUILD,
-        bot_user_id=BOT,
-        source_message_id=question.message_id,
+        TurnStart(
+            channel_id=CHANNEL,
+            user_id=BOB,
+            guild_id=GUILD,
+            bot_user_id=BOT,
+            source_message_id=question.message_id,
+        )
     )
     assert [m.content for m in first.prompt.window] == ["anyone there?"]
     clock.advance(seconds=10)
@@ -441,7 +444,7 @@ async def test_words_forgotten_between_two_outages_do_not_reach_a_summary(
     clock = ManualClock()
     b = await _deaf_with_alice_forgotten_between_two_outages(db, settings, clock, gap=60)
     spool = DurableSpool(spool_path(tmp_path))
-    b.spool = spool
+    b._state.spool = spool
     spool.notice_origin = b.instance_id
     llm.reply_text("Alice lives at 12 Elm St.")
     outcome = await Summarizer(b, openai_client(llm), settings).summarize(

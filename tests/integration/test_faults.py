@@ -37,6 +37,7 @@ from bot.memory.spool import (
     inspect_spool,
     spool_path,
 )
+from bot.memory.turn import TurnStart
 from tests.conftest import Figures
 from tests.helpers.bot import start_kioku, stop_kioku
 from tests.helpers.builders import (
@@ -450,11 +451,13 @@ async def test_a_hung_database_costs_one_timeout_not_one_per_read(
     service.observe_message(CHANNEL, question)
     before = len(without_probes(plan.met))
     prepared = await service.prepare_turn(
-        channel_id=CHANNEL,
-        user_id=ALICE,
-        guild_id=GUILD,
-        bot_user_id=BOT,
-        source_message_id=question.message_id,
+        TurnStart(
+            channel_id=CHANNEL,
+            user_id=ALICE,
+            guild_id=GUILD,
+            bot_user_id=BOT,
+            source_message_id=question.message_id,
+        )
     )
     shown = prepared.entry.summary
     second = await service.update_stm(prepared.turn, summary="later in the outage")

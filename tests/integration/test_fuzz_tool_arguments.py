@@ -32,7 +32,7 @@ from bot.db.models import ShortTermMemory
 from bot.llm.tools.base import ToolArgumentError
 from bot.memory.sanitize import sanitize_value
 from bot.memory.service import MemoryService
-from bot.memory.turn import TurnState
+from bot.memory.turn import TurnStart, TurnState
 from bot.vocabulary.model import Category, GuildConfig
 from tests.helpers.builders import ALICE, BOB, BOT, CHANNEL, GUILD, ManualClock
 from tests.helpers.fuzz import (
@@ -270,7 +270,9 @@ async def test_tool_arguments_never_escape_and_only_clean_values_are_stored(
     raw = data.draw(RAW_ARGUMENTS[guild == CATEGORY_GUILD], label="raw arguments")
     before = await read_rows(db)
     prepared = await service.prepare_turn(
-        channel_id=channel, user_id=user, guild_id=guild, bot_user_id=BOT, model="fuzz-model"
+        TurnStart(
+            channel_id=channel, user_id=user, guild_id=guild, bot_user_id=BOT, model="fuzz-model"
+        )
     )
     turn = prepared.turn
 
@@ -334,10 +336,10 @@ async def test_hostile_values_reaching_the_service_are_stored_clean(
             summary=summary,
             categories=categories,
         )
-        turn = TurnState(channel, ALICE, guild, config, service.epoch(channel))
+        turn = TurnState(channel, ALICE, guild, config, service.channel_epoch(channel))
     else:
         prepared = await service.prepare_turn(
-            channel_id=channel, user_id=ALICE, guild_id=guild, bot_user_id=BOT
+            TurnStart(channel_id=channel, user_id=ALICE, guild_id=guild, bot_user_id=BOT)
         )
         turn = prepared.turn
         result = await service.update_stm(turn, summary=summary, categories=categories)
@@ -366,7 +368,7 @@ async def test_a_tool_call_and_an_admin_edit_store_the_same_text(
     except ToolArgumentError:
         assume(False)  # blank: the tool refuses what an admin edit may not
     prepared = await service.prepare_turn(
-        channel_id=CHANNEL, user_id=ALICE, guild_id=SUMMARY_GUILD, bot_user_id=BOT
+        TurnStart(channel_id=CHANNEL, user_id=ALICE, guild_id=SUMMARY_GUILD, bot_user_id=BOT)
     )
     by_model = await run_stm_tool(service, prepared.turn, raw)
     by_admin = await service.admin_edit(

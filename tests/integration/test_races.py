@@ -14,7 +14,7 @@ from bot.db.repositories import stm as stm_repo
 from bot.db.storage import faults
 from bot.memory.service import MemoryService
 from bot.memory.spool import DurableSpool, spool_path
-from bot.memory.turn import REASON_CLEARED
+from bot.memory.turn import REASON_CLEARED, TurnStart
 from bot.vocabulary.model import ScopeKey
 from tests.helpers.builders import (
     ALICE,
@@ -42,7 +42,7 @@ async def test_fifty_concurrent_turns_write_at_most_once_each_and_cache_equals_d
     turns = [
         (
             await service.prepare_turn(
-                channel_id=CHANNEL, user_id=user, guild_id=GUILD, bot_user_id=BOT
+                TurnStart(channel_id=CHANNEL, user_id=user, guild_id=GUILD, bot_user_id=BOT)
             )
         ).turn
         for user in users
@@ -86,7 +86,7 @@ async def test_clears_interleaved_with_writes_never_leave_a_row_behind(
     for round_ in range(20):
         turn = (
             await service.prepare_turn(
-                channel_id=CHANNEL, user_id=BOB, guild_id=GUILD, bot_user_id=BOT
+                TurnStart(channel_id=CHANNEL, user_id=BOB, guild_id=GUILD, bot_user_id=BOT)
             )
         ).turn
         await asyncio.gather(
@@ -108,12 +108,14 @@ async def test_a_stale_write_sharing_a_group_commit_fails_alone(
     turns = []
     for channel in channels:
         prepared = await second.prepare_turn(
-            channel_id=channel, user_id=BOB, guild_id=GUILD, bot_user_id=BOT
+            TurnStart(channel_id=channel, user_id=BOB, guild_id=GUILD, bot_user_id=BOT)
         )
         turns.append(prepared.turn)
     # Another process moves the first channel on after `second` cached it.
     other = (
-        await first.prepare_turn(channel_id=CHANNEL, user_id=BOB, guild_id=GUILD, bot_user_id=BOT)
+        await first.prepare_turn(
+            TurnStart(channel_id=CHANNEL, user_id=BOB, guild_id=GUILD, bot_user_id=BOT)
+        )
     ).turn
     assert (await first.update_stm(other, summary="newer elsewhere")).ok
     results = await asyncio.gather(
@@ -150,7 +152,7 @@ async def test_forget_me_racing_a_write_in_flight_leaves_nothing_behind(
     service = make_service(db.sessions, settings, ManualClock())
     turn = (
         await service.prepare_turn(
-            channel_id=CHANNEL, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT
+            TurnStart(channel_id=CHANNEL, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT)
         )
     ).turn
 
@@ -174,7 +176,9 @@ async def test_a_turn_reading_a_forgotten_users_messages_cannot_store_them(
     service = make_service(db.sessions, settings, ManualClock())
     service.observe_message(CHANNEL, message(ALICE, "my door code is 4471"))
     bob_turn = (
-        await service.prepare_turn(channel_id=CHANNEL, user_id=BOB, guild_id=GUILD, bot_user_id=BOT)
+        await service.prepare_turn(
+            TurnStart(channel_id=CHANNEL, user_id=BOB, guild_id=GUILD, bot_user_id=BOT)
+        )
     ).turn  # Bob's prompt now holds Alice's message
 
     await service.forget_user(ALICE)
@@ -191,7 +195,7 @@ async def test_a_refresh_during_the_other_channels_load_is_not_undone(
     wrote = await writer.update_stm(
         (
             await writer.prepare_turn(
-                channel_id=OTHER_CHANNEL, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT
+                TurnStart(channel_id=OTHER_CHANNEL, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT)
             )
         ).turn,
         summary="wiped secret",
@@ -201,11 +205,13 @@ async def test_a_refresh_during_the_other_channels_load_is_not_undone(
     loaded = faults(service.sessions).hang("loading a guild's memories", at="end", times=1)
     turn = asyncio.create_task(
         service.prepare_turn(
-            channel_id=CHANNEL,
-            user_id=BOB,
-            guild_id=GUILD,
-            bot_user_id=BOT,
-            label_for=lambda entry: "#other",
+            TurnStart(
+                channel_id=CHANNEL,
+                user_id=BOB,
+                guild_id=GUILD,
+                bot_user_id=BOT,
+                label_for=lambda entry: "#other",
+            )
         )
     )
     await loaded.reached()  # the /refresh lands while these rows are on their way
@@ -227,10 +233,12 @@ async def test_a_full_group_commit_with_real_snowflakes_is_saved_not_spooled(
     turns = [
         (
             await service.prepare_turn(
-                channel_id=first_channel + n,
-                user_id=first_user + n,
-                guild_id=guild,
-                bot_user_id=BOT,
+                TurnStart(
+                    channel_id=first_channel + n,
+                    user_id=first_user + n,
+                    guild_id=guild,
+                    bot_user_id=BOT,
+                )
             )
         ).turn
         for n in range(100)
@@ -254,13 +262,17 @@ async def test_a_refresh_in_another_process_refuses_a_turn_that_started_before_i
     a, b = make_service(db.sessions, settings, clock), make_service(db.sessions, settings, clock)
     seeded = await a.update_stm(
         (
-            await a.prepare_turn(channel_id=CHANNEL, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT)
+            await a.prepare_turn(
+                TurnStart(channel_id=CHANNEL, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT)
+            )
         ).turn,
         summary="the plan before the refresh",
     )
     assert seeded.ok
     turn = (
-        await b.prepare_turn(channel_id=CHANNEL, user_id=BOB, guild_id=GUILD, bot_user_id=BOT)
+        await b.prepare_turn(
+            TurnStart(channel_id=CHANNEL, user_id=BOB, guild_id=GUILD, bot_user_id=BOT)
+        )
     ).turn
     clock.advance(seconds=5)
     await a.clear_channel(CHANNEL, guild_id=GUILD, actor_user_id=ALICE)
@@ -271,7 +283,9 @@ async def test_a_refresh_in_another_process_refuses_a_turn_that_started_before_i
     assert (result.ok, result.reason) == (False, REASON_CLEARED)
     assert await rows_of(db) == []
     later = (
-        await b.prepare_turn(channel_id=CHANNEL, user_id=BOB, guild_id=GUILD, bot_user_id=BOT)
+        await b.prepare_turn(
+            TurnStart(channel_id=CHANNEL, user_id=BOB, guild_id=GUILD, bot_user_id=BOT)
+        )
     ).turn
     assert (await b.update_stm(later, summary="a new start")).ok  # turns after it may write
 
@@ -284,7 +298,7 @@ async def test_a_clear_and_writes_from_two_processes_never_leave_a_pre_clear_row
     turns = [
         (
             await b.prepare_turn(
-                channel_id=CHANNEL, user_id=1000 + n, guild_id=GUILD, bot_user_id=BOT
+                TurnStart(channel_id=CHANNEL, user_id=1000 + n, guild_id=GUILD, bot_user_id=BOT)
             )
         ).turn
         for n in range(20)
@@ -307,7 +321,7 @@ async def test_a_forget_me_during_a_hydration_is_not_undone_by_it(
     service = make_service(db.sessions, settings, ManualClock())
     turn = (
         await service.prepare_turn(
-            channel_id=CHANNEL, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT
+            TurnStart(channel_id=CHANNEL, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT)
         )
     ).turn
     assert (await service.update_stm(turn, summary="Alice's secret plans")).ok
@@ -332,7 +346,9 @@ async def test_a_write_of_another_process_that_missed_the_forget_me_notice_is_re
     clock = ManualClock()
     a, b = make_service(db.sessions, settings, clock), make_service(db.sessions, settings, clock)
     b_turn = (
-        await b.prepare_turn(channel_id=CHANNEL, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT)
+        await b.prepare_turn(
+            TurnStart(channel_id=CHANNEL, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT)
+        )
     ).turn
     clock.advance(seconds=1)
     await a.forget_user(ALICE)
@@ -350,7 +366,9 @@ async def test_a_forget_me_heard_by_notice_queues_behind_this_processs_spooled_w
     spool = DurableSpool(spool_path(tmp_path))
     b = make_service(db.sessions, settings, ManualClock(), spool=spool)
     turn = (
-        await b.prepare_turn(channel_id=CHANNEL, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT)
+        await b.prepare_turn(
+            TurnStart(channel_id=CHANNEL, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT)
+        )
     ).turn
     spool.append([], [])  # something older waits: B's next write queues behind it
     assert str(await b.update_stm(turn, summary="Alice's words")) == "saved, pending sync"

@@ -40,7 +40,7 @@ from bot.memory.spool import (
     spool_path,
 )
 from bot.memory.spool_file import SpoolFile
-from bot.memory.turn import REASON_CLEARED
+from bot.memory.turn import REASON_CLEARED, TurnStart
 from bot.vocabulary.model import Category, Provenance, ScopeKey, StmEntry
 from tests.helpers.builders import (
     ALICE,
@@ -636,7 +636,7 @@ async def test_a_replayed_forget_me_clears_what_an_earlier_replay_set_aside(
     db: Database, settings: Settings, tmp_path: Path
 ) -> None:
     """A forget queued in the spool without the command's own clean-up (queued behind a
-    spooled write of the user's, see MemoryService._on_forget) removes the user's
+    spooled write of the user's, see Notices._on_forget) removes the user's
     set-aside records when it is replayed."""
     spool = DurableSpool(spool_path(tmp_path))
     service = make_service(db.sessions, settings, ManualClock(), spool=spool)
@@ -810,7 +810,7 @@ async def test_a_refresh_still_in_the_spool_after_a_restart_does_not_bring_the_m
     )
     assert restarted.pending_sync == 1
     prepared = await restarted.prepare_turn(
-        channel_id=CHANNEL, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT
+        TurnStart(channel_id=CHANNEL, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT)
     )
     assert prepared.entry.summary == ""  # the wiped memory is not in the prompt
 
@@ -904,7 +904,7 @@ async def test_a_forget_me_still_in_the_spool_after_a_restart_does_not_bring_the
     )
     assert restarted.pending_sync == 1
     prepared = await restarted.prepare_turn(
-        channel_id=CHANNEL, user_id=BOB, guild_id=GUILD, bot_user_id=BOT
+        TurnStart(channel_id=CHANNEL, user_id=BOB, guild_id=GUILD, bot_user_id=BOT)
     )
     assert "Alice's diary" not in prepared.entry.summary
 
@@ -945,7 +945,9 @@ async def test_a_late_write_refused_by_a_forget_heard_leaves_nothing_of_theirs_c
     spool = DurableSpool(spool_path(tmp_path))
     b = make_service(own_sessions(db), settings, clock, spool=spool)
     # Alice's memory in another channel of the guild (written while the DB is up).
-    other = await b.prepare_turn(channel_id=OTHER, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT)
+    other = await b.prepare_turn(
+        TurnStart(channel_id=OTHER, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT)
+    )
     assert (await b.update_stm(other.turn, summary="Alice's secret plan")).ok
     clock.advance(seconds=1)
     # Bob's turn here is shown Alice's memory (other channels); its write lists her.
@@ -993,7 +995,7 @@ async def test_a_refresh_heard_by_notice_stays_applied_after_a_restart(
         db.sessions, settings, ManualClock(), spool=DurableSpool(spool_path(tmp_path))
     )
     prepared = await restarted.prepare_turn(
-        channel_id=CHANNEL, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT
+        TurnStart(channel_id=CHANNEL, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT)
     )
     assert prepared.entry.summary == ""  # the wiped text is not in the prompt
 
@@ -1647,7 +1649,7 @@ async def test_a_wipe_read_from_the_database_while_deaf_blanks_the_spooled_copy_
     assert "Alice's plan" not in str(last.prompt)
     # Recorded in the spool: a restart before the replay does not show the copy again.
     spool.close()
-    spool = a.spool = DurableSpool(spool_path(tmp_path / "a"))
+    spool = a._state.spool = DurableSpool(spool_path(tmp_path / "a"))
     spool.notice_origin = a.instance_id
     reopened = spool.latest(last.turn.channel_key)
     assert reopened is not None and reopened.summary == ""

@@ -29,6 +29,7 @@ from bot.memory.turn import (
     REASON_EXPLICIT_INTENT,
     REASON_PROVIDER,
     REASON_STORAGE,
+    TurnStart,
     TurnState,
 )
 from bot.vocabulary.model import AuditEvent, Category, ScopeKey
@@ -70,12 +71,14 @@ async def start_turn(
     **options: Any,
 ) -> TurnState:
     prepared = await service.prepare_turn(
-        channel_id=channel,
-        user_id=user,
-        guild_id=guild,
-        bot_user_id=BOT,
-        model="test-model",
-        **options,
+        TurnStart(
+            channel_id=channel,
+            user_id=user,
+            guild_id=guild,
+            bot_user_id=BOT,
+            model="test-model",
+            **options,
+        )
     )
     return prepared.turn
 
@@ -148,7 +151,7 @@ async def test_cache_is_mutated_before_the_row_is_written(
 
 async def test_update_resets_the_cadence_counters(service: MemoryService, db: Database) -> None:
     for _ in range(3):
-        service.record_bot_turn(await start_turn(service))
+        service.finish_turn(await start_turn(service))
     assert (await service.entry(SERVER_KEY)).turns_since_refresh == 3
     turn = await start_turn(service)
     await service.update_stm(turn, summary="reset")
@@ -156,7 +159,7 @@ async def test_update_resets_the_cadence_counters(service: MemoryService, db: Da
     assert (entry.turns_since_refresh, entry.last_refreshed_turn) == (0, 1)
     server = (await rows(db))[0]
     assert (server.turns_since_refresh, server.last_refreshed_turn) == (0, 1)
-    service.record_bot_turn(turn)  # the updating turn itself does not count
+    service.finish_turn(turn)  # the updating turn itself does not count
     assert entry.turns_since_refresh == 0
 
 
@@ -166,7 +169,7 @@ async def test_turn_counts_are_saved_and_a_restart_keeps_counting_from_them(
     await service.update_stm(await start_turn(service), summary="the plan")
     updated_at = (await rows(db))[0].updated_at
     for _ in range(3):
-        service.record_bot_turn(await start_turn(service))
+        service.finish_turn(await start_turn(service))
     assert [r.turns_since_refresh for r in await rows(db)] == [0, 0]  # a turn never waits
 
     assert await service.save_turn_counts() == 1  # the channel's row
@@ -178,9 +181,9 @@ async def test_turn_counts_are_saved_and_a_restart_keeps_counting_from_them(
     restarted = make_service(db.sessions, settings, clock)
     assert (await restarted.entry(SERVER_KEY)).turns_since_refresh == 3
     for _ in range(2):  # the cadence (5) comes due where it would have without the restart
-        restarted.record_bot_turn(await start_turn(restarted))
+        restarted.finish_turn(await start_turn(restarted))
     prepared = await restarted.prepare_turn(
-        channel_id=CHANNEL, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT
+        TurnStart(channel_id=CHANNEL, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT)
     )
     assert prepared.prompt.nudge_new_messages is not None
 
@@ -189,7 +192,7 @@ async def test_a_turn_count_saved_after_a_write_leaves_the_write_s_own(
     service: MemoryService, db: Database, settings: Settings, clock: ManualClock
 ) -> None:
     await service.update_stm(await start_turn(service), summary="first")
-    service.record_bot_turn(await start_turn(service))
+    service.finish_turn(await start_turn(service))
     # Another process writes the channel (its version 2, its count 0); this one has not
     # heard of it yet when it saves the count it made on version 1.
     other = make_service(db.sessions, settings, clock)
@@ -204,11 +207,11 @@ async def test_turn_counts_that_could_not_be_saved_are_saved_next_time(
     service: MemoryService, db: Database
 ) -> None:
     await service.update_stm(await start_turn(service), summary="the plan")
-    service.record_bot_turn(await start_turn(service))
+    service.finish_turn(await start_turn(service))
     async with outage(service.sessions):
         with pytest.raises(MemoryUnavailable):
             await service.save_turn_counts()
-    service.record_bot_turn(await start_turn(service))
+    service.finish_turn(await start_turn(service))
 
     assert await service.save_turn_counts() == 1
 
@@ -495,7 +498,7 @@ async def test_a_warm_turn_makes_zero_database_queries(
     with count_statements(db.engine) as counter:
         for user in (ALICE, BOB):
             turn = await start_turn(service, user=user, label_for=lambda e: "#other")
-            service.record_bot_turn(turn)
+            service.finish_turn(turn)
     assert counter.count == 0, counter.statements
 
 
@@ -545,7 +548,7 @@ async def test_the_cadence_resets_only_when_the_write_is_saved(
     # persisted leaves the counters as they were (the nudge keeps coming).
     await service.update_stm(await start_turn(service), summary="before the outage")
     for _ in range(3):
-        service.record_bot_turn(await start_turn(service))
+        service.finish_turn(await start_turn(service))
     turn = await start_turn(service)
     before = service.cache.get(SERVER_KEY)
     assert before is not None
@@ -665,13 +668,13 @@ async def test_nudge_is_due_at_the_cadence_and_counts_new_messages(
     for text_ in ("two", "three", "four"):
         service.observe_message(CHANNEL, message(BOB, text_))
     prepared = await service.prepare_turn(
-        channel_id=CHANNEL, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT
+        TurnStart(channel_id=CHANNEL, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT)
     )
     assert prepared.prompt.nudge_new_messages is None
-    service.record_bot_turn(prepared.turn)
-    service.record_bot_turn(prepared.turn)
+    service.finish_turn(prepared.turn)
+    service.finish_turn(prepared.turn)
     prepared = await service.prepare_turn(
-        channel_id=CHANNEL, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT
+        TurnStart(channel_id=CHANNEL, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT)
     )
     assert prepared.prompt.nudge_new_messages == 3
 
@@ -684,11 +687,13 @@ async def test_other_channels_are_shown_only_when_the_caller_allows(
     await service.update_stm(await start_turn(service, channel=private), summary="secret")
     labels = {OTHER_CHANNEL: "#general", private: None}
     prepared = await service.prepare_turn(
-        channel_id=CHANNEL,
-        user_id=ALICE,
-        guild_id=GUILD,
-        bot_user_id=BOT,
-        label_for=lambda entry: labels[entry.key.channel_id],
+        TurnStart(
+            channel_id=CHANNEL,
+            user_id=ALICE,
+            guild_id=GUILD,
+            bot_user_id=BOT,
+            label_for=lambda entry: labels[entry.key.channel_id],
+        )
     )
     assert [(o.label, o.entry.summary) for o in prepared.prompt.others if o.entry] == [
         ("#general", "public")
@@ -703,11 +708,13 @@ async def test_dm_shows_server_memories_only_after_opt_in(
 
     async def dm_others(svc: MemoryService) -> list[str]:
         prepared = await svc.prepare_turn(
-            channel_id=dm_channel,
-            user_id=ALICE,
-            guild_id=None,
-            bot_user_id=BOT,
-            label_for=lambda entry: "#general in Guild",
+            TurnStart(
+                channel_id=dm_channel,
+                user_id=ALICE,
+                guild_id=None,
+                bot_user_id=BOT,
+                label_for=lambda entry: "#general in Guild",
+            )
         )
         return [o.entry.summary for o in prepared.prompt.others if o.entry]
 
@@ -731,7 +738,13 @@ async def test_other_channels_are_the_most_recently_updated_ones(
     await start_turn(restarted, channel=channels[0], label_for=lambda e: "#x")  # an old one
 
     prepared = await restarted.prepare_turn(
-        channel_id=999_999, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT, label_for=lambda e: "#x"
+        TurnStart(
+            channel_id=999_999,
+            user_id=ALICE,
+            guild_id=GUILD,
+            bot_user_id=BOT,
+            label_for=lambda e: "#x",
+        )
     )
 
     shown = [o.entry.summary for o in prepared.prompt.others if o.entry]
@@ -754,7 +767,9 @@ async def test_a_dm_shows_a_server_memory_as_that_server_renders_it(
     await service.set_cross_context_opt_in(ALICE, True)
 
     dm = await service.prepare_turn(
-        channel_id=777, user_id=ALICE, guild_id=None, bot_user_id=BOT, label_for=lambda e: "#g"
+        TurnStart(
+            channel_id=777, user_id=ALICE, guild_id=None, bot_user_id=BOT, label_for=lambda e: "#g"
+        )
     )
 
     notes = "\n".join(assemble(dm.prompt).system_notes)
@@ -771,7 +786,13 @@ async def test_forget_me_reaches_a_memory_written_from_another_channels_messages
     service.observe_message(OTHER_CHANNEL, message(BOB, "my phone number is 555-0199"))
     service.observe_message(CHANNEL, message(ALICE, "what's Bob's number again?"))
     prepared = await service.prepare_turn(
-        channel_id=CHANNEL, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT, label_for=lambda e: "#g"
+        TurnStart(
+            channel_id=CHANNEL,
+            user_id=ALICE,
+            guild_id=GUILD,
+            bot_user_id=BOT,
+            label_for=lambda e: "#g",
+        )
     )
     assert "555-0199" in "\n".join(assemble(prepared.prompt).system_notes)
     written = await service.update_stm(prepared.turn, summary="Bob's number: 555-0199.")
@@ -982,11 +1003,11 @@ async def test_the_turn_count_saver_saves_every_minute_and_outlives_an_outage(
     saver = asyncio.create_task(run_turn_count_saver(service, sleep=sleep))
     try:
         assert await asked.get() == 60
-        service.record_bot_turn(await start_turn(service))
+        service.finish_turn(await start_turn(service))
         assert await save_then_next_sleep() == 60
         assert await saved_count() == 1
 
-        service.record_bot_turn(await start_turn(service))
+        service.finish_turn(await start_turn(service))
         async with outage(service.sessions):
             assert await save_then_next_sleep() == 60  # failed, and still running
         assert await saved_count() == 1
@@ -1028,7 +1049,7 @@ async def test_a_turn_in_flight_when_an_admin_disables_memory_does_not_write(
 ) -> None:
     service = make_service(db.sessions, settings, clock)
     prepared = await service.prepare_turn(
-        channel_id=CHANNEL, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT
+        TurnStart(channel_id=CHANNEL, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT)
     )
     turn = prepared.turn
     assert turn.config.stm_enabled  # the turn began with memory on

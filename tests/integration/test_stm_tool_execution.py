@@ -22,6 +22,7 @@ from bot.memory.turn import (
     REASON_EXPLICIT_INTENT,
     REASON_PROVIDER,
     REASON_STORAGE,
+    TurnStart,
     TurnState,
 )
 from bot.vocabulary.model import Category, ScopeKey
@@ -43,7 +44,9 @@ async def stored_rows(db: Database) -> int:
 
 async def call(service: MemoryService, raw: str | None, **turn_options: bool) -> str:
     prepared = await service.prepare_turn(
-        channel_id=CHANNEL, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT, **turn_options
+        TurnStart(
+            channel_id=CHANNEL, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT, **turn_options
+        )
     )
     outcome = await run_stm_tool(service, prepared.turn, raw)
     assert outcome.ok == (outcome.content in ("saved", "saved, pending sync"))
@@ -142,12 +145,14 @@ async def _prepare(
     provider_allows_stm: bool = True,
 ) -> TurnState:
     prepared = await service.prepare_turn(
-        channel_id=CHANNEL,
-        user_id=ALICE,
-        guild_id=GUILD,
-        bot_user_id=BOT,
-        explicit_long_term_intent=explicit_long_term_intent,
-        provider_allows_stm=provider_allows_stm,
+        TurnStart(
+            channel_id=CHANNEL,
+            user_id=ALICE,
+            guild_id=GUILD,
+            bot_user_id=BOT,
+            explicit_long_term_intent=explicit_long_term_intent,
+            provider_allows_stm=provider_allows_stm,
+        )
     )
     return prepared.turn
 

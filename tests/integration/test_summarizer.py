@@ -113,7 +113,7 @@ async def seed_summary(
         user_id=ALICE,
         guild_id=GUILD,
         config=await service.guild_config(GUILD),
-        epoch=service.epoch(CHANNEL),
+        epoch=service.channel_epoch(CHANNEL),
     )
     marker = Marker.of(covered) if covered is not None else None
     result = await service.update_stm(turn, summary=summary, origin="admin", marker=marker)
@@ -1044,12 +1044,12 @@ async def test_a_model_write_in_flight_when_the_summary_is_checked_is_not_overwr
         user_id=BOB,
         guild_id=GUILD,
         config=await service.guild_config(GUILD),
-        epoch=service.epoch(CHANNEL),
+        epoch=service.channel_epoch(CHANNEL),
     )
     turn.marker = Marker.of(newest[-1])
     release = asyncio.Event()
     loading = asyncio.Event()
-    real_entry = service.entry
+    real_entry = service._reader.entry
 
     async def slow_entry(key: ScopeKey, **kw: object):  # type: ignore[no-untyped-def]
         if key == ScopeKey.user(BOB, CHANNEL, GUILD) and not release.is_set():
@@ -1057,7 +1057,7 @@ async def test_a_model_write_in_flight_when_the_summary_is_checked_is_not_overwr
             await release.wait()
         return await real_entry(key, **kw)  # type: ignore[arg-type]
 
-    service.entry = slow_entry  # type: ignore[method-assign]
+    service._reader.entry = slow_entry  # type: ignore[method-assign]
     summarizer_writing = asyncio.Event()
     real_update = service.update_stm
 

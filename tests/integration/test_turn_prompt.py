@@ -10,6 +10,7 @@ from sqlalchemy.engine import URL
 from bot.config import Settings
 from bot.conversation.turn import TurnRequest, TurnRunner, context_chars
 from bot.db.engine import Database
+from bot.memory.turn import TurnStart
 from bot.vocabulary.providers import capabilities
 from tests.helpers.builders import (
     ALICE,
@@ -45,7 +46,7 @@ async def test_other_channels_never_crowd_the_conversation_out_of_a_small_contex
         for i in range(6):
             service.observe_message(channel, message(BOB, f"chatter {i} in {channel} " + "y" * 150))
         prepared = await service.prepare_turn(
-            channel_id=channel, user_id=BOB, guild_id=GUILD, bot_user_id=BOT
+            TurnStart(channel_id=channel, user_id=BOB, guild_id=GUILD, bot_user_id=BOT)
         )
         assert (await service.update_stm(prepared.turn, summary="s" * 1500)).ok
     for i in range(6):
@@ -130,11 +131,13 @@ async def test_after_a_restart_an_opted_in_dm_keeps_a_visible_server_memory(
     async def dm_others(service) -> list[str]:
         service.observe_message(dm_channel, message(ALICE, "what did we say on the server?"))
         prepared = await service.prepare_turn(
-            channel_id=dm_channel,
-            user_id=ALICE,
-            guild_id=None,
-            bot_user_id=BOT,
-            label_for=label_for,
+            TurnStart(
+                channel_id=dm_channel,
+                user_id=ALICE,
+                guild_id=None,
+                bot_user_id=BOT,
+                label_for=label_for,
+            )
         )
         return [o.label for o in prepared.prompt.others]
 

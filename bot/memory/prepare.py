@@ -1,0 +1,177 @@
+"""A turn's start: its state, its channel's memory, the window it answers and the input of
+its prompt (with other channels' memories), on a warm cache without a query."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+
+from bot.db.storage import MemoryUnavailable
+from bot.memory.gather import count_new_messages
+from bot.memory.prompt import OtherChannel, PromptInput
+from bot.memory.reading import Reader
+from bot.memory.state import MemoryState
+from bot.memory.turn import LabelFor, PreparedTurn, TurnStart, TurnState
+from bot.memory.window import answering, with_trigger
+from bot.vocabulary.model import Marker, RawMessage, StmEntry
+
+
+class TurnPreparer:
+    """Prepares turns: everything a turn needs before calling the model."""
+
+    def __init__(self, state: MemoryState, reader: Reader) -> None:
+        self._state = state
+        self._reader = reader
+
+    async def prepare(self, start: TurnStart) -> PreparedTurn:
+        """The turn for ``start``. With the database down the bot still answers, from
+        whatever is cached, and refuses STM writes this turn (it could not know the
+        stored version to supersede)."""
+        state, reader = self._state, self._reader
+        guild_id, channel_id = start.guild_id, start.channel_id
+        parent_channel_id, source_message_id = start.parent_channel_id, start.source_message_id
+        # The turn starts before its long-term recall: a /forget-me that deletes the facts
+        # it shows refuses what the model writes from them, in every process.
+        started_at = state.clock.now()
+        opted_in = False
+        if guild_id is None:
+            with contextlib.suppress(MemoryUnavailable):  # not shown, then
+                opted_in = await state.guilds.opt_in(start.user_id)
+        notes = await start.recall(opted_in) if start.recall is not None else ()
+        storage_ok = True
+        try:
+            config = await state.guilds.config(guild_id)
+        except MemoryUnavailable:
+            config, storage_ok = replace(state.defaults, guild_id=guild_id), False
+        turn = TurnState(
+            channel_id=channel_id,
+            user_id=start.user_id,
+            guild_id=guild_id,
+            config=config,
+            epoch=state.epoch(channel_id),
+            started_at=started_at,
+            parent_channel_id=parent_channel_id,
+            source_message_id=source_message_id,
+            explicit_long_term_intent=start.explicit_long_term_intent,
+            provider_allows_stm=start.provider_allows_stm,
+            model=start.model,
+        )
+        try:
+            channel_key = turn.channel_key
+            entry = await reader.entry(channel_key, parent_channel_id=parent_channel_id)
+            # Warm every key a write would touch now, so an outage later in the turn
+            # cannot leave a write without its current version.
+            for key in turn.write_keys:
+                if key != channel_key:
+                    await reader.entry(key, parent_channel_id=parent_channel_id)
+        except MemoryUnavailable:
+            entry, storage_ok = state.fresh(turn.channel_key, parent_channel_id), False
+        turn.storage_available = storage_ok
+        window = answering(
+            await reader.recent_messages(
+                channel_id, source_message_id=source_message_id, database_up=storage_ok
+            ),
+            source_message_id,
+            start.bot_user_id,
+        )
+        if window:
+            turn.marker = Marker.of(window[-1])
+        turn.marker_at_start = entry.marker
+        turn.read_authors.update({m.author_id for m in window if not m.is_bot})
+        turn.memory_contributors.update(entry.contributor_ids)
+        try:
+            others = await self._other_channels(turn, start.label_for) if start.label_for else []
+        except MemoryUnavailable:
+            others = []
+        stm = state.settings.stm
+        nudge = None
+        if turn.stm_block_reason() is None and entry.turns_since_refresh >= config.refresh_cadence:
+            nudge = count_new_messages(window, entry.marker)
+        now = state.clock.now()
+        unanswered = False
+        if start.trigger is not None:
+            window = await self._with_trigger(start, turn.epoch, window)
+            # Without its message the conversation ends with an earlier one (answered
+            # again, as if it were this member's) or with nothing at all.
+            unanswered = all(m.message_id != source_message_id for m in window)
+        prompt = PromptInput(
+            now=now,
+            config=config,
+            bot_user_id=start.bot_user_id,
+            entry=entry,
+            window=window,
+            others=others,
+            raw_window=stm.raw_window,
+            min_raw_tail=stm.min_raw_tail,
+            max_others=stm.other_channels,
+            nudge_new_messages=nudge,
+            long_term_notes=notes,
+            is_dm=guild_id is None,
+            stm_tool_offered=turn.stm_block_reason() is None,
+        )
+        return PreparedTurn(turn, prompt, entry, opted_in, unanswered)
+
+    async def _with_trigger(
+        self, start: TurnStart, epoch: int, window: Sequence[RawMessage]
+    ) -> Sequence[RawMessage]:
+        """The window ending with the message being answered, unless it was deleted or
+        wiped since it arrived: by a /refresh or /forget-me here (the epoch moved), or one
+        recorded in the database (made elsewhere, or missed while deaf: the window drops
+        what those wiped, but the trigger is carried beside it). One query, only when the
+        message scrolled out of the window (rare); in doubt it is left out."""
+        trigger = start.trigger
+        if trigger is not None and all(m.message_id != trigger.message_id for m in window):
+            if start.trigger_epoch != epoch:
+                trigger = None
+            else:
+                try:
+                    wiped = await self._reader.wiped_history(start.channel_id, [trigger])
+                except MemoryUnavailable:
+                    trigger = None
+                else:
+                    trigger = None if wiped(trigger) else trigger
+        return with_trigger(window, trigger, self._state.windows.was_deleted)
+
+    async def _other_channels(self, turn: TurnState, label_for: LabelFor) -> list[OtherChannel]:
+        state = self._state
+        limit = state.settings.stm.other_channels
+        if limit == 0 or state.ledger.deaf:
+            # Deaf, a memory wiped or forgotten elsewhere could still be cached here: other
+            # channels are not shown until the listener is back.
+            return []
+        candidates: Iterable[StmEntry]
+        if turn.guild_id is not None:
+            await self._reader.hydrate_guild_once(turn.guild_id)
+            candidates = state.cache.server_entries_of_guild(turn.guild_id)
+        else:
+            if not await state.guilds.opt_in(turn.user_id):
+                return []
+            await self._reader.hydrate_user_once(turn.user_id)
+            candidates = sorted(
+                (e for e in state.cache.entries_of_user(turn.user_id) if e.key.guild_id),
+                key=lambda e: e.updated_at,
+                reverse=True,
+            )
+        others: list[OtherChannel] = []
+        for candidate in candidates:
+            if candidate.key.channel_id == turn.channel_id or not candidate.has_content:
+                continue
+            label = label_for(candidate)
+            if label is None:
+                continue
+            config = turn.config
+            if candidate.key.guild_id != turn.guild_id:  # a DM shows servers' memories
+                config = await state.guilds.config(candidate.key.guild_id)
+            other = OtherChannel(
+                label, candidate, state.windows.get(candidate.key.channel_id), config
+            )
+            others.append(other)
+            # Whose words the prompt shows (gathered on a write only: turns are many).
+            turn.shown.append((candidate, other.shown_raw(config, distilled=True)))
+            if len(others) == limit:
+                break
+        others.sort(
+            key=lambda o: o.entry.updated_at if o.entry else state.clock.now(), reverse=True
+        )
+        return others
