@@ -6,7 +6,7 @@ import asyncio
 import logging
 import signal
 
-from bot.app import StartupFailed, build_bot
+from bot.app import build_bot
 from bot.cli.database import migrated
 from bot.cli.discord_calls import discord_call
 from bot.cli.errors import EXIT_OK, CliError
@@ -15,6 +15,7 @@ from bot.config import Settings
 from bot.db.clock_skew import warn_of_clock_skew
 from bot.db.engine import Database, DatabaseUnavailable
 from bot.memory.spool import SpoolLocked
+from bot.services import StartupFailed
 
 log = logging.getLogger(__name__)
 

@@ -96,7 +96,7 @@ def break_database(kioku: KiokuHarness) -> None:
         refused_base_url().replace("http://", "postgresql+asyncpg://u:p@") + "db"
     )
     kioku.bot.memory._sessions = async_sessionmaker(dead)
-    for task in kioku.bot._background:
+    for task in kioku.bot.tasks:
         if task.get_name() == "spool-replayer":
             task.cancel()
 
