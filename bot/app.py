@@ -25,6 +25,10 @@ from bot.vocabulary.clock import Clock, SystemClock
 
 log = logging.getLogger(__name__)
 
+# At shutdown, after the answers in flight (see bot.cogs.chat.SHUTDOWN_GRACE_SECONDS),
+# background summaries get this long before they are cancelled.
+SUMMARY_SHUTDOWN_GRACE_SECONDS = 1.0
+
 EXTENSIONS: tuple[str, ...] = (
     "bot.cogs.chat",
     "bot.cogs.refresh",
@@ -152,7 +156,7 @@ class KiokuBot(commands.Bot):
             await self.unload_extension(extension)
         try:
             if self.services is not None:
-                await self.services.close()
+                await self.services.close(grace=SUMMARY_SHUTDOWN_GRACE_SECONDS)
         finally:
             await super().close()
 

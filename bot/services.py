@@ -28,11 +28,6 @@ from bot.vocabulary.clock import Clock, SystemClock
 
 log = logging.getLogger(__name__)
 
-# At shutdown, after the answers in flight (see bot.cogs.chat.SHUTDOWN_GRACE_SECONDS),
-# background summaries get this long before they are cancelled.
-SUMMARY_SHUTDOWN_GRACE_SECONDS = 1.0
-
-
 class StartupFailed(RuntimeError):
     """Kioku's own start-up failed (not Discord's); the message says why, in one line."""
 
@@ -68,7 +63,7 @@ class Services:
     def summarizer(self) -> Summarizer:
         return self.turns.summarizer
 
-    async def close(self, grace: float | None = SUMMARY_SHUTDOWN_GRACE_SECONDS) -> None:
+    async def close(self, *, grace: float | None = 0.0) -> None:
         """Give background summaries ``grace`` seconds (None: all they need), then close."""
         cancelled = await self.tasks.wait(grace)
         if cancelled:
