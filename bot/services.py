@@ -28,6 +28,7 @@ from bot.vocabulary.clock import Clock, SystemClock
 
 log = logging.getLogger(__name__)
 
+
 class StartupFailed(RuntimeError):
     """Kioku's own start-up failed (not Discord's); the message says why, in one line."""
 
