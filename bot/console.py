@@ -1,10 +1,4 @@
-"""``kioku console``: chat with the bot in a terminal, through the same turn pipeline.
-
-No Discord: the terminal is one synthetic guild channel (fixed ids, so the memory
-persists between console sessions in the same database), the operator is its only
-member, and the configured LLM answers. Commands: ``/show`` (the channel's memory),
-``/refresh`` (wipe it), ``/quit``.
-"""
+"""``kioku console``: chat with the bot in a terminal, through the same turn pipeline."""
 
 from __future__ import annotations
 
@@ -22,12 +16,12 @@ from bot.conversation.turn import TurnRequest, TurnRunner
 from bot.db.engine import Database
 from bot.db.migrate import upgrade
 from bot.db.storage import MemoryUnavailable
-from bot.llm.client import make_client
-from bot.memory.longterm import LongTermService
 from bot.memory.prompt import relative_time, render_memory_text
 from bot.memory.service import MemoryService
+from bot.services import start_services
 from bot.vocabulary.model import RawMessage, ScopeKey
 
+# The terminal is one guild channel with fixed ids, so its memory outlives the session.
 CONSOLE_GUILD_ID = 1
 CONSOLE_CHANNEL_ID = 2
 CONSOLE_USER_ID = 3
@@ -45,18 +39,41 @@ async def console(
     out: TextIO = sys.stdout,
     database: Database | None = None,
 ) -> int:
-    """Run the console until ``/quit`` or end of input; return the exit code. Lines come
-    from ``read_line`` (raising ``EOFError`` at the end), by default from standard input.
-    A ``database`` handed in is already started and migrated (the CLI does that, so a
-    database problem is one line, as for ``kioku run``); it is closed at the end."""
+    """Chat until ``/quit`` or the end of ``read_line``'s input; return the exit code."""
+    # A database handed in is started and migrated (by the command line, which reports
+    # its failures in one line); either way the console closes it.
     if database is None:
         database = Database(settings)
-        await database.start()
-        await upgrade(database.engine)
-    client = make_client(settings)
-    memory = MemoryService(database.sessions, settings)
-    longterm = LongTermService(database.sessions, settings, memory.clock, spool=memory.spool)
-    runner = TurnRunner(memory, client, settings, longterm=longterm)
+        try:
+            await database.start()
+            await upgrade(database.engine)
+        except BaseException:
+            await database.close()
+            raise
+    # Alone in its terminal: no spool, notices, housekeeping loops or metrics endpoint.
+    services = await start_services(
+        settings,
+        database,
+        owns_database=True,
+        spool=False,
+        listen=False,
+        janitor=False,
+        serve_metrics=False,
+    )
+    try:
+        await _chat(services.memory, services.turns, settings, read_line, out)
+    finally:
+        await services.close(grace=None)  # a background summary finishes first
+    return 0
+
+
+async def _chat(
+    memory: MemoryService,
+    runner: TurnRunner,
+    settings: Settings,
+    read_line: Callable[[], str] | None,
+    out: TextIO,
+) -> None:
     ids = itertools.count(int(datetime.now(UTC).timestamp() * 1000) << 22)
     memory.windows.prime(CONSOLE_CHANNEL_ID, [])
 
@@ -65,51 +82,44 @@ async def console(
 
     say(f"Kioku console — model {settings.model} via {settings.provider}. {HELP}")
     reader = LineReader(read_line or stdin_line_reader())
-    try:
-        while True:
-            typed = await reader.next_line()
-            if typed is None:
-                break
-            line = typed.strip()
-            if not line:
-                continue
-            command = line.split()[0].lower() if line.startswith("/") else None
-            if command in ("/quit", "/exit"):
-                break
-            if command == "/help":
-                say(HELP)
-            elif command == "/show":
-                try:
-                    say(await _show(memory))
-                except MemoryUnavailable as exc:  # the database went away: say so, go on
-                    say(f"Nothing to show: {exc}.")
-            elif command == "/refresh":
-                try:
-                    receipt = await memory.clear_channel(
-                        CONSOLE_CHANNEL_ID,
-                        guild_id=CONSOLE_GUILD_ID,
-                        actor_user_id=CONSOLE_USER_ID,
-                    )
-                except MemoryUnavailable as exc:
-                    say(f"Nothing was refreshed: {exc}.")
-                else:
-                    say(f"Memory refreshed ({receipt.rows} rows removed).")
-            elif command is not None:
-                say(f"Unknown command {command}. {HELP}")
+    while True:
+        typed = await reader.next_line()
+        if typed is None:
+            break
+        line = typed.strip()
+        if not line:
+            continue
+        command = line.split()[0].lower() if line.startswith("/") else None
+        if command in ("/quit", "/exit"):
+            break
+        if command == "/help":
+            say(HELP)
+        elif command == "/show":
+            try:
+                say(await _show(memory))
+            except MemoryUnavailable as exc:  # the database went away: say so, go on
+                say(f"Nothing to show: {exc}.")
+        elif command == "/refresh":
+            try:
+                receipt = await memory.clear_channel(
+                    CONSOLE_CHANNEL_ID,
+                    guild_id=CONSOLE_GUILD_ID,
+                    actor_user_id=CONSOLE_USER_ID,
+                )
+            except MemoryUnavailable as exc:
+                say(f"Nothing was refreshed: {exc}.")
             else:
-                await _turn(memory, runner, line, ids, say)
-    finally:
-        await runner.drain()  # a background summary finishes before the database goes
-        await client.close()
-        await database.close()
-    return 0
+                say(f"Memory refreshed ({receipt.rows} rows removed).")
+        elif command is not None:
+            say(f"Unknown command {command}. {HELP}")
+        else:
+            await _turn(memory, runner, line, ids, say)
 
 
 def stdin_line_reader() -> Callable[[], str]:
-    """Lines of standard input, read from its file descriptor without Python's buffered
-    ``sys.stdin``: a daemon thread blocked in ``sys.stdin.readline()`` (what ``input()``
-    does when stdout is not a terminal) holds that buffer's lock, and the interpreter
-    aborts at exit when it cannot take it ("could not acquire lock for <stdin>")."""
+    """Lines of standard input, read from its file descriptor rather than ``sys.stdin``."""
+    # A daemon thread blocked in sys.stdin.readline() holds its buffer's lock, and the
+    # interpreter aborts at exit when it cannot take it ("could not acquire lock for <stdin>").
     try:
         fd = os.dup(sys.stdin.fileno())
     except (AttributeError, OSError, ValueError):  # no real standard input: input() says so
@@ -128,10 +138,7 @@ def stdin_line_reader() -> Callable[[], str]:
 
 
 class LineReader:
-    """Lines from a blocking ``read_line`` (``input``), one per :meth:`next_line`, read on
-    a daemon thread. Not ``asyncio.to_thread``: its worker would be waited for at exit, so
-    Ctrl-C at the prompt would end the console only once Enter is pressed; a daemon thread
-    still blocked in ``input()`` does not keep the process."""
+    """Lines of a blocking ``read_line``, one per :meth:`next_line`, read on a daemon thread."""
 
     def __init__(self, read_line: Callable[[], str]) -> None:
         self._read_line = read_line
@@ -143,6 +150,8 @@ class LineReader:
     async def next_line(self) -> str | None:
         """The next line, or ``None`` at the end of input."""
         if self._thread is None:
+            # Not asyncio.to_thread: its worker is waited for at exit, so Ctrl-C at the
+            # prompt would end the console only once Enter is pressed.
             self._thread = threading.Thread(target=self._pump, name="console-input", daemon=True)
             self._thread.start()
         # One line read per line wanted: nothing is read ahead of the prompt it answers.

@@ -1,18 +1,7 @@
-"""``kioku doctor``: check configuration, database, migrations and the LLM endpoint.
+"""``kioku doctor``: check configuration, database, migrations and the LLM endpoint."""
 
-Prints one row per check, each as soon as its check is done (an LLM endpoint that never
-answers takes the whole timeout), and exits non-zero when any check fails, so it can
-serve as a container health check or a CI smoke test. A row is ``ok``, ``WARN`` (works,
-but look: it does not fail the run), ``FAIL``, or ``skip`` (could not run, because a check
-it needs failed). The tool-call probe runs only for providers that can call tools
-(``bot/vocabulary/providers.py``); for the others the summarizer keeps the memory, so the row
-says it was skipped and passes.
-
-Every row passes through one filter before it is printed: the configured secrets (API
-key, Discord token, passwords and query values of the URLs) and whatever
-:func:`bot.vocabulary.redaction.redact_secrets` recognises never reach the terminal, even
-when a server quotes them back in an error.
-"""
+# One row per check, printed as soon as it is done (an LLM endpoint that never answers
+# takes the whole timeout); any FAIL exits 1, so it serves as a container health check.
 
 from __future__ import annotations
 
@@ -70,9 +59,9 @@ API_KEY_HINT = "check OPENAI_API_KEY"
 
 class Status(StrEnum):
     OK = "ok"
-    WARN = "WARN"
+    WARN = "WARN"  # works, but look: it does not fail the run
     FAIL = "FAIL"
-    SKIP = "skip"
+    SKIP = "skip"  # could not run, because a check it needs failed
 
 
 @dataclass
@@ -91,6 +80,7 @@ Show = Callable[[Check], None]
 
 async def doctor(settings: Settings) -> int:
     """Run every check, printing each row as it completes; return the exit code."""
+    # Every row goes through one filter: no configured secret reaches the terminal.
     hide = secret_hider(settings)
     table = _Table(hide)
     table.show(_config_check(settings))
@@ -135,8 +125,8 @@ _MIN_SECRET_CHARS = 8
 
 
 def secret_hider(settings: Settings) -> Callable[[str], str]:
-    """What takes the configured secrets, and any :func:`redact_secrets` recognises, out
-    of a text doctor shows: servers quote a rejected key back in their errors."""
+    """What takes the configured secrets, and any :func:`redact_secrets` finds, out of a text."""
+    # Servers quote a rejected key back in their errors.
     named: dict[str, str] = {}
     if settings.openai_api_key is not None:
         named[settings.openai_api_key.get_secret_value()] = "[REDACTED:openai_api_key]"
@@ -165,8 +155,8 @@ def secret_hider(settings: Settings) -> Callable[[str], str]:
 
 
 def shown_url(url: str) -> str:
-    """``url`` with its user, password and query values masked: a gateway's key often
-    rides in the query (``?api-key=…``)."""
+    """``url`` with its user, password and query values masked."""
+    # A gateway's key often rides in the query (``?api-key=…``).
     parts = urlsplit(url)
     host = parts.netloc.rpartition("@")[2]
     netloc = f"***@{host}" if "@" in parts.netloc else host
@@ -206,8 +196,8 @@ def _config_file_note() -> str:
 
 
 def _api_key_problem(settings: Settings) -> str | None:
-    """OpenAI's own endpoint refuses every request without a key (a local server takes
-    the client's placeholder)."""
+    """Why OpenAI's own endpoint would refuse every request (no key), if it would."""
+    # A local server takes the client's placeholder key.
     key = settings.openai_api_key
     if key is not None and key.get_secret_value().strip():
         return None
@@ -236,8 +226,7 @@ def _spool_check(settings: Settings) -> Check:
 
 
 def _backup_check(settings: Settings) -> Check:
-    """The newest backup in the default folder (information only: a managed database,
-    or backups kept elsewhere, are as good)."""
+    """The newest backup in the default folder (information only: it never fails)."""
     latest = latest_backup(settings)
     if latest is None:
         return Check(
@@ -249,14 +238,14 @@ def _backup_check(settings: Settings) -> Check:
     )
 
 
-# A `{word}` as bot.conversation.turn.render_persona fills them in; an unknown one reaches the model
-# as written. Other braces (JSON, code) are no placeholders.
+# A `{word}` as bot.conversation.turn.render_persona fills them in (an unknown one reaches
+# the model as written); other braces (JSON, code) are no placeholders.
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_]\w*)\}")
 
 
 def _persona_check(settings: Settings) -> Check:
-    """The persona file: the built-in persona stands in when it is missing, which is
-    fine for the default path (an installed package has none) but not for a named one."""
+    """The persona file, which may be missing only at its default path."""
+    # The built-in persona stands in; an installed package has no persona file.
     path = settings.persona_file
     try:
         template = path.read_text(encoding="utf-8")
@@ -329,8 +318,7 @@ async def _database_check(database: Database, settings: Settings) -> Check:
 
 
 def login_refused(exc: BaseException) -> bool:
-    """PostgreSQL's class 28, invalid authorization: a wrong password (28P01), or a user
-    that does not exist or may not log in (28000)."""
+    """Whether PostgreSQL refused the login (SQLSTATE class 28: password, user, role)."""
     if isinstance(exc, DBAPIError) and exc.orig is not None:
         exc = exc.orig.__cause__ or exc.orig  # SQLAlchemy's adapter wraps asyncpg's error
     sqlstate = getattr(exc, "sqlstate", None)
@@ -422,8 +410,7 @@ def _llm_failure(exc: Exception, settings: Settings, hide: Callable[[str], str])
 
 
 def _status_text(exc: openai.APIStatusError) -> str:
-    """``NotFoundError (HTTP 404): <what the server said>``, without openai's "Error
-    code: 404 - " (the status is given once)."""
+    """``NotFoundError (HTTP 404): <what the server said>``, the status given once."""
     said = _server_said(exc)
     return f"{exc.__class__.__name__} (HTTP {exc.status_code})" + (f": {said}" if said else "")
 
@@ -452,11 +439,9 @@ def _status_hint(exc: openai.APIStatusError) -> str | None:
 
 
 def _cause(exc: BaseException, hide: Callable[[str], str]) -> str:
-    """What lies under a connection failure, briefly: openai's "Connection error." says
-    nothing of a refused connection or a name that does not resolve, which the innermost
-    of its causes does (the HTTP libraries hide it as a suppressed context; followed here
-    anyway, as it is the finding). Hidden before it is cut: a secret cut in half would
-    no longer be recognised."""
+    """The innermost cause of a connection failure, briefly, its secrets hidden."""
+    # openai's "Connection error." does not say a connection was refused or a name does
+    # not resolve; the HTTP libraries hide that as a suppressed context, followed anyway.
     if not isinstance(exc, openai.APIConnectionError):
         return ""  # the other errors' own text says what the endpoint answered
     chain: list[BaseException] = [exc]
@@ -466,6 +451,7 @@ def _cause(exc: BaseException, hide: Callable[[str], str]) -> str:
         chain.append(inner)
     own = str(exc)
     for inner in reversed(chain[1:]):
+        # Hidden before it is cut: half a secret is no longer recognised.
         said = " ".join(hide(str(inner)).split())
         if said and said not in own:
             return f" ({said if len(said) <= 120 else said[:117] + '...'})"

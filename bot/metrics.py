@@ -1,17 +1,8 @@
-"""Prometheus metrics: what an operator watches while the bot runs.
+"""Prometheus metrics: what an operator watches while the bot runs, served at ``/metrics``."""
 
-Counters are kept by the code that sees the event (the turn runner, the chat cog, the
-summarizer, every model request through :func:`bot.llm.client.chat_completion`); the
-state of memory (cache size, the spool, the notice listener, the database) is read when
-Prometheus scrapes, so the memory core stays free of them.
-
-No label holds a guild, channel or user id, nor any text: metrics leave the machine,
-and one series per channel would grow without bound. Every bot has its own registry,
-so several in one process (tests, two shards' worth of services) never collide.
-
-``[metrics] port`` (``KIOKU_METRICS__PORT``) turns the ``/metrics`` endpoint on; it is
-off by default and listens on localhost unless ``[metrics] host`` says otherwise.
-"""
+# Counters are kept by the code that sees the event; the memory's state is read at each
+# scrape, so the memory core stays free of metrics. No label holds an id or any text:
+# metrics leave the machine, and a series per channel would grow without bound.
 
 from __future__ import annotations
 
@@ -47,8 +38,7 @@ LLM_SECONDS_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0)
 
 
 def stm_tool_result(told: str) -> StmToolResult:
-    """What the STM tool told the model, as a metric label (``saved``, ``saved, pending
-    sync``, or anything else: a rejection or an argument error)."""
+    """What the STM tool told the model, as a metric label (anything else is a rejection)."""
     if told.startswith("saved, pending sync"):
         return "pending_sync"
     if told.startswith("saved"):
@@ -57,7 +47,7 @@ def stm_tool_result(told: str) -> StmToolResult:
 
 
 class Metrics:
-    """The bot's metrics, in a registry of its own."""
+    """The bot's metrics, in a registry of its own (several bots in a process never collide)."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
@@ -114,8 +104,7 @@ class Metrics:
         )
 
     def llm_request(self, request: LlmRequest) -> None:
-        """One Chat Completions request of a turn or the summarizer (see
-        :func:`bot.llm.client.chat_completion`)."""
+        """Count one Chat Completions request of a turn or the summarizer."""
         self.llm_requests.labels(request.outcome).inc()
         self.llm_seconds.observe(request.seconds)
         if request.prompt_tokens:

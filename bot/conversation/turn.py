@@ -38,9 +38,9 @@ from bot.memory.longterm import LongTermService
 from bot.memory.prompt import AssembledPrompt, assemble
 from bot.memory.sanitize import strip_control_chars
 from bot.memory.service import MemoryService
-from bot.memory.singleflight import finish_or_cancel
 from bot.memory.turn import LabelFor, TurnStart, TurnState
 from bot.metrics import Metrics, TurnOutcome
+from bot.tasks import TaskRegistry
 from bot.vocabulary.model import RawMessage, StmEntry
 from bot.vocabulary.providers import capabilities, prompt_chars
 
@@ -191,6 +191,7 @@ class TurnRunner:
         longterm: LongTermService,
         persona: str | None = None,
         metrics: Metrics | None = None,
+        tasks: TaskRegistry | None = None,
     ) -> None:
         self.memory = memory
         self.metrics = metrics or Metrics()
@@ -211,7 +212,7 @@ class TurnRunner:
         self._no_facts: TTLCache[tuple[int, int | None, int, bool], bool] = TTLCache(
             maxsize=100_000, ttl=NO_FACTS_TTL_SECONDS
         )
-        self._background: set[asyncio.Task[SummaryOutcome]] = set()
+        self._tasks = TaskRegistry() if tasks is None else tasks
         # Channels whose last automatic summary failed recently.
         self._summary_failed: TTLCache[int, bool] = TTLCache(
             maxsize=100_000, ttl=SUMMARY_RETRY_SECONDS, timer=memory.clock.monotonic
@@ -429,7 +430,7 @@ class TurnRunner:
         )
         if reason is None:
             return
-        task = asyncio.create_task(
+        task = self._tasks.spawn(
             self.summarizer.summarize(
                 guild_id=turn.guild_id,
                 channel_id=turn.channel_id,
@@ -439,28 +440,14 @@ class TurnRunner:
             ),
             name=f"summarize-{turn.channel_id}",
         )
-        self._background.add(task)
         task.add_done_callback(lambda done: self._summary_done(done, turn.channel_id))
 
     def _summary_done(self, task: asyncio.Task[SummaryOutcome], channel_id: int) -> None:
-        self._background.discard(task)
         if task.cancelled():
             return
-        if task.exception() is not None:
-            log.error("background summary failed", exc_info=task.exception())
-            self._summary_failed[channel_id] = True
-        elif task.result().status in ("failed", "empty"):
-            self._summary_failed[channel_id] = True
+        if task.exception() is not None or task.result().status in ("failed", "empty"):
+            self._summary_failed[channel_id] = True  # the registry logs an exception
 
     async def drain(self) -> None:
         """Wait for background summaries (the console's exit, tests)."""
-        while self._background:
-            await asyncio.gather(*list(self._background), return_exceptions=True)
-
-    async def stop(self, grace: float) -> None:
-        """Shutdown: background summaries get ``grace`` seconds to finish, then are
-        cancelled (nobody waits for their answer; a summary not written is tried again
-        by a later turn)."""
-        cancelled = await finish_or_cancel(self._background, grace)
-        if cancelled:
-            log.info("shutdown: %d background summaries were cancelled", cancelled)
+        await self._tasks.wait()

@@ -94,7 +94,7 @@ def break_database(kioku: KiokuHarness) -> None:
     racing the test's checks of what is pending (tests replay by hand, with
     ``kioku.bot.spool.replay``)."""
     faults(kioku.bot.memory.sessions).fail()
-    for task in kioku.bot._background:
+    for task in kioku.bot.tasks:
         if task.get_name() == "spool-replayer":
             task.cancel()
 

@@ -154,7 +154,8 @@ async def test_metrics_are_served_over_http_when_a_port_is_set(
 
 async def test_without_a_port_no_endpoint_listens(kioku: KiokuHarness) -> None:
     assert kioku.bot.settings.metrics.port == 0
-    assert kioku.bot._metrics_server is None
+    assert kioku.bot.services is not None
+    assert kioku.bot.services.metrics_server is None
     kioku.llm.reply_text("Hello!")
     await kioku.env.send("hi", mention_bot=True)
     # The counters count all the same (for an endpoint turned on later, or a test).

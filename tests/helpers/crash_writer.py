@@ -1,8 +1,8 @@
 """Processes for the SIGKILL test (``python -m tests.helpers.crash_writer MODE URL DATA_DIR``).
 
 ``write``: a memory-writing process, built like the bot (the database, the data folder's
-spool, the start-up replay of ``KiokuBot._replay_spool_at_start``, a ``MemoryService`` on
-that spool). It talks to the test one line at a time:
+spool, the start-up replay of ``bot.services.replay_spool_at_start``, a ``MemoryService``
+on that spool). It talks to the test one line at a time:
 
 1. connects to the database (it must be up, as for the bot) and prints ``CONNECTED``;
 2. waits for ``OPEN`` on stdin, opens the spool (a torn last line is cut there), runs the
@@ -17,9 +17,9 @@ that spool). It talks to the test one line at a time:
 
 The test SIGKILLs it: nothing is flushed or closed.
 
-``restart``: the real bot starting on that data folder: ``build_bot`` and its own
-``setup_hook`` (which replays the spool before the first turn), without connecting to
-Discord. Prints ``RESTARTED <pending before> <pending after>`` and closes the bot.
+``restart``: the bot's services starting on that data folder (``start_services``, which
+replays the spool before the first turn), without Discord. Prints ``RESTARTED <pending
+before> <pending after>`` and closes them.
 """
 
 from __future__ import annotations
@@ -29,12 +29,12 @@ import asyncio
 import sys
 from pathlib import Path
 
-from bot.app import build_bot
 from bot.config import Settings, load_settings
 from bot.db.engine import Database
 from bot.memory.service import MemoryService
 from bot.memory.spool import DurableSpool, count_pending, spool_path
 from bot.memory.turn import TurnStart
+from bot.services import replay_spool_at_start, start_services
 
 GUILD = 42
 USER = 7
@@ -65,9 +65,7 @@ async def write(args: argparse.Namespace) -> None:
     await _expect("OPEN")
     spool = DurableSpool(spool_path(args.data_dir))
     if spool.pending:
-        # What the bot does before its first turn (a bot object that never connects).
-        bot = build_bot(settings, database=database, janitor=False)
-        await bot._replay_spool_at_start(spool)
+        await replay_spool_at_start(spool, database.sessions)  # as the bot does
     memory = MemoryService(database.sessions, settings, spool=spool)
     print(f"OPENED {spool.pending}", flush=True)
 
@@ -105,11 +103,13 @@ async def write(args: argparse.Namespace) -> None:
 
 async def restart(args: argparse.Namespace) -> None:
     before = count_pending(args.data_dir)
-    bot = build_bot(_settings(args), janitor=False)
-    async with bot:
-        await bot.setup_hook()
-        assert bot.spool is not None
-        print(f"RESTARTED {before} {bot.spool.pending}", flush=True)
+    settings = _settings(args)
+    services = await start_services(settings, Database(settings), owns_database=True, janitor=False)
+    try:
+        assert services.spool is not None
+        print(f"RESTARTED {before} {services.spool.pending}", flush=True)
+    finally:
+        await services.close()
 
 
 def main() -> None:

@@ -17,7 +17,8 @@ from sqlalchemy import text
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from bot.__main__ import EXIT_CONFIG, CliError, backup, restore
+from bot.cli.backup import backup, restore
+from bot.cli.errors import EXIT_CONFIG, CliError
 from bot.config import Settings
 from bot.db.engine import Database
 from bot.db.migrate import alembic_config, head_revision, upgrade

@@ -75,7 +75,7 @@ def test_run_without_token_exits_2_with_one_line(tmp_path: Path) -> None:
 def test_version_names_the_release_and_the_schema_revision(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    import bot.__main__ as cli
+    import bot.cli.main as cli
 
     with pytest.raises(SystemExit) as exited:
         cli.main(["--version"])
@@ -91,7 +91,7 @@ def test_every_commands_help_says_what_it_does(
     command: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # `kioku sync --help` showed only "usage: kioku sync [-h]" and the -h option.
-    import bot.__main__ as cli
+    import bot.cli.main as cli
 
     with pytest.raises(SystemExit) as exited:
         cli.main([command, "--help"])
@@ -121,7 +121,7 @@ def test_every_commands_help_says_what_it_does(
 def test_a_usage_error_is_one_line_pointing_at_the_help(
     argv: list[str], line: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import bot.__main__ as cli
+    import bot.cli.main as cli
 
     with pytest.raises(SystemExit) as exited:
         cli.main(argv)
@@ -760,7 +760,7 @@ def _run_without_discord(
     monkeypatch: pytest.MonkeyPatch, pg_url: URL, tmp_path: Path, **env: str
 ) -> int:
     """``kioku run`` through main(), Discord accepting the token (login runs setup_hook)."""
-    import bot.__main__ as cli
+    import bot.cli.main as cli
 
     async def login(self: discord.Client, token: str) -> None:
         await self.setup_hook()  # what discord.py does once Discord accepted the token
@@ -800,7 +800,7 @@ def test_run_with_shards_logs_in_with_a_sharded_bot_running_them(
 ) -> None:
     """``kioku run --shards 0-3 --shard-count 8`` end to end through main(), up to the
     login, where Discord refuses the dummy token (no connection is made)."""
-    import bot.__main__ as cli
+    import bot.cli.main as cli
 
     logged_in: list[discord.Client] = []
 
@@ -853,7 +853,7 @@ def test_run_with_bad_shard_options_exits_2_with_one_line_before_anything_starts
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    import bot.__main__ as cli
+    import bot.cli.main as cli
 
     logged_in: list[discord.Client] = []
 
@@ -873,7 +873,7 @@ def test_run_with_bad_shard_options_exits_2_with_one_line_before_anything_starts
 
 # `kioku run` with Discord's API at the address given as its first argument.
 RUN_AGAINST = (
-    "import sys\nimport discord.http\nimport bot.__main__ as cli\n"
+    "import sys\nimport discord.http\nimport bot.cli.main as cli\n"
     "discord.http.Route.BASE = sys.argv[1]\nsys.exit(cli.main(['run']))\n"
 )
 
@@ -1381,13 +1381,14 @@ def gateway_closed(code: int) -> Exception:
 async def test_discord_refusals_become_one_line_with_a_hint(
     error: Exception, expected: str
 ) -> None:
-    from bot.__main__ import EXIT_FAILURE, CliError, _discord_call
+    from bot.cli.discord_calls import discord_call
+    from bot.cli.errors import EXIT_FAILURE, CliError
 
     async def fails() -> None:
         raise error
 
     with pytest.raises(CliError) as caught:
-        await _discord_call(fails())
+        await discord_call(fails())
     assert caught.value.code == EXIT_FAILURE
     assert "\n" not in str(caught.value)
     assert expected in str(caught.value)
@@ -1397,15 +1398,17 @@ def test_a_discord_refusal_exits_1_without_a_traceback(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # Through main(), as `kioku sync` would meet a 403 after logging in.
-    import bot.__main__ as cli
+    import bot.cli.main as cli
+    import bot.cli.run
+    from bot.cli.discord_calls import discord_call
 
     async def sync(settings: Any, token: str) -> int:
         async def forbidden() -> None:
             raise http_error(discord.Forbidden, 403, {"code": 50001, "message": "Missing Access"})
 
-        return await cli._discord_call(forbidden())
+        return await discord_call(forbidden())
 
-    monkeypatch.setattr(cli, "sync", sync)
+    monkeypatch.setattr(bot.cli.run, "sync", sync)
     monkeypatch.setenv("DISCORD_TOKEN", "dummy-token")
     monkeypatch.setenv("KIOKU_DATA_DIR", str(tmp_path))
     monkeypatch.setenv("KIOKU_ENV_FILE", str(tmp_path / "absent.env"))

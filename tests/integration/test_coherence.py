@@ -20,7 +20,6 @@ from sqlalchemy import select, text
 from sqlalchemy.engine import URL
 
 import bot.db.notify as notify_module
-from bot.app import build_bot
 from bot.config import Settings
 from bot.db.engine import Database, DatabaseUnavailable
 from bot.db.models import ShortTermMemory
@@ -30,6 +29,7 @@ from bot.memory.change import REASON_CATEGORIES_CHANGED
 from bot.memory.service import MemoryService
 from bot.memory.spool import DurableSpool, spool_path
 from bot.memory.turn import REASON_CLEARED, TurnStart
+from bot.services import start_services
 from bot.urls import async_database_url
 from bot.vocabulary.model import Category, ScopeKey
 from tests.helpers.builders import (
@@ -214,11 +214,12 @@ async def test_a_lost_listener_connection_drops_the_whole_cache(
 async def test_two_bot_instances_share_one_database_coherently(
     db: Database, pg_url: URL, tmp_path: Path
 ) -> None:
-    bots = []
-    for name in ("one", "two"):
-        bot = build_bot(make_test_settings(pg_url, tmp_path / name), database=db, janitor=False)
-        await bot.setup_hook()
-        bots.append(bot)
+    bots = [
+        await start_services(
+            make_test_settings(pg_url, tmp_path / name), db, owns_database=False, janitor=False
+        )
+        for name in ("one", "two")
+    ]
     first, second = bots
     arrived = asyncio.Event()
     apply = second.memory.apply_notice
@@ -228,6 +229,7 @@ async def test_two_bot_instances_share_one_database_coherently(
         if notice.get("t") == "stm":
             arrived.set()
 
+    assert second.listener is not None
     second.listener._on_notice = spy
     try:
         assert (await second.memory.entry(KEY)).summary == ""

@@ -124,10 +124,10 @@ def test_an_embedded_server_that_fails_to_start_is_one_line_with_the_cause(
 # `kioku run` stalled between its migration and the Discord connection (where it installs
 # its own signal handlers): the clock check never ends.
 STALLED_RUN = (
-    "import asyncio, sys\nimport bot.__main__ as cli\n"
+    "import asyncio, sys\nimport bot.cli.main as cli, bot.cli.run as run\n"
     "async def stall(engine):\n    print('migrated', flush=True)\n"
     "    await asyncio.Event().wait()\n"
-    "cli.warn_of_clock_skew = stall\nsys.exit(cli.main(['run']))\n"
+    "run.warn_of_clock_skew = stall\nsys.exit(cli.main(['run']))\n"
 )
 
 

@@ -18,7 +18,7 @@ import yaml
 from pydantic import AliasChoices, BaseModel
 from pydantic.fields import FieldInfo
 
-from bot.__main__ import main
+from bot.cli.main import main
 from bot.config import Settings, load_settings
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 from discord.ext import commands
 
-from bot.__main__ import CliError, parse_shards
 from bot.app import KiokuBot, ShardedKiokuBot, build_bot
+from bot.cli.errors import CliError
+from bot.cli.parser import parse_shards
 from bot.config import load_settings
 from tests.helpers.processes import ROOT, kioku_env
 
