@@ -145,7 +145,7 @@ class StmCog(commands.Cog):
             entry.parent_channel_id,
             title,
             version=entry.version,
-            epoch=self.memory.epoch(channel_id),
+            epoch=self.memory.channel_epoch(channel_id),
             opened_at=self.memory.clock.now(),
         )
         modal: discord.ui.Modal

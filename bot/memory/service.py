@@ -141,15 +141,12 @@ class MemoryService:
 
     def channel_epoch(self, channel_id: int) -> int:
         """The channel's count of wipes: a turn notes it when it starts."""
-        return self._state.epochs.get(channel_id, 0)
-
-    # The old name (cogs/stm.py still uses it).
-    epoch = channel_epoch
+        return self._state.epoch(channel_id)
 
     def wiped_since(self, channel_id: int, epoch: int) -> bool:
         """Whether a /refresh (or a /forget-me of someone there) wiped the channel since
         ``epoch`` (see :meth:`channel_epoch`)."""
-        return self._state.epochs.get(channel_id, 0) != epoch
+        return self._state.epoch(channel_id) != epoch
 
     # ------------------------------------------------------------------- turns
 
