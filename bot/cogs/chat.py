@@ -123,11 +123,9 @@ class Chat(commands.Cog):
         self._closing = False  # the same cog added again (after a remove_cog) serves again
 
     async def cog_unload(self) -> None:
-        """Shutdown (the bot's close unloads the cogs first; no new message reaches this
-        cog after it): the turn running in each channel may finish and post its answer
-        within :data:`SHUTDOWN_GRACE_SECONDS`, turns still waiting for theirs give up,
-        and whatever still runs then is cancelled. (A memory write of a cancelled turn
-        still settles before the database goes: see ``KiokuBot.close``.)"""
+        """Let running turns answer within :data:`SHUTDOWN_GRACE_SECONDS`, then cancel them."""
+        # Unloaded first by the bot's close: no new message arrives after this, and a
+        # cancelled turn's memory write still settles before the database goes.
         self._closing = True
         answering = [task for task in self._answering if task is not asyncio.current_task()]
         if not answering:
