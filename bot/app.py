@@ -34,6 +34,7 @@ EXTENSIONS: tuple[str, ...] = (
     "bot.cogs.refresh",
     "bot.cogs.stm",
     "bot.cogs.privacy",
+    "bot.cogs.kioku",
 )
 
 

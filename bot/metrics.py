@@ -26,7 +26,14 @@ from bot.llm.client import LlmRequest
 log = logging.getLogger(__name__)
 
 TurnOutcome = Literal[
-    "answered", "gave_up", "llm_unavailable", "unanswered", "error", "turned_away", "rate_limited"
+    "answered",
+    "gave_up",
+    "llm_unavailable",
+    "unanswered",
+    "error",
+    "turned_away",
+    "rate_limited",
+    "refused",
 ]
 StmToolResult = Literal["saved", "pending_sync", "rejected"]
 
@@ -55,7 +62,7 @@ class Metrics:
             "kioku_turns",
             "Turns by how they ended: answered, gave_up (fallback reply), llm_unavailable, "
             "unanswered (message gone), error, turned_away (channel queue full), rate_limited "
-            "(the member's turns per minute)",
+            "(the member's turns per minute), refused (access lists or DMs off: no reply)",
             ["outcome"],
             registry=self.registry,
         )
