@@ -101,15 +101,21 @@ RULES: dict[str, Rule] = {
     "kioku persona clear": Rule(
         MANAGE_SERVER,
         False,
-        lambda r: r.modal is None
-        and (r.texts() or [""])[-1].startswith(("Persona cleared", "This server has no persona")),
+        lambda r: (
+            r.modal is None
+            and (r.texts() or [""])[-1].startswith(
+                ("Persona cleared", "This server has no persona")
+            )
+        ),
     ),
     "kioku model set": Rule(MANAGE_SERVER, False, text_starts("Model set"), {"name": "test-model"}),
     "kioku model reset": Rule(
         MANAGE_SERVER,
         False,
-        lambda r: r.modal is None
-        and (r.texts() or [""])[-1].startswith(("Model reset", "This server already uses")),
+        lambda r: (
+            r.modal is None
+            and (r.texts() or [""])[-1].startswith(("Model reset", "This server already uses"))
+        ),
     ),
 }
 
