@@ -399,14 +399,19 @@ class TurnRunner:
         return notes
 
     def _long_term_tools(
-        self, request: TurnRequest, opted_in: bool, started_at: datetime | None, *, model: str
+        self,
+        request: TurnRequest,
+        opted_in: bool,
+        started_at: datetime | None,
+        *,
+        model: str | None = None,
     ) -> dict[str, ToolSpec]:
         tools = long_term_tools(
             self.longterm,
             user_id=request.user_id,
             guild_id=request.guild_id,
             source_message_id=request.message_id,
-            model=model,
+            model=model or self.settings.model,
             opted_in=opted_in,
             channel_id=request.channel_id,
             may_show=request.may_show_channel,
