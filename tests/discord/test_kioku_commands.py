@@ -12,6 +12,7 @@ import discord
 import pytest
 from sqlalchemy.engine import URL
 
+from bot.cogs.errors import UNAVAILABLE
 from bot.cogs.kioku_answers import (
     BOT_USER,
     EVERYONE_ROLE,
@@ -22,6 +23,7 @@ from bot.cogs.kioku_answers import (
 )
 from bot.db.engine import Database
 from bot.db.models import GuildSettings
+from bot.db.storage import faults
 from tests.helpers.bot import KiokuHarness, start_kioku, stop_kioku
 from tests.helpers.fake_llm import ScriptedLLM
 from tests.helpers.interaction_responses import InteractionResult
@@ -214,3 +216,18 @@ async def test_members_are_refused_and_nothing_changes(kioku: KiokuHarness) -> N
     )
     assert one_ephemeral_line(result).startswith("You need the **Manage Server** permission")
     assert await stored(kioku) is None
+
+
+async def test_a_change_the_database_loses_at_commit_saves_nothing(kioku: KiokuHarness) -> None:
+    role = await kioku.env.create_role("Regulars", discord.Permissions.none())
+    await admin_runs(kioku, "kioku persona set", {"text": "Be calm."})
+    before = await stored(kioku)
+    plan = faults(kioku.bot.memory.sessions)
+    plan.drop("saving guild settings", at="end")
+    result = await admin_runs(kioku, "kioku access allow", {"role": role})
+    plan.clear()
+    assert one_ephemeral_line(result) == UNAVAILABLE
+    assert await stored(kioku) == before
+    # Nor does the bot act on it: the cached settings are those stored.
+    config = await kioku.bot.memory.guild_config(kioku.env.guild.id)
+    assert not config.access.restricted
