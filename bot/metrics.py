@@ -33,7 +33,7 @@ TurnOutcome = Literal[
     "error",
     "turned_away",
     "rate_limited",
-    "refused",
+    "not_allowed",
 ]
 StmToolResult = Literal["saved", "pending_sync", "rejected"]
 
@@ -62,7 +62,7 @@ class Metrics:
             "kioku_turns",
             "Turns by how they ended: answered, gave_up (fallback reply), llm_unavailable, "
             "unanswered (message gone), error, turned_away (channel queue full), rate_limited "
-            "(the member's turns per minute), refused (access lists or DMs off: no reply)",
+            "(the member's turns per minute), not_allowed (access lists, DMs off: no reply)",
             ["outcome"],
             registry=self.registry,
         )

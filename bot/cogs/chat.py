@@ -281,7 +281,7 @@ class Chat(commands.Cog):
         """Whether ``message``'s author may not start a turn here (counted when not)."""
         if await self.access.refused(message) is None:
             return False
-        self.bot.metrics.turn_ended("refused")
+        self.bot.metrics.turn_ended("not_allowed")
         return True
 
     def _over_rate(self, message: discord.Message) -> bool:

@@ -40,7 +40,9 @@ async def admin_runs(
 
 
 def refused_count(kioku: KiokuHarness) -> float | None:
-    return kioku.bot.metrics.registry.get_sample_value("kioku_turns_total", {"outcome": "refused"})
+    return kioku.bot.metrics.registry.get_sample_value(
+        "kioku_turns_total", {"outcome": "not_allowed"}
+    )
 
 
 def system_prompt(llm: ScriptedLLM) -> str:
