@@ -19,6 +19,7 @@ from bot.db.models import GuildSettings, StmEvent
 from bot.db.storage import faults
 from bot.vocabulary.model import Category, ScopeKey
 from tests.helpers.bot import KiokuHarness
+from tests.helpers.builders import settings_changed_elsewhere
 from tests.helpers.discord_payloads import snowflake
 from tests.helpers.faults import callbacks_already_scheduled
 
@@ -200,7 +201,7 @@ async def test_stm_settings_is_not_undone_by_a_config_read_already_in_flight(
 ) -> None:
     guild_id = kioku.env.guild.id
     memory = kioku.bot.memory
-    memory.invalidate_guild(guild_id)
+    settings_changed_elsewhere(memory, guild_id)
     plan = faults(memory.sessions)
     # The first read (a turn's, say) reads the old row, then its task is slow to resume
     # (scheduling, a slow network) until after the settings commit.
