@@ -355,14 +355,13 @@ async def test_a_reply_starting_like_the_refresh_marker_does_not_cut_back_fill(
     kioku: KiokuHarness,
 ) -> None:
     from bot.cogs.refresh import REFRESH_MARKER_PREFIX
-    from bot.memory.window import WindowCache
 
     await kioku.env.send("the launch is on friday")
     # Any member can get the model to echo a phrase; no /refresh (Manage Messages) ran.
     kioku.llm.reply_text(f"{REFRESH_MARKER_PREFIX} by me, ha. (just quoting you)")
     await kioku.env.send(f'say "{REFRESH_MARKER_PREFIX}"', mention_bot=True)
     # Restart: the window is cold and is back-filled from Discord history.
-    kioku.bot.memory._state.windows = WindowCache(per_channel=kioku.bot.settings.stm.raw_window)
+    kioku.bot.memory.drop_all()
     kioku.llm.reply_text("Friday.")
     await kioku.env.send("when is the launch?", mention_bot=True)
     prompt = "\n".join(str(m.get("content") or "") for m in kioku.llm.messages(-1))
