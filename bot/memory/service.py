@@ -284,10 +284,6 @@ class MemoryService:
         """The guild's configuration if it is cached (no database access)."""
         return self._state.guilds.cached(guild_id)
 
-    def invalidate_guild(self, guild_id: int) -> None:
-        """Drop the guild's cached configuration: the next use reads it."""
-        self._state.guilds.invalidate(guild_id)
-
     def update_guild_settings(
         self,
         guild_id: int,

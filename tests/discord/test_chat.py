@@ -33,6 +33,7 @@ from bot.llm.tool_loop import TIMEOUT_MESSAGE
 from bot.memory.turn import REASON_ALREADY_UPDATED, REASON_CLEARED, REASON_DISABLED
 from bot.vocabulary.model import Category, ScopeKey
 from tests.helpers.bot import KiokuHarness, start_kioku, stop_kioku
+from tests.helpers.builders import settings_changed_elsewhere
 from tests.helpers.discord_payloads import FakeResponse
 from tests.helpers.discord_payloads import request_body as _body_of
 from tests.helpers.fake_llm import ScriptedLLM, refused_base_url
@@ -816,7 +817,7 @@ async def test_an_always_on_channel_answers_in_arrival_order_on_a_cold_config(
     admin = await kioku.env.create_member("admin", kind="admin")
     await kioku.interactions.slash("stm settings", {"always_on": True}, user=admin)
     guild_id = kioku.env.channel.guild.id
-    kioku.bot.memory.invalidate_guild(guild_id)  # e.g. just restarted or evicted
+    settings_changed_elsewhere(kioku.bot.memory, guild_id)  # e.g. just restarted or evicted
     assert kioku.bot.memory.cached_guild_config(guild_id) is None
 
     kioku.llm.reply_text("first answer").reply_text("second answer")
