@@ -15,6 +15,7 @@ from sqlalchemy.engine import URL
 from bot.conversation.server_profile import SERVER_PERSONA_HEADING
 from bot.db.engine import Database
 from tests.helpers.bot import KiokuHarness, start_kioku, stop_kioku
+from tests.helpers.builders import settings_changed_elsewhere
 from tests.helpers.fake_llm import ScriptedLLM
 
 
@@ -100,9 +101,9 @@ async def test_lists_read_from_the_database_refuse_too(kioku: KiokuHarness) -> N
     await memory.update_guild_settings(
         env.guild.id, 1, blocked_user_ids=[blocked.id], always_on=(env.channel.id, True)
     )
-    memory.invalidate_guild(env.guild.id)
+    settings_changed_elsewhere(memory, env.guild.id)
     await env.send("mention", author=blocked, mention_bot=True)
-    memory.invalidate_guild(env.guild.id)
+    settings_changed_elsewhere(memory, env.guild.id)
     await env.send("chatter in an always-on channel", author=blocked)
     assert kioku.llm.requests == []
     assert refused_count(kioku) == 2
