@@ -34,8 +34,7 @@ from bot.llm.client import chat_completion, make_client
 from bot.memory.prompt import relative_time
 from bot.memory.sanitize import PROMPT_PLACEHOLDERS
 from bot.memory.spool import inspect_spool
-from bot.problems import data_dir_problem, database_unreachable, one_line_error
-from bot.urls import OPENAI_DEFAULT_BASE_URL
+from bot.problems import api_key_problem, data_dir_problem, database_unreachable, one_line_error
 from bot.vocabulary.clock import SystemClock
 from bot.vocabulary.providers import capabilities
 from bot.vocabulary.redaction import redact_secrets
@@ -177,7 +176,7 @@ def _config_check(settings: Settings) -> Check:
         # Where `kioku run` serves its metrics (see bot.metrics).
         parts.append(f"metrics at http://{settings.metrics.host}:{settings.metrics.port}/metrics")
     parts.append(_config_file_note())
-    problem = _api_key_problem(settings)
+    problem = api_key_problem(settings)
     if problem is not None:
         return Check("config", Status.FAIL, "; ".join([problem, *parts]))
     return Check("config", Status.OK, "; ".join(parts))
@@ -193,21 +192,6 @@ def _config_file_note() -> str:
     if path.exists():
         return f"config file {where} is not a file: not read"
     return f"config file: none found at {where}"
-
-
-def _api_key_problem(settings: Settings) -> str | None:
-    """Why OpenAI's own endpoint would refuse every request (no key), if it would."""
-    # A local server takes the client's placeholder key.
-    key = settings.openai_api_key
-    if key is not None and key.get_secret_value().strip():
-        return None
-    openai_host = urlsplit(OPENAI_DEFAULT_BASE_URL).hostname
-    if urlsplit(settings.llm_base_url).hostname != openai_host:
-        return None
-    return (
-        f"OPENAI_API_KEY is not set, and {openai_host} needs one (set it, or "
-        "OPENAI_BASE_URL for a server that does not)"
-    )
 
 
 def _spool_check(settings: Settings) -> Check:
@@ -358,7 +342,7 @@ async def _clock_check(database: Database) -> Check:
 
 async def _llm_checks(settings: Settings, show: Show, hide: Callable[[str], str]) -> None:
     caps = capabilities(settings.provider)
-    if _api_key_problem(settings) is not None:
+    if api_key_problem(settings) is not None:
         # Every request would be refused, and would send the client's placeholder key.
         why = "skipped: OPENAI_API_KEY is not set (see config)"
         show(Check("llm endpoint", Status.SKIP, why))

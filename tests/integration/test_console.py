@@ -187,7 +187,10 @@ def test_ctrl_c_at_the_console_prompt_leaves_the_console(
     # asyncio.to_thread(input) kept the process until Enter: its worker is waited for.
     primary, secondary = os.openpty()
     env = kioku_env(
-        tmp_path, DATABASE_URL=pg_url.render_as_string(hide_password=False), PYTHONUNBUFFERED="1"
+        tmp_path,
+        DATABASE_URL=pg_url.render_as_string(hide_password=False),
+        OPENAI_API_KEY="test-key",
+        PYTHONUNBUFFERED="1",
     )
     process = subprocess.Popen(
         [sys.executable, "-m", "bot", "console"],
