@@ -11,6 +11,7 @@ import openai
 from discord.ext import commands
 
 from bot.cogs.errors import install_error_handler
+from bot.cogs.needs import invite_url
 from bot.config import Settings
 from bot.conversation.summarizer import Summarizer
 from bot.conversation.turn import TurnRunner
@@ -70,6 +71,7 @@ class KiokuBot(commands.Bot):
         self._use_spool = spool
         self._serve_metrics = serve_metrics
         self.services: Services | None = None
+        self._invite_logged = False
 
     async def setup_hook(self) -> None:
         # discord.py runs this inside login(), where an OSError would pass for the
@@ -146,6 +148,10 @@ class KiokuBot(commands.Bot):
             servers,
             "" if servers == 1 else "s",
         )
+        # on_ready comes again after each resumed session: the link is logged once.
+        if not self._invite_logged:
+            self._invite_logged = True
+            log.info("invite link: %s", invite_url(self.application_id or self.user.id))
 
     async def on_message(self, message: discord.Message, /) -> None:
         """Leave messages to the chat cog (the default would run "@Kioku hi" as a command)."""
