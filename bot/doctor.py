@@ -10,8 +10,6 @@ import os
 import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
-from enum import StrEnum
 from functools import partial
 from urllib.parse import parse_qsl, urlsplit
 
@@ -30,6 +28,8 @@ from bot.db.migrate import (
     head_revision,
     unknown_revision_problem,
 )
+from bot.doctor_discord import INTENT_ROW, TOKEN_ROW, discord_rows
+from bot.doctor_table import Check, Status, Table, logs_held
 from bot.llm.client import chat_completion, make_client
 from bot.memory.prompt import relative_time
 from bot.memory.sanitize import PROMPT_PLACEHOLDERS
@@ -42,7 +42,8 @@ from bot.vocabulary.redaction import redact_secrets
 # Every row, in the order printed: the name column's width is known before the first.
 ROWS = (
     "config",
-    "discord token",
+    TOKEN_ROW,
+    INTENT_ROW,
     "database",
     "migrations",
     "clock",
@@ -56,66 +57,34 @@ BASE_URL_HINT = "check OPENAI_BASE_URL (most OpenAI-compatible servers end in /v
 API_KEY_HINT = "check OPENAI_API_KEY"
 
 
-class Status(StrEnum):
-    OK = "ok"
-    WARN = "WARN"  # works, but look: it does not fail the run
-    FAIL = "FAIL"
-    SKIP = "skip"  # could not run, because a check it needs failed
-
-
-@dataclass
-class Check:
-    name: str
-    status: Status
-    detail: str
-
-
 def passed(ok: bool) -> Status:
     return Status.OK if ok else Status.FAIL
-
-
-Show = Callable[[Check], None]
 
 
 async def doctor(settings: Settings) -> int:
     """Run every check, printing each row as it completes; return the exit code."""
     # Every row goes through one filter: no configured secret reaches the terminal.
     hide = secret_hider(settings)
-    table = _Table(hide)
+    with logs_held():
+        table = Table(ROWS, hide)
+        await _checks(settings, table, hide)
+    return 1 if table.failed else 0
+
+
+async def _checks(settings: Settings, table: Table, hide: Callable[[str], str]) -> None:
     table.show(_config_check(settings))
-    table.show(
-        Check(
-            "discord token",
-            passed(settings.discord_token is not None),
-            "set" if settings.discord_token is not None else "DISCORD_TOKEN is not set",
-        )
-    )
+    token = settings.discord_token.get_secret_value() if settings.discord_token else None
+    for row in await table.waiting(TOKEN_ROW, "Discord", discord_rows(token)):
+        table.show(row)
     database = Database(settings)
     try:
-        await _database_checks(database, settings, table.show)
+        await _database_checks(database, settings, table)
     finally:
         await database.close()
     table.show(_spool_check(settings))
     table.show(_backup_check(settings))
     table.show(_persona_check(settings))
-    await _llm_checks(settings, table.show, hide)
-    return 1 if table.failed else 0
-
-
-class _Table:
-    """The table, printed row by row (flushed: stdout is a pipe under docker or CI)."""
-
-    def __init__(self, hide: Callable[[str], str]) -> None:
-        self._hide = hide
-        self._width = max(len(name) for name in ROWS)
-        self.failed = False
-        print(f"{'check':<{self._width}}  status  detail", flush=True)
-        print(f"{'-' * self._width}  ------  ------", flush=True)
-
-    def show(self, check: Check) -> None:
-        self.failed = self.failed or check.status is Status.FAIL
-        detail = self._hide(check.detail)
-        print(f"{check.name:<{self._width}}  {check.status:<6}  {detail}", flush=True)
+    await _llm_checks(settings, table, hide)
 
 
 # A shorter "key" is a placeholder (OPENAI_API_KEY=ollama); replacing it wherever it
@@ -266,16 +235,16 @@ def _unknown_placeholder(name: str) -> str:
     return f"{{{name}}}" + (f" (did you mean {{{guess[0]}}}?)" if guess else "")
 
 
-async def _database_checks(database: Database, settings: Settings, show: Show) -> None:
-    row = await _database_check(database, settings)
-    show(row)
+async def _database_checks(database: Database, settings: Settings, table: Table) -> None:
+    row = await table.waiting("database", "the database", _database_check(database, settings))
+    table.show(row)
     if row.status is Status.FAIL:
         why = "skipped: no database to read (see the database row)"
-        show(Check("migrations", Status.SKIP, why))
-        show(Check("clock", Status.SKIP, why))
+        table.show(Check("migrations", Status.SKIP, why))
+        table.show(Check("clock", Status.SKIP, why))
         return
-    show(await _migrations_check(database))
-    show(await _clock_check(database))
+    table.show(await _migrations_check(database))
+    table.show(await _clock_check(database))
 
 
 async def _database_check(database: Database, settings: Settings) -> Check:
@@ -340,7 +309,8 @@ async def _clock_check(database: Database) -> Check:
     return Check("clock", passed(not skew.too_large), skew.describe())
 
 
-async def _llm_checks(settings: Settings, show: Show, hide: Callable[[str], str]) -> None:
+async def _llm_checks(settings: Settings, table: Table, hide: Callable[[str], str]) -> None:
+    show = table.show
     caps = capabilities(settings.provider)
     if api_key_problem(settings) is not None:
         # Every request would be refused, and would send the client's placeholder key.
@@ -351,8 +321,9 @@ async def _llm_checks(settings: Settings, show: Show, hide: Callable[[str], str]
     # Waits as long as the bot does: a slow local model that the bot can use must pass.
     client = make_client(settings, max_retries=0)
     try:
-        endpoint = await _probe(
-            "llm endpoint", partial(_list_models, client, settings.model), settings, hide
+        list_models = partial(_list_models, client, settings.model)
+        endpoint = await table.waiting(
+            "llm endpoint", "the model server", _probe("llm endpoint", list_models, settings, hide)
         )
         show(endpoint)
         if not caps.tool_calling:
@@ -365,7 +336,8 @@ async def _llm_checks(settings: Settings, show: Show, hide: Callable[[str], str]
             show(Check("llm tool call", Status.SKIP, "skipped: the llm endpoint failed"))
         else:
             probe = partial(_tiny_tool_call, client, settings.model, settings.strict_roles)
-            show(await _probe("llm tool call", probe, settings, hide))
+            call = _probe("llm tool call", probe, settings, hide)
+            show(await table.waiting("llm tool call", "the model", call))
     finally:
         await client.close()
 

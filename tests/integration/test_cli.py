@@ -25,10 +25,21 @@ from sqlalchemy.engine import URL
 from bot.app import ShardedKiokuBot
 from bot.db.engine import Database
 from bot.db.migrate import head_revision
+from bot.doctor_discord import DISCORD_API_VARIABLE
 from bot.memory.spool import DurableSpool, spool_path
 from tests.helpers.database import make_test_settings, scratch_database, worker_suffix
 from tests.helpers.fake_llm import DEFAULT_MODEL_ID, ScriptedLLM
 from tests.helpers.processes import ROOT, kioku_env
+
+# No test asks the real Discord: doctor's token and intent rows ask a local fake.
+pytestmark = pytest.mark.usefixtures("discord_api")
+
+
+def fake_discord_api_env() -> dict[str, str]:
+    """Where the ``discord_api`` fixture's fake listens, for a ``kioku`` subprocess (whose
+    environment is cleaned of ``KIOKU_*``)."""
+    url = os.environ.get(DISCORD_API_VARIABLE)
+    return {DISCORD_API_VARIABLE: url} if url else {}
 
 
 def kioku(
@@ -37,6 +48,7 @@ def kioku(
     # `run` and `console` refuse OpenAI's endpoint without a key: a test names none only
     # to see that refusal (OPENAI_API_KEY="").
     env.setdefault("OPENAI_API_KEY", "test-key")
+    env = {**fake_discord_api_env(), **env}
     return subprocess.run(
         [sys.executable, "-m", "bot", *args],
         cwd=cwd,
@@ -253,6 +265,7 @@ def doctor_settings(llm: ScriptedLLM, pg_url: URL, **env: str) -> dict[str, str]
         "OPENAI_BASE_URL": llm.base_url,
         "OPENAI_API_KEY": "test-key",
         "KIOKU_MODEL": DEFAULT_MODEL_ID,
+        **fake_discord_api_env(),
         **env,  # a test's own values win
     }
 
@@ -280,6 +293,7 @@ async def test_doctor_passes_when_the_model_calls_the_tool(
     assert list(rows) == [
         "config",
         "discord token",
+        "message content",
         "database",
         "migrations",
         "clock",
@@ -601,6 +615,7 @@ async def test_doctor_prints_each_row_as_its_check_completes(
         assert list(doctor_rows("".join(shown))) == [
             "config",
             "discord token",
+            "message content",
             "database",
             "migrations",
             "clock",

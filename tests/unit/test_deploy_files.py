@@ -34,6 +34,7 @@ PROCESS_ONLY = {
     "KIOKU_CONFIG": "bot/config/files.py",
     "KIOKU_ENV_FILE": "bot/config/files.py",
     "KIOKU_MIGRATIONS_DIR": "bot/db/migrate.py",
+    "KIOKU_DISCORD_API_URL": "bot/doctor_discord.py",
 }
 SECRETS = {"DISCORD_TOKEN", "OPENAI_API_KEY"}
 
