@@ -176,7 +176,7 @@ async def test_doctor_says_it_waits_for_the_model_and_keeps_logs_out_of_the_tabl
     # A silent minute while the tool call waited; "database ready" landed mid-table.
     llm.reply_tool_calls([("ping", {"word": "pong"})])
     answer = llm.hold()
-    env = kioku_env(tmp_path, **doctor_settings(llm, pg_url), KIOKU_DISCORD_API_URL=discord_api.url)
+    env = kioku_env(tmp_path, **doctor_settings(llm, pg_url))  # with the fake Discord API
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
