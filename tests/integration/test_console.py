@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import termios
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -316,3 +317,51 @@ async def test_console_on_a_terminal_has_a_prompt_history_a_thinking_line_and_no
     assert "database ready" in log
     assert "database ready" not in pty.shown, "a log line reached the conversation"
     assert f"(logs go to {tmp_path / LOG_FILE})" in pty.shown
+
+
+async def test_ctrl_c_at_the_terminal_prompt_leaves_and_gives_the_terminal_back(
+    llm: ScriptedLLM, pg_url: URL, migrated_database: Database, tmp_path: Path
+) -> None:
+    # readline holds the terminal in its own mode (no echo, no line buffering) while it
+    # waits at the prompt: a console ended there must put the operator's mode back.
+    primary, secondary = os.openpty()
+    before = termios.tcgetattr(secondary)
+    env = kioku_env(
+        tmp_path,
+        DATABASE_URL=pg_url.render_as_string(hide_password=False),
+        OPENAI_BASE_URL=llm.base_url,
+        OPENAI_API_KEY="test-key",
+        TERM="xterm",
+    )
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "bot",
+        "console",
+        cwd=ROOT,
+        env=env,
+        stdin=secondary,
+        stdout=secondary,
+        stderr=secondary,
+    )
+    pty = _Pty(primary)
+    try:
+        await pty.wait_for(PROMPT)
+        during = termios.tcgetattr(secondary)
+        process.send_signal(signal.SIGINT)  # the operator presses Ctrl-C
+        async with asyncio.timeout(60):
+            returncode = await process.wait()
+        after = termios.tcgetattr(secondary)
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+        pty.close()
+        os.close(primary)
+        os.close(secondary)
+    assert returncode == 0, pty.shown
+    assert "Traceback" not in pty.shown, pty.shown
+    local_modes = 3  # termios' lflag: ECHO and ICANON among them
+    assert during[local_modes] != before[local_modes], "readline did not take the terminal"
+    assert after[local_modes] == before[local_modes]
+    assert llm.requests == []
