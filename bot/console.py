@@ -45,7 +45,8 @@ async def console(
     """Chat until ``/quit`` or the end of ``read_line``'s input; return the exit code.
 
     Without ``read_line`` it reads standard input: with a prompt, line editing and
-    history when that is a terminal. ``log_file`` is named where the logs went."""
+    history when that is a terminal. ``log_file``, if given, is where the logs go (said
+    at the start)."""
     # A database handed in is started and migrated (by the command line, which reports
     # its failures in one line); either way the console closes it.
     if database is None:
