@@ -32,6 +32,7 @@ from discord.ext import commands
 from bot.cogs.access_gate import AccessGate
 from bot.cogs.history import WIPED_WHILE_ANSWERING, backfill, belongs_in_window, to_raw
 from bot.cogs.members import Members
+from bot.cogs.needs import POST, POST_IN_THREADS, REACT, READ_HISTORY
 from bot.cogs.refresh import REFRESH_MARKER_PREFIX
 from bot.cogs.replies import DISCORD_LIMIT, split_reply
 from bot.cogs.visibility import DirectView, OnlyHere, ServerView, place_of
@@ -64,8 +65,8 @@ def _may_reply(channel: discord.abc.Messageable) -> bool:
     if isinstance(channel, discord.Thread):
         # In a locked thread only Manage Threads may post (discord.py does not apply it).
         unlocked = not channel.locked or permissions.manage_threads
-        return permissions.send_messages_in_threads and unlocked
-    return permissions.send_messages
+        return permissions >= POST_IN_THREADS and unlocked
+    return permissions >= POST
 
 
 def _may_react(channel: discord.abc.Messageable) -> bool:
@@ -74,8 +75,7 @@ def _may_react(channel: discord.abc.Messageable) -> bool:
     guild = getattr(channel, "guild", None)
     if guild is None or not isinstance(channel, discord.abc.GuildChannel | discord.Thread):
         return True
-    permissions = channel.permissions_for(guild.me)
-    return permissions.add_reactions and permissions.read_message_history
+    return channel.permissions_for(guild.me) >= REACT
 
 
 def _may_reference(channel: discord.abc.Messageable) -> bool:
@@ -84,7 +84,7 @@ def _may_reference(channel: discord.abc.Messageable) -> bool:
     guild = getattr(channel, "guild", None)
     if guild is None or not isinstance(channel, discord.abc.GuildChannel | discord.Thread):
         return True
-    return channel.permissions_for(guild.me).read_message_history
+    return channel.permissions_for(guild.me) >= READ_HISTORY
 
 
 @contextlib.asynccontextmanager

@@ -13,6 +13,7 @@ import logging
 import sys
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import aiohttp
 import anyio
@@ -1054,9 +1055,29 @@ async def test_the_bot_says_at_info_that_it_is_online(
     assert kioku.bot.user is not None
     with caplog.at_level(logging.INFO, logger="bot.app"):
         await kioku.bot.on_ready()
-    assert [r.getMessage() for r in caplog.records if r.name == "bot.app"] == [
+    assert next(r.getMessage() for r in caplog.records if r.name == "bot.app") == (
         f"online as {kioku.bot.user} (id {kioku.bot.user.id}) in 1 server"
-    ]
+    )
+
+
+async def test_the_invite_link_is_logged_once_with_the_permissions_the_bot_uses(
+    kioku: KiokuHarness, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The owner had to build the OAuth URL and guess the permissions.
+    assert kioku.bot.user is not None
+    client_id = kioku.bot.application_id or kioku.bot.user.id
+    with caplog.at_level(logging.INFO, logger="bot.app"):
+        await kioku.bot.on_ready()
+        await kioku.bot.on_ready()  # a resumed session is ready again
+    invites = [r.getMessage() for r in caplog.records if r.getMessage().startswith("invite link: ")]
+    assert len(invites) == 1
+    query = parse_qs(urlsplit(invites[0].removeprefix("invite link: ")).query)
+    assert query["client_id"] == [str(client_id)]
+    assert query["scope"] == ["bot applications.commands"]
+    # View Channels, Send Messages, Send Messages in Threads, Read Message History and
+    # Add Reactions: the bits Discord documents, summed here rather than read from the code.
+    expected = (1 << 10) | (1 << 11) | (1 << 38) | (1 << 16) | (1 << 6)
+    assert query["permissions"] == [str(expected)]
 
 
 # ---------------------------------------------------------------- shutdown
