@@ -5,7 +5,9 @@ by ``/stm summarize``)."""
 from __future__ import annotations
 
 import logging
+import mimetypes
 from collections.abc import Sequence
+from urllib.parse import urlsplit
 from typing import TYPE_CHECKING
 
 import aiohttp
@@ -15,7 +17,7 @@ from bot.cogs.refresh import REFRESH_MARKER_PREFIX
 from bot.db.storage import MemoryUnavailable
 from bot.llm.tool_loop import FRIENDLY_ERRORS
 from bot.memory.sanitize import strip_control_chars
-from bot.vocabulary.model import RawMessage, speaker_name
+from bot.vocabulary.model import ImageRef, RawMessage, speaker_name
 
 if TYPE_CHECKING:
     from bot.app import KiokuBot
@@ -29,13 +31,21 @@ WIPED_WHILE_ANSWERING = (
 )
 # The bot's notices: never part of the conversation the model sees.
 BOT_NOTICES = FRIENDLY_ERRORS | {WIPED_WHILE_ANSWERING}
+# Discord allows 10 attachments a message; the turn applies the configured limits.
+MAX_IMAGES = 10
 
 
 def to_raw(message: discord.Message) -> RawMessage:
     """A Discord message as the memory core sees it: display name, text with mentions
-    resolved, attachment names; what a message without text shows (a forward, a sticker,
+    resolved, attachment names (images noted as ``[image: name]`` and referenced for vision
+    models, never their bytes); what a message without text shows (a forward, a sticker,
     an embed, a poll) in brackets, so it is not an empty line."""
-    text = _with_attachments(message.clean_content, message.attachments)
+    images = image_refs(message)
+    shown = {image.url for image in images}
+    files = [a for a in message.attachments if a.url not in shown]
+    text = _with_attachments(message.clean_content, files)
+    noted = [f"[image: {image.name}]" for image in images]
+    text = "\n".join(part for part in (text, *noted) if part)
     extras = [
         _with_attachments(f"[forwarded: {snapshot.content}]", snapshot.attachments)
         if snapshot.content
@@ -57,7 +67,33 @@ def to_raw(message: discord.Message) -> RawMessage:
         content=strip_control_chars(text),
         created_at=message.created_at,
         is_bot=message.author.bot,
+        images=images,
     )
+
+
+def _is_image(attachment: discord.Attachment) -> bool:
+    content_type = attachment.content_type or mimetypes.guess_type(attachment.filename)[0]
+    return content_type is not None and content_type.startswith("image/")
+
+
+def image_refs(message: discord.Message) -> tuple[ImageRef, ...]:
+    """The images of ``message``: image attachments, then image embeds (a posted image link)."""
+    refs = [
+        ImageRef(
+            url=a.url,
+            name=strip_control_chars(a.filename),
+            content_type=a.content_type or mimetypes.guess_type(a.filename)[0],
+            size=a.size,
+        )
+        for a in message.attachments
+        if _is_image(a)
+    ]
+    for embed in message.embeds:
+        url = embed.image.url or (embed.thumbnail.url if embed.type == "image" else None)
+        if url:
+            name = urlsplit(url).path.rsplit("/", 1)[-1] or "image"
+            refs.append(ImageRef(url=url, name=strip_control_chars(name)[:100]))
+    return tuple(refs[:MAX_IMAGES])
 
 
 def _with_attachments(text: str, attachments: Sequence[discord.Attachment]) -> str:
