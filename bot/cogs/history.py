@@ -5,19 +5,18 @@ by ``/stm summarize``)."""
 from __future__ import annotations
 
 import logging
-import mimetypes
 from collections.abc import Sequence
-from urllib.parse import urlsplit
 from typing import TYPE_CHECKING
 
 import aiohttp
 import discord
 
+from bot.cogs.images import image_refs
 from bot.cogs.refresh import REFRESH_MARKER_PREFIX
 from bot.db.storage import MemoryUnavailable
 from bot.llm.tool_loop import FRIENDLY_ERRORS
 from bot.memory.sanitize import strip_control_chars
-from bot.vocabulary.model import ImageRef, RawMessage, speaker_name
+from bot.vocabulary.model import RawMessage, speaker_name
 
 if TYPE_CHECKING:
     from bot.app import KiokuBot
@@ -31,8 +30,6 @@ WIPED_WHILE_ANSWERING = (
 )
 # The bot's notices: never part of the conversation the model sees.
 BOT_NOTICES = FRIENDLY_ERRORS | {WIPED_WHILE_ANSWERING}
-# Discord allows 10 attachments a message; the turn applies the configured limits.
-MAX_IMAGES = 10
 
 
 def to_raw(message: discord.Message) -> RawMessage:
@@ -69,31 +66,6 @@ def to_raw(message: discord.Message) -> RawMessage:
         is_bot=message.author.bot,
         images=images,
     )
-
-
-def _is_image(attachment: discord.Attachment) -> bool:
-    content_type = attachment.content_type or mimetypes.guess_type(attachment.filename)[0]
-    return content_type is not None and content_type.startswith("image/")
-
-
-def image_refs(message: discord.Message) -> tuple[ImageRef, ...]:
-    """The images of ``message``: image attachments, then image embeds (a posted image link)."""
-    refs = [
-        ImageRef(
-            url=a.url,
-            name=strip_control_chars(a.filename),
-            content_type=a.content_type or mimetypes.guess_type(a.filename)[0],
-            size=a.size,
-        )
-        for a in message.attachments
-        if _is_image(a)
-    ]
-    for embed in message.embeds:
-        url = embed.image.url or (embed.thumbnail.url if embed.type == "image" else None)
-        if url:
-            name = urlsplit(url).path.rsplit("/", 1)[-1] or "image"
-            refs.append(ImageRef(url=url, name=strip_control_chars(name)[:100]))
-    return tuple(refs[:MAX_IMAGES])
 
 
 def _with_attachments(text: str, attachments: Sequence[discord.Attachment]) -> str:
