@@ -39,9 +39,7 @@ def _too_large(image: ImageRef, settings: ContextSettings) -> bool:
     return image.size > settings.image_max_mb * BYTES_PER_MB
 
 
-async def _image_url(
-    image: ImageRef, settings: ContextSettings, reader: ImageReader | None
-) -> str:
+async def _image_url(image: ImageRef, settings: ContextSettings, reader: ImageReader | None) -> str:
     """The URL to send: Discord's own, or the downloaded bytes as a data URL."""
     if _too_large(image, settings):
         raise ImageTooLarge(image.name)
