@@ -80,6 +80,19 @@ async def test_a_vision_model_gets_the_image_as_a_part_and_memory_keeps_only_a_n
     assert "cdn.discordapp.com" not in raw.content
 
 
+async def test_an_image_link_embed_goes_to_a_vision_model_as_an_image(
+    kioku: KiokuHarness,
+) -> None:
+    url = "https://images.example/photos/sunset.jpg"
+    embed = {"type": "image", "url": url, "thumbnail": {"url": url, "proxy_url": url}}
+    kioku.llm.reply_text("A sunset.")
+    await kioku.env.send(url, mention_bot=True, embeds=[embed])
+
+    last = kioku.llm.messages()[-1]
+    assert image_urls(last) == [url]
+    assert "[image: sunset.jpg]" in text_of(last)
+
+
 async def test_a_model_without_vision_is_told_an_image_was_attached(
     db: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path
 ) -> None:
