@@ -94,7 +94,9 @@ class TurnPreparer:
         if turn.stm_block_reason() is None and entry.turns_since_refresh >= config.refresh_cadence:
             nudge = count_new_messages(window, entry.marker)
         now = state.clock.now()
-        replied_to, starter = self._context_messages(start, turn)
+        # The starter was said in the parent channel: shown only where the parent may be.
+        parent_hidden = start.label_for is not None and parent is None
+        replied_to, starter = self._context_messages(start, turn, parent_hidden=parent_hidden)
         unanswered = False
         if start.trigger is not None:
             window = await self._with_trigger(start, turn.epoch, window)
@@ -122,7 +124,7 @@ class TurnPreparer:
         return PreparedTurn(turn, prompt, entry, opted_in, unanswered)
 
     def _context_messages(
-        self, start: TurnStart, turn: TurnState
+        self, start: TurnStart, turn: TurnState, *, parent_hidden: bool
     ) -> tuple[tuple[RawMessage, ...], RawMessage | None]:
         """The replied-to chain and the thread's starter message, without those deleted
         since, and (the chain) none when a /refresh or /forget-me wiped the channel since
@@ -137,7 +139,7 @@ class TurnPreparer:
                 kept.append(message)
             replied_to = tuple(kept)
         starter = start.thread_starter
-        if starter is not None and deleted(starter.message_id):
+        if starter is not None and (parent_hidden or deleted(starter.message_id)):
             starter = None
         shown = [*replied_to, *([starter] if starter is not None else [])]
         # A memory written this turn may hold their words: /forget-me must find it.

@@ -342,9 +342,10 @@ def _other_notes(inp: PromptInput) -> list[str]:
     return notes
 
 
-def _quoted(message: RawMessage) -> str:
-    """One message's line as a note quotes it: capped, no fence closer, no stray controls."""
-    line = _visible(message.line())
+def _quoted(message: RawMessage, *, elsewhere: bool = False) -> str:
+    """One message's line as a note quotes it: capped, no fence closer, no stray controls;
+    said ``elsewhere`` (another channel), with secrets redacted as other channels' are."""
+    line = _visible(message.shared_line() if elsewhere else message.line())
     if len(line) > QUOTE_LIMIT:
         line = line[: QUOTE_LIMIT - 1] + "…"
     return _defuse(line)
@@ -366,9 +367,10 @@ def _starter_note(inp: PromptInput) -> str | None:
     if inp.thread_starter is None:
         return None
     where = _attr(inp.parent.label) if inp.parent is not None else "its channel"
+    quoted = _quoted(inp.thread_starter, elsewhere=True)
     return (
         f"This conversation is a thread in {where}, started from this message:\n"
-        f'<memory source="thread starter">\n{_quoted(inp.thread_starter)}\n{_FENCE_CLOSE}'
+        f'<memory source="thread starter">\n{quoted}\n{_FENCE_CLOSE}'
     )
 
 

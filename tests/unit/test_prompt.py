@@ -624,3 +624,10 @@ def test_a_thread_shows_its_starter_and_its_parent_which_gives_way_before_facts(
     assert "the channel this thread is in" in shown and "Launch on Friday." in shown
     # Facts (index 2) are dropped last; the parent before them, the starter never.
     assert prompt.optional == [1, 2]
+
+
+def test_a_thread_starter_said_in_the_parent_channel_has_its_secrets_redacted() -> None:
+    token = "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"
+    prompt = run(thread_starter=msg(1, f"deploy with {token}"))
+    (starter,) = [n for n in prompt.system_notes if "started from this message" in n]
+    assert token not in starter and "deploy with" in starter
