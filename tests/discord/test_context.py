@@ -22,6 +22,7 @@ from bot.db.models import ShortTermMemory
 from bot.vocabulary.model import ScopeKey
 from tests.helpers.bot import KiokuHarness, start_kioku, stop_kioku
 from tests.helpers.fake_llm import ScriptedLLM, role_order_problem
+from tests.helpers.faults import outage
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 64
 
@@ -239,6 +240,35 @@ async def test_a_reply_to_a_message_whose_author_used_forget_me_does_not_bring_i
     await kioku.env.send("what was the number?", reply_to=original, mention_bot=True)
 
     assert "555-0199" not in prompt_text(kioku.llm)
+
+
+async def test_with_the_database_down_a_message_outside_the_window_is_left_out(
+    db: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path
+) -> None:
+    kioku = await started(
+        db,
+        llm,
+        pg_url,
+        tmp_path,
+        stm={"raw_window": 2, "min_raw_tail": 1, "crude_message_count": 1},
+    )
+    try:
+        old = await kioku.env.send("OLD: the code word is HERON")
+        recent = await kioku.env.send("RECENT: noted")
+        await kioku.env.send("filler")
+        await kioku.env.send("more filler")
+        window = {m.message_id for m in kioku.bot.memory.windows.get(kioku.env.channel.id)}
+        assert old.id not in window and recent.id not in window
+        llm.reply_text("I cannot check now.")
+        async with outage(kioku.bot.memory.sessions):
+            await kioku.env.send("and before that?", reply_to=old, mention_bot=True)
+        assert "HERON" not in prompt_text(llm)
+        # Unknown whether a wipe took it: with the database back, it is checked and shown.
+        llm.reply_text("HERON.")
+        await kioku.env.send("and before that?", reply_to=old, mention_bot=True)
+        assert "OLD: the code word is HERON" in system_text(llm)
+    finally:
+        await stop_kioku(kioku)
 
 
 # ---------------------------------------------------------------------------------- threads
