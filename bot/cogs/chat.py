@@ -31,10 +31,13 @@ from discord.ext import commands
 
 from bot.cogs.access_gate import AccessGate
 from bot.cogs.history import WIPED_WHILE_ANSWERING, backfill, belongs_in_window, to_raw
+from bot.cogs.images import ImageDownloader
 from bot.cogs.members import Members
 from bot.cogs.needs import POST, POST_IN_THREADS, REACT, READ_HISTORY
+from bot.cogs.references import reply_chain
 from bot.cogs.refresh import REFRESH_MARKER_PREFIX
 from bot.cogs.replies import DISCORD_LIMIT, split_reply
+from bot.cogs.threads import thread_starter
 from bot.cogs.visibility import DirectView, OnlyHere, ServerView, place_of
 from bot.conversation.turn import TurnRequest
 from bot.db.storage import MemoryUnavailable
@@ -120,6 +123,7 @@ class Chat(commands.Cog):
         )
         self.members = Members(bot)
         self.access = AccessGate(bot)
+        self._read_image = ImageDownloader(bot.http)
         # The tasks answering a message (running or waiting for their channel's turn).
         self._answering: set[asyncio.Task[object]] = set()
         self._closing = False
@@ -262,7 +266,14 @@ class Chat(commands.Cog):
             # turn waited; the turn still answers it, unless a wipe since its arrival
             # (the epoch) took it.
             request = dataclasses.replace(
-                self._request(message), trigger=to_raw(message), trigger_epoch=arrived_epoch
+                self._request(message),
+                trigger=to_raw(message),
+                trigger_epoch=arrived_epoch,
+                replied_to=await reply_chain(self.bot, message),
+                thread_starter=await thread_starter(self.bot, channel)
+                if isinstance(channel, discord.Thread)
+                else None,
+                read_image=self._read_image,
             )
             epoch = memory.channel_epoch(channel.id)
             async with _typing(channel):

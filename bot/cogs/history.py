@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import aiohttp
 import discord
 
+from bot.cogs.images import image_refs
 from bot.cogs.refresh import REFRESH_MARKER_PREFIX
 from bot.db.storage import MemoryUnavailable
 from bot.llm.tool_loop import FRIENDLY_ERRORS
@@ -33,9 +34,15 @@ BOT_NOTICES = FRIENDLY_ERRORS | {WIPED_WHILE_ANSWERING}
 
 def to_raw(message: discord.Message) -> RawMessage:
     """A Discord message as the memory core sees it: display name, text with mentions
-    resolved, attachment names; what a message without text shows (a forward, a sticker,
+    resolved, attachment names (images noted as ``[image: name]`` and referenced for vision
+    models, never their bytes); what a message without text shows (a forward, a sticker,
     an embed, a poll) in brackets, so it is not an empty line."""
-    text = _with_attachments(message.clean_content, message.attachments)
+    images = image_refs(message)
+    shown = {image.url for image in images}
+    files = [a for a in message.attachments if a.url not in shown]
+    text = _with_attachments(message.clean_content, files)
+    noted = [f"[image: {image.name}]" for image in images]
+    text = "\n".join(part for part in (text, *noted) if part)
     extras = [
         _with_attachments(f"[forwarded: {snapshot.content}]", snapshot.attachments)
         if snapshot.content
@@ -57,6 +64,7 @@ def to_raw(message: discord.Message) -> RawMessage:
         content=strip_control_chars(text),
         created_at=message.created_at,
         is_bot=message.author.bot,
+        images=images,
     )
 
 

@@ -46,6 +46,9 @@ RenderMode = Literal["crude_summary", "supersede"]
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
 # "auto": the provider capability table decides; "on" / "off" override it.
 StrictRoles = Literal["auto", "on", "off"]
+# "auto": the provider table's vision flag decides whether images go to the model.
+Vision = Literal["auto", "on", "off"]
+ImageTransport = Literal["url", "data_url"]
 
 
 class Section(BaseModel):
@@ -145,6 +148,20 @@ class LongTermSettings(Section):
     max_fact_chars: Annotated[int, Field(ge=20, le=1500)] = 500
 
 
+class ContextSettings(Section):
+    """What a turn brings in beside the raw window: images, reply chains, threads."""
+
+    # Replied-to messages followed back from the message being answered (0: none).
+    reply_chain_depth: Annotated[int, Field(ge=0, le=10)] = 3
+    vision: Vision = "auto"
+    # "url": the model's server fetches the image; "data_url": the bot downloads it
+    # (size-capped) and sends the bytes, for servers that cannot reach Discord's CDN.
+    image_transport: ImageTransport = "url"
+    images_per_message: Annotated[int, Field(ge=0, le=10)] = 4
+    images_per_turn: Annotated[int, Field(ge=0, le=20)] = 6
+    image_max_mb: Annotated[float, Field(gt=0, le=50)] = 8.0
+
+
 class DatabaseSettings(Section):
     """Connection pool sizing; the URL itself is the top-level ``DATABASE_URL``."""
 
@@ -221,6 +238,7 @@ class Settings(BaseSettings):
     stm: StmSettings = Field(default_factory=StmSettings)
     llm: LlmSettings = Field(default_factory=LlmSettings)
     longterm: LongTermSettings = Field(default_factory=LongTermSettings)
+    context: ContextSettings = Field(default_factory=ContextSettings)
     database: DatabaseSettings = Field(default_factory=DatabaseSettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
     access: AccessSettings = Field(default_factory=AccessSettings)

@@ -21,6 +21,7 @@ import openai
 from cachetools import TTLCache
 
 from bot.config import Settings
+from bot.conversation.images import ImageReader, vision_enabled, with_images
 from bot.conversation.server_profile import server_model, with_server_persona
 from bot.conversation.summarizer import (
     Summarizer,
@@ -90,6 +91,11 @@ class TurnRequest:
     trigger: RawMessage | None = None
     # The channel's epoch when ``trigger`` was taken: a wipe since then drops it.
     trigger_epoch: int | None = None
+    # What the message replies to (the direct reference first), and a thread's starter.
+    replied_to: tuple[RawMessage, ...] = ()
+    thread_starter: RawMessage | None = None
+    # Downloads an image for context.image_transport = "data_url".
+    read_image: ImageReader | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,6 +256,8 @@ class TurnRunner:
                 source_message_id=request.message_id,
                 trigger=request.trigger,
                 trigger_epoch=request.trigger_epoch,
+                replied_to=request.replied_to,
+                thread_starter=request.thread_starter,
                 label_for=request.label_for,
                 recall=lambda opted_in: self._recall(request, opted_in),
                 explicit_long_term_intent=intent,
@@ -267,6 +275,11 @@ class TurnRunner:
         messages, whole_history = self._messages(
             request, prompt, prepared.prompt.now, intent=intent, server_persona=turn.config.persona
         )
+        context = self.settings.context
+        if vision_enabled(context, self.caps):
+            messages = await with_images(
+                messages, prompt.history_ids, prepared.prompt.window, context, request.read_image
+            )
         if not whole_history:
             # The model does not see the oldest messages: a memory it writes now must not
             # claim to cover them, so the marker stays where it was (and if a summary

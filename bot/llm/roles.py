@@ -48,10 +48,30 @@ def _merged(previous: Mapping[str, Any], message: Mapping[str, Any]) -> dict[str
     if previous.get("tool_calls"):
         return None  # its tool results must follow it: nothing joins it from behind
     texts = [previous.get("content"), message.get("content")]
-    if not all(text is None or isinstance(text, str) for text in texts):
-        return None  # only text joins: parts such as images are never merged
-    # The later message's fields (its tool calls) stay; the earlier text comes first.
-    return {**message, "content": _joined(texts)}
+    if all(text is None or isinstance(text, str) for text in texts):
+        # The later message's fields (its tool calls) stay; the earlier text comes first.
+        return {**message, "content": _joined(texts)}
+    if role != "user":
+        return None  # only user messages carry parts (images)
+    # A message with image parts: both become parts, the texts joined, images in order.
+    return {**message, "content": _joined_parts([_as_parts(text) for text in texts])}
+
+
+def _as_parts(content: object) -> list[dict[str, Any]]:
+    if isinstance(content, list):
+        return [dict(part) for part in content]
+    return [{"type": "text", "text": content}] if isinstance(content, str) and content else []
+
+
+def _joined_parts(groups: Sequence[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """The parts of ``groups`` in order, consecutive text parts joined by blank lines."""
+    joined: list[dict[str, Any]] = []
+    for part in (part for group in groups for part in group):
+        if part.get("type") == "text" and joined and joined[-1].get("type") == "text":
+            joined[-1] = {"type": "text", "text": _JOINER.join([joined[-1]["text"], part["text"]])}
+        else:
+            joined.append(part)
+    return joined
 
 
 def _joined(texts: Sequence[object]) -> str | None:

@@ -14,7 +14,7 @@ from bot.memory.reading import Reader
 from bot.memory.state import MemoryState
 from bot.memory.turn import LabelFor, PreparedTurn, TurnStart, TurnState
 from bot.memory.window import answering, with_trigger
-from bot.vocabulary.model import Marker, RawMessage, StmEntry
+from bot.vocabulary.model import Marker, RawMessage, ScopeKey, StmEntry
 
 
 class TurnPreparer:
@@ -80,8 +80,13 @@ class TurnPreparer:
         turn.marker_at_start = entry.marker
         turn.read_authors.update({m.author_id for m in window if not m.is_bot})
         turn.memory_contributors.update(entry.contributor_ids)
+        parent = None
         try:
-            others = await self._other_channels(turn, start.label_for) if start.label_for else []
+            if start.label_for is not None:
+                parent = await self._parent_channel(turn, start.label_for)
+                others = await self._other_channels(turn, start.label_for)
+            else:
+                others = []
         except MemoryUnavailable:
             others = []
         stm = state.settings.stm
@@ -89,6 +94,9 @@ class TurnPreparer:
         if turn.stm_block_reason() is None and entry.turns_since_refresh >= config.refresh_cadence:
             nudge = count_new_messages(window, entry.marker)
         now = state.clock.now()
+        # The starter was said in the parent channel: shown only where the parent may be.
+        parent_hidden = start.label_for is not None and parent is None
+        replied_to, starter = self._context_messages(start, turn, parent_hidden=parent_hidden)
         unanswered = False
         if start.trigger is not None:
             window = await self._with_trigger(start, turn.epoch, window)
@@ -109,8 +117,49 @@ class TurnPreparer:
             long_term_notes=notes,
             is_dm=guild_id is None,
             stm_tool_offered=turn.stm_block_reason() is None,
+            replied_to=replied_to,
+            thread_starter=starter,
+            parent=parent,
         )
         return PreparedTurn(turn, prompt, entry, opted_in, unanswered)
+
+    def _context_messages(
+        self, start: TurnStart, turn: TurnState, *, parent_hidden: bool
+    ) -> tuple[tuple[RawMessage, ...], RawMessage | None]:
+        """The replied-to chain and the thread's starter message, without those deleted
+        since, and (the chain) none when a /refresh or /forget-me wiped the channel since
+        the message arrived: the chain was read before and could hold what it wiped."""
+        deleted = self._state.windows.was_deleted
+        replied_to: tuple[RawMessage, ...] = ()
+        if start.trigger_epoch is None or start.trigger_epoch == turn.epoch:
+            kept: list[RawMessage] = []
+            for message in start.replied_to:
+                if deleted(message.message_id):
+                    break  # what it replied to was reached through it
+                kept.append(message)
+            replied_to = tuple(kept)
+        starter = start.thread_starter
+        if starter is not None and (parent_hidden or deleted(starter.message_id)):
+            starter = None
+        shown = [*replied_to, *([starter] if starter is not None else [])]
+        # A memory written this turn may hold their words: /forget-me must find it.
+        turn.read_authors.update(m.author_id for m in shown if not m.is_bot)
+        return replied_to, starter
+
+    async def _parent_channel(self, turn: TurnState, label_for: LabelFor) -> OtherChannel | None:
+        """In a thread: its parent channel's memory and recent messages, read-only, when
+        the thread may show them (``label_for``: the same privacy rule as other channels)."""
+        parent_id = turn.parent_channel_id
+        if turn.guild_id is None or parent_id is None or self._state.ledger.deaf:
+            return None
+        entry = await self._reader.entry(ScopeKey.server(turn.guild_id, parent_id))
+        label = label_for(entry)
+        if label is None:
+            return None
+        window = self._state.windows.get(parent_id)
+        parent = OtherChannel(label, entry if entry.has_content else None, window, turn.config)
+        turn.shown.append((entry, parent.shown_raw(turn.config, distilled=entry.has_content)))
+        return parent
 
     async def _with_trigger(
         self, start: TurnStart, epoch: int, window: Sequence[RawMessage]
@@ -155,7 +204,10 @@ class TurnPreparer:
             )
         others: list[OtherChannel] = []
         for candidate in candidates:
-            if candidate.key.channel_id == turn.channel_id or not candidate.has_content:
+            if (
+                candidate.key.channel_id in (turn.channel_id, turn.parent_channel_id)
+                or not candidate.has_content
+            ):
                 continue
             label = label_for(candidate)
             if label is None:

@@ -28,6 +28,8 @@ NEW_MESSAGES_PLACEHOLDER = "{new_messages}"
 THIS_CHANNEL = "this channel"
 LONG_TERM_HEADING = "Facts the user asked you to remember:"
 SUMMARY_LABEL = "Summary"
+# A replied-to or thread-starter message is quoted up to this many characters.
+QUOTE_LIMIT = MAX_VALUE_CHARS
 
 _FENCE_CLOSE = "</memory>"
 # Stands in for "<" wherever stored text spells a memory tag, so it can never open or
@@ -97,6 +99,11 @@ class PromptInput:
     is_dm: bool = False
     # Whether the model may update the memory this turn (the tool is offered).
     stm_tool_offered: bool = True
+    # What the message being answered replies to: the direct reference first.
+    replied_to: Sequence[RawMessage] = ()
+    # In a thread: the message it was started from, and its parent channel's memory.
+    thread_starter: RawMessage | None = None
+    parent: OtherChannel | None = None
 
 
 @dataclass(slots=True)
@@ -105,6 +112,8 @@ class AssembledPrompt:
 
     system_notes: list[str]
     history: list[dict[str, str]]
+    # The raw message id of each history entry (images are added by id, for vision models).
+    history_ids: list[int] = field(default_factory=list)
     # Indexes of notes a small context may leave out, the least useful first: other
     # channels' memories (the least recently active first), then long-term facts. This
     # channel's memory and the nudge always stay.
@@ -235,7 +244,7 @@ def _this_channel_note(
     )
 
 
-def _history(inp: PromptInput) -> list[dict[str, str]]:
+def _history(inp: PromptInput) -> tuple[list[dict[str, str]], list[int]]:
     window = inp.window
     count = len(window)
     raw_window = max(inp.raw_window, 0)
@@ -250,16 +259,17 @@ def _history(inp: PromptInput) -> list[dict[str, str]]:
     else:
         shown = raw_window
     bot_id = inp.bot_user_id
+    # Some providers reject an empty assistant message (e.g. an embed-only post).
+    kept = [m for m in window[max(count - shown, 0) :] if m.content or m.author_id != bot_id]
     # One comprehension, not a loop of appends: up to raw_window messages every turn.
-    return [
+    history = [
         {"role": "assistant", "content": message.content}
         if message.author_id == bot_id
         # line(): a message's own line breaks cannot start another speaker's line.
         else {"role": "user", "content": message.line()}
-        for message in window[max(count - shown, 0) :]
-        # Some providers reject an empty assistant message (e.g. an embed-only post).
-        if message.content or message.author_id != bot_id
+        for message in kept
     ]
+    return history, [message.message_id for message in kept]
 
 
 def _raw_block(label: str, messages: Sequence[RawMessage]) -> str:
@@ -275,7 +285,9 @@ def _raw_block(label: str, messages: Sequence[RawMessage]) -> str:
     )
 
 
-def _other_note(other: OtherChannel, inp: PromptInput, activity: datetime) -> str | None:
+def _other_note(
+    other: OtherChannel, inp: PromptInput, activity: datetime, *, where: str | None = None
+) -> str | None:
     config = other.config or inp.config
     label = _attr(other.label)
     entry = other.entry
@@ -287,7 +299,10 @@ def _other_note(other: OtherChannel, inp: PromptInput, activity: datetime) -> st
     raw = other.shown_raw(config, distilled=bool(distilled))
     if not distilled and not raw:
         return None
-    where = "a server the user shares with you" if inp.is_dm else "another channel of this server"
+    if where is None:
+        where = (
+            "a server the user shares with you" if inp.is_dm else "another channel of this server"
+        )
     when = relative_time(activity, inp.now)
     parts: list[str] = []
     if distilled:
@@ -327,6 +342,52 @@ def _other_notes(inp: PromptInput) -> list[str]:
     return notes
 
 
+def _quoted(message: RawMessage, *, elsewhere: bool = False) -> str:
+    """One message's line as a note quotes it: capped, no fence closer, no stray controls;
+    said ``elsewhere`` (another channel), with secrets redacted as other channels' are."""
+    line = _visible(message.shared_line() if elsewhere else message.line())
+    if len(line) > QUOTE_LIMIT:
+        line = line[: QUOTE_LIMIT - 1] + "…"
+    return _defuse(line)
+
+
+def _reply_note(replied_to: Sequence[RawMessage]) -> str | None:
+    if not replied_to:
+        return None
+    # Oldest first, so the chain reads as it was said; the last is replied to directly.
+    lines = "\n".join(_quoted(message) for message in reversed(replied_to))
+    return (
+        "The message you are answering is a reply. What it replies to, oldest first (the "
+        "last one directly):\n"
+        f'<memory source="replied-to messages">\n{lines}\n{_FENCE_CLOSE}'
+    )
+
+
+def _starter_note(inp: PromptInput) -> str | None:
+    if inp.thread_starter is None:
+        return None
+    where = _attr(inp.parent.label) if inp.parent is not None else "its channel"
+    quoted = _quoted(inp.thread_starter, elsewhere=True)
+    return (
+        f"This conversation is a thread in {where}, started from this message:\n"
+        f'<memory source="thread starter">\n{quoted}\n{_FENCE_CLOSE}'
+    )
+
+
+def _parent_note(inp: PromptInput) -> str | None:
+    parent = inp.parent
+    if parent is None:
+        return None
+    entry = parent.entry
+    if entry is not None and entry.has_content:
+        activity = entry.updated_at
+    elif parent.window:
+        activity = max(message.created_at for message in parent.window)
+    else:
+        return None
+    return _other_note(parent, inp, activity, where="the channel this thread is in")
+
+
 def _long_term_note(facts: Sequence[str]) -> str | None:
     lines = [
         "- " + _defuse(" ".join(fact.split())) for fact in facts if fact and not fact.isspace()
@@ -357,7 +418,8 @@ def nudge_text(new_messages: int, override: str | None = None) -> str:
 def assemble(inp: PromptInput) -> AssembledPrompt:
     """The system notes and chat history for one turn (SPEC §5).
 
-    Notes, in order: this channel's memory, other channels' memories (most recently
+    Notes, in order: this channel's memory, what the message answered replies to, a
+    thread's starter message and parent channel, other channels' memories (most recently
     active first, at most ``max_others``), long-term facts, the nudge last.
     """
     notes: list[str] = []
@@ -366,8 +428,19 @@ def assemble(inp: PromptInput) -> AssembledPrompt:
         notes.append(
             _this_channel_note(entry, inp.config, inp.now, tool_offered=inp.stm_tool_offered)
         )
+    reply = _reply_note(inp.replied_to)
+    if reply is not None:
+        notes.append(reply)
+    starter = _starter_note(inp)
+    if starter is not None:
+        notes.append(starter)
+    # A small context leaves out the parent channel after other channels, before facts.
+    parent = _parent_note(inp)
+    parent_optional = [len(notes)] if parent is not None else []
+    if parent is not None:
+        notes.append(parent)
     others = _other_notes(inp)
-    optional = [len(notes) + i for i in reversed(range(len(others)))]
+    optional = [len(notes) + i for i in reversed(range(len(others)))] + parent_optional
     notes.extend(others)
     if inp.long_term_notes:
         long_term = _long_term_note(inp.long_term_notes)
@@ -376,4 +449,7 @@ def assemble(inp: PromptInput) -> AssembledPrompt:
             notes.append(long_term)
     if inp.nudge_new_messages is not None:
         notes.append(nudge_text(inp.nudge_new_messages, inp.config.nudge_override))
-    return AssembledPrompt(system_notes=notes, history=_history(inp), optional=optional)
+    history, history_ids = _history(inp)
+    return AssembledPrompt(
+        system_notes=notes, history=history, optional=optional, history_ids=history_ids
+    )

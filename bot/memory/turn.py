@@ -137,6 +137,12 @@ class TurnStart:
     # when it scrolled out of the raw window, unless deleted or wiped since.
     trigger: RawMessage | None = None
     trigger_epoch: int | None = None
+    # What the message being answered replies to, the direct reference first, then what
+    # that one replied to (already checked against the wipes recorded when it was read):
+    # dropped when the channel is wiped after ``trigger_epoch``.
+    replied_to: tuple[RawMessage, ...] = ()
+    # In a thread: the message it was started from (in its parent channel).
+    thread_starter: RawMessage | None = None
     label_for: LabelFor | None = None
     recall: Recall | None = None
     explicit_long_term_intent: bool = False

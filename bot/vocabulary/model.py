@@ -45,6 +45,17 @@ class ScopeKey(NamedTuple):
 
 
 @dataclass(frozen=True, slots=True)
+class ImageRef:
+    """An image posted with a message: where to get it, never its bytes (never stored)."""
+
+    url: str
+    name: str
+    content_type: str | None = None
+    # In bytes; 0 when Discord does not say (an image embed).
+    size: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class RawMessage:
     """One Discord message as the prompt sees it (never persisted)."""
 
@@ -54,6 +65,9 @@ class RawMessage:
     content: str
     created_at: datetime
     is_bot: bool = False
+    # Images for vision models; the text notes each one (``[image: name]``), and only the
+    # text ever reaches memory.
+    images: tuple[ImageRef, ...] = ()
     # Computed once: one message is shown in many prompts and compared with many markers.
     _shared_line: str | None = field(default=None, init=False, repr=False, compare=False)
     _content_hash: str | None = field(default=None, init=False, repr=False, compare=False)

@@ -43,10 +43,19 @@ class ProviderCaps:
     # The server refuses a second system message, or roles that do not alternate (the
     # operator's llm.strict_roles overrides this).
     strict_roles: bool = False
+    # The provider's usual models read image parts (``image_url``) in user messages; for
+    # a local server it depends on the model loaded, so it is off (context.vision = "on").
+    vision: bool = False
 
 
 def _caps(
-    name: str, *, tool_calling: bool, context_tokens: int, notes: str, strict_roles: bool = False
+    name: str,
+    *,
+    tool_calling: bool,
+    context_tokens: int,
+    notes: str,
+    strict_roles: bool = False,
+    vision: bool = False,
 ) -> ProviderCaps:
     return ProviderCaps(
         name=name,
@@ -55,6 +64,7 @@ def _caps(
         stm_allowed=tool_calling and context_tokens >= MIN_STM_CONTEXT_TOKENS,
         notes=notes,
         strict_roles=strict_roles,
+        vision=vision,
     )
 
 
@@ -79,6 +89,7 @@ _ENTRIES: tuple[ProviderCaps, ...] = (
         tool_calling=True,
         context_tokens=128_000,
         notes="Native function calling.",
+        vision=True,
     ),
     _caps(
         "azure",
@@ -86,6 +97,7 @@ _ENTRIES: tuple[ProviderCaps, ...] = (
         context_tokens=128_000,
         notes="Azure OpenAI: the model name is the deployment name; function calling as "
         "OpenAI for the deployed model.",
+        vision=True,
     ),
     _caps(
         "ollama",
@@ -181,18 +193,21 @@ _ENTRIES: tuple[ProviderCaps, ...] = (
         context_tokens=200_000,
         notes="Anthropic's OpenAI SDK compatibility endpoint (or a gateway in front of "
         "Claude): tool calling supported.",
+        vision=True,
     ),
     _caps(
         "gemini",
         tool_calling=True,
         context_tokens=1_000_000,
         notes="Google's OpenAI-compatible Gemini endpoint: function calling supported.",
+        vision=True,
     ),
     _caps(
         "xai",
         tool_calling=True,
         context_tokens=131_072,
         notes="xAI Grok API: function calling supported.",
+        vision=True,
     ),
     _caps(
         "perplexity",

@@ -33,7 +33,13 @@ from tests.helpers.fake_llm import ScriptedLLM
 
 
 def prompt_text(llm: ScriptedLLM, i: int = -1) -> str:
-    return "\n".join(str(m.get("content") or "") for m in llm.messages(i))
+    """The request's text (the text parts of a message with images)."""
+    return "\n".join(
+        "\n".join(p["text"] for p in content if p.get("type") == "text")
+        if isinstance(content := m.get("content"), list)
+        else str(content or "")
+        for m in llm.messages(i)
+    )
 
 
 def count_history_reads(kioku: KiokuHarness, monkeypatch: pytest.MonkeyPatch) -> list[int]:
@@ -120,7 +126,7 @@ async def test_the_raw_window_holds_display_names_resolved_mentions_and_attachme
         (
             "Captain Nick",
             f"hey @{friend.display_name}, the plan is in #{channel.name}\n"
-            "[attachments: plan.pdf, photo.png]",
+            "[attachments: plan.pdf]\n[image: photo.png]",
         ),
         (friend.display_name, "[attachments: notes.txt]"),
         (friend.display_name, "@Kioku what did Captain send?"),
@@ -128,7 +134,7 @@ async def test_the_raw_window_holds_display_names_resolved_mentions_and_attachme
     prompt = prompt_text(kioku.llm)
     assert (  # continuation lines indented: no line of a message passes for a speaker's
         f"Captain Nick: hey @{friend.display_name}, the plan is in #{channel.name}\n"
-        "    [attachments: plan.pdf, photo.png]"
+        "    [attachments: plan.pdf]\n    [image: photo.png]"
     ) in prompt
     assert f"{friend.display_name}: [attachments: notes.txt]" in prompt
     assert "plain_username" not in prompt

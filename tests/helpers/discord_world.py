@@ -195,10 +195,12 @@ class DiscordWorld:
         private: bool = False,
         owner: discord.abc.User | None = None,
         locked: bool = False,
+        from_message: discord.Message | None = None,
     ) -> discord.Thread:
-        """A thread under ``channel``; ``locked``: only members with Manage Threads may post."""
+        """A thread under ``channel``; ``locked``: only members with Manage Threads may post;
+        ``from_message``: started from that message (Discord gives the thread its id)."""
         channel = channel or self.channel
-        thread_id = self.ids.next()
+        thread_id = from_message.id if from_message is not None else self.ids.next()
         now = iso()
         data = {
             "id": str(thread_id),

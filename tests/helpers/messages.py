@@ -284,6 +284,7 @@ class MessageTraffic(DiscordWorld):
         mention_author: bool = True,
         mention_bot: bool = False,
         attachments: Sequence[tuple[str, bytes]] = (),
+        embeds: Sequence[dict[str, Any]] = (),
         raise_errors: bool = True,
     ) -> discord.Message:
         """Post as ``author`` (first member) in ``channel`` (first text channel); await handlers."""
@@ -295,6 +296,7 @@ class MessageTraffic(DiscordWorld):
             content = f"{me.mention} {content}"
         guild = getattr(channel, "guild", None)
         data = self._new_message(channel.id, guild, author, content, files=attachments)
+        data["embeds"] = [dict(e) for e in embeds]
         if reply_to is not None:
             ref = reply_to if isinstance(reply_to, int) else reply_to.id
             self._apply_reference(data, {"message_id": ref}, guild, mention_author)

@@ -1032,3 +1032,22 @@ def test_a_database_that_never_answered_is_named_as_a_timeout() -> None:
     assert database_unreachable(TimeoutError(), settings) == (
         "no answer within 10 s (KIOKU_DATABASE__CONNECT_TIMEOUT_SECONDS sets how long to wait)"
     )
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "expected"),
+    [
+        ("KIOKU_CONTEXT__VISION", "maybe", "context.vision"),
+        ("KIOKU_CONTEXT__IMAGE_TRANSPORT", "ftp", "context.image_transport"),
+        ("KIOKU_CONTEXT__IMAGE_MAX_MB", "0", "context.image_max_mb"),
+        ("KIOKU_CONTEXT__REPLY_CHAIN_DEPTH", "11", "context.reply_chain_depth"),
+    ],
+)
+def test_bad_context_values_name_the_setting(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str, expected: str
+) -> None:
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(SettingsError) as caught:
+        load_settings()
+    message = str(caught.value)
+    assert "\n" not in message and expected in message

@@ -184,11 +184,30 @@ def test_every_text_survives_in_order() -> None:
     assert positions == sorted(positions)
 
 
-def test_content_that_is_not_text_is_never_merged() -> None:
-    # Kioku sends text only; parts (images, audio) cannot be joined with blank lines.
-    parts = {"role": "user", "content": [{"type": "text", "text": "Bob: look"}]}
-    messages = [PERSONA, user("Ann: hi"), parts]
-    assert alternate_roles(messages) == messages
+def test_user_messages_with_image_parts_merge_into_one_message_of_parts() -> None:
+    image = {"type": "image_url", "image_url": {"url": "https://cdn.example/cat.png"}}
+    parts = {"role": "user", "content": [{"type": "text", "text": "Bob: look"}, image]}
+    messages = [PERSONA, user("Ann: hi"), parts, user("Cy: nice")]
+    conformed = alternate_roles(messages)
+    assert conformed == [
+        PERSONA,
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "Ann: hi\n\nBob: look"},
+                image,
+                {"type": "text", "text": "Cy: nice"},
+            ],
+        },
+    ]
+    assert messages[2]["content"][0] == {"type": "text", "text": "Bob: look"}  # unmodified
+
+
+def test_assistant_content_that_is_not_text_is_never_merged() -> None:
+    odd = {"role": "assistant", "content": [{"type": "text", "text": "look"}]}
+    hello = {"role": "assistant", "content": "Hello."}
+    messages = [PERSONA, user("Ann: hi"), hello, odd]
+    assert alternate_roles(messages)[2:] == [hello, odd]
 
 
 # ------------------------------------------------------------------ the provider table

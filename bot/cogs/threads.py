@@ -1,0 +1,60 @@
+"""A thread's starting point: the message it was started from, as the turn shows it.
+
+Discord gives a thread started from a message the message's id; it lives in the parent
+channel (a forum post's starter lives in the thread itself, and so is in its own window).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import aiohttp
+import discord
+
+from bot.cogs.history import belongs_in_window, to_raw
+from bot.db.storage import MemoryUnavailable
+from bot.vocabulary.model import RawMessage
+
+if TYPE_CHECKING:
+    from bot.app import KiokuBot
+
+log = logging.getLogger(__name__)
+
+
+async def _starter(thread: discord.Thread) -> discord.Message | None:
+    if thread.starter_message is not None:
+        return thread.starter_message
+    parent = thread.parent
+    if not isinstance(parent, discord.TextChannel | discord.VoiceChannel):
+        return None  # a forum post: its starter is the thread's own first message
+    try:
+        return await parent.fetch_message(thread.id)
+    except (discord.HTTPException, aiohttp.ClientError, OSError, TimeoutError) as exc:
+        # A thread not started from a message, the message deleted, or Discord unreachable.
+        log.debug("no starter message for thread %s: %s", thread.id, getattr(exc, "status", exc))
+        return None
+
+
+async def thread_starter(bot: KiokuBot, thread: discord.Thread) -> RawMessage | None:
+    """The message ``thread`` was started from, unless deleted, already in the thread's
+    own window (a forum post), or wiped by a /refresh of the parent channel or a
+    /forget-me of its author (in doubt, with the database down, left out)."""
+    memory = bot.memory
+    if any(m.message_id == thread.id for m in memory.windows.get(thread.id)):
+        return None
+    if memory.was_deleted(thread.id):
+        return None
+    parent_id = thread.parent_id
+    known = next((m for m in memory.windows.get(parent_id) if m.message_id == thread.id), None)
+    if known is not None:
+        return known  # the parent's window already leaves out what was wiped
+    message = await _starter(thread)
+    if message is None or not belongs_in_window(message, bot.user):
+        return None
+    raw = to_raw(message)
+    try:
+        wiped = await memory.wiped_history(parent_id, [raw])
+    except MemoryUnavailable:
+        return None
+    return None if wiped(raw) else raw
