@@ -435,10 +435,6 @@ def test_readme_command_table_lists_the_commands_of_the_parser(
     [
         ({"KIOKU_STM__RENDER_MODE": "fancy"}, "kioku: invalid setting stm.render_mode "),
         ({"KIOKU_REFRESH_CADENCE": "3"}, "kioku: unknown setting KIOKU_REFRESH_CADENCE "),
-        (
-            {"KIOKU_STM__MIN_RAW_TAIL": "49", "KIOKU_STM__RAW_WINDOW": "20"},
-            "kioku: invalid setting stm.min_raw_tail ",
-        ),
     ],
 )
 def test_readme_error_examples_are_what_the_cli_prints(
