@@ -43,10 +43,18 @@ class ProviderCaps:
     # The server refuses a second system message, or roles that do not alternate (the
     # operator's llm.strict_roles overrides this).
     strict_roles: bool = False
+    # Replies stream in as they are written (tool calls arrive as deltas).
+    streaming: bool = True
 
 
 def _caps(
-    name: str, *, tool_calling: bool, context_tokens: int, notes: str, strict_roles: bool = False
+    name: str,
+    *,
+    tool_calling: bool,
+    context_tokens: int,
+    notes: str,
+    strict_roles: bool = False,
+    streaming: bool = True,
 ) -> ProviderCaps:
     return ProviderCaps(
         name=name,
@@ -55,6 +63,7 @@ def _caps(
         stm_allowed=tool_calling and context_tokens >= MIN_STM_CONTEXT_TOKENS,
         notes=notes,
         strict_roles=strict_roles,
+        streaming=streaming,
     )
 
 
@@ -186,7 +195,10 @@ _ENTRIES: tuple[ProviderCaps, ...] = (
         "gemini",
         tool_calling=True,
         context_tokens=1_000_000,
-        notes="Google's OpenAI-compatible Gemini endpoint: function calling supported.",
+        notes="Google's OpenAI-compatible Gemini endpoint: function calling supported. "
+        "Replies are not streamed: its stream sends tool-call deltas without their index "
+        "and ends them with finish_reason 'stop'.",
+        streaming=False,
     ),
     _caps(
         "xai",
