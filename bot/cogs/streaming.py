@@ -1,7 +1,7 @@
 """A reply's Discord messages while it streams in: posted once the answer is slow, then edited.
 
-An answer complete before ``llm.stream_edit_seconds`` is sent once, whole, by the chat
-cog as before (no placeholder, no edit). A slower one is posted when that time is up and
+An answer complete within ``llm.stream_edit_seconds`` of its first text is sent once,
+whole, by the chat cog as before (no placeholder, no edit). A slower one is posted when that time is up and
 edited at most once per interval after; past Discord's limit it goes on in new messages,
 cut by :func:`split_reply` (words, code blocks). :meth:`StreamedReply.finish` shows the
 whole reply when the turn ends.
@@ -60,7 +60,9 @@ class StreamedReply:
         self._interval = interval
         self._clock = clock
         self._wiped = wiped
-        self._due = clock() + interval
+        # Counted from the answer's first text: time in the queue, the prompt and tool
+        # calls makes no answer slow.
+        self._due: float | None = None
         self._latest: Callable[[], str] | None = None
         self._stopped = False
         # The messages showing the reply, and the text each shows now.
@@ -74,6 +76,9 @@ class StreamedReply:
         if self._stopped:
             return
         now = self._clock()
+        if self._due is None:
+            self._due = now + self._interval
+            return
         if now < self._due:
             return
         self._due = now + self._interval
