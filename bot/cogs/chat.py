@@ -301,8 +301,11 @@ class Chat(commands.Cog):
         for part in parts:
             if failed:
                 memory.message_deleted(channel_id, part.id)
-            else:
-                memory.observe_message(channel_id, to_raw(part))
+                continue
+            # The echo of the first post may have put a partial text in the window.
+            raw = to_raw(part)
+            memory.observe_message(channel_id, raw)
+            memory.message_edited(channel_id, part.id, raw.content)
 
     def _over_rate(self, message: discord.Message) -> bool:
         """Whether the member already started ``llm.turns_per_user_per_minute`` turns in

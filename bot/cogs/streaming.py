@@ -1,10 +1,10 @@
 """A reply's Discord messages while it streams in: posted once the answer is slow, then edited.
 
 An answer complete within ``llm.stream_edit_seconds`` of its first text is sent once,
-whole, by the chat cog as before (no placeholder, no edit). A slower one is posted when that time is up and
-edited at most once per interval after; past Discord's limit it goes on in new messages,
-cut by :func:`split_reply` (words, code blocks). :meth:`StreamedReply.finish` shows the
-whole reply when the turn ends.
+whole, by the chat cog as before (no placeholder, no edit). A slower one is posted when
+that time is up and edited at most once per interval after; past Discord's limit it goes
+on in new messages, cut by :func:`split_reply` (words, code blocks).
+:meth:`StreamedReply.finish` shows the whole reply when the turn ends.
 """
 
 from __future__ import annotations

@@ -112,6 +112,11 @@ async def test_a_slow_answer_is_posted_then_edited_no_more_often_than_the_settin
     # One Discord call per due time at most, and the final edit when the answer ended.
     assert 1 + len(sent.edits) <= elapsed / EDIT_SECONDS + 2
     assert len(sent.edits) < len(pieces) // 3
+    # The model reads the whole answer back next time, not a partial one.
+    slow.llm.reply_text("Yes.")
+    await slow.env.send("got it?", mention_bot=True)
+    said = [m["content"] for m in slow.llm.messages() if m.get("role") == "assistant"]
+    assert said == [text.strip()]
 
 
 async def test_a_long_streamed_answer_goes_on_in_a_second_message_keeping_its_code_block(
