@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import openai
-from openai.types.chat import ChatCompletionMessage
+from openai.types.chat import ChatCompletion, ChatCompletionMessage
 
 from bot.llm.client import LlmRequest, RequestObserver, request_outcome
 from bot.llm.roles import alternate_roles
@@ -46,6 +46,11 @@ async def stream_chat_completion(
         async with api.chat.completions.with_streaming_response.create(
             **request, stream=True, stream_options={"include_usage": True}
         ) as response:
+            if "json" in response.headers.get("content-type", ""):
+                # A server that ignores `stream` answers whole, as a plain completion.
+                whole = ChatCompletion.model_validate(await response.json())
+                _observe_whole(observe, whole, began)
+                return _first_choice(whole)
             try:
                 async for line in response.iter_lines():
                     if assembly.feed(line):
@@ -81,6 +86,26 @@ async def stream_chat_completion(
             )
         )
     return assembly.message(), assembly.finish_reason
+
+
+def _first_choice(completion: ChatCompletion) -> tuple[ChatCompletionMessage, str | None]:
+    if not completion.choices:
+        raise StreamCut("the answer had no choices")
+    choice = completion.choices[0]
+    return choice.message, choice.finish_reason
+
+
+def _observe_whole(observe: RequestObserver | None, whole: ChatCompletion, began: float) -> None:
+    if observe is not None:
+        usage = whole.usage
+        observe(
+            LlmRequest(
+                "ok",
+                time.perf_counter() - began,
+                _tokens(usage.prompt_tokens if usage else None),
+                _tokens(usage.completion_tokens if usage else None),
+            )
+        )
 
 
 def _transport_error(exc: Exception) -> bool:

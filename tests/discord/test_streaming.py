@@ -212,3 +212,17 @@ async def test_a_provider_that_does_not_stream_is_asked_and_answered_as_before(
         assert sent.edits == []
     finally:
         await stop_kioku(harness)
+
+
+async def test_a_server_that_ignores_stream_and_answers_whole_is_understood(
+    kioku: KiokuHarness,
+) -> None:
+    kioku.llm.streams = False
+    kioku.llm.reply_stream(
+        "A plain ", "answer.", ToolDelta(0, '{"summary": "notes"}', "c1", STM_TOOL_NAME)
+    )
+    kioku.llm.reply_text("Done.")
+    await kioku.env.send("hi", mention_bot=True)
+    assert kioku.llm.request(0).get("stream") is True
+    assert tool_results(kioku.llm) == ["saved"]
+    assert kioku.env.last_sent().content == "A plain answer.\n\nDone."

@@ -229,6 +229,9 @@ class ScriptedLLM:
         # True: a request whose roles a strict chat template refuses (see
         # role_order_problem) gets vLLM's 400, without using a scripted reply.
         self.strict_roles = False
+        # False: a request asking to stream is answered whole, as a plain JSON completion
+        # (as servers that ignore `stream` do).
+        self.streams = True
         self.refused_roles: list[str] = []  # why each such request was refused
         # Set: a request without `Authorization: Bearer <api_key>` gets 401 quoting the
         # key it sent (as some servers do), before anything is recorded or consumed.
@@ -582,10 +585,10 @@ class ScriptedLLM:
             )
         model = str(body.get("model") or self.model_id)
         if isinstance(reply, _Streamed):
-            if not body.get("stream"):
+            if not body.get("stream") or not self.streams:
                 return web.json_response(self._completion(_as_whole(reply), model, body))
             return await self._stream_pieces(request, reply, model)
-        if body.get("stream"):
+        if body.get("stream") and self.streams:
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
             return await self._stream(request, reply, model, body, include_usage)
         return web.json_response(self._completion(reply, model, body))
