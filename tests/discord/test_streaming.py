@@ -8,6 +8,7 @@ is a slow one, the same on every run.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
@@ -18,6 +19,7 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.engine import URL
 
+from bot.cogs.history import WIPED_WHILE_ANSWERING
 from bot.conversation.tools.stm import STM_TOOL_NAME
 from bot.db.engine import Database
 from bot.db.models import ShortTermMemory
@@ -226,3 +228,31 @@ async def test_a_server_that_ignores_stream_and_answers_whole_is_understood(
     assert kioku.llm.request(0).get("stream") is True
     assert tool_results(kioku.llm) == ["saved"]
     assert kioku.env.last_sent().content == "A plain answer.\n\nDone."
+
+
+async def test_a_refresh_while_an_answer_streams_takes_back_what_was_posted(
+    slow: KiokuHarness,
+) -> None:
+    env, llm, bot = slow.env, slow.llm, slow.bot
+    moderator = await env.create_member("mod", kind="moderator")
+    await env.send("the secret codename is HERON")
+    said = "The codename you gave me is HERON, and I will keep it in mind for the launch"
+    llm.reply_stream(*words(said), " and later.", pause_within="later")
+    turn = asyncio.create_task(env.send("what is the codename?", mention_bot=True))
+    try:
+        # The answer is slow: its first message is out before the pause.
+        posted = await bot.wait_for("message", check=lambda m: m.author == bot.user, timeout=10)
+        await llm.wait_paused()
+        refreshed = await slow.interactions.slash("refresh", user=moderator)
+        assert not refreshed.command_failed
+    finally:
+        llm.resume_stream()
+        await turn
+    [first] = [s for s in env.sent if s.message.id == posted.id]
+    assert first.deleted
+    assert env.sent[-1].content == WIPED_WHILE_ANSWERING
+    assert all(s.deleted for s in env.sent if "HERON" in s.message.content)
+    llm.reply_text("Nothing yet.")
+    await env.send("what do you know so far?", mention_bot=True)
+    history = "\n".join(str(m.get("content")) for m in llm.messages())
+    assert "HERON" not in history

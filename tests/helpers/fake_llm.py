@@ -105,6 +105,7 @@ class _Streamed:
     finish_reason: str
     split_within: tuple[str, ...]  # the SSE body's bytes are cut inside each of these
     drop_within: str | None  # the connection drops inside this one's bytes
+    pause_within: str | None  # the server waits for resume_stream() inside this one's bytes
     error_event: bool  # an error event instead of the finish
     delay: float
 
@@ -250,6 +251,8 @@ class ScriptedLLM:
         self._closing = asyncio.Event()
         self._arrived = asyncio.Condition()
         self._gate: asyncio.Event | None = None
+        self._paused = asyncio.Event()
+        self._resumed = asyncio.Event()
         # A streamed text answer's events, encoded once: the server shares the process
         # (and the CPU) with the bot in benchmarks.
         self._encoded: dict[tuple[str, str, str, bool], bytes] = {}
@@ -261,6 +264,15 @@ class ScriptedLLM:
         safety timeout turns a hang into a failure)."""
         async with asyncio.timeout(10), self._arrived:
             await self._arrived.wait_for(lambda: len(self._recorded) >= count)
+
+    async def wait_paused(self) -> None:
+        """Return once a streamed answer stopped at its ``pause_within``."""
+        async with asyncio.timeout(10):
+            await self._paused.wait()
+
+    def resume_stream(self) -> None:
+        """Let a streamed answer stopped at its ``pause_within`` go on."""
+        self._resumed.set()
 
     def hold(self) -> asyncio.Event:
         """Hold every answer until the returned event is set: lets a test act while a
@@ -398,6 +410,7 @@ class ScriptedLLM:
         finish_reason: str | None = None,
         split_within: Sequence[str] = (),
         drop_within: str | None = None,
+        pause_within: str | None = None,
         error_event: bool = False,
         delay: float = 0.0,
     ) -> Self:
@@ -409,8 +422,9 @@ class ScriptedLLM:
         bytes of each ``split_within`` string (inside a word, a tool call's JSON, a
         multi-byte character). ``drop_within`` writes the body up to the middle of that
         string's bytes, then drops the connection; ``error_event`` sends an error event
-        in place of the finish. A request that did not ask to stream gets the pieces as
-        one ordinary answer.
+        in place of the finish. ``pause_within`` stops the body there until
+        :meth:`resume_stream` (:meth:`wait_paused` returns once it stopped). A request that
+        did not ask to stream gets the pieces as one ordinary answer.
         """
         if finish_reason is None:
             calls = any(isinstance(piece, ToolDelta) for piece in pieces)
@@ -421,6 +435,7 @@ class ScriptedLLM:
                 finish_reason=finish_reason,
                 split_within=tuple(split_within),
                 drop_within=drop_within,
+                pause_within=pause_within,
                 error_event=error_event,
                 delay=delay,
             )
@@ -690,12 +705,16 @@ class ScriptedLLM:
             )
             lines.append("data: [DONE]\n\n")
         data = "".join(lines).encode()
-        cuts = sorted({_middle_of(data, text) for text in reply.split_within})
+        cuts = {_middle_of(data, text) for text in reply.split_within}
+        pause = None if reply.pause_within is None else _middle_of(data, reply.pause_within)
         end = len(data) if reply.drop_within is None else _middle_of(data, reply.drop_within)
         start = 0
-        for cut in [*(c for c in cuts if c < end), end]:
+        for cut in [*sorted(c for c in {*cuts, pause} if c is not None and c < end), end]:
             await response.write(data[start:cut])
             start = cut
+            if cut == pause:
+                self._paused.set()
+                await self._resumed.wait()
             # The server's pace, not the test's synchronisation: a write the client reads
             # on its own, as from a model generating.
             await asyncio.sleep(0.005)
