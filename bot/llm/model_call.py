@@ -149,7 +149,9 @@ async def _complete(
             )
     except StreamCut as exc:
         log.warning("LLM stream broke off before the answer ended (%s)", exc)
-        raise LlmUnavailable("unavailable", CUT_MESSAGE) from exc
+        # Nothing of the answer arrived (a body that was no event stream): unavailable.
+        notice = CUT_MESSAGE if exc.started else UNAVAILABLE_MESSAGE
+        raise LlmUnavailable("unavailable", notice) from exc
     except TimeoutError as exc:
         raise _past_deadline(settings, observe, time.perf_counter() - began) from exc
     except openai.APIStatusError as exc:

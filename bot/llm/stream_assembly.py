@@ -123,6 +123,11 @@ class StreamAssembly:
         return "".join(self.content)
 
     @property
+    def started(self) -> bool:
+        """Whether any of the answer (text or a tool call) arrived."""
+        return bool(self.content or self._calls)
+
+    @property
     def finished(self) -> bool:
         """Whether the stream said the answer is complete (a finish reason or ``[DONE]``)."""
         return self.done or self.finish_reason is not None

@@ -25,6 +25,10 @@ TextSink = Callable[[StreamAssembly], Awaitable[None]]
 class StreamCut(Exception):
     """The stream broke off (an error event, a dropped connection) before the answer ended."""
 
+    def __init__(self, reason: str, *, started: bool) -> None:
+        super().__init__(reason)
+        self.started = started  # some of the answer had arrived: it was cut, not refused
+
 
 async def stream_chat_completion(
     api: openai.AsyncOpenAI,
@@ -56,15 +60,15 @@ async def stream_chat_completion(
                     if assembly.feed(line):
                         await on_text(assembly)
             except StreamBroken as exc:
-                raise StreamCut(str(exc)) from exc
+                raise StreamCut(str(exc), started=assembly.started) from exc
             except (openai.OpenAIError, OSError, ValueError) as exc:
-                raise StreamCut(type(exc).__name__) from exc
+                raise StreamCut(type(exc).__name__, started=assembly.started) from exc
             except Exception as exc:
                 # The client's HTTP library (httpx or httpx2, by openai version) raises
                 # its own transport errors for a connection dropped mid-body.
                 if not _transport_error(exc):
                     raise
-                raise StreamCut(type(exc).__name__) from exc
+                raise StreamCut(type(exc).__name__, started=assembly.started) from exc
     except StreamCut:
         _observe(observe, "unreachable", began)
         raise
@@ -74,7 +78,7 @@ async def stream_chat_completion(
     if not assembly.finished:
         # The body ended cleanly but without a finish reason or [DONE]: a proxy cut it.
         _observe(observe, "unreachable", began)
-        raise StreamCut("the stream ended before the answer did")
+        raise StreamCut("the stream ended before the answer did", started=assembly.started)
     usage = assembly.usage or {}
     if observe is not None:
         observe(
@@ -90,7 +94,7 @@ async def stream_chat_completion(
 
 def _first_choice(completion: ChatCompletion) -> tuple[ChatCompletionMessage, str | None]:
     if not completion.choices:
-        raise StreamCut("the answer had no choices")
+        raise StreamCut("the answer had no choices", started=False)
     choice = completion.choices[0]
     return choice.message, choice.finish_reason
 
