@@ -812,9 +812,9 @@ class ScriptedLLM:
             usage_chunk["usage"] = self._usage(body, completion_text)
             chunks.append(usage_chunk)
 
-        for c in chunks:
-            await response.write(f"data: {json.dumps(c, ensure_ascii=False)}\n\n".encode())
-        await response.write(b"data: [DONE]\n\n")
+        # One write: the client still reads every event, the server spends less.
+        events = [f"data: {json.dumps(c, ensure_ascii=False)}\n\n" for c in chunks]
+        await response.write(("".join(events) + "data: [DONE]\n\n").encode())
         await response.write_eof()
         return response
 
