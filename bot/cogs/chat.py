@@ -265,6 +265,8 @@ class Chat(commands.Cog):
             )
             async with _typing(channel):
                 reply = await self.bot.turns.run(request, preview=stream)
+            if reply.turn is not None:
+                epoch = reply.turn.epoch
             if stream.parts:
                 await self._finish_stream(message, stream, reply.text, epoch, reply.failed)
                 return
@@ -274,8 +276,6 @@ class Chat(commands.Cog):
                 if not memory.was_deleted(message.id):
                     await self._post(message, WIPED_WHILE_ANSWERING, reply=True)
                 return
-            if reply.turn is not None:
-                epoch = reply.turn.epoch
             text = reply.text
             if reply.outcome == "llm_unavailable" and stream.received().strip():
                 # The answer broke off before its first message was due: what came stays.
