@@ -46,9 +46,9 @@ VOLUME ["/data"]
 
 USER kioku
 
-# No HEALTHCHECK: the bot serves no port by default (/metrics only once
-# KIOKU_METRICS__PORT is set), and `kioku doctor` calls the LLM endpoint,
-# which is too costly to run every few seconds. Compose watches the process instead
-# (restart: unless-stopped), and `docker compose run --rm bot doctor` checks on demand.
+# No HEALTHCHECK: the bot serves no port by default (/metrics and /healthz only once
+# KIOKU_METRICS__PORT is set), and `kioku doctor` calls the LLM endpoint, which is too
+# costly to run every few seconds. docker-compose.yml sets the port and checks /healthz;
+# `docker compose run --rm bot doctor` checks the rest on demand.
 ENTRYPOINT ["kioku"]
 CMD ["run"]

@@ -11,10 +11,12 @@ import openai
 from discord.ext import commands
 
 from bot.cogs.errors import install_error_handler
+from bot.cogs.needs import invite_url
 from bot.config import Settings
 from bot.conversation.summarizer import Summarizer
 from bot.conversation.turn import TurnRunner
 from bot.db.engine import Database
+from bot.health import NOT_CONNECTED_YET
 from bot.memory.longterm import LongTermService
 from bot.memory.service import MemoryService
 from bot.memory.spool import DurableSpool
@@ -34,6 +36,7 @@ EXTENSIONS: tuple[str, ...] = (
     "bot.cogs.refresh",
     "bot.cogs.stm",
     "bot.cogs.privacy",
+    "bot.cogs.kioku",
 )
 
 
@@ -70,6 +73,9 @@ class KiokuBot(commands.Bot):
         self._use_spool = spool
         self._serve_metrics = serve_metrics
         self.services: Services | None = None
+        self._invite_logged = False
+        # Set by on_disconnect until the gateway is back (on_connect, on_resumed).
+        self._gateway_down = False
 
     async def setup_hook(self) -> None:
         # discord.py runs this inside login(), where an OSError would pass for the
@@ -86,6 +92,7 @@ class KiokuBot(commands.Bot):
             )
         except OSError as exc:
             raise StartupFailed(describe_local_failure(exc, self.settings.data_dir)) from exc
+        self.services.health.watch_discord(self.discord_problem)
         install_error_handler(self.tree)
         for extension in EXTENSIONS:
             await self.load_extension(extension)
@@ -146,6 +153,29 @@ class KiokuBot(commands.Bot):
             servers,
             "" if servers == 1 else "s",
         )
+        # on_ready comes again after each resumed session: the link is logged once.
+        if not self._invite_logged:
+            self._invite_logged = True
+            log.info("invite link: %s", invite_url(self.application_id or self.user.id))
+
+    def discord_problem(self) -> str | None:
+        """Why this process is not connected to Discord now (``None``: it is), for /healthz."""
+        if self.is_closed():
+            return "discord: the connection is closed"
+        if not self.is_ready():
+            return NOT_CONNECTED_YET
+        if self._gateway_down:
+            return "discord: disconnected, reconnecting"
+        return None
+
+    async def on_connect(self) -> None:
+        self._gateway_down = False
+
+    async def on_resumed(self) -> None:
+        self._gateway_down = False
+
+    async def on_disconnect(self) -> None:
+        self._gateway_down = True
 
     async def on_message(self, message: discord.Message, /) -> None:
         """Leave messages to the chat cog (the default would run "@Kioku hi" as a command)."""

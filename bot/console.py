@@ -9,10 +9,12 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TextIO
 
 from bot.config import Settings
-from bot.conversation.turn import TurnRequest, TurnRunner
+from bot.console_terminal import Terminal, interactive, thinking
+from bot.conversation.turn import TurnReply, TurnRequest, TurnRunner
 from bot.db.engine import Database
 from bot.db.migrate import upgrade
 from bot.db.storage import MemoryUnavailable
@@ -38,8 +40,13 @@ async def console(
     read_line: Callable[[], str] | None = None,
     out: TextIO = sys.stdout,
     database: Database | None = None,
+    log_file: Path | None = None,
 ) -> int:
-    """Chat until ``/quit`` or the end of ``read_line``'s input; return the exit code."""
+    """Chat until ``/quit`` or the end of ``read_line``'s input; return the exit code.
+
+    Without ``read_line`` it reads standard input: with a prompt, line editing and
+    history when that is a terminal. ``log_file``, if given, is where the logs go (said
+    at the start)."""
     # A database handed in is started and migrated (by the command line, which reports
     # its failures in one line); either way the console closes it.
     if database is None:
@@ -60,60 +67,82 @@ async def console(
         janitor=False,
         serve_metrics=False,
     )
+    terminal = Terminal(settings.data_dir) if read_line is None and interactive() else None
+    if read_line is None:
+        read_line = terminal.read_line if terminal is not None else stdin_line_reader()
+    chat = _Chat(services.memory, services.turns, out, thinking_shown=terminal is not None)
     try:
-        await _chat(services.memory, services.turns, settings, read_line, out)
+        await chat.run(settings, read_line, log_file)
     finally:
-        await services.close(grace=None)  # a background summary finishes first
+        try:
+            await services.close(grace=None)  # a background summary finishes first
+        finally:
+            if terminal is not None:
+                terminal.close()
     return 0
 
 
-async def _chat(
-    memory: MemoryService,
-    runner: TurnRunner,
-    settings: Settings,
-    read_line: Callable[[], str] | None,
-    out: TextIO,
-) -> None:
-    ids = itertools.count(int(datetime.now(UTC).timestamp() * 1000) << 22)
-    memory.windows.prime(CONSOLE_CHANNEL_ID, [])
+class _Chat:
+    """The conversation loop: lines in, commands or turns, answers out."""
 
-    def say(text: str) -> None:
-        print(text, file=out, flush=True)
+    def __init__(
+        self, memory: MemoryService, runner: TurnRunner, out: TextIO, *, thinking_shown: bool
+    ) -> None:
+        self._memory = memory
+        self._runner = runner
+        self._out = out
+        self._thinking_shown = thinking_shown
+        self._ids = itertools.count(int(datetime.now(UTC).timestamp() * 1000) << 22)
 
-    say(f"Kioku console — model {settings.model} via {settings.provider}. {HELP}")
-    reader = LineReader(read_line or stdin_line_reader())
-    while True:
-        typed = await reader.next_line()
-        if typed is None:
-            break
-        line = typed.strip()
-        if not line:
-            continue
-        command = line.split()[0].lower() if line.startswith("/") else None
-        if command in ("/quit", "/exit"):
-            break
-        if command == "/help":
-            say(HELP)
-        elif command == "/show":
-            try:
-                say(await _show(memory))
-            except MemoryUnavailable as exc:  # the database went away: say so, go on
-                say(f"Nothing to show: {exc}.")
-        elif command == "/refresh":
-            try:
-                receipt = await memory.clear_channel(
-                    CONSOLE_CHANNEL_ID,
-                    guild_id=CONSOLE_GUILD_ID,
-                    actor_user_id=CONSOLE_USER_ID,
-                )
-            except MemoryUnavailable as exc:
-                say(f"Nothing was refreshed: {exc}.")
+    def say(self, text: str) -> None:
+        print(text, file=self._out, flush=True)
+
+    async def run(
+        self, settings: Settings, read_line: Callable[[], str], log_file: Path | None
+    ) -> None:
+        memory = self._memory
+        memory.windows.prime(CONSOLE_CHANNEL_ID, [])
+        say = self.say
+        say(f"Kioku console — model {settings.model} via {settings.provider}. {HELP}")
+        if log_file is not None:
+            say(f"(logs go to {log_file})")
+        reader = LineReader(read_line)
+        while True:
+            typed = await reader.next_line()
+            if typed is None:
+                break
+            line = typed.strip()
+            if not line:
+                continue
+            command = line.split()[0].lower() if line.startswith("/") else None
+            if command in ("/quit", "/exit"):
+                break
+            if command == "/help":
+                say(HELP)
+            elif command == "/show":
+                try:
+                    say(await _show(memory))
+                except MemoryUnavailable as exc:  # the database went away: say so, go on
+                    say(f"Nothing to show: {exc}.")
+            elif command == "/refresh":
+                try:
+                    receipt = await memory.clear_channel(
+                        CONSOLE_CHANNEL_ID,
+                        guild_id=CONSOLE_GUILD_ID,
+                        actor_user_id=CONSOLE_USER_ID,
+                    )
+                except MemoryUnavailable as exc:
+                    say(f"Nothing was refreshed: {exc}.")
+                else:
+                    say(f"Memory refreshed ({receipt.rows} rows removed).")
+            elif command is not None:
+                say(f"Unknown command {command}. {HELP}")
             else:
-                say(f"Memory refreshed ({receipt.rows} rows removed).")
-        elif command is not None:
-            say(f"Unknown command {command}. {HELP}")
-        else:
-            await _turn(memory, runner, line, ids, say)
+                with thinking(self._out, self._thinking_shown):
+                    reply = await _turn(memory, self._runner, line, self._ids)
+                say(f"kioku> {reply.text}")
+                for result in reply.stm_results:
+                    say(f"  (memory: {result})")
 
 
 def stdin_line_reader() -> Callable[[], str]:
@@ -181,12 +210,8 @@ class LineReader:
 
 
 async def _turn(
-    memory: MemoryService,
-    runner: TurnRunner,
-    line: str,
-    ids: Iterator[int],
-    say: Callable[[str], None],
-) -> None:
+    memory: MemoryService, runner: TurnRunner, line: str, ids: Iterator[int]
+) -> TurnReply:
     now = datetime.now(UTC)
     message_id = next(ids)
     memory.observe_message(
@@ -210,9 +235,7 @@ async def _turn(
             CONSOLE_CHANNEL_ID,
             RawMessage(next(ids), CONSOLE_BOT_ID, "Kioku", reply.text, now, is_bot=True),
         )
-    say(f"kioku> {reply.text}")
-    for result in reply.stm_results:
-        say(f"  (memory: {result})")
+    return reply
 
 
 async def _show(memory: MemoryService) -> str:

@@ -10,8 +10,6 @@ import os
 import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
-from enum import StrEnum
 from functools import partial
 from urllib.parse import parse_qsl, urlsplit
 
@@ -30,12 +28,13 @@ from bot.db.migrate import (
     head_revision,
     unknown_revision_problem,
 )
+from bot.doctor_discord import INTENT_ROW, TOKEN_ROW, discord_rows
+from bot.doctor_table import Check, Status, Table, logs_held
 from bot.llm.client import chat_completion, make_client
 from bot.memory.prompt import relative_time
 from bot.memory.sanitize import PROMPT_PLACEHOLDERS
 from bot.memory.spool import inspect_spool
-from bot.problems import data_dir_problem, database_unreachable, one_line_error
-from bot.urls import OPENAI_DEFAULT_BASE_URL
+from bot.problems import api_key_problem, data_dir_problem, database_unreachable, one_line_error
 from bot.vocabulary.clock import SystemClock
 from bot.vocabulary.providers import capabilities
 from bot.vocabulary.redaction import redact_secrets
@@ -43,7 +42,8 @@ from bot.vocabulary.redaction import redact_secrets
 # Every row, in the order printed: the name column's width is known before the first.
 ROWS = (
     "config",
-    "discord token",
+    TOKEN_ROW,
+    INTENT_ROW,
     "database",
     "migrations",
     "clock",
@@ -57,66 +57,34 @@ BASE_URL_HINT = "check OPENAI_BASE_URL (most OpenAI-compatible servers end in /v
 API_KEY_HINT = "check OPENAI_API_KEY"
 
 
-class Status(StrEnum):
-    OK = "ok"
-    WARN = "WARN"  # works, but look: it does not fail the run
-    FAIL = "FAIL"
-    SKIP = "skip"  # could not run, because a check it needs failed
-
-
-@dataclass
-class Check:
-    name: str
-    status: Status
-    detail: str
-
-
 def passed(ok: bool) -> Status:
     return Status.OK if ok else Status.FAIL
-
-
-Show = Callable[[Check], None]
 
 
 async def doctor(settings: Settings) -> int:
     """Run every check, printing each row as it completes; return the exit code."""
     # Every row goes through one filter: no configured secret reaches the terminal.
     hide = secret_hider(settings)
-    table = _Table(hide)
+    with logs_held():
+        table = Table(ROWS, hide)
+        await _checks(settings, table, hide)
+    return 1 if table.failed else 0
+
+
+async def _checks(settings: Settings, table: Table, hide: Callable[[str], str]) -> None:
     table.show(_config_check(settings))
-    table.show(
-        Check(
-            "discord token",
-            passed(settings.discord_token is not None),
-            "set" if settings.discord_token is not None else "DISCORD_TOKEN is not set",
-        )
-    )
+    token = settings.discord_token.get_secret_value() if settings.discord_token else None
+    for row in await table.waiting(TOKEN_ROW, "Discord", discord_rows(token)):
+        table.show(row)
     database = Database(settings)
     try:
-        await _database_checks(database, settings, table.show)
+        await _database_checks(database, settings, table)
     finally:
         await database.close()
     table.show(_spool_check(settings))
     table.show(_backup_check(settings))
     table.show(_persona_check(settings))
-    await _llm_checks(settings, table.show, hide)
-    return 1 if table.failed else 0
-
-
-class _Table:
-    """The table, printed row by row (flushed: stdout is a pipe under docker or CI)."""
-
-    def __init__(self, hide: Callable[[str], str]) -> None:
-        self._hide = hide
-        self._width = max(len(name) for name in ROWS)
-        self.failed = False
-        print(f"{'check':<{self._width}}  status  detail", flush=True)
-        print(f"{'-' * self._width}  ------  ------", flush=True)
-
-    def show(self, check: Check) -> None:
-        self.failed = self.failed or check.status is Status.FAIL
-        detail = self._hide(check.detail)
-        print(f"{check.name:<{self._width}}  {check.status:<6}  {detail}", flush=True)
+    await _llm_checks(settings, table, hide)
 
 
 # A shorter "key" is a placeholder (OPENAI_API_KEY=ollama); replacing it wherever it
@@ -177,7 +145,7 @@ def _config_check(settings: Settings) -> Check:
         # Where `kioku run` serves its metrics (see bot.metrics).
         parts.append(f"metrics at http://{settings.metrics.host}:{settings.metrics.port}/metrics")
     parts.append(_config_file_note())
-    problem = _api_key_problem(settings)
+    problem = api_key_problem(settings)
     if problem is not None:
         return Check("config", Status.FAIL, "; ".join([problem, *parts]))
     return Check("config", Status.OK, "; ".join(parts))
@@ -193,21 +161,6 @@ def _config_file_note() -> str:
     if path.exists():
         return f"config file {where} is not a file: not read"
     return f"config file: none found at {where}"
-
-
-def _api_key_problem(settings: Settings) -> str | None:
-    """Why OpenAI's own endpoint would refuse every request (no key), if it would."""
-    # A local server takes the client's placeholder key.
-    key = settings.openai_api_key
-    if key is not None and key.get_secret_value().strip():
-        return None
-    openai_host = urlsplit(OPENAI_DEFAULT_BASE_URL).hostname
-    if urlsplit(settings.llm_base_url).hostname != openai_host:
-        return None
-    return (
-        f"OPENAI_API_KEY is not set, and {openai_host} needs one (set it, or "
-        "OPENAI_BASE_URL for a server that does not)"
-    )
 
 
 def _spool_check(settings: Settings) -> Check:
@@ -282,16 +235,16 @@ def _unknown_placeholder(name: str) -> str:
     return f"{{{name}}}" + (f" (did you mean {{{guess[0]}}}?)" if guess else "")
 
 
-async def _database_checks(database: Database, settings: Settings, show: Show) -> None:
-    row = await _database_check(database, settings)
-    show(row)
+async def _database_checks(database: Database, settings: Settings, table: Table) -> None:
+    row = await table.waiting("database", "the database", _database_check(database, settings))
+    table.show(row)
     if row.status is Status.FAIL:
         why = "skipped: no database to read (see the database row)"
-        show(Check("migrations", Status.SKIP, why))
-        show(Check("clock", Status.SKIP, why))
+        table.show(Check("migrations", Status.SKIP, why))
+        table.show(Check("clock", Status.SKIP, why))
         return
-    show(await _migrations_check(database))
-    show(await _clock_check(database))
+    table.show(await _migrations_check(database))
+    table.show(await _clock_check(database))
 
 
 async def _database_check(database: Database, settings: Settings) -> Check:
@@ -356,9 +309,10 @@ async def _clock_check(database: Database) -> Check:
     return Check("clock", passed(not skew.too_large), skew.describe())
 
 
-async def _llm_checks(settings: Settings, show: Show, hide: Callable[[str], str]) -> None:
+async def _llm_checks(settings: Settings, table: Table, hide: Callable[[str], str]) -> None:
+    show = table.show
     caps = capabilities(settings.provider)
-    if _api_key_problem(settings) is not None:
+    if api_key_problem(settings) is not None:
         # Every request would be refused, and would send the client's placeholder key.
         why = "skipped: OPENAI_API_KEY is not set (see config)"
         show(Check("llm endpoint", Status.SKIP, why))
@@ -367,8 +321,9 @@ async def _llm_checks(settings: Settings, show: Show, hide: Callable[[str], str]
     # Waits as long as the bot does: a slow local model that the bot can use must pass.
     client = make_client(settings, max_retries=0)
     try:
-        endpoint = await _probe(
-            "llm endpoint", partial(_list_models, client, settings.model), settings, hide
+        list_models = partial(_list_models, client, settings.model)
+        endpoint = await table.waiting(
+            "llm endpoint", "the model server", _probe("llm endpoint", list_models, settings, hide)
         )
         show(endpoint)
         if not caps.tool_calling:
@@ -381,7 +336,8 @@ async def _llm_checks(settings: Settings, show: Show, hide: Callable[[str], str]
             show(Check("llm tool call", Status.SKIP, "skipped: the llm endpoint failed"))
         else:
             probe = partial(_tiny_tool_call, client, settings.model, settings.strict_roles)
-            show(await _probe("llm tool call", probe, settings, hide))
+            call = _probe("llm tool call", probe, settings, hide)
+            show(await table.waiting("llm tool call", "the model", call))
     finally:
         await client.close()
 

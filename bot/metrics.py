@@ -7,8 +7,10 @@
 from __future__ import annotations
 
 import logging
+import platform
 import socket
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from importlib.metadata import PackageNotFoundError, version
 from typing import Literal
 
 from aiohttp import web
@@ -18,6 +20,7 @@ from prometheus_client import (
     Counter,
     Gauge,
     Histogram,
+    Info,
     generate_latest,
 )
 
@@ -26,7 +29,14 @@ from bot.llm.client import LlmRequest
 log = logging.getLogger(__name__)
 
 TurnOutcome = Literal[
-    "answered", "gave_up", "llm_unavailable", "unanswered", "error", "turned_away", "rate_limited"
+    "answered",
+    "gave_up",
+    "llm_unavailable",
+    "unanswered",
+    "error",
+    "turned_away",
+    "rate_limited",
+    "not_allowed",
 ]
 StmToolResult = Literal["saved", "pending_sync", "rejected"]
 
@@ -35,6 +45,17 @@ StmToolResult = Literal["saved", "pending_sync", "rejected"]
 TURN_SECONDS_BUCKETS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0, 120.0)
 # One model request: a local model's short answer to a hosted one retried after a 429.
 LLM_SECONDS_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0)
+
+# Why the process is unhealthy, one line per reason (empty: healthy); see bot.health.
+HealthProblems = Callable[[], Awaitable[list[str]]]
+
+
+def release() -> str:
+    """Kioku's installed version, or ``unknown`` in a checkout never installed."""
+    try:
+        return version("kioku")
+    except PackageNotFoundError:
+        return "unknown"
 
 
 def stm_tool_result(told: str) -> StmToolResult:
@@ -55,7 +76,7 @@ class Metrics:
             "kioku_turns",
             "Turns by how they ended: answered, gave_up (fallback reply), llm_unavailable, "
             "unanswered (message gone), error, turned_away (channel queue full), rate_limited "
-            "(the member's turns per minute)",
+            "(the member's turns per minute), not_allowed (access lists, DMs off: no reply)",
             ["outcome"],
             registry=self.registry,
         )
@@ -102,6 +123,10 @@ class Metrics:
             ["kind"],
             registry=self.registry,
         )
+        # Which build runs where, for dashboards that compare before and after a release.
+        Info("kioku_build", "Kioku's version and Python's", registry=self.registry).info(
+            {"version": release(), "python": platform.python_version()}
+        )
 
     def llm_request(self, request: LlmRequest) -> None:
         """Count one Chat Completions request of a turn or the summarizer."""
@@ -133,10 +158,12 @@ class Metrics:
 
 
 class MetricsServer:
-    """Serves ``GET /metrics`` on the bot's own event loop (no thread, stopped at close)."""
+    """Serves ``GET /metrics`` and ``GET /healthz`` on the bot's own event loop (no thread,
+    stopped at close)."""
 
-    def __init__(self, metrics: Metrics) -> None:
+    def __init__(self, metrics: Metrics, health: HealthProblems | None = None) -> None:
         self._metrics = metrics
+        self._health = health
         self._runner: web.AppRunner | None = None
         self.port: int | None = None
 
@@ -144,6 +171,8 @@ class MetricsServer:
         """Listen on ``host:port`` (port 0: any free one; :attr:`port` tells which)."""
         app = web.Application()
         app.router.add_get("/metrics", self._serve)
+        if self._health is not None:
+            app.router.add_get("/healthz", self._serve_health)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         try:
@@ -159,6 +188,14 @@ class MetricsServer:
     async def _serve(self, request: web.Request) -> web.Response:
         body = self._metrics.render()
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def _serve_health(self, request: web.Request) -> web.Response:
+        # 200 "ok", or 503 with one reason per line: what a container health check reads.
+        assert self._health is not None
+        problems = await self._health()
+        if problems:
+            return web.Response(status=503, text="\n".join(problems) + "\n")
+        return web.Response(text="ok\n")
 
     async def close(self) -> None:
         if self._runner is not None:

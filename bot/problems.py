@@ -8,10 +8,12 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from sqlalchemy.exc import DBAPIError
 
 from bot.config import Settings
+from bot.urls import OPENAI_DEFAULT_BASE_URL
 
 # SQLAlchemy's pointer to its documentation, which ends the text of its own errors.
 _BACKGROUND_LINK = re.compile(r"\(Background on this error at: [^)]*\)")
@@ -81,3 +83,19 @@ def _folder_problem(path: Path, named: str) -> str | None:
     if not os.access(parent, os.W_OK | os.X_OK):
         return f"{named} cannot be created: {parent} is not writable by this user"
     return None
+
+
+def api_key_problem(settings: Settings) -> str | None:
+    """Why OpenAI's own endpoint would refuse every request (no key), as one line naming
+    ``OPENAI_API_KEY``; ``None`` when a key is set or the endpoint is another server."""
+    # A local server (Ollama, vLLM) takes the client's placeholder key.
+    key = settings.openai_api_key
+    if key is not None and key.get_secret_value().strip():
+        return None
+    openai_host = urlsplit(OPENAI_DEFAULT_BASE_URL).hostname
+    if urlsplit(settings.llm_base_url).hostname != openai_host:
+        return None
+    return (
+        f"OPENAI_API_KEY is not set, and {openai_host} needs one (set it, or "
+        "OPENAI_BASE_URL for a server that does not)"
+    )

@@ -17,6 +17,7 @@ from bot.conversation.turn import TurnRunner
 from bot.db.engine import Database
 from bot.db.notify import CacheListener
 from bot.db.storage import MemoryUnavailable
+from bot.health import Health
 from bot.llm.client import make_client
 from bot.memory.janitor import run_janitor, run_turn_count_saver
 from bot.memory.longterm import LongTermService
@@ -58,6 +59,7 @@ class Services:
     longterm: LongTermService
     turns: TurnRunner
     metrics_server: MetricsServer | None
+    health: Health
     _closers: contextlib.AsyncExitStack = field(repr=False)
 
     @property
@@ -118,10 +120,11 @@ async def start_services(
         if durable is not None:
             replayer = durable.run_replayer(database.sessions, on_replayed=memory.spool_replayed)
             tasks.spawn(replayer, name="spool-replayer", endless=True)
+        health = Health(database.sessions)
         metrics_server: MetricsServer | None = None
         # `kioku sync` runs next to the serving bot, whose port it must leave alone.
         if serve_metrics and settings.metrics.port:
-            metrics_server = await _serve_metrics(metrics, settings)
+            metrics_server = await _serve_metrics(metrics, health, settings)
             closers.push_async_callback(metrics_server.close)
     except BaseException:
         await closers.aclose()
@@ -139,6 +142,7 @@ async def start_services(
         longterm=longterm,
         turns=turns,
         metrics_server=metrics_server,
+        health=health,
         _closers=closers,
     )
 
@@ -206,9 +210,9 @@ def _watch_memory(metrics: Metrics, memory: MemoryService) -> None:
     )
 
 
-async def _serve_metrics(metrics: Metrics, settings: Settings) -> MetricsServer:
+async def _serve_metrics(metrics: Metrics, health: Health, settings: Settings) -> MetricsServer:
     host, port = settings.metrics.host, settings.metrics.port
-    server = MetricsServer(metrics)
+    server = MetricsServer(metrics, health.problems)
     try:
         await server.start(host, port)
     except OSError as exc:

@@ -30,6 +30,7 @@ pytest_plugins = [
     "tests.helpers.database",
     "tests.helpers.bot",
     "tests.helpers.fuzz",
+    "tests.helpers.fake_discord_api",
     "pytester",  # tests of the summary sections run pytest itself
 ]
 

@@ -5,14 +5,18 @@ from __future__ import annotations
 from bot.cli.database import migrated
 from bot.config import Settings
 from bot.console import console
+from bot.console_terminal import LOG_FILE, logs_to_file
 from bot.db.engine import Database
 
 
 async def run_console(settings: Settings) -> int:
-    database = Database(settings)
-    try:
-        await migrated(database)
-    except BaseException:
-        await database.close()
-        raise
-    return await console(settings, database=database)  # which closes the database
+    # Logs go to a file for the whole session: a warning printed mid-conversation reads
+    # as part of it.
+    with logs_to_file(settings.data_dir / LOG_FILE) as log_file:
+        database = Database(settings)
+        try:
+            await migrated(database)
+        except BaseException:
+            await database.close()
+            raise
+        return await console(settings, database=database, log_file=log_file)

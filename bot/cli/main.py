@@ -10,7 +10,13 @@ from typing import Any
 
 from bot.cli.errors import EXIT_CONFIG, EXIT_OK, CliError
 from bot.cli.parser import build_parser, parse_shards
-from bot.cli.preflight import check_files, check_not_running, configure_logging, discord_token
+from bot.cli.preflight import (
+    check_files,
+    check_llm_key,
+    check_not_running,
+    configure_logging,
+    discord_token,
+)
 from bot.config import SettingsError, load_settings
 
 
@@ -25,6 +31,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "run":
             check_not_running(settings)
             token = discord_token(settings)
+            check_llm_key(settings)
             from bot.cli.run import serve
 
             return run_command(serve(settings, token, shard_ids, args.shard_count))
@@ -42,6 +49,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return run_command(doctor(settings))
         if args.command == "console":
+            check_llm_key(settings)
             from bot.cli.console import run_console
 
             return run_command(run_console(settings))

@@ -8,7 +8,7 @@ import sys
 from bot.cli.errors import EXIT_CONFIG, CliError
 from bot.config import Settings
 from bot.memory.spool import spool_in_use, spool_path
-from bot.problems import data_dir_problem, embedded_data_dir_problem
+from bot.problems import api_key_problem, data_dir_problem, embedded_data_dir_problem
 
 
 def configure_logging(settings: Settings) -> None:
@@ -87,3 +87,11 @@ def discord_token(settings: Settings) -> str:
             EXIT_CONFIG,
         )
     return settings.discord_token.get_secret_value()
+
+
+def check_llm_key(settings: Settings) -> None:
+    """Refuse OpenAI's own endpoint without a key, before anything starts."""
+    # Otherwise the bot comes online and fails every turn with the placeholder key.
+    problem = api_key_problem(settings)
+    if problem is not None:
+        raise CliError(problem, EXIT_CONFIG)

@@ -1,8 +1,11 @@
 """Messages → turns. Thin: translate Discord objects, decide whether to answer, send.
 
 - Every readable message goes into its channel's raw window (edits and deletes follow).
-- The bot answers in DMs always; in servers when mentioned, replied to, or in a channel
-  an admin marked always-on. Bots (itself included) never trigger a turn.
+- The bot answers in DMs (unless ``access.direct_messages`` is off); in servers when
+  mentioned, replied to, or in a channel an admin marked always-on. Bots (itself
+  included) never trigger a turn. A member the server's access lists refuse (or a DM
+  while DMs are off) gets no reply and costs no model call; the bot's owners always pass.
+  Their messages still join the raw window: they are part of the channel's talk.
 - Turns in one channel run one after another; different channels run concurrently. At
   most ``llm.max_waiting_turns`` wait in one channel (a DM too), and one member starts at
   most ``llm.turns_per_user_per_minute``: a message past them makes no model call, and
@@ -27,8 +30,10 @@ import aiohttp
 import discord
 from discord.ext import commands
 
+from bot.cogs.access_gate import AccessGate
 from bot.cogs.history import WIPED_WHILE_ANSWERING, backfill, belongs_in_window, to_raw
 from bot.cogs.members import Members
+from bot.cogs.needs import POST, POST_IN_THREADS, REACT, READ_HISTORY
 from bot.cogs.replies import split_reply
 from bot.cogs.streaming import PART_LIMIT, StreamedReply, guard_marker, with_cut_note
 from bot.cogs.visibility import DirectView, OnlyHere, ServerView, place_of
@@ -61,8 +66,8 @@ def _may_reply(channel: discord.abc.Messageable) -> bool:
     if isinstance(channel, discord.Thread):
         # In a locked thread only Manage Threads may post (discord.py does not apply it).
         unlocked = not channel.locked or permissions.manage_threads
-        return permissions.send_messages_in_threads and unlocked
-    return permissions.send_messages
+        return permissions >= POST_IN_THREADS and unlocked
+    return permissions >= POST
 
 
 def _may_react(channel: discord.abc.Messageable) -> bool:
@@ -71,8 +76,7 @@ def _may_react(channel: discord.abc.Messageable) -> bool:
     guild = getattr(channel, "guild", None)
     if guild is None or not isinstance(channel, discord.abc.GuildChannel | discord.Thread):
         return True
-    permissions = channel.permissions_for(guild.me)
-    return permissions.add_reactions and permissions.read_message_history
+    return channel.permissions_for(guild.me) >= REACT
 
 
 def _may_reference(channel: discord.abc.Messageable) -> bool:
@@ -81,7 +85,7 @@ def _may_reference(channel: discord.abc.Messageable) -> bool:
     guild = getattr(channel, "guild", None)
     if guild is None or not isinstance(channel, discord.abc.GuildChannel | discord.Thread):
         return True
-    return channel.permissions_for(guild.me).read_message_history
+    return channel.permissions_for(guild.me) >= READ_HISTORY
 
 
 @contextlib.asynccontextmanager
@@ -116,6 +120,7 @@ class Chat(commands.Cog):
             else None
         )
         self.members = Members(bot)
+        self.access = AccessGate(bot)
         # The tasks answering a message (running or waiting for their channel's turn).
         self._answering: set[asyncio.Task[object]] = set()
         self._closing = False
@@ -226,6 +231,9 @@ class Chat(commands.Cog):
         guild = message.guild
         known = guild is not None and memory.cached_guild_config(guild.id) is not None
         counted = addressed or known
+        # Refused while known to be (cached settings, DMs off): no queue place, no reaction.
+        if self.access.cached_refusal(message) is not None and await self._refused(message):
+            return
         if counted and self._over_rate(message):
             await self._turn_away(message, "rate_limited")
             return
@@ -236,6 +244,8 @@ class Chat(commands.Cog):
                 await self._turn_away(message, "turned_away")
                 return
             if not addressed and not await self._always_on(message):
+                return
+            if await self._refused(message):
                 return
             if not _may_reply(channel):
                 # A read-only channel: no answer could be posted, so no model call is made.
@@ -306,6 +316,13 @@ class Chat(commands.Cog):
             raw = to_raw(part)
             memory.observe_message(channel_id, raw)
             memory.message_edited(channel_id, part.id, raw.content)
+
+    async def _refused(self, message: discord.Message) -> bool:
+        """Whether ``message``'s author may not start a turn here (counted when not)."""
+        if await self.access.refused(message) is None:
+            return False
+        self.bot.metrics.turn_ended("not_allowed")
+        return True
 
     def _over_rate(self, message: discord.Message) -> bool:
         """Whether the member already started ``llm.turns_per_user_per_minute`` turns in

@@ -40,6 +40,10 @@ _STORAGE_ERRORS: tuple[type[BaseException], ...] = (
 _VALUE_PREVIEW = 50
 
 
+class InputRefused(app_commands.AppCommandError):
+    """Bad input a command refuses (nothing was saved); the message is the whole answer."""
+
+
 async def think(interaction: discord.Interaction[Any]) -> None:
     """Acknowledge now ("thinking…", ephemeral) when the answer needs the database: an
     interaction not answered within 3 s is gone, whatever comes later. ``answer``
@@ -106,7 +110,7 @@ def message_for(interaction: discord.Interaction[Any], error: BaseException) -> 
     original = error
     if isinstance(error, app_commands.CommandInvokeError):
         original = error.original
-    if isinstance(original, MissingMemoryPermission):
+    if isinstance(original, MissingMemoryPermission | InputRefused):
         return str(original)
     if isinstance(original, app_commands.NoPrivateMessage):
         return GUILD_ONLY

@@ -16,6 +16,7 @@ from discord.ext import commands
 from bot.cogs.checks import IntRange, admin_only, moderator_only
 from bot.cogs.errors import answer, plural, think
 from bot.cogs.history import backfill
+from bot.cogs.needs import POST, POST_IN_THREADS, SEE
 from bot.cogs.stm_answers import (
     ALWAYS_ON_UNHEARD,
     RENDER_MODES,
@@ -317,8 +318,8 @@ def _may_answer_here(interaction: discord.Interaction[Any]) -> bool:
     # Discord delivers commands from channels the bot cannot see.
     permissions = interaction.app_permissions
     if isinstance(interaction.channel, discord.Thread):
-        return permissions.view_channel and permissions.send_messages_in_threads
-    return permissions.view_channel and permissions.send_messages
+        return permissions >= SEE | POST_IN_THREADS
+    return permissions >= SEE | POST
 
 
 def _may_see(interaction: discord.Interaction[Any], channel_id: int | None) -> bool:

@@ -54,7 +54,12 @@ class SettingsError(Exception):
 
 
 # Read straight from the process environment (before the settings exist), not fields.
-PROCESS_ONLY_VARIABLES = ("KIOKU_CONFIG", "KIOKU_ENV_FILE", "KIOKU_MIGRATIONS_DIR")
+PROCESS_ONLY_VARIABLES = (
+    "KIOKU_CONFIG",
+    "KIOKU_ENV_FILE",
+    "KIOKU_MIGRATIONS_DIR",
+    "KIOKU_DISCORD_API_URL",
+)
 
 
 def env_file_values() -> dict[str, str | None]:

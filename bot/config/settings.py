@@ -163,6 +163,35 @@ class MetricsSettings(Section):
     port: Annotated[int, Field(ge=0, le=65535)] = 0
 
 
+class AccessSettings(Section):
+    """Who may talk to the bot beyond each server's own lists (``/kioku access``)."""
+
+    # Off: DMs get no answer and cost no model call (owners are still answered).
+    direct_messages: bool = True
+
+
+class ServersSettings(Section):
+    """What a server's admins may choose for their server (``/kioku persona``, ``/kioku model``)."""
+
+    # Models an admin may pick besides the default ``model`` (empty: only the default).
+    allowed_models: list[Annotated[str, Field(min_length=1, max_length=200)]] = Field(
+        default_factory=list
+    )
+    persona_max_chars: Annotated[int, Field(ge=50, le=4000)] = 1500
+
+    @field_validator("allowed_models")
+    @classmethod
+    def _check_models(cls, value: list[str]) -> list[str]:
+        # Names are compared as typed in /kioku model; surrounding spaces would never match.
+        names = [name.strip() for name in value]
+        if any(not name for name in names):
+            raise ValueError("model names must not be blank")
+        duplicates = sorted({name for name in names if names.count(name) > 1})
+        if duplicates:
+            raise ValueError(f"lists {', '.join(duplicates)} more than once")
+        return names
+
+
 class Settings(BaseSettings):
     """The one settings object. Construct with :func:`load_settings`."""
 
@@ -197,6 +226,8 @@ class Settings(BaseSettings):
     longterm: LongTermSettings = Field(default_factory=LongTermSettings)
     database: DatabaseSettings = Field(default_factory=DatabaseSettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
+    access: AccessSettings = Field(default_factory=AccessSettings)
+    servers: ServersSettings = Field(default_factory=ServersSettings)
 
     @field_validator("discord_token")
     @classmethod
@@ -276,6 +307,11 @@ class Settings(BaseSettings):
         again by itself, and compose's ``OPENAI_BASE_URL=`` (blank, "not set" here) is
         no URL to it."""
         return self.openai_base_url or OPENAI_DEFAULT_BASE_URL
+
+    @property
+    def server_models(self) -> tuple[str, ...]:
+        """The models a server's admins may choose: the default first, then the allowed."""
+        return (self.model, *(m for m in self.servers.allowed_models if m != self.model))
 
     @property
     def strict_roles(self) -> bool:

@@ -6,4 +6,6 @@ turn            one turn: guards, prompt, the tool loop, the reply
 summarizer      folds a channel's new messages into its memory with a separate call
 summary_prompt  the summarizer's request: its prompt, batches, answer parsing
 tools/          the tools offered to the model: update_short_term_memory, long-term
+access          whether a message may start a turn: owners, the DM switch, a server's lists
+server_profile  a server's own persona (checked when set) and model (for its turns)
 """

@@ -54,6 +54,7 @@ from typing import Any, Literal
 import openai
 
 from bot.config import Settings
+from bot.conversation.server_profile import server_model
 from bot.conversation.summary_prompt import (
     build_messages,
     fitting,
@@ -311,7 +312,7 @@ class Summarizer:
                 epoch=epoch,
                 started_at=started_at,
                 parent_channel_id=parent_channel_id,
-                model=self.settings.model,
+                model=server_model(self.settings, config),
             )
             entry = await memory.entry(turn.channel_key, parent_channel_id=parent_channel_id)
             # Every key the write touches (in a guild, the actor's own copy too), warmed
@@ -385,7 +386,7 @@ class Summarizer:
                 if request_chars(messages) > budget.prompt_chars:
                     raise _Unusable("failed", NO_ROOM)
                 calls += 1  # counted before: a call that raises was made all the same
-                answer = await self._complete(messages, budget)
+                answer = await self._complete(messages, budget, turn.model or self.settings.model)
                 if answer.tool_calls or answer.gave_up:
                     # The tool loop answered the tool call and asked once more: two
                     # requests. Whatever text it returns is not a summary (a lead-in
@@ -425,7 +426,7 @@ class Summarizer:
             categories=categories,
             calls=calls,
             skipped=skipped,
-            detail=f"{self.settings.model}, {reason}",
+            detail=f"{turn.model}, {reason}",
         )
 
     async def _store(
@@ -521,7 +522,9 @@ class Summarizer:
         prompt = prompt_chars(context, reply, FORMAT_TOKENS)
         return _Budget(reply_tokens=reply, prompt_chars=prompt, capped=reply < wanted)
 
-    async def _complete(self, messages: list[dict[str, Any]], budget: _Budget) -> LoopResult:
+    async def _complete(
+        self, messages: list[dict[str, Any]], budget: _Budget, model: str
+    ) -> LoopResult:
         """One model call without tools: the project's error mapping (``LlmUnavailable``
         with a friendly message) and reply cleaning (``<think>`` blocks, leaked tool-call
         syntax) come from the tool loop. With one loop round, a plain answer is one
@@ -533,7 +536,7 @@ class Summarizer:
         try:
             return await run_tool_loop(
                 self.client,
-                model=self.settings.model,
+                model=model,
                 messages=messages,
                 registry={},
                 offered=_no_tools,

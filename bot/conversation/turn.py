@@ -21,6 +21,7 @@ import openai
 from cachetools import TTLCache
 
 from bot.config import Settings
+from bot.conversation.server_profile import server_model, with_server_persona
 from bot.conversation.summarizer import (
     Summarizer,
     SummaryOutcome,
@@ -264,12 +265,14 @@ class TurnRunner:
             )
         )
         turn = prepared.turn
+        # The server's model (DMs: the default); the provenance of a write names it.
+        model = turn.model = server_model(self.settings, turn.config)
         if prepared.unanswered:
             log.info("turn %s: its message was deleted or wiped meanwhile", turn.turn_id)
             return TurnReply("", failed=True, turn=turn, unanswered=True, outcome="unanswered")
         prompt = assemble(prepared.prompt)
         messages, whole_history = self._messages(
-            request, prompt, prepared.prompt.now, intent=intent
+            request, prompt, prepared.prompt.now, intent=intent, server_persona=turn.config.persona
         )
         if not whole_history:
             # The model does not see the oldest messages: a memory it writes now must not
@@ -290,7 +293,9 @@ class TurnRunner:
             # Only a user's explicit request may change their long-term facts: without it
             # the tools do not exist this turn, so a call forced by the model (or by
             # another user's text in the channel) is answered as an unknown tool.
-            registry |= self._long_term_tools(request, prepared.opted_in, turn.started_at)
+            registry |= self._long_term_tools(
+                request, prepared.opted_in, turn.started_at, model=model
+            )
 
         def offered() -> list[str]:
             # An explicit "remember that…" reserves the turn for the long-term tools.
@@ -301,7 +306,7 @@ class TurnRunner:
         try:
             result = await run_tool_loop(
                 self.client,
-                model=self.settings.model,
+                model=model,
                 messages=messages,
                 registry=registry,
                 offered=offered,
@@ -341,18 +346,24 @@ class TurnRunner:
         return TurnReply(result.text, stm_results=tuple(stm_results), turn=turn)
 
     def _messages(
-        self, request: TurnRequest, prompt: AssembledPrompt, now: datetime, *, intent: bool
+        self,
+        request: TurnRequest,
+        prompt: AssembledPrompt,
+        now: datetime,
+        *,
+        intent: bool,
+        server_persona: str | None = None,
     ) -> tuple[list[dict[str, Any]], bool]:
         """The model's messages for the turn, and whether they hold the whole history.
 
-        The persona (and, when the user asked for long-term memory the provider cannot
-        give, :data:`NO_LONG_TERM_TOOLS_NOTE`), then the system notes that fit the
-        provider's context (:func:`fit_notes`) once the end of the conversation
+        The persona, with the server's after it (and, when the user asked for long-term
+        memory the provider cannot give, :data:`NO_LONG_TERM_TOOLS_NOTE`), then the system
+        notes that fit the provider's context (:func:`fit_notes`) once the end of the conversation
         (``stm.min_raw_tail`` messages) has its room, then the newest history that fits
         what is left (:func:`fit_history`)."""
-        messages: list[dict[str, Any]] = [
-            {"role": "system", "content": render_persona(self.persona, request, now)}
-        ]
+        own = render_persona(server_persona, request, now) if server_persona else None
+        persona = with_server_persona(render_persona(self.persona, request, now), own)
+        messages: list[dict[str, Any]] = [{"role": "system", "content": persona}]
         if intent and not self.caps.tool_calling:
             messages.append({"role": "system", "content": NO_LONG_TERM_TOOLS_NOTE})
         budget = context_chars(self.caps.context_tokens, self.settings.llm.max_reply_tokens)
@@ -396,14 +407,19 @@ class TurnRunner:
         return notes
 
     def _long_term_tools(
-        self, request: TurnRequest, opted_in: bool, started_at: datetime | None
+        self,
+        request: TurnRequest,
+        opted_in: bool,
+        started_at: datetime | None,
+        *,
+        model: str | None = None,
     ) -> dict[str, ToolSpec]:
         tools = long_term_tools(
             self.longterm,
             user_id=request.user_id,
             guild_id=request.guild_id,
             source_message_id=request.message_id,
-            model=self.settings.model,
+            model=model or self.settings.model,
             opted_in=opted_in,
             channel_id=request.channel_id,
             may_show=request.may_show_channel,

@@ -53,8 +53,12 @@ def _updated_at() -> Mapped[datetime]:
     )
 
 
+def _id_list() -> Mapped[list[int]]:
+    return mapped_column(ARRAY(BigInteger), nullable=False, server_default=text("'{}'::bigint[]"))
+
+
 class GuildSettings(Base):
-    """Per-guild STM configuration, edited by admins with ``/stm settings``."""
+    """Per-guild configuration, edited by admins with ``/stm settings`` and ``/kioku``."""
 
     __tablename__ = "guild_settings"
     __table_args__ = (
@@ -82,6 +86,15 @@ class GuildSettings(Base):
     always_on_channel_ids: Mapped[list[int]] = mapped_column(
         ARRAY(BigInteger), nullable=False, server_default=text("'{}'::bigint[]")
     )
+    # Who may talk to the bot here (/kioku access): blocked beats allowed; with an allow
+    # list only those on it are answered.
+    allowed_role_ids: Mapped[list[int]] = _id_list()
+    blocked_role_ids: Mapped[list[int]] = _id_list()
+    allowed_user_ids: Mapped[list[int]] = _id_list()
+    blocked_user_ids: Mapped[list[int]] = _id_list()
+    # The server's persona (sanitized) and model (one of the operator's allowed_models).
+    persona: Mapped[str | None] = mapped_column(Text)
+    model: Mapped[str | None] = mapped_column(Text)
     updated_at: Mapped[datetime] = _updated_at()
 
 

@@ -161,10 +161,6 @@ class StmCache:
         self._data.expire()
         return list(self._by_channel.get(channel_id, ()))
 
-    def keys_of_user(self, user_id: int) -> list[ScopeKey]:
-        self._data.expire()
-        return list(self._by_user.get(user_id, ()))
-
     def entries(self) -> Iterator[StmEntry]:
         """Every live entry (a scan: only for rare operations such as forgetting a user)."""
         for key in list(self._data):

@@ -188,14 +188,6 @@ def _validate(rows: Sequence[tuple[str, str]], places: Sequence[str]) -> tuple[C
     )
 
 
-def parse_category_definitions(rows: Sequence[tuple[str, str]]) -> tuple[Category, ...]:
-    """Validate ``(label, description)`` rows into positioned categories.
-
-    Raises :class:`CategoryDefinitionError` naming every problem (``category 2: …``).
-    """
-    return _validate(rows, [f"category {i}" for i in range(1, len(rows) + 1)])
-
-
 def _split_row(line: str) -> tuple[str, str, str]:
     """``label``, ``":"``, ``description`` of one typed row, each to be sanitized on its own."""
     # Split before redacting: the row's own colon reads like a secret's ("Password: reset

@@ -8,7 +8,7 @@ the change overtook is used once, not cached (see :class:`NoticeLedger`).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from cachetools import LRUCache
@@ -122,15 +122,22 @@ class GuildSettings:
         actor_user_id: int,
         *,
         always_on: tuple[int, bool] | None = None,
+        id_changes: Mapping[str, tuple[int, bool]] | None = None,
         **changes: Any,
     ) -> GuildConfig:
         """Change a guild's settings in one transaction (all or nothing); ``always_on``
-        marks one channel as answering every message, or unmarks it."""
+        marks one channel as answering every message, or unmarks it; ``id_changes`` adds
+        an id to (or removes it from) other lists, such as the access lists."""
         # The always-on channel is added or removed by the database, against the list as
         # committed (not this process's cached copy): toggles elsewhere are kept.
         async with storage(self.sessions, "saving guild settings") as session, session.begin():
             await guild_repo.update_guild_settings(
-                session, guild_id, self.defaults, changes, always_on=always_on
+                session,
+                guild_id,
+                self.defaults,
+                changes,
+                always_on=always_on,
+                id_changes=id_changes,
             )
             await self._changed(
                 session,

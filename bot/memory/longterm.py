@@ -86,10 +86,6 @@ class RememberResult:
     def created(self) -> bool:
         return self.status == "created"
 
-    @property
-    def evicted_id(self) -> int | None:
-        return self.evicted_ids[0] if self.evicted_ids else None
-
 
 @dataclass(frozen=True, slots=True)
 class ForgetResult:

@@ -284,20 +284,19 @@ class MemoryService:
         """The guild's configuration if it is cached (no database access)."""
         return self._state.guilds.cached(guild_id)
 
-    def invalidate_guild(self, guild_id: int) -> None:
-        """Drop the guild's cached configuration: the next use reads it."""
-        self._state.guilds.invalidate(guild_id)
-
     def update_guild_settings(
         self,
         guild_id: int,
         actor_user_id: int,
         *,
         always_on: tuple[int, bool] | None = None,
+        id_changes: Mapping[str, tuple[int, bool]] | None = None,
         **changes: Any,
     ) -> Call[GuildConfig]:
         """Change a guild's settings (see :meth:`GuildSettings.update`)."""
-        return self._state.guilds.update(guild_id, actor_user_id, always_on=always_on, **changes)
+        return self._state.guilds.update(
+            guild_id, actor_user_id, always_on=always_on, id_changes=id_changes, **changes
+        )
 
     def set_always_on(
         self, guild_id: int, channel_id: int, enabled: bool, actor_user_id: int

@@ -59,10 +59,6 @@ def spool_in_use(data_dir: Path) -> bool:
     return False
 
 
-def count_pending(data_dir: Path) -> int:
-    return inspect_spool(data_dir).pending
-
-
 def fsync_dir(path: Path) -> None:
     """Make a file's creation or rename in ``path`` durable."""
     fd = os.open(path, os.O_RDONLY)

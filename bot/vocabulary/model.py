@@ -189,6 +189,25 @@ class Category:
 
 
 @dataclass(frozen=True, slots=True)
+class GuildAccess:
+    """A guild's allow and block lists of roles and users (``/kioku access``)."""
+
+    allowed_roles: frozenset[int] = frozenset()
+    blocked_roles: frozenset[int] = frozenset()
+    allowed_users: frozenset[int] = frozenset()
+    blocked_users: frozenset[int] = frozenset()
+
+    @property
+    def restricted(self) -> bool:
+        """Whether an allow list exists (then only those on it are answered)."""
+        return bool(self.allowed_roles or self.allowed_users)
+
+    @property
+    def empty(self) -> bool:
+        return not (self.restricted or self.blocked_roles or self.blocked_users)
+
+
+@dataclass(frozen=True, slots=True)
 class GuildConfig:
     """A guild's STM configuration (``guild_settings`` + ``stm_categories``)."""
 
@@ -201,6 +220,10 @@ class GuildConfig:
     nudge_override: str | None = None
     categories: tuple[Category, ...] = ()
     always_on_channels: frozenset[int] = frozenset()
+    access: GuildAccess = GuildAccess()
+    # The server's persona text (sanitized when set) and chosen model; None: the operator's.
+    persona: str | None = None
+    model: str | None = None
 
     @property
     def category_mode(self) -> bool:

@@ -13,6 +13,7 @@ import logging
 import sys
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import aiohttp
 import anyio
@@ -33,6 +34,7 @@ from bot.llm.tool_loop import TIMEOUT_MESSAGE
 from bot.memory.turn import REASON_ALREADY_UPDATED, REASON_CLEARED, REASON_DISABLED
 from bot.vocabulary.model import Category, ScopeKey
 from tests.helpers.bot import KiokuHarness, start_kioku, stop_kioku
+from tests.helpers.builders import settings_changed_elsewhere
 from tests.helpers.discord_payloads import FakeResponse
 from tests.helpers.discord_payloads import request_body as _body_of
 from tests.helpers.fake_llm import ScriptedLLM, refused_base_url
@@ -816,7 +818,7 @@ async def test_an_always_on_channel_answers_in_arrival_order_on_a_cold_config(
     admin = await kioku.env.create_member("admin", kind="admin")
     await kioku.interactions.slash("stm settings", {"always_on": True}, user=admin)
     guild_id = kioku.env.channel.guild.id
-    kioku.bot.memory.invalidate_guild(guild_id)  # e.g. just restarted or evicted
+    settings_changed_elsewhere(kioku.bot.memory, guild_id)  # e.g. just restarted or evicted
     assert kioku.bot.memory.cached_guild_config(guild_id) is None
 
     kioku.llm.reply_text("first answer").reply_text("second answer")
@@ -1053,9 +1055,29 @@ async def test_the_bot_says_at_info_that_it_is_online(
     assert kioku.bot.user is not None
     with caplog.at_level(logging.INFO, logger="bot.app"):
         await kioku.bot.on_ready()
-    assert [r.getMessage() for r in caplog.records if r.name == "bot.app"] == [
+    assert next(r.getMessage() for r in caplog.records if r.name == "bot.app") == (
         f"online as {kioku.bot.user} (id {kioku.bot.user.id}) in 1 server"
-    ]
+    )
+
+
+async def test_the_invite_link_is_logged_once_with_the_permissions_the_bot_uses(
+    kioku: KiokuHarness, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The owner had to build the OAuth URL and guess the permissions.
+    assert kioku.bot.user is not None
+    client_id = kioku.bot.application_id or kioku.bot.user.id
+    with caplog.at_level(logging.INFO, logger="bot.app"):
+        await kioku.bot.on_ready()
+        await kioku.bot.on_ready()  # a resumed session is ready again
+    invites = [r.getMessage() for r in caplog.records if r.getMessage().startswith("invite link: ")]
+    assert len(invites) == 1
+    query = parse_qs(urlsplit(invites[0].removeprefix("invite link: ")).query)
+    assert query["client_id"] == [str(client_id)]
+    assert query["scope"] == ["bot applications.commands"]
+    # View Channels, Send Messages, Send Messages in Threads, Read Message History and
+    # Add Reactions: the bits Discord documents, summed here rather than read from the code.
+    expected = (1 << 10) | (1 << 11) | (1 << 38) | (1 << 16) | (1 << 6)
+    assert query["permissions"] == [str(expected)]
 
 
 # ---------------------------------------------------------------- shutdown

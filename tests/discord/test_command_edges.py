@@ -19,6 +19,7 @@ from bot.db.models import GuildSettings, StmEvent
 from bot.db.storage import faults
 from bot.vocabulary.model import Category, ScopeKey
 from tests.helpers.bot import KiokuHarness
+from tests.helpers.builders import settings_changed_elsewhere
 from tests.helpers.discord_payloads import snowflake
 from tests.helpers.faults import callbacks_already_scheduled
 
@@ -200,7 +201,7 @@ async def test_stm_settings_is_not_undone_by_a_config_read_already_in_flight(
 ) -> None:
     guild_id = kioku.env.guild.id
     memory = kioku.bot.memory
-    memory.invalidate_guild(guild_id)
+    settings_changed_elsewhere(memory, guild_id)
     plan = faults(memory.sessions)
     # The first read (a turn's, say) reads the old row, then its task is slow to resume
     # (scheduling, a slow network) until after the settings commit.
@@ -354,14 +355,13 @@ async def test_a_reply_starting_like_the_refresh_marker_does_not_cut_back_fill(
     kioku: KiokuHarness,
 ) -> None:
     from bot.cogs.refresh import REFRESH_MARKER_PREFIX
-    from bot.memory.window import WindowCache
 
     await kioku.env.send("the launch is on friday")
     # Any member can get the model to echo a phrase; no /refresh (Manage Messages) ran.
     kioku.llm.reply_text(f"{REFRESH_MARKER_PREFIX} by me, ha. (just quoting you)")
     await kioku.env.send(f'say "{REFRESH_MARKER_PREFIX}"', mention_bot=True)
     # Restart: the window is cold and is back-filled from Discord history.
-    kioku.bot.memory._state.windows = WindowCache(per_channel=kioku.bot.settings.stm.raw_window)
+    kioku.bot.memory.drop_all()
     kioku.llm.reply_text("Friday.")
     await kioku.env.send("when is the launch?", mention_bot=True)
     prompt = "\n".join(str(m.get("content") or "") for m in kioku.llm.messages(-1))

@@ -23,6 +23,7 @@ from bot.db.models import GuildSettings, LongTermMemory, ShortTermMemory, StmCat
 from bot.db.storage import faults
 from bot.vocabulary.model import AuditEvent, Category, Provenance, ScopeKey
 from tests.helpers.bot import KiokuHarness
+from tests.helpers.builders import settings_changed_elsewhere
 from tests.helpers.discord_payloads import channel_payload as _channel_payload
 from tests.helpers.faults import back
 
@@ -1222,7 +1223,7 @@ async def test_admin_command_in_a_dm_is_guild_only(kioku: KiokuHarness) -> None:
 async def test_unexpected_error_is_logged_and_answered_generically(
     kioku: KiokuHarness, caplog: pytest.LogCaptureFixture
 ) -> None:
-    kioku.bot.memory.invalidate_guild(kioku.env.guild.id)
+    settings_changed_elsewhere(kioku.bot.memory, kioku.env.guild.id)
     faults(kioku.bot.memory.sessions).fail("loading guild settings", error=RuntimeError("boom"))
     with caplog.at_level(logging.ERROR, logger="bot.cogs.errors"):
         result = await kioku.interactions.slash("stm show")
@@ -1240,7 +1241,7 @@ async def test_a_modal_command_on_a_stalled_database_answers_in_time(
     # A modal must be the first answer, so it cannot be preceded by "thinking…": the
     # reads before it get a short limit, and the user hears why instead of nothing.
     monkeypatch.setattr(stm_forms, "MODAL_READ_SECONDS", 0.05)
-    kioku.bot.memory.invalidate_guild(kioku.env.guild.id)
+    settings_changed_elsewhere(kioku.bot.memory, kioku.env.guild.id)
     faults(kioku.bot.memory.sessions).hang("loading guild settings")  # never answers
 
     result = await kioku.interactions.slash(command, user=admin)

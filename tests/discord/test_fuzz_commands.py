@@ -39,6 +39,7 @@ from bot.db.storage import faults
 from bot.memory.sanitize import sanitize_value
 from bot.vocabulary.model import Provenance, ScopeKey
 from tests.helpers.bot import KiokuHarness
+from tests.helpers.builders import settings_changed_elsewhere
 from tests.helpers.fuzz import (
     FuzzCounter,
     fuzz_settings,
@@ -366,7 +367,7 @@ async def test_stm_settings_applies_valid_values_and_changes_nothing_otherwise(
     guild_id = kioku.env.guild.id
     channel_id = kioku.env.channel.id
     memory = kioku.bot.memory
-    memory.invalidate_guild(guild_id)
+    settings_changed_elsewhere(memory, guild_id)
     before = await memory.guild_config(guild_id)
     given_options = {
         "enabled": enabled,
@@ -383,7 +384,7 @@ async def test_stm_settings_applies_valid_values_and_changes_nothing_otherwise(
     )
 
     checker.interaction(result, f"/stm settings {options}")
-    memory.invalidate_guild(guild_id)
+    settings_changed_elsewhere(memory, guild_id)
     after = await memory.guild_config(guild_id)
     content = result.content or ""
     valid = (
@@ -493,7 +494,7 @@ async def test_the_checks_catch_an_escaped_exception(world: World) -> None:
     """The invariants are not vacuous: a command that blows up fails them."""
 
     memory = world.kioku.bot.memory
-    memory.invalidate_guild(world.kioku.env.guild.id)
+    settings_changed_elsewhere(memory, world.kioku.env.guild.id)
     faults(memory.sessions).fail("loading guild settings", error=RuntimeError("boom"))
     checker = Checker(world)
     result = await world.kioku.interactions.slash("stm show", user=world.member)

@@ -90,6 +90,33 @@ RULES: dict[str, Rule] = {
     "memories cross-context": Rule(
         None, True, text_starts("Cross-context memory "), {"enabled": "off"}
     ),
+    "kioku settings": Rule(MANAGE_SERVER, False, text_starts("**Kioku in this server**")),
+    # Without a role or member, the command's own answer (past the permission check).
+    "kioku access allow": Rule(MANAGE_SERVER, False, text_starts("Name one role or one member")),
+    "kioku access block": Rule(MANAGE_SERVER, False, text_starts("Name one role or one member")),
+    "kioku access remove": Rule(MANAGE_SERVER, False, text_starts("Name one role or one member")),
+    "kioku access clear": Rule(MANAGE_SERVER, False, text_starts("The access lists are already")),
+    "kioku persona set": Rule(MANAGE_SERVER, False, text_starts("Persona set"), {"text": "Calm."}),
+    # The first allowed cell clears what `persona set` stored; the next find nothing.
+    "kioku persona clear": Rule(
+        MANAGE_SERVER,
+        False,
+        lambda r: (
+            r.modal is None
+            and (r.texts() or [""])[-1].startswith(
+                ("Persona cleared", "This server has no persona")
+            )
+        ),
+    ),
+    "kioku model set": Rule(MANAGE_SERVER, False, text_starts("Model set"), {"name": "test-model"}),
+    "kioku model reset": Rule(
+        MANAGE_SERVER,
+        False,
+        lambda r: (
+            r.modal is None
+            and (r.texts() or [""])[-1].startswith(("Model reset", "This server already uses"))
+        ),
+    ),
 }
 
 # What each kind holds in a server channel ("operator": a bot owner from owner_ids,
@@ -232,7 +259,7 @@ async def test_every_command_answers_every_kind_of_user_as_the_spec_says(
     print(f"\n{len(cells)} matrix cells checked\n{table}")
     figures["matrix cells checked"] = len(cells)
     figures["cells answered otherwise than SPEC §7"] = len(wrong)
-    assert len(cells) == len(RULES) * len(KINDS) * len(PLACES) == 168
+    assert len(cells) == len(RULES) * len(KINDS) * len(PLACES) == 276
     assert not wrong, "\n".join(c.row() for c in wrong)
     assert not hidden_wrongly, "\n".join(f"{c.row()} hidden: {c.hidden}" for c in hidden_wrongly)
     assert not shown_wrongly, "\n".join(c.row() for c in shown_wrongly)

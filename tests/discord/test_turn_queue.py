@@ -25,6 +25,7 @@ from bot.cogs.chat import TURNED_AWAY_REACTION
 from bot.db.engine import Database
 from bot.vocabulary.model import RawMessage
 from tests.helpers.bot import KiokuHarness, start_kioku, stop_kioku
+from tests.helpers.builders import settings_changed_elsewhere
 from tests.helpers.fake_llm import ScriptedLLM
 
 Start = Callable[..., Awaitable[KiokuHarness]]
@@ -268,7 +269,7 @@ async def test_chatter_where_always_on_is_not_known_yet_takes_no_place_of_a_ment
     env, llm = kioku.env, kioku.llm
     arrivals = Arrivals(kioku, monkeypatch)
     async with arrivals.while_running("running question", mention_bot=True) as first:
-        kioku.bot.memory.invalidate_guild(env.guild.id)
+        settings_changed_elsewhere(kioku.bot.memory, env.guild.id)
         chatter = await arrivals.send("just chatting")
         mention = await arrivals.send("a second question", mention_bot=True)
     messages = await asyncio.gather(first, chatter, mention)

@@ -130,3 +130,8 @@ async def spooled_then_cleared_elsewhere(
     b = make_service(sessions, settings, clock_b)
     await b.clear_channel(CHANNEL, guild_id=GUILD, actor_user_id=BOB)
     return a, b
+
+
+def settings_changed_elsewhere(memory: MemoryService, guild_id: int) -> None:
+    """Drop the guild's cached settings, as another process's notice does."""
+    memory.apply_notice({"o": "another process", "t": "guild", "g": guild_id})

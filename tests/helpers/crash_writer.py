@@ -32,7 +32,7 @@ from pathlib import Path
 from bot.config import Settings, load_settings
 from bot.db.engine import Database
 from bot.memory.service import MemoryService
-from bot.memory.spool import DurableSpool, count_pending, spool_path
+from bot.memory.spool import DurableSpool, inspect_spool, spool_path
 from bot.memory.turn import TurnStart
 from bot.services import replay_spool_at_start, start_services
 
@@ -102,7 +102,7 @@ async def write(args: argparse.Namespace) -> None:
 
 
 async def restart(args: argparse.Namespace) -> None:
-    before = count_pending(args.data_dir)
+    before = inspect_spool(args.data_dir).pending
     settings = _settings(args)
     services = await start_services(settings, Database(settings), owns_database=True, janitor=False)
     try:

@@ -25,15 +25,30 @@ from sqlalchemy.engine import URL
 from bot.app import ShardedKiokuBot
 from bot.db.engine import Database
 from bot.db.migrate import head_revision
+from bot.doctor_discord import DISCORD_API_VARIABLE
 from bot.memory.spool import DurableSpool, spool_path
 from tests.helpers.database import make_test_settings, scratch_database, worker_suffix
 from tests.helpers.fake_llm import DEFAULT_MODEL_ID, ScriptedLLM
 from tests.helpers.processes import ROOT, kioku_env
 
+# No test asks the real Discord: doctor's token and intent rows ask a local fake.
+pytestmark = pytest.mark.usefixtures("discord_api")
+
+
+def fake_discord_api_env() -> dict[str, str]:
+    """Where the ``discord_api`` fixture's fake listens, for a ``kioku`` subprocess (whose
+    environment is cleaned of ``KIOKU_*``)."""
+    url = os.environ.get(DISCORD_API_VARIABLE)
+    return {DISCORD_API_VARIABLE: url} if url else {}
+
 
 def kioku(
     *args: str, data_dir: Path, cwd: Path = ROOT, **env: str
 ) -> subprocess.CompletedProcess[str]:
+    # `run` and `console` refuse OpenAI's endpoint without a key: a test names none only
+    # to see that refusal (OPENAI_API_KEY="").
+    env.setdefault("OPENAI_API_KEY", "test-key")
+    env = {**fake_discord_api_env(), **env}
     return subprocess.run(
         [sys.executable, "-m", "bot", *args],
         cwd=cwd,
@@ -70,6 +85,41 @@ def test_run_without_token_exits_2_with_one_line(tmp_path: Path) -> None:
     assert len(lines) == 1
     assert lines[0].startswith("kioku: DISCORD_TOKEN is not set")
     assert not (tmp_path / "postgres").exists(), "nothing should start without a token"
+
+
+NO_KEY_LINE = (
+    "kioku: OPENAI_API_KEY is not set, and api.openai.com needs one (set it, or "
+    "OPENAI_BASE_URL for a server that does not)"
+)
+
+
+@pytest.mark.parametrize("command", ["run", "console"])
+def test_openais_endpoint_without_a_key_exits_2_with_one_line(command: str, tmp_path: Path) -> None:
+    # `kioku run` came online with the client's placeholder key and failed every turn.
+    result = kioku(command, data_dir=tmp_path, DISCORD_TOKEN="dummy-token", OPENAI_API_KEY="")
+    assert (result.returncode, result.stderr.strip().splitlines()) == (2, [NO_KEY_LINE])
+    assert not (tmp_path / "postgres").exists(), "nothing should start without a key"
+
+
+def test_a_local_endpoint_starts_without_a_key(
+    pg_url: URL,
+    migrated_database: Database,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Ollama, vLLM and LM Studio take the client's placeholder key.
+    code = _run_without_discord(
+        monkeypatch,
+        pg_url,
+        tmp_path,
+        no_key=True,
+        KIOKU_DATA_DIR=str(tmp_path),
+        OPENAI_BASE_URL="http://localhost:11434/v1",
+    )
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert "OPENAI_API_KEY" not in err
 
 
 def test_version_names_the_release_and_the_schema_revision(
@@ -215,6 +265,7 @@ def doctor_settings(llm: ScriptedLLM, pg_url: URL, **env: str) -> dict[str, str]
         "OPENAI_BASE_URL": llm.base_url,
         "OPENAI_API_KEY": "test-key",
         "KIOKU_MODEL": DEFAULT_MODEL_ID,
+        **fake_discord_api_env(),
         **env,  # a test's own values win
     }
 
@@ -242,6 +293,7 @@ async def test_doctor_passes_when_the_model_calls_the_tool(
     assert list(rows) == [
         "config",
         "discord token",
+        "message content",
         "database",
         "migrations",
         "clock",
@@ -563,6 +615,7 @@ async def test_doctor_prints_each_row_as_its_check_completes(
         assert list(doctor_rows("".join(shown))) == [
             "config",
             "discord token",
+            "message content",
             "database",
             "migrations",
             "clock",
@@ -757,7 +810,7 @@ async def test_doctor_fails_the_spool_row_for_a_data_dir_that_is_a_file(
 
 
 def _run_without_discord(
-    monkeypatch: pytest.MonkeyPatch, pg_url: URL, tmp_path: Path, **env: str
+    monkeypatch: pytest.MonkeyPatch, pg_url: URL, tmp_path: Path, no_key: bool = False, **env: str
 ) -> int:
     """``kioku run`` through main(), Discord accepting the token (login runs setup_hook)."""
     import bot.cli.main as cli
@@ -777,6 +830,8 @@ def _run_without_discord(
         DATABASE_URL=pg_url.render_as_string(hide_password=False),
         **env,
     )
+    if no_key:
+        monkeypatch.delenv("OPENAI_API_KEY")
     return cli.main(["run"])  # an uncaught exception here is the traceback wall
 
 
@@ -787,6 +842,7 @@ def _cli_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, **env: str
         if name.startswith("KIOKU_") or name in ("DATABASE_URL", "DISCORD_TOKEN"):
             monkeypatch.delenv(name)
     monkeypatch.setenv("KIOKU_ENV_FILE", str(tmp_path / "absent.env"))
+    monkeypatch.setenv("OPENAI_API_KEY", "test-key")  # `run` refuses OpenAI's without one
     for name, value in env.items():
         monkeypatch.setenv(name, value)
 
@@ -899,6 +955,7 @@ async def test_sigterm_while_logging_in_stops_without_blaming_discord(
     env = kioku_env(
         tmp_path,
         DISCORD_TOKEN="dummy-token",
+        OPENAI_API_KEY="test-key",
         DATABASE_URL=pg_url.render_as_string(hide_password=False),
     )
     process = await asyncio.create_subprocess_exec(

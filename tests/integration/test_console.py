@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import os
 import signal
 import subprocess
 import sys
+import termios
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -15,6 +17,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import URL
 
 from bot.console import console
+from bot.console_terminal import HISTORY_FILE, LOG_FILE, PROMPT, THINKING
 from bot.conversation.tools.longterm import REMEMBER_TOOL_NAME
 from bot.conversation.tools.stm import STM_TOOL_NAME
 from bot.conversation.turn import DEFAULT_PERSONA
@@ -187,7 +190,10 @@ def test_ctrl_c_at_the_console_prompt_leaves_the_console(
     # asyncio.to_thread(input) kept the process until Enter: its worker is waited for.
     primary, secondary = os.openpty()
     env = kioku_env(
-        tmp_path, DATABASE_URL=pg_url.render_as_string(hide_password=False), PYTHONUNBUFFERED="1"
+        tmp_path,
+        DATABASE_URL=pg_url.render_as_string(hide_password=False),
+        OPENAI_API_KEY="test-key",
+        PYTHONUNBUFFERED="1",
     )
     process = subprocess.Popen(
         [sys.executable, "-m", "bot", "console"],
@@ -214,3 +220,148 @@ def test_ctrl_c_at_the_console_prompt_leaves_the_console(
         process.wait(10)
         os.close(primary)
         os.close(secondary)
+
+
+class _Pty:
+    """The operator's side of a pseudo-terminal: what the console wrote, and typing."""
+
+    def __init__(self, primary: int) -> None:
+        self._primary = primary
+        self.shown = ""
+        self._changed = asyncio.Event()
+        asyncio.get_running_loop().add_reader(primary, self._read)
+
+    def _read(self) -> None:
+        try:
+            data = os.read(self._primary, 4096)
+        except OSError:  # the console ended and closed its side
+            data = b""
+        if not data:
+            asyncio.get_running_loop().remove_reader(self._primary)
+        self.shown += data.decode(errors="replace")
+        self._changed.set()
+
+    async def wait_for(self, text: str, after: int = 0) -> int:
+        """Where ``text`` appears in the output from ``after`` on (waits for it)."""
+        async with asyncio.timeout(60):  # a hang guard, not a measure
+            while (found := self.shown.find(text, after)) < 0:
+                self._changed.clear()
+                await self._changed.wait()
+        return found + len(text)
+
+    def type(self, keys: bytes) -> None:
+        os.write(self._primary, keys)
+
+    def close(self) -> None:
+        asyncio.get_running_loop().remove_reader(self._primary)
+
+
+UP = b"\x1b[A"
+
+
+async def test_console_on_a_terminal_has_a_prompt_history_a_thinking_line_and_no_logs(
+    llm: ScriptedLLM, pg_url: URL, migrated_database: Database, tmp_path: Path
+) -> None:
+    # No prompt, Up then Enter sent "\x1b[A" to the model, no sign it was thinking, and
+    # log lines landed in the conversation.
+    llm.reply_text("Hello from Kioku.")
+    llm.reply_text("Hello again.")
+    answer = llm.hold()
+    primary, secondary = os.openpty()
+    env = kioku_env(
+        tmp_path,
+        DATABASE_URL=pg_url.render_as_string(hide_password=False),
+        OPENAI_BASE_URL=llm.base_url,
+        OPENAI_API_KEY="test-key",
+        KIOKU_MODEL="m",
+        TERM="xterm",
+    )
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "bot",
+        "console",
+        cwd=ROOT,
+        env=env,
+        stdin=secondary,
+        stdout=secondary,
+        stderr=secondary,
+    )
+    os.close(secondary)
+    pty = _Pty(primary)
+    try:
+        seen = await pty.wait_for(PROMPT)
+        pty.type(b"hello there\r")
+        seen = await pty.wait_for(THINKING, seen)
+        await llm.wait_for_requests(1)
+        answer.set()
+        seen = await pty.wait_for("kioku> Hello from Kioku.", seen)
+        seen = await pty.wait_for(PROMPT, seen)
+        pty.type(UP + b"\r")  # the line before, recalled
+        seen = await pty.wait_for("kioku> Hello again.", seen)
+        await pty.wait_for(PROMPT, seen)
+        pty.type(b"/quit\r")
+        async with asyncio.timeout(60):
+            returncode = await process.wait()
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+        pty.close()
+        os.close(primary)
+    assert returncode == 0, pty.shown
+    typed = [m["content"] for m in llm.messages(1) if m.get("role") == "user"]
+    assert typed[-1].endswith("hello there") and "\x1b" not in typed[-1], typed
+    assert (tmp_path / HISTORY_FILE).read_text().splitlines()[-2:] == ["hello there", "/quit"]
+    log = (tmp_path / LOG_FILE).read_text()
+    assert "database ready" in log
+    assert "database ready" not in pty.shown, "a log line reached the conversation"
+    assert f"(logs go to {tmp_path / LOG_FILE})" in pty.shown
+
+
+async def test_ctrl_c_at_the_terminal_prompt_leaves_and_gives_the_terminal_back(
+    llm: ScriptedLLM, pg_url: URL, migrated_database: Database, tmp_path: Path
+) -> None:
+    # readline holds the terminal in its own mode (no echo, no line buffering) while it
+    # waits at the prompt: a console ended there must put the operator's mode back.
+    primary, secondary = os.openpty()
+    before = termios.tcgetattr(secondary)
+    env = kioku_env(
+        tmp_path,
+        DATABASE_URL=pg_url.render_as_string(hide_password=False),
+        OPENAI_BASE_URL=llm.base_url,
+        OPENAI_API_KEY="test-key",
+        TERM="xterm",
+    )
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "bot",
+        "console",
+        cwd=ROOT,
+        env=env,
+        stdin=secondary,
+        stdout=secondary,
+        stderr=secondary,
+    )
+    pty = _Pty(primary)
+    try:
+        await pty.wait_for(PROMPT)
+        during = termios.tcgetattr(secondary)
+        process.send_signal(signal.SIGINT)  # the operator presses Ctrl-C
+        async with asyncio.timeout(60):
+            returncode = await process.wait()
+        after = termios.tcgetattr(secondary)
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+        pty.close()
+        os.close(primary)
+        os.close(secondary)
+    assert returncode == 0, pty.shown
+    assert "Traceback" not in pty.shown, pty.shown
+    local_modes = 3  # termios' lflag: ECHO and ICANON among them
+    assert during[local_modes] != before[local_modes], "readline did not take the terminal"
+    assert after[local_modes] == before[local_modes]
+    assert llm.requests == []

@@ -26,6 +26,8 @@ from tests.helpers.faults import outage
 from tests.integration.test_cli import doctor_rows
 
 SERVER_KEY = ScopeKey.server(GUILD, CHANNEL)
+# Doctor's token and intent rows ask a local fake of Discord's API, never Discord.
+pytestmark = pytest.mark.usefixtures("discord_api")
 
 
 async def doctor_table(

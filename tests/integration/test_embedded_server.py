@@ -135,7 +135,9 @@ def test_sigterm_during_start_up_stops_the_embedded_server(tmp_path: Path) -> No
     # SIGTERM (docker stop, systemctl stop) killed kioku at once: no clean-up ran, and
     # the embedded PostgreSQL it had started stayed up after it.
     pgdata = tmp_path / "postgres"
-    env = kioku_env(tmp_path, DISCORD_TOKEN="dummy-token")  # no DATABASE_URL: embedded
+    env = kioku_env(  # no DATABASE_URL: embedded
+        tmp_path, DISCORD_TOKEN="dummy-token", OPENAI_API_KEY="test-key"
+    )
     process = subprocess.Popen(
         [sys.executable, "-c", STALLED_RUN],
         cwd=ROOT,

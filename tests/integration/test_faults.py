@@ -33,7 +33,6 @@ from bot.memory.service import MemoryService
 from bot.memory.spool import (
     DurableSpool,
     SpoolStatus,
-    count_pending,
     inspect_spool,
     spool_path,
 )
@@ -225,7 +224,7 @@ async def test_database_outage_during_500_updates_loses_nothing_acknowledged(
     assert f"{shown_pending} changes to this channel's memory are waiting for the database" in shown
     assert probe.failed_attempts > 0, "the replayer retried while the database was down"
     assert probe.replays > 0, "the bot's own replayer brought the spool back"
-    assert left_in_spool == 0 and count_pending(tmp_path / "bot") == 0
+    assert left_in_spool == 0 and inspect_spool(tmp_path / "bot").pending == 0
     assert rows == last_ack
 
 

@@ -96,7 +96,7 @@ async def test_remember_stores_the_fact_with_its_provenance_and_an_audit_event(
     service: LongTermService, db: Database
 ) -> None:
     result = await service.remember(ALICE, GUILD, "Remember: " + CAT, by_model())
-    assert result.created and result.status == "created" and result.evicted_id is None
+    assert result.created and result.status == "created" and result.evicted_ids == ()
 
     [row] = await rows(db)
     assert row.id == result.id
@@ -186,7 +186,7 @@ async def test_the_200th_fact_fits_and_the_201st_evicts_the_least_recalled_oldes
 
     result = await service.remember(ALICE, GUILD, "a brand new fact about kayaks", by_model())
 
-    assert result.created and result.evicted_ids == (older,) and result.evicted_id == older
+    assert result.created and result.evicted_ids == (older,)
     stored = await rows(db)
     assert len(stored) == 200
     assert older not in {row.id for row in stored}

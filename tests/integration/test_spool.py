@@ -35,7 +35,6 @@ from bot.memory.spool import (
     DurableSpool,
     ReplayRefused,
     SpoolLocked,
-    count_pending,
     inspect_spool,
     spool_path,
 )
@@ -89,7 +88,7 @@ async def test_a_refused_write_is_spooled_and_acknowledged_as_pending(
     result = await service.update_stm(turn, summary="written during the outage")
     assert str(result) == "saved, pending sync"
     assert spool.pending == 1 and service.pending_sync == 1
-    assert count_pending(spool.path.parent.parent) == 1
+    assert inspect_spool(spool.path.parent.parent).pending == 1
     assert (await service.entry(SERVER_KEY)).summary == "written during the outage"
     assert await summaries(db) == []
 
@@ -101,7 +100,7 @@ async def test_a_refused_write_is_spooled_and_acknowledged_as_pending(
     ]
     async with db.sessions() as session:
         assert [e.event for e in await session.scalars(select(StmEvent))] == ["update", "update"]
-    assert spool.pending == 0 and count_pending(spool.path.parent.parent) == 0
+    assert spool.pending == 0 and inspect_spool(spool.path.parent.parent).pending == 0
 
 
 async def test_replay_never_overwrites_a_newer_version(

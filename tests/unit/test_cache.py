@@ -50,11 +50,8 @@ def indexed_in(cache: StmCache, key: ScopeKey) -> set[str]:
     found = set()
     if key in cache.keys_of_channel(key.channel_id):
         found.add("keys_of_channel")
-    if key.user_id is not None:
-        if key in cache.keys_of_user(key.user_id):
-            found.add("keys_of_user")
-        if any(e.key == key for e in cache.entries_of_user(key.user_id)):
-            found.add("entries_of_user")
+    if key.user_id is not None and any(e.key == key for e in cache.entries_of_user(key.user_id)):
+        found.add("entries_of_user")
     if key.guild_id is not None and any(
         e.key == key for e in cache.server_entries_of_guild(key.guild_id)
     ):
@@ -63,7 +60,7 @@ def indexed_in(cache: StmCache, key: ScopeKey) -> set[str]:
 
 
 SERVER_INDEXES = {"keys_of_channel", "server_entries_of_guild"}
-USER_INDEXES = {"keys_of_channel", "keys_of_user", "entries_of_user"}
+USER_INDEXES = {"keys_of_channel", "entries_of_user"}
 
 
 def server(channel: int, guild: int = GUILD) -> ScopeKey:
@@ -92,7 +89,7 @@ def test_lru_eviction_at_maxsize_removes_the_least_recently_used_from_every_inde
     assert len(cache) == 3
     assert alice not in cache and cache.get(alice) is None
     assert indexed_in(cache, alice) == set()
-    assert cache.keys_of_user(ALICE) == [] and cache.entries_of_user(ALICE) == []
+    assert cache.entries_of_user(ALICE) == []
     assert set(cache.keys_of_channel(CHANNEL)) == {a}
     for key in (a, b, c):
         assert indexed_in(cache, key) == SERVER_INDEXES, key
@@ -172,7 +169,7 @@ def test_ttl_expiry_removes_the_entry_from_every_index(
     assert indexed_in(cache, channel_key) == set()
     assert indexed_in(cache, alice_key) == set()
     assert cache.keys_of_channel(CHANNEL) == []
-    assert cache.keys_of_user(ALICE) == []
+    assert cache.entries_of_user(ALICE) == []
 
 
 def test_an_entry_put_past_its_ttl_is_not_cached_and_drops_the_live_one_from_the_indexes() -> None:
@@ -190,4 +187,4 @@ def test_an_entry_put_past_its_ttl_is_not_cached_and_drops_the_live_one_from_the
     cache.put(entry(clock, alice_key, summary="old", age=timedelta(hours=TTL_SUMMARY_HOURS + 1)))
     assert cache.get(alice_key) is None
     assert indexed_in(cache, alice_key) == set()
-    assert cache.keys_of_user(ALICE) == []
+    assert cache.entries_of_user(ALICE) == []

@@ -5,9 +5,11 @@ what the command line has and prints."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
+import sys
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,7 @@ from pydantic.fields import FieldInfo
 
 from bot.cli.main import main
 from bot.config import Settings, load_settings
+from bot.metrics import Metrics, MetricsServer
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "docker-compose.yml"
@@ -31,6 +34,7 @@ PROCESS_ONLY = {
     "KIOKU_CONFIG": "bot/config/files.py",
     "KIOKU_ENV_FILE": "bot/config/files.py",
     "KIOKU_MIGRATIONS_DIR": "bot/db/migrate.py",
+    "KIOKU_DISCORD_API_URL": "bot/doctor_discord.py",
 }
 SECRETS = {"DISCORD_TOKEN", "OPENAI_API_KEY"}
 
@@ -211,6 +215,31 @@ def test_bot_database_url_points_at_the_db_service(compose: dict[str, Any]) -> N
 
 def test_bot_restarts_unless_stopped(compose: dict[str, Any]) -> None:
     assert service(compose, "bot").get("restart") == "unless-stopped"
+
+
+@pytest.mark.parametrize(("problems", "exit_code"), [([], 0), (["database: down"], 1)])
+async def test_the_bots_healthcheck_passes_only_when_healthz_says_ok(
+    compose: dict[str, Any], problems: list[str], exit_code: int
+) -> None:
+    # The compose command itself, run against a real /healthz on a free port.
+    bot = service(compose, "bot")
+    port = environment_of(bot)["KIOKU_METRICS__PORT"]
+    test = bot["healthcheck"]["test"]
+    assert test[:3] == ["CMD", "python", "-c"]
+    assert f"http://127.0.0.1:{port}/healthz" in test[3]
+
+    async def health() -> list[str]:
+        return problems
+
+    server = MetricsServer(Metrics(), health)
+    await server.start("127.0.0.1", 0)
+    try:
+        check = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", test[3].replace(f":{port}/", f":{server.port}/")
+        )
+        assert await check.wait() == exit_code
+    finally:
+        await server.close()
 
 
 def test_every_compose_variable_is_documented(

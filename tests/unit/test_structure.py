@@ -43,6 +43,7 @@ LAYERS: dict[str, float] = {
     "bot.llm": 2,
     "bot.memory": 3,
     "bot.metrics": 3,
+    "bot.health": 3,
     "bot.tasks": 3.5,
     "bot.conversation": 4,
     "bot.backup": 4,

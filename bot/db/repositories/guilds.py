@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import BigInteger, any_, case, delete, func, literal, select
@@ -10,7 +10,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from bot.db.models import GuildSettings, StmCategory, UserSettings
-from bot.vocabulary.model import Category, GuildConfig
+from bot.vocabulary.model import Category, GuildAccess, GuildConfig
 
 SETTABLE = {
     "short_term_memory_enabled",
@@ -20,6 +20,20 @@ SETTABLE = {
     "tool_description_override",
     "nudge_override",
     "always_on_channel_ids",
+    "allowed_role_ids",
+    "blocked_role_ids",
+    "allowed_user_ids",
+    "blocked_user_ids",
+    "persona",
+    "model",
+}
+# Lists of ids a change may add one id to, or remove one from (see update_guild_settings).
+ID_LISTS = {
+    "always_on_channel_ids",
+    "allowed_role_ids",
+    "blocked_role_ids",
+    "allowed_user_ids",
+    "blocked_user_ids",
 }
 
 
@@ -51,6 +65,14 @@ async def load_guild_config(
         nudge_override=row.nudge_override,
         categories=cats,
         always_on_channels=frozenset(row.always_on_channel_ids or ()),
+        access=GuildAccess(
+            allowed_roles=frozenset(row.allowed_role_ids or ()),
+            blocked_roles=frozenset(row.blocked_role_ids or ()),
+            allowed_users=frozenset(row.allowed_user_ids or ()),
+            blocked_users=frozenset(row.blocked_user_ids or ()),
+        ),
+        persona=row.persona,
+        model=row.model,
     )
 
 
@@ -61,12 +83,17 @@ async def update_guild_settings(
     changes: dict[str, Any],
     *,
     always_on: tuple[int, bool] | None = None,
+    id_changes: Mapping[str, tuple[int, bool]] | None = None,
 ) -> None:
     """Create the guild's row from the defaults if needed, then apply ``changes``.
-    ``always_on`` adds one channel to the always-on list (or removes it) in the
-    statement itself, against the row as committed: two toggles of different channels
-    at once (any processes) both stay."""
-    unknown = set(changes) - SETTABLE
+    ``id_changes`` adds one id to a list of :data:`ID_LISTS` (``True``) or removes it,
+    in the statement itself, against the row as committed: two changes of different ids
+    at once (any processes) both stay. ``always_on`` is such a change of the always-on
+    channels."""
+    lists = dict(id_changes or {})
+    if always_on is not None:
+        lists["always_on_channel_ids"] = always_on
+    unknown = (set(changes) - SETTABLE) | (set(lists) - ID_LISTS)
     if unknown:
         raise ValueError(f"unknown guild settings: {sorted(unknown)}")
     base = {
@@ -78,17 +105,16 @@ async def update_guild_settings(
     }
     updates: dict[str, Any] = dict(changes)
     inserted: dict[str, Any] = {**base, **changes}
-    if always_on is not None:
-        channel_id, enabled = always_on
-        stored = GuildSettings.always_on_channel_ids
-        channel = literal(channel_id, BigInteger)
+    for name, (item_id, add) in lists.items():
+        stored = getattr(GuildSettings, name)
+        item = literal(item_id, BigInteger)
         # ON CONFLICT DO UPDATE locks the row and computes from its latest version.
-        updates["always_on_channel_ids"] = (
-            case((channel == any_(stored), stored), else_=func.array_append(stored, channel))
-            if enabled
-            else func.array_remove(stored, channel)
+        updates[name] = (
+            case((item == any_(stored), stored), else_=func.array_append(stored, item))
+            if add
+            else func.array_remove(stored, item)
         )
-        inserted["always_on_channel_ids"] = [channel_id] if enabled else []
+        inserted[name] = [item_id] if add else []
     statement = insert(GuildSettings).values(**inserted)
     if updates:
         statement = statement.on_conflict_do_update(
