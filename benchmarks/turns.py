@@ -7,13 +7,20 @@ one turn in five also makes the model call ``update_short_term_memory`` (a datab
 write). Prints turns/s and the share of turn time spent in the memory layer
 (``prepare_turn``, prompt assembly, the STM write path, cadence bookkeeping).
 
-Usage: ``python benchmarks/turns.py [--channels 100] [--rounds 5]``
+Streamed and whole answers are measured in one process, runs alternating (``--repeats``
+of each, medians quoted) so a machine shared with other work treats both alike. The
+server answers at once, so every streamed answer is a fast one (sent once, no edit):
+the figure is the cost of reading the event stream.
+
+Usage: ``python benchmarks/turns.py [--channels 100] [--rounds 5] [--repeats 3]``
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
+import statistics
 import sys
 import tempfile
 import time
@@ -64,6 +71,13 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--channels", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=3, help="runs of each variant")
+    parser.add_argument(
+        "--stream",
+        choices=("both", "on", "off"),
+        default="both",
+        help="measure streamed answers, whole ones, or both alternating",
+    )
     parser.add_argument("--json", action="store_true", help="one line for run_all.py")
     args = parser.parse_args()
 
@@ -107,15 +121,35 @@ async def main() -> None:
                 )
             )
 
-        await one_round(-1)  # warm-up: hydration, back-fill, connection pool
+        async def run(streaming: bool) -> float:
+            """Turns/s over ``args.rounds`` rounds with streaming on or off."""
+            bot.turns.caps = dataclasses.replace(bot.turns.caps, streaming=streaming)
+            started, cpu = time.perf_counter(), time.process_time()
+            for n in range(args.rounds):
+                await one_round(n)
+            turns = args.rounds * len(env.channels)
+            cpu_ms[streaming].append((time.process_time() - cpu) * 1000 / turns)
+            return turns / (time.perf_counter() - started)
+
+        # Warm-up, both ways: hydration, back-fill, connection pool, encoded answers.
+        for warm, streaming in ((-1, False), (-2, True)):
+            bot.turns.caps = dataclasses.replace(bot.turns.caps, streaming=streaming)
+            await one_round(warm)
         memory_time.seconds = turn_time.seconds = 0.0
         llm.reset()
-        started = time.perf_counter()
-        for n in range(args.rounds):
-            await one_round(n)
-        elapsed = time.perf_counter() - started
-        turns = args.rounds * len(env.channels)
-        requests = len(llm.requests)
+        variants = {"both": (False, True), "on": (True,), "off": (False,)}[args.stream]
+        rates: dict[bool, list[float]] = {variant: [] for variant in variants}
+        # CPU time of the process (bot, server, database client) per turn: steadier than
+        # turns/s on a machine shared with other work.
+        cpu_ms: dict[bool, list[float]] = {variant: [] for variant in variants}
+        requests = 0
+        for repeat in range(args.repeats):
+            # A, B, B, A…: neither variant always runs later (the process warms and ages).
+            for variant in variants if repeat % 2 == 0 else variants[::-1]:
+                rates[variant].append(await run(variant))
+                requests += len(llm.requests)
+                llm.reset()  # recordings would grow the heap the collector walks
+        turns = args.rounds * len(env.channels) * args.repeats * len(variants)
         # A warm turn: every channel already hydrated, no memory update this turn.
         statements: list[str] = []
         with statements_sent(database.engine, statements.append):
@@ -129,25 +163,56 @@ async def main() -> None:
         await llm.stop()
 
     share = memory_time.seconds / turn_time.seconds if turn_time.seconds else 0.0
-    emit(
-        [
+    runs = f"median of {args.repeats} runs of {args.rounds * args.channels} turns"
+    figures: list[Figure] = []
+    if False in rates:
+        figures.append(
             Figure(
                 "end-to-end turns/s",
-                f"{turns / elapsed:,.0f}",
-                note=f"{turns} turns, {args.channels} channels, {requests} LLM calls, "
-                f"mean turn {turn_time.seconds / turns * 1000:.0f} ms under load",
-            ),
-            Figure("memory layer share of turn time", f"{share:.1%}"),
+                f"{statistics.median(rates[False]):,.0f}",
+                note=f"{runs}, {args.channels} channels; mean turn "
+                f"{turn_time.seconds / turns * 1000:.0f} ms under load, {requests} LLM calls",
+            )
+        )
+    if True in rates:
+        figures.append(
             Figure(
-                "database queries per warm turn",
-                f"{warm_queries:g}",
-                "0",
-                warm_queries == 0,
-                "turns without a memory update, cache warm",
-            ),
-        ],
-        args.json,
-    )
+                "end-to-end turns/s (streamed)",
+                f"{statistics.median(rates[True]):,.0f}",
+                note=f"{runs}, answers streamed (runs alternate with whole answers)",
+            )
+        )
+    if False in rates and True in rates:
+        ratio = statistics.median(rates[True]) / statistics.median(rates[False])
+        figures.append(
+            Figure(
+                "streamed / whole turns/s",
+                f"{ratio:.2f}",
+                "≥ 0.90",
+                ratio >= 0.90,
+                "turns/s "
+                + _runs(rates[True])
+                + " vs "
+                + _runs(rates[False])
+                + f"; CPU ms/turn {statistics.median(cpu_ms[True]):.1f}"
+                + f" vs {statistics.median(cpu_ms[False]):.1f}",
+            )
+        )
+    figures += [
+        Figure("memory layer share of turn time", f"{share:.1%}"),
+        Figure(
+            "database queries per warm turn",
+            f"{warm_queries:g}",
+            "0",
+            warm_queries == 0,
+            "turns without a memory update, cache warm",
+        ),
+    ]
+    emit(figures, args.json)
+
+
+def _runs(rates: list[float]) -> str:
+    return "/".join(f"{rate:.0f}" for rate in rates)
 
 
 if __name__ == "__main__":

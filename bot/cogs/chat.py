@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Literal
@@ -35,8 +36,8 @@ from bot.cogs.images import ImageDownloader
 from bot.cogs.members import Members
 from bot.cogs.needs import POST, POST_IN_THREADS, REACT, READ_HISTORY
 from bot.cogs.references import reply_chain
-from bot.cogs.refresh import REFRESH_MARKER_PREFIX
-from bot.cogs.replies import DISCORD_LIMIT, split_reply
+from bot.cogs.replies import split_reply
+from bot.cogs.streaming import PART_LIMIT, StreamedReply, guard_marker, with_cut_note
 from bot.cogs.threads import thread_starter
 from bot.cogs.visibility import DirectView, OnlyHere, ServerView, place_of
 from bot.conversation.turn import TurnRequest
@@ -276,17 +277,56 @@ class Chat(commands.Cog):
                 read_image=self._read_image,
             )
             epoch = memory.channel_epoch(channel.id)
+            stream = StreamedReply(
+                functools.partial(self._post, message),
+                self._take_back,
+                interval=self.bot.settings.llm.stream_edit_seconds,
+                clock=memory.clock.monotonic,
+                wiped=functools.partial(memory.wiped_since, channel.id, epoch),
+            )
             async with _typing(channel):
-                reply = await self.bot.turns.run(request)
+                reply = await self.bot.turns.run(request, preview=stream)
+            if reply.turn is not None:
+                epoch = reply.turn.epoch
+            if stream.parts:
+                await self._finish_stream(message, stream, reply.text, epoch, reply.failed)
+                return
             if reply.unanswered:
                 # Deleted: nothing to say. Wiped by a /refresh or a /forget-me: the member
                 # is told, as when a refresh overtakes an answer.
                 if not memory.was_deleted(message.id):
                     await self._post(message, WIPED_WHILE_ANSWERING, reply=True)
                 return
-            if reply.turn is not None:
-                epoch = reply.turn.epoch
-            await self._send(message, reply.text, epoch=epoch, failed=reply.failed)
+            text = reply.text
+            if reply.outcome == "llm_unavailable" and stream.received().strip():
+                # The answer broke off before its first message was due: what came stays.
+                text = with_cut_note(stream.received())
+            await self._send(message, text, epoch=epoch, failed=reply.failed)
+
+    async def _finish_stream(
+        self, message: discord.Message, stream: StreamedReply, text: str, epoch: int, failed: bool
+    ) -> None:
+        """Show the whole reply in the messages a slow answer streamed into (see
+        :meth:`_send` for ``epoch`` and ``failed``); a failed turn keeps what was shown,
+        with a note that the answer was cut."""
+        memory = self.bot.memory
+        channel_id = message.channel.id
+        if failed:
+            text = with_cut_note(stream.received())
+        parts = [] if memory.wiped_since(channel_id, epoch) else await stream.finish(text)
+        if memory.wiped_since(channel_id, epoch):
+            for part in stream.parts:
+                await self._take_back(part)
+            await self._post(message, WIPED_WHILE_ANSWERING, reply=True)
+            return
+        for part in parts:
+            if failed:
+                memory.message_deleted(channel_id, part.id)
+                continue
+            # The echo of the first post may have put a partial text in the window.
+            raw = to_raw(part)
+            memory.observe_message(channel_id, raw)
+            memory.message_edited(channel_id, part.id, raw.content)
 
     async def _refused(self, message: discord.Message) -> bool:
         """Whether ``message``'s author may not start a turn here (counted when not)."""
@@ -425,14 +465,10 @@ class Chat(commands.Cog):
 
         sent: list[discord.Message] = []
         # One character kept free for the marker guard below.
-        for chunk in split_reply(text, DISCORD_LIMIT - 1) or ["…"]:
+        for chunk in split_reply(text, PART_LIMIT) or ["…"]:
             if wiped():
                 break
-            if chunk.startswith(REFRESH_MARKER_PREFIX):
-                # Only /refresh may post a marker: one a member coaxed out of the model
-                # would hide the history before it, after a restart, like a refresh.
-                chunk = "\u200b" + chunk
-            part = await self._post(message, chunk, reply=not sent)
+            part = await self._post(message, guard_marker(chunk), reply=not sent)
             if part is None:
                 break
             if wiped():
@@ -448,7 +484,7 @@ class Chat(commands.Cog):
         return sent
 
     async def _post(
-        self, message: discord.Message, text: str, *, reply: bool
+        self, message: discord.Message, text: str, reply: bool
     ) -> discord.Message | None:
         """Send one message in ``message``'s channel, as a reply to it when ``reply``;
         None when Discord refused it or could not be reached."""

@@ -138,6 +138,9 @@ class LlmSettings(Section):
     # gets the same reaction and no model call (0: no limit). One account flooding the
     # bot costs the operator model calls and holds up everyone's channel queue.
     turns_per_user_per_minute: Annotated[int, Field(ge=0, le=600)] = 12
+    # A streamed reply's Discord message is edited at most this often (Discord limits
+    # edits); an answer complete sooner is sent once, as a whole.
+    stream_edit_seconds: Annotated[float, Field(ge=0.5, le=60)] = 1.0
 
 
 class LongTermSettings(Section):

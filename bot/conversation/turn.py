@@ -32,7 +32,13 @@ from bot.conversation.summarizer import (
 from bot.conversation.tools.longterm import LONG_TERM_TOOL_NAMES, long_term_tools
 from bot.conversation.tools.stm import STM_TOOL_NAME, run_stm_tool, stm_tool_definition
 from bot.db.storage import MemoryUnavailable
-from bot.llm.tool_loop import FALLBACK_REPLY, LlmUnavailable, ToolSpec, run_tool_loop
+from bot.llm.tool_loop import (
+    FALLBACK_REPLY,
+    LlmUnavailable,
+    ReplyPreview,
+    ToolSpec,
+    run_tool_loop,
+)
 from bot.llm.tools.base import ToolOutcome
 from bot.memory.fact_visibility import ChannelFilter
 from bot.memory.intent import explicit_long_term_intent
@@ -225,12 +231,13 @@ class TurnRunner:
             maxsize=100_000, ttl=SUMMARY_RETRY_SECONDS, timer=memory.clock.monotonic
         )
 
-    async def run(self, request: TurnRequest) -> TurnReply:
+    async def run(self, request: TurnRequest, *, preview: ReplyPreview | None = None) -> TurnReply:
         """The reply to ``request`` (see the module docstring); counted in the metrics."""
+        # `preview` hears of the reply as it streams in, where the provider streams.
         began = time.perf_counter()
         self.metrics.turns_in_progress.inc()
         try:
-            reply = await self._run(request)
+            reply = await self._run(request, preview if self.caps.streaming else None)
         except Exception:
             self.metrics.turn_ended("error")
             raise
@@ -239,7 +246,7 @@ class TurnRunner:
         self.metrics.turn_ended(reply.outcome, time.perf_counter() - began)
         return reply
 
-    async def _run(self, request: TurnRequest) -> TurnReply:
+    async def _run(self, request: TurnRequest, preview: ReplyPreview | None) -> TurnReply:
         intent = explicit_long_term_intent(
             request.content,
             bot_user_id=request.bot_user_id,
@@ -322,6 +329,7 @@ class TurnRunner:
                 without_tools_notes=[NO_LONG_TERM_TOOLS_NOTE] if intent else [],
                 strict_roles=self.settings.strict_roles,
                 observe=self.metrics.llm_request,
+                preview=preview,
             )
         except LlmUnavailable as exc:
             log.warning("turn %s: model unavailable (%s)", turn.turn_id, exc.__class__.__name__)

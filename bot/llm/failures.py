@@ -17,6 +17,8 @@ CONFIGURATION_MESSAGE = (
     "I can't use the language model because of a configuration problem. "
     "Please contact the bot operator."
 )
+# A streamed answer that broke off: shown after what was sent (and alone if nothing was).
+CUT_MESSAGE = "(The answer was cut off: the model stopped responding. Please try again.)"
 # When the loop stopped early and even the final no-tools call failed.
 FALLBACK_REPLY = "Sorry, I couldn't finish my answer this time. Please try again."
 
@@ -29,6 +31,7 @@ FRIENDLY_ERRORS = frozenset(
         UNAVAILABLE_MESSAGE,
         CONFIGURATION_MESSAGE,
         FALLBACK_REPLY,
+        CUT_MESSAGE,
     )
 )
 

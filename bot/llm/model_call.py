@@ -16,6 +16,7 @@ from openai.types.chat import ChatCompletionMessage
 from bot.config import LlmSettings
 from bot.llm.client import LlmRequest, RequestObserver, chat_completion
 from bot.llm.failures import (
+    CUT_MESSAGE,
     TIMEOUT_MESSAGE,
     UNAVAILABLE_MESSAGE,
     HistoryToolsRefused,
@@ -23,6 +24,7 @@ from bot.llm.failures import (
     refusal,
     unavailable,
 )
+from bot.llm.streaming import StreamCut, TextSink, stream_chat_completion
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +47,7 @@ class Ask(Protocol):
         messages: list[dict[str, Any]],
         tools: list[dict[str, Any]],
         tool_choice: str | None = None,
+        on_text: TextSink | None = None,
     ) -> Awaitable[tuple[ChatCompletionMessage, bool]]: ...
 
 
@@ -60,6 +63,7 @@ async def ask(
     observe: RequestObserver | None,
     deadline: float,
     tool_choice: str | None = None,
+    on_text: TextSink | None = None,
 ) -> tuple[ChatCompletionMessage, bool]:
     """The model's message and whether it was cut at ``max_tokens``, with fallbacks."""
     # A request with `tool_choice` (tools defined only for the history's calls) the server
@@ -74,6 +78,7 @@ async def ask(
         strict_roles=strict_roles,
         observe=observe,
         deadline=deadline,
+        on_text=on_text,
     )
     if tool_choice is None:
         return await complete(tools=tools)
@@ -108,6 +113,7 @@ async def _complete(
     deadline: float,
     tool_choice: str | None = None,
     history_only: bool = False,
+    on_text: TextSink | None = None,
 ) -> tuple[ChatCompletionMessage, bool]:
     """One request: the first choice's message and whether it was cut at ``max_tokens``."""
     # Without tools the request carries no tool calls or results either (servers refuse
@@ -133,9 +139,19 @@ async def _complete(
     began = time.perf_counter()
     try:
         async with asyncio.timeout_at(deadline):
+            if on_text is not None:
+                streamed, finish = await stream_chat_completion(
+                    api, request, strict_roles=strict_roles, on_text=on_text, observe=observe
+                )
+                return streamed, finish == "length"
             completion = await chat_completion(
                 api, request, strict_roles=strict_roles, observe=observe
             )
+    except StreamCut as exc:
+        log.warning("LLM stream broke off before the answer ended (%s)", exc)
+        # Nothing of the answer arrived (a body that was no event stream): unavailable.
+        notice = CUT_MESSAGE if exc.started else UNAVAILABLE_MESSAGE
+        raise LlmUnavailable("unavailable", notice) from exc
     except TimeoutError as exc:
         raise _past_deadline(settings, observe, time.perf_counter() - began) from exc
     except openai.APIStatusError as exc:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +27,11 @@ from bot.llm.failures import (
 from bot.llm.leaks import strip_leaked_tool_syntax
 from bot.llm.model_call import Ask, HistoryTools, ask
 from bot.llm.reply_text import content_text, plain, reply_text
+from bot.llm.stream_assembly import StreamAssembly
 from bot.llm.tool_calls import ToolSpec, assistant_message, run_tool_call, tool_calls_in
+
+# Told, while an answer streams in, how to read the reply so far (read only when shown).
+ReplyPreview = Callable[[Callable[[], str]], Awaitable[None]]
 
 __all__ = [
     "CONFIGURATION_MESSAGE",
@@ -38,6 +42,7 @@ __all__ = [
     "UNAVAILABLE_MESSAGE",
     "LlmUnavailable",
     "LoopResult",
+    "ReplyPreview",
     "ToolSpec",
     "run_tool_loop",
 ]
@@ -85,6 +90,7 @@ async def run_tool_loop(
     without_tools_notes: Sequence[str] = (),
     strict_roles: bool = False,
     observe: RequestObserver | None = None,
+    preview: ReplyPreview | None = None,
 ) -> LoopResult:
     """Run one turn of the bot's reply (SPEC §3) on a copy of ``messages``."""
     # Raises LlmUnavailable when a model call fails, unless the model already answered
@@ -92,7 +98,8 @@ async def run_tool_loop(
     # early stop (FALLBACK_REPLY).  The client retries 429/5xx/timeouts itself
     # (`settings.max_retries`); nothing here retries again.  `without_tools_notes` tell
     # the model what it can no longer do when the server refuses tools; `strict_roles`
-    # sends every request in the role order strict chat templates accept.
+    # sends every request in the role order strict chat templates accept.  With a
+    # `preview` the answers are streamed, and it hears of the reply as it grows.
     api = client.with_options(max_retries=settings.max_retries)
     # All the model calls of a turn share `turn_timeout_seconds`, retries included.
     deadline = asyncio.get_running_loop().time() + settings.turn_timeout_seconds
@@ -103,6 +110,11 @@ async def run_tool_loop(
     failed_generations = 0
     called: list[str] = []  # registry tools the conversation holds calls to
     history = HistoryTools()
+
+    async def streamed(assembly: StreamAssembly) -> None:
+        assert preview is not None
+        await preview(lambda: reply_text(assembly.text(), interim, registry.keys()))
+
     bound_ask = functools.partial(
         ask,
         api,
@@ -112,6 +124,7 @@ async def run_tool_loop(
         strict_roles=strict_roles,
         observe=observe,
         deadline=deadline,
+        on_text=streamed if preview is not None else None,
     )
 
     while result.iterations < settings.max_tool_iterations:

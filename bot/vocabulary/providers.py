@@ -46,6 +46,8 @@ class ProviderCaps:
     # The provider's usual models read image parts (``image_url``) in user messages; for
     # a local server it depends on the model loaded, so it is off (context.vision = "on").
     vision: bool = False
+    # Replies stream in as they are written (tool calls arrive as deltas).
+    streaming: bool = True
 
 
 def _caps(
@@ -56,6 +58,7 @@ def _caps(
     notes: str,
     strict_roles: bool = False,
     vision: bool = False,
+    streaming: bool = True,
 ) -> ProviderCaps:
     return ProviderCaps(
         name=name,
@@ -65,6 +68,7 @@ def _caps(
         notes=notes,
         strict_roles=strict_roles,
         vision=vision,
+        streaming=streaming,
     )
 
 
@@ -199,8 +203,11 @@ _ENTRIES: tuple[ProviderCaps, ...] = (
         "gemini",
         tool_calling=True,
         context_tokens=1_000_000,
-        notes="Google's OpenAI-compatible Gemini endpoint: function calling supported.",
+        notes="Google's OpenAI-compatible Gemini endpoint: function calling supported. "
+        "Replies are not streamed: its stream sends tool-call deltas without their index "
+        "and ends them with finish_reason 'stop'.",
         vision=True,
+        streaming=False,
     ),
     _caps(
         "xai",

@@ -42,6 +42,7 @@ __all__ = [
     "STRICT_ROLES_MESSAGE",
     "ScriptedLLM",
     "ToolCallSpec",
+    "ToolDelta",
     "llm",
     "openai_client",
     "refused_base_url",
@@ -88,7 +89,28 @@ class _Disconnect:
     delay: float
 
 
-_Reply = _Text | _ToolCalls | _Error | _Disconnect
+@dataclass(frozen=True)
+class ToolDelta:
+    """One streamed piece of a tool call: ``id`` and ``name`` usually come with the first."""
+
+    index: int
+    arguments: str = ""
+    id: str | None = None
+    name: str | None = None
+
+
+@dataclass(frozen=True)
+class _Streamed:
+    pieces: tuple[str | ToolDelta, ...]
+    finish_reason: str
+    split_within: tuple[str, ...]  # the SSE body's bytes are cut inside each of these
+    drop_within: str | None  # the connection drops inside this one's bytes
+    pause_within: str | None  # the server waits for resume_stream() inside this one's bytes
+    error_event: bool  # an error event instead of the finish
+    delay: float
+
+
+_Reply = _Text | _ToolCalls | _Error | _Disconnect | _Streamed
 
 
 @dataclass
@@ -208,6 +230,9 @@ class ScriptedLLM:
         # True: a request whose roles a strict chat template refuses (see
         # role_order_problem) gets vLLM's 400, without using a scripted reply.
         self.strict_roles = False
+        # False: a request asking to stream is answered whole, as a plain JSON completion
+        # (as servers that ignore `stream` do).
+        self.streams = True
         self.refused_roles: list[str] = []  # why each such request was refused
         # Set: a request without `Authorization: Bearer <api_key>` gets 401 quoting the
         # key it sent (as some servers do), before anything is recorded or consumed.
@@ -226,6 +251,11 @@ class ScriptedLLM:
         self._closing = asyncio.Event()
         self._arrived = asyncio.Condition()
         self._gate: asyncio.Event | None = None
+        self._paused = asyncio.Event()
+        self._resumed = asyncio.Event()
+        # A streamed text answer's events, encoded once: the server shares the process
+        # (and the CPU) with the bot in benchmarks.
+        self._encoded: dict[tuple[str, str, str, bool], bytes] = {}
 
     # ---- synchronisation -------------------------------------------------------------------
 
@@ -234,6 +264,15 @@ class ScriptedLLM:
         safety timeout turns a hang into a failure)."""
         async with asyncio.timeout(10), self._arrived:
             await self._arrived.wait_for(lambda: len(self._recorded) >= count)
+
+    async def wait_paused(self) -> None:
+        """Return once a streamed answer stopped at its ``pause_within``."""
+        async with asyncio.timeout(10):
+            await self._paused.wait()
+
+    def resume_stream(self) -> None:
+        """Let a streamed answer stopped at its ``pause_within`` go on."""
+        self._resumed.set()
 
     def hold(self) -> asyncio.Event:
         """Hold every answer until the returned event is set: lets a test act while a
@@ -360,6 +399,44 @@ class ScriptedLLM:
                 error_type=error_type,
                 code=code,
                 headers=dict(headers or {}),
+                delay=delay,
+            )
+        )
+        return self
+
+    def reply_stream(
+        self,
+        *pieces: str | ToolDelta,
+        finish_reason: str | None = None,
+        split_within: Sequence[str] = (),
+        drop_within: str | None = None,
+        pause_within: str | None = None,
+        error_event: bool = False,
+        delay: float = 0.0,
+    ) -> Self:
+        """Queue an answer streamed exactly as given: each piece one event (text or a tool
+        call's delta), then the finish reason (``tool_calls`` when a call was sent) and
+        ``[DONE]``.
+
+        The SSE body's bytes are written in separate writes, cut in the middle of the UTF-8
+        bytes of each ``split_within`` string (inside a word, a tool call's JSON, a
+        multi-byte character). ``drop_within`` writes the body up to the middle of that
+        string's bytes, then drops the connection; ``error_event`` sends an error event
+        in place of the finish. ``pause_within`` stops the body there until
+        :meth:`resume_stream` (:meth:`wait_paused` returns once it stopped). A request that
+        did not ask to stream gets the pieces as one ordinary answer.
+        """
+        if finish_reason is None:
+            calls = any(isinstance(piece, ToolDelta) for piece in pieces)
+            finish_reason = "tool_calls" if calls else "stop"
+        self._queue.append(
+            _Streamed(
+                pieces=tuple(pieces),
+                finish_reason=finish_reason,
+                split_within=tuple(split_within),
+                drop_within=drop_within,
+                pause_within=pause_within,
+                error_event=error_event,
                 delay=delay,
             )
         )
@@ -522,7 +599,11 @@ class ScriptedLLM:
                 reply.status, reply.message, reply.error_type, reply.code, reply.headers
             )
         model = str(body.get("model") or self.model_id)
-        if body.get("stream"):
+        if isinstance(reply, _Streamed):
+            if not body.get("stream") or not self.streams:
+                return web.json_response(self._completion(_as_whole(reply), model, body))
+            return await self._stream_pieces(request, reply, model)
+        if body.get("stream") and self.streams:
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
             return await self._stream(request, reply, model, body, include_usage)
         return web.json_response(self._completion(reply, model, body))
@@ -589,6 +670,59 @@ class ScriptedLLM:
             "total_tokens": prompt + completion,
         }
 
+    async def _stream_pieces(
+        self, request: web.Request, reply: _Streamed, model: str
+    ) -> web.StreamResponse:
+        """Answer with ``reply``'s events, its bytes cut and dropped where it says."""
+        response = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        )
+        await response.prepare(request)
+        completion_id = f"chatcmpl-{next(self._completion_ids)}"
+        events: list[dict[str, Any]] = [{"role": "assistant", "content": ""}]
+        for piece in reply.pieces:
+            if isinstance(piece, str):
+                events.append({"content": piece})
+                continue
+            call: dict[str, Any] = {
+                "index": piece.index,
+                "function": {"arguments": piece.arguments},
+            }
+            if piece.id is not None:
+                call["id"], call["type"] = piece.id, "function"
+            if piece.name is not None:
+                call["function"]["name"] = piece.name
+            events.append({"tool_calls": [call]})
+        lines = [
+            _sse(completion_id, model, {"delta": delta, "finish_reason": None}) for delta in events
+        ]
+        if reply.error_event:
+            error = {"error": {"message": "scripted stream error", "type": "server_error"}}
+            lines.append(f"data: {json.dumps(error)}\n\n")
+        else:
+            lines.append(
+                _sse(completion_id, model, {"delta": {}, "finish_reason": reply.finish_reason})
+            )
+            lines.append("data: [DONE]\n\n")
+        data = "".join(lines).encode()
+        cuts = {_middle_of(data, text) for text in reply.split_within}
+        pause = None if reply.pause_within is None else _middle_of(data, reply.pause_within)
+        end = len(data) if reply.drop_within is None else _middle_of(data, reply.drop_within)
+        start = 0
+        for cut in [*sorted(c for c in {*cuts, pause} if c is not None and c < end), end]:
+            await response.write(data[start:cut])
+            start = cut
+            if cut == pause:
+                self._paused.set()
+                await self._resumed.wait()
+            # The server's pace, not the test's synchronisation: a write the client reads
+            # on its own, as from a model generating.
+            await asyncio.sleep(0.005)
+        if reply.drop_within is not None:
+            return await self._drop(request)
+        await response.write_eof()
+        return response
+
     async def _stream(
         self,
         request: web.Request,
@@ -616,6 +750,29 @@ class ScriptedLLM:
                 ],
             }
 
+        if isinstance(reply, _Text):
+            key = (reply.text, reply.finish_reason, model, include_usage)
+            encoded = self._encoded.get(key)
+            if encoded is None:
+                pieces = [chunk({"role": "assistant", "content": ""})]
+                pieces += [chunk({"content": piece}) for piece in _split_text(reply.text)]
+                pieces.append(chunk({}, reply.finish_reason))
+                if include_usage:
+                    for c in pieces:
+                        c["usage"] = None
+                encoded = b"".join(
+                    f"data: {json.dumps(c, ensure_ascii=False)}\n\n".encode() for c in pieces
+                )
+                self._encoded[key] = encoded
+            tail = b""
+            if include_usage:
+                usage_chunk = chunk({})
+                usage_chunk["choices"] = []
+                usage_chunk["usage"] = self._usage(body, reply.text)
+                tail = f"data: {json.dumps(usage_chunk)}\n\n".encode()
+            await response.write(encoded + tail + b"data: [DONE]\n\n")
+            await response.write_eof()
+            return response
         chunks: list[dict[str, Any]] = [chunk({"role": "assistant", "content": ""})]
         if isinstance(reply, _Text):
             text = reply.text
@@ -655,11 +812,52 @@ class ScriptedLLM:
             usage_chunk["usage"] = self._usage(body, completion_text)
             chunks.append(usage_chunk)
 
-        for c in chunks:
-            await response.write(f"data: {json.dumps(c, ensure_ascii=False)}\n\n".encode())
-        await response.write(b"data: [DONE]\n\n")
+        # One write: the client still reads every event, the server spends less.
+        events = [f"data: {json.dumps(c, ensure_ascii=False)}\n\n" for c in chunks]
+        await response.write(("".join(events) + "data: [DONE]\n\n").encode())
         await response.write_eof()
         return response
+
+
+def _sse(completion_id: str, model: str, choice: dict[str, Any]) -> str:
+    """One ``data:`` event of a ``chat.completion.chunk`` with ``choice`` as its only choice."""
+    event = {
+        "id": completion_id,
+        "object": "chat.completion.chunk",
+        "created": 0,
+        "model": model,
+        "choices": [{"index": 0, "logprobs": None, **choice}],
+    }
+    return f"data: {json.dumps(event, ensure_ascii=False)}\n\n"
+
+
+def _middle_of(data: bytes, text: str) -> int:
+    """The byte offset in the middle of ``text``'s first occurrence (UTF-8) in ``data``."""
+    encoded = text.encode()
+    start = data.find(encoded)
+    if start < 0:
+        # In the JSON of an event a quote or backslash is escaped: look for it so.
+        encoded = json.dumps(text, ensure_ascii=False)[1:-1].encode()
+        start = data.find(encoded)
+    if start < 0:
+        raise ValueError(f"{text!r} is not in the streamed body")
+    return start + max(1, len(encoded) // 2)
+
+
+def _as_whole(reply: _Streamed) -> _Text | _ToolCalls:
+    """``reply``'s pieces as one answer, for a request that did not ask to stream."""
+    text = "".join(piece for piece in reply.pieces if isinstance(piece, str))
+    calls: dict[int, list[str]] = {}
+    for piece in reply.pieces:
+        if isinstance(piece, ToolDelta):
+            parts = calls.setdefault(piece.index, ["", "", ""])
+            parts[0] = piece.id or parts[0]
+            parts[1] = piece.name or parts[1]
+            parts[2] += piece.arguments
+    if not calls:
+        return _Text(text=text, finish_reason=reply.finish_reason, delay=0.0)
+    built = tuple((cid, name, args) for cid, name, args in (calls[i] for i in sorted(calls)))
+    return _ToolCalls(calls=built, content=text or None, delay=0.0)
 
 
 # --------------------------------------------------------------------------------------------

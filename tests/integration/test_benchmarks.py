@@ -110,11 +110,16 @@ def test_stm_core_reports_assembly_hydration_upserts_and_cache_size(
 def test_turns_reports_throughput_memory_share_and_warm_queries(
     tmp_path: Path, figures: Figures
 ) -> None:
-    measured = run_benchmark("turns.py", tmp_path, "--channels", "5", "--rounds", "1")
+    measured = run_benchmark(
+        "turns.py", tmp_path, "--channels", "5", "--rounds", "1", "--repeats", "1"
+    )
     record(figures, measured)
     found = by_name(measured)
     assert number(found["end-to-end turns/s"]) > 0
     assert "5 turns, 5 channels" in found["end-to-end turns/s"].note
+    assert number(found["end-to-end turns/s (streamed)"]) > 0
+    assert found["streamed / whole turns/s"].budget == "≥ 0.90"
+    assert number(found["streamed / whole turns/s"]) > 0
     assert 0 < number(found["memory layer share of turn time"], "%") <= 100
     number(found["database queries per warm turn"])
 
