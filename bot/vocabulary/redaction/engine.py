@@ -30,6 +30,7 @@ from bot.vocabulary.redaction.context_rules import (
     URL_TOKEN_USERINFO,
     URL_TOKEN_USERINFO_AT_CUT,
 )
+from bot.vocabulary.redaction.provider_rules import redact_provider_tokens
 from bot.vocabulary.redaction.replacements import (
     Replacer,
     replace_bearer,
@@ -147,6 +148,7 @@ def _redact(text: str, *, cut: bool = False) -> tuple[str, list[str]]:
         for kind, pattern in TOKEN_PATTERNS:
             if token_may_match(kind, text):
                 sub(pattern, replace_token, kind, token=True)
+        text = redact_provider_tokens(text, text.lower(), kinds, found)
         text = _redact_aws_secret_pairs(text, kinds, found)
         # A token recognised once is hidden everywhere, also glued to other text (`0sk-…`)
         # where its shape alone would not give it away.  A marker put there can end the
