@@ -25,6 +25,8 @@ from bot.memory.sanitize import (
 from bot.vocabulary.redaction import (
     context_rules,
     engine,
+    keywords,
+    provider_rules,
     redact_leaves,
     redact_secrets,
     redaction_kinds,
@@ -1353,7 +1355,8 @@ def test_a_url_token_user_at_the_processing_cut_is_not_stored() -> None:
 
 # --------------------------------------------------------------- the passes' gates
 
-# Every case-insensitive pass with its gate (the text `_fold` sees is the one the pass sees).
+# Every case-insensitive pass with its gate (the text `keywords.scan` sees is the one the
+# pass sees).
 FOLDED_GATES = [
     (context_rules.REGION_OPEN, context_rules.REGION_GATE),
     (context_rules.URL_CREDENTIALS, context_rules.URL_GATE),
@@ -1372,8 +1375,7 @@ GATE_WORDS = tuple({word for _pattern, words in FOLDED_GATES for word in words})
 WEBHOOK_GATE_CHARS = {
     char
     for kind in ("discord_webhook", "slack_webhook")
-    for group in token_rules._TOKEN_GATES[kind]
-    for word in group
+    for word in token_rules.TOKEN_KEYWORDS[kind]
     for char in word
 }
 
@@ -1391,23 +1393,29 @@ def test_gate_words_fold_like_the_regex_engine_except_for_two_letters() -> None:
         for found in regex.finditer(f"(?i){regex.escape(char)}", every)
         if found.group().lower() != char
     }
-    assert folded_only_by_regex == set(engine._FOLDED_ONLY_BY_REGEX)
+    assert folded_only_by_regex == set(keywords._FOLDED_ONLY_BY_REGEX)
     assert {char.lower() for char in WEBHOOK_GATE_CHARS} == WEBHOOK_GATE_CHARS
 
 
 def closed_gates(text: str) -> list[str]:
     """The passes whose pattern matches ``text`` although their gate is closed (the
     property every gate must have: it only skips a pass that finds nothing)."""
-    folded = engine._fold(text)
+    found = keywords.scan(text)
     closed = [
         pattern.pattern[:40]
         for pattern, words in FOLDED_GATES
-        if pattern.search(text) and not engine._may_hold(folded, words)
+        if pattern.search(text) and not engine._may_hold(found, words)
     ]
     closed += [
         kind
         for kind, pattern in token_rules.TOKEN_PATTERNS
-        if pattern.search(text) and not token_rules.token_may_match(kind, text)
+        if pattern.search(text) and not token_rules.token_may_match(kind, text, found)
+    ]
+    chosen = provider_rules.rules_for(found)
+    closed += [
+        rule.id
+        for number, rule in enumerate(provider_rules.RULES)
+        if number not in chosen and rule.pattern.search(text)
     ]
     return closed
 
@@ -1549,9 +1557,9 @@ def test_no_gate_closes_on_a_near_miss_its_pass_matches(text: str) -> None:
 def test_the_gates_never_change_what_is_redacted(text: str) -> None:
     gated = sanitize_value(text)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(engine, "_may_hold", lambda _folded, _words: True)
-        patch.setattr(token_rules, "_TOKEN_GATES", {})
-        patch.setattr(token_rules, "_may_hold_discord_token", lambda _text: True)
+        patch.setattr(engine, "_may_hold", lambda _found, _words: True)
+        patch.setattr(engine, "token_may_match", lambda _kind, _text, _found: True)
+        patch.setattr(provider_rules, "rules_for", lambda _found: range(len(provider_rules.RULES)))
         ungated = sanitize_value(text)
     assert gated == ungated
 

@@ -224,3 +224,6 @@ PASSWORD_GATE: Final = ("pass", "pw")
 CREDENTIAL_GATE: Final = ("secret", "token", "key", "authorization")
 PIN_GATE: Final = ("pin",)
 BEARER_GATE: Final = ("bearer",)
+GATE_WORDS: Final = (
+    REGION_GATE + URL_GATE + PASSWORD_GATE + CREDENTIAL_GATE + PIN_GATE + BEARER_GATE
+)

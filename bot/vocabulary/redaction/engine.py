@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
 from typing import Final
 
 import regex
@@ -30,6 +31,7 @@ from bot.vocabulary.redaction.context_rules import (
     URL_TOKEN_USERINFO,
     URL_TOKEN_USERINFO_AT_CUT,
 )
+from bot.vocabulary.redaction.keywords import scan
 from bot.vocabulary.redaction.provider_rules import redact_provider_tokens
 from bot.vocabulary.redaction.replacements import (
     Replacer,
@@ -44,10 +46,6 @@ from bot.vocabulary.redaction.replacements import (
 )
 from bot.vocabulary.redaction.token_rules import TOKEN_PATTERNS, token_may_match
 
-# Gate words are looked up in `str.lower()` of the text, which folds their letters as the
-# engine's IGNORECASE does except for the long s and the dotted capital I (whose lower() is
-# two code points): a text holding either runs every pass.  A test scans every code point.
-_FOLDED_ONLY_BY_REGEX: Final = "\u017f\u0130"
 # Shorter tokens are not swept elsewhere in the text: too likely to occur by chance.
 _MIN_SWEPT_SECRET: Final = 16
 # Rounds of token passes and sweep; a bound keeps the work linear.
@@ -66,16 +64,9 @@ def redaction_kinds(text: str) -> list[str]:
     return _redact(text)[1]
 
 
-def _fold(text: str) -> str | None:
-    """The text as the case-insensitive gates see it; None: every pass must run."""
-    if not text.isascii() and any(char in text for char in _FOLDED_ONLY_BY_REGEX):
-        return None
-    return text.lower()
-
-
-def _may_hold(folded: str | None, words: tuple[str, ...]) -> bool:
-    """Whether ``folded`` (`_fold` of a text) may hold a match that needs one of ``words``."""
-    return folded is None or any(word in folded for word in words)
+def _may_hold(words: AbstractSet[str], gate: tuple[str, ...]) -> bool:
+    """Whether a text holding ``words`` (its `scan`) may hold a match that needs a gate word."""
+    return not words.isdisjoint(gate)
 
 
 def _redact(text: str, *, cut: bool = False) -> tuple[str, list[str]]:
@@ -83,22 +74,14 @@ def _redact(text: str, *, cut: bool = False) -> tuple[str, list[str]]:
     # Each pass is one regex with a literal-ish start, so text without a candidate is
     # scanned quickly; no pass matches inside an earlier marker.
     kinds: list[str] = []
-    # Folding costs about a fast pass: once per version of the text (most texts come out
-    # of every pass unchanged, as the same object); gates shared by two passes, once.
-    folded_text, folded = text, _fold(text)
-    verdicts: dict[tuple[str, ...], bool] = {}
+    # One keyword scan: redaction only puts markers in, whose words (`[REDACTED:slack_token]`)
+    # never form a key word before a separator, so what it finds stays a superset.
+    words = scan(text)
 
-    def may_hold(words: tuple[str, ...]) -> bool:
-        nonlocal folded_text, folded
-        if folded_text is not text:
-            folded_text, folded = text, _fold(text)
-            verdicts.clear()
-        verdict = verdicts.get(words)
-        if verdict is None:
-            verdict = verdicts[words] = _may_hold(folded, words)
-        return verdict
+    def may_hold(gate: tuple[str, ...]) -> bool:
+        return _may_hold(words, gate)
 
-    text = _redact_regions(text, kinds, folded)
+    text = _redact_regions(text, kinds, words)
     if not text:
         return text, kinds
 
@@ -146,9 +129,9 @@ def _redact(text: str, *, cut: bool = False) -> tuple[str, list[str]]:
     while swept and rounds < _MAX_SWEEP_ROUNDS:
         rounds += 1
         for kind, pattern in TOKEN_PATTERNS:
-            if token_may_match(kind, text):
+            if token_may_match(kind, text, words):
                 sub(pattern, replace_token, kind, token=True)
-        text = redact_provider_tokens(text, text.lower(), kinds, found)
+        text = redact_provider_tokens(text, words, kinds, found)
         text = _redact_aws_secret_pairs(text, kinds, found)
         # A token recognised once is hidden everywhere, also glued to other text (`0sk-…`)
         # where its shape alone would not give it away.  A marker put there can end the
@@ -195,9 +178,9 @@ def _redact_aws_secret_pairs(text: str, kinds: list[str], found: dict[str, str])
     return "\n".join(lines)
 
 
-def _redact_regions(text: str, kinds: list[str], folded: str | None) -> str:
+def _redact_regions(text: str, kinds: list[str], words: AbstractSet[str]) -> str:
     """``<private>`` regions and PEM private keys, each up to its closer or the end."""
-    if not _may_hold(folded, REGION_GATE):
+    if not _may_hold(words, REGION_GATE):
         return text
     pieces: list[str] = []
     pos = 0

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Set as AbstractSet
 from typing import Final
 
-import ahocorasick
 import regex
 
 from bot.vocabulary.redaction.alphabet import marker
@@ -15,20 +15,19 @@ from bot.vocabulary.redaction.rule_data import TokenRule, load_rules
 RULES: Final[tuple[TokenRule, ...]] = tuple(load_rules())
 
 
-def _automaton(rules: tuple[TokenRule, ...]) -> ahocorasick.Automaton:
-    """One Aho-Corasick automaton over every rule keyword; a hit names its rules."""
-    by_word: dict[str, list[int]] = {}
+# Rules by keyword; a rule runs when one of its keywords occurs in the lower-cased text.
+
+
+def _rules_by_word(rules: tuple[TokenRule, ...]) -> dict[str, tuple[int, ...]]:
+    """Each keyword and the numbers of the rules it selects."""
+    by_word: dict[str, tuple[int, ...]] = {}
     for number, rule in enumerate(rules):
         for word in rule.keywords:
-            by_word.setdefault(word, []).append(number)
-    automaton = ahocorasick.Automaton()
-    for word, numbers in by_word.items():
-        automaton.add_word(word, tuple(numbers))
-    automaton.make_automaton()
-    return automaton
+            by_word[word] = (*by_word.get(word, ()), number)
+    return by_word
 
 
-_KEYWORDS: Final = _automaton(RULES)
+RULES_BY_WORD: Final = _rules_by_word(RULES)
 # Rules without keywords run on every text (none ship today; a local rule may add one).
 _ALWAYS: Final[tuple[int, ...]] = tuple(n for n, rule in enumerate(RULES) if not rule.keywords)
 # A secret is a whole token-like word: not glued to a letter or digit before it, and the
@@ -37,11 +36,13 @@ _GLUED_BEFORE: Final = regex.compile(r"[A-Za-z0-9]")
 _WORD_TAIL: Final = regex.compile(r"[A-Za-z0-9_\-]*")
 
 
-def rules_for(lowered: str) -> list[int]:
-    """The numbers of the rules whose keywords occur in ``lowered`` (lower-cased text)."""
+def rules_for(words: AbstractSet[str]) -> list[int]:
+    """The numbers of the rules with a keyword among ``words`` (found in the text)."""
     hits: set[int] = set(_ALWAYS)
-    for _, numbers in _KEYWORDS.iter(lowered):
-        hits.update(numbers)
+    for word in words:
+        rules = RULES_BY_WORD.get(word)
+        if rules is not None:
+            hits.update(rules)
     return sorted(hits)
 
 
@@ -52,10 +53,13 @@ def shannon_entropy(text: str) -> float:
 
 
 def redact_provider_tokens(
-    text: str, lowered: str, kinds: list[str], found: dict[str, str]
+    text: str, words: AbstractSet[str], kinds: list[str], found: dict[str, str]
 ) -> str:
-    """``text`` with every provider token a shipped rule finds replaced by its marker."""
-    numbers = rules_for(lowered)
+    """``text`` with every provider token a shipped rule finds replaced by its marker.
+
+    ``words``: the keywords `bot.vocabulary.redaction.keywords` found in ``text``.
+    """
+    numbers = rules_for(words)
     if not numbers:
         return text
     for number in numbers:
