@@ -15,15 +15,15 @@ from bot.vocabulary.redaction.alphabet import TOKEN_CHARS, WORD_START
 
 # Region openers; a separate search finds the closer, so an unclosed region runs to the
 # end.  PEM armour is caseless: a lower-cased key is just as secret.
+# An opening tag may carry attributes (`<private reason="x">`).
+_PRIVATE_OPEN: Final = r"(?i:<[ \t]*private(?:[ \t]+[^<>\n]{0,200})?[ \t]*>)"
 REGION_OPEN: Final = regex.compile(
-    r"(?P<private>(?i:<[ \t]*private[ \t]*>))"
+    rf"(?P<private>{_PRIVATE_OPEN})"
     r"|(?P<private_key>(?i:-----BEGIN[ A-Z0-9]*PRIVATE KEY(?: BLOCK)?-----))"
 )
 # `<private>` regions nest: a closer ends the innermost one, so the tail of an outer
 # region (`<private>a <private>b</private> c</private>`) stays hidden.
-PRIVATE_TAG: Final = regex.compile(
-    r"(?P<open>(?i:<[ \t]*private[ \t]*>))|(?i:<[ \t]*/[ \t]*private[ \t]*>)"
-)
+PRIVATE_TAG: Final = regex.compile(rf"(?P<open>{_PRIVATE_OPEN})|(?i:<[ \t]*/[ \t]*private[ \t]*>)")
 PEM_END: Final = regex.compile(r"(?i:-----END[ A-Z0-9]*PRIVATE KEY(?: BLOCK)?-----)")
 
 # ------------------------------------------------------------------ URL userinfo

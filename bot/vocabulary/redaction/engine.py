@@ -32,6 +32,7 @@ from bot.vocabulary.redaction.context_rules import (
     URL_TOKEN_USERINFO_AT_CUT,
 )
 from bot.vocabulary.redaction.keywords import scan
+from bot.vocabulary.redaction.normalize import view
 from bot.vocabulary.redaction.provider_rules import redact_provider_tokens
 from bot.vocabulary.redaction.replacements import (
     Replacer,
@@ -56,12 +57,23 @@ def redact_secrets(text: str, *, cut: bool = False) -> str:
     """Replace private regions and credentials in ``text`` with ``[REDACTED:<kind>]`` markers."""
     # Idempotent: already-redacted text passes through unchanged.  `cut`: `text` is a head
     # `cut_safely` took from a longer text, so a value running into its end is hidden whole.
-    return _redact(text, cut=cut)[0]
+    return _redact_view(text, cut=cut)[0]
 
 
 def redaction_kinds(text: str) -> list[str]:
     """The kind of every redaction `redact_secrets` would make, for audit counters."""
-    return _redact(text)[1]
+    return _redact_view(text)[1]
+
+
+def _redact_view(text: str, *, cut: bool = False) -> tuple[str, list[str]]:
+    """`_redact` run on the normalized view; the original's spelling kept where unchanged."""
+    folded = view(text)
+    if folded is None:
+        return _redact(text, cut=cut)
+    redacted, kinds = _redact(folded.text, cut=cut)
+    if redacted == folded.text:
+        return text, kinds
+    return folded.restore(redacted), kinds
 
 
 def _may_hold(words: AbstractSet[str], gate: tuple[str, ...]) -> bool:
