@@ -45,7 +45,7 @@ URL_TOKEN_USERINFO_AT_CUT: Final = regex.compile(
 # ------------------------------------------------------------------ AWS secret keys
 
 # 40 characters of base64 mixing digits and both cases: too common a shape alone, but a
-# secret on the line of its (already redacted) key id or the line before or after, as in
+# secret on the line of its (already redacted) key id or up to two lines around it, as in
 # the console's CSV (`AKIA…,wJalr…`), `aws configure` or "keys: AKIA… / wJalr…".
 AWS_KEY_ID_MARKER: Final = "[REDACTED:aws_access_key]"
 AWS_SECRET_CANDIDATE: Final = regex.compile(

@@ -45,10 +45,13 @@ from bot.vocabulary.redaction.replacements import (
     replace_url,
     replace_url_token,
 )
+from bot.vocabulary.redaction.split_tokens import join_split_tokens, may_be_split
 from bot.vocabulary.redaction.token_rules import TOKEN_PATTERNS, token_may_match
 
 # Shorter tokens are not swept elsewhere in the text: too likely to occur by chance.
 _MIN_SWEPT_SECRET: Final = 16
+# How many lines before or after an AWS key id its secret may be ("keys:\n id\n\n secret").
+_AWS_PAIR_LINES: Final = 2
 # Rounds of token passes and sweep; a bound keeps the work linear.
 _MAX_SWEEP_ROUNDS: Final = 8
 
@@ -154,6 +157,8 @@ def _redact(text: str, *, cut: bool = False) -> tuple[str, list[str]]:
                 kinds.extend([found[secret]] * text.count(secret))
                 text = text.replace(secret, marker(found[secret]))
                 swept = True
+    if may_be_split(words):
+        text = join_split_tokens(text, _redact, kinds)
     sub(PASSWORD, replace_password, "credential", token=False, gate=PASSWORD_GATE)
     sub(PASSWORD_STATED, replace_password, "credential", token=False, gate=PASSWORD_GATE)
     sub(
@@ -177,7 +182,7 @@ def _redact_aws_secret_pairs(text: str, kinds: list[str], found: dict[str, str])
     near: set[int] = set()
     for number, line in enumerate(lines):
         if AWS_KEY_ID_MARKER in line:
-            near.update((number - 1, number, number + 1))
+            near.update(range(number - _AWS_PAIR_LINES, number + _AWS_PAIR_LINES + 1))
 
     def replace(match: regex.Match[str]) -> str:
         kinds.append("aws_secret_key")
