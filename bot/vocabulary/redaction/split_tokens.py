@@ -27,8 +27,9 @@ PREFIXES: Final[frozenset[str]] = frozenset(
 )
 _BREAK: Final = r"(?:[ \t]*\n[ \t]*|[ \t])"
 _PIECE: Final = r"[A-Za-z0-9_\-]"
+_PREFIX: Final = "|".join(map(regex.escape, sorted(PREFIXES, key=len, reverse=True)))
 _HEAD: Final = regex.compile(
-    rf"(?<![A-Za-z0-9_\-.])(?i:{'|'.join(map(regex.escape, sorted(PREFIXES, key=len, reverse=True)))})"
+    rf"(?<![A-Za-z0-9_\-.])(?i:{_PREFIX})"
     rf"{_PIECE}*+(?P<break>{_BREAK})(?P<tail>{_PIECE}{{4,}}+)"
 )
 _AFTER_MARKER: Final = regex.compile(
