@@ -67,7 +67,16 @@ SEGMENT_START: Final = r"(?:(?<![A-Za-z0-9])|(?<=[a-z0-9])(?=[A-Z]))"
 PASSWORD_WORDS: Final = rf"(?i:password|passwd|passphrase|passcode)|{SEGMENT_START}(?i:pwd|pw)"
 # `.env` files shorten it to `pass` (`DB_PASS=`): only as the last segment after `_`, so
 # "boarding pass: 12A" or "bypass: on" stay.
-PASS_SEGMENT: Final = r"(?<=[A-Za-z0-9]_)(?i:pass)"
+# So may a URL query (`?user=x&pass=y`) and a device or account before it ("wifi pass:",
+# "root pass ->").
+_PASS_QUALIFIERS: Final = (
+    r"wi-?fi|wlan|router|db|admin|root|login|ssh|vpn|e?mail|server|account|user|guest"
+    r"|network|sudo"
+)
+PASS_SEGMENT: Final = (
+    r"(?:(?<=[A-Za-z0-9]_)|(?<=[?&;])"
+    rf"|(?<=(?<![A-Za-z0-9])(?i:{_PASS_QUALIFIERS})[ _\-]?))(?i:pass)"
+)
 OTHER_SECRET_WORDS: Final = rf"(?i:secret|token|apikey|authorization)|{SEGMENT_START}(?i:key)"
 SECRET_WORDS: Final = f"{PASSWORD_WORDS}|{OTHER_SECRET_WORDS}"
 _SCHEMES: Final = r"(?i:bearer|basic|token|bot|digest)"
@@ -115,9 +124,14 @@ _PASSWORD_QUALIFIER: Final = (
     r"(?:[ \t]{1,3}(?!(?i:is|was)(?![\w\-]))[\w\-]{1,24}){1,3}"
     r"|[ \t]{0,3}\([^()\n]{1,32}\))"
 )
+# People type arrows and dashes too ("root password -> x", "Password — x", "pw - x"); a
+# hyphen only between spaces, so `password-protected` is no separator.
+_PASSWORD_SEPARATOR: Final = (
+    r"(?P<sep>(?>:=|=>|->|[:=](?!=)|[\u2014\u2013\u2192]|(?<=[ \t])-(?=[ \t]))[ \t]*+)"
+)
 PASSWORD: Final = regex.compile(
     rf"(?<=(?:{PASSWORD_WORDS}|{PASS_SEGMENT})(?:{_KEY_END}{_PASSWORD_QUALIFIER})?{KEY_TAIL})"
-    rf"{_SEPARATOR}"
+    rf"{_PASSWORD_SEPARATOR}"
     r"(?![\"']?\[REDACTED:)"
     rf"{_PASSWORD_VALUE}"
 )
@@ -168,6 +182,13 @@ PASSWORD_STATED: Final = regex.compile(
     r"(?![\"']?\[REDACTED:)"
     rf"(?!(?:(?i:{_PROSE_AFTER_PASSWORD})|{_PARTICIPLE})(?![\w'\-])|{_LENGTH_VALUE})"
     rf"{_PASSWORD_VALUE}"
+)
+
+# No separator at all ("pw hunter2", "wifi pass Tr0ub4dor", "passcode 482913"): one word,
+# redacted only if it looks generated (see the replacer), so "pass the salt" stays.
+PASSWORD_SPACED: Final = regex.compile(
+    rf"(?<=(?:{PASSWORD_WORDS}|{PASS_SEGMENT}){_KEY_END})(?P<sep>[ \t]++)"
+    r"(?![\"']?\[REDACTED:)(?P<value>[^\s\"'\[]\S*+)"
 )
 
 # ------------------------------------------------------------------ PINs

@@ -18,6 +18,7 @@ from bot.vocabulary.redaction.context_rules import (
     CREDENTIAL_STATED,
     PASSWORD,
     PASSWORD_GATE,
+    PASSWORD_SPACED,
     PASSWORD_STATED,
     PEM_END,
     PIN,
@@ -31,6 +32,14 @@ from bot.vocabulary.redaction.context_rules import (
     URL_TOKEN_USERINFO,
     URL_TOKEN_USERINFO_AT_CUT,
 )
+from bot.vocabulary.redaction.credential_forms import (
+    CLI_GATE,
+    CLI_PASSWORD,
+    KEY_SPACED,
+    KEY_SPACED_GATE,
+    USER_PASS,
+    USER_PASS_GATE,
+)
 from bot.vocabulary.redaction.keywords import scan
 from bot.vocabulary.redaction.normalize import view
 from bot.vocabulary.redaction.provider_rules import redact_provider_tokens
@@ -38,8 +47,10 @@ from bot.vocabulary.redaction.replacements import (
     Replacer,
     replace_bearer,
     replace_credential,
+    replace_pair,
     replace_password,
     replace_pin,
+    replace_spaced,
     replace_stated_credential,
     replace_token,
     replace_url,
@@ -161,6 +172,9 @@ def _redact(text: str, *, cut: bool = False) -> tuple[str, list[str]]:
         text = join_split_tokens(text, _redact, kinds)
     sub(PASSWORD, replace_password, "credential", token=False, gate=PASSWORD_GATE)
     sub(PASSWORD_STATED, replace_password, "credential", token=False, gate=PASSWORD_GATE)
+    sub(CLI_PASSWORD, replace_pair, "credential", token=False, gate=CLI_GATE)
+    sub(USER_PASS, replace_pair, "credential", token=False, gate=USER_PASS_GATE)
+    sub(PASSWORD_SPACED, replace_spaced, "credential", token=False, gate=PASSWORD_GATE)
     sub(
         CREDENTIAL_STATED,
         replace_stated_credential,
@@ -170,6 +184,7 @@ def _redact(text: str, *, cut: bool = False) -> tuple[str, list[str]]:
     )
     sub(PIN, replace_pin, "credential", token=False, gate=PIN_GATE)
     sub(CREDENTIAL, replace_credential, "credential", token=False, gate=CREDENTIAL_GATE)
+    sub(KEY_SPACED, replace_spaced, "credential", token=False, gate=KEY_SPACED_GATE)
     sub(BEARER, replace_bearer, "bearer", token=False, gate=BEARER_GATE)
     return text, kinds
 

@@ -13,6 +13,7 @@ from typing import Final
 import ahocorasick
 
 from bot.vocabulary.redaction.context_rules import GATE_WORDS
+from bot.vocabulary.redaction.credential_forms import CLI_GATE, KEY_SPACED_GATE, USER_PASS_GATE
 from bot.vocabulary.redaction.provider_rules import RULES_BY_WORD
 from bot.vocabulary.redaction.token_rules import TOKEN_KEYWORDS
 
@@ -31,7 +32,14 @@ def _automaton(words: Iterable[str]) -> ahocorasick.Automaton:
 
 
 ALL_WORDS: Final[frozenset[str]] = frozenset(
-    [*RULES_BY_WORD, *GATE_WORDS, *(w for words in TOKEN_KEYWORDS.values() for w in words)]
+    [
+        *RULES_BY_WORD,
+        *GATE_WORDS,
+        *CLI_GATE,
+        *USER_PASS_GATE,
+        *KEY_SPACED_GATE,
+        *(w for words in TOKEN_KEYWORDS.values() for w in words),
+    ]
 )
 _AUTOMATON: Final = _automaton(ALL_WORDS)
 
