@@ -130,6 +130,8 @@ _PASSWORD_SEPARATOR: Final = (
     r"(?P<sep>(?>:=|=>|->|[:=](?!=)|[\u2014\u2013\u2192]|(?<=[ \t])-(?=[ \t]))[ \t]*+)"
 )
 PASSWORD: Final = regex.compile(
+    # The redundant look-ahead gives the engine a fast scan for a separator's first char.
+    r"(?=[:=\-\u2014\u2013\u2192])"
     rf"(?<=(?:{PASSWORD_WORDS}|{PASS_SEGMENT})(?:{_KEY_END}{_PASSWORD_QUALIFIER})?{KEY_TAIL})"
     rf"{_PASSWORD_SEPARATOR}"
     r"(?![\"']?\[REDACTED:)"

@@ -9,6 +9,7 @@ from typing import Final
 
 import regex
 
+from bot.vocabulary.redaction.anchors import finders
 from bot.vocabulary.redaction.context_rules import SEGMENT_START
 
 # `docker login -u me -p <secret>`, `sshpass -p <secret>`, `mysql -u root -p<secret>`.
@@ -34,10 +35,12 @@ USER_PASS: Final = regex.compile(
 USER_PASS_GATE: Final = ("-u", "--user", "cred", "login")
 
 # A secret word, whitespace and a token-shaped value with no separator ("apikey 3f9a…",
-# "token ghx81…"): judged by the value's shape (see the replacer).
+# "access token ghx81…"): judged by the value's shape (see the replacer).  A bare "key" is
+# too common ("primary key 1234…"): it needs a qualifier.
 KEY_SPACED: Final = regex.compile(
-    rf"(?P<sep>{SEGMENT_START}(?i:(?:api|access|secret|auth|private)[ _\-]?(?:key|token)"
-    r"|apikey|token|secret)[ \t]+)"
-    r"(?P<value>[A-Za-z0-9_\-+/=]{16,}+)(?![^\s.,;:)\]])"
+    r"(?<=(?<![A-Za-z0-9])(?i:(?:api|access|secret|auth|private)[ _\-]?key|apikey"
+    r"|(?:(?:api|access|auth|bot)[ _\-]?)?token|secret))"
+    r"(?P<sep>[ \t]++)(?P<value>[A-Za-z0-9_\-+/=]{16,}+)(?![^\s.,;:)\]])"
 )
 KEY_SPACED_GATE: Final = ("key", "token", "secret")
+KEY_SPACED_FINDERS: Final = finders(*KEY_SPACED_GATE)

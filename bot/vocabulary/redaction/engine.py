@@ -8,6 +8,7 @@ from typing import Final
 import regex
 
 from bot.vocabulary.redaction.alphabet import marker
+from bot.vocabulary.redaction.anchors import anchored_matches, finders
 from bot.vocabulary.redaction.context_rules import (
     AWS_KEY_ID_MARKER,
     AWS_SECRET_CANDIDATE,
@@ -36,6 +37,7 @@ from bot.vocabulary.redaction.credential_forms import (
     CLI_GATE,
     CLI_PASSWORD,
     KEY_SPACED,
+    KEY_SPACED_FINDERS,
     KEY_SPACED_GATE,
     USER_PASS,
     USER_PASS_GATE,
@@ -61,6 +63,10 @@ from bot.vocabulary.redaction.token_rules import TOKEN_PATTERNS, token_may_match
 
 # Shorter tokens are not swept elsewhere in the text: too likely to occur by chance.
 _MIN_SWEPT_SECRET: Final = 16
+# Key words the anchored credential passes start next to (see `anchors`).
+_CREDENTIAL_FINDERS: Final = finders("secret", "token", "key", "authorization")
+_PIN_FINDERS: Final = finders("pin")
+_PASSWORD_FINDERS: Final = finders("pass", "pw")
 # How many lines before or after an AWS key id its secret may be ("keys:\n id\n\n secret").
 _AWS_PAIR_LINES: Final = 2
 # Rounds of token passes and sweep; a bound keeps the work linear.
@@ -137,6 +143,29 @@ def _redact(text: str, *, cut: bool = False) -> tuple[str, list[str]]:
 
         text = pattern.sub(replace_one, text)
 
+    lowered: str | None = None
+
+    def anchored(
+        pattern: regex.Pattern[str],
+        replace: Replacer,
+        gate: tuple[str, ...],
+        word_finders: tuple[regex.Pattern[str], ...],
+        *,
+        at_word_start: bool = False,
+    ) -> None:
+        # Like `sub` for a credential pass, tried only next to its key words.
+        nonlocal text, lowered
+        if not may_hold(gate):
+            return
+        if lowered is None or len(lowered) != len(text):
+            lowered = text.lower()
+        matches = anchored_matches(
+            pattern, text, lowered, word_finders, at_word_start=at_word_start
+        )
+        changed = _replace_matches(text, matches, replace, cut, kinds)
+        if changed is not text:
+            text, lowered = changed, None
+
     sub(
         URL_CREDENTIALS_AT_CUT if cut else URL_CREDENTIALS,
         replace_url,
@@ -174,19 +203,32 @@ def _redact(text: str, *, cut: bool = False) -> tuple[str, list[str]]:
     sub(PASSWORD_STATED, replace_password, "credential", token=False, gate=PASSWORD_GATE)
     sub(CLI_PASSWORD, replace_pair, "credential", token=False, gate=CLI_GATE)
     sub(USER_PASS, replace_pair, "credential", token=False, gate=USER_PASS_GATE)
-    sub(PASSWORD_SPACED, replace_spaced, "credential", token=False, gate=PASSWORD_GATE)
-    sub(
-        CREDENTIAL_STATED,
-        replace_stated_credential,
-        "credential",
-        token=False,
-        gate=CREDENTIAL_GATE,
-    )
-    sub(PIN, replace_pin, "credential", token=False, gate=PIN_GATE)
+    anchored(PASSWORD_SPACED, replace_spaced, PASSWORD_GATE, _PASSWORD_FINDERS)
+    anchored(CREDENTIAL_STATED, replace_stated_credential, CREDENTIAL_GATE, _CREDENTIAL_FINDERS)
+    anchored(PIN, replace_pin, PIN_GATE, _PIN_FINDERS, at_word_start=True)
     sub(CREDENTIAL, replace_credential, "credential", token=False, gate=CREDENTIAL_GATE)
-    sub(KEY_SPACED, replace_spaced, "credential", token=False, gate=KEY_SPACED_GATE)
+    anchored(KEY_SPACED, replace_spaced, KEY_SPACED_GATE, KEY_SPACED_FINDERS)
     sub(BEARER, replace_bearer, "bearer", token=False, gate=BEARER_GATE)
     return text, kinds
+
+
+def _replace_matches(
+    text: str, matches: list[regex.Match[str]], replace: Replacer, cut: bool, kinds: list[str]
+) -> str:
+    """``text`` with each of ``matches`` (in order, not overlapping) judged by ``replace``."""
+    pieces: list[str] = []
+    pos = 0
+    for match in matches:
+        replacement, reported = replace(match, "credential", cut)
+        if reported is None:
+            continue
+        kinds.append(reported)
+        pieces += [text[pos : match.start()], replacement]
+        pos = match.end()
+    if not pieces:
+        return text
+    pieces.append(text[pos:])
+    return "".join(pieces)
 
 
 def _redact_aws_secret_pairs(text: str, kinds: list[str], found: dict[str, str]) -> str:
