@@ -1565,8 +1565,12 @@ def test_no_gate_closes_on_a_near_miss_its_pass_matches(text: str) -> None:
 def test_the_gates_never_change_what_is_redacted(text: str) -> None:
     gated = sanitize_value(text)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(engine, "_may_hold", lambda _found, _words: True)
-        patch.setattr(engine, "token_may_match", lambda _kind, _text, _found: True)
+        patch.setattr(engine, "scan", lambda _text: keywords.ALL_WORDS)
+        patch.setattr(
+            engine,
+            "possible_token_kinds",
+            lambda _text, _words: {kind for kind, _ in token_rules.TOKEN_PATTERNS},
+        )
         patch.setattr(provider_rules, "rules_for", lambda _found: range(len(provider_rules.RULES)))
         ungated = sanitize_value(text)
     assert gated == ungated

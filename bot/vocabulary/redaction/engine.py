@@ -59,7 +59,7 @@ from bot.vocabulary.redaction.replacements import (
     replace_url_token,
 )
 from bot.vocabulary.redaction.split_tokens import join_split_tokens, may_be_split
-from bot.vocabulary.redaction.token_rules import TOKEN_PATTERNS, token_may_match
+from bot.vocabulary.redaction.token_rules import TOKEN_PATTERNS, possible_token_kinds
 
 # Shorter tokens are not swept elsewhere in the text: too likely to occur by chance.
 _MIN_SWEPT_SECRET: Final = 16
@@ -110,9 +110,6 @@ def _redact(text: str, *, cut: bool = False) -> tuple[str, list[str]]:
     # never form a key word before a separator, so what it finds stays a superset.
     words = scan(text)
 
-    def may_hold(gate: tuple[str, ...]) -> bool:
-        return _may_hold(words, gate)
-
     text = _redact_regions(text, kinds, words)
     if not text:
         return text, kinds
@@ -128,7 +125,7 @@ def _redact(text: str, *, cut: bool = False) -> tuple[str, list[str]]:
         gate: tuple[str, ...] | None = None,
     ) -> None:
         nonlocal text
-        if gate is not None and not may_hold(gate):
+        if gate is not None and words.isdisjoint(gate):
             return
         if pattern.search(text) is None:
             return
@@ -155,7 +152,7 @@ def _redact(text: str, *, cut: bool = False) -> tuple[str, list[str]]:
     ) -> None:
         # Like `sub` for a credential pass, tried only next to its key words.
         nonlocal text, lowered
-        if not may_hold(gate):
+        if words.isdisjoint(gate):
             return
         if lowered is None or len(lowered) != len(text):
             lowered = text.lower()
@@ -183,8 +180,9 @@ def _redact(text: str, *, cut: bool = False) -> tuple[str, list[str]]:
     swept, rounds = True, 0
     while swept and rounds < _MAX_SWEEP_ROUNDS:
         rounds += 1
+        possible = possible_token_kinds(text, words)
         for kind, pattern in TOKEN_PATTERNS:
-            if token_may_match(kind, text, words):
+            if kind in possible:
                 sub(pattern, replace_token, kind, token=True)
         text = redact_provider_tokens(text, words, kinds, found)
         text = _redact_aws_secret_pairs(text, kinds, found)

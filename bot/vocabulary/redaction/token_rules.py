@@ -96,6 +96,30 @@ _ALNUM_RUN: Final = regex.compile(r"[A-Za-z0-9]{16,}")
 _MIN_RANDOM_SWITCHES: Final = 4
 
 
+def _kinds_by_word() -> dict[str, frozenset[str]]:
+    """Each token keyword and the kinds whose patterns need it."""
+    by_word: dict[str, set[str]] = {}
+    for kind, words in TOKEN_KEYWORDS.items():
+        for word in words:
+            by_word.setdefault(word, set()).add(kind)
+    return {word: frozenset(kinds) for word, kinds in by_word.items()}
+
+
+_KINDS_BY_WORD: Final = _kinds_by_word()
+
+
+def possible_token_kinds(text: str, words: AbstractSet[str]) -> set[str]:
+    """The kinds whose pattern can match ``text``, which holds keywords ``words``."""
+    kinds: set[str] = set()
+    for word in words:
+        found = _KINDS_BY_WORD.get(word)
+        if found is not None:
+            kinds.update(found)
+    if _may_hold_discord_token(text):
+        kinds.add("discord_token")
+    return kinds
+
+
 def token_may_match(kind: str, text: str, words: AbstractSet[str]) -> bool:
     """Whether the pattern of token ``kind`` can match ``text``, which holds ``words``."""
     if kind == "discord_token":
