@@ -474,7 +474,8 @@ def test_other_languages_statements_and_questions_do_not_count(text: str) -> Non
         pytest.param("r\u0435member that I'm vegan", id="cyrillic-e"),
         pytest.param("f\u043erget that I'm vegan", id="cyrillic-o-forget"),
         pytest.param(
-            "\U0001d42b\U0001d41e\U0001d426\U0001d41e\U0001d426\U0001d41b\U0001d41e\U0001d42b that I'm vegan",
+            "\U0001d42b\U0001d41e\U0001d426\U0001d41e"
+            "\U0001d426\U0001d41b\U0001d41e\U0001d42b that I'm vegan",
             id="math-bold",
         ),
     ],
