@@ -58,7 +58,11 @@ from bot.vocabulary.redaction.replacements import (
     replace_url,
     replace_url_token,
 )
-from bot.vocabulary.redaction.split_tokens import join_split_tokens, may_be_split
+from bot.vocabulary.redaction.split_tokens import (
+    join_split_tokens,
+    may_be_split,
+    swallow_token_tails,
+)
 from bot.vocabulary.redaction.token_rules import TOKEN_PATTERNS, possible_token_kinds
 
 # Shorter tokens are not swept elsewhere in the text: too likely to occur by chance.
@@ -195,8 +199,10 @@ def _redact(text: str, *, cut: bool = False) -> tuple[str, list[str]]:
                 kinds.extend([found[secret]] * text.count(secret))
                 text = text.replace(secret, marker(found[secret]))
                 swept = True
-    if may_be_split(words):
+    if may_be_split(text, words):
         text = join_split_tokens(text, _redact, kinds)
+    if found:
+        text = swallow_token_tails(text)
     sub(PASSWORD, replace_password, "credential", token=False, gate=PASSWORD_GATE)
     sub(PASSWORD_STATED, replace_password, "credential", token=False, gate=PASSWORD_GATE)
     sub(CLI_PASSWORD, replace_pair, "credential", token=False, gate=CLI_GATE)

@@ -93,6 +93,9 @@ def replace_password(match: regex.Match[str], kind: str, cut: bool) -> tuple[str
         return prefix + marker(kind), kind
     if _key_is_compared(match) or is_code_value(value, _key_is_attribute(match)):
         return match.group(), None
+    # `password: ${DB_PASSWORD}` names where the password comes from.
+    if is_template_reference(value.split(None, 1)[0].rstrip(_VALUE_TRAILING_PUNCT + "`")):
+        return match.group(), None
     core = value.rstrip(_VALUE_TRAILING_PUNCT + " \t")
     if not core:
         return match.group(), None

@@ -77,6 +77,23 @@ def translate_re2(pattern: str) -> str:
     return "".join(out)
 
 
+# gitleaks ends most secrets with a quote, whitespace, `;`, an escaped newline or the end;
+# in chat a token is as often followed by `&`, `,`, `)` or `.`: any character that cannot
+# continue the token ends it.
+_GITLEAKS_TERMINATORS: Final = (
+    r"""(?:[\x60'"\s;]|\\[nr]|$|\b)""",
+    r"""(?:[\x60'"\s;]|\\[nr]|$)""",
+)
+_TERMINATOR: Final = r"(?![A-Za-z0-9_\-])"
+
+
+def loosen_terminator(pattern: str) -> str:
+    """``pattern`` with gitleaks' secret terminator replaced by "no token character next"."""
+    for terminator in _GITLEAKS_TERMINATORS:
+        pattern = pattern.replace(terminator, _TERMINATOR)
+    return pattern
+
+
 def rule_kind(rule_id: str) -> str:
     """The marker kind of rule ``rule_id`` (``gitlab-pat`` -> ``gitlab_pat``)."""
     for digits, words in _ID_WORDS:
@@ -101,7 +118,7 @@ def parse_rules(raw_rules: list[dict[str, Any]]) -> list[TokenRule]:
         by_id[raw["id"]] = TokenRule(
             id=raw["id"],
             kind=rule_kind(raw["id"]),
-            pattern=regex.compile(translate_re2(raw["regex"])),
+            pattern=regex.compile(loosen_terminator(translate_re2(raw["regex"]))),
             keywords=keywords,
             entropy=float(raw.get("entropy", 0.0)),
         )

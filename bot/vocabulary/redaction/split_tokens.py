@@ -14,35 +14,43 @@ from typing import Final
 
 import regex
 
-from bot.vocabulary.redaction.provider_rules import RULES_BY_WORD
-from bot.vocabulary.redaction.token_rules import TOKEN_KEYWORDS
+from bot.vocabulary.redaction.provider_rules import RULES, RULES_BY_WORD
+from bot.vocabulary.redaction.token_rules import (
+    TOKEN_KEYWORDS,
+    TOKEN_PATTERNS,
+    may_hold_discord_token,
+)
 from bot.vocabulary.redaction.value_shapes import looks_like_token
 
-# Token prefixes distinctive enough to try a join: 3+ characters, one of them not a letter
-# (`ghp_`, `sk-`, `xoxb`), so ordinary words never start one.
+# Keywords of token prefixes (3+ characters: `ghp_`, `sk-`, `xoxb`, `akia`): a text holding
+# one may hold a split token.  Twilio's `SK` and Discord's dotted tokens are checked apart.
 PREFIXES: Final[frozenset[str]] = frozenset(
     word
     for word in [*RULES_BY_WORD, *(w for words in TOKEN_KEYWORDS.values() for w in words)]
-    if len(word) >= 3 and not word.isalpha() and "/" not in word
+    if len(word) >= 3
 )
 _BREAK: Final = r"(?:[ \t]*\n[ \t]*|[ \t])"
-_PIECE: Final = r"[A-Za-z0-9_\-]"
-_PREFIX: Final = "|".join(map(regex.escape, sorted(PREFIXES, key=len, reverse=True)))
+_PIECE: Final = r"[A-Za-z0-9_\-.:/]"
+# A head is a token-like word of 8+ characters with a digit, `_` or `-` in its first 80, or a
+# short lower-case prefix and a separator (`dp.pt.`, `hvs.`); the tail is the next word.
 _HEAD: Final = regex.compile(
-    rf"(?<![A-Za-z0-9_\-.])(?i:{_PREFIX})"
-    rf"{_PIECE}*+(?P<break>{_BREAK})(?P<tail>{_PIECE}{{4,}}+)"
+    rf"(?<!{_PIECE})(?=[A-Za-z.:/]{{0,80}}[0-9_\-]|[a-z]{{1,12}}[._\-:])(?={_PIECE}{{8}}){_PIECE}++"
+    rf"(?P<break>{_BREAK})(?P<tail>[A-Za-z0-9_\-.:/=+]{{4,}}+)"
 )
 _AFTER_MARKER: Final = regex.compile(
     rf"(?P<marker>\[REDACTED:[a-z_]+\])(?P<break>{_BREAK})(?P<tail>[A-Za-z0-9_\-+/=]{{8,}}+)"
     r"(?![^\s.,;:)\]}])"
 )
 _MIN_REST_CHARS: Final = 8
-_NOT_TOKEN_KINDS: Final = frozenset({"private", "private_key", "credential", "url_credentials"})
+# The kinds of provider tokens (a credential's value is no split token).
+TOKEN_KINDS: Final = frozenset(
+    [*(kind for kind, _ in TOKEN_PATTERNS), *(rule.kind for rule in RULES), "aws_secret_key"]
+)
 
 
-def may_be_split(words: AbstractSet[str]) -> bool:
-    """Whether a text holding ``words`` (its keyword scan) may hold a split token."""
-    return not words.isdisjoint(PREFIXES)
+def may_be_split(text: str, words: AbstractSet[str]) -> bool:
+    """Whether ``text``, holding keywords ``words``, may hold a split token."""
+    return not words.isdisjoint(PREFIXES) or "SK" in text or may_hold_discord_token(text)
 
 
 def join_split_tokens(
@@ -57,23 +65,26 @@ def join_split_tokens(
         head = match.group()[: match.start("break") - match.start()]
         joined = head + match.group("tail")
         redacted, found = redact_word(joined)
-        # Only when the joined token's marker swallows part of the tail.
-        if redacted.startswith("[REDACTED:"):
-            rest = redacted[redacted.index("]") + 1 :]
+        # Only when a token's marker swallows part of the tail, the text before it unchanged.
+        at = redacted.find("[REDACTED:")
+        if at != -1 and joined.startswith(redacted[:at]) and TOKEN_KINDS.issuperset(found):
+            rest = redacted[redacted.index("]", at) + 1 :]
             if len(rest) < len(match.group("tail")) and joined.endswith(rest):
                 kinds.extend(found)
                 return redacted
         return match.group()
 
-    text = _HEAD.sub(join, text)
+    return _HEAD.sub(join, text)
+
+
+def swallow_token_tails(text: str) -> str:
+    """``text`` where a random-looking word right after a token's marker is hidden with it."""
 
     def swallow(match: regex.Match[str]) -> str:
         kind = match.group("marker")[len("[REDACTED:") : -1]
         tail = match.group("tail")
-        if kind in _NOT_TOKEN_KINDS or len(tail) < _MIN_REST_CHARS or not looks_like_token(tail):
+        if kind not in TOKEN_KINDS or len(tail) < _MIN_REST_CHARS or not looks_like_token(tail):
             return match.group()
         return match.group("marker")
 
-    if "[REDACTED:" in text:
-        text = _AFTER_MARKER.sub(swallow, text)
-    return text
+    return _AFTER_MARKER.sub(swallow, text)

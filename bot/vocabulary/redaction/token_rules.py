@@ -115,7 +115,7 @@ def possible_token_kinds(text: str, words: AbstractSet[str]) -> set[str]:
         found = _KINDS_BY_WORD.get(word)
         if found is not None:
             kinds.update(found)
-    if _may_hold_discord_token(text):
+    if may_hold_discord_token(text):
         kinds.add("discord_token")
     return kinds
 
@@ -123,11 +123,11 @@ def possible_token_kinds(text: str, words: AbstractSet[str]) -> set[str]:
 def token_may_match(kind: str, text: str, words: AbstractSet[str]) -> bool:
     """Whether the pattern of token ``kind`` can match ``text``, which holds ``words``."""
     if kind == "discord_token":
-        return _may_hold_discord_token(text)
+        return may_hold_discord_token(text)
     return not words.isdisjoint(TOKEN_KEYWORDS[kind])
 
 
-def _may_hold_discord_token(text: str) -> bool:
+def may_hold_discord_token(text: str) -> bool:
     """Whether ``text`` has two dots seven apart, as the middle part of a Discord token."""
     # The middle part is `.` + six base64url characters (no `.`) + `.`.  The other parts
     # start anywhere an `[MNO]` does, so the engine would try them all over ordinary text.
