@@ -76,8 +76,8 @@ _MAX_PLACEHOLDER_PASSES: Final = 2
 # Jinja expression (`{{ user.name }}`), prose or code (`{ return 1; }`).
 _NAME: Final = r"[^\W\d]\w*+"
 # ... nor right after a LaTeX command or its previous group (`\\frac{a}{b}`), a sub- or
-# superscript (`x^{n}`, `a_{ij}`), or inside backticks (code).
-_NOT_LATEX: Final = r"(?<!\\[A-Za-z]+(?:\{[^{}\n]{0,64}\})*|[\^_])"
+# superscript (`x^{n}`, `a_{ij}`), a `$` (a shell variable, `${TOKEN}`) or inside backticks.
+_NOT_LATEX: Final = r"(?<!\\[A-Za-z]+(?:\{[^{}\n]{0,64}\})*|[\^_$])"
 _CODE_SPAN: Final = regex.compile(r"```.*?(?:```|\Z)|`[^`\n]*+`", regex.DOTALL)
 
 # Spans truncation keeps whole or drops whole: half a marker would look like a value, half

@@ -344,9 +344,9 @@ _GRAPHEME = regex.compile(r"\X")
 # A template placeholder (SPEC §3: only the prompt's own, written `{name}`, may be stored):
 # a bare identifier in any number of braces (`{x}`, `{{x}}`).  Braces around anything else
 # (`{ x }`, `{2,3}`, `{x.y}`, `{{ user.name }}`), right after a LaTeX command or group
-# (`\\frac{a}{b}`), a `^` or `_`, or inside backticks are not placeholders.
+# (`\\frac{a}{b}`), a `^`, `_` or `$`, or inside backticks are not placeholders.
 _PLACEHOLDER = regex.compile(
-    r"(?<!\\[A-Za-z]+(?:\{[^{}\n]{0,64}\})*|[\^_])\{+(?P<name>[^\W\d]\w*)\}+"
+    r"(?<!\\[A-Za-z]+(?:\{[^{}\n]{0,64}\})*|[\^_$])\{+(?P<name>[^\W\d]\w*)\}+"
 )
 _CODE = regex.compile(r"```.*?(?:```|\Z)|`[^`\n]*`", regex.DOTALL)
 # sanitize.strip_control_chars promises these invisible characters are removed as well.
