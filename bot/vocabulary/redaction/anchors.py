@@ -17,9 +17,13 @@ _KEY_END_CHARS: Final = "\"'*_`"
 _MAX_KEY_END: Final = 3
 
 
-def finders(*words: str) -> tuple[regex.Pattern[str], ...]:
-    """One literal-first finder per word; each match runs to the end of the word's letters."""
-    return tuple(regex.compile(rf"{regex.escape(word)}[a-z]*+") for word in words)
+def finders(words: tuple[str, ...], follow: str = "") -> tuple[regex.Pattern[str], ...]:
+    """One literal-first finder per word, matching the word when ``follow`` comes next.
+
+    ``follow`` (a pattern over lower-cased text) is checked by the engine, so a word the
+    pattern cannot start next to costs no Python call.
+    """
+    return tuple(regex.compile(rf"{regex.escape(word)}(?={follow})") for word in words)
 
 
 def anchored_matches(

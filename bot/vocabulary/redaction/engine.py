@@ -68,9 +68,18 @@ from bot.vocabulary.redaction.token_rules import TOKEN_PATTERNS, possible_token_
 # Shorter tokens are not swept elsewhere in the text: too likely to occur by chance.
 _MIN_SWEPT_SECRET: Final = 16
 # Key words the anchored credential passes start next to (see `anchors`).
-_CREDENTIAL_FINDERS: Final = finders("secret", "token", "key", "authorization")
-_PIN_FINDERS: Final = finders("pin")
-_PASSWORD_FINDERS: Final = finders("pass", "pw")
+_KEY_END_CHARS: Final = "[\"'*_`]{0,3}+"
+_CREDENTIAL_FINDERS: Final = finders(
+    ("secret", "token", "key", "authorization"), rf"{_KEY_END_CHARS}[ \t]++(?:is|was)[ \t:]"
+)
+_PIN_FINDERS: Final = finders(
+    ("pin",),
+    rf"(?:[ \t]+(?:code|number))?{_KEY_END_CHARS}(?:[ \t]++(?:is|was)[ \t:]|[ \t]*+[:=])",
+)
+_PASSWORD_FINDERS: Final = finders(
+    ("password", "passwd", "passphrase", "passcode", "pass", "pwd", "pw"),
+    rf"{_KEY_END_CHARS}[ \t]++[^\s]{{4}}",
+)
 # How many lines before or after an AWS key id its secret may be ("keys:\n id\n\n secret").
 _AWS_PAIR_LINES: Final = 2
 # Rounds of token passes and sweep; a bound keeps the work linear.
