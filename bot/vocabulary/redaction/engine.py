@@ -140,18 +140,21 @@ def _redact(text: str, *, cut: bool = False) -> tuple[str, list[str]]:
         nonlocal text
         if gate is not None and words.isdisjoint(gate):
             return
-        if pattern.search(text) is None:
-            return
-
-        def replace_one(match: regex.Match[str]) -> str:
+        # One scan: the matches `pattern.sub` would replace, judged in order.
+        pieces: list[str] = []
+        pos = 0
+        for match in pattern.finditer(text):
             replacement, reported = replace(match, kind, cut)
-            if reported is not None:
-                kinds.append(reported)
-                if token and replacement == marker(reported):
-                    found[match.group(0)] = reported
-            return replacement
-
-        text = pattern.sub(replace_one, text)
+            if reported is None:
+                continue
+            kinds.append(reported)
+            if token and replacement == marker(reported):
+                found[match.group(0)] = reported
+            pieces += [text[pos : match.start()], replacement]
+            pos = match.end()
+        if pieces:
+            pieces.append(text[pos:])
+            text = "".join(pieces)
 
     lowered: str | None = None
 
