@@ -220,3 +220,18 @@ def test_the_keyword_index_selects_rules_only_for_their_keywords() -> None:
 def test_entropy_is_computed_in_bits_per_character() -> None:
     assert provider_rules.shannon_entropy("aaaa") == 0.0
     assert provider_rules.shannon_entropy("abcd") == 2.0
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "my \u017fecret is Zx81kQ02pLm7Yt5R",
+        "my P\u0130N is 4821",
+        "api \u017fecret Zx81kQ02pLm7Yt5Rq9",
+    ],
+    ids=["long_s_stated", "dotted_i_pin", "long_s_spaced"],
+)
+def test_passes_run_next_to_key_words_the_engine_folds_differently(text: str) -> None:
+    # The anchored passes find key words in `str.lower()`; these two letters fold otherwise.
+    out = sanitize_value(text)
+    assert "Zx81kQ02pLm7Yt5R" not in out and "4821" not in out

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Final
 
 import regex
@@ -17,20 +18,21 @@ _KEY_END_CHARS: Final = "\"'*_`"
 _MAX_KEY_END: Final = 3
 
 
-def finders(words: tuple[str, ...], follow: str = "") -> tuple[regex.Pattern[str], ...]:
-    """One literal-first finder per word, matching the word when ``follow`` comes next.
+def finders(words: dict[str, str], follow: str = "") -> dict[str, regex.Pattern[str]]:
+    """A literal-first finder per keyword: ``words`` maps each to the word pattern it stands
+    for (``"pass"`` -> ``pass(?:word|wd)?``), matched when ``follow`` comes next.
 
     ``follow`` (a pattern over lower-cased text) is checked by the engine, so a word the
     pattern cannot start next to costs no Python call.
     """
-    return tuple(regex.compile(rf"{regex.escape(word)}(?={follow})") for word in words)
+    return {word: regex.compile(rf"{pattern}(?={follow})") for word, pattern in words.items()}
 
 
 def anchored_matches(
     pattern: regex.Pattern[str],
     text: str,
     lowered: str,
-    word_finders: tuple[regex.Pattern[str], ...],
+    word_finders: Iterable[regex.Pattern[str]],
     *,
     at_word_start: bool = False,
 ) -> list[regex.Match[str]]:
@@ -40,8 +42,10 @@ def anchored_matches(
     (else after it and up to three quote or emphasis characters).  In text order, not
     overlapping.
     """
-    if len(lowered) != len(text):
-        return list(pattern.finditer(text))  # positions differ: scan the slow way
+    if len(lowered) != len(text) or "\u017f" in lowered:
+        # Positions differ (`İ` lowers to two code points), or the engine reads a long s as
+        # `s` where lower() does not: scan the slow way.
+        return list(pattern.finditer(text))
     found: dict[int, regex.Match[str]] = {}
     for finder in word_finders:
         for word in finder.finditer(lowered):

@@ -43,4 +43,6 @@ KEY_SPACED: Final = regex.compile(
     r"(?P<sep>[ \t]++)(?P<value>[A-Za-z0-9_\-+/=]{16,}+)(?![^\s.,;:)\]])"
 )
 KEY_SPACED_GATE: Final = ("key", "token", "secret")
-KEY_SPACED_FINDERS: Final = finders(KEY_SPACED_GATE, r"[ \t]++[a-z0-9_\-+/=]{16}")
+KEY_SPACED_FINDERS: Final = finders(
+    {word: word for word in KEY_SPACED_GATE}, r"[ \t]++[a-z0-9_\-+/=]{16}"
+)

@@ -23,7 +23,6 @@ from bot.vocabulary.redaction.context_rules import (
     PASSWORD_STATED,
     PEM_END,
     PIN,
-    PIN_GATE,
     PRIVATE_TAG,
     REGION_GATE,
     REGION_OPEN,
@@ -38,7 +37,6 @@ from bot.vocabulary.redaction.credential_forms import (
     CLI_PASSWORD,
     KEY_SPACED,
     KEY_SPACED_FINDERS,
-    KEY_SPACED_GATE,
     USER_PASS,
     USER_PASS_GATE,
 )
@@ -70,14 +68,15 @@ _MIN_SWEPT_SECRET: Final = 16
 # Key words the anchored credential passes start next to (see `anchors`).
 _KEY_END_CHARS: Final = "[\"'*_`]{0,3}+"
 _CREDENTIAL_FINDERS: Final = finders(
-    ("secret", "token", "key", "authorization"), rf"{_KEY_END_CHARS}[ \t]++(?:is|was)[ \t:]"
+    {word: word for word in ("secret", "token", "key", "authorization")},
+    rf"{_KEY_END_CHARS}[ \t]++(?:is|was)[ \t:]",
 )
 _PIN_FINDERS: Final = finders(
-    ("pin",),
+    {"pin": "pin"},
     rf"(?:[ \t]+(?:code|number))?{_KEY_END_CHARS}(?:[ \t]++(?:is|was)[ \t:]|[ \t]*+[:=])",
 )
 _PASSWORD_FINDERS: Final = finders(
-    ("password", "passwd", "passphrase", "passcode", "pass", "pwd", "pw"),
+    {"pass": "pass(?:word|wd|phrase|code)?", "pw": "pwd?"},
     rf"{_KEY_END_CHARS}[ \t]++[^\s]{{4}}",
 )
 # How many lines before or after an AWS key id its secret may be ("keys:\n id\n\n secret").
@@ -161,20 +160,19 @@ def _redact(text: str, *, cut: bool = False) -> tuple[str, list[str]]:
     def anchored(
         pattern: regex.Pattern[str],
         replace: Replacer,
-        gate: tuple[str, ...],
-        word_finders: tuple[regex.Pattern[str], ...],
+        word_finders: dict[str, regex.Pattern[str]],
         *,
         at_word_start: bool = False,
     ) -> None:
-        # Like `sub` for a credential pass, tried only next to its key words.
+        # Like `sub` for a credential pass, tried only next to its key words (the finders
+        # of the keywords the scan found).
         nonlocal text, lowered
-        if words.isdisjoint(gate):
+        present = [finder for word, finder in word_finders.items() if word in words]
+        if not present:
             return
         if lowered is None or len(lowered) != len(text):
             lowered = text.lower()
-        matches = anchored_matches(
-            pattern, text, lowered, word_finders, at_word_start=at_word_start
-        )
+        matches = anchored_matches(pattern, text, lowered, present, at_word_start=at_word_start)
         changed = _replace_matches(text, matches, replace, cut, kinds)
         if changed is not text:
             text, lowered = changed, None
@@ -219,11 +217,11 @@ def _redact(text: str, *, cut: bool = False) -> tuple[str, list[str]]:
     sub(PASSWORD_STATED, replace_password, "credential", token=False, gate=PASSWORD_GATE)
     sub(CLI_PASSWORD, replace_pair, "credential", token=False, gate=CLI_GATE)
     sub(USER_PASS, replace_pair, "credential", token=False, gate=USER_PASS_GATE)
-    anchored(PASSWORD_SPACED, replace_spaced, PASSWORD_GATE, _PASSWORD_FINDERS)
-    anchored(CREDENTIAL_STATED, replace_stated_credential, CREDENTIAL_GATE, _CREDENTIAL_FINDERS)
-    anchored(PIN, replace_pin, PIN_GATE, _PIN_FINDERS, at_word_start=True)
+    anchored(PASSWORD_SPACED, replace_spaced, _PASSWORD_FINDERS)
+    anchored(CREDENTIAL_STATED, replace_stated_credential, _CREDENTIAL_FINDERS)
+    anchored(PIN, replace_pin, _PIN_FINDERS, at_word_start=True)
     sub(CREDENTIAL, replace_credential, "credential", token=False, gate=CREDENTIAL_GATE)
-    anchored(KEY_SPACED, replace_spaced, KEY_SPACED_GATE, KEY_SPACED_FINDERS)
+    anchored(KEY_SPACED, replace_spaced, KEY_SPACED_FINDERS)
     sub(BEARER, replace_bearer, "bearer", token=False, gate=BEARER_GATE)
     return text, kinds
 
