@@ -49,8 +49,16 @@ TOKEN_KINDS: Final = frozenset(
 
 
 def may_be_split(text: str, words: AbstractSet[str]) -> bool:
-    """Whether ``text``, holding keywords ``words``, may hold a split token."""
-    return not words.isdisjoint(PREFIXES) or "SK" in text or may_hold_discord_token(text)
+    """Whether ``text`` may still hold a split token; ``words`` is the scan of its original.
+
+    Checked after the token passes: a prefix whose token was found is gone with it.
+    """
+    prefixes = PREFIXES.intersection(words)
+    if prefixes:
+        lowered = text.lower()
+        if any(prefix in lowered for prefix in prefixes):
+            return True
+    return "SK" in text or may_hold_discord_token(text)
 
 
 def join_split_tokens(
