@@ -176,6 +176,11 @@ _PARTICIPLE: Final = (
     rf"|(?i:{'|'.join(_IRREGULAR_PARTICIPLES_TEXT.split())}))"
 )
 _LENGTH_VALUE: Final = r"\d+[ \t]+(?i:characters|chars|letters|digits|numbers|symbols)\b"
+# After a dash or an arrow a sentence often goes on about the password ("password - reset
+# it on Monday"): a value that starts like prose is no password there.
+PROSE_VALUE: Final = regex.compile(
+    rf"(?:(?:(?i:{_PROSE_AFTER_PASSWORD})|{_PARTICIPLE})(?![\w'\-])|{_LENGTH_VALUE})"
+)
 PASSWORD_STATED: Final = regex.compile(
     # The redundant look-ahead gives the engine a fast first-character scan; the match
     # starts at the key word (kept verbatim in `sep`).

@@ -12,7 +12,12 @@ from typing import Final
 import regex
 
 from bot.vocabulary.redaction.alphabet import marker
-from bot.vocabulary.redaction.context_rules import KEY_TAIL, QUALIFIED_KEY, SEGMENT_START
+from bot.vocabulary.redaction.context_rules import (
+    KEY_TAIL,
+    PROSE_VALUE,
+    QUALIFIED_KEY,
+    SEGMENT_START,
+)
 from bot.vocabulary.redaction.token_rules import is_token
 from bot.vocabulary.redaction.value_shapes import (
     is_code_value,
@@ -45,6 +50,8 @@ _NOT_A_SECRET_VALUE: Final = regex.compile(
     r"[$<%{]|(?:None|True|False|true|false|null|nil|undefined)\Z"
 )
 _MIN_LONE_VALUE_CHARS: Final = 4
+# Separators after which a password's value must not read as prose (see PROSE_VALUE).
+_PROSE_SEPARATORS: Final = frozenset({"-", "->", "\u2014", "\u2013", "\u2192"})
 _YEAR: Final = regex.compile(r"(?:19|20)\d\d")
 _WORD_AFTER: Final = regex.compile(r"[ \t]+[A-Za-z]")
 _PASSCODE_BEFORE: Final = regex.compile(r"(?i:code)[\"'*_`]*[ \t]*\Z")
@@ -89,6 +96,8 @@ def replace_password(match: regex.Match[str], kind: str, cut: bool) -> tuple[str
     value = match.group("value")
     if value[0] in "\"'":
         return prefix + _redact_quoted(match, kind), kind
+    if prefix.strip() in _PROSE_SEPARATORS and PROSE_VALUE.match(value):
+        return match.group(), None  # "password - reset it on Monday"
     if cut and match.end() == len(match.string):
         return prefix + marker(kind), kind
     if _key_is_compared(match) or is_code_value(value, _key_is_attribute(match)):
