@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from collections.abc import Collection, Sequence
 
+from bot.vocabulary.redaction.normalize import fold
+
 _DEFAULT_BOT_NAMES = ("kioku",)
 
 _CODE_BLOCK = re.compile(r"```.*?(?:```|$)", re.DOTALL)
@@ -180,6 +182,9 @@ _NAME_TAIL = r"\b[\s:!-]*"
 
 
 def _prepare(text: str) -> str:
+    # Read as redaction reads it: a zero-width space or a fullwidth or Cyrillic letter inside
+    # "remember" does not hide the verb.
+    text = fold(text)
     text = _CODE_BLOCK.sub(" ", text)
     text = _INLINE_CODE.sub(" ", text)
     text = _BLOCK_QUOTE.sub(" ", text)
@@ -267,7 +272,7 @@ def explicit_long_term_intent(
     The bot is addressed by ``bot_names`` and by mentioning ``bot_user_id`` or ``bot_role_ids``.
     """
     # A name is matched in text whose emphasis markers are gone ("_kioku_" is "kioku").
-    cleaned = (_EMPHASIS.sub("", n).strip().lower() for n in bot_names)
+    cleaned = (_EMPHASIS.sub("", fold(n)).strip().lower() for n in bot_names)
     alternatives = "|".join(re.escape(n) for n in cleaned if n)
     names = re.compile(rf"(?:{alternatives}){_NAME_TAIL}") if alternatives else None
     previous_clause_addressed = False  # "hey kioku, remember …": the address is a clause

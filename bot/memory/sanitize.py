@@ -71,15 +71,14 @@ _INVISIBLE_IN_TOKEN: Final = regex.compile(
 # final pass then keeps only the allowed placeholders.
 _MAX_PLACEHOLDER_PASSES: Final = 2
 
-# A placeholder's inside: a `str.format` replacement field (`x`, `x.y`, `0[0]`, `x!r`,
-# `x:>10`, `:>10`) without whitespace, so prose and code in braces (`{ return 1; }`,
-# `{"a": 1}`, `{}`) is not one. Possessive parts stop at braces and whitespace.
-_FIELD: Final = (
-    r"(?=[\w!:])"
-    r"(?:\w++(?:\.\w++|\[[^\[\]{}\s]*+\])*+)?+"
-    r"(?:![A-Za-z]\w*+)?+"
-    r"(?::[^{}\s]*+)?+"
-)
+# A placeholder is a bare identifier in braces (`{name}`, `{{name}}`).  Braces around
+# anything else stay: a number or range (`\\d{4}`, `a{2,3}`), a format spec, a padded
+# Jinja expression (`{{ user.name }}`), prose or code (`{ return 1; }`).
+_NAME: Final = r"[^\W\d]\w*+"
+# ... nor right after a LaTeX command or its previous group (`\\frac{a}{b}`), a sub- or
+# superscript (`x^{n}`, `a_{ij}`), a `$` (a shell variable, `${TOKEN}`) or inside backticks.
+_NOT_LATEX: Final = r"(?<!\\[A-Za-z]+(?:\{[^{}\n]{0,64}\})*|[\^_$])"
+_CODE_SPAN: Final = regex.compile(r"```.*?(?:```|\Z)|`[^`\n]*+`", regex.DOTALL)
 
 # Spans truncation keeps whole or drops whole: half a marker would look like a value, half
 # a placeholder leaves stray braces, and `Bearer` without its marker looks like a value.
@@ -114,9 +113,25 @@ def strip_control_chars(text: str) -> str:
 def strip_unknown_placeholders(text: str, allowed: frozenset[str] = PROMPT_PLACEHOLDERS) -> str:
     """Take the braces off every placeholder except an ``allowed`` name written ``{name}``.
 
-    ``{{user_name}}`` becomes ``{user_name}``; braces around what is no replacement field
-    (``{ x }``, ``{"a": 1}``, ``{}``) stay.
+    ``{{user_name}}`` becomes ``{user_name}``; braces around anything but a bare identifier
+    (``{ x }``, ``{"a": 1}``, ``{2,3}``, ``{{ user.name }}``), after a LaTeX command or in
+    backticks stay.
     """
+    if "{" not in text or "}" not in text:
+        return text
+    if "`" in text:
+        # Code spans keep their braces: strip only between them.
+        pieces = _CODE_SPAN.split(text)
+        spans = _CODE_SPAN.findall(text)
+        out = [_strip_outside_code(pieces[0], allowed)]
+        for span, piece in zip(spans, pieces[1:], strict=True):
+            out += [span, _strip_outside_code(piece, allowed)]
+        return "".join(out)
+    return _strip_outside_code(text, allowed)
+
+
+def _strip_outside_code(text: str, allowed: frozenset[str]) -> str:
+    """`strip_unknown_placeholders` for text that holds no code span."""
     if "{" not in text or "}" not in text:
         return text
     unknown, non_canonical, all_braces = _placeholder_regexes(allowed)
@@ -170,13 +185,7 @@ def _placeholder_regexes(
     # branch-reset group), so a million braces cost one match, not a million.
     names = "|".join(regex.escape(name) for name in sorted(allowed, key=len, reverse=True))
     is_allowed = rf"(?:{names})\}}" if names else "(?!)"
-    unknown = regex.compile(
-        rf"(?|\{{++(?!{is_allowed})({_FIELD})\}}++"
-        # Padded: `{{ x }}`, `{{ user_name }}`, `{{x }}`; `{{user_name}}` is left to the
-        # normalisation below.
-        rf"|\{{{{2,}}+(?:[ \t]++|(?!{is_allowed}))({_FIELD})[ \t]*+\}}{{2,}}+"
-        rf"|(\{{+))"
-    )
+    unknown = regex.compile(rf"(?|{_NOT_LATEX}\{{++(?!{is_allowed})({_NAME})\}}++|(\{{+))")
     if not names:
         return unknown, None, regex.compile(r"[{}]+")
     canonical = rf"(\{{(?:{names})\}})"

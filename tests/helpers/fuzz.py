@@ -342,12 +342,13 @@ def hostile_text(
 
 _GRAPHEME = regex.compile(r"\X")
 # A template placeholder (SPEC §3: only the prompt's own, written `{name}`, may be stored):
-# a `str.format` replacement field - name, attribute/index access, conversion, format spec -
-# in any number of braces (`{x}`, `{{x}}`, `{x.y}`, `{0[0]}`, `{x!r}`, `{x:>10}`), or a
-# double-brace one padded with spaces (`{{ x }}`).  Braces around prose or code (`{ x }`,
-# `{"a": 1}`, `{ return 1; }`) are not placeholders.
-_FIELD = r"(?=[\w!:])(?:\w+(?:\.\w+|\[[^\[\]{}\s]*\])*)?(?:![A-Za-z]\w*)?(?::[^{}\s]*)?"
-_PLACEHOLDER = regex.compile(rf"\{{+(?P<name>{_FIELD})\}}+|\{{\{{+[ \t]*{_FIELD}[ \t]*\}}\}}+")
+# a bare identifier in any number of braces (`{x}`, `{{x}}`).  Braces around anything else
+# (`{ x }`, `{2,3}`, `{x.y}`, `{{ user.name }}`), right after a LaTeX command or group
+# (`\\frac{a}{b}`), a `^`, `_` or `$`, or inside backticks are not placeholders.
+_PLACEHOLDER = regex.compile(
+    r"(?<!\\[A-Za-z]+(?:\{[^{}\n]{0,64}\})*|[\^_$])\{+(?P<name>[^\W\d]\w*)\}+"
+)
+_CODE = regex.compile(r"```.*?(?:```|\Z)|`[^`\n]*`", regex.DOTALL)
 # sanitize.strip_control_chars promises these invisible characters are removed as well.
 _INVISIBLE = frozenset("\u200b\u2060\ufeff\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 
@@ -364,7 +365,7 @@ def memory_value_problems(value: str, secrets: Iterable[str] = SECRETS) -> list[
             problems.append(f"control character U+{ord(char):04X}")
         elif char in _INVISIBLE:
             problems.append(f"invisible character U+{ord(char):04X}")
-    for match in _PLACEHOLDER.finditer(value):
+    for match in _PLACEHOLDER.finditer(_CODE.sub(" ", value)):
         name = match.group("name")
         if name not in PROMPT_PLACEHOLDERS or match.group() != "{" + name + "}":
             problems.append(f"unknown placeholder {match.group()!r}")

@@ -458,3 +458,39 @@ def test_imperatives_in_other_languages_count(text: str) -> None:
 )
 def test_other_languages_statements_and_questions_do_not_count(text: str) -> None:
     assert explicit_long_term_intent(text, bot_user_id=1) is False
+
+
+# Disguises read as the plain word: the check folds text as redaction does (issue 26).
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param("re\u200bmember that I'm vegan", id="zero-width-space"),
+        pytest.param("remem\u200dber that I'm vegan", id="zero-width-joiner"),
+        pytest.param("rem\u00adember that I'm vegan", id="soft-hyphen"),
+        pytest.param("\uff52emember that I'm vegan", id="fullwidth-r"),
+        pytest.param(
+            "\uff52\uff45\uff4d\uff45\uff4d\uff42\uff45\uff52 that I'm vegan", id="fullwidth"
+        ),
+        pytest.param("r\u0435member that I'm vegan", id="cyrillic-e"),
+        pytest.param("f\u043erget that I'm vegan", id="cyrillic-o-forget"),
+        pytest.param(
+            "\U0001d42b\U0001d41e\U0001d426\U0001d41e"
+            "\U0001d426\U0001d41b\U0001d41e\U0001d42b that I'm vegan",
+            id="math-bold",
+        ),
+    ],
+)
+def test_a_disguised_memory_verb_still_counts(text: str) -> None:
+    assert explicit_long_term_intent(text) is True
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param("I re\u200bmember when we met", id="zero-width-reminiscence"),
+        pytest.param("\uff52emember when we went to Rome", id="fullwidth-reminiscence"),
+        pytest.param("т\u043e\u043aен сохранён", id="cyrillic-prose"),
+    ],
+)
+def test_folding_adds_no_request(text: str) -> None:
+    assert explicit_long_term_intent(text) is False

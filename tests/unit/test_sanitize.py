@@ -25,6 +25,8 @@ from bot.memory.sanitize import (
 from bot.vocabulary.redaction import (
     context_rules,
     engine,
+    keywords,
+    provider_rules,
     redact_leaves,
     redact_secrets,
     redaction_kinds,
@@ -711,7 +713,7 @@ def test_ordinary_text_is_not_redacted(text: str) -> None:
         ("{evil}", "evil"),
         ("{{evil}}", "evil"),
         ("{{{evil}}}", "evil"),
-        ("{0}", "0"),
+        ("{0}", "{0}"),  # a number: a regex quantifier, no placeholder
         ("{USER_NAME}", "USER_NAME"),
         ("{user_name2}", "user_name2"),
         # Decision: an allowed name keeps exactly one pair of braces (the form the prompt fills).
@@ -723,24 +725,30 @@ def test_ordinary_text_is_not_redacted(text: str) -> None:
         ("{a{b}{user_name}c}", "{ab{user_name}c}"),
         ("{a{user_name}c}", "{a{user_name}c}"),  # no unknown placeholder in there
         # Replacement fields with access, conversion or format spec are placeholders too.
-        ("{x.y}", "x.y"),
-        ("{x!r}", "x!r"),
-        ("{x:>10}", "x:>10"),
-        ("{0[0]}", "0[0]"),
-        ("{a.b[0]!s:^8}", "a.b[0]!s:^8"),
-        ("{d:%Y-%m-%d}", "d:%Y-%m-%d"),
-        ("{!r} {:>10}", "!r :>10"),
-        ("{{x.y}}", "x.y"),
+        # Only a bare identifier is a placeholder: access, conversion or spec is not one.
+        ("{x.y}", "{x.y}"),
+        ("{x!r}", "{x!r}"),
+        ("{x:>10}", "{x:>10}"),
+        ("{0[0]}", "{0[0]}"),
+        ("{a.b[0]!s:^8}", "{a.b[0]!s:^8}"),
+        ("{d:%Y-%m-%d}", "{d:%Y-%m-%d}"),
+        ("{!r} {:>10}", "{!r} {:>10}"),
+        ("{{x.y}}", "{{x.y}}"),
         # Only an allowed name written plainly survives.
-        ("{user_name!r}", "user_name!r"),
-        ("{user_name.__class__}", "user_name.__class__"),
-        ("{user_name:>10}", "user_name:>10"),
-        # Jinja/Mustache style: double braces padded with spaces.
-        ("{{ x }}", "x"),
-        ("Hi {{ name }}!", "Hi name!"),
-        ("{{ user_name }}", "user_name"),
-        ("{{user_name }}", "user_name"),
-        ("{{ x.y }}", "x.y"),
+        ("{user_name!r}", "{user_name!r}"),
+        ("{user_name.__class__}", "{user_name.__class__}"),
+        ("{user_name:>10}", "{user_name:>10}"),
+        # Jinja/Mustache style: double braces padded with spaces stay (SPEC §3).
+        ("{{ x }}", "{{ x }}"),
+        ("Hi {{ name }}!", "Hi {{ name }}!"),
+        ("{{ user_name }}", "{{ user_name }}"),
+        ("{{user_name }}", "{{user_name }}"),
+        ("{{ x.y }}", "{{ x.y }}"),
+        # LaTeX groups, regex quantifiers and code spans keep their braces.
+        ("\\frac{a}{b} {c}", "\\frac{a}{b} c"),
+        ("x^{n} a_{ij}", "x^{n} a_{ij}"),
+        ("\\d{4} a{2,3}", "\\d{4} a{2,3}"),
+        ("`{x}` {y}", "`{x}` y"),
         # Not placeholders (prose or code in braces): kept.
         ("{ x }", "{ x }"),
         ('{"a": 1}', '{"a": 1}'),
@@ -784,6 +792,10 @@ def test_ordinary_text_is_not_redacted(text: str) -> None:
         "jinja_allowed",
         "jinja_allowed_trailing_space",
         "jinja_attribute",
+        "latex",
+        "latex_scripts",
+        "regex_quantifiers",
+        "code_span",
         "spaces",
         "json",
         "object_literal",
@@ -899,14 +911,12 @@ def test_invisible_characters_cannot_split_a_secret() -> None:
     assert sanitize_value(text) == "[REDACTED:openai_key]"
 
 
-# ZWJ and ZWNJ are word characters (`\w`), so they can be part of a placeholder's field.
+# ZWJ and ZWNJ are word characters (`\w`), so they can be part of a placeholder's name.
 @pytest.mark.parametrize("splitter", ["\u200d", "\u200c"], ids=["zwj", "zwnj"])
-def test_an_invisible_character_in_a_padded_placeholder_cannot_split_a_secret(
-    splitter: str,
-) -> None:
-    # Next to the padding space it is not between two token characters; once the braces
-    # and the space are gone it is, so it must go then too (and only once).
-    once = sanitize_value(f"sk-abcdefghij{{{{ {splitter}1234567890KLMNOP}}}}")
+def test_an_invisible_character_in_a_placeholder_cannot_split_a_secret(splitter: str) -> None:
+    # Inside the braces it is next to a brace, which counts as a token character; once the
+    # braces are gone it is between two token characters, and must go then too (once).
+    once = sanitize_value(f"sk-abcdefghij{{{{{splitter}x1234567890KLMNOP}}}}")
     assert once == "[REDACTED:openai_key]"
     assert sanitize_value(once) == once
 
@@ -1353,7 +1363,8 @@ def test_a_url_token_user_at_the_processing_cut_is_not_stored() -> None:
 
 # --------------------------------------------------------------- the passes' gates
 
-# Every case-insensitive pass with its gate (the text `_fold` sees is the one the pass sees).
+# Every case-insensitive pass with its gate (the text `keywords.scan` sees is the one the
+# pass sees).
 FOLDED_GATES = [
     (context_rules.REGION_OPEN, context_rules.REGION_GATE),
     (context_rules.URL_CREDENTIALS, context_rules.URL_GATE),
@@ -1372,8 +1383,7 @@ GATE_WORDS = tuple({word for _pattern, words in FOLDED_GATES for word in words})
 WEBHOOK_GATE_CHARS = {
     char
     for kind in ("discord_webhook", "slack_webhook")
-    for group in token_rules._TOKEN_GATES[kind]
-    for word in group
+    for word in token_rules.TOKEN_KEYWORDS[kind]
     for char in word
 }
 
@@ -1391,23 +1401,29 @@ def test_gate_words_fold_like_the_regex_engine_except_for_two_letters() -> None:
         for found in regex.finditer(f"(?i){regex.escape(char)}", every)
         if found.group().lower() != char
     }
-    assert folded_only_by_regex == set(engine._FOLDED_ONLY_BY_REGEX)
+    assert folded_only_by_regex == set(keywords._FOLDED_ONLY_BY_REGEX)
     assert {char.lower() for char in WEBHOOK_GATE_CHARS} == WEBHOOK_GATE_CHARS
 
 
 def closed_gates(text: str) -> list[str]:
     """The passes whose pattern matches ``text`` although their gate is closed (the
     property every gate must have: it only skips a pass that finds nothing)."""
-    folded = engine._fold(text)
+    found = keywords.scan(text)
     closed = [
         pattern.pattern[:40]
         for pattern, words in FOLDED_GATES
-        if pattern.search(text) and not engine._may_hold(folded, words)
+        if pattern.search(text) and not engine._may_hold(found, words)
     ]
     closed += [
         kind
         for kind, pattern in token_rules.TOKEN_PATTERNS
-        if pattern.search(text) and not token_rules.token_may_match(kind, text)
+        if pattern.search(text) and not token_rules.token_may_match(kind, text, found)
+    ]
+    chosen = provider_rules.rules_for(found)
+    closed += [
+        rule.id
+        for number, rule in enumerate(provider_rules.RULES)
+        if number not in chosen and rule.pattern.search(text)
     ]
     return closed
 
@@ -1549,9 +1565,13 @@ def test_no_gate_closes_on_a_near_miss_its_pass_matches(text: str) -> None:
 def test_the_gates_never_change_what_is_redacted(text: str) -> None:
     gated = sanitize_value(text)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(engine, "_may_hold", lambda _folded, _words: True)
-        patch.setattr(token_rules, "_TOKEN_GATES", {})
-        patch.setattr(token_rules, "_may_hold_discord_token", lambda _text: True)
+        patch.setattr(engine, "scan", lambda _text: keywords.ALL_WORDS)
+        patch.setattr(
+            engine,
+            "possible_token_kinds",
+            lambda _text, _words: {kind for kind, _ in token_rules.TOKEN_PATTERNS},
+        )
+        patch.setattr(provider_rules, "rules_for", lambda _found: range(len(provider_rules.RULES)))
         ungated = sanitize_value(text)
     assert gated == ungated
 

@@ -15,15 +15,15 @@ from bot.vocabulary.redaction.alphabet import TOKEN_CHARS, WORD_START
 
 # Region openers; a separate search finds the closer, so an unclosed region runs to the
 # end.  PEM armour is caseless: a lower-cased key is just as secret.
+# An opening tag may carry attributes (`<private reason="x">`).
+_PRIVATE_OPEN: Final = r"(?i:<[ \t]*private(?:[ \t]+[^<>\n]{0,200})?[ \t]*>)"
 REGION_OPEN: Final = regex.compile(
-    r"(?P<private>(?i:<[ \t]*private[ \t]*>))"
+    rf"(?P<private>{_PRIVATE_OPEN})"
     r"|(?P<private_key>(?i:-----BEGIN[ A-Z0-9]*PRIVATE KEY(?: BLOCK)?-----))"
 )
 # `<private>` regions nest: a closer ends the innermost one, so the tail of an outer
 # region (`<private>a <private>b</private> c</private>`) stays hidden.
-PRIVATE_TAG: Final = regex.compile(
-    r"(?P<open>(?i:<[ \t]*private[ \t]*>))|(?i:<[ \t]*/[ \t]*private[ \t]*>)"
-)
+PRIVATE_TAG: Final = regex.compile(rf"(?P<open>{_PRIVATE_OPEN})|(?i:<[ \t]*/[ \t]*private[ \t]*>)")
 PEM_END: Final = regex.compile(r"(?i:-----END[ A-Z0-9]*PRIVATE KEY(?: BLOCK)?-----)")
 
 # ------------------------------------------------------------------ URL userinfo
@@ -45,7 +45,7 @@ URL_TOKEN_USERINFO_AT_CUT: Final = regex.compile(
 # ------------------------------------------------------------------ AWS secret keys
 
 # 40 characters of base64 mixing digits and both cases: too common a shape alone, but a
-# secret on the line of its (already redacted) key id or the line before or after, as in
+# secret on the line of its (already redacted) key id or up to two lines around it, as in
 # the console's CSV (`AKIA…,wJalr…`), `aws configure` or "keys: AKIA… / wJalr…".
 AWS_KEY_ID_MARKER: Final = "[REDACTED:aws_access_key]"
 AWS_SECRET_CANDIDATE: Final = regex.compile(
@@ -67,7 +67,16 @@ SEGMENT_START: Final = r"(?:(?<![A-Za-z0-9])|(?<=[a-z0-9])(?=[A-Z]))"
 PASSWORD_WORDS: Final = rf"(?i:password|passwd|passphrase|passcode)|{SEGMENT_START}(?i:pwd|pw)"
 # `.env` files shorten it to `pass` (`DB_PASS=`): only as the last segment after `_`, so
 # "boarding pass: 12A" or "bypass: on" stay.
-PASS_SEGMENT: Final = r"(?<=[A-Za-z0-9]_)(?i:pass)"
+# So may a URL query (`?user=x&pass=y`) and a device or account before it ("wifi pass:",
+# "root pass ->").
+_PASS_QUALIFIERS: Final = (
+    r"wi-?fi|wlan|router|db|admin|root|login|ssh|vpn|e?mail|server|account|user|guest"
+    r"|network|sudo"
+)
+PASS_SEGMENT: Final = (
+    r"(?:(?<=[A-Za-z0-9]_)|(?<=[?&;])"
+    rf"|(?<=(?<![A-Za-z0-9])(?i:{_PASS_QUALIFIERS})[ _\-]?))(?i:pass)"
+)
 OTHER_SECRET_WORDS: Final = rf"(?i:secret|token|apikey|authorization)|{SEGMENT_START}(?i:key)"
 SECRET_WORDS: Final = f"{PASSWORD_WORDS}|{OTHER_SECRET_WORDS}"
 _SCHEMES: Final = r"(?i:bearer|basic|token|bot|digest)"
@@ -115,9 +124,16 @@ _PASSWORD_QUALIFIER: Final = (
     r"(?:[ \t]{1,3}(?!(?i:is|was)(?![\w\-]))[\w\-]{1,24}){1,3}"
     r"|[ \t]{0,3}\([^()\n]{1,32}\))"
 )
+# People type arrows and dashes too ("root password -> x", "Password — x", "pw - x"); a
+# hyphen only between spaces, so `password-protected` is no separator.
+_PASSWORD_SEPARATOR: Final = (
+    r"(?P<sep>(?>:=|=>|->|[:=](?!=)|[\u2014\u2013\u2192]|(?<=[ \t])-(?=[ \t]))[ \t]*+)"
+)
 PASSWORD: Final = regex.compile(
+    # The redundant look-ahead gives the engine a fast scan for a separator's first char.
+    r"(?=[:=\-\u2014\u2013\u2192])"
     rf"(?<=(?:{PASSWORD_WORDS}|{PASS_SEGMENT})(?:{_KEY_END}{_PASSWORD_QUALIFIER})?{KEY_TAIL})"
-    rf"{_SEPARATOR}"
+    rf"{_PASSWORD_SEPARATOR}"
     r"(?![\"']?\[REDACTED:)"
     rf"{_PASSWORD_VALUE}"
 )
@@ -160,6 +176,11 @@ _PARTICIPLE: Final = (
     rf"|(?i:{'|'.join(_IRREGULAR_PARTICIPLES_TEXT.split())}))"
 )
 _LENGTH_VALUE: Final = r"\d+[ \t]+(?i:characters|chars|letters|digits|numbers|symbols)\b"
+# After a dash or an arrow a sentence often goes on about the password ("password - reset
+# it on Monday"): a value that starts like prose is no password there.
+PROSE_VALUE: Final = regex.compile(
+    rf"(?:(?:(?i:{_PROSE_AFTER_PASSWORD})|{_PARTICIPLE})(?![\w'\-])|{_LENGTH_VALUE})"
+)
 PASSWORD_STATED: Final = regex.compile(
     # The redundant look-ahead gives the engine a fast first-character scan; the match
     # starts at the key word (kept verbatim in `sep`).
@@ -168,6 +189,13 @@ PASSWORD_STATED: Final = regex.compile(
     r"(?![\"']?\[REDACTED:)"
     rf"(?!(?:(?i:{_PROSE_AFTER_PASSWORD})|{_PARTICIPLE})(?![\w'\-])|{_LENGTH_VALUE})"
     rf"{_PASSWORD_VALUE}"
+)
+
+# No separator at all ("pw hunter2", "wifi pass Tr0ub4dor", "passcode 482913"): one word,
+# redacted only if it looks generated (see the replacer), so "pass the salt" stays.
+PASSWORD_SPACED: Final = regex.compile(
+    rf"(?<=(?:{PASSWORD_WORDS}|{PASS_SEGMENT}){_KEY_END})(?P<sep>[ \t]++)"
+    r"(?![\"']?\[REDACTED:)(?P<value>[^\s\"'\[]\S*+)"
 )
 
 # ------------------------------------------------------------------ PINs
@@ -224,3 +252,6 @@ PASSWORD_GATE: Final = ("pass", "pw")
 CREDENTIAL_GATE: Final = ("secret", "token", "key", "authorization")
 PIN_GATE: Final = ("pin",)
 BEARER_GATE: Final = ("bearer",)
+GATE_WORDS: Final = (
+    REGION_GATE + URL_GATE + PASSWORD_GATE + CREDENTIAL_GATE + PIN_GATE + BEARER_GATE
+)

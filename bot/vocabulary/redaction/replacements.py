@@ -12,9 +12,19 @@ from typing import Final
 import regex
 
 from bot.vocabulary.redaction.alphabet import marker
-from bot.vocabulary.redaction.context_rules import KEY_TAIL, QUALIFIED_KEY, SEGMENT_START
+from bot.vocabulary.redaction.context_rules import (
+    KEY_TAIL,
+    PROSE_VALUE,
+    QUALIFIED_KEY,
+    SEGMENT_START,
+)
 from bot.vocabulary.redaction.token_rules import is_token
-from bot.vocabulary.redaction.value_shapes import is_code_value, looks_like_token
+from bot.vocabulary.redaction.value_shapes import (
+    is_code_value,
+    is_key_combo,
+    is_template_reference,
+    looks_like_token,
+)
 
 Replacer = Callable[[regex.Match[str], str, bool], tuple[str, str | None]]
 
@@ -40,6 +50,11 @@ _NOT_A_SECRET_VALUE: Final = regex.compile(
     r"[$<%{]|(?:None|True|False|true|false|null|nil|undefined)\Z"
 )
 _MIN_LONE_VALUE_CHARS: Final = 4
+# Separators after which a password's value must not read as prose (see PROSE_VALUE).
+_PROSE_SEPARATORS: Final = frozenset({"-", "->", "\u2014", "\u2013", "\u2192"})
+_YEAR: Final = regex.compile(r"(?:19|20)\d\d")
+_WORD_AFTER: Final = regex.compile(r"[ \t]+[A-Za-z]")
+_PASSCODE_BEFORE: Final = regex.compile(r"(?i:code)[\"'*_`]*[ \t]*\Z")
 _MIN_PIN_DIGITS: Final = 4
 _MAX_PIN_DIGITS: Final = 8
 _TRAILING_SPACE: Final = regex.compile(r"[ \t]*\Z")
@@ -81,9 +96,14 @@ def replace_password(match: regex.Match[str], kind: str, cut: bool) -> tuple[str
     value = match.group("value")
     if value[0] in "\"'":
         return prefix + _redact_quoted(match, kind), kind
+    if prefix.strip() in _PROSE_SEPARATORS and PROSE_VALUE.match(value):
+        return match.group(), None  # "password - reset it on Monday"
     if cut and match.end() == len(match.string):
         return prefix + marker(kind), kind
     if _key_is_compared(match) or is_code_value(value, _key_is_attribute(match)):
+        return match.group(), None
+    # `password: ${DB_PASSWORD}` names where the password comes from.
+    if is_template_reference(value.split(None, 1)[0].rstrip(_VALUE_TRAILING_PUNCT + "`")):
         return match.group(), None
     core = value.rstrip(_VALUE_TRAILING_PUNCT + " \t")
     if not core:
@@ -98,6 +118,8 @@ def replace_pin(match: regex.Match[str], kind: str, cut: bool) -> tuple[str, str
     at_cut = cut and _TRAILING_SPACE.match(match.string, match.end()) is not None
     if not at_cut and not _MIN_PIN_DIGITS <= digits <= _MAX_PIN_DIGITS:
         return match.group(), None
+    if _YEAR.fullmatch(match.group("value")) and _WORD_AFTER.match(match.string, match.end()):
+        return match.group(), None  # "pin: 2024 roadmap" pins a message about a year
     return match.group("sep") + marker(kind), kind
 
 
@@ -114,6 +136,8 @@ def replace_credential(match: regex.Match[str], kind: str, cut: bool) -> tuple[s
     bare_key = bare_key and _QUALIFIED_KEY_BEFORE.search(string, *window) is None
     prefix = match.group("sep") + match.group("scheme")
     value = match.group("value")
+    if is_template_reference(value) or is_key_combo(value.rstrip(_VALUE_TRAILING_PUNCT)):
+        return match.group(), None
     if value[0] in "\"'":
         # Quoted: a secret, except after a bare `key` it must look like a token (as in
         # `redact_leaves`).
@@ -151,9 +175,33 @@ def replace_stated_credential(
         return prefix + marker(kind), kind
     value = match.group("value")
     core = value.rstrip(_VALUE_TRAILING_PUNCT)
-    if not looks_like_token(core):
+    if not looks_like_token(core) or is_key_combo(core) or is_template_reference(core):
         return match.group(), None
     return prefix + marker(kind) + value[len(core) :], kind
+
+
+def replace_spaced(match: regex.Match[str], kind: str, cut: bool) -> tuple[str, str | None]:
+    """A secret after its key word and a space only: hidden if it looks generated."""
+    value = match.group("value")
+    core = value.rstrip(_VALUE_TRAILING_PUNCT)
+    code = _PASSCODE_BEFORE.search(match.string, max(0, match.start() - _KEY_WINDOW), match.start())
+    pin_like = code is not None and core.isdigit() and len(core) >= _MIN_PIN_DIGITS
+    if not (pin_like or looks_like_token(core)) or is_key_combo(core):
+        return match.group(), None
+    if is_template_reference(core) or is_code_value(value, False):
+        return match.group(), None
+    return match.group("sep") + marker(kind) + value[len(core) :], kind
+
+
+def replace_pair(match: regex.Match[str], kind: str, cut: bool) -> tuple[str, str | None]:
+    """The password of a ``user:password`` pair or a CLI password flag."""
+    value = match.group("value")
+    if value[0] in "\"'":
+        return match.group("sep") + value[0] + marker(kind) + value[0], kind
+    core = value.rstrip(_VALUE_TRAILING_PUNCT)
+    if not core or _NOT_A_SECRET_VALUE.match(core) or is_template_reference(core):
+        return match.group(), None
+    return match.group("sep") + marker(kind) + value[len(core) :], kind
 
 
 def _is_shell_assignment(match: regex.Match[str]) -> bool:

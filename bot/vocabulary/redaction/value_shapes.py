@@ -33,6 +33,28 @@ _SECRET_NAME_SEGMENTS: Final = frozenset(
 _IDENT_SEGMENTS: Final = regex.compile(r"_+|(?<=[a-z0-9])(?=[A-Z])")
 
 
+# A keyboard shortcut ("Press key: Ctrl+Shift+P") or a template reference (`${TOKEN}`,
+# `{{ token }}`, `<password>`, an f-string `f'Bearer {token}'`): no secret in either.
+_KEY_COMBO: Final = regex.compile(
+    r"(?i:ctrl|control|alt|shift|cmd|command|option|opt|meta|super|win|fn|hyper|mod)"
+    r"[+\-](?:[A-Za-z0-9]{1,3}+|[A-Za-z]++)(?:[+\-](?:[A-Za-z0-9]{1,3}+|[A-Za-z]++))*+\Z"
+)
+_TEMPLATE_REFERENCE: Final = regex.compile(
+    r"\$\{?[A-Za-z_]\w*+\}?\Z|\{\{?[ \t]*[A-Za-z_][\w.]*+[ \t]*\}\}?\Z|<[A-Za-z_][\w\- ]*+>\Z"
+    r"|%\(?\w*+\)?s\Z|[fF][rR]?[\"']"
+)
+
+
+def is_key_combo(value: str) -> bool:
+    """Whether a value is a keyboard shortcut (``Ctrl+Shift+P``, ``Alt+F4``)."""
+    return _KEY_COMBO.match(value) is not None
+
+
+def is_template_reference(value: str) -> bool:
+    """Whether a value names a secret filled in elsewhere (``${TOKEN}``, ``f'{token}'``)."""
+    return _TEMPLATE_REFERENCE.match(value) is not None
+
+
 def looks_like_token(value: str) -> bool:
     """Whether one word is shaped like a generated secret rather than like prose."""
     # Yes: letters and digits in 6+ characters (`abc123`, `Tr0ub4dor`), three of lower /
