@@ -7,10 +7,11 @@ one turn in five also makes the model call ``update_short_term_memory`` (a datab
 write). Prints turns/s and the share of turn time spent in the memory layer
 (``prepare_turn``, prompt assembly, the STM write path, cadence bookkeeping).
 
-Streamed and whole answers are measured in one process, runs alternating (``--repeats``
-of each, medians quoted) so a machine shared with other work treats both alike. The
-server answers at once, so every streamed answer is a fast one (sent once, no edit):
-the figure is the cost of reading the event stream.
+Streamed and whole answers are measured in fresh processes, alternating (``--repeats``
+of each, medians quoted): a process slows as it ages (its heap and its database grow),
+which in one process favours whichever variant runs first. The server answers at once,
+so every streamed answer is a fast one (sent once, no edit): the figure is the cost of
+reading the event stream.
 
 Usage: ``python benchmarks/turns.py [--channels 100] [--rounds 5] [--repeats 3]``
 """
@@ -20,7 +21,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import json
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -30,7 +33,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _figures import Figure, emit
+from _figures import MARK, Figure, emit
 
 from bot.app import build_bot
 from bot.config import load_settings
@@ -80,7 +83,64 @@ async def main() -> None:
     )
     parser.add_argument("--json", action="store_true", help="one line for run_all.py")
     args = parser.parse_args()
+    figures = alternate(args) if args.stream == "both" else await measure(args)
+    emit(figures, args.json)
 
+
+def alternate(args: argparse.Namespace) -> list[Figure]:
+    """Whole and streamed answers, each run in a fresh process, A B B A…"""
+    runs: dict[bool, list[dict[str, Figure]]] = {False: [], True: []}
+    for repeat in range(args.repeats):
+        for streaming in (False, True) if repeat % 2 == 0 else (True, False):
+            command = [sys.executable, __file__, "--stream", "on" if streaming else "off"]
+            command += ["--repeats", "1", "--channels", str(args.channels)]
+            command += ["--rounds", str(args.rounds), "--json"]
+            out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+            line = next(line for line in out.splitlines() if line.startswith(MARK))
+            found = [Figure(**f) for f in json.loads(line[len(MARK) :])]
+            runs[streaming].append({f.name: f for f in found})
+
+    def values(streaming: bool, name: str) -> list[float]:
+        return [float(run[name].value.rstrip("%").replace(",", "")) for run in runs[streaming]]
+
+    whole = values(False, "end-to-end turns/s")
+    streamed = values(True, "end-to-end turns/s (streamed)")
+    cpu = {s: statistics.median(values(s, "process CPU per turn")) for s in (False, True)}
+    ratio = statistics.median(streamed) / statistics.median(whole)
+    share = statistics.median(values(False, "memory layer share of turn time"))
+    warm = max(values(False, "database queries per warm turn"))
+    runs_note = (
+        f"median of {args.repeats} runs of {args.rounds * args.channels} turns, "
+        f"{args.channels} channels, each run a fresh process"
+    )
+    return [
+        Figure("end-to-end turns/s", f"{statistics.median(whole):,.0f}", note=runs_note),
+        Figure(
+            "end-to-end turns/s (streamed)",
+            f"{statistics.median(streamed):,.0f}",
+            note=f"{runs_note}, answers streamed (alternating with whole answers)",
+        ),
+        Figure(
+            "streamed / whole turns/s",
+            f"{ratio:.2f}",
+            "≥ 0.90",
+            ratio >= 0.90,
+            f"turns/s {_runs(streamed)} vs {_runs(whole)}; "
+            f"CPU ms/turn {cpu[True]:.1f} vs {cpu[False]:.1f}",
+        ),
+        Figure("memory layer share of turn time", f"{share:.1f}%"),
+        Figure(
+            "database queries per warm turn",
+            f"{warm:g}",
+            "0",
+            warm == 0,
+            "turns without a memory update, cache warm",
+        ),
+    ]
+
+
+async def measure(args: argparse.Namespace) -> list[Figure]:
+    """One variant (``--stream on`` or ``off``) in this process, ``--repeats`` runs."""
     with tempfile.TemporaryDirectory(prefix="kioku-bench-") as folder:
         llm = await ScriptedLLM(fallback_text="Sure — noted.").start()
         settings = load_settings(
@@ -121,35 +181,27 @@ async def main() -> None:
                 )
             )
 
-        async def run(streaming: bool) -> float:
-            """Turns/s over ``args.rounds`` rounds with streaming on or off."""
-            bot.turns.caps = dataclasses.replace(bot.turns.caps, streaming=streaming)
+        streaming = args.stream == "on"
+        bot.turns.caps = dataclasses.replace(bot.turns.caps, streaming=streaming)
+        # Warm-up: hydration, back-fill, connection pool, encoded answers.
+        await one_round(-1)
+        memory_time.seconds = turn_time.seconds = 0.0
+        llm.reset()
+        rates: list[float] = []
+        # CPU time of the process (bot, server, database client) per turn: steadier than
+        # turns/s on a machine shared with other work.
+        cpu_ms: list[float] = []
+        requests = 0
+        for _ in range(args.repeats):
             started, cpu = time.perf_counter(), time.process_time()
             for n in range(args.rounds):
                 await one_round(n)
             turns = args.rounds * len(env.channels)
-            cpu_ms[streaming].append((time.process_time() - cpu) * 1000 / turns)
-            return turns / (time.perf_counter() - started)
-
-        # Warm-up, both ways: hydration, back-fill, connection pool, encoded answers.
-        for warm, streaming in ((-1, False), (-2, True)):
-            bot.turns.caps = dataclasses.replace(bot.turns.caps, streaming=streaming)
-            await one_round(warm)
-        memory_time.seconds = turn_time.seconds = 0.0
-        llm.reset()
-        variants = {"both": (False, True), "on": (True,), "off": (False,)}[args.stream]
-        rates: dict[bool, list[float]] = {variant: [] for variant in variants}
-        # CPU time of the process (bot, server, database client) per turn: steadier than
-        # turns/s on a machine shared with other work.
-        cpu_ms: dict[bool, list[float]] = {variant: [] for variant in variants}
-        requests = 0
-        for repeat in range(args.repeats):
-            # A, B, B, A…: neither variant always runs later (the process warms and ages).
-            for variant in variants if repeat % 2 == 0 else variants[::-1]:
-                rates[variant].append(await run(variant))
-                requests += len(llm.requests)
-                llm.reset()  # recordings would grow the heap the collector walks
-        turns = args.rounds * len(env.channels) * args.repeats * len(variants)
+            cpu_ms.append((time.process_time() - cpu) * 1000 / turns)
+            rates.append(turns / (time.perf_counter() - started))
+            requests += len(llm.requests)
+            llm.reset()  # recordings would grow the heap the collector walks
+        turns = args.rounds * len(env.channels) * args.repeats
         # A warm turn: every channel already hydrated, no memory update this turn.
         statements: list[str] = []
         with statements_sent(database.engine, statements.append):
@@ -163,42 +215,16 @@ async def main() -> None:
         await llm.stop()
 
     share = memory_time.seconds / turn_time.seconds if turn_time.seconds else 0.0
-    runs = f"median of {args.repeats} runs of {args.rounds * args.channels} turns"
-    figures: list[Figure] = []
-    if False in rates:
-        figures.append(
-            Figure(
-                "end-to-end turns/s",
-                f"{statistics.median(rates[False]):,.0f}",
-                note=f"{runs}, {args.channels} channels; mean turn "
-                f"{turn_time.seconds / turns * 1000:.0f} ms under load, {requests} LLM calls",
-            )
-        )
-    if True in rates:
-        figures.append(
-            Figure(
-                "end-to-end turns/s (streamed)",
-                f"{statistics.median(rates[True]):,.0f}",
-                note=f"{runs}, answers streamed (runs alternate with whole answers)",
-            )
-        )
-    if False in rates and True in rates:
-        ratio = statistics.median(rates[True]) / statistics.median(rates[False])
-        figures.append(
-            Figure(
-                "streamed / whole turns/s",
-                f"{ratio:.2f}",
-                "≥ 0.90",
-                ratio >= 0.90,
-                "turns/s "
-                + _runs(rates[True])
-                + " vs "
-                + _runs(rates[False])
-                + f"; CPU ms/turn {statistics.median(cpu_ms[True]):.1f}"
-                + f" vs {statistics.median(cpu_ms[False]):.1f}",
-            )
-        )
-    figures += [
+    name = "end-to-end turns/s (streamed)" if streaming else "end-to-end turns/s"
+    return [
+        Figure(
+            name,
+            f"{statistics.median(rates):,.0f}",
+            note=f"median of {args.repeats} runs of {args.rounds * args.channels} turns, "
+            f"{args.channels} channels; mean turn {turn_time.seconds / turns * 1000:.0f} ms "
+            f"under load, {requests} LLM calls",
+        ),
+        Figure("process CPU per turn", f"{statistics.median(cpu_ms):.1f}", note="ms"),
         Figure("memory layer share of turn time", f"{share:.1%}"),
         Figure(
             "database queries per warm turn",
@@ -208,7 +234,6 @@ async def main() -> None:
             "turns without a memory update, cache warm",
         ),
     ]
-    emit(figures, args.json)
 
 
 def _runs(rates: list[float]) -> str:
