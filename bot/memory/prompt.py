@@ -317,17 +317,20 @@ def _other_note(
     return "\n".join(parts)
 
 
+def _last_activity(other: OtherChannel) -> datetime | None:
+    """When the channel's memory was updated, else its newest message; None if empty."""
+    if other.entry is not None and other.entry.has_content:
+        return other.entry.updated_at
+    return max((message.created_at for message in other.window), default=None)
+
+
 def _other_notes(inp: PromptInput) -> list[str]:
     if inp.max_others <= 0 or not inp.others:
         return []
     ranked: list[tuple[datetime, int, OtherChannel]] = []
     for position, other in enumerate(inp.others):
-        entry = other.entry
-        if entry is not None and entry.has_content:
-            activity = entry.updated_at
-        elif other.window:
-            activity = max(message.created_at for message in other.window)
-        else:
+        activity = _last_activity(other)
+        if activity is None:
             continue
         # -position: among equal times the caller's order wins (reverse sort below).
         ranked.append((activity, -position, other))
@@ -378,12 +381,8 @@ def _parent_note(inp: PromptInput) -> str | None:
     parent = inp.parent
     if parent is None:
         return None
-    entry = parent.entry
-    if entry is not None and entry.has_content:
-        activity = entry.updated_at
-    elif parent.window:
-        activity = max(message.created_at for message in parent.window)
-    else:
+    activity = _last_activity(parent)
+    if activity is None:
         return None
     return _other_note(parent, inp, activity, where="the channel this thread is in")
 
