@@ -1,7 +1,7 @@
 """Redaction over corpora generated at run time (issue 26): every secret, no benign line.
 
-Run with ``-s`` to see the figures (recall per family, benign lines changed); the same
-report prints with ``python -m tests.helpers.redaction_corpus``.
+The totals print in the run's "figures" section; recall per family prints with ``-s`` or
+``python -m tests.helpers.redaction_corpus``.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import random
 import pytest
 
 from bot.memory.sanitize import sanitize_value
+from tests.conftest import Figures
 from tests.helpers.redaction_corpus import (
     FAMILIES,
     benign_lines,
@@ -53,9 +54,16 @@ def test_no_benign_line_changes() -> None:
     assert changed == []
 
 
-def test_the_report_prints_recall_and_false_positives() -> None:
+def test_the_report_prints_recall_and_false_positives(figures: Figures) -> None:
     text = report()
     print(text)
+    lines = text.splitlines()
+    figures.record("token families", len(FAMILIES))
+    figures.record(
+        "lowest recall of a family", min(line.rsplit("= ", 1)[1] for line in lines[: len(FAMILIES)])
+    )
+    figures.record("secrets redacted", lines[-2].split("secrets redacted: ")[1])
+    figures.record("benign lines changed", lines[-1].split(": ")[1])
     assert f"families: {len(FAMILIES)}" in text
     assert "benign lines changed: 0/" in text
     assert all(line.endswith("= 1.000") for line in text.splitlines()[: len(FAMILIES)])
