@@ -38,7 +38,7 @@ from bot.cogs.needs import POST, POST_IN_THREADS, REACT, READ_HISTORY
 from bot.cogs.references import reply_chain
 from bot.cogs.replies import split_reply
 from bot.cogs.streaming import PART_LIMIT, StreamedReply, guard_marker, with_cut_note
-from bot.cogs.threads import thread_starter
+from bot.cogs.threads import ThreadStarters
 from bot.cogs.visibility import DirectView, OnlyHere, ServerView, place_of
 from bot.conversation.turn import TurnRequest
 from bot.db.storage import MemoryUnavailable
@@ -125,6 +125,7 @@ class Chat(commands.Cog):
         self.members = Members(bot)
         self.access = AccessGate(bot)
         self._read_image = ImageDownloader(bot.http)
+        self.starters = ThreadStarters(bot)
         # The tasks answering a message (running or waiting for their channel's turn).
         self._answering: set[asyncio.Task[object]] = set()
         self._closing = False
@@ -165,6 +166,7 @@ class Chat(commands.Cog):
     async def on_raw_message_edit(self, payload: discord.RawMessageUpdateEvent) -> None:
         if "content" not in payload.data:
             return  # an embed resolving, not an edit of the text
+        self.starters.edited(payload.message_id)
         self.bot.memory.message_edited(
             payload.channel_id, payload.message_id, to_raw(payload.message).content
         )
@@ -271,7 +273,7 @@ class Chat(commands.Cog):
                 trigger=to_raw(message),
                 trigger_epoch=arrived_epoch,
                 replied_to=await reply_chain(self.bot, message),
-                thread_starter=await thread_starter(self.bot, channel)
+                thread_starter=await self.starters.starter(channel)
                 if isinstance(channel, discord.Thread)
                 else None,
                 read_image=self._read_image,

@@ -7,10 +7,12 @@ channel (a forum post's starter lives in the thread itself, and so is in its own
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import aiohttp
 import discord
+from cachetools import TTLCache
 
 from bot.cogs.history import belongs_in_window, to_raw
 from bot.db.storage import MemoryUnavailable
@@ -20,6 +22,9 @@ if TYPE_CHECKING:
     from bot.app import KiokuBot
 
 log = logging.getLogger(__name__)
+
+# A starter checked once is kept this long (an edit of it shows after at most this).
+STARTER_KEPT_SECONDS = 600
 
 
 async def _starter(thread: discord.Thread) -> discord.Message | None:
@@ -58,3 +63,41 @@ async def thread_starter(bot: KiokuBot, thread: discord.Thread) -> RawMessage | 
     except MemoryUnavailable:
         return None
     return None if wiped(raw) else raw
+
+
+@dataclass(frozen=True, slots=True)
+class _Checked:
+    starter: RawMessage
+    parent_epoch: int
+    mark: int
+
+
+class ThreadStarters:
+    """Thread starters as :func:`thread_starter` finds them, kept while nothing wiped them,
+    so a thread's warm turn neither asks Discord nor queries the database."""
+
+    def __init__(self, bot: KiokuBot) -> None:
+        self._bot = bot
+        self._checked: TTLCache[int, _Checked] = TTLCache(4096, STARTER_KEPT_SECONDS)
+
+    async def starter(self, thread: discord.Thread) -> RawMessage | None:
+        memory = self._bot.memory
+        checked = self._checked.get(thread.id)
+        if (
+            checked is not None
+            and not memory.wiped_since(thread.parent_id, checked.parent_epoch)
+            and not memory.forgotten_since(checked.mark)
+            and not memory.was_deleted(thread.id)
+        ):
+            return checked.starter
+        epoch, mark = memory.channel_epoch(thread.parent_id), memory.change_mark()
+        starter = await thread_starter(self._bot, thread)
+        if starter is None:
+            self._checked.pop(thread.id, None)
+        else:
+            self._checked[thread.id] = _Checked(starter, epoch, mark)
+        return starter
+
+    def edited(self, message_id: int) -> None:
+        """A message was edited: if it starts a thread, it is read again."""
+        self._checked.pop(message_id, None)

@@ -251,6 +251,14 @@ class MemoryService:
         """Forget everything loaded from the database (after missed notices)."""
         self._notices.drop_all()
 
+    def change_mark(self) -> int:
+        """A mark for :meth:`forgotten_since`: the count of changes seen so far."""
+        return self._ledger.seq
+
+    def forgotten_since(self, mark: int) -> bool:
+        """Whether a /forget-me (here, or heard from elsewhere) may have come after ``mark``."""
+        return self._ledger.deaf or self._ledger.since(mark)
+
     @property
     def hearing_notices(self) -> bool:
         """Whether other processes' notices reach this one (else every use reads)."""

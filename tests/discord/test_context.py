@@ -21,6 +21,7 @@ from bot.db.engine import Database
 from bot.db.models import ShortTermMemory
 from bot.vocabulary.model import ScopeKey
 from tests.helpers.bot import KiokuHarness, start_kioku, stop_kioku
+from tests.helpers.database import count_statements
 from tests.helpers.fake_llm import ScriptedLLM, role_order_problem
 from tests.helpers.faults import outage
 
@@ -323,3 +324,47 @@ async def test_a_thread_whose_starter_author_used_forget_me_starts_without_it(
     await env.send("where do we meet?", channel=thread, mention_bot=True)
 
     assert "Elm Street" not in prompt_text(kioku.llm)
+
+
+async def thread_after_restart(kioku: KiokuHarness, starter_text: str, **who: Any) -> Any:
+    """A thread started from a message no window holds any more (the bot restarted)."""
+    starter = await kioku.env.send(starter_text, **who)
+    thread = await kioku.env.create_thread(kioku.env.channel, "later", from_message=starter)
+    kioku.bot.memory.drop_all()
+    kioku.llm.reply_text("First.").reply_text("Second.")
+    await kioku.env.send("first question", channel=thread, mention_bot=True)
+    assert starter_text in prompt_text(kioku.llm)
+    return thread
+
+
+async def test_a_threads_next_turn_shows_its_starter_without_a_query(
+    kioku: KiokuHarness,
+) -> None:
+    thread = await thread_after_restart(kioku, "the offsite is in Lisbon")
+    with count_statements(kioku.database.engine) as counter:
+        await kioku.env.send("where is it again?", channel=thread, mention_bot=True)
+    assert "the offsite is in Lisbon" in prompt_text(kioku.llm)
+    assert counter.statements == []
+
+
+async def test_a_kept_thread_starter_goes_when_its_author_uses_forget_me(
+    kioku: KiokuHarness,
+) -> None:
+    author = await kioku.env.create_member("leaver")
+    thread = await thread_after_restart(kioku, "my address is 12 Elm Street", author=author)
+    kioku.clock.catch_up()
+    asked = await kioku.interactions.slash("forget-me", user=author)
+    await kioku.interactions.click(asked, label="Delete my memories", user=author)
+    await kioku.env.send("where do we meet?", channel=thread, mention_bot=True)
+    assert "Elm Street" not in prompt_text(kioku.llm)
+
+
+async def test_a_kept_thread_starter_goes_with_a_refresh_of_its_channel(
+    kioku: KiokuHarness, moderator: discord.Member
+) -> None:
+    thread = await thread_after_restart(kioku, "the venue code is tulip")
+    kioku.clock.catch_up()
+    refreshed = await kioku.interactions.slash("refresh", user=moderator)
+    assert not refreshed.command_failed
+    await kioku.env.send("what was the venue code?", channel=thread, mention_bot=True)
+    assert "tulip" not in prompt_text(kioku.llm)
