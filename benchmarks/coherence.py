@@ -25,7 +25,7 @@ from bot.db.engine import Database
 from bot.db.migrate import upgrade
 from bot.db.notify import CacheListener, Notice
 from bot.memory.service import MemoryService
-from bot.memory.turn import TurnState
+from bot.memory.turn.types import TurnState
 from bot.vocabulary.clock import SystemClock
 
 

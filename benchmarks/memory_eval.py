@@ -64,7 +64,7 @@ from bot.conversation.turn import TurnReply, TurnRequest, TurnRunner, load_perso
 from bot.db.engine import Database
 from bot.db.migrate import upgrade
 from bot.llm.client import make_client
-from bot.memory.longterm import LongTermService
+from bot.memory.longterm.facts import LongTermService
 from bot.memory.service import MemoryService
 from bot.vocabulary.model import RawMessage
 from tests.helpers.builders import ManualClock

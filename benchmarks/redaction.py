@@ -103,7 +103,7 @@ def corpora(seed: int = 26) -> dict[str, list[str]]:
 
 def measure_once(values: list[str]) -> float:
     """Mean µs per value of one pass of ``sanitize_value`` over ``values``."""
-    from bot.memory.sanitize import sanitize_value
+    from bot.vocabulary.sanitize import sanitize_value
 
     started = time.perf_counter()
     for value in values:

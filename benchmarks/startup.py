@@ -31,7 +31,7 @@ from bot.config import load_settings
 from bot.db.engine import Database
 from bot.db.migrate import head_revision, upgrade
 from bot.memory.service import MemoryService
-from bot.memory.turn import TurnStart
+from bot.memory.turn.types import TurnStart
 
 
 async def start_and_migrate(data_dir: Path) -> tuple[float, str | None, str | None]:

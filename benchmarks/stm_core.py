@@ -32,10 +32,10 @@ from sqlalchemy import text
 from bot.config import load_settings
 from bot.db.engine import Database
 from bot.db.migrate import upgrade
-from bot.memory.cache import StmCache
-from bot.memory.prompt import assemble
 from bot.memory.service import MemoryService
-from bot.memory.turn import TurnStart, TurnState
+from bot.memory.stm.cache import StmCache
+from bot.memory.turn.prompt import assemble
+from bot.memory.turn.types import TurnStart, TurnState
 from bot.vocabulary.clock import SystemClock
 from bot.vocabulary.model import Marker, Provenance, RawMessage, ScopeKey, StmEntry
 

@@ -16,27 +16,27 @@ from bot.config import Settings
 from bot.conversation.summarizer import Summarizer
 from bot.conversation.turn import TurnRunner
 from bot.db.engine import Database
-from bot.health import NOT_CONNECTED_YET
-from bot.memory.longterm import LongTermService
+from bot.memory.longterm.facts import LongTermService
 from bot.memory.service import MemoryService
-from bot.memory.spool import DurableSpool
-from bot.metrics import Metrics
+from bot.memory.spool.durable import DurableSpool
+from bot.runtime.health import NOT_CONNECTED_YET
+from bot.runtime.metrics import Metrics
+from bot.runtime.tasks import TaskRegistry
 from bot.services import Services, StartupFailed, describe_local_failure, start_services
-from bot.tasks import TaskRegistry
 from bot.vocabulary.clock import Clock, SystemClock
 
 log = logging.getLogger(__name__)
 
-# At shutdown, after the answers in flight (see bot.cogs.chat.SHUTDOWN_GRACE_SECONDS),
+# At shutdown, after the answers in flight (see bot.cogs.chat.cog.SHUTDOWN_GRACE_SECONDS),
 # background summaries get this long before they are cancelled.
 SUMMARY_SHUTDOWN_GRACE_SECONDS = 1.0
 
 EXTENSIONS: tuple[str, ...] = (
-    "bot.cogs.chat",
+    "bot.cogs.chat.cog",
     "bot.cogs.refresh",
-    "bot.cogs.stm",
+    "bot.cogs.stm.cog",
     "bot.cogs.privacy",
-    "bot.cogs.kioku",
+    "bot.cogs.kioku.cog",
 )
 
 

@@ -16,16 +16,16 @@ from bot.conversation.summarizer import Summarizer
 from bot.conversation.turn import TurnRunner
 from bot.db.engine import Database
 from bot.db.notify import CacheListener
-from bot.db.storage import MemoryUnavailable
-from bot.health import Health
 from bot.llm.client import make_client
 from bot.memory.janitor import run_janitor, run_turn_count_saver
-from bot.memory.longterm import LongTermService
+from bot.memory.longterm.facts import LongTermService
 from bot.memory.service import MemoryService
-from bot.memory.spool import DurableSpool, spool_path
-from bot.metrics import Metrics, MetricsServer
-from bot.tasks import TaskRegistry
+from bot.memory.spool.durable import DurableSpool, spool_path
+from bot.runtime.health import Health
+from bot.runtime.metrics import Metrics, MetricsServer
+from bot.runtime.tasks import TaskRegistry
 from bot.vocabulary.clock import Clock, SystemClock
+from bot.vocabulary.errors import MemoryUnavailable
 
 log = logging.getLogger(__name__)
 

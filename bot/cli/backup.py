@@ -6,7 +6,11 @@ import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
-from bot.backup import (
+from bot.cli.database import configured_database, database_errors, migrated, where
+from bot.cli.errors import EXIT_CONFIG, EXIT_OK, CliError
+from bot.config import Settings
+from bot.db.engine import Database
+from bot.ops.backup import (
     BackupFailed,
     BadBackupPath,
     backup_target,
@@ -17,10 +21,6 @@ from bot.backup import (
     replace_from_backup,
     write_backup,
 )
-from bot.cli.database import configured_database, database_errors, migrated, where
-from bot.cli.errors import EXIT_CONFIG, EXIT_OK, CliError
-from bot.config import Settings
-from bot.db.engine import Database
 
 
 async def backup(settings: Settings, target: Path | None) -> int:

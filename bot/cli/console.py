@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from bot.cli.database import migrated
 from bot.config import Settings
-from bot.console import console
-from bot.console_terminal import LOG_FILE, logs_to_file
+from bot.console.session import console
+from bot.console.terminal import LOG_FILE, logs_to_file
 from bot.db.engine import Database
 
 

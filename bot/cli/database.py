@@ -8,10 +8,11 @@ from collections.abc import Iterator
 
 from bot.cli.errors import EXIT_CONFIG, EXIT_OK, CliError
 from bot.config import Settings
-from bot.db.engine import Database, DatabaseUnavailable, describe_url
+from bot.config.problems import database_unreachable, one_line_error
+from bot.config.urls import async_database_url
+from bot.db.engine import Database, describe_url
 from bot.db.migrate import MigrationsMissing, UnknownRevision, upgrade
-from bot.problems import database_unreachable, one_line_error
-from bot.urls import async_database_url
+from bot.vocabulary.errors import DatabaseUnavailable
 
 log = logging.getLogger(__name__)
 

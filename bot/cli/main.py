@@ -45,7 +45,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return run_command(migrate(settings))
         if args.command == "doctor":
-            from bot.doctor import doctor
+            from bot.ops.doctor import doctor
 
             return run_command(doctor(settings))
         if args.command == "console":

@@ -18,7 +18,7 @@ from discord import app_commands
 from sqlalchemy import exc as sa_exc
 
 from bot.cogs.checks import MissingMemoryPermission
-from bot.db.storage import MemoryUnavailable
+from bot.vocabulary.errors import MemoryUnavailable
 
 log = logging.getLogger(__name__)
 

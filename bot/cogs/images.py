@@ -10,8 +10,8 @@ from urllib.parse import urlsplit
 import aiohttp
 import discord
 
-from bot.memory.sanitize import strip_control_chars
 from bot.vocabulary.model import ImageRef
+from bot.vocabulary.sanitize import strip_control_chars
 
 log = logging.getLogger(__name__)
 

@@ -20,9 +20,9 @@ from discord.ext import commands
 
 from bot.cogs.checks import IntRange
 from bot.cogs.errors import UNAVAILABLE, ReportingView, answer, plural, think
-from bot.db.storage import MemoryUnavailable
-from bot.memory.deletion import ForgetReceipt
-from bot.memory.longterm import FactPage, LongTermService
+from bot.db.deletion import ForgetReceipt
+from bot.memory.longterm.facts import FactPage, LongTermService
+from bot.vocabulary.errors import MemoryUnavailable
 from bot.vocabulary.model import Fact
 
 if TYPE_CHECKING:

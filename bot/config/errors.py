@@ -27,7 +27,7 @@ from bot.config.settings import (
     Settings,
     value_origin,
 )
-from bot.urls import without_credentials
+from bot.config.urls import without_credentials
 from bot.vocabulary.redaction import redact_leaves
 
 _TOP_LEVEL_ENV = {

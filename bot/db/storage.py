@@ -30,6 +30,8 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm import Session
 
+from bot.vocabulary.errors import MemoryUnavailable
+
 log = logging.getLogger(__name__)
 
 DB_TIMEOUT_SECONDS = 5.0
@@ -41,10 +43,6 @@ PROBE_INTERVAL_SECONDS = 1.0
 # connection exception, insufficient resources, operator intervention (shutting down,
 # cannot connect now), system error, internal error.
 OUTAGE_SQLSTATE_CLASSES = frozenset({"08", "53", "57", "58", "XX"})
-
-
-class MemoryUnavailable(RuntimeError):
-    """The database refused or timed out; the message is safe to show a user."""
 
 
 def sqlstate(exc: BaseException) -> str | None:

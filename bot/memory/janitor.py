@@ -17,8 +17,8 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
-from bot.db.storage import MemoryUnavailable
 from bot.memory.service import MemoryService
+from bot.vocabulary.errors import MemoryUnavailable
 
 log = logging.getLogger(__name__)
 

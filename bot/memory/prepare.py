@@ -7,13 +7,13 @@ import contextlib
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
-from bot.db.storage import MemoryUnavailable
-from bot.memory.gather import count_new_messages
-from bot.memory.prompt import OtherChannel, PromptInput
-from bot.memory.reading import Reader
-from bot.memory.state import MemoryState
-from bot.memory.turn import LabelFor, PreparedTurn, TurnStart, TurnState
-from bot.memory.window import answering, with_trigger
+from bot.memory.stm.reading import Reader
+from bot.memory.stm.state import MemoryState
+from bot.memory.stm.window import answering, with_trigger
+from bot.memory.turn.gather import count_new_messages
+from bot.memory.turn.prompt import OtherChannel, PromptInput
+from bot.memory.turn.types import LabelFor, PreparedTurn, TurnStart, TurnState
+from bot.vocabulary.errors import MemoryUnavailable
 from bot.vocabulary.model import Marker, RawMessage, ScopeKey, StmEntry
 
 

@@ -30,8 +30,8 @@ from bot.cogs.replies import DISCORD_LIMIT
 from bot.conversation.tools.stm import STM_TOOL_NAME
 from bot.db.engine import Database
 from bot.db.models import ShortTermMemory, StmEvent
-from bot.llm.tool_loop import TIMEOUT_MESSAGE
-from bot.memory.turn import REASON_ALREADY_UPDATED, REASON_CLEARED, REASON_DISABLED
+from bot.llm.tools.loop import TIMEOUT_MESSAGE
+from bot.memory.turn.types import REASON_ALREADY_UPDATED, REASON_CLEARED, REASON_DISABLED
 from bot.vocabulary.model import Category, ScopeKey
 from tests.helpers.bot import KiokuHarness, start_kioku, stop_kioku
 from tests.helpers.builders import settings_changed_elsewhere
@@ -1033,13 +1033,15 @@ async def test_a_network_failure_while_posting_the_answer_is_logged_and_the_chan
     kioku.llm.reply_text("lost on the way")
     kioku.llm.reply_text("Here is your answer.")
 
-    with caplog.at_level(logging.WARNING, logger="bot.cogs.chat"):
+    with caplog.at_level(logging.WARNING, logger="bot.cogs.chat.cog"):
         await env.send("what's the plan?", mention_bot=True, raise_errors=False)
         await env.send("still there?", mention_bot=True, raise_errors=False)
 
     assert env.errors == []
     assert [s.content for s in env.sent] == ["Here is your answer."]
-    assert [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "bot.cogs.chat"] == [
+    assert [
+        (r.levelno, r.getMessage()) for r in caplog.records if r.name == "bot.cogs.chat.cog"
+    ] == [
         (
             logging.WARNING,
             f"could not send a reply in {env.channel.id}: {failure.__class__.__name__}",
@@ -1093,7 +1095,7 @@ async def test_a_shutdown_lets_an_answer_in_flight_go_out_before_the_chat_stops(
     await kioku.llm.wait_for_requests(1)
 
     sent_when_stopped: list[int] = []
-    stopping = asyncio.create_task(kioku.bot.unload_extension("bot.cogs.chat"))
+    stopping = asyncio.create_task(kioku.bot.unload_extension("bot.cogs.chat.cog"))
     stopping.add_done_callback(lambda _: sent_when_stopped.append(len(env.sent)))
     gate.set()
     await stopping
@@ -1108,13 +1110,13 @@ async def test_a_shutdown_cancels_answers_still_running_after_the_grace_period(
 ) -> None:
     env = kioku.env
     # By name: each bot loads the extension anew (an unload drops the module).
-    monkeypatch.setattr(sys.modules["bot.cogs.chat"], "SHUTDOWN_GRACE_SECONDS", 0.0)
+    monkeypatch.setattr(sys.modules["bot.cogs.chat.cog"], "SHUTDOWN_GRACE_SECONDS", 0.0)
     gate = kioku.llm.hold()
     kioku.llm.reply_tool_calls([stm_call("never stored")]).reply_text("never sent")
     turn = asyncio.create_task(env.send("what's the plan?", mention_bot=True, raise_errors=False))
     await kioku.llm.wait_for_requests(1)
 
-    await kioku.bot.unload_extension("bot.cogs.chat")  # returns with the model still held
+    await kioku.bot.unload_extension("bot.cogs.chat.cog")  # returns with the model still held
     gate.set()
     with contextlib.suppress(asyncio.CancelledError):
         await turn
@@ -1134,7 +1136,7 @@ async def test_a_shutdown_drops_turns_still_waiting_for_their_channel(
     await kioku.llm.wait_for_requests(1)
     second = asyncio.create_task(env.send("and after that?", mention_bot=True))
 
-    stopping = asyncio.create_task(kioku.bot.unload_extension("bot.cogs.chat"))
+    stopping = asyncio.create_task(kioku.bot.unload_extension("bot.cogs.chat.cog"))
     gate.set()
     await asyncio.gather(stopping, first, second)
 

@@ -11,13 +11,13 @@ import discord
 import pytest
 from sqlalchemy import func, insert, select
 
-from bot.cogs import stm_forms
 from bot.cogs.errors import GUILD_ONLY, SOMETHING_WENT_WRONG, UNAVAILABLE
 from bot.cogs.privacy import CANCELLED, NOT_YOURS
 from bot.cogs.refresh import REFRESH_MARKER_PREFIX
-from bot.cogs.stm_answers import ALWAYS_ON_SHOWN
-from bot.cogs.stm_forms import WIPE_ASK_A_MODERATOR, WIPE_WITH_REFRESH
-from bot.cogs.stm_history import describe_events
+from bot.cogs.stm import forms as stm_forms
+from bot.cogs.stm.answers import ALWAYS_ON_SHOWN
+from bot.cogs.stm.forms import WIPE_ASK_A_MODERATOR, WIPE_WITH_REFRESH
+from bot.cogs.stm.history import describe_events
 from bot.conversation.tools.stm import STM_TOOL_NAME
 from bot.db.models import GuildSettings, LongTermMemory, ShortTermMemory, StmCategory, StmEvent
 from bot.db.storage import faults

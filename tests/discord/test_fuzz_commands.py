@@ -36,8 +36,8 @@ from sqlalchemy import func, select
 from bot.cogs.errors import GUILD_ONLY, SOMETHING_WENT_WRONG
 from bot.db.models import LongTermMemory, StmCategory
 from bot.db.storage import faults
-from bot.memory.sanitize import sanitize_value
 from bot.vocabulary.model import Provenance, ScopeKey
+from bot.vocabulary.sanitize import sanitize_value
 from tests.helpers.bot import KiokuHarness
 from tests.helpers.builders import settings_changed_elsewhere
 from tests.helpers.fuzz import (

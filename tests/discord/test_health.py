@@ -12,8 +12,8 @@ import pytest
 from sqlalchemy.engine import URL
 
 from bot.db.engine import Database
-from bot.health import HEALTH_STEP, Health
-from bot.metrics import Metrics, MetricsServer
+from bot.runtime.health import HEALTH_STEP, Health
+from bot.runtime.metrics import Metrics, MetricsServer
 from tests.helpers.bot import KiokuHarness, start_kioku, stop_kioku
 from tests.helpers.event_tasks import run_tracked
 from tests.helpers.fake_llm import ScriptedLLM

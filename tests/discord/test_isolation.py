@@ -52,7 +52,7 @@ from bot.cogs.history import to_raw
 from bot.conversation.tools.stm import STM_TOOL_NAME
 from bot.db.engine import Database
 from bot.db.models import Base
-from bot.memory.spool import inspect_spool, spool_path
+from bot.memory.spool.durable import inspect_spool, spool_path
 from bot.vocabulary.model import message_hash
 from tests.conftest import Figures
 from tests.helpers.bot import KiokuHarness, start_kioku, stop_kioku

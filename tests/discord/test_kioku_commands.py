@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy.engine import URL
 
 from bot.cogs.errors import UNAVAILABLE
-from bot.cogs.kioku_answers import (
+from bot.cogs.kioku.answers import (
     BOT_USER,
     EVERYONE_ROLE,
     LIST_MAX,

@@ -23,7 +23,7 @@ from bot.cogs.privacy import (
 from bot.conversation.tools.stm import STM_TOOL_NAME
 from bot.db.engine import Database
 from bot.db.models import LongTermMemory, StmEvent, UserSettings
-from bot.memory.longterm import LongTermService
+from bot.memory.longterm.facts import LongTermService
 from bot.vocabulary.model import Provenance
 from tests.helpers.bot import KiokuHarness, start_kioku, stop_kioku
 from tests.helpers.fake_llm import ScriptedLLM

@@ -14,7 +14,7 @@ from sqlalchemy.engine import URL
 
 from bot.conversation.tools.stm import STM_TOOL_NAME
 from bot.db.engine import Database
-from bot.metrics import Metrics
+from bot.runtime.metrics import Metrics
 from tests.helpers.bot import KiokuHarness, start_kioku, stop_kioku
 from tests.helpers.fake_llm import ScriptedLLM
 

@@ -24,7 +24,7 @@ from bot.conversation.tools.stm import STM_TOOL_NAME
 from bot.db.engine import Database
 from bot.db.models import ShortTermMemory
 from bot.llm.failures import CUT_MESSAGE
-from bot.memory.turn import REASON_ALREADY_UPDATED
+from bot.memory.turn.types import REASON_ALREADY_UPDATED
 from tests.helpers.bot import KiokuHarness, start_kioku, stop_kioku
 from tests.helpers.builders import ManualClock
 from tests.helpers.fake_llm import ScriptedLLM, ToolDelta

@@ -11,7 +11,7 @@ import discord
 import pytest
 from sqlalchemy import select
 
-from bot.cogs.stm_answers import (
+from bot.cogs.stm.answers import (
     NOTHING_NEW,
     SUMMARY_BUSY,
     SUMMARY_DISABLED,
@@ -20,8 +20,8 @@ from bot.cogs.stm_answers import (
 )
 from bot.conversation.summarizer import Summarizer, SummaryOutcome
 from bot.db.models import ShortTermMemory
-from bot.llm.tool_loop import UNAVAILABLE_MESSAGE
-from bot.memory.window import WindowCache
+from bot.llm.tools.loop import UNAVAILABLE_MESSAGE
+from bot.memory.stm.window import WindowCache
 from bot.vocabulary.model import ScopeKey, message_hash
 from tests.helpers.bot import KiokuHarness
 

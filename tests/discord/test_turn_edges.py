@@ -21,7 +21,7 @@ from bot.conversation.turn import NO_LONG_TERM_TOOLS_NOTE
 from bot.db.engine import Database
 from bot.db.models import LongTermMemory, ShortTermMemory
 from bot.db.storage import Fault, faults
-from bot.llm.tool_loop import FALLBACK_REPLY, UNAVAILABLE_MESSAGE
+from bot.llm.tools.loop import FALLBACK_REPLY, UNAVAILABLE_MESSAGE
 from bot.vocabulary.model import RawMessage
 from tests.helpers.bot import KiokuHarness, start_kioku, stop_kioku
 from tests.helpers.discord_payloads import complete_message_payload as _complete_message_payload

@@ -21,7 +21,7 @@ import discord
 import pytest
 from sqlalchemy.engine import URL
 
-from bot.cogs.chat import TURNED_AWAY_REACTION
+from bot.cogs.chat.cog import TURNED_AWAY_REACTION
 from bot.db.engine import Database
 from bot.vocabulary.model import RawMessage
 from tests.helpers.bot import KiokuHarness, start_kioku, stop_kioku
@@ -246,12 +246,12 @@ async def test_a_turned_away_mention_is_logged_at_debug_by_channel_without_its_t
     kioku = await start(0)
     env = kioku.env
     arrivals = Arrivals(kioku, monkeypatch)
-    with caplog.at_level(logging.DEBUG, logger="bot.cogs.chat"):
+    with caplog.at_level(logging.DEBUG, logger="bot.cogs.chat.cog"):
         async with arrivals.while_running("running question", mention_bot=True) as first:
             second = await arrivals.send("the secret is HERON", mention_bot=True)
         await asyncio.gather(first, second)
 
-    records = [r for r in caplog.records if r.name == "bot.cogs.chat"]
+    records = [r for r in caplog.records if r.name == "bot.cogs.chat.cog"]
     turned_away = [r for r in records if "turned away" in r.getMessage()]
     assert [(r.levelno, str(env.channel.id) in r.getMessage()) for r in turned_away] == [
         (logging.DEBUG, True)

@@ -24,7 +24,7 @@ from discord.ext import commands
 
 from bot.cogs.history import WIPED_WHILE_ANSWERING, backfill
 from bot.cogs.refresh import REFRESH_MARKER_PREFIX, marker_text
-from bot.memory.window import WindowCache
+from bot.memory.stm.window import WindowCache
 from tests.helpers.bot import KiokuHarness
 from tests.helpers.discord_payloads import FakeResponse, snowflake
 from tests.helpers.discord_payloads import complete_message_payload as _complete_message_payload

@@ -9,10 +9,10 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from bot.config import Settings
-from bot.memory.longterm import LongTermService
+from bot.memory.longterm.facts import LongTermService
 from bot.memory.service import MemoryService
-from bot.memory.spool import DurableSpool
-from bot.memory.turn import LabelFor, PreparedTurn, TurnStart, TurnState
+from bot.memory.spool.durable import DurableSpool
+from bot.memory.turn.types import LabelFor, PreparedTurn, TurnStart, TurnState
 from bot.vocabulary.model import RawMessage
 from tests.helpers.faults import outage
 

@@ -32,8 +32,8 @@ from pathlib import Path
 from bot.config import Settings, load_settings
 from bot.db.engine import Database
 from bot.memory.service import MemoryService
-from bot.memory.spool import DurableSpool, inspect_spool, spool_path
-from bot.memory.turn import TurnStart
+from bot.memory.spool.durable import DurableSpool, inspect_spool, spool_path
+from bot.memory.turn.types import TurnStart
 from bot.services import replay_spool_at_start, start_services
 
 GUILD = 42

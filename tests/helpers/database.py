@@ -27,12 +27,12 @@ from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from bot.config import Settings, load_settings
+from bot.config.urls import async_database_url
 from bot.db.driver import statements_sent
 from bot.db.engine import Database, EmbeddedPostgres
 from bot.db.migrate import upgrade
 from bot.db.models import Base
 from bot.db.storage import database_answered, faults
-from bot.urls import async_database_url
 from tests.helpers.fake_llm import refused_base_url
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from bot.doctor_discord import DISCORD_API_VARIABLE
+from bot.ops.discord_probe import DISCORD_API_VARIABLE
 
 GOOD_TOKEN = "dummy-token"
 MESSAGE_CONTENT = 1 << 18

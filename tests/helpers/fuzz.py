@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from bot.memory.sanitize import MAX_VALUE_CHARS, PROMPT_PLACEHOLDERS
+from bot.vocabulary.sanitize import MAX_VALUE_CHARS, PROMPT_PLACEHOLDERS
 from tests.helpers.summary import recorded_properties
 
 T = TypeVar("T")
@@ -391,7 +391,7 @@ def stored_value_problems(
 
 # Long-term facts are sanitized like STM values but cut to ``max_fact_chars`` (SPEC §6,
 # bot/config.py: 500 by default) code points; category labels and descriptions are one
-# line of at most 40 / 200 characters each (bot/memory/categories.py).
+# line of at most 40 / 200 characters each (bot/memory/stm/categories.py).
 FACT_LIMIT = 500
 
 
@@ -416,7 +416,7 @@ def category_definition_problems(
 ) -> list[str]:
     """Problems of one ``stm_categories`` row's label and description (these go into the
     prompt and the tool schema as they are, so they must be as clean as a memory)."""
-    from bot.memory.categories import DESCRIPTION_MAX_LENGTH, LABEL_MAX_LENGTH
+    from bot.memory.stm.categories import DESCRIPTION_MAX_LENGTH, LABEL_MAX_LENGTH
 
     secrets = tuple(secrets)
     return [f"label: {p}" for p in _single_line_problems(label, LABEL_MAX_LENGTH, secrets)] + [

@@ -15,7 +15,7 @@ import string
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from bot.memory.sanitize import sanitize_value
+from bot.vocabulary.sanitize import sanitize_value
 
 B62 = string.ascii_letters + string.digits
 B64URL = B62 + "_-"

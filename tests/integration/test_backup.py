@@ -20,11 +20,11 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from bot.cli.backup import backup, restore
 from bot.cli.errors import EXIT_CONFIG, CliError
 from bot.config import Settings
+from bot.config.urls import async_database_url
 from bot.db.engine import Database
 from bot.db.migrate import alembic_config, head_revision, upgrade
 from bot.db.models import Base
-from bot.memory.spool import DurableSpool, spool_path
-from bot.urls import async_database_url
+from bot.memory.spool.durable import DurableSpool, spool_path
 from bot.vocabulary.model import Provenance
 from tests.helpers.builders import (
     ALICE,

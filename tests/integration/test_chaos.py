@@ -89,12 +89,13 @@ from bot.db.engine import Database
 from bot.db.models import ShortTermMemory
 from bot.db.notify import NOTIFY_CHANNEL, CacheListener
 from bot.db.repositories import stm as stm_repo
-from bot.db.storage import MemoryUnavailable, database_answered, faults
-from bot.memory import commit as commit_module
-from bot.memory import wipes as wipes_module
+from bot.db.storage import database_answered, faults
 from bot.memory.service import MemoryService
-from bot.memory.spool import DurableSpool, spool_path
-from bot.memory.turn import PreparedTurn
+from bot.memory.spool.durable import DurableSpool, spool_path
+from bot.memory.stm import commit as commit_module
+from bot.memory.stm import wipes as wipes_module
+from bot.memory.turn.types import PreparedTurn
+from bot.vocabulary.errors import MemoryUnavailable
 from bot.vocabulary.model import Category, GuildConfig, RawMessage, ScopeKey, StmEntry
 from tests.helpers.builders import (
     ALICE,

@@ -25,8 +25,8 @@ from sqlalchemy.engine import URL
 from bot.app import ShardedKiokuBot
 from bot.db.engine import Database
 from bot.db.migrate import head_revision
-from bot.doctor_discord import DISCORD_API_VARIABLE
-from bot.memory.spool import DurableSpool, spool_path
+from bot.memory.spool.durable import DurableSpool, spool_path
+from bot.ops.discord_probe import DISCORD_API_VARIABLE
 from tests.helpers.database import make_test_settings, scratch_database, worker_suffix
 from tests.helpers.fake_llm import DEFAULT_MODEL_ID, ScriptedLLM
 from tests.helpers.processes import ROOT, kioku_env
@@ -391,7 +391,7 @@ async def test_doctor_hides_the_api_key_a_refusing_endpoint_quotes_and_says_to_c
 
 def test_doctor_hides_every_configured_secret_from_the_text_it_shows(tmp_path: Path) -> None:
     from bot.config import load_settings
-    from bot.doctor import secret_hider
+    from bot.ops.doctor import secret_hider
 
     settings = load_settings(
         database_url="postgresql://kioku:db-password-1@db.example:5432/kioku",
@@ -422,7 +422,7 @@ async def test_doctor_fails_the_config_row_without_a_key_for_openais_endpoint(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from bot.doctor import doctor
+    from bot.ops.doctor import doctor
 
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
@@ -567,7 +567,7 @@ async def test_doctor_names_an_llm_that_never_answers_as_a_timeout_and_waits_onc
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     # Was "APITimeoutError: Request timed out. (Cancelled via cancel scope …)", twice over.
-    from bot.doctor import doctor
+    from bot.ops.doctor import doctor
 
     settings = make_test_settings(
         pg_url,
@@ -670,7 +670,7 @@ def test_every_persona_placeholder_doctor_knows_is_filled_in() -> None:
     from datetime import UTC, datetime
 
     from bot.conversation.turn import TurnRequest, render_persona
-    from bot.memory.sanitize import PROMPT_PLACEHOLDERS
+    from bot.vocabulary.sanitize import PROMPT_PLACEHOLDERS
 
     request = TurnRequest(channel_id=1, user_id=2, message_id=3, content="", bot_user_id=4)
     template = " ".join(f"{{{name}}}" for name in sorted(PROMPT_PLACEHOLDERS))
@@ -1211,7 +1211,7 @@ async def test_doctor_names_a_database_that_never_answers_as_a_timeout(
     tmp_path: Path, silent_server: int, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from bot.config import load_settings
-    from bot.doctor import doctor
+    from bot.ops.doctor import doctor
     from tests.helpers.fake_llm import refused_base_url
 
     settings = load_settings(
@@ -1236,7 +1236,7 @@ async def test_doctor_names_the_host_and_port_of_a_database_that_refuses_connect
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from bot.config import load_settings
-    from bot.doctor import doctor
+    from bot.ops.doctor import doctor
     from tests.helpers.fake_llm import refused_base_url
 
     port = urlsplit(refused_base_url()).port
@@ -1256,7 +1256,7 @@ async def test_doctor_names_the_host_and_port_of_a_database_that_refuses_connect
 async def test_doctor_database_row_is_one_line_when_the_server_refuses(
     pg_url: URL, migrated_database: Database, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from bot.doctor import doctor
+    from bot.ops.doctor import doctor
     from tests.helpers.database import make_test_settings
     from tests.helpers.fake_llm import refused_base_url
 
@@ -1280,7 +1280,7 @@ async def test_doctor_database_row_is_one_line_when_the_server_refuses(
 async def test_doctor_says_to_check_the_login_when_the_server_refuses_the_user(
     pg_url: URL, migrated_database: Database, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from bot.doctor import doctor
+    from bot.ops.doctor import doctor
     from tests.helpers.database import make_test_settings
     from tests.helpers.fake_llm import refused_base_url
 
@@ -1302,7 +1302,7 @@ def test_a_wrong_database_password_is_a_refused_login() -> None:
     import asyncpg
     from sqlalchemy.exc import DBAPIError
 
-    from bot.doctor import login_refused
+    from bot.ops.doctor import login_refused
 
     wrong = asyncpg.InvalidPasswordError('password authentication failed for user "kioku"')
     orig = RuntimeError("adapted")
@@ -1317,7 +1317,7 @@ async def test_doctor_fails_the_migrations_row_when_the_revision_cannot_be_read(
 ) -> None:
     from sqlalchemy.ext.asyncio import create_async_engine
 
-    from bot.doctor import doctor
+    from bot.ops.doctor import doctor
     from tests.helpers.database import make_test_settings
     from tests.helpers.fake_llm import refused_base_url
 
@@ -1363,7 +1363,7 @@ async def test_doctor_fails_the_token_row_for_an_empty_token(
     pg_url: URL, migrated_database: Database, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # config/example.env ships `DISCORD_TOKEN=`; that is not a token.
-    from bot.doctor import doctor
+    from bot.ops.doctor import doctor
     from tests.helpers.database import make_test_settings
     from tests.helpers.fake_llm import refused_base_url
 

@@ -21,16 +21,17 @@ from sqlalchemy.engine import URL
 
 import bot.db.notify as notify_module
 from bot.config import Settings
-from bot.db.engine import Database, DatabaseUnavailable
+from bot.config.urls import async_database_url
+from bot.db.engine import Database
 from bot.db.models import ShortTermMemory
 from bot.db.notify import NOTIFY_CHANNEL, CacheListener, ListenerUnavailable, Notice
 from bot.db.storage import faults
-from bot.memory.change import REASON_CATEGORIES_CHANGED
 from bot.memory.service import MemoryService
-from bot.memory.spool import DurableSpool, spool_path
-from bot.memory.turn import REASON_CLEARED, TurnStart
+from bot.memory.spool.durable import DurableSpool, spool_path
+from bot.memory.stm.change import REASON_CATEGORIES_CHANGED
+from bot.memory.turn.types import REASON_CLEARED, TurnStart
 from bot.services import start_services
-from bot.urls import async_database_url
+from bot.vocabulary.errors import DatabaseUnavailable
 from bot.vocabulary.model import Category, ScopeKey
 from tests.helpers.builders import (
     ALICE,

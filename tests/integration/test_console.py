@@ -16,8 +16,8 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import URL
 
-from bot.console import console
-from bot.console_terminal import HISTORY_FILE, LOG_FILE, PROMPT, THINKING
+from bot.console.session import console
+from bot.console.terminal import HISTORY_FILE, LOG_FILE, PROMPT, THINKING
 from bot.conversation.tools.longterm import REMEMBER_TOOL_NAME
 from bot.conversation.tools.stm import STM_TOOL_NAME
 from bot.conversation.turn import DEFAULT_PERSONA

@@ -20,8 +20,8 @@ from bot.db.engine import Database
 from bot.db.models import ShortTermMemory
 from bot.db.storage import database_answered, faults
 from bot.memory.service import MemoryService
-from bot.memory.spool import DurableSpool, PendingChanges, inspect_spool, spool_path
-from bot.memory.turn import TurnStart
+from bot.memory.spool.durable import DurableSpool, PendingChanges, inspect_spool, spool_path
+from bot.memory.turn.types import TurnStart
 from bot.vocabulary.model import ScopeKey
 from tests.helpers.builders import (
     ALICE,

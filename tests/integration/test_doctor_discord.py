@@ -13,8 +13,8 @@ import pytest
 from sqlalchemy.engine import URL
 
 from bot.db.engine import Database
-from bot.doctor import doctor
-from bot.doctor_table import Table
+from bot.ops.doctor import doctor
+from bot.ops.table import Table
 from tests.helpers.database import make_test_settings
 from tests.helpers.fake_discord_api import MESSAGE_CONTENT_LIMITED, FakeDiscordApi
 from tests.helpers.fake_llm import DEFAULT_MODEL_ID, ScriptedLLM

@@ -12,15 +12,8 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from bot.db.engine import Database
 from bot.db.models import GuildSettings
-from bot.db.storage import (
-    MemoryUnavailable,
-    database_down,
-    faults,
-    is_outage,
-    open_session,
-    outage_number,
-    storage,
-)
+from bot.db.storage import database_down, faults, is_outage, open_session, outage_number, storage
+from bot.vocabulary.errors import MemoryUnavailable
 from tests.helpers.faults import back, outage, own_sessions
 
 GUILD = 111_111_111_111_111_111

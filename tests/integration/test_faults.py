@@ -28,15 +28,16 @@ from bot.conversation.tools.stm import STM_TOOL_NAME
 from bot.db.engine import Database, EmbeddedPostgres
 from bot.db.migrate import upgrade
 from bot.db.models import ShortTermMemory, StmEvent
-from bot.db.storage import MemoryUnavailable, database_failed, faults, outage_number
+from bot.db.storage import database_failed, faults, outage_number
 from bot.memory.service import MemoryService
-from bot.memory.spool import (
+from bot.memory.spool.durable import (
     DurableSpool,
     SpoolStatus,
     inspect_spool,
     spool_path,
 )
-from bot.memory.turn import TurnStart
+from bot.memory.turn.types import TurnStart
+from bot.vocabulary.errors import MemoryUnavailable
 from tests.conftest import Figures
 from tests.helpers.bot import start_kioku, stop_kioku
 from tests.helpers.builders import (

@@ -30,10 +30,10 @@ from bot.conversation.tools.stm import parse_stm_arguments, run_stm_tool
 from bot.db.engine import Database
 from bot.db.models import ShortTermMemory
 from bot.llm.tools.base import ToolArgumentError
-from bot.memory.sanitize import sanitize_value
 from bot.memory.service import MemoryService
-from bot.memory.turn import TurnStart, TurnState
+from bot.memory.turn.types import TurnStart, TurnState
 from bot.vocabulary.model import Category, GuildConfig
+from bot.vocabulary.sanitize import sanitize_value
 from tests.helpers.builders import ALICE, BOB, BOT, CHANNEL, GUILD, ManualClock
 from tests.helpers.fuzz import (
     FuzzCounter,

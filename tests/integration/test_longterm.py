@@ -17,9 +17,9 @@ from bot.config import Settings
 from bot.conversation.turn import TurnRequest, TurnRunner
 from bot.db.engine import Database
 from bot.db.models import LongTermMemory, ShortTermMemory, StmEvent
-from bot.db.storage import MemoryUnavailable
-from bot.memory.longterm import FactRefused, LongTermService
-from bot.memory.near_duplicates import is_near_duplicate
+from bot.memory.longterm.facts import FactRefused, LongTermService
+from bot.memory.longterm.near_duplicates import is_near_duplicate
+from bot.vocabulary.errors import MemoryUnavailable
 from bot.vocabulary.model import Place, Provenance
 from bot.vocabulary.search_words import SearchWords, query_words
 from tests.helpers.builders import (

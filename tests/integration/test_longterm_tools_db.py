@@ -24,8 +24,8 @@ from bot.conversation.tools.longterm import (
 )
 from bot.db.engine import Database
 from bot.db.models import LongTermMemory, StmEvent
-from bot.llm.tool_loop import ToolSpec
-from bot.memory.longterm import LongTermService
+from bot.llm.tools.loop import ToolSpec
+from bot.memory.longterm.facts import LongTermService
 from bot.vocabulary.model import Provenance
 from tests.helpers.builders import ALICE, BOB, GUILD, ManualClock
 from tests.helpers.database import make_test_settings

@@ -34,8 +34,8 @@ from bot.conversation.tools.longterm import LONG_TERM_TOOL_NAMES, REMEMBER_TOOL_
 from bot.conversation.tools.stm import STM_TOOL_NAME
 from bot.conversation.turn import load_persona
 from bot.db.engine import Database
-from bot.memory.intent import explicit_long_term_intent
-from bot.memory.prompt import LONG_TERM_HEADING, VALUE_LIMIT, relative_time
+from bot.memory.longterm.intent import explicit_long_term_intent
+from bot.memory.turn.prompt import LONG_TERM_HEADING, VALUE_LIMIT, relative_time
 from bot.vocabulary.model import RawMessage
 from tests.helpers.builders import ManualClock
 from tests.helpers.database import empty_tables, make_test_settings

@@ -13,8 +13,8 @@ from bot.db.models import GuildSettings, ShortTermMemory, StmEvent
 from bot.db.repositories import stm as stm_repo
 from bot.db.storage import faults
 from bot.memory.service import MemoryService
-from bot.memory.spool import DurableSpool, spool_path
-from bot.memory.turn import REASON_CLEARED, TurnStart
+from bot.memory.spool.durable import DurableSpool, spool_path
+from bot.memory.turn.types import REASON_CLEARED, TurnStart
 from bot.vocabulary.model import ScopeKey
 from tests.helpers.builders import (
     ALICE,

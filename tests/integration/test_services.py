@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy.engine import URL
 
 from bot.db.engine import Database
-from bot.memory.spool import DurableSpool, spool_path
+from bot.memory.spool.durable import DurableSpool, spool_path
 from bot.services import StartupFailed, start_services
 from tests.helpers.database import make_test_settings
 

@@ -25,12 +25,11 @@ from bot.config import Settings
 from bot.db.engine import Database
 from bot.db.models import LongTermMemory, ShortTermMemory, StmEvent
 from bot.db.repositories import stm as stm_repo
-from bot.db.storage import FaultPlan, MemoryUnavailable, faults
-from bot.memory import spool as spool_module
-from bot.memory.change import WriteResult
-from bot.memory.longterm import FactRefused, LongTermService
+from bot.db.storage import FaultPlan, faults
+from bot.memory.longterm.facts import FactRefused, LongTermService
 from bot.memory.service import MemoryService
-from bot.memory.spool import (
+from bot.memory.spool import durable as spool_module
+from bot.memory.spool.durable import (
     ALL_REFUSED_RETRIES,
     DurableSpool,
     ReplayRefused,
@@ -38,8 +37,10 @@ from bot.memory.spool import (
     inspect_spool,
     spool_path,
 )
-from bot.memory.spool_file import SpoolFile
-from bot.memory.turn import REASON_CLEARED, TurnStart
+from bot.memory.spool.file import SpoolFile
+from bot.memory.stm.change import WriteResult
+from bot.memory.turn.types import REASON_CLEARED, TurnStart
+from bot.vocabulary.errors import MemoryUnavailable
 from bot.vocabulary.model import Category, Provenance, ScopeKey, StmEntry
 from tests.helpers.builders import (
     ALICE,

@@ -17,12 +17,11 @@ from bot.db.driver import statements_sent
 from bot.db.engine import Database
 from bot.db.models import LongTermMemory, ShortTermMemory, StmEvent
 from bot.db.repositories import stm as stm_repo
-from bot.db.storage import MemoryUnavailable
-from bot.memory.change import REASON_CATEGORIES_CHANGED
 from bot.memory.janitor import run_janitor, run_turn_count_saver
-from bot.memory.prompt import assemble
 from bot.memory.service import MemoryService
-from bot.memory.turn import (
+from bot.memory.stm.change import REASON_CATEGORIES_CHANGED
+from bot.memory.turn.prompt import assemble
+from bot.memory.turn.types import (
     REASON_ALREADY_UPDATED,
     REASON_CLEARED,
     REASON_DISABLED,
@@ -32,6 +31,7 @@ from bot.memory.turn import (
     TurnStart,
     TurnState,
 )
+from bot.vocabulary.errors import MemoryUnavailable
 from bot.vocabulary.model import AuditEvent, Category, ScopeKey
 from tests.helpers.builders import (
     ALICE,

@@ -16,7 +16,7 @@ from bot.conversation.tools.stm import run_stm_tool
 from bot.db.engine import Database
 from bot.db.models import ShortTermMemory, StmEvent
 from bot.memory.service import MemoryService
-from bot.memory.turn import (
+from bot.memory.turn.types import (
     REASON_ALREADY_UPDATED,
     REASON_DISABLED,
     REASON_EXPLICIT_INTENT,

@@ -42,12 +42,12 @@ from bot.conversation.turn import TurnRequest, TurnRunner
 from bot.db.engine import Database
 from bot.db.models import ShortTermMemory, StmEvent
 from bot.db.storage import faults
-from bot.llm.tool_loop import UNAVAILABLE_MESSAGE
-from bot.memory.change import WriteResult
-from bot.memory.prompt import VALUE_LIMIT, assemble
+from bot.llm.tools.loop import UNAVAILABLE_MESSAGE
 from bot.memory.service import MemoryService
-from bot.memory.spool import DurableSpool, spool_path
-from bot.memory.turn import REASON_CHANGED, TurnState
+from bot.memory.spool.durable import DurableSpool, spool_path
+from bot.memory.stm.change import WriteResult
+from bot.memory.turn.prompt import VALUE_LIMIT, assemble
+from bot.memory.turn.types import REASON_CHANGED, TurnState
 from bot.vocabulary import providers
 from bot.vocabulary.model import Category, Marker, RawMessage, ScopeKey, message_hash
 from bot.vocabulary.providers import CHARS_PER_TOKEN, capabilities

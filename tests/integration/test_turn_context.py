@@ -10,7 +10,7 @@ from sqlalchemy.engine import URL
 
 from bot.db.engine import Database
 from bot.memory.service import MemoryService
-from bot.memory.turn import PreparedTurn, TurnStart
+from bot.memory.turn.types import PreparedTurn, TurnStart
 from bot.vocabulary.model import RawMessage, StmEntry
 from tests.helpers.builders import ALICE, BOB, BOT, CHANNEL, GUILD, make_service, message
 from tests.helpers.database import make_test_settings

@@ -10,7 +10,7 @@ from sqlalchemy.engine import URL
 from bot.config import Settings
 from bot.conversation.turn import TurnRequest, TurnRunner, context_chars
 from bot.db.engine import Database
-from bot.memory.turn import TurnStart
+from bot.memory.turn.types import TurnStart
 from bot.vocabulary.providers import capabilities
 from tests.helpers.builders import (
     ALICE,

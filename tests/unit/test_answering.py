@@ -3,7 +3,7 @@ after it by others, and never a marker past it."""
 
 from __future__ import annotations
 
-from bot.memory.window import answering, with_trigger
+from bot.memory.stm.window import answering, with_trigger
 from bot.vocabulary.model import Marker
 from tests.helpers.builders import ALICE, BOB, BOT, message
 

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 from bot.cogs.history import is_refresh_marker
 from bot.cogs.refresh import marker_text
-from bot.memory.window import WindowCache
+from bot.memory.stm.window import WindowCache
 from bot.vocabulary.model import RawMessage
 
 CHANNEL = 42

@@ -1,4 +1,4 @@
-"""``bot.backup`` without a database: backup names, which client tools fit a server,
+"""``bot.ops.backup`` without a database: backup names, which client tools fit a server,
 and how a database URL reaches them."""
 
 from __future__ import annotations
@@ -9,15 +9,15 @@ from pathlib import Path
 import pytest
 from sqlalchemy.engine import make_url
 
-from bot.backup import (
+from bot.config import Settings, load_settings
+from bot.config.urls import async_database_url
+from bot.ops.backup import (
     default_backup_path,
     latest_backup,
     libpq_environment,
     newest_tools,
     tools_for_server,
 )
-from bot.config import Settings, load_settings
-from bot.urls import async_database_url
 
 
 @pytest.fixture

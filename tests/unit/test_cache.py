@@ -1,4 +1,4 @@
-"""The STM cache (``bot.memory.cache.StmCache``): bounded LRU, TTLs measured from the last
+"""The STM cache (``bot.memory.stm.cache.StmCache``): bounded LRU, TTLs measured from the last
 update, and secondary indexes that never outlive their entries.
 
 A :class:`ManualClock` drives both the wall clock (an entry's age) and the monotonic
@@ -11,7 +11,7 @@ from datetime import timedelta
 
 import pytest
 
-from bot.memory.cache import StmCache
+from bot.memory.stm.cache import StmCache
 from bot.vocabulary.model import ScopeKey, StmEntry
 from tests.helpers.builders import ALICE, BOB, CHANNEL, GUILD, OTHER_CHANNEL, ManualClock
 

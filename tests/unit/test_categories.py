@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bot.memory.categories import (
+from bot.memory.stm.categories import (
     CategoryDefinitionError,
     assign_slugs,
     parse_category_lines,

@@ -1,5 +1,5 @@
 """One STM write, apart from storage: its shape checks, sanitized values, and what it
-does to an entry (``bot.memory.change``)."""
+does to an entry (``bot.memory.stm.change``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from bot.memory.change import (
+from bot.memory.stm.change import (
     apply_change,
     keeps_a_value,
     sanitized_change,

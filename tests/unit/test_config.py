@@ -17,13 +17,13 @@ from bot.config import (
     load_settings,
     unknown_variables,
 )
-from bot.llm.client import make_client
-from bot.problems import (
+from bot.config.problems import (
     data_dir_problem,
     database_unreachable,
     embedded_data_dir_problem,
     one_line_error,
 )
+from bot.llm.client import make_client
 from tests.helpers.fake_llm import ScriptedLLM
 
 ROOT = Path(__file__).resolve().parents[2]

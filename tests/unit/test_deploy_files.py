@@ -22,7 +22,7 @@ from pydantic.fields import FieldInfo
 
 from bot.cli.main import main
 from bot.config import Settings, load_settings
-from bot.metrics import Metrics, MetricsServer
+from bot.runtime.metrics import Metrics, MetricsServer
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "docker-compose.yml"
@@ -34,7 +34,7 @@ PROCESS_ONLY = {
     "KIOKU_CONFIG": "bot/config/files.py",
     "KIOKU_ENV_FILE": "bot/config/files.py",
     "KIOKU_MIGRATIONS_DIR": "bot/db/migrate.py",
-    "KIOKU_DISCORD_API_URL": "bot/doctor_discord.py",
+    "KIOKU_DISCORD_API_URL": "bot/ops/discord_probe.py",
 }
 SECRETS = {"DISCORD_TOKEN", "OPENAI_API_KEY"}
 

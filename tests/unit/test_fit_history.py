@@ -12,7 +12,7 @@ from bot.conversation.turn import (
     fit_notes,
     render_persona,
 )
-from bot.memory.prompt import AssembledPrompt
+from bot.memory.turn.prompt import AssembledPrompt
 from bot.vocabulary.providers import CHARS_PER_TOKEN, prompt_chars
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from bot.memory.gather import count_new_messages, gather_new_messages, messages_after_marker
+from bot.memory.turn.gather import count_new_messages, gather_new_messages, messages_after_marker
 from bot.vocabulary.model import Marker, RawMessage
 
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)

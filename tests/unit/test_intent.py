@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bot.memory.intent import explicit_long_term_intent
+from bot.memory.longterm.intent import explicit_long_term_intent
 
 POSITIVE = {
     "remember-that": "remember that I'm vegan",

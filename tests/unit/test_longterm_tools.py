@@ -22,7 +22,7 @@ from bot.conversation.tools.longterm import (
     remember_definition,
 )
 from bot.llm.tools.base import ToolArgumentError
-from bot.memory.near_duplicates import is_near_duplicate
+from bot.memory.longterm.near_duplicates import is_near_duplicate
 from bot.vocabulary.model import Fact
 
 # ------------------------------------------------------------------ definitions

@@ -1,4 +1,4 @@
-"""``bot.metrics``: the labels of STM tool results and model requests, what a model
+"""``bot.runtime.metrics``: the labels of STM tool results and model requests, what a model
 request adds, and the endpoint's own life cycle."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 from aiohttp import web
 
 from bot.llm.client import LlmRequest, request_outcome
-from bot.metrics import Metrics, MetricsServer, stm_tool_result
+from bot.runtime.metrics import Metrics, MetricsServer, stm_tool_result
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bot.memory.prompt import (
+from bot.memory.turn.prompt import (
     AssembledPrompt,
     OtherChannel,
     PromptInput,

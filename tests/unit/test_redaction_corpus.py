@@ -10,7 +10,7 @@ import random
 
 import pytest
 
-from bot.memory.sanitize import sanitize_value
+from bot.vocabulary.sanitize import sanitize_value
 from tests.conftest import Figures
 from tests.helpers.redaction_corpus import (
     FAMILIES,

@@ -9,8 +9,8 @@ import string
 import pytest
 import regex
 
-from bot.memory.sanitize import sanitize_value
 from bot.vocabulary.redaction import normalize, provider_rules, rule_data
+from bot.vocabulary.sanitize import sanitize_value
 
 B62 = string.ascii_letters + string.digits
 

@@ -15,8 +15,8 @@ import pytest
 
 from bot.config import LlmSettings, SettingsError, load_settings
 from bot.llm.roles import OPENING_USER_LINE, alternate_roles
-from bot.llm.tool_loop import LlmUnavailable, ToolSpec, run_tool_loop
 from bot.llm.tools.base import ToolOutcome
+from bot.llm.tools.loop import LlmUnavailable, ToolSpec, run_tool_loop
 from bot.vocabulary.providers import PROVIDERS, capabilities
 from tests.helpers.fake_llm import ScriptedLLM, openai_client, role_order_problem
 

@@ -14,14 +14,6 @@ import regex
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bot.memory.sanitize import (
-    MAX_VALUE_CHARS,
-    PROMPT_PLACEHOLDERS,
-    sanitize_value,
-    strip_control_chars,
-    strip_unknown_placeholders,
-    truncate_graphemes,
-)
 from bot.vocabulary.redaction import (
     context_rules,
     engine,
@@ -31,6 +23,14 @@ from bot.vocabulary.redaction import (
     redact_secrets,
     redaction_kinds,
     token_rules,
+)
+from bot.vocabulary.sanitize import (
+    MAX_VALUE_CHARS,
+    PROMPT_PLACEHOLDERS,
+    sanitize_value,
+    strip_control_chars,
+    strip_unknown_placeholders,
+    truncate_graphemes,
 )
 from tests.helpers.fuzz import memory_value_problems
 
@@ -1062,7 +1062,7 @@ _LINEAR_PROBE = textwrap.dedent(
     import sys
     sys.path.insert(0, {root!r})
     from bot.vocabulary.redaction import redact_secrets
-    from bot.memory.sanitize import strip_control_chars, strip_unknown_placeholders
+    from bot.vocabulary.sanitize import strip_control_chars, strip_unknown_placeholders
     MB = 1_000_000
     text = {expression}
     assert len(redact_secrets(text)) <= len(text) + 64

@@ -9,7 +9,7 @@ import gc
 import weakref
 from collections import defaultdict
 
-from bot.memory.singleflight import KeyedLocks, KeyedQueues, finish_or_cancel
+from bot.runtime.singleflight import KeyedLocks, KeyedQueues, finish_or_cancel
 
 
 def test_a_key_has_one_lock_while_it_is_kept_and_other_keys_their_own() -> None:

@@ -34,21 +34,16 @@ def test_core_layers_import_nothing_from_discord(layer: str) -> None:
 
 
 # Each layer imports only from layers below it (and from itself); see docs/architecture.md.
-LAYERS: dict[str, float] = {
+LAYERS: dict[str, int] = {
     "bot.vocabulary": 0,
-    "bot.urls": 0,
     "bot.config": 1,
-    "bot.problems": 1.5,
     "bot.db": 2,
     "bot.llm": 2,
-    "bot.memory": 3,
-    "bot.metrics": 3,
-    "bot.health": 3,
-    "bot.tasks": 3.5,
-    "bot.conversation": 4,
-    "bot.backup": 4,
+    "bot.runtime": 3,
+    "bot.memory": 4,
+    "bot.conversation": 5,
 }
-EDGE = 5  # cogs, console, app, CLI, doctor: they may use anything below
+EDGE = 6  # cogs, console, ops, cli, app, services: they may use anything below
 # Imports inside functions hide cycles; only the CLI defers them (for start-up time).
 LAZY_IMPORTS_ALLOWED = ("bot.__main__", "bot.cli")
 
@@ -58,7 +53,7 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def layer_of(module: str) -> tuple[str, float]:
+def layer_of(module: str) -> tuple[str, int]:
     for prefix, rank in sorted(LAYERS.items(), key=lambda item: -len(item[0])):
         if module == prefix or module.startswith(prefix + "."):
             return prefix, rank

@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from bot.tasks import TaskRegistry
+from bot.runtime.tasks import TaskRegistry
 
 
 async def test_a_failed_task_is_logged_and_let_go(caplog: pytest.LogCaptureFixture) -> None:
@@ -16,7 +16,7 @@ async def test_a_failed_task_is_logged_and_let_go(caplog: pytest.LogCaptureFixtu
     async def boom() -> None:
         raise ValueError("broken")
 
-    with caplog.at_level(logging.ERROR, logger="bot.tasks"):
+    with caplog.at_level(logging.ERROR, logger="bot.runtime.tasks"):
         task = tasks.spawn(boom(), name="boom")
         assert list(tasks) == [task]  # referenced while it runs
         assert await tasks.wait() == 0

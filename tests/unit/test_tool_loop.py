@@ -24,7 +24,8 @@ from bot.conversation.tools.stm import STM_TOOL_NAME
 from bot.conversation.turn import TurnRequest, TurnRunner
 from bot.db.engine import Database
 from bot.db.models import LongTermMemory, ShortTermMemory
-from bot.llm.tool_loop import (
+from bot.llm.tools.base import ToolOutcome
+from bot.llm.tools.loop import (
     CONFIGURATION_MESSAGE,
     FALLBACK_REPLY,
     RATE_LIMIT_MESSAGE,
@@ -35,8 +36,7 @@ from bot.llm.tool_loop import (
     ToolSpec,
     run_tool_loop,
 )
-from bot.llm.tools.base import ToolOutcome
-from bot.memory.turn import REASON_PROVIDER
+from bot.memory.turn.types import REASON_PROVIDER
 from bot.vocabulary.providers import (
     GENERIC,
     MIN_STM_CONTEXT_TOKENS,
@@ -328,7 +328,7 @@ async def test_raising_tool_is_answered_as_error_and_logged_without_arguments(
         raise RuntimeError("database went away")
 
     llm.reply_tool_calls([("boom", {"x": "SECRET-ARGUMENT"})]).reply_text("Hmm.")
-    with caplog.at_level(logging.WARNING, logger="bot.llm.tool_calls"):
+    with caplog.at_level(logging.WARNING, logger="bot.llm.tools.calls"):
         result = await _loop(llm, {"boom": ToolSpec(_definition("boom"), explode)})
     assert result.text == "Hmm."
     assert result.errors == 1
@@ -554,7 +554,7 @@ async def test_an_answer_written_beside_a_tool_call_survives_a_failed_follow_up(
     answer = "The capital of France is Paris."
     llm.reply_tool_calls([("stm", {"x": "Asked about France."})], content=answer)
     llm.reply_error(503)
-    with caplog.at_level(logging.WARNING, logger="bot.llm.tool_loop"):
+    with caplog.at_level(logging.WARNING, logger="bot.llm.tools.loop"):
         result = await _loop(llm, {"stm": tool.spec})
     assert result.text == answer
     assert not result.gave_up and result.stopped is None

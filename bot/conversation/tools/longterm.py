@@ -7,8 +7,6 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
-from bot.db.storage import MemoryUnavailable
-from bot.llm.tool_loop import ToolSpec
 from bot.llm.tools.arguments import (
     json_type,
     load_object,
@@ -17,8 +15,10 @@ from bot.llm.tools.arguments import (
     require_string,
 )
 from bot.llm.tools.base import ToolArgumentError, ToolOutcome
-from bot.memory.fact_visibility import ChannelFilter, ChannelView, visible_here
-from bot.memory.longterm import SEARCH_LIMIT, FactRefused, LongTermService
+from bot.llm.tools.loop import ToolSpec
+from bot.memory.longterm.facts import SEARCH_LIMIT, FactRefused, LongTermService
+from bot.memory.longterm.visibility import ChannelFilter, ChannelView, visible_here
+from bot.vocabulary.errors import MemoryUnavailable
 from bot.vocabulary.model import Fact, Place, Provenance
 
 REMEMBER_TOOL_NAME = "remember"

@@ -24,10 +24,10 @@ from bot.llm.tools.arguments import (
     utf8_size,
 )
 from bot.llm.tools.base import ToolArgumentError, ToolOutcome
-from bot.memory.sanitize import MAX_VALUE_CHARS as STM_VALUE_MAX_CHARS
 from bot.memory.service import MemoryService
-from bot.memory.turn import TurnState
+from bot.memory.turn.types import TurnState
 from bot.vocabulary.model import SUMMARY_SLUG, Category, GuildConfig
+from bot.vocabulary.sanitize import MAX_VALUE_CHARS as STM_VALUE_MAX_CHARS
 
 STM_TOOL_NAME = "update_short_term_memory"
 MAX_RAW_ARGUMENT_BYTES = 64 * 1024

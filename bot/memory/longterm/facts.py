@@ -1,0 +1,517 @@
+"""Long-term memory (SPEC §6): the facts each user explicitly asked the bot to remember."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import math
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal
+
+from cachetools import LRUCache
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from bot.config import Settings
+from bot.db.repositories import longterm as repo
+from bot.db.repositories import stm as stm_repo
+from bot.db.repositories.longterm import FactCursor
+from bot.db.storage import storage
+from bot.memory.longterm.near_duplicates import is_near_duplicate
+from bot.memory.longterm.visibility import ChannelFilter, hidden_fact_ids
+from bot.memory.spool.durable import DurableSpool
+from bot.vocabulary.clock import Clock, SystemClock
+from bot.vocabulary.model import Fact, FactEvent, Place, Provenance, ScoredFact
+from bot.vocabulary.sanitize import sanitize_value
+from bot.vocabulary.search_words import SearchWords
+
+__all__ = [
+    "FactCursor",
+    "FactPage",
+    "FactRefused",
+    "ForgetResult",
+    "LongTermService",
+    "RememberResult",
+]
+
+log = logging.getLogger(__name__)
+
+EVENT_REMEMBER = "ltm_remember"
+EVENT_FORGET = "ltm_forget"
+EVENT_EVICT = "ltm_evict"
+EVENT_CLEAR = "ltm_clear"
+
+RECALL_CANDIDATES = 50
+SEARCH_LIMIT = 10
+# Users whose last save this process remembers (see LongTermService.saves).
+SAVE_COUNTERS = 100_000
+
+
+FORGOTTEN_MEANWHILE = (
+    "the user had everything about them forgotten (/forget-me) while this turn ran; "
+    "nothing was saved"
+)
+
+
+CLEARED_MEANWHILE = (
+    "the user cleared their long-term memories (/memories clear) while this turn ran; "
+    "nothing was saved"
+)
+
+
+FORGET_PENDING = (
+    "the user's /forget-me is still being applied (the database was unavailable); "
+    "nothing was saved, ask them to try again in a minute"
+)
+
+
+class FactRefused(ValueError):
+    """Nothing was stored; ``str()`` says why (safe to show the model or the user)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RememberResult:
+    """What :meth:`LongTermService.remember` stored, replaced and evicted."""
+
+    id: int
+    status: Literal["created", "updated"]
+    evicted_ids: tuple[int, ...] = ()
+    truncated: bool = False
+    fact: Fact | None = None
+
+    @property
+    def created(self) -> bool:
+        return self.status == "created"
+
+
+@dataclass(frozen=True, slots=True)
+class ForgetResult:
+    """The facts :meth:`LongTermService.forget` deleted, or the candidates of an ambiguous query."""
+
+    deleted: tuple[Fact, ...] = ()
+    candidates: tuple[Fact, ...] = ()
+
+    @property
+    def ids(self) -> list[int]:
+        return [fact.id for fact in self.deleted]
+
+
+@dataclass(frozen=True, slots=True)
+class FactPage:
+    """One page of a user's facts, newest first; ``newer`` counts the facts before it."""
+
+    facts: tuple[Fact, ...]
+    page: int
+    pages: int
+    total: int
+    page_size: int
+    newer: int = 0
+
+    @property
+    def has_previous(self) -> bool:
+        return self.newer > 0
+
+    @property
+    def has_next(self) -> bool:
+        return self.newer + len(self.facts) < self.total
+
+    @property
+    def first(self) -> FactCursor | None:
+        """Where the page starts (for the page before it), None when empty."""
+        return (self.facts[0].updated_at, self.facts[0].id) if self.facts else None
+
+    @property
+    def last(self) -> FactCursor | None:
+        """Where the page ends (for the page after it), None when empty."""
+        return (self.facts[-1].updated_at, self.facts[-1].id) if self.facts else None
+
+
+class LongTermService:
+    """Stores, recalls, lists and deletes one user's long-term facts."""
+
+    def __init__(
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        settings: Settings,
+        clock: Clock | None = None,
+        *,
+        spool: DurableSpool | None = None,
+    ) -> None:
+        self._sessions = sessions
+        self.settings = settings
+        # A /forget-me waiting there deletes every fact of the user when it is replayed.
+        self._spool = spool
+        self.limits = settings.longterm
+        self.clock: Clock = clock or SystemClock()
+        # Per user, the number of their last save attempted here. One sequence for all users,
+        # so a value read before a save never equals one read after, even across an eviction.
+        self._save_seq = itertools.count(1)
+        self._last_save: LRUCache[int, int] = LRUCache(maxsize=SAVE_COUNTERS)
+
+    def saves(self, user_id: int) -> int:
+        """A number that changes whenever this process tries to save a fact of ``user_id``.
+
+        Unchanged across a recall, it means no save finished meanwhile."""
+        return self._last_save.get(user_id, 0)
+
+    def _storage(self, what: str) -> contextlib.AbstractAsyncContextManager[AsyncSession]:
+        return storage(self._sessions, f"long-term memory: {what}")
+
+    def _forget_pending(self, user_id: int) -> bool:
+        """Whether a /forget-me of the user waits in the spool (their facts count as deleted)."""
+        return self._spool is not None and self._spool.forgetting(user_id)
+
+    # ------------------------------------------------------------------ writing
+
+    def clean(self, text: str) -> tuple[str, bool]:
+        """``text`` as it would be stored, and whether it was shortened to fit."""
+        limit = self.limits.max_fact_chars
+        clean = sanitize_value(text, limit=limit).strip()
+        # Not len(text): redaction markers can be longer than their secret, and a cut on a
+        # grapheme boundary can drop several code points at once.
+        whole = sanitize_value(text, limit=sys.maxsize).strip()
+        return clean, len(whole) > len(clean)
+
+    async def remember(
+        self,
+        user_id: int,
+        guild_id: int | None,
+        text: str,
+        provenance: Provenance,
+        *,
+        channel_id: int | None = None,
+        place: Place | None = None,
+        started_at: datetime | None = None,
+    ) -> RememberResult:
+        """Store ``text`` as a fact of ``user_id`` said in ``guild_id`` (None: a DM) at ``place``.
+
+        Raises :class:`FactRefused` if sanitizing empties it, or if the user was forgotten or
+        cleared since ``started_at`` (when the asking turn began).
+        """
+        content, truncated = self.clean(text)
+        if not content:
+            raise FactRefused("the fact is empty after removing unsafe content")
+        if place is None and channel_id is not None:
+            place = Place(channel_id)
+        try:
+            return await self._remember(
+                user_id, guild_id, content, truncated, provenance, place, started_at
+            )
+        finally:
+            # After the commit (or failure): a recall that ran meanwhile and found nothing
+            # must not be cached as "no facts here".
+            self._last_save[user_id] = next(self._save_seq)
+
+    async def _remember(
+        self,
+        user_id: int,
+        guild_id: int | None,
+        content: str,
+        truncated: bool,
+        provenance: Provenance,
+        place: Place | None,
+        started_at: datetime | None,
+    ) -> RememberResult:
+        now = self.clock.now()
+        async with self._storage("remembering a fact") as session, session.begin():
+            await repo.lock_user(session, user_id)  # a /forget-me takes it too
+            if self._forget_pending(user_id):
+                raise FactRefused(FORGET_PENDING)
+            if started_at is not None:
+                forgotten = (await stm_repo.forget_times(session, [user_id])).get(user_id)
+                if forgotten is not None and forgotten >= started_at:  # see writes_refused
+                    raise FactRefused(FORGOTTEN_MEANWHILE)
+                cleared = await repo.last_event_at(session, user_id, EVENT_CLEAR)
+                if cleared is not None and cleared >= started_at:
+                    raise FactRefused(CLEARED_MEANWHILE)
+            existing = await repo.facts_in_scope(session, user_id, guild_id)
+            near_duplicate = next(
+                (f for f in reversed(existing) if is_near_duplicate(content, f.content)), None
+            )
+            events: list[FactEvent] = []
+            evicted: list[Fact] = []
+            if near_duplicate is not None:
+                fact = await repo.update_fact(
+                    session,
+                    near_duplicate.id,
+                    content=content,
+                    provenance=provenance,
+                    now=now,
+                    place=place,
+                )
+                status: Literal["created", "updated"] = "updated"
+                chars_before: int | None = len(near_duplicate.content)
+            else:
+                total = await repo.count_facts(session, user_id)
+                overflow = total - self.limits.max_facts_per_user + 1
+                evicted = await repo.evict_least_recalled(session, user_id, overflow)
+                events += [
+                    FactEvent(EVENT_EVICT, user_id, chars_before=len(gone.content), chars_after=0)
+                    for gone in evicted
+                ]
+                fact = await repo.insert_fact(
+                    session,
+                    user_id=user_id,
+                    guild_id=guild_id,
+                    content=content,
+                    provenance=provenance,
+                    now=now,
+                    place=place,
+                )
+                status, chars_before = "created", None
+            events.append(
+                FactEvent(
+                    EVENT_REMEMBER,
+                    user_id,
+                    origin=provenance.origin,
+                    actor_user_id=provenance.actor_user_id,
+                    message_id=provenance.source_message_id,
+                    chars_before=chars_before,
+                    chars_after=len(content),
+                )
+            )
+            await repo.add_events(session, events, now)
+        if evicted:
+            log.info(
+                "long-term memory of user %s is full: evicted %s",
+                user_id,
+                ", ".join(f"#{gone.id}" for gone in evicted),
+            )
+        return RememberResult(fact.id, status, tuple(gone.id for gone in evicted), truncated, fact)
+
+    async def forget(
+        self,
+        user_id: int,
+        *,
+        fact_id: int | None = None,
+        query: str | None = None,
+        guild_id: int | None = None,
+        opted_in: bool = False,
+        may_show: ChannelFilter | None = None,
+        actor_user_id: int | None = None,
+        source_message_id: int | None = None,
+        origin: str = "model_tool",
+    ) -> ForgetResult:
+        """Delete the user's fact ``fact_id``, or the visible fact holding every word of ``query``.
+
+        When several facts do, none is deleted: they come back as candidates."""
+        if (fact_id is None) == (query is None):
+            raise ValueError("give exactly one of fact_id and query")
+        now = self.clock.now()
+        async with self._storage("forgetting a fact") as session, session.begin():
+            target = fact_id
+            if target is None:
+                # Only facts this channel may see: one said somewhere more private is
+                # neither found nor deleted (nor named) from here.
+                hits = await repo.search(
+                    session,
+                    user_id=user_id,
+                    guild_id=guild_id,
+                    opted_in=opted_in,
+                    words=SearchWords.of(query or ""),
+                    now=now,
+                    limit=SEARCH_LIMIT,
+                    all_words=True,
+                    whole_words=True,
+                    hidden=await hidden_fact_ids(session, user_id, guild_id, opted_in, may_show),
+                )
+                if len(hits) != 1:
+                    return ForgetResult(candidates=tuple(hit.fact for hit in hits))
+                target = hits[0].fact.id
+            deleted = await repo.delete_fact(session, user_id, target)
+            if deleted is None:
+                return ForgetResult()
+            await repo.add_events(
+                session,
+                [
+                    FactEvent(
+                        EVENT_FORGET,
+                        user_id,
+                        origin=origin,
+                        actor_user_id=actor_user_id if actor_user_id is not None else user_id,
+                        message_id=source_message_id,
+                        chars_before=len(deleted.content),
+                        chars_after=0,
+                    )
+                ],
+                now,
+            )
+        return ForgetResult((deleted,))
+
+    async def delete(self, user_id: int, fact_id: int) -> bool:
+        """``/memories forget``: delete the fact if it is ``user_id``'s own."""
+        result = await self.forget(user_id, fact_id=fact_id, origin="user_command")
+        return bool(result.deleted)
+
+    async def clear(self, user_id: int) -> int:
+        """``/memories clear``: delete every fact of the user; returns how many."""
+        now = self.clock.now()
+        async with self._storage("clearing long-term memory") as session, session.begin():
+            await repo.lock_user(session, user_id)
+            deleted = await repo.delete_all(session, user_id)
+            # Even when nothing was deleted: its time refuses facts from turns begun before.
+            await repo.add_events(
+                session,
+                [FactEvent(EVENT_CLEAR, user_id, origin="user_command", actor_user_id=user_id)],
+                now,
+            )
+        return deleted
+
+    # ------------------------------------------------------------------ reading
+
+    async def recall_notes(
+        self,
+        user_id: int,
+        guild_id: int | None,
+        query_text: str,
+        opted_in: bool,
+        *,
+        may_show: ChannelFilter | None = None,
+    ) -> list[str]:
+        """The facts visible here most relevant to ``query_text``, within the recall budget."""
+        budget = self.limits.recall_char_budget
+        if budget <= 0 or self._forget_pending(user_id):
+            return []
+        now = self.clock.now()
+        async with self._storage("recalling facts") as session, session.begin():
+            hits = await repo.search(
+                session,
+                user_id=user_id,
+                guild_id=guild_id,
+                opted_in=opted_in,
+                words=SearchWords.of(query_text),
+                now=now,
+                limit=RECALL_CANDIDATES,
+                hidden=await hidden_fact_ids(session, user_id, guild_id, opted_in, may_show),
+            )
+            chosen = _within_budget(hits, budget)
+            await repo.bump_recall(session, (fact.id for fact in chosen), now)
+        return [fact.content for fact in chosen]
+
+    async def search(
+        self,
+        user_id: int,
+        guild_id: int | None,
+        query: str,
+        *,
+        opted_in: bool,
+        limit: int = SEARCH_LIMIT,
+        may_show: ChannelFilter | None = None,
+    ) -> list[Fact]:
+        """The facts visible here holding ``query``'s words, those holding most first."""
+        if self._forget_pending(user_id):
+            return []
+        now = self.clock.now()
+        async with self._storage("searching facts") as session, session.begin():
+            hits = await repo.search(
+                session,
+                user_id=user_id,
+                guild_id=guild_id,
+                opted_in=opted_in,
+                words=SearchWords.of(query),
+                now=now,
+                limit=limit,
+                matched_only=True,
+                whole_words=True,
+                hidden=await hidden_fact_ids(session, user_id, guild_id, opted_in, may_show),
+            )
+            await repo.bump_recall(session, (hit.fact.id for hit in hits), now)
+        return [hit.fact for hit in hits]
+
+    async def list_facts(
+        self,
+        user_id: int,
+        page: int = 1,
+        page_size: int = 5,
+        *,
+        older_than: FactCursor | None = None,
+        newer_than: FactCursor | None = None,
+    ) -> FactPage:
+        """Page ``page`` of the user's facts, or the page past a cursor (``/memories list``).
+
+        Cursors (:attr:`FactPage.last` / :attr:`FactPage.first`) skip no fact when some were
+        deleted meanwhile."""
+        page_size = max(1, page_size)
+        if self._forget_pending(user_id):  # deleted, as far as the user was told
+            return FactPage((), 1, 1, 0, page_size)
+        async with self._storage("listing facts") as session:
+            total = await repo.count_facts(session, user_id)
+            facts: list[Fact] = []
+            if older_than is not None:
+                facts = await repo.list_facts(
+                    session, user_id, limit=page_size, older_than=older_than
+                )
+                page = sys.maxsize  # nothing older any more: the last page
+            elif newer_than is not None:
+                facts = await repo.list_facts(
+                    session, user_id, limit=page_size, newer_than=newer_than
+                )
+                if len(facts) < page_size:
+                    facts, page = [], 1
+            if facts:
+                newer = await repo.count_newer(session, user_id, (facts[0].updated_at, facts[0].id))
+            else:
+                pages = max(1, math.ceil(total / page_size))
+                page = min(max(1, page), pages)
+                newer = (page - 1) * page_size
+                facts = await repo.list_facts(session, user_id, offset=newer, limit=page_size)
+        # Numbered by the facts before and after the page, which need not be a multiple
+        # of the page size once facts were deleted between two clicks.
+        older = max(0, total - newer - len(facts))
+        number = math.ceil(newer / page_size) + 1
+        pages = number + math.ceil(older / page_size)
+        return FactPage(tuple(facts), number, pages, total, page_size, newer)
+
+    async def get(self, user_id: int, fact_id: int) -> Fact | None:
+        if self._forget_pending(user_id):
+            return None
+        async with self._storage("reading a fact") as session:
+            return await repo.get_fact(session, user_id, fact_id)
+
+    async def guild_ids(self, user_id: int) -> set[int]:
+        """The servers the user's facts were said in (to check their access from a DM)."""
+        if self._forget_pending(user_id):
+            return set()
+        async with self._storage("reading a user's servers") as session:
+            return await repo.guild_ids_of_user(session, user_id)
+
+    async def count(self, user_id: int) -> int:
+        if self._forget_pending(user_id):
+            return 0
+        async with self._storage("counting facts") as session:
+            return await repo.count_facts(session, user_id)
+
+    async def suggest(self, user_id: int, typed: str, limit: int = 25) -> list[Fact]:
+        """Facts whose id starts with ``typed`` (``#`` optional) or whose text holds it."""
+        needle = typed.strip().casefold()
+        if self._forget_pending(user_id):
+            return []
+        async with self._storage("suggesting facts") as session:
+            facts = await repo.list_facts(
+                session, user_id, offset=0, limit=self.limits.max_facts_per_user
+            )
+        if needle:
+            digits = needle.removeprefix("#")
+            facts = [
+                fact
+                for fact in facts
+                if (digits.isdigit() and str(fact.id).startswith(digits))
+                or needle in fact.content.casefold()
+            ]
+        return facts[:limit]
+
+
+def _within_budget(hits: Sequence[ScoredFact], budget: int) -> list[Fact]:
+    """The most relevant facts that fit in ``budget``; one too long is skipped, not a stop."""
+    chosen: list[Fact] = []
+    used = 0
+    for hit in hits:
+        size = len(hit.fact.content)
+        if used + size > budget:
+            continue
+        chosen.append(hit.fact)
+        used += size
+    return chosen
