@@ -10,8 +10,6 @@ import discord
 import openai
 from discord.ext import commands
 
-from bot.cogs.errors import install_error_handler
-from bot.cogs.needs import invite_url
 from bot.config import Settings
 from bot.conversation.summarizer import Summarizer
 from bot.conversation.turn import TurnRunner
@@ -27,16 +25,19 @@ from bot.vocabulary.clock import Clock, SystemClock
 
 log = logging.getLogger(__name__)
 
-# At shutdown, after the answers in flight (see bot.cogs.chat.cog.SHUTDOWN_GRACE_SECONDS),
+# At shutdown, after the answers in flight (see bot.cogs.chat.SHUTDOWN_GRACE_SECONDS),
 # background summaries get this long before they are cancelled.
 SUMMARY_SHUTDOWN_GRACE_SECONDS = 1.0
 
+# The error handler first, so every command's failures go through it.
 EXTENSIONS: tuple[str, ...] = (
-    "bot.cogs.chat.cog",
+    "bot.cogs.errors",
+    "bot.cogs.needs",
+    "bot.cogs.chat",
     "bot.cogs.refresh",
-    "bot.cogs.stm.cog",
+    "bot.cogs.stm",
     "bot.cogs.privacy",
-    "bot.cogs.kioku.cog",
+    "bot.cogs.kioku",
 )
 
 
@@ -73,7 +74,6 @@ class KiokuBot(commands.Bot):
         self._use_spool = spool
         self._serve_metrics = serve_metrics
         self.services: Services | None = None
-        self._invite_logged = False
         # Set by on_disconnect until the gateway is back (on_connect, on_resumed).
         self._gateway_down = False
 
@@ -93,7 +93,6 @@ class KiokuBot(commands.Bot):
         except OSError as exc:
             raise StartupFailed(describe_local_failure(exc, self.settings.data_dir)) from exc
         self.services.health.watch_discord(self.discord_problem)
-        install_error_handler(self.tree)
         for extension in EXTENSIONS:
             await self.load_extension(extension)
         self.metrics.gauge("kioku_guilds", "Servers this process serves", lambda: len(self.guilds))
@@ -153,10 +152,6 @@ class KiokuBot(commands.Bot):
             servers,
             "" if servers == 1 else "s",
         )
-        # on_ready comes again after each resumed session: the link is logged once.
-        if not self._invite_logged:
-            self._invite_logged = True
-            log.info("invite link: %s", invite_url(self.application_id or self.user.id))
 
     def discord_problem(self) -> str | None:
         """Why this process is not connected to Discord now (``None``: it is), for /healthz."""

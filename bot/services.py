@@ -12,20 +12,19 @@ import openai
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from bot.config import Settings
-from bot.conversation.summarizer import Summarizer
-from bot.conversation.turn import TurnRunner
-from bot.db.engine import Database
-from bot.db.notify import CacheListener
-from bot.llm.client import make_client
-from bot.memory.janitor import run_janitor, run_turn_count_saver
-from bot.memory.longterm.facts import LongTermService
-from bot.memory.service import MemoryService
-from bot.memory.spool.durable import DurableSpool, spool_path
-from bot.runtime.health import Health
-from bot.runtime.metrics import Metrics, MetricsServer
-from bot.runtime.tasks import TaskRegistry
-from bot.vocabulary.clock import Clock, SystemClock
-from bot.vocabulary.errors import MemoryUnavailable
+from bot.conversation import Summarizer, TurnRunner
+from bot.db import CacheListener, Database
+from bot.llm import make_client
+from bot.memory import (
+    DurableSpool,
+    LongTermService,
+    MemoryService,
+    run_janitor,
+    run_turn_count_saver,
+    spool_path,
+)
+from bot.runtime import Health, Metrics, MetricsServer, TaskRegistry
+from bot.vocabulary import Clock, MemoryUnavailable, SystemClock
 
 log = logging.getLogger(__name__)
 

@@ -9,8 +9,8 @@ from pathlib import Path
 from bot.cli.database import configured_database, database_errors, migrated, where
 from bot.cli.errors import EXIT_CONFIG, EXIT_OK, CliError
 from bot.config import Settings
-from bot.db.engine import Database
-from bot.ops.backup import (
+from bot.db import Database
+from bot.ops import (
     BackupFailed,
     BadBackupPath,
     backup_target,

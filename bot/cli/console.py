@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from bot.cli.database import migrated
 from bot.config import Settings
-from bot.console.session import console
-from bot.console.terminal import LOG_FILE, logs_to_file
-from bot.db.engine import Database
+from bot.console import LOG_FILE, console, logs_to_file
+from bot.db import Database
 
 
 async def run_console(settings: Settings) -> int:

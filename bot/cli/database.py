@@ -7,12 +7,9 @@ import logging
 from collections.abc import Iterator
 
 from bot.cli.errors import EXIT_CONFIG, EXIT_OK, CliError
-from bot.config import Settings
-from bot.config.problems import database_unreachable, one_line_error
-from bot.config.urls import async_database_url
-from bot.db.engine import Database, describe_url
-from bot.db.migrate import MigrationsMissing, UnknownRevision, upgrade
-from bot.vocabulary.errors import DatabaseUnavailable
+from bot.config import Settings, async_database_url, database_unreachable, one_line_error
+from bot.db import Database, MigrationsMissing, UnknownRevision, describe_url, upgrade
+from bot.vocabulary import DatabaseUnavailable
 
 log = logging.getLogger(__name__)
 

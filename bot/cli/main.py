@@ -45,9 +45,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return run_command(migrate(settings))
         if args.command == "doctor":
-            from bot.ops.doctor import doctor
+            from bot.ops import run_doctor
 
-            return run_command(doctor(settings))
+            return run_command(run_doctor(settings))
         if args.command == "console":
             check_llm_key(settings)
             from bot.cli.console import run_console

@@ -22,7 +22,7 @@ def version() -> str:
     from importlib.metadata import PackageNotFoundError
     from importlib.metadata import version as release_of
 
-    from bot.db.migrate import head_revision
+    from bot.db import head_revision
 
     try:
         release = release_of("kioku")

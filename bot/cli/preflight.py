@@ -6,9 +6,8 @@ import logging
 import sys
 
 from bot.cli.errors import EXIT_CONFIG, CliError
-from bot.config import Settings
-from bot.config.problems import api_key_problem, data_dir_problem, embedded_data_dir_problem
-from bot.memory.spool.durable import spool_in_use, spool_path
+from bot.config import Settings, api_key_problem, data_dir_problem, embedded_data_dir_problem
+from bot.memory import spool_in_use, spool_path
 
 
 def configure_logging(settings: Settings) -> None:

@@ -12,11 +12,10 @@ from bot.cli.discord_calls import discord_call
 from bot.cli.errors import EXIT_OK, CliError
 from bot.cli.preflight import spool_locked_message
 from bot.config import Settings
-from bot.db.clock_skew import warn_of_clock_skew
-from bot.db.engine import Database
-from bot.memory.spool.durable import SpoolLocked
+from bot.db import Database, warn_of_clock_skew
+from bot.memory import SpoolLocked
 from bot.services import StartupFailed
-from bot.vocabulary.errors import DatabaseUnavailable
+from bot.vocabulary import DatabaseUnavailable
 
 log = logging.getLogger(__name__)
 

@@ -15,10 +15,11 @@ from typing import Any
 
 import discord
 from discord import app_commands
+from discord.ext import commands
 from sqlalchemy import exc as sa_exc
 
 from bot.cogs.checks import MissingMemoryPermission
-from bot.vocabulary.errors import MemoryUnavailable
+from bot.vocabulary import MemoryUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -181,3 +182,7 @@ def install_error_handler(tree: app_commands.CommandTree[Any]) -> None:
         await report_error(interaction, error)
 
     tree.error(on_error)
+
+
+async def setup(bot: commands.Bot) -> None:
+    install_error_handler(bot.tree)

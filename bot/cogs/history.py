@@ -13,10 +13,8 @@ import discord
 
 from bot.cogs.images import image_refs
 from bot.cogs.refresh import REFRESH_MARKER_PREFIX
-from bot.llm.tools.loop import FRIENDLY_ERRORS
-from bot.vocabulary.errors import MemoryUnavailable
-from bot.vocabulary.model import RawMessage, speaker_name
-from bot.vocabulary.sanitize import strip_control_chars
+from bot.llm import FRIENDLY_ERRORS
+from bot.vocabulary import MemoryUnavailable, RawMessage, speaker_name, strip_control_chars
 
 if TYPE_CHECKING:
     from bot.app import KiokuBot

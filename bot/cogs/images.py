@@ -10,8 +10,7 @@ from urllib.parse import urlsplit
 import aiohttp
 import discord
 
-from bot.vocabulary.model import ImageRef
-from bot.vocabulary.sanitize import strip_control_chars
+from bot.vocabulary import ImageRef, strip_control_chars
 
 log = logging.getLogger(__name__)
 

@@ -20,10 +20,9 @@ from discord.ext import commands
 
 from bot.cogs.checks import IntRange
 from bot.cogs.errors import UNAVAILABLE, ReportingView, answer, plural, think
-from bot.db.deletion import ForgetReceipt
-from bot.memory.longterm.facts import FactPage, LongTermService
-from bot.vocabulary.errors import MemoryUnavailable
-from bot.vocabulary.model import Fact
+from bot.db import ForgetReceipt
+from bot.memory import FactPage, LongTermService
+from bot.vocabulary import Fact, MemoryUnavailable
 
 if TYPE_CHECKING:
     from bot.app import KiokuBot

@@ -23,8 +23,16 @@ from bot.config.files import (
     env_file_path,
     env_file_values,
 )
+from bot.config.problems import (
+    api_key_problem,
+    data_dir_problem,
+    database_unreachable,
+    embedded_data_dir_problem,
+    one_line_error,
+)
 from bot.config.settings import (
     SECTIONS,
+    ContextSettings,
     DatabaseSettings,
     LlmSettings,
     LongTermSettings,
@@ -33,10 +41,12 @@ from bot.config.settings import (
     StmSettings,
     unknown_variables,
 )
+from bot.config.urls import async_database_url, without_credentials
 
 __all__ = [
     "DEFAULT_PERSONA_FILE",
     "SECTIONS",
+    "ContextSettings",
     "DatabaseSettings",
     "LlmSettings",
     "LongTermSettings",
@@ -44,10 +54,17 @@ __all__ = [
     "Settings",
     "SettingsError",
     "StmSettings",
+    "api_key_problem",
+    "async_database_url",
     "config_file_path",
+    "data_dir_problem",
+    "database_unreachable",
+    "embedded_data_dir_problem",
     "env_file_path",
     "env_file_values",
     "load_settings",
+    "one_line_error",
+    "without_credentials",
 ]
 
 

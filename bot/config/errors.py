@@ -28,7 +28,7 @@ from bot.config.settings import (
     value_origin,
 )
 from bot.config.urls import without_credentials
-from bot.vocabulary.redaction import redact_leaves
+from bot.vocabulary import redact_leaves
 
 _TOP_LEVEL_ENV = {
     "discord_token": "DISCORD_TOKEN",

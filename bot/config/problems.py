@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 
 from sqlalchemy.exc import DBAPIError
 
-from bot.config import Settings
+from bot.config.settings import Settings
 from bot.config.urls import OPENAI_DEFAULT_BASE_URL
 
 # SQLAlchemy's pointer to its documentation, which ends the text of its own errors.

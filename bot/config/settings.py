@@ -40,7 +40,7 @@ from bot.config.files import (
     env_file_values,
 )
 from bot.config.urls import OPENAI_DEFAULT_BASE_URL, async_database_url, openai_base_url
-from bot.vocabulary.providers import capabilities, provider_problem
+from bot.vocabulary import capabilities, provider_problem
 
 RenderMode = Literal["crude_summary", "supersede"]
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]

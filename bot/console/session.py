@@ -14,14 +14,11 @@ from typing import TextIO
 
 from bot.config import Settings
 from bot.console.terminal import Terminal, interactive, thinking
-from bot.conversation.turn import TurnReply, TurnRequest, TurnRunner
-from bot.db.engine import Database
-from bot.db.migrate import upgrade
-from bot.memory.service import MemoryService
-from bot.memory.turn.prompt import relative_time, render_memory_text
+from bot.conversation import TurnReply, TurnRequest, TurnRunner
+from bot.db import Database, upgrade
+from bot.memory import MemoryService, relative_time, render_memory_text
 from bot.services import start_services
-from bot.vocabulary.errors import MemoryUnavailable
-from bot.vocabulary.model import RawMessage, ScopeKey
+from bot.vocabulary import MemoryUnavailable, RawMessage, ScopeKey
 
 # The terminal is one guild channel with fixed ids, so its memory outlives the session.
 CONSOLE_GUILD_ID = 1

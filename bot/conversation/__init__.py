@@ -10,3 +10,21 @@ tools/          the tools offered to the model: update_short_term_memory, long-t
 access          whether a message may start a turn: owners, the DM switch, a server's lists
 server_profile  a server's own persona (checked when set) and model (for its turns)
 """
+
+from bot.conversation.access import Refusal, refusal
+from bot.conversation.server_profile import PersonaRefused, clean_persona, server_model
+from bot.conversation.summarizer import Summarizer, SummaryOutcome
+from bot.conversation.turn import TurnReply, TurnRequest, TurnRunner
+
+__all__ = [
+    "PersonaRefused",
+    "Refusal",
+    "Summarizer",
+    "SummaryOutcome",
+    "TurnReply",
+    "TurnRequest",
+    "TurnRunner",
+    "clean_persona",
+    "refusal",
+    "server_model",
+]

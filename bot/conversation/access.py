@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Literal
 
-from bot.vocabulary.model import GuildAccess
+from bot.vocabulary import GuildAccess
 
 Refusal = Literal["direct_messages_off", "blocked_user", "blocked_role", "not_allowed"]
 

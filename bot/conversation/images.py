@@ -10,9 +10,8 @@ import base64
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from bot.config.settings import ContextSettings
-from bot.vocabulary.model import ImageRef, RawMessage
-from bot.vocabulary.providers import ProviderCaps
+from bot.config import ContextSettings
+from bot.vocabulary import ImageRef, ProviderCaps, RawMessage
 
 # Downloads an image for the data_url transport (the edge knows how to reach Discord);
 # None when it could not.

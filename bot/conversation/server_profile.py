@@ -4,8 +4,7 @@ what an admin gives, and what a turn of that server uses."""
 from __future__ import annotations
 
 from bot.config import Settings
-from bot.vocabulary.model import GuildConfig
-from bot.vocabulary.sanitize import sanitize_value
+from bot.vocabulary import GuildConfig, sanitize_value
 
 SERVER_PERSONA_HEADING = "How this server's admins want you to act here:"
 

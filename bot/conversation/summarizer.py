@@ -62,17 +62,29 @@ from bot.conversation.summary_prompt import (
     plan_batches,
     request_chars,
 )
-from bot.llm.client import RequestObserver
-from bot.llm.tools.loop import UNAVAILABLE_MESSAGE, LlmUnavailable, LoopResult, run_tool_loop
-from bot.memory.service import MemoryService
-from bot.memory.stm.change import REASON_CATEGORIES_CHANGED
-from bot.memory.turn.gather import messages_after_marker
-from bot.memory.turn.prompt import VALUE_LIMIT, render_memory_text
-from bot.memory.turn.types import REASON_CHANGED, REASON_CLEARED, REASON_DISABLED, TurnState
-from bot.vocabulary.errors import MemoryUnavailable
-from bot.vocabulary.model import GuildConfig, Marker, RawMessage, StmEntry
-from bot.vocabulary.providers import ProviderCaps, capabilities, prompt_chars
-from bot.vocabulary.sanitize import sanitize_value
+from bot.llm import UNAVAILABLE_MESSAGE, LlmUnavailable, LoopResult, RequestObserver, run_tool_loop
+from bot.memory import (
+    REASON_CATEGORIES_CHANGED,
+    REASON_CHANGED,
+    REASON_CLEARED,
+    REASON_DISABLED,
+    VALUE_LIMIT,
+    MemoryService,
+    TurnState,
+    messages_after_marker,
+    render_memory_text,
+)
+from bot.vocabulary import (
+    GuildConfig,
+    Marker,
+    MemoryUnavailable,
+    ProviderCaps,
+    RawMessage,
+    StmEntry,
+    capabilities,
+    prompt_chars,
+    sanitize_value,
+)
 
 __all__ = [
     "REPLY_SHARE",

@@ -7,10 +7,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from bot.memory.turn.gather import gather_new_messages
-from bot.memory.turn.prompt import VALUE_LIMIT
-from bot.vocabulary.model import GuildConfig, RawMessage
-from bot.vocabulary.sanitize import truncate_graphemes
+from bot.memory import VALUE_LIMIT, gather_new_messages
+from bot.vocabulary import GuildConfig, RawMessage, truncate_graphemes
 
 __all__ = [
     "CUT_MARK",

@@ -29,28 +29,41 @@ from bot.conversation.summarizer import (
     auto_summarize_reason,
     ignored_nudges,
 )
-from bot.conversation.tools.longterm import LONG_TERM_TOOL_NAMES, long_term_tools
-from bot.conversation.tools.stm import STM_TOOL_NAME, run_stm_tool, stm_tool_definition
-from bot.llm.tools.base import ToolOutcome
-from bot.llm.tools.loop import (
+from bot.conversation.tools import (
+    LONG_TERM_TOOL_NAMES,
+    STM_TOOL_NAME,
+    long_term_tools,
+    run_stm_tool,
+    stm_tool_definition,
+)
+from bot.llm import (
     FALLBACK_REPLY,
     LlmUnavailable,
     ReplyPreview,
+    ToolOutcome,
     ToolSpec,
     run_tool_loop,
 )
-from bot.memory.longterm.facts import LongTermService
-from bot.memory.longterm.intent import explicit_long_term_intent
-from bot.memory.longterm.visibility import ChannelFilter
-from bot.memory.service import MemoryService
-from bot.memory.turn.prompt import AssembledPrompt, assemble
-from bot.memory.turn.types import LabelFor, TurnStart, TurnState
-from bot.runtime.metrics import Metrics, TurnOutcome
-from bot.runtime.tasks import TaskRegistry
-from bot.vocabulary.errors import MemoryUnavailable
-from bot.vocabulary.model import RawMessage, StmEntry
-from bot.vocabulary.providers import capabilities, prompt_chars
-from bot.vocabulary.sanitize import strip_control_chars
+from bot.memory import (
+    AssembledPrompt,
+    ChannelFilter,
+    LabelFor,
+    LongTermService,
+    MemoryService,
+    TurnStart,
+    TurnState,
+    assemble,
+    explicit_long_term_intent,
+)
+from bot.runtime import Metrics, TaskRegistry, TurnOutcome
+from bot.vocabulary import (
+    MemoryUnavailable,
+    RawMessage,
+    StmEntry,
+    capabilities,
+    prompt_chars,
+    strip_control_chars,
+)
 
 log = logging.getLogger(__name__)
 

@@ -16,8 +16,8 @@ from datetime import datetime
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from bot.config.problems import one_line_error
-from bot.vocabulary.clock import SystemClock
+from bot.config import one_line_error
+from bot.vocabulary import SystemClock
 
 log = logging.getLogger(__name__)
 

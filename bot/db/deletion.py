@@ -15,10 +15,10 @@ from datetime import datetime
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from bot.db.notify import Notice, send_notice
+from bot.db.repositories import EventRecord, UserRowsDeleted
 from bot.db.repositories import guilds as guild_repo
 from bot.db.repositories import longterm as longterm_repo
 from bot.db.repositories import stm as stm_repo
-from bot.db.repositories.stm import EventRecord, UserRowsDeleted
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,9 +29,8 @@ from sqlalchemy.ext.asyncio import (
     create_async_engine,
 )
 
-from bot.config import Settings
-from bot.config.urls import async_database_url
-from bot.vocabulary.errors import DatabaseUnavailable
+from bot.config import Settings, async_database_url
+from bot.vocabulary import DatabaseUnavailable
 
 log = logging.getLogger(__name__)
 

@@ -20,11 +20,10 @@ from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncSession
 from tenacity import AsyncRetrying, RetryCallState, wait_exponential
 
-from bot.db import driver
+import bot.db.driver as driver
 from bot.db.driver import DriverStatement
 from bot.db.engine import describe_url
-from bot.vocabulary.errors import DatabaseUnavailable
-from bot.vocabulary.model import StmEntry
+from bot.vocabulary import DatabaseUnavailable, StmEntry
 
 log = logging.getLogger(__name__)
 

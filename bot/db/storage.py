@@ -30,7 +30,7 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm import Session
 
-from bot.vocabulary.errors import MemoryUnavailable
+from bot.vocabulary import MemoryUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -198,7 +198,7 @@ def database_answered(sessions: async_sessionmaker[AsyncSession]) -> None:
 
 
 @contextlib.asynccontextmanager
-async def storage(
+async def memory_session(
     sessions: async_sessionmaker[AsyncSession], what: str
 ) -> AsyncIterator[AsyncSession]:
     """A session for ``what`` (named in the log if the database fails)."""

@@ -4,13 +4,58 @@ Imports nothing from memory: the tools it runs are handed to it.
 
 client      one AsyncOpenAI per process, built from settings; chat_completion
 roles       messages in the role order strict chat templates accept
-tool_loop   ask, run the tools the model calls, repeat until it answers in text
 model_call  one request of a turn, within its deadline, with the history-tools fallbacks
 streaming   one streamed request: the raw event lines read over the client's HTTP
 stream_assembly  a streamed answer put back together (text, tool-call deltas) from its lines
 failures    the notices shown instead of an answer; what each error or refusal means
-tool_calls  the calls in an answer: read, echoed in the history, run
 reply_text  the final answer after what was written beside the tool calls
 leaks       tool-call syntax and reasoning leaked into reply text, stripped
-tools/      what a tool is to the loop: its schema, result, argument parsing
+tools/      tools to the loop (schema, arguments, calls) and the tool loop itself
 """
+
+from bot.llm.client import LlmRequest, RequestObserver, chat_completion, make_client
+from bot.llm.failures import CUT_MESSAGE
+from bot.llm.tools import (
+    FALLBACK_REPLY,
+    FRIENDLY_ERRORS,
+    UNAVAILABLE_MESSAGE,
+    LlmUnavailable,
+    LoopResult,
+    ReplyPreview,
+    ToolArgumentError,
+    ToolOutcome,
+    ToolSpec,
+    json_type,
+    load_object,
+    quoted,
+    reject_unexpected,
+    require_string,
+    run_tool_loop,
+    unexpected_fields,
+    utf8_size,
+)
+
+__all__ = [
+    "CUT_MESSAGE",
+    "FALLBACK_REPLY",
+    "FRIENDLY_ERRORS",
+    "UNAVAILABLE_MESSAGE",
+    "LlmRequest",
+    "LlmUnavailable",
+    "LoopResult",
+    "ReplyPreview",
+    "RequestObserver",
+    "ToolArgumentError",
+    "ToolOutcome",
+    "ToolSpec",
+    "chat_completion",
+    "json_type",
+    "load_object",
+    "make_client",
+    "quoted",
+    "reject_unexpected",
+    "require_string",
+    "run_tool_loop",
+    "unexpected_fields",
+    "utf8_size",
+]

@@ -18,7 +18,7 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from bot.memory.service import MemoryService
-from bot.vocabulary.errors import MemoryUnavailable
+from bot.vocabulary import MemoryUnavailable
 
 log = logging.getLogger(__name__)
 

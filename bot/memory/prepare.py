@@ -7,14 +7,17 @@ import contextlib
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
-from bot.memory.stm.reading import Reader
-from bot.memory.stm.state import MemoryState
-from bot.memory.stm.window import answering, with_trigger
-from bot.memory.turn.gather import count_new_messages
-from bot.memory.turn.prompt import OtherChannel, PromptInput
-from bot.memory.turn.types import LabelFor, PreparedTurn, TurnStart, TurnState
-from bot.vocabulary.errors import MemoryUnavailable
-from bot.vocabulary.model import Marker, RawMessage, ScopeKey, StmEntry
+from bot.memory.stm import MemoryState, Reader, answering, with_trigger
+from bot.memory.turn import (
+    LabelFor,
+    OtherChannel,
+    PreparedTurn,
+    PromptInput,
+    TurnStart,
+    TurnState,
+    count_new_messages,
+)
+from bot.vocabulary import Marker, MemoryUnavailable, RawMessage, ScopeKey, StmEntry
 
 
 class TurnPreparer:

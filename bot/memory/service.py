@@ -10,29 +10,32 @@ from typing import Any, TypeVar
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from bot.config import Settings
-from bot.db.deletion import ClearReceipt, ForgetReceipt
-from bot.db.notify import Notice
+from bot.db import ClearReceipt, ForgetReceipt, Notice
 from bot.db.repositories import stm as stm_repo
 from bot.memory.prepare import TurnPreparer
-from bot.memory.spool.durable import DurableSpool, PendingChanges
-from bot.memory.stm.change import WriteResult
-from bot.memory.stm.notices import Notices
-from bot.memory.stm.reading import Reader
-from bot.memory.stm.state import MemoryState
-from bot.memory.stm.unsynced import Pending
-from bot.memory.stm.window import WindowCache
-from bot.memory.stm.wipes import Wipes
-from bot.memory.stm.writing import Origin, Writer
-from bot.memory.turn.types import PreparedTurn, TurnStart, TurnState
-from bot.vocabulary.clock import Clock, SystemClock
-from bot.vocabulary.model import (
+from bot.memory.spool import DurableSpool, PendingChanges
+from bot.memory.stm import (
+    MemoryState,
+    Notices,
+    Origin,
+    Pending,
+    Reader,
+    WindowCache,
+    Wipes,
+    Writer,
+    WriteResult,
+)
+from bot.memory.turn import PreparedTurn, TurnStart, TurnState
+from bot.vocabulary import (
     AuditEvent,
     Category,
+    Clock,
     GuildConfig,
     Marker,
     RawMessage,
     ScopeKey,
     StmEntry,
+    SystemClock,
 )
 
 T = TypeVar("T")

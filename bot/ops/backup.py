@@ -19,13 +19,17 @@ from pathlib import Path
 from sqlalchemy import text
 from sqlalchemy.engine import URL
 
-from bot.config import Settings
-from bot.config.urls import without_credentials
-from bot.db.deletion import delete_user_rows, stored_user_ids
-from bot.db.engine import Database, describe_url
-from bot.db.migrate import head_revision, is_known_revision
+from bot.config import Settings, without_credentials
+from bot.db import (
+    Database,
+    delete_user_rows,
+    describe_url,
+    head_revision,
+    is_known_revision,
+    stored_user_ids,
+)
 from bot.db.repositories import stm as stm_repo
-from bot.memory.spool.durable import inspect_spool, spool_in_use
+from bot.memory import inspect_spool, spool_in_use
 
 BACKUP_SUFFIX = ".dump"
 STAMP_FORMAT = "%Y%m%d-%H%M%S"

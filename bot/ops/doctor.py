@@ -18,31 +18,30 @@ from sqlalchemy import text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 
-from bot.config import DEFAULT_PERSONA_FILE, Settings, config_file_path
-from bot.config.problems import (
+from bot.config import (
+    DEFAULT_PERSONA_FILE,
+    Settings,
     api_key_problem,
+    config_file_path,
     data_dir_problem,
     database_unreachable,
     one_line_error,
 )
-from bot.db.clock_skew import measure_clock_skew
-from bot.db.engine import Database, describe_url
-from bot.db.migrate import (
+from bot.db import (
+    Database,
     MigrationsMissing,
     current_revision,
+    describe_url,
     head_revision,
+    measure_clock_skew,
     unknown_revision_problem,
 )
-from bot.llm.client import chat_completion, make_client
-from bot.memory.spool.durable import inspect_spool
-from bot.memory.turn.prompt import relative_time
+from bot.llm import chat_completion, make_client
+from bot.memory import inspect_spool, relative_time
 from bot.ops.backup import backup_dir, latest_backup
 from bot.ops.discord_probe import INTENT_ROW, TOKEN_ROW, discord_rows
 from bot.ops.table import Check, Status, Table, logs_held
-from bot.vocabulary.clock import SystemClock
-from bot.vocabulary.providers import capabilities
-from bot.vocabulary.redaction import redact_secrets
-from bot.vocabulary.sanitize import PROMPT_PLACEHOLDERS
+from bot.vocabulary import PROMPT_PLACEHOLDERS, SystemClock, capabilities, redact_secrets
 
 # Every row, in the order printed: the name column's width is known before the first.
 ROWS = (
@@ -66,7 +65,7 @@ def passed(ok: bool) -> Status:
     return Status.OK if ok else Status.FAIL
 
 
-async def doctor(settings: Settings) -> int:
+async def run_doctor(settings: Settings) -> int:
     """Run every check, printing each row as it completes; return the exit code."""
     # Every row goes through one filter: no configured secret reaches the terminal.
     hide = secret_hider(settings)

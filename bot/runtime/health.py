@@ -8,8 +8,8 @@ from collections.abc import Callable
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from bot.db.storage import DB_TIMEOUT_SECONDS, storage
-from bot.vocabulary.errors import MemoryUnavailable
+from bot.db import DB_TIMEOUT_SECONDS, memory_session
+from bot.vocabulary import MemoryUnavailable
 
 # The step's name in the storage seam (its log lines, and tests' fault plans).
 HEALTH_STEP = "health check"
@@ -42,7 +42,7 @@ class Health:
     async def _database_problem(self) -> str | None:
         # Through the storage seam: its timeout, and an outage it finds is the breaker's too.
         try:
-            async with storage(self._sessions, HEALTH_STEP) as session:
+            async with memory_session(self._sessions, HEALTH_STEP) as session:
                 await session.execute(text("SELECT 1"))
         except MemoryUnavailable as exc:
             # The class of the cause only: the endpoint may be reachable from outside, and

@@ -24,7 +24,7 @@ from prometheus_client import (
     generate_latest,
 )
 
-from bot.llm.client import LlmRequest
+from bot.llm import LlmRequest
 
 log = logging.getLogger(__name__)
 

@@ -1068,9 +1068,11 @@ async def test_the_invite_link_is_logged_once_with_the_permissions_the_bot_uses(
     # The owner had to build the OAuth URL and guess the permissions.
     assert kioku.bot.user is not None
     client_id = kioku.bot.application_id or kioku.bot.user.id
-    with caplog.at_level(logging.INFO, logger="bot.app"):
-        await kioku.bot.on_ready()
-        await kioku.bot.on_ready()  # a resumed session is ready again
+    invite = kioku.bot.get_cog("InviteLink")
+    assert invite is not None
+    with caplog.at_level(logging.INFO, logger="bot.cogs.needs"):
+        await invite.on_ready()  # type: ignore[attr-defined]
+        await invite.on_ready()  # type: ignore[attr-defined]  # a resumed session is ready again
     invites = [r.getMessage() for r in caplog.records if r.getMessage().startswith("invite link: ")]
     assert len(invites) == 1
     query = parse_qs(urlsplit(invites[0].removeprefix("invite link: ")).query)
@@ -1095,7 +1097,7 @@ async def test_a_shutdown_lets_an_answer_in_flight_go_out_before_the_chat_stops(
     await kioku.llm.wait_for_requests(1)
 
     sent_when_stopped: list[int] = []
-    stopping = asyncio.create_task(kioku.bot.unload_extension("bot.cogs.chat.cog"))
+    stopping = asyncio.create_task(kioku.bot.unload_extension("bot.cogs.chat"))
     stopping.add_done_callback(lambda _: sent_when_stopped.append(len(env.sent)))
     gate.set()
     await stopping
@@ -1116,7 +1118,7 @@ async def test_a_shutdown_cancels_answers_still_running_after_the_grace_period(
     turn = asyncio.create_task(env.send("what's the plan?", mention_bot=True, raise_errors=False))
     await kioku.llm.wait_for_requests(1)
 
-    await kioku.bot.unload_extension("bot.cogs.chat.cog")  # returns with the model still held
+    await kioku.bot.unload_extension("bot.cogs.chat")  # returns with the model still held
     gate.set()
     with contextlib.suppress(asyncio.CancelledError):
         await turn
@@ -1136,7 +1138,7 @@ async def test_a_shutdown_drops_turns_still_waiting_for_their_channel(
     await kioku.llm.wait_for_requests(1)
     second = asyncio.create_task(env.send("and after that?", mention_bot=True))
 
-    stopping = asyncio.create_task(kioku.bot.unload_extension("bot.cogs.chat.cog"))
+    stopping = asyncio.create_task(kioku.bot.unload_extension("bot.cogs.chat"))
     gate.set()
     await asyncio.gather(stopping, first, second)
 

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import socket
+import tempfile
 from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -128,13 +130,16 @@ def pg_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[URL]:
             asyncio.run(_create_database(given, external.database, replace=False))
         yield external
         return
-    server = EmbeddedPostgres(tmp_path_factory.mktemp("pg"))
-    url = server.start()
-    asyncio.run(_without_fsync(url))
+    # A folder of its own, outside pytest's rotating temp folders, removed at the end.
+    folder = Path(tempfile.mkdtemp(prefix="kioku-pg-"))
+    server = EmbeddedPostgres(folder)
     try:
+        url = server.start()
+        asyncio.run(_without_fsync(url))
         yield url
     finally:
         server.stop()
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 async def _without_fsync(url: URL) -> None:

@@ -11,7 +11,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from bot.db.engine import Database
-from bot.db.storage import FaultPlan, faults, storage
+from bot.db.storage import FaultPlan, faults, memory_session
 
 
 def own_sessions(database: Database) -> async_sessionmaker[AsyncSession]:
@@ -38,7 +38,7 @@ async def back(sessions: async_sessionmaker[AsyncSession]) -> None:
     """The planned faults end and the database answers a query (which ends the outage for
     its breaker, as its probe would)."""
     faults(sessions).clear()
-    async with storage(sessions, "a test's query") as session:
+    async with memory_session(sessions, "a test's query") as session:
         await session.execute(text("SELECT 1"))
 
 

@@ -422,7 +422,7 @@ async def test_doctor_fails_the_config_row_without_a_key_for_openais_endpoint(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from bot.ops.doctor import doctor
+    from bot.ops.doctor import run_doctor as doctor
 
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
@@ -567,7 +567,7 @@ async def test_doctor_names_an_llm_that_never_answers_as_a_timeout_and_waits_onc
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     # Was "APITimeoutError: Request timed out. (Cancelled via cancel scope …)", twice over.
-    from bot.ops.doctor import doctor
+    from bot.ops.doctor import run_doctor as doctor
 
     settings = make_test_settings(
         pg_url,
@@ -1211,7 +1211,7 @@ async def test_doctor_names_a_database_that_never_answers_as_a_timeout(
     tmp_path: Path, silent_server: int, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from bot.config import load_settings
-    from bot.ops.doctor import doctor
+    from bot.ops.doctor import run_doctor as doctor
     from tests.helpers.fake_llm import refused_base_url
 
     settings = load_settings(
@@ -1236,7 +1236,7 @@ async def test_doctor_names_the_host_and_port_of_a_database_that_refuses_connect
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from bot.config import load_settings
-    from bot.ops.doctor import doctor
+    from bot.ops.doctor import run_doctor as doctor
     from tests.helpers.fake_llm import refused_base_url
 
     port = urlsplit(refused_base_url()).port
@@ -1256,7 +1256,7 @@ async def test_doctor_names_the_host_and_port_of_a_database_that_refuses_connect
 async def test_doctor_database_row_is_one_line_when_the_server_refuses(
     pg_url: URL, migrated_database: Database, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from bot.ops.doctor import doctor
+    from bot.ops.doctor import run_doctor as doctor
     from tests.helpers.database import make_test_settings
     from tests.helpers.fake_llm import refused_base_url
 
@@ -1280,7 +1280,7 @@ async def test_doctor_database_row_is_one_line_when_the_server_refuses(
 async def test_doctor_says_to_check_the_login_when_the_server_refuses_the_user(
     pg_url: URL, migrated_database: Database, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from bot.ops.doctor import doctor
+    from bot.ops.doctor import run_doctor as doctor
     from tests.helpers.database import make_test_settings
     from tests.helpers.fake_llm import refused_base_url
 
@@ -1317,7 +1317,7 @@ async def test_doctor_fails_the_migrations_row_when_the_revision_cannot_be_read(
 ) -> None:
     from sqlalchemy.ext.asyncio import create_async_engine
 
-    from bot.ops.doctor import doctor
+    from bot.ops.doctor import run_doctor as doctor
     from tests.helpers.database import make_test_settings
     from tests.helpers.fake_llm import refused_base_url
 
@@ -1363,7 +1363,7 @@ async def test_doctor_fails_the_token_row_for_an_empty_token(
     pg_url: URL, migrated_database: Database, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # config/example.env ships `DISCORD_TOKEN=`; that is not a token.
-    from bot.ops.doctor import doctor
+    from bot.ops.doctor import run_doctor as doctor
     from tests.helpers.database import make_test_settings
     from tests.helpers.fake_llm import refused_base_url
 

@@ -12,7 +12,14 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from bot.db.engine import Database
 from bot.db.models import GuildSettings
-from bot.db.storage import database_down, faults, is_outage, open_session, outage_number, storage
+from bot.db.storage import (
+    database_down,
+    faults,
+    is_outage,
+    memory_session,
+    open_session,
+    outage_number,
+)
 from bot.vocabulary.errors import MemoryUnavailable
 from tests.helpers.faults import back, outage, own_sessions
 
@@ -22,7 +29,7 @@ GUILD = 111_111_111_111_111_111
 async def answers(sessions: async_sessionmaker[AsyncSession], what: str = "reading") -> bool:
     """Whether a query of the step ``what`` goes through."""
     try:
-        async with storage(sessions, what) as session:
+        async with memory_session(sessions, what) as session:
             return (await session.execute(text("SELECT 1"))).scalar() == 1
     except MemoryUnavailable:
         return False
@@ -39,7 +46,7 @@ async def test_a_failing_step_is_refused_and_marks_the_database_down(db: Databas
     plan.fail("hydrating")
 
     with pytest.raises(MemoryUnavailable) as refused:
-        async with storage(sessions, "hydrating an STM entry"):
+        async with memory_session(sessions, "hydrating an STM entry"):
             pytest.fail("the session opened")
     assert isinstance(refused.value.__cause__, ConnectionRefusedError)
     assert outage_number(sessions) is not None
@@ -73,7 +80,7 @@ async def test_the_latest_fault_planned_strikes_and_clear_ends_them_all(db: Data
     plan.fail()
     plan.hang("reading", timeout=0.01)
     with pytest.raises(MemoryUnavailable) as timed_out:
-        async with storage(sessions, "reading"):
+        async with memory_session(sessions, "reading"):
             pass
     assert isinstance(timed_out.value.__cause__, TimeoutError)
     assert not await answers(sessions, "writing")  # refused
@@ -102,7 +109,7 @@ async def test_a_hung_step_ends_with_its_callers_timeout(db: Database) -> None:
     loop = asyncio.get_running_loop()
     began = loop.time()
     with pytest.raises(TimeoutError):
-        async with asyncio.timeout(0.05), storage(sessions, "reading"):
+        async with asyncio.timeout(0.05), memory_session(sessions, "reading"):
             pytest.fail("the session opened")
     assert loop.time() - began >= 0.05
     assert hung.met == 1
@@ -119,7 +126,7 @@ async def test_a_step_hung_at_its_end_has_run_its_statements(db: Database) -> No
     late = faults(sessions).hang("saving", at="end")
 
     async def save() -> None:
-        async with storage(sessions, "saving guild settings") as session, session.begin():
+        async with memory_session(sessions, "saving guild settings") as session, session.begin():
             session.add(GuildSettings(guild_id=GUILD))
 
     saving = asyncio.create_task(save())
@@ -149,7 +156,7 @@ async def test_a_connection_dropped_at_commit_rolls_its_statements_back(db: Data
     faults(sessions).drop("saving", at="end")
 
     with pytest.raises(MemoryUnavailable):
-        async with storage(sessions, "saving guild settings") as session, session.begin():
+        async with memory_session(sessions, "saving guild settings") as session, session.begin():
             session.add(GuildSettings(guild_id=GUILD))
             await session.flush()  # the row is written, then the commit fails
     assert await stored_guilds(db) == 0

@@ -40,12 +40,10 @@ from bot.cogs.history import WIPED_WHILE_ANSWERING, backfill, belongs_in_window,
 from bot.cogs.images import ImageDownloader
 from bot.cogs.needs import POST, POST_IN_THREADS, REACT, READ_HISTORY
 from bot.cogs.replies import split_reply
-from bot.conversation.turn import TurnRequest
-from bot.memory.longterm.visibility import ChannelView
-from bot.memory.turn.types import LabelFor
-from bot.runtime.singleflight import KeyedQueues, finish_or_cancel
-from bot.vocabulary.errors import MemoryUnavailable
-from bot.vocabulary.model import StmEntry
+from bot.conversation import TurnRequest
+from bot.memory import ChannelView, LabelFor
+from bot.runtime import KeyedQueues, finish_or_cancel
+from bot.vocabulary import MemoryUnavailable, StmEntry
 
 if TYPE_CHECKING:
     from bot.app import KiokuBot

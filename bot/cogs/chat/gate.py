@@ -9,9 +9,8 @@ from typing import TYPE_CHECKING
 import aiohttp
 import discord
 
-from bot.conversation.access import Refusal, refusal
-from bot.vocabulary.errors import MemoryUnavailable
-from bot.vocabulary.model import GuildAccess
+from bot.conversation import Refusal, refusal
+from bot.vocabulary import GuildAccess, MemoryUnavailable
 
 if TYPE_CHECKING:
     from bot.app import KiokuBot

@@ -17,7 +17,7 @@ import discord
 
 from bot.cogs.refresh import REFRESH_MARKER_PREFIX
 from bot.cogs.replies import DISCORD_LIMIT, split_reply
-from bot.llm.failures import CUT_MESSAGE
+from bot.llm import CUT_MESSAGE
 
 log = logging.getLogger(__name__)
 

@@ -15,8 +15,7 @@ import discord
 from cachetools import TTLCache
 
 from bot.cogs.history import belongs_in_window, to_raw
-from bot.vocabulary.errors import MemoryUnavailable
-from bot.vocabulary.model import RawMessage
+from bot.vocabulary import MemoryUnavailable, RawMessage
 
 if TYPE_CHECKING:
     from bot.app import KiokuBot

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 import discord
 
 from bot.cogs.chat.members import Members
-from bot.memory.longterm.visibility import ChannelView
-from bot.vocabulary.model import Place
+from bot.memory import ChannelView
+from bot.vocabulary import Place
 
 
 def _sees(channel: discord.abc.GuildChannel, roles: Sequence[discord.Role]) -> bool:

@@ -7,10 +7,10 @@ from collections.abc import Collection, Sequence
 from typing import Literal
 
 from bot.cogs.errors import plural
-from bot.cogs.stm.forms import quoted
+from bot.cogs.stm import quoted
 from bot.config import Settings
-from bot.conversation.server_profile import server_model
-from bot.vocabulary.model import GuildConfig
+from bot.conversation import server_model
+from bot.vocabulary import GuildConfig
 
 Rule = Literal["allow", "block"]
 Kind = Literal["role", "user"]

@@ -36,10 +36,10 @@ from bot.cogs.kioku.answers import (
     mention,
     model_refused,
 )
-from bot.cogs.stm.forms import answer_blocks
-from bot.conversation.server_profile import PersonaRefused, clean_persona
-from bot.memory.service import MemoryService
-from bot.vocabulary.model import GuildConfig
+from bot.cogs.stm import answer_blocks
+from bot.conversation import PersonaRefused, clean_persona
+from bot.memory import MemoryService
+from bot.vocabulary import GuildConfig
 
 if TYPE_CHECKING:
     from bot.app import KiokuBot

@@ -9,10 +9,9 @@ import discord
 
 from bot.cogs.errors import plural
 from bot.cogs.stm.forms import quoted
-from bot.conversation.summarizer import SummaryOutcome
-from bot.memory.service import MemoryService
-from bot.memory.turn.prompt import VALUE_LIMIT
-from bot.vocabulary.model import GuildConfig, StmEntry
+from bot.conversation import SummaryOutcome
+from bot.memory import VALUE_LIMIT, MemoryService
+from bot.vocabulary import GuildConfig, StmEntry
 
 # A server may mark hundreds of always-on channels (threads too), and one answer must
 # stay within Discord's 2,000 characters.

@@ -38,10 +38,8 @@ from bot.cogs.stm.forms import (
     describe_categories,
 )
 from bot.cogs.stm.history import describe_events
-from bot.memory.service import MemoryService
-from bot.memory.turn.prompt import relative_time, render_memory_text
-from bot.vocabulary.errors import MemoryUnavailable
-from bot.vocabulary.model import AuditEvent, ScopeKey, StmEntry
+from bot.memory import MemoryService, relative_time, render_memory_text
+from bot.vocabulary import AuditEvent, MemoryUnavailable, ScopeKey, StmEntry
 
 if TYPE_CHECKING:
     from bot.app import KiokuBot

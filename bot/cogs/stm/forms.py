@@ -17,19 +17,27 @@ import discord
 from bot.cogs.checks import is_bot_owner, require_admin
 from bot.cogs.errors import UNAVAILABLE, ReportingModal, ReportingView, answer, plural, think
 from bot.cogs.replies import split_reply
-from bot.memory.service import MemoryService
-from bot.memory.stm.categories import (
+from bot.memory import (
     DESCRIPTION_MAX_LENGTH,
     LABEL_MAX_LENGTH,
+    REASON_ALL_EMPTY,
+    REASON_CHANGED,
+    REASON_CLEARED,
+    REASON_STORAGE,
+    VALUE_LIMIT,
     CategoryDefinitionError,
+    MemoryService,
+    WriteResult,
     parse_category_lines,
 )
-from bot.memory.stm.change import REASON_ALL_EMPTY, WriteResult
-from bot.memory.turn.prompt import VALUE_LIMIT
-from bot.memory.turn.types import REASON_CHANGED, REASON_CLEARED, REASON_STORAGE
-from bot.vocabulary.errors import MemoryUnavailable
-from bot.vocabulary.model import MAX_CATEGORIES, SUMMARY_SLUG, Category, ScopeKey
-from bot.vocabulary.sanitize import truncate_graphemes
+from bot.vocabulary import (
+    MAX_CATEGORIES,
+    SUMMARY_SLUG,
+    Category,
+    MemoryUnavailable,
+    ScopeKey,
+    truncate_graphemes,
+)
 
 log = logging.getLogger(__name__)
 

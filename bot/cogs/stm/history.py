@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import discord
 
 from bot.cogs.stm.answers import ORIGINS
-from bot.vocabulary.model import AuditEvent
+from bot.vocabulary import AuditEvent
 
 # What each kind of audit event (`AuditEvent.event`) is called.
 EVENTS = {

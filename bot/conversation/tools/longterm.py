@@ -7,19 +7,25 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
-from bot.llm.tools.arguments import (
+from bot.llm import (
+    ToolArgumentError,
+    ToolOutcome,
+    ToolSpec,
     json_type,
     load_object,
     quoted,
     reject_unexpected,
     require_string,
 )
-from bot.llm.tools.base import ToolArgumentError, ToolOutcome
-from bot.llm.tools.loop import ToolSpec
-from bot.memory.longterm.facts import SEARCH_LIMIT, FactRefused, LongTermService
-from bot.memory.longterm.visibility import ChannelFilter, ChannelView, visible_here
-from bot.vocabulary.errors import MemoryUnavailable
-from bot.vocabulary.model import Fact, Place, Provenance
+from bot.memory import (
+    SEARCH_LIMIT,
+    ChannelFilter,
+    ChannelView,
+    FactRefused,
+    LongTermService,
+    visible_here,
+)
+from bot.vocabulary import Fact, MemoryUnavailable, Place, Provenance
 
 REMEMBER_TOOL_NAME = "remember"
 RECALL_TOOL_NAME = "recall"

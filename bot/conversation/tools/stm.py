@@ -16,18 +16,18 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from bot.llm.tools.arguments import (
+from bot.llm import (
+    ToolArgumentError,
+    ToolOutcome,
     load_object,
     quoted,
     require_string,
     unexpected_fields,
     utf8_size,
 )
-from bot.llm.tools.base import ToolArgumentError, ToolOutcome
-from bot.memory.service import MemoryService
-from bot.memory.turn.types import TurnState
-from bot.vocabulary.model import SUMMARY_SLUG, Category, GuildConfig
-from bot.vocabulary.sanitize import MAX_VALUE_CHARS as STM_VALUE_MAX_CHARS
+from bot.memory import MemoryService, TurnState
+from bot.vocabulary import MAX_VALUE_CHARS as STM_VALUE_MAX_CHARS
+from bot.vocabulary import SUMMARY_SLUG, Category, GuildConfig
 
 STM_TOOL_NAME = "update_short_term_memory"
 MAX_RAW_ARGUMENT_BYTES = 64 * 1024

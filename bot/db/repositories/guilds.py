@@ -10,7 +10,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from bot.db.models import GuildSettings, StmCategory, UserSettings
-from bot.vocabulary.model import Category, GuildAccess, GuildConfig
+from bot.vocabulary import Category, GuildAccess, GuildConfig
 
 SETTABLE = {
     "short_term_memory_enabled",

@@ -38,8 +38,7 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from bot.db.models import LongTermMemory, StmEvent
-from bot.vocabulary.model import Fact, FactEvent, Place, Provenance, ScoredFact
-from bot.vocabulary.search_words import SearchWords, WordGroup
+from bot.vocabulary import Fact, FactEvent, Place, Provenance, ScoredFact, SearchWords, WordGroup
 
 # The ``simple`` configuration: no stemming and no stop words, so every language is
 # indexed the same way (it is also what the generated ``content_tsv`` column uses).

@@ -1,0 +1,48 @@
+"""What a tool is to the model loop, and the loop that runs them.
+
+base       a tool's schema and outcome; ToolArgumentError
+arguments  parsing a call's JSON arguments, with errors the model can read
+calls      the calls in an answer: read, echoed in the history, run
+loop       ask, run the tools the model calls, repeat until it answers in text
+"""
+
+from bot.llm.tools.arguments import (
+    json_type,
+    load_object,
+    quoted,
+    reject_unexpected,
+    require_string,
+    unexpected_fields,
+    utf8_size,
+)
+from bot.llm.tools.base import ToolArgumentError, ToolOutcome
+from bot.llm.tools.loop import (
+    FALLBACK_REPLY,
+    FRIENDLY_ERRORS,
+    UNAVAILABLE_MESSAGE,
+    LlmUnavailable,
+    LoopResult,
+    ReplyPreview,
+    ToolSpec,
+    run_tool_loop,
+)
+
+__all__ = [
+    "FALLBACK_REPLY",
+    "FRIENDLY_ERRORS",
+    "UNAVAILABLE_MESSAGE",
+    "LlmUnavailable",
+    "LoopResult",
+    "ReplyPreview",
+    "ToolArgumentError",
+    "ToolOutcome",
+    "ToolSpec",
+    "json_type",
+    "load_object",
+    "quoted",
+    "reject_unexpected",
+    "require_string",
+    "run_tool_loop",
+    "unexpected_fields",
+    "utf8_size",
+]

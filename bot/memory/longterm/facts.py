@@ -16,17 +16,23 @@ from cachetools import LRUCache
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from bot.config import Settings
+from bot.db import FactCursor, memory_session
 from bot.db.repositories import longterm as repo
 from bot.db.repositories import stm as stm_repo
-from bot.db.repositories.longterm import FactCursor
-from bot.db.storage import storage
 from bot.memory.longterm.near_duplicates import is_near_duplicate
 from bot.memory.longterm.visibility import ChannelFilter, hidden_fact_ids
-from bot.memory.spool.durable import DurableSpool
-from bot.vocabulary.clock import Clock, SystemClock
-from bot.vocabulary.model import Fact, FactEvent, Place, Provenance, ScoredFact
-from bot.vocabulary.sanitize import sanitize_value
-from bot.vocabulary.search_words import SearchWords
+from bot.memory.spool import DurableSpool
+from bot.vocabulary import (
+    Clock,
+    Fact,
+    FactEvent,
+    Place,
+    Provenance,
+    ScoredFact,
+    SearchWords,
+    SystemClock,
+    sanitize_value,
+)
 
 __all__ = [
     "FactCursor",
@@ -158,7 +164,7 @@ class LongTermService:
         return self._last_save.get(user_id, 0)
 
     def _storage(self, what: str) -> contextlib.AbstractAsyncContextManager[AsyncSession]:
-        return storage(self._sessions, f"long-term memory: {what}")
+        return memory_session(self._sessions, f"long-term memory: {what}")
 
     def _forget_pending(self, user_id: int) -> bool:
         """Whether a /forget-me of the user waits in the spool (their facts count as deleted)."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Collection, Sequence
 
-from bot.vocabulary.redaction.normalize import fold
+from bot.vocabulary import fold
 
 _DEFAULT_BOT_NAMES = ("kioku",)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from bot.vocabulary.search_words import STOP_WORDS
+from bot.vocabulary import STOP_WORDS
 
 __all__ = ["is_near_duplicate", "normalized_tokens"]
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from bot.db.repositories import longterm as repo
-from bot.vocabulary.model import Fact, Place
+from bot.vocabulary import Fact, Place
 
 __all__ = ["ChannelFilter", "ChannelView", "hidden_fact_ids", "may_show_place", "visible_here"]
 

@@ -22,8 +22,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from tenacity import AsyncRetrying, RetryCallState, wait_exponential
 
-from bot.db.repositories.stm import EventRecord
-from bot.db.storage import database_answered, sqlstate
+from bot.db import EventRecord, database_answered, sqlstate
 from bot.memory.spool.file import (
     SPOOL_FILE,
     SpoolFile,
@@ -36,7 +35,7 @@ from bot.memory.spool.file import (
 from bot.memory.spool.pending import SPOOLED_STEP, PendingChanges, PendingOperations
 from bot.memory.spool.records import key_from_json, key_to_json
 from bot.memory.spool.replay import apply_all, refused_record
-from bot.vocabulary.model import ScopeKey, StmEntry
+from bot.vocabulary import ScopeKey, StmEntry
 
 __all__ = [
     "ALL_REFUSED_RETRIES",

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from bot.db.repositories.stm import EventRecord
+from bot.db import EventRecord
 from bot.memory.spool.records import (
     Carried,
     Chain,
@@ -18,7 +18,7 @@ from bot.memory.spool.records import (
     key_from_json,
     record_holds_user,
 )
-from bot.vocabulary.model import ScopeKey, StmEntry
+from bot.vocabulary import ScopeKey, StmEntry
 
 # How far apart two spooled writes of one key are put at least (see upsert_record).
 SPOOLED_STEP = timedelta(microseconds=1)

@@ -10,8 +10,8 @@ import json
 from datetime import datetime
 from typing import Any
 
-from bot.db.repositories.stm import EventRecord
-from bot.vocabulary.model import Marker, Provenance, ScopeKey, StmEntry
+from bot.db import EventRecord
+from bot.vocabulary import Marker, Provenance, ScopeKey, StmEntry
 
 
 def parse(raw: bytes) -> tuple[list[dict[str, Any]], list[bytes], bool]:

@@ -10,10 +10,15 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from bot.db.deletion import delete_channel_rows, delete_user_rows
-from bot.db.notify import send_notice, stm_notice
+from bot.db import (
+    delete_channel_rows,
+    delete_user_rows,
+    open_session,
+    send_notice,
+    sqlstate,
+    stm_notice,
+)
 from bot.db.repositories import stm as stm_repo
-from bot.db.storage import open_session, sqlstate
 from bot.memory.spool.records import (
     carried_row_created,
     carried_users,
@@ -21,7 +26,7 @@ from bot.memory.spool.records import (
     event_from_json,
     record_time,
 )
-from bot.vocabulary.model import ScopeKey, StmEntry
+from bot.vocabulary import ScopeKey, StmEntry
 
 # The spool's logger: its replay reports under one name with the rest of the spool.
 log = logging.getLogger("bot.memory.spool.durable")

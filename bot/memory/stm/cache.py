@@ -9,8 +9,7 @@ from datetime import datetime
 from cachetools import TLRUCache
 from sortedcontainers import SortedList
 
-from bot.vocabulary.clock import Clock
-from bot.vocabulary.model import ScopeKey, StmEntry
+from bot.vocabulary import Clock, ScopeKey, StmEntry
 
 # (updated_at, insertion number, key): the number breaks ties, so keys are never compared.
 _Rank = tuple[datetime, int, ScopeKey]

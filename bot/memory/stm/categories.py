@@ -9,9 +9,7 @@ from collections.abc import Sequence
 
 from anyascii import anyascii
 
-from bot.vocabulary.model import MAX_CATEGORIES, Category
-from bot.vocabulary.redaction import redact_secrets
-from bot.vocabulary.sanitize import sanitize_value
+from bot.vocabulary import MAX_CATEGORIES, Category, redact_secrets, sanitize_value
 
 SLUG_MAX_LENGTH = 48
 LABEL_MAX_LENGTH = 40

@@ -7,8 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
-from bot.vocabulary.model import GuildConfig, Marker, Provenance, StmEntry
-from bot.vocabulary.sanitize import sanitize_value
+from bot.vocabulary import GuildConfig, Marker, Provenance, StmEntry, sanitize_value
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,8 +16,8 @@ from typing import TypeVar
 from cachetools import LRUCache
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from bot.db.storage import database_down
-from bot.vocabulary.errors import MemoryUnavailable
+from bot.db import database_down
+from bot.vocabulary import MemoryUnavailable
 
 T = TypeVar("T")
 

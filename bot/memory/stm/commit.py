@@ -14,10 +14,9 @@ from datetime import datetime
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from bot.db import DB_TIMEOUT_SECONDS, EventRecord, database_answered, database_failed, open_session
 from bot.db.repositories import stm as stm_repo
-from bot.db.repositories.stm import EventRecord
-from bot.db.storage import DB_TIMEOUT_SECONDS, database_answered, database_failed, open_session
-from bot.vocabulary.model import StmEntry
+from bot.vocabulary import StmEntry
 
 # At most this many writes (two rows each) share one transaction.
 GROUP_COMMIT_MAX = 64

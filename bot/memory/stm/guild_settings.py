@@ -14,14 +14,12 @@ from typing import Any
 from cachetools import LRUCache
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from bot.db.notify import Notice
+from bot.db import EventRecord, Notice, memory_session
 from bot.db.repositories import guilds as guild_repo
 from bot.db.repositories import stm as stm_repo
-from bot.db.repositories.stm import EventRecord
-from bot.db.storage import storage
 from bot.memory.stm.coherence import STALE_READ_RETRIES, NoticeLedger
-from bot.runtime.singleflight import SingleFlight
-from bot.vocabulary.model import Category, GuildConfig
+from bot.runtime import SingleFlight
+from bot.vocabulary import Category, GuildConfig
 
 Announce = Callable[[AsyncSession, Notice], Awaitable[None]]
 
@@ -73,7 +71,7 @@ class GuildSettings:
     async def _load(self, guild_id: int) -> GuildConfig:
         for _ in range(STALE_READ_RETRIES):
             seq = self._ledger.seq
-            async with storage(self.sessions, "loading guild settings") as session:
+            async with memory_session(self.sessions, "loading guild settings") as session:
                 config = await guild_repo.load_guild_config(session, guild_id, self.defaults)
             if not self._ledger.since(seq, _guild(guild_id)):
                 self._configs[guild_id] = config
@@ -93,7 +91,7 @@ class GuildSettings:
 
         async def load() -> bool:
             seq = self._ledger.seq
-            async with storage(self.sessions, "loading privacy settings") as session:
+            async with memory_session(self.sessions, "loading privacy settings") as session:
                 found = await guild_repo.cross_context_opt_in(session, user_id)
             # Changed while we read (here or elsewhere): use once, do not cache.
             if not self._ledger.since(seq, _opt_in(user_id)):
@@ -109,7 +107,10 @@ class GuildSettings:
     # ---------------------------------------------------------------- changing
 
     async def set_opt_in(self, user_id: int, enabled: bool) -> None:
-        async with storage(self.sessions, "saving privacy settings") as session, session.begin():
+        async with (
+            memory_session(self.sessions, "saving privacy settings") as session,
+            session.begin(),
+        ):
             await guild_repo.set_cross_context_opt_in(session, user_id, enabled)
             # DMs may be served by another shard process: it must not keep the old answer.
             await self._announce(session, {"o": self._instance_id, "t": "opt-in", "u": user_id})
@@ -130,7 +131,10 @@ class GuildSettings:
         an id to (or removes it from) other lists, such as the access lists."""
         # The always-on channel is added or removed by the database, against the list as
         # committed (not this process's cached copy): toggles elsewhere are kept.
-        async with storage(self.sessions, "saving guild settings") as session, session.begin():
+        async with (
+            memory_session(self.sessions, "saving guild settings") as session,
+            session.begin(),
+        ):
             await guild_repo.update_guild_settings(
                 session,
                 guild_id,
@@ -150,7 +154,7 @@ class GuildSettings:
         self, guild_id: int, actor_user_id: int, categories: Sequence[Category]
     ) -> GuildConfig:
         """Replace the guild's STM categories (an empty list: summary mode)."""
-        async with storage(self.sessions, "saving categories") as session, session.begin():
+        async with memory_session(self.sessions, "saving categories") as session, session.begin():
             await guild_repo.replace_categories(session, guild_id, categories)
             await self._changed(
                 session,

@@ -8,11 +8,10 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import ClassVar
 
-from bot.db.notify import Notice
-from bot.db.storage import database_answered
+from bot.db import Notice, database_answered
 from bot.memory.stm.coherence import FORGET_NOTICED
 from bot.memory.stm.state import MemoryState
-from bot.vocabulary.model import ScopeKey
+from bot.vocabulary import ScopeKey
 
 log = logging.getLogger(__name__)
 

@@ -11,14 +11,13 @@ from typing import Any
 from cachetools import LRUCache
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from bot.db import outage_number
 from bot.db.repositories import stm as stm_repo
-from bot.db.storage import outage_number
-from bot.memory.spool.replay import carried_row_wiped
+from bot.memory.spool import carried_row_wiped
 from bot.memory.stm.coherence import STALE_READ_RETRIES
 from bot.memory.stm.state import MemoryState
-from bot.runtime.singleflight import SingleFlight
-from bot.vocabulary.errors import MemoryUnavailable
-from bot.vocabulary.model import RawMessage, ScopeKey, StmEntry
+from bot.runtime import SingleFlight
+from bot.vocabulary import MemoryUnavailable, RawMessage, ScopeKey, StmEntry
 
 # "Other channels" (and opted-in DM recall) after a restart: a guild's (a user's) memories
 # updated within the TTL are loaded once, the most recent first, up to this many. Which

@@ -15,16 +15,14 @@ from cachetools import LRUCache, TTLCache
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from bot.config import Settings
-from bot.db.notify import Notice, send_notice
-from bot.db.storage import storage
-from bot.memory.spool.durable import DurableSpool
+from bot.db import Notice, memory_session, send_notice
+from bot.memory.spool import DurableSpool
 from bot.memory.stm.cache import StmCache
 from bot.memory.stm.coherence import NoticeLedger
 from bot.memory.stm.guild_settings import GuildSettings
 from bot.memory.stm.window import WindowCache
-from bot.runtime.singleflight import KeyedLocks
-from bot.vocabulary.clock import Clock
-from bot.vocabulary.model import GuildConfig, ScopeKey, StmEntry
+from bot.runtime import KeyedLocks
+from bot.vocabulary import Clock, GuildConfig, ScopeKey, StmEntry
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +137,7 @@ class MemoryState:
         self.epochs[channel_id] = self.epochs.get(channel_id, 0) + 1
 
     def storage(self, what: str) -> contextlib.AbstractAsyncContextManager[AsyncSession]:
-        return storage(self.sessions, what)
+        return memory_session(self.sessions, what)
 
     def wiped(self, channel_id: int) -> bool:
         """A clear of the channel has not reached the database yet (it is being sent, or

@@ -8,11 +8,11 @@ from collections.abc import Callable
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from bot.db.storage import database_failed
-from bot.memory.spool.durable import DurableSpool, PendingChanges
+from bot.db import database_failed
+from bot.memory.spool import DurableSpool, PendingChanges
 from bot.memory.stm.coherence import FORGET_NOTICED
 from bot.memory.stm.state import MemoryState
-from bot.vocabulary.errors import MemoryUnavailable
+from bot.vocabulary import MemoryUnavailable
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 
 from cachetools import LRUCache
 
-from bot.vocabulary.model import RawMessage
+from bot.vocabulary import RawMessage
 
 # Deleted message ids remembered (all channels): far more than a turn queue holds.
 DELETED_REMEMBERED = 10_000

@@ -7,19 +7,21 @@ import asyncio
 import contextlib
 from datetime import timedelta
 
-from bot.db.deletion import (
+from bot.db import (
+    DB_TIMEOUT_SECONDS,
     ClearReceipt,
+    EventRecord,
     ForgetReceipt,
+    database_answered,
     delete_channel_rows,
     delete_user_rows,
+    open_session,
 )
 from bot.db.repositories import stm as stm_repo
-from bot.db.repositories.stm import EventRecord
-from bot.db.storage import DB_TIMEOUT_SECONDS, database_answered, open_session
 from bot.memory.stm.coherence import FORGET_NOTICED
 from bot.memory.stm.state import MemoryState
 from bot.memory.stm.unsynced import NotTried, Pending, deletion_deferred
-from bot.vocabulary.errors import MemoryUnavailable
+from bot.vocabulary import MemoryUnavailable
 
 # How long a channel's clear time is kept (``stm_clears``): longer than any turn, and
 # long enough to bound a back-fill whose /refresh marker was deleted.

@@ -15,9 +15,8 @@ from typing import Literal
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from bot.db.notify import stm_notice
+from bot.db import EventRecord, stm_notice
 from bot.db.repositories import stm as stm_repo
-from bot.db.repositories.stm import EventRecord
 from bot.memory.stm.change import (
     REASON_ALL_EMPTY,
     REASON_CATEGORIES_CHANGED,
@@ -32,17 +31,16 @@ from bot.memory.stm.commit import ClearedElsewhere, GroupCommit, StaleWrite
 from bot.memory.stm.reading import Reader
 from bot.memory.stm.state import MemoryState
 from bot.memory.stm.unsynced import Pending
-from bot.memory.turn.gather import messages_after_marker
-from bot.memory.turn.types import (
+from bot.memory.turn import (
     REASON_ALREADY_UPDATED,
     REASON_CHANGED,
     REASON_CLEARED,
     REASON_DISABLED,
     REASON_STORAGE,
     TurnState,
+    messages_after_marker,
 )
-from bot.vocabulary.errors import MemoryUnavailable
-from bot.vocabulary.model import GuildConfig, Marker, Provenance, ScopeKey, StmEntry
+from bot.vocabulary import GuildConfig, Marker, MemoryUnavailable, Provenance, ScopeKey, StmEntry
 
 log = logging.getLogger(__name__)
 

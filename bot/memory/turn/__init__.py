@@ -1,1 +1,50 @@
-"""turn."""
+"""A turn as memory sees it, and the prompt it is given (SPEC §5).
+
+types    TurnStart, PreparedTurn, TurnState: what a turn asks, gets, and the guards see
+prompt   prompt assembly: memory, other channels, the raw window, notes
+gather   the messages a memory does not cover yet (after its marker)
+"""
+
+from bot.memory.turn.gather import count_new_messages, gather_new_messages, messages_after_marker
+from bot.memory.turn.prompt import (
+    VALUE_LIMIT,
+    AssembledPrompt,
+    OtherChannel,
+    PromptInput,
+    assemble,
+    relative_time,
+    render_memory_text,
+)
+from bot.memory.turn.types import (
+    REASON_ALREADY_UPDATED,
+    REASON_CHANGED,
+    REASON_CLEARED,
+    REASON_DISABLED,
+    REASON_STORAGE,
+    LabelFor,
+    PreparedTurn,
+    TurnStart,
+    TurnState,
+)
+
+__all__ = [
+    "REASON_ALREADY_UPDATED",
+    "REASON_CHANGED",
+    "REASON_CLEARED",
+    "REASON_DISABLED",
+    "REASON_STORAGE",
+    "VALUE_LIMIT",
+    "AssembledPrompt",
+    "LabelFor",
+    "OtherChannel",
+    "PreparedTurn",
+    "PromptInput",
+    "TurnStart",
+    "TurnState",
+    "assemble",
+    "count_new_messages",
+    "gather_new_messages",
+    "messages_after_marker",
+    "relative_time",
+    "render_memory_text",
+]

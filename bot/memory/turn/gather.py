@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from bot.vocabulary.model import Marker, RawMessage
+from bot.vocabulary import Marker, RawMessage
 
 DEFAULT_MAX_TURNS_TO_PULL = 20
 

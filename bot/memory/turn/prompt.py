@@ -18,8 +18,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from bot.memory.turn.gather import messages_after_marker
-from bot.vocabulary.model import GuildConfig, RawMessage, StmEntry
-from bot.vocabulary.sanitize import MAX_VALUE_CHARS, strip_control_chars
+from bot.vocabulary import MAX_VALUE_CHARS, GuildConfig, RawMessage, StmEntry, strip_control_chars
 
 # Each stored value (the summary or one category) is truncated to this many characters.
 VALUE_LIMIT = MAX_VALUE_CHARS

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from bot.memory.turn.prompt import PromptInput
-from bot.vocabulary.model import GuildConfig, Marker, RawMessage, ScopeKey, StmEntry
+from bot.vocabulary import GuildConfig, Marker, RawMessage, ScopeKey, StmEntry
 
 _turn_ids = itertools.count(1)
 

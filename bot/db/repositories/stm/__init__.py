@@ -51,7 +51,7 @@ from bot.db.repositories.stm.wipes import (
     user_hash,
     wipe_times,
 )
-from bot.vocabulary.model import StmEntry
+from bot.vocabulary import StmEntry
 
 __all__ = [
     "FORGET_LOCK",

@@ -9,10 +9,10 @@ from sqlalchemy import or_, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from bot.db import driver
+import bot.db.driver as driver
 from bot.db.driver import DriverStatement
 from bot.db.models import StmEvent
-from bot.vocabulary.model import AuditEvent, ScopeKey
+from bot.vocabulary import AuditEvent, ScopeKey
 
 
 @dataclass(frozen=True, slots=True)

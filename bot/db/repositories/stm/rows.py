@@ -25,10 +25,10 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from bot.db import driver
+import bot.db.driver as driver
 from bot.db.driver import DriverStatement
 from bot.db.models import ShortTermMemory
-from bot.vocabulary.model import Marker, Provenance, ScopeKey, StmEntry
+from bot.vocabulary import Marker, Provenance, ScopeKey, StmEntry
 
 ZERO: ColumnElement[int] = literal_column("0")
 # The conflict target must repeat the unique index's expressions exactly.

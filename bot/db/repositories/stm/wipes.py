@@ -22,7 +22,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from bot.db import driver
+import bot.db.driver as driver
 from bot.db.driver import DriverStatement
 from bot.db.models import StmClear, StmForget
 
