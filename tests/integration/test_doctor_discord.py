@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy.engine import URL
 
 from bot.db.engine import Database
-from bot.ops.doctor import doctor
+from bot.ops.doctor import run_doctor as doctor
 from bot.ops.table import Table
 from tests.helpers.database import make_test_settings
 from tests.helpers.fake_discord_api import MESSAGE_CONTENT_LIMITED, FakeDiscordApi

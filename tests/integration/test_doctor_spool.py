@@ -17,7 +17,7 @@ from bot.config import Settings
 from bot.db.engine import Database
 from bot.db.storage import faults
 from bot.memory.spool.durable import DurableSpool, inspect_spool, spool_path
-from bot.ops.doctor import doctor
+from bot.ops.doctor import run_doctor as doctor
 from bot.vocabulary.model import ScopeKey
 from tests.helpers.builders import CHANNEL, GUILD, ManualClock, make_service, turn_for
 from tests.helpers.database import make_test_settings
