@@ -338,6 +338,7 @@ class TurnRunner:
                 offered=offered,
                 settings=self.settings.llm,
                 tool_calling=self.caps.tool_calling,
+                text_tool_calls=self.caps.text_tool_calls,
                 # The server may refuse tools this very turn: then nothing is stored.
                 without_tools_notes=[NO_LONG_TERM_TOOLS_NOTE] if intent else [],
                 strict_roles=self.settings.strict_roles,

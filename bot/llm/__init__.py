@@ -31,6 +31,7 @@ from bot.llm.tools import (
     reject_unexpected,
     require_string,
     run_tool_loop,
+    text_tool_calls,
     unexpected_fields,
     utf8_size,
 )
@@ -56,6 +57,7 @@ __all__ = [
     "reject_unexpected",
     "require_string",
     "run_tool_loop",
+    "text_tool_calls",
     "unexpected_fields",
     "utf8_size",
 ]

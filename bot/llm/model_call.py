@@ -36,6 +36,8 @@ class HistoryTools:
     # 1: it refused `tool_choice`; 2: the definitions too.  A fallback needed once is
     # used from the start next time.
     refused: int = 0
+    # It refused `tool_choice: "auto"` beside offered tools: they go without it.
+    auto_refused: bool = False
 
 
 class Ask(Protocol):
@@ -81,6 +83,14 @@ async def ask(
         on_text=on_text,
     )
     if tool_choice is None:
+        return await complete(tools=tools)
+    if tool_choice == "auto":
+        if not history.auto_refused:
+            try:
+                return await complete(tools=tools, tool_choice=tool_choice)
+            except HistoryToolsRefused:
+                history.auto_refused = True
+                log.warning("LLM refused tool_choice 'auto': asking again without it")
         return await complete(tools=tools)
     for keep_choice in (True, False)[history.refused :]:
         try:

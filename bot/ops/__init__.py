@@ -3,6 +3,7 @@
 backup         pg_dump backups and restores that keep /forget-me deletions
 doctor         ``kioku doctor``: config, database, LLM endpoint and tool support
 discord_probe  the doctor's Discord rows: the token and the Message Content intent
+llm_probe      the doctor's model rows: endpoint, served context, a tool call as a turn asks
 table          the doctor's table: rows as checks complete, a progress line
 """
 

@@ -9,11 +9,9 @@ import difflib
 import os
 import re
 import time
-from collections.abc import Awaitable, Callable, Mapping
-from functools import partial
+from collections.abc import Callable
 from urllib.parse import parse_qsl, urlsplit
 
-import openai
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
@@ -36,12 +34,12 @@ from bot.db import (
     measure_clock_skew,
     unknown_revision_problem,
 )
-from bot.llm import chat_completion, make_client
 from bot.memory import inspect_spool, relative_time
 from bot.ops.backup import backup_dir, latest_backup
 from bot.ops.discord_probe import INTENT_ROW, TOKEN_ROW, discord_rows
+from bot.ops.llm_probe import LLM_ROWS, llm_rows
 from bot.ops.table import Check, Status, Table, logs_held
-from bot.vocabulary import PROMPT_PLACEHOLDERS, SystemClock, capabilities, redact_secrets
+from bot.vocabulary import PROMPT_PLACEHOLDERS, SystemClock, redact_secrets
 
 # Every row, in the order printed: the name column's width is known before the first.
 ROWS = (
@@ -54,11 +52,8 @@ ROWS = (
     "spool",
     "backup",
     "persona",
-    "llm endpoint",
-    "llm tool call",
+    *LLM_ROWS,
 )
-BASE_URL_HINT = "check OPENAI_BASE_URL (most OpenAI-compatible servers end in /v1)"
-API_KEY_HINT = "check OPENAI_API_KEY"
 
 
 def passed(ok: bool) -> Status:
@@ -88,7 +83,7 @@ async def _checks(settings: Settings, table: Table, hide: Callable[[str], str]) 
     table.show(_spool_check(settings))
     table.show(_backup_check(settings))
     table.show(_persona_check(settings))
-    await _llm_checks(settings, table, hide)
+    await llm_rows(settings, table, hide)
 
 
 # A shorter "key" is a placeholder (OPENAI_API_KEY=ollama); replacing it wherever it
@@ -311,160 +306,3 @@ async def _clock_check(database: Database) -> Check:
         detail = f"cannot compare: {one_line_error(exc, with_class=True)}"
         return Check("clock", Status.FAIL, detail)
     return Check("clock", passed(not skew.too_large), skew.describe())
-
-
-async def _llm_checks(settings: Settings, table: Table, hide: Callable[[str], str]) -> None:
-    show = table.show
-    caps = capabilities(settings.provider)
-    if api_key_problem(settings) is not None:
-        # Every request would be refused, and would send the client's placeholder key.
-        why = "skipped: OPENAI_API_KEY is not set (see config)"
-        show(Check("llm endpoint", Status.SKIP, why))
-        show(Check("llm tool call", Status.SKIP, why))
-        return
-    # Waits as long as the bot does: a slow local model that the bot can use must pass.
-    client = make_client(settings, max_retries=0)
-    try:
-        list_models = partial(_list_models, client, settings.model)
-        endpoint = await table.waiting(
-            "llm endpoint", "the model server", _probe("llm endpoint", list_models, settings, hide)
-        )
-        show(endpoint)
-        if not caps.tool_calling:
-            detail = (
-                f"skipped (provider {caps.name} has no tool calling; the summarizer keeps memory)"
-            )
-            show(Check("llm tool call", Status.OK, detail))
-        elif endpoint.status is Status.FAIL:
-            # A second request would fail the same way, after a second timeout.
-            show(Check("llm tool call", Status.SKIP, "skipped: the llm endpoint failed"))
-        else:
-            probe = partial(_tiny_tool_call, client, settings.model, settings.strict_roles)
-            call = _probe("llm tool call", probe, settings, hide)
-            show(await table.waiting("llm tool call", "the model", call))
-    finally:
-        await client.close()
-
-
-async def _probe(
-    name: str,
-    probe: Callable[[], Awaitable[tuple[Status, str]]],
-    settings: Settings,
-    hide: Callable[[str], str],
-) -> Check:
-    started = time.perf_counter()
-    try:
-        status, detail = await probe()
-    except Exception as exc:  # any failure is the finding
-        return Check(name, Status.FAIL, _llm_failure(exc, settings, hide))
-    return Check(name, status, f"{detail} ({(time.perf_counter() - started) * 1000:.0f} ms)")
-
-
-def _llm_failure(exc: Exception, settings: Settings, hide: Callable[[str], str]) -> str:
-    if isinstance(exc, openai.APITimeoutError):  # its text and causes say only "cancelled"
-        return f"no answer within {settings.llm.timeout_seconds:g} s (KIOKU_LLM__TIMEOUT_SECONDS)"
-    if isinstance(exc, openai.APIStatusError):
-        hint = _status_hint(exc)
-        return _status_text(exc) + (f"; {hint}" if hint else "")
-    return f"{exc.__class__.__name__}: {exc}{_cause(exc, hide)}"
-
-
-def _status_text(exc: openai.APIStatusError) -> str:
-    """``NotFoundError (HTTP 404): <what the server said>``, the status given once."""
-    said = _server_said(exc)
-    return f"{exc.__class__.__name__} (HTTP {exc.status_code})" + (f": {said}" if said else "")
-
-
-def _http_status(exc: openai.APIStatusError) -> str:
-    said = _server_said(exc)
-    return f"HTTP {exc.status_code}" + (f": {said}" if said else "")
-
-
-def _server_said(exc: openai.APIStatusError) -> str:
-    body = exc.body
-    said = body.get("message") if isinstance(body, Mapping) else body
-    if not isinstance(said, str):
-        return ""
-    said = " ".join(said.split())
-    return "" if said.startswith("<") else said  # an HTML error page says nothing useful
-
-
-def _status_hint(exc: openai.APIStatusError) -> str | None:
-    if exc.status_code in (401, 403):
-        return API_KEY_HINT
-    if exc.status_code == 404:
-        # OpenAI, vLLM and Ollama answer 404 for a model they do not have, too.
-        return "check KIOKU_MODEL" if "model" in _server_said(exc).lower() else BASE_URL_HINT
-    return None
-
-
-def _cause(exc: BaseException, hide: Callable[[str], str]) -> str:
-    """The innermost cause of a connection failure, briefly, its secrets hidden."""
-    # openai's "Connection error." does not say a connection was refused or a name does
-    # not resolve; the HTTP libraries hide that as a suppressed context, followed anyway.
-    if not isinstance(exc, openai.APIConnectionError):
-        return ""  # the other errors' own text says what the endpoint answered
-    chain: list[BaseException] = [exc]
-    while (inner := chain[-1].__cause__ or chain[-1].__context__) is not None:
-        if inner in chain:
-            break
-        chain.append(inner)
-    own = str(exc)
-    for inner in reversed(chain[1:]):
-        # Hidden before it is cut: half a secret is no longer recognised.
-        said = " ".join(hide(str(inner)).split())
-        if said and said not in own:
-            return f" ({said if len(said) <= 120 else said[:117] + '...'})"
-    return ""
-
-
-async def _list_models(client: openai.AsyncOpenAI, model: str) -> tuple[Status, str]:
-    try:
-        page = await client.models.list()
-    except openai.NotFoundError as exc:
-        # A gateway without a model list, or a base URL missing its /v1: the tool call
-        # tells them apart (it fails too in the second case).
-        return (
-            Status.WARN,
-            f"no model list at this URL ({_http_status(exc)}); {BASE_URL_HINT}, "
-            "unless the server has none",
-        )
-    except openai.PermissionDeniedError as exc:
-        # Some keys may chat but not list models.
-        return (
-            Status.WARN,
-            f"not allowed to list models ({_http_status(exc)}); {API_KEY_HINT}, "
-            "unless the key may only chat",
-        )
-    names = [item.id for item in page.data]
-    listed = "listed" if model in names else "not listed (may still work)"
-    return Status.OK, f"reachable, {len(names)} models, {model} {listed}"
-
-
-async def _tiny_tool_call(
-    client: openai.AsyncOpenAI, model: str, strict_roles: bool
-) -> tuple[Status, str]:
-    request = {
-        "model": model,
-        "messages": [{"role": "user", "content": "Call the ping tool with word set to 'pong'."}],
-        "tools": [
-            {
-                "type": "function",
-                "function": {
-                    "name": "ping",
-                    "description": "Health check.",
-                    "parameters": {
-                        "type": "object",
-                        "properties": {"word": {"type": "string"}},
-                        "required": ["word"],
-                    },
-                },
-            }
-        ],
-        "max_tokens": 32,
-    }
-    response = await chat_completion(client, request, strict_roles=strict_roles)
-    calls = response.choices[0].message.tool_calls or []
-    if not calls:
-        raise RuntimeError("the model answered without calling the tool (no tool support?)")
-    return Status.OK, "the model called the tool"

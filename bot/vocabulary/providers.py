@@ -48,6 +48,9 @@ class ProviderCaps:
     vision: bool = False
     # Replies stream in as they are written (tool calls arrive as deltas).
     streaming: bool = True
+    # Small self-hosted models often write tool calls into the reply text when the
+    # server's template does not parse them: those are read and run (never shown).
+    text_tool_calls: bool = False
 
 
 def _caps(
@@ -59,6 +62,7 @@ def _caps(
     strict_roles: bool = False,
     vision: bool = False,
     streaming: bool = True,
+    text_tool_calls: bool = False,
 ) -> ProviderCaps:
     return ProviderCaps(
         name=name,
@@ -69,6 +73,7 @@ def _caps(
         strict_roles=strict_roles,
         vision=vision,
         streaming=streaming,
+        text_tool_calls=text_tool_calls,
     )
 
 
@@ -85,6 +90,7 @@ GENERIC = _caps(
     context_tokens=MIN_STM_CONTEXT_TOKENS,
     notes="Generic OpenAI-compatible endpoint: tool calling and at least 8k tokens of "
     "context are assumed.",
+    text_tool_calls=True,
 )
 
 _ENTRIES: tuple[ProviderCaps, ...] = (
@@ -110,6 +116,7 @@ _ENTRIES: tuple[ProviderCaps, ...] = (
         notes="Tool calling only with models whose template supports tools (e.g. Llama 3.1+, "
         "Qwen 2.5+, Mistral). The context is num_ctx, which may default lower: set "
         "OLLAMA_CONTEXT_LENGTH (or num_ctx) to at least 8192.",
+        text_tool_calls=True,
     ),
     _caps(
         "vllm",
@@ -118,6 +125,7 @@ _ENTRIES: tuple[ProviderCaps, ...] = (
         notes="Tool calling needs --enable-auto-tool-choice and a matching "
         "--tool-call-parser; context is the served model's --max-model-len." + _TEMPLATE_ROLES,
         strict_roles=True,
+        text_tool_calls=True,
     ),
     _caps(
         "lmstudio",
@@ -126,14 +134,17 @@ _ENTRIES: tuple[ProviderCaps, ...] = (
         notes="Tool calling depends on the loaded model; the context length is chosen when "
         "the model is loaded (use at least 8192)." + _TEMPLATE_ROLES,
         strict_roles=True,
+        text_tool_calls=True,
     ),
     _caps(
         "llamacpp",
         tool_calling=True,
         context_tokens=8192,
-        notes="llama.cpp server: start it with --jinja for tool calling and -c 8192 or more."
-        + _TEMPLATE_ROLES,
+        notes="llama.cpp's llama-server: start it with --jinja for tool calling and -c 8192 "
+        "or more; llama-cpp-python's server: --chat_format chatml-function-calling (or a "
+        "model whose GGUF template takes tools) and --n_ctx 8192 or more." + _TEMPLATE_ROLES,
         strict_roles=True,
+        text_tool_calls=True,
     ),
     _caps(
         "localai",
@@ -142,6 +153,7 @@ _ENTRIES: tuple[ProviderCaps, ...] = (
         notes="Tool calling depends on the model configuration; context is the model's "
         "context_size." + _TEMPLATE_ROLES,
         strict_roles=True,
+        text_tool_calls=True,
     ),
     _caps(
         "litellm",

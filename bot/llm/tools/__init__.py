@@ -3,6 +3,7 @@
 base       a tool's schema and outcome; ToolArgumentError
 arguments  parsing a call's JSON arguments, with errors the model can read
 calls      the calls in an answer: read, echoed in the history, run
+text_calls  tool calls a model wrote into its reply text, read as calls
 loop       ask, run the tools the model calls, repeat until it answers in text
 """
 
@@ -26,6 +27,7 @@ from bot.llm.tools.loop import (
     ToolSpec,
     run_tool_loop,
 )
+from bot.llm.tools.text_calls import TextCalls, text_tool_calls
 
 __all__ = [
     "FALLBACK_REPLY",
@@ -34,6 +36,7 @@ __all__ = [
     "LlmUnavailable",
     "LoopResult",
     "ReplyPreview",
+    "TextCalls",
     "ToolArgumentError",
     "ToolOutcome",
     "ToolSpec",
@@ -43,6 +46,7 @@ __all__ = [
     "reject_unexpected",
     "require_string",
     "run_tool_loop",
+    "text_tool_calls",
     "unexpected_fields",
     "utf8_size",
 ]

@@ -65,7 +65,7 @@ def tool_calls_in(message: ChatCompletionMessage, iteration: int) -> list[ToolCa
                 name=name,
                 routed_name=clean_tool_name(name),
                 arguments=arguments,
-                history_arguments=_history_arguments(arguments),
+                history_arguments=history_arguments(arguments),
             )
         )
     return calls
@@ -129,7 +129,8 @@ def _unique_id(call_id: str, used: set[str]) -> str:
     return f"{call_id}_{suffix}"
 
 
-def _history_arguments(arguments: str | None) -> str:
+def history_arguments(arguments: str | None) -> str:
+    """``arguments`` when they are JSON, else ``{}``: some servers re-parse the history."""
     if arguments is None or not arguments.strip():
         return "{}"
     try:

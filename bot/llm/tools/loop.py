@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import openai
+from openai.types.chat import ChatCompletionMessage
 
 from bot.config import LlmSettings
 from bot.llm.client import RequestObserver
@@ -28,7 +29,14 @@ from bot.llm.leaks import strip_leaked_tool_syntax
 from bot.llm.model_call import Ask, HistoryTools, ask
 from bot.llm.reply_text import content_text, plain, reply_text
 from bot.llm.stream_assembly import StreamAssembly
-from bot.llm.tools.calls import ToolSpec, assistant_message, run_tool_call, tool_calls_in
+from bot.llm.tools.calls import (
+    ToolCall,
+    ToolSpec,
+    assistant_message,
+    run_tool_call,
+    tool_calls_in,
+)
+from bot.llm.tools.text_calls import text_tool_calls
 
 # Told, while an answer streams in, how to read the reply so far (read only when shown).
 ReplyPreview = Callable[[Callable[[], str]], Awaitable[None]]
@@ -54,6 +62,13 @@ STOPPED_TOOL_ERRORS = "too_many_tool_errors"
 # Answers the server refused as bad tool calls (ToolCallFailed) before the turn stops
 # offering tools: the first is asked again, the second ends the loop.
 MAX_FAILED_GENERATIONS = 2
+# What answers a call written as text: a user message, as the server took none.
+TEXT_CALL_RESULTS = "(Tool results, from Kioku, not from the user.)\n"
+UNREADABLE_TEXT_CALL = (
+    "(From Kioku, not from the user.) error: your tool call could not be read; nothing was "
+    'run or stored. Call the tool with JSON {"name": …, "arguments": {…}}, or answer the '
+    "user without it."
+)
 
 
 @dataclass
@@ -87,6 +102,7 @@ async def run_tool_loop(
     offered: Callable[[], Sequence[str]],
     settings: LlmSettings,
     tool_calling: bool = True,
+    text_tool_calls: bool = False,
     without_tools_notes: Sequence[str] = (),
     strict_roles: bool = False,
     observe: RequestObserver | None = None,
@@ -96,66 +112,134 @@ async def run_tool_loop(
     # Raises LlmUnavailable when a model call fails, unless the model already answered
     # beside a tool call (that answer is the reply) or it is the final call after an
     # early stop (FALLBACK_REPLY).  The client retries 429/5xx/timeouts itself
-    # (`settings.max_retries`); nothing here retries again.  `without_tools_notes` tell
+    # (`settings.max_retries`); nothing here retries again.  `text_tool_calls` reads calls
+    # the model wrote as text (the provider row allows it); `without_tools_notes` tell
     # the model what it can no longer do when the server refuses tools; `strict_roles`
     # sends every request in the role order strict chat templates accept.  With a
     # `preview` the answers are streamed, and it hears of the reply as it grows.
-    api = client.with_options(max_retries=settings.max_retries)
-    # All the model calls of a turn share `turn_timeout_seconds`, retries included.
-    deadline = asyncio.get_running_loop().time() + settings.turn_timeout_seconds
-    conversation: list[dict[str, Any]] = list(messages)
-    result = LoopResult(text="", iterations=0)
-    interim: list[str] = []  # text the model wrote alongside its tool calls
-    consecutive_errors = 0
-    failed_generations = 0
-    called: list[str] = []  # registry tools the conversation holds calls to
-    history = HistoryTools()
-
-    async def streamed(assembly: StreamAssembly) -> None:
-        assert preview is not None
-        await preview(lambda: reply_text(assembly.text(), interim, registry.keys()))
-
-    bound_ask = functools.partial(
+    loop = _Loop(
+        registry=registry,
+        conversation=list(messages),
+        settings=settings,
+        tool_calling=tool_calling,
+        text_tool_calls=text_tool_calls,
+        without_tools_notes=without_tools_notes,
+    )
+    loop.ask = functools.partial(
         ask,
-        api,
+        client.with_options(max_retries=settings.max_retries),
         model=model,
         settings=settings,
-        history=history,
+        history=loop.history,
         strict_roles=strict_roles,
         observe=observe,
-        deadline=deadline,
-        on_text=streamed if preview is not None else None,
+        # All the model calls of a turn share `turn_timeout_seconds`, retries included.
+        deadline=asyncio.get_running_loop().time() + settings.turn_timeout_seconds,
+        on_text=loop.previewer(preview) if preview is not None else None,
     )
+    return await loop.run(offered)
 
-    while result.iterations < settings.max_tool_iterations:
-        # Re-read every time: a tool can stop being offered mid-turn (the STM tool after
-        # a successful update).
-        names = _offered_names(offered, registry) if tool_calling else []
-        tools, tool_choice = _request_tools(registry, names, called, tool_calling=tool_calling)
+
+@dataclass
+class _Loop:
+    """One turn's tool loop: the conversation so far and what the answers did."""
+
+    registry: Mapping[str, ToolSpec]
+    conversation: list[dict[str, Any]]
+    settings: LlmSettings
+    tool_calling: bool
+    text_tool_calls: bool
+    without_tools_notes: Sequence[str]
+    ask: Ask = field(init=False)
+    result: LoopResult = field(default_factory=lambda: LoopResult(text="", iterations=0))
+    interim: list[str] = field(default_factory=list)  # text written beside tool calls
+    consecutive_errors: int = 0
+    failed_generations: int = 0
+    called: list[str] = field(default_factory=list)  # tools the conversation holds calls to
+    history: HistoryTools = field(default_factory=HistoryTools)
+
+    def previewer(self, preview: ReplyPreview) -> Callable[[StreamAssembly], Awaitable[None]]:
+        async def streamed(assembly: StreamAssembly) -> None:
+            await preview(lambda: reply_text(assembly.text(), self.interim, self.registry.keys()))
+
+        return streamed
+
+    async def run(self, offered: Callable[[], Sequence[str]]) -> LoopResult:
+        result = self.result
+        while result.iterations < self.settings.max_tool_iterations:
+            # Re-read every time: a tool can stop being offered mid-turn (the STM tool
+            # after a successful update).
+            names = _offered_names(offered, self.registry) if self.tool_calling else []
+            message = await self._answer(names)
+            if message is None:
+                if result.stopped is not None or result.text:
+                    break
+                continue
+            result.iterations += 1
+            content = content_text(getattr(message, "content", None))
+            calls, unreadable = tool_calls_in(message, result.iterations), 0
+            as_text = not calls and self.text_tool_calls and bool(names)
+            if as_text:
+                written = text_tool_calls(content, self.registry.keys(), result.iterations)
+                calls, unreadable = written.calls, written.unreadable
+            if calls:
+                await self._run_calls(content, calls, names, as_text=as_text)
+            elif unreadable:
+                self._refuse_unreadable(content)
+            else:
+                result.text = reply_text(content, self.interim, self.registry.keys())
+                return result
+            if self.consecutive_errors >= self.settings.max_consecutive_tool_errors:
+                result.stopped = STOPPED_TOOL_ERRORS
+                break
+        else:
+            result.stopped = STOPPED_MAX_ITERATIONS
+        if result.text:
+            return result
+        return await _final_answer(
+            self.ask,
+            result,
+            self.conversation,
+            registry=self.registry,
+            called=self.called,
+            interim=self.interim,
+            tool_calling=self.tool_calling,
+            without_tools_notes=self.without_tools_notes,
+        )
+
+    async def _answer(self, names: Sequence[str]) -> ChatCompletionMessage | None:
+        """The model's next answer; None when the request failed in a way the loop handles
+        (``result.stopped`` or ``result.text`` is then set when the loop must end)."""
+        result = self.result
+        tools, tool_choice = _request_tools(
+            self.registry, names, self.called, tool_calling=self.tool_calling
+        )
         try:
-            message, result.truncated = await bound_ask(
-                messages=conversation, tools=tools, tool_choice=tool_choice
+            message, result.truncated = await self.ask(
+                messages=self.conversation, tools=tools, tool_choice=tool_choice
             )
         except ToolsRefused:
-            _go_tool_less(result, conversation, without_tools_notes)
-            tool_calling = False
-            continue
+            _go_tool_less(result, self.conversation, self.without_tools_notes)
+            self.tool_calling = False
+            return None
         except ToolCallFailed:
             # One bad generation (arguments the server's schema check refused): a failed
             # tool call of this turn, not a sign that the model cannot take tools.
-            failed_generations += 1
-            consecutive_errors += 1
+            self.failed_generations += 1
+            self.consecutive_errors += 1
             result.errors += 1
             if (
-                failed_generations >= MAX_FAILED_GENERATIONS
-                or consecutive_errors >= settings.max_consecutive_tool_errors
+                self.failed_generations >= MAX_FAILED_GENERATIONS
+                or self.consecutive_errors >= self.settings.max_consecutive_tool_errors
             ):
                 result.stopped = STOPPED_TOOL_ERRORS
-                break
-            log.warning("the server refused the model's tool call (tool_use_failed): asking again")
-            continue
+            else:
+                log.warning(
+                    "the server refused the model's tool call (tool_use_failed): asking again"
+                )
+            return None
         except LlmUnavailable as exc:
-            if not interim:
+            if not self.interim:
                 raise
             # The model already answered beside its tool call: the member gets that
             # answer rather than the outage notice.
@@ -164,48 +248,59 @@ async def run_tool_loop(
                 "finishing with that answer",
                 exc,
             )
-            result.text = "\n\n".join(interim)
-            return result
-        result.iterations += 1
-        calls = tool_calls_in(message, result.iterations)
-        content = content_text(getattr(message, "content", None))
-        if not calls:
-            result.text = reply_text(content, interim, registry.keys())
-            return result
+            result.text = "\n\n".join(self.interim)
+            return None
+        return message
 
-        cleaned = strip_leaked_tool_syntax(content, registry.keys())
-        if cleaned and plain(cleaned) not in {plain(said) for said in interim}:
-            interim.append(cleaned)  # a model repeating its answer beside a retried call
-        conversation.append(assistant_message(content, calls))
-        # Every call is answered with a `tool` message, so each result answers one call.
+    def _refuse_unreadable(self, content: str) -> None:
+        """Answer tool calls written as text that could not be read: nothing runs."""
+        log.warning(
+            "the model wrote a tool call as text that could not be read (not JSON with a "
+            "name and arguments): nothing was run or stored"
+        )
+        self._keep_interim(content)
+        self.conversation.append({"role": "assistant", "content": content})
+        self.conversation.append({"role": "user", "content": UNREADABLE_TEXT_CALL})
+        self.consecutive_errors += 1
+        self.result.errors += 1
+
+    def _keep_interim(self, content: str) -> None:
+        cleaned = strip_leaked_tool_syntax(content, self.registry.keys())
+        if cleaned and plain(cleaned) not in {plain(said) for said in self.interim}:
+            self.interim.append(cleaned)  # a model repeating its answer beside a retried call
+
+    async def _run_calls(
+        self, content: str, calls: Sequence[ToolCall], names: Sequence[str], *, as_text: bool
+    ) -> None:
+        """Run ``calls``; each result answers its call (as text, for calls written as text)."""
+        self._keep_interim(content)
+        if as_text:
+            self.conversation.append({"role": "assistant", "content": content})
+        else:
+            self.conversation.append(assistant_message(content, calls))
+        said: list[str] = []
         for call in calls:
-            if call.routed_name not in called:
-                called.append(call.routed_name)
-            outcome = await run_tool_call(registry, call, names)
-            conversation.append(
-                {"role": "tool", "tool_call_id": call.id, "content": outcome.content}
-            )
-            result.tool_calls.append((call.routed_name, outcome.content))
-            if outcome.ok:
-                consecutive_errors = 0
+            if call.routed_name not in self.called and not as_text:
+                self.called.append(call.routed_name)
+            outcome = await run_tool_call(self.registry, call, names)
+            if as_text:
+                said.append(f"{call.routed_name}: {outcome.content}")
             else:
-                consecutive_errors += 1
-                result.errors += 1
-        if consecutive_errors >= settings.max_consecutive_tool_errors:
-            result.stopped = STOPPED_TOOL_ERRORS
-            break
-    else:
-        result.stopped = STOPPED_MAX_ITERATIONS
-    return await _final_answer(
-        bound_ask,
-        result,
-        conversation,
-        registry=registry,
-        called=called,
-        interim=interim,
-        tool_calling=tool_calling,
-        without_tools_notes=without_tools_notes,
-    )
+                self.conversation.append(
+                    {"role": "tool", "tool_call_id": call.id, "content": outcome.content}
+                )
+            self.result.tool_calls.append((call.routed_name, outcome.content))
+            if outcome.ok:
+                self.consecutive_errors = 0
+            else:
+                self.consecutive_errors += 1
+                self.result.errors += 1
+        if as_text:
+            log.info("the model wrote %d tool call(s) as text: ran them", len(calls))
+            # Servers that did not parse the call may not take `tool` results either.
+            self.conversation.append(
+                {"role": "user", "content": TEXT_CALL_RESULTS + "\n".join(said)}
+            )
 
 
 async def _final_answer(
@@ -265,15 +360,16 @@ def _request_tools(
     tool_calling: bool,
 ) -> tuple[list[dict[str, Any]], str | None]:
     """The ``tools`` and ``tool_choice`` of the next request."""
-    # The offered tools, if any.  Otherwise, once the conversation holds tool calls, the
-    # definitions of the tools called with tool_choice "none": Bedrock (and servers in
-    # front of it) refuse a history of tool calls in a request that defines no tools.
-    # So a turn's first request never carries tool_choice: a wrong model name or URL
-    # stays a configuration problem.
+    # The offered tools with tool_choice "auto", if any.  Otherwise, once the conversation
+    # holds tool calls, the definitions of the tools called with tool_choice "none":
+    # Bedrock (and servers in front of it) refuse a history of tool calls in a request
+    # that defines no tools.  Only the latter treats any refusal as one of tool_choice, so
+    # a wrong model name or URL in a turn's first request stays a configuration problem.
     if not tool_calling:
         return [], None
     if offered:
-        return [registry[name].definition for name in offered], None
+        # "auto" said outright: llama-cpp-python renders no tools without it.
+        return [registry[name].definition for name in offered], "auto"
     if not called:
         return [], None
     names = [name for name in called if name in registry] or list(registry)
