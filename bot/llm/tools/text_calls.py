@@ -55,7 +55,11 @@ def text_tool_calls(content: str, tool_names: Collection[str], iteration: int) -
             ),
             "",
         )
-        payloads.append((name, body.strip()))
+        body = body.strip()
+        line_start = content.rfind("\n", 0, match.start()) + 1
+        if content[line_start : match.start()].strip() and not body.startswith(("{", "[")):
+            continue  # a marker named mid-sentence, with no payload: prose about it
+        payloads.append((name, body))
     for name, body in payloads:
         decoded = _calls_in(body, name)
         if decoded is None:

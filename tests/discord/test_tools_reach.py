@@ -1,0 +1,131 @@
+"""Tools that reach every server: ``tool_choice: "auto"``, and calls written as text.
+
+Small self-hosted models behind llama-cpp-python or Ollama often write their tool call
+into the reply text; where the provider row allows it the call is run, and it is never
+shown to members.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+from sqlalchemy.engine import URL
+
+from bot.conversation.tools.stm import STM_TOOL_NAME
+from bot.db.engine import Database
+from bot.db.models import ShortTermMemory
+from bot.llm.tools.loop import TEXT_CALL_RESULTS, UNREADABLE_TEXT_CALL
+from tests.helpers.bot import KiokuHarness, start_kioku, stop_kioku
+from tests.helpers.fake_llm import ScriptedLLM
+
+MISO = "Ren's cat is called Miso; Ren flies to Osaka on March 14."
+
+
+def written_call(summary: str) -> str:
+    arguments = json.dumps({"summary": summary})
+    return f'<tool_call>\n{{"name": "{STM_TOOL_NAME}", "arguments": {arguments}}}\n</tool_call>'
+
+
+async def summaries(db: Database) -> list[str]:
+    async with db.sessions() as session:
+        return [row.summary for row in await session.scalars(select(ShortTermMemory))]
+
+
+async def test_a_turn_offers_its_tools_with_tool_choice_auto(kioku: KiokuHarness) -> None:
+    # llama-cpp-python's chatml-function-calling renders no tools without tool_choice.
+    kioku.llm.reply_text("Hello!")
+    await kioku.env.send("hi", mention_bot=True)
+    assert kioku.llm.tool_names(0) == [STM_TOOL_NAME]
+    assert kioku.llm.request(0)["tool_choice"] == "auto"
+
+
+async def test_a_server_refusing_tool_choice_is_asked_again_with_the_tools_alone(
+    kioku: KiokuHarness,
+) -> None:
+    kioku.llm.reply_error(400, "tool_choice is not supported by this server").reply_text("Hi!")
+    await kioku.env.send("hi", mention_bot=True)
+    assert kioku.env.last_sent().content == "Hi!"
+    assert kioku.llm.request(0)["tool_choice"] == "auto"
+    assert kioku.llm.tool_names(1) == [STM_TOOL_NAME]
+    assert "tool_choice" not in kioku.llm.request(1)
+
+
+@pytest.mark.parametrize("provider", ["llamacpp", "ollama", "generic"])
+async def test_a_memory_call_written_as_text_is_stored_and_never_shown(
+    db: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path, provider: str
+) -> None:
+    kioku = await start_kioku(db, llm, pg_url, tmp_path, settings={"provider": provider})
+    try:
+        llm.reply_text(f"Got it, I'll keep that in mind.\n{written_call(MISO)}")
+        llm.reply_text("Noted: Miso, and Osaka on March 14.")
+        await kioku.env.send("my cat is Miso and I fly to Osaka on March 14", mention_bot=True)
+        shown = kioku.env.last_sent().content
+        assert "tool_call" not in shown and STM_TOOL_NAME not in shown and "{" not in shown
+        assert "Noted: Miso" in shown
+        assert set(await summaries(db)) == {MISO}
+        # The result goes back as text: a server that did not parse the call may drop
+        # `tool` messages too.
+        follow_up = llm.messages(1)
+        assert follow_up[-1] == {
+            "role": "user",
+            "content": TEXT_CALL_RESULTS + f"{STM_TOOL_NAME}: saved",
+        }
+        assert not any(m.get("role") == "tool" for m in follow_up)
+    finally:
+        await stop_kioku(kioku)
+
+
+async def test_a_hosted_provider_does_not_run_calls_written_as_text(
+    db: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path
+) -> None:
+    # OpenAI's models call tools through the API: text that looks like a call is an
+    # example the model wrote, not a call. It is still not shown as syntax.
+    kioku = await start_kioku(db, llm, pg_url, tmp_path, settings={"provider": "openai"})
+    try:
+        llm.reply_text(f"Got it.\n{written_call(MISO)}")
+        await kioku.env.send("remember my cat", mention_bot=True)
+        assert kioku.env.last_sent().content == "Got it."
+        assert await summaries(db) == []
+        assert len(llm.requests) == 1
+    finally:
+        await stop_kioku(kioku)
+
+
+async def test_garbage_tool_text_gets_a_logged_refusal_and_stores_nothing(
+    db: Database,
+    llm: ScriptedLLM,
+    pg_url: URL,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    kioku = await start_kioku(db, llm, pg_url, tmp_path, settings={"provider": "llamacpp"})
+    try:
+        llm.reply_text(
+            f'<tool_call>{{"name": "{STM_TOOL_NAME}", "arguments": {{summary: x</tool_call>'
+        )
+        llm.reply_text("Sorry, here is your answer without a note.")
+        with caplog.at_level(logging.WARNING, logger="bot.llm"):
+            await kioku.env.send("please remember this", mention_bot=True)
+        assert kioku.env.last_sent().content == "Sorry, here is your answer without a note."
+        assert await summaries(db) == []
+        assert llm.messages(1)[-1] == {"role": "user", "content": UNREADABLE_TEXT_CALL}
+        assert any("could not be read" in r.getMessage() for r in caplog.records)
+    finally:
+        await stop_kioku(kioku)
+
+
+async def test_a_tool_tag_named_in_a_sentence_is_prose_not_a_broken_call(
+    db: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path
+) -> None:
+    kioku = await start_kioku(db, llm, pg_url, tmp_path, settings={"provider": "llamacpp"})
+    try:
+        llm.reply_text("Qwen wraps its calls in <tool_call> tags, as you guessed.")
+        await kioku.env.send("how does qwen call tools?", mention_bot=True)
+        assert len(llm.requests) == 1
+        assert "as you guessed" in kioku.env.last_sent().content
+    finally:
+        await stop_kioku(kioku)
