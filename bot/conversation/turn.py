@@ -339,6 +339,7 @@ class TurnRunner:
                 settings=self.settings.llm,
                 tool_calling=self.caps.tool_calling,
                 text_tool_calls=self.caps.text_tool_calls,
+                tools_in_prompt=self.caps.tools_in_prompt,
                 # The server may refuse tools this very turn: then nothing is stored.
                 without_tools_notes=[NO_LONG_TERM_TOOLS_NOTE] if intent else [],
                 strict_roles=self.settings.strict_roles,
@@ -354,6 +355,8 @@ class TurnRunner:
                 turn=turn,
                 outcome="llm_unavailable",
             )
+        if result.tools_in_prompt and not self.caps.tools_in_prompt:
+            self.caps = replace(self.caps, tools_in_prompt=True)
         if result.tools_refused and self.caps.tool_calling:
             # Until a restart this process treats the provider as tool-less: no tools are
             # offered, and the summarizer keeps the memory.

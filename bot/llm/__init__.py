@@ -10,10 +10,12 @@ stream_assembly  a streamed answer put back together (text, tool-call deltas) fr
 failures    the notices shown instead of an answer; what each error or refusal means
 reply_text  the final answer after what was written beside the tool calls
 leaks       tool-call syntax and reasoning leaked into reply text, stripped
+escaping    entities a server's template escaped, turned back into characters
 tools/      tools to the loop (schema, arguments, calls) and the tool loop itself
 """
 
 from bot.llm.client import LlmRequest, RequestObserver, chat_completion, make_client
+from bot.llm.escaping import unescape_new_entities
 from bot.llm.failures import CUT_MESSAGE
 from bot.llm.tools import (
     FALLBACK_REPLY,
@@ -32,6 +34,7 @@ from bot.llm.tools import (
     require_string,
     run_tool_loop,
     text_tool_calls,
+    tool_prompt,
     unexpected_fields,
     utf8_size,
 )
@@ -58,6 +61,8 @@ __all__ = [
     "require_string",
     "run_tool_loop",
     "text_tool_calls",
+    "tool_prompt",
+    "unescape_new_entities",
     "unexpected_fields",
     "utf8_size",
 ]

@@ -16,7 +16,13 @@ import aiohttp
 import openai
 
 from bot.config import Settings, api_key_problem
-from bot.llm import chat_completion, make_client, text_tool_calls
+from bot.llm import (
+    chat_completion,
+    make_client,
+    text_tool_calls,
+    tool_prompt,
+    unescape_new_entities,
+)
 from bot.ops.table import Check, Status, Table
 from bot.vocabulary import ProviderCaps, capabilities
 
@@ -231,26 +237,55 @@ async def _tool_call(
             raise
         del request["tool_choice"]  # a server without tool_choice, as a turn falls back
         response = await chat_completion(client, request, strict_roles=settings.strict_roles)
-    seconds = time.perf_counter() - started
     message = response.choices[0].message
     if message.tool_calls:
         status, detail = Status.OK, "the model called the tool"
-    elif text_tool_calls(message.content or "", ["ping"], 0).calls:
-        if caps.text_tool_calls:
-            status, detail = Status.OK, "the model wrote the call as text (Kioku reads it)"
-        else:
-            status = Status.WARN
-            detail = (
-                f"the model wrote the call as text, which provider {caps.name} does not "
-                f"read; {tool_fix(caps)}, or set KIOKU_PROVIDER to the server's family"
+    elif _written_call(message.content):
+        status, detail = _written(caps, "the model wrote the call as text")
+    elif not (message.content or "").strip() and caps.text_tool_calls:
+        # llama-cpp-python's chatml-function-calling answers tool_choice "auto" with an
+        # empty message: turns then describe the tools in the prompt, and so does this.
+        prompted = [
+            request["messages"][0],
+            {"role": "system", "content": tool_prompt([PING_TOOL])},
+            request["messages"][1],
+        ]
+        # Entities the template escapes take tokens: room for a call written escaped.
+        plain = {"model": settings.model, "messages": prompted, "max_tokens": 128}
+        started = time.perf_counter()  # the speed is the second request's
+        response = await chat_completion(client, plain, strict_roles=settings.strict_roles)
+        if not _written_call(response.choices[0].message.content):
+            raise RuntimeError(
+                f"the model answered tools with an empty message, and did not call the "
+                f"tool described in the prompt either; {tool_fix(caps)}"
             )
+        status = Status.OK
+        detail = (
+            "the server answers tools with an empty message (llama-cpp-python's "
+            "chatml-function-calling does); the model called the tool described in the "
+            "prompt, as Kioku's turns will describe them"
+        )
     else:
         raise RuntimeError(f"the model answered without calling the tool; {tool_fix(caps)}")
+    seconds = time.perf_counter() - started
     usage = getattr(response, "usage", None)
     slow = _too_slow(settings, seconds, getattr(usage, "prompt_tokens", None))
     if slow is not None:
         return Status.WARN, f"{detail}; {slow}"
     return status, detail
+
+
+def _written_call(content: str | None) -> bool:
+    return bool(text_tool_calls(unescape_new_entities(content or "", ""), ["ping"], 0).calls)
+
+
+def _written(caps: ProviderCaps, what: str) -> tuple[Status, str]:
+    if caps.text_tool_calls:
+        return Status.OK, f"{what} (Kioku reads it)"
+    return Status.WARN, (
+        f"{what}, which provider {caps.name} does not read; {tool_fix(caps)}, or set "
+        "KIOKU_PROVIDER to the server's family"
+    )
 
 
 def _too_slow(settings: Settings, seconds: float, prompt_tokens: object) -> str | None:

@@ -51,6 +51,9 @@ class ProviderCaps:
     # Small self-hosted models often write tool calls into the reply text when the
     # server's template does not parse them: those are read and run (never shown).
     text_tool_calls: bool = False
+    # Learnt at run time (never set in the table): the server cannot take tools through the
+    # API, so they are described in the prompt and the calls read from the text.
+    tools_in_prompt: bool = False
 
 
 def _caps(

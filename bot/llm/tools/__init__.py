@@ -27,7 +27,7 @@ from bot.llm.tools.loop import (
     ToolSpec,
     run_tool_loop,
 )
-from bot.llm.tools.text_calls import TextCalls, text_tool_calls
+from bot.llm.tools.text_calls import TextCalls, text_tool_calls, tool_prompt
 
 __all__ = [
     "FALLBACK_REPLY",
@@ -47,6 +47,7 @@ __all__ = [
     "require_string",
     "run_tool_loop",
     "text_tool_calls",
+    "tool_prompt",
     "unexpected_fields",
     "utf8_size",
 ]

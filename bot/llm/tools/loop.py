@@ -14,6 +14,7 @@ from openai.types.chat import ChatCompletionMessage
 
 from bot.config import LlmSettings
 from bot.llm.client import RequestObserver
+from bot.llm.escaping import unescape_new_entities
 from bot.llm.failures import (
     CONFIGURATION_MESSAGE,
     FALLBACK_REPLY,
@@ -36,7 +37,7 @@ from bot.llm.tools.calls import (
     run_tool_call,
     tool_calls_in,
 )
-from bot.llm.tools.text_calls import text_tool_calls
+from bot.llm.tools.text_calls import text_tool_calls, tool_prompt
 
 # Told, while an answer streams in, how to read the reply so far (read only when shown).
 ReplyPreview = Callable[[Callable[[], str]], Awaitable[None]]
@@ -91,6 +92,9 @@ class LoopResult:
     gave_up: bool = False
     # The server refused tools (the model cannot call them); the turn went on without.
     tools_refused: bool = False
+    # The server could not take tools through the API (it refused them, or answered them
+    # with an empty message): they were described in the prompt and read from the text.
+    tools_in_prompt: bool = False
 
 
 async def run_tool_loop(
@@ -103,6 +107,7 @@ async def run_tool_loop(
     settings: LlmSettings,
     tool_calling: bool = True,
     text_tool_calls: bool = False,
+    tools_in_prompt: bool = False,
     without_tools_notes: Sequence[str] = (),
     strict_roles: bool = False,
     observe: RequestObserver | None = None,
@@ -113,7 +118,9 @@ async def run_tool_loop(
     # beside a tool call (that answer is the reply) or it is the final call after an
     # early stop (FALLBACK_REPLY).  The client retries 429/5xx/timeouts itself
     # (`settings.max_retries`); nothing here retries again.  `text_tool_calls` reads calls
-    # the model wrote as text (the provider row allows it); `without_tools_notes` tell
+    # the model wrote as text (the provider row allows it), and then a server that cannot
+    # take tools gets them described in the prompt (`tools_in_prompt`: from the start);
+    # `without_tools_notes` tell
     # the model what it can no longer do when the server refuses tools; `strict_roles`
     # sends every request in the role order strict chat templates accept.  With a
     # `preview` the answers are streamed, and it hears of the reply as it grows.
@@ -124,6 +131,7 @@ async def run_tool_loop(
         tool_calling=tool_calling,
         text_tool_calls=text_tool_calls,
         without_tools_notes=without_tools_notes,
+        prompted=tools_in_prompt and text_tool_calls,
     )
     loop.ask = functools.partial(
         ask,
@@ -150,6 +158,7 @@ class _Loop:
     tool_calling: bool
     text_tool_calls: bool
     without_tools_notes: Sequence[str]
+    prompted: bool = False  # tools described in the prompt, not sent through the API
     ask: Ask = field(init=False)
     result: LoopResult = field(default_factory=lambda: LoopResult(text="", iterations=0))
     interim: list[str] = field(default_factory=list)  # text written beside tool calls
@@ -160,7 +169,11 @@ class _Loop:
 
     def previewer(self, preview: ReplyPreview) -> Callable[[StreamAssembly], Awaitable[None]]:
         async def streamed(assembly: StreamAssembly) -> None:
-            await preview(lambda: reply_text(assembly.text(), self.interim, self.registry.keys()))
+            def shown() -> str:
+                text = unescape_new_entities(assembly.text(), self._sent_text())
+                return reply_text(text, self.interim, self.registry.keys())
+
+            await preview(shown)
 
         return streamed
 
@@ -176,8 +189,15 @@ class _Loop:
                     break
                 continue
             result.iterations += 1
-            content = content_text(getattr(message, "content", None))
+            content = unescape_new_entities(
+                content_text(getattr(message, "content", None)), self._sent_text()
+            )
             calls, unreadable = tool_calls_in(message, result.iterations), 0
+            if not calls and not content.strip() and self._may_prompt(names):
+                # llama-cpp-python's chatml-function-calling answers every message beside
+                # tool_choice "auto" with an empty one.
+                self._to_prompt("answered tools with an empty message")
+                continue
             as_text = not calls and self.text_tool_calls and bool(names)
             if as_text:
                 written = text_tool_calls(content, self.registry.keys(), result.iterations)
@@ -203,7 +223,7 @@ class _Loop:
             registry=self.registry,
             called=self.called,
             interim=self.interim,
-            tool_calling=self.tool_calling,
+            tool_calling=self.tool_calling and not self.prompted,
             without_tools_notes=self.without_tools_notes,
         )
 
@@ -214,11 +234,20 @@ class _Loop:
         tools, tool_choice = _request_tools(
             self.registry, names, self.called, tool_calling=self.tool_calling
         )
+        messages = self.conversation
+        if self.prompted:
+            tools, tool_choice = [], None
+            if names:
+                definitions = [self.registry[name].definition for name in names]
+                messages = _after_system(messages, tool_prompt(definitions))
         try:
             message, result.truncated = await self.ask(
-                messages=self.conversation, tools=tools, tool_choice=tool_choice
+                messages=messages, tools=tools, tool_choice=tool_choice
             )
         except ToolsRefused:
+            if self._may_prompt(names):
+                self._to_prompt("refused tools")
+                return None
             _go_tool_less(result, self.conversation, self.without_tools_notes)
             self.tool_calling = False
             return None
@@ -251,6 +280,21 @@ class _Loop:
             result.text = "\n\n".join(self.interim)
             return None
         return message
+
+    def _may_prompt(self, names: Sequence[str]) -> bool:
+        """Whether tools sent through the API may move into the prompt instead."""
+        return bool(names) and self.text_tool_calls and self.tool_calling and not self.prompted
+
+    def _to_prompt(self, why: str) -> None:
+        log.warning(
+            "the server %s: describing the tools in the prompt and reading the calls from "
+            "the model's text",
+            why,
+        )
+        self.prompted = self.result.tools_in_prompt = True
+
+    def _sent_text(self) -> str:
+        return "\n".join(str(m.get("content") or "") for m in self.conversation)
 
     def _refuse_unreadable(self, content: str) -> None:
         """Answer tool calls written as text that could not be read: nothing runs."""
@@ -391,6 +435,12 @@ def _go_tool_less(
         len(conversation),
     )
     conversation[leading:leading] = [{"role": "system", "content": note} for note in notes]
+
+
+def _after_system(messages: list[dict[str, Any]], note: str) -> list[dict[str, Any]]:
+    """A copy of ``messages`` with ``note`` after the leading system messages."""
+    leading = next((i for i, m in enumerate(messages) if m.get("role") != "system"), len(messages))
+    return [*messages[:leading], {"role": "system", "content": note}, *messages[leading:]]
 
 
 def _offered_names(

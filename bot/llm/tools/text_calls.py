@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +31,27 @@ _MARKED = re.compile(
 # Unmarked JSON counts only when it calls a known tool: a fenced block, or a line of its own.
 _FENCE = re.compile(r"```[ \t]*(?:json|tool_call|tool_code)?[ \t]*\n?(.*?)```", re.DOTALL)
 _decoder = json.JSONDecoder()
+
+TOOLS_IN_PROMPT = (
+    "(From Kioku, not from the user.) You can call tools. To call one, answer with only:\n"
+    "<tool_call>\n"
+    '{"name": "<tool name>", "arguments": {<its arguments>}}\n'
+    "</tool_call>\n"
+    "and wait for its result. Otherwise answer the user normally, without that syntax. "
+    "The tools:"
+)
+
+
+def tool_prompt(definitions: Sequence[dict[str, Any]]) -> str:
+    """The system note that offers ``definitions`` to a model whose server takes no tools."""
+    listed = []
+    for definition in definitions:
+        function = definition.get("function", {})
+        shown = {
+            key: function[key] for key in ("name", "description", "parameters") if key in function
+        }
+        listed.append(json.dumps(shown, ensure_ascii=False))
+    return "\n".join([TOOLS_IN_PROMPT, *listed])
 
 
 @dataclass
