@@ -19,6 +19,7 @@ from bot.conversation.tools.stm import STM_TOOL_NAME
 from bot.db.engine import Database
 from bot.db.models import ShortTermMemory
 from bot.llm.tools.loop import TEXT_CALL_RESULTS, UNREADABLE_TEXT_CALL
+from bot.llm.tools.text_calls import TOOLS_IN_PROMPT
 from tests.helpers.bot import KiokuHarness, start_kioku, stop_kioku
 from tests.helpers.fake_llm import ScriptedLLM
 
@@ -127,5 +128,71 @@ async def test_a_tool_tag_named_in_a_sentence_is_prose_not_a_broken_call(
         await kioku.env.send("how does qwen call tools?", mention_bot=True)
         assert len(llm.requests) == 1
         assert "as you guessed" in kioku.env.last_sent().content
+    finally:
+        await stop_kioku(kioku)
+
+
+def escaped(text: str) -> str:
+    """``text`` as llama-cpp-python's autoescaping template makes the model write it."""
+    return (
+        text.replace("&", "&amp;")
+        .replace("<", "&lt;")
+        .replace(">", "&gt;")
+        .replace('"', "&#34;")
+        .replace("'", "&#39;")
+    )
+
+
+async def test_a_server_answering_tools_with_an_empty_message_gets_them_in_the_prompt(
+    db: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path
+) -> None:
+    # llama-cpp-python's chatml-function-calling answers every message beside
+    # tool_choice "auto" with an empty one, and escapes what the model reads.
+    kioku = await start_kioku(db, llm, pg_url, tmp_path, settings={"provider": "llamacpp"})
+    try:
+        llm.reply_text("").reply_text(escaped(written_call(MISO))).reply_text("Saved, Miso!")
+        await kioku.env.send("my cat is Miso and I fly to Osaka on March 14", mention_bot=True)
+        assert kioku.env.last_sent().content == "Saved, Miso!"
+        assert set(await summaries(db)) == {MISO}
+        assert "tools" in llm.request(0)
+        assert "tools" not in llm.request(1) and "tool_choice" not in llm.request(1)
+        assert TOOLS_IN_PROMPT in llm.messages(1)[0]["content"]
+        assert STM_TOOL_NAME in llm.messages(1)[0]["content"]
+        # The process has learnt it: the next turn describes the tools from the start.
+        llm.reply_text("It&#39;s Miso, of course.")
+        await kioku.env.send("what is my cat called?", mention_bot=True)
+        assert "tools" not in llm.request(3)
+        assert TOOLS_IN_PROMPT in llm.messages(3)[0]["content"]
+        assert kioku.env.last_sent().content == "It's Miso, of course."
+    finally:
+        await stop_kioku(kioku)
+
+
+async def test_a_server_refusing_tools_gets_them_in_the_prompt_where_the_row_allows(
+    db: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path
+) -> None:
+    # An Ollama model whose template has no tools: memory still works through the text.
+    kioku = await start_kioku(db, llm, pg_url, tmp_path, settings={"provider": "ollama"})
+    try:
+        llm.reply_error(400, "registry.ollama.ai/library/gemma3:4b does not support tools")
+        llm.reply_text(written_call(MISO)).reply_text("Noted!")
+        await kioku.env.send("my cat is Miso and I fly to Osaka on March 14", mention_bot=True)
+        assert kioku.env.last_sent().content == "Noted!"
+        assert set(await summaries(db)) == {MISO}
+        assert "tools" not in llm.request(1)
+    finally:
+        await stop_kioku(kioku)
+
+
+async def test_entities_the_member_wrote_are_kept_in_the_reply(
+    db: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path
+) -> None:
+    kioku = await start_kioku(db, llm, pg_url, tmp_path, settings={"provider": "llamacpp"})
+    try:
+        llm.reply_text("In HTML, &amp; is an ampersand and &#39; an apostrophe.")
+        await kioku.env.send("what is &amp; in HTML?", mention_bot=True)
+        assert (
+            kioku.env.last_sent().content == "In HTML, &amp; is an ampersand and ' an apostrophe."
+        )
     finally:
         await stop_kioku(kioku)
