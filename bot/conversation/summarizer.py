@@ -55,9 +55,12 @@ import openai
 
 from bot.config import Settings
 from bot.conversation.server_profile import server_model
+from bot.conversation.summary_checks import SummaryRejected, checked_summary
 from bot.conversation.summary_prompt import (
+    HEADER_ROOM,
     build_messages,
     fitting,
+    line_sizes,
     parse_categories,
     plan_batches,
     request_chars,
@@ -227,6 +230,27 @@ class _Budget:
     capped: bool  # the reply budget was lowered to fit the context
 
 
+@dataclass
+class _Asked:
+    """One batch's request, and the calls made for it so far."""
+
+    messages: list[dict[str, Any]]
+    batch: Sequence[RawMessage]
+    previous: str  # the summary the batch is integrated into
+    channel_id: int
+    whole: bool  # one summary, not the categories' JSON
+    calls: int = 0
+
+
+# The rejected answer is shown back (cut) with what to do instead.
+RETRY_ECHO_CHARS = 2_000
+REJECTED_PREFIX = "That answer cannot be stored:"
+
+
+def _sent(messages: Sequence[Mapping[str, Any]]) -> str:
+    return "\n".join(str(message.get("content") or "") for message in messages)
+
+
 class Summarizer:
     """Runs summaries for the memory service; one instance per bot (``bot.summarizer``)."""
 
@@ -368,9 +392,9 @@ class Summarizer:
         if room < MIN_ROOM_CHARS:
             return SummaryOutcome("failed", len(new), error=NO_ROOM)
         first, batches = plan_batches(
-            [len(m.line()) for m in new],
+            line_sizes(new),
             per_call=self.settings.stm.max_turns_to_pull,
-            room=room,
+            room=room - HEADER_ROOM,
         )
         skipped, new = first, new[first:]
         calls = 0
@@ -385,7 +409,7 @@ class Summarizer:
                 fixed = build_messages(config, [], summary=summary, categories=categories)
                 room_now = budget.prompt_chars - request_chars(fixed)
                 if read:
-                    batch = batch[: fitting([len(m.line()) for m in batch], room_now)]
+                    batch = batch[: fitting(line_sizes(batch), room_now - HEADER_ROOM)]
                     if not batch:
                         break
                 messages = build_messages(
@@ -397,25 +421,20 @@ class Summarizer:
                 )
                 if request_chars(messages) > budget.prompt_chars:
                     raise _Unusable("failed", NO_ROOM)
-                calls += 1  # counted before: a call that raises was made all the same
-                answer = await self._complete(messages, budget, turn.model or self.settings.model)
-                if answer.tool_calls or answer.gave_up:
-                    # The tool loop answered the tool call and asked once more: two
-                    # requests. Whatever text it returns is not a summary (a lead-in
-                    # written beside the call, or the notice that it gave up).
-                    calls += 1
-                    raise _Unusable("failed", TOOL_CALL_ANSWER)
-                if answer.truncated:
-                    if not budget.capped:
-                        log.warning(
-                            "summarizer in channel %s: answer cut off at %d tokens; raise "
-                            "llm.max_reply_tokens",
-                            channel_id,
-                            budget.reply_tokens,
-                        )
-                    raise _Unusable("failed", CUT_OFF_BY_CONTEXT if budget.capped else CUT_OFF)
+                model = turn.model or self.settings.model
+                asked = _Asked(
+                    messages,
+                    batch,
+                    previous=summary,
+                    channel_id=channel_id,
+                    whole=not config.category_mode,
+                )
+                try:
+                    text = await self._checked_answer(asked, budget, model)
+                finally:
+                    calls += asked.calls
                 summary, categories = _integrate(
-                    answer.text, config, summary=summary, categories=categories
+                    text, config, summary=summary, categories=categories
                 )
                 read += len(batch)
                 if start - first + len(batch) < end - first:
@@ -520,6 +539,60 @@ class Summarizer:
         if config.category_mode:
             return sum(len(entry.categories.get(c.slug, "")) for c in config.categories)
         return len(entry.summary)
+
+    async def _checked_answer(self, asked: _Asked, budget: _Budget, model: str) -> str:
+        """The answer to ``asked`` that passes the quality gates, asked again once."""
+        # Raises _Unusable when neither answer is usable: nothing is stored, and the
+        # messages stay uncovered in the raw window.
+        messages = asked.messages
+        for attempt in range(2):
+            text = await self._answer(messages, budget, model, asked)
+            try:
+                return checked_summary(
+                    text,
+                    asked.batch,
+                    previous=asked.previous,
+                    sent=_sent(messages),
+                    whole=asked.whole,
+                )
+            except SummaryRejected as rejected:
+                log.info(
+                    "summarizer in channel %s: the answer %s%s",
+                    asked.channel_id,
+                    rejected.reason,
+                    "; asking once more" if attempt == 0 else "; nothing stored",
+                )
+                if attempt == 1:
+                    raise _Unusable("failed", f"the summary {rejected.reason}") from None
+                messages = [
+                    *asked.messages,
+                    {"role": "assistant", "content": text[:RETRY_ECHO_CHARS]},
+                    {"role": "user", "content": f"{REJECTED_PREFIX} {rejected.ask}"},
+                ]
+        raise AssertionError("unreachable")
+
+    async def _answer(
+        self, messages: list[dict[str, Any]], budget: _Budget, model: str, asked: _Asked
+    ) -> str:
+        """One call's text, or :class:`_Unusable` for a tool call or a cut-off answer."""
+        asked.calls += 1  # counted before: a call that raises was made all the same
+        answer = await self._complete(messages, budget, model)
+        if answer.tool_calls or answer.gave_up:
+            # The tool loop answered the tool call and asked once more: two requests.
+            # Whatever text it returns is not a summary (a lead-in written beside the
+            # call, or the notice that it gave up).
+            asked.calls += 1
+            raise _Unusable("failed", TOOL_CALL_ANSWER)
+        if answer.truncated:
+            if not budget.capped:
+                log.warning(
+                    "summarizer in channel %s: answer cut off at %d tokens; raise "
+                    "llm.max_reply_tokens",
+                    asked.channel_id,
+                    budget.reply_tokens,
+                )
+            raise _Unusable("failed", CUT_OFF_BY_CONTEXT if budget.capped else CUT_OFF)
+        return answer.text
 
     def _budget(self, config: GuildConfig) -> _Budget:
         """The reply budget and the room for the prompt, from the provider's context."""

@@ -5,7 +5,12 @@ prompt   prompt assembly: memory, other channels, the raw window, notes
 gather   the messages a memory does not cover yet (after its marker)
 """
 
-from bot.memory.turn.gather import count_new_messages, gather_new_messages, messages_after_marker
+from bot.memory.turn.gather import (
+    count_new_messages,
+    dated_lines,
+    gather_new_messages,
+    messages_after_marker,
+)
 from bot.memory.turn.prompt import (
     VALUE_LIMIT,
     AssembledPrompt,
@@ -43,6 +48,7 @@ __all__ = [
     "TurnState",
     "assemble",
     "count_new_messages",
+    "dated_lines",
     "gather_new_messages",
     "messages_after_marker",
     "relative_time",

@@ -9,6 +9,7 @@ snowflakes are time-ordered, so "newer" is a plain comparison of message ids.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import UTC, datetime
 
 from bot.vocabulary import Marker, RawMessage
 
@@ -58,3 +59,25 @@ def gather_new_messages(
     if not new or max_turns_to_pull == 0:
         return ""
     return "\n".join(message.line() for message in new[-max_turns_to_pull:])
+
+
+def day_header(moment: datetime) -> str:
+    """The line that opens a day in a dated transcript: ``--- 2026-11-27 (Friday) ---``."""
+    return f"--- {moment.strftime('%Y-%m-%d (%A)')} ---"
+
+
+def dated_lines(messages: Sequence[RawMessage]) -> list[str]:
+    """Each message as ``HH:MM Name: text`` (UTC), a day header before each new day's first.
+
+    The summarizer reads these, so that "yesterday" and "last Friday" can be resolved to
+    dates; one string per message, its header included."""
+    lines: list[str] = []
+    day = None
+    for message in messages:
+        moment = message.created_at.astimezone(UTC)
+        line = f"{moment.strftime('%H:%M')} {message.line()}"
+        if moment.date() != day:
+            day = moment.date()
+            line = f"{day_header(moment)}\n{line}"
+        lines.append(line)
+    return lines
