@@ -3,6 +3,7 @@
 types    TurnStart, PreparedTurn, TurnState: what a turn asks, gets, and the guards see
 prompt   prompt assembly: memory, other channels, the raw window, notes
 gather   the messages a memory does not cover yet (after its marker)
+recall   the long-term facts a turn shows, and the scopes known to show none
 """
 
 from bot.memory.turn.gather import count_new_messages, gather_new_messages, messages_after_marker
@@ -15,6 +16,7 @@ from bot.memory.turn.prompt import (
     relative_time,
     render_memory_text,
 )
+from bot.memory.turn.recall import FactRecall
 from bot.memory.turn.types import (
     REASON_ALREADY_UPDATED,
     REASON_CHANGED,
@@ -35,6 +37,7 @@ __all__ = [
     "REASON_STORAGE",
     "VALUE_LIMIT",
     "AssembledPrompt",
+    "FactRecall",
     "LabelFor",
     "OtherChannel",
     "PreparedTurn",
