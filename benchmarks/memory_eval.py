@@ -192,7 +192,7 @@ class Fixture:
         return TurnRequest(
             channel_id=self.channel_id,
             user_id=post.speaker.id,
-            message_id=post.message.message_id,
+            source_message_id=post.message.message_id,
             content=post.message.content,
             bot_user_id=self.bot_id,
             guild_id=self.guild_id,

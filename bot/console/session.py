@@ -218,7 +218,7 @@ async def _turn(
         TurnRequest(
             channel_id=CONSOLE_CHANNEL_ID,
             user_id=CONSOLE_USER_ID,
-            message_id=message_id,
+            source_message_id=message_id,
             content=line,
             bot_user_id=CONSOLE_BOT_ID,
             guild_id=CONSOLE_GUILD_ID,

@@ -5,6 +5,7 @@ client or the conversation above it.
 
 service     MemoryService: the one way STM is read, written and deleted
 prepare     a turn's start: its state, memory, window and prompt input
+guard       whether a message read for a turn was deleted, wiped or forgotten since
 janitor     housekeeping loops: the purge of expired rows, saving turn counts
 turn/       a turn as memory sees it, the prompt it gets, the messages not yet covered
 stm/        the STM parts behind the service: cache, state, reading, writing, wipes
@@ -12,6 +13,7 @@ spool/      the durable spool of operations the database refused, and its replay
 longterm/   per-user and captured facts: storage, recall, visibility, intent
 """
 
+from bot.memory.guard import MessageGuard
 from bot.memory.janitor import run_janitor, run_turn_count_saver
 from bot.memory.longterm import (
     SEARCH_LIMIT,
@@ -41,7 +43,9 @@ from bot.memory.turn import (
     REASON_STORAGE,
     VALUE_LIMIT,
     AssembledPrompt,
+    FactRecall,
     LabelFor,
+    PreparedTurn,
     TurnStart,
     TurnState,
     assemble,
@@ -69,10 +73,13 @@ __all__ = [
     "ChannelView",
     "DurableSpool",
     "FactPage",
+    "FactRecall",
     "FactRefused",
     "LabelFor",
     "LongTermService",
     "MemoryService",
+    "MessageGuard",
+    "PreparedTurn",
     "SpoolLocked",
     "TurnStart",
     "TurnState",

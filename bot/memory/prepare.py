@@ -9,6 +9,7 @@ from dataclasses import replace
 
 from bot.memory.stm import MemoryState, Reader, answering, with_trigger
 from bot.memory.turn import (
+    FactRecall,
     LabelFor,
     OtherChannel,
     PreparedTurn,
@@ -27,10 +28,10 @@ class TurnPreparer:
         self._state = state
         self._reader = reader
 
-    async def prepare(self, start: TurnStart) -> PreparedTurn:
-        """The turn for ``start``. With the database down the bot still answers, from
-        whatever is cached, and refuses STM writes this turn (it could not know the
-        stored version to supersede)."""
+    async def prepare(self, start: TurnStart, recall: FactRecall | None = None) -> PreparedTurn:
+        """The turn for ``start``, with the long-term facts ``recall`` finds. With the
+        database down the bot still answers, from whatever is cached, and refuses STM
+        writes this turn (it could not know the stored version to supersede)."""
         state, reader = self._state, self._reader
         guild_id, channel_id = start.guild_id, start.channel_id
         parent_channel_id, source_message_id = start.parent_channel_id, start.source_message_id
@@ -41,7 +42,7 @@ class TurnPreparer:
         if guild_id is None:
             with contextlib.suppress(MemoryUnavailable):  # not shown, then
                 opted_in = await state.guilds.opt_in(start.user_id)
-        notes = await start.recall(opted_in) if start.recall is not None else ()
+        notes = await recall.notes(start, opted_in) if recall is not None else ()
         storage_ok = True
         try:
             config = await state.guilds.config(guild_id)

@@ -12,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from bot.config import Settings
 from bot.db import ClearReceipt, ForgetReceipt, Notice
 from bot.db.repositories import stm as stm_repo
+from bot.memory.guard import MessageGuard
 from bot.memory.prepare import TurnPreparer
 from bot.memory.spool import DurableSpool, PendingChanges
 from bot.memory.stm import (
@@ -25,7 +26,7 @@ from bot.memory.stm import (
     Writer,
     WriteResult,
 )
-from bot.memory.turn import PreparedTurn, TurnStart, TurnState
+from bot.memory.turn import FactRecall, PreparedTurn, TurnStart, TurnState
 from bot.vocabulary import (
     AuditEvent,
     Category,
@@ -151,11 +152,26 @@ class MemoryService:
         ``epoch`` (see :meth:`channel_epoch`)."""
         return self._state.epoch(channel_id) != epoch
 
+    def guard(self, channel_id: int, message_id: int, *, epoch: int | None = None) -> MessageGuard:
+        """What to ask later whether the message was deleted, its channel wiped since
+        ``epoch`` (None: the epoch now) or someone forgotten since now."""
+        state = self._state
+        return MessageGuard(
+            state,
+            channel_id,
+            message_id,
+            state.epoch(channel_id) if epoch is None else epoch,
+            self._ledger.seq,
+        )
+
     # ------------------------------------------------------------------- turns
 
-    def prepare_turn(self, start: TurnStart) -> Call[PreparedTurn]:
-        """Everything a turn needs before calling the model; on a warm cache no query."""
-        return self._preparer.prepare(start)
+    def prepare_turn(
+        self, start: TurnStart, recall: FactRecall | None = None
+    ) -> Call[PreparedTurn]:
+        """Everything a turn needs before calling the model, with the long-term facts
+        ``recall`` finds for it; on a warm cache no query."""
+        return self._preparer.prepare(start, recall)
 
     def finish_turn(self, turn: TurnState) -> StmEntry | None:
         """The turn was answered: count it toward the refresh cadence; return the
@@ -253,14 +269,6 @@ class MemoryService:
     def drop_all(self) -> None:
         """Forget everything loaded from the database (after missed notices)."""
         self._notices.drop_all()
-
-    def change_mark(self) -> int:
-        """A mark for :meth:`forgotten_since`: the count of changes seen so far."""
-        return self._ledger.seq
-
-    def forgotten_since(self, mark: int) -> bool:
-        """Whether a /forget-me (here, or heard from elsewhere) may have come after ``mark``."""
-        return self._ledger.deaf or self._ledger.since(mark)
 
     @property
     def hearing_notices(self) -> bool:

@@ -672,7 +672,7 @@ def test_every_persona_placeholder_doctor_knows_is_filled_in() -> None:
     from bot.conversation.turn import TurnRequest, render_persona
     from bot.vocabulary.sanitize import PROMPT_PLACEHOLDERS
 
-    request = TurnRequest(channel_id=1, user_id=2, message_id=3, content="", bot_user_id=4)
+    request = TurnRequest(channel_id=1, user_id=2, source_message_id=3, content="", bot_user_id=4)
     template = " ".join(f"{{{name}}}" for name in sorted(PROMPT_PLACEHOLDERS))
     rendered = render_persona(template, request, datetime(2025, 1, 2, 3, 4, tzinfo=UTC))
     assert "{" not in rendered, rendered

@@ -1018,7 +1018,7 @@ async def test_a_remember_in_flight_during_a_wipe_does_not_survive_it(
     request = TurnRequest(
         channel_id=CHANNEL,
         user_id=ALICE,
-        message_id=10,
+        source_message_id=10,
         content="remember that my cat is called Miso",
         bot_user_id=BOT,
         guild_id=GUILD,
@@ -1099,7 +1099,7 @@ def turn_request(channel: int, content: str, message_id: int) -> TurnRequest:
     return TurnRequest(
         channel_id=channel,
         user_id=ALICE,
-        message_id=message_id,
+        source_message_id=message_id,
         content=content,
         bot_user_id=BOT,
         guild_id=GUILD,
@@ -1118,7 +1118,7 @@ async def test_a_fact_remembered_while_another_channel_recalls_is_not_hidden_the
     # Alice's turn in one channel recalls (nothing yet) while, in another (another channel
     # lock), her "remember that…" turn stores a fact.
     longterm.hold = release = asyncio.Event()
-    recall = asyncio.create_task(runner._recall(chatting, False))
+    recall = asyncio.create_task(runner.recall.notes(chatting, False))
     await longterm.queried.wait()
     remember_tool = runner._long_term_tools(asking, False, None)["remember"]
     assert (await remember_tool.run('{"fact": "My cat is called Miso"}')).ok
@@ -1126,7 +1126,7 @@ async def test_a_fact_remembered_while_another_channel_recalls_is_not_hidden_the
     assert await recall == []  # that turn started before the fact existed
 
     # Her next turn there sees the fact: "no facts here" was not cached by the first.
-    assert await runner._recall(chatting, False) == [CAT]
+    assert await runner.recall.notes(chatting, False) == [CAT]
 
 
 async def test_a_scope_without_facts_is_not_queried_again(
@@ -1137,15 +1137,15 @@ async def test_a_scope_without_facts_is_not_queried_again(
         memory, openai_client(llm), settings, longterm=make_longterm(memory), persona="p"
     )
     chatting = turn_request(CHANNEL, "what should I feed my cat", 1)
-    assert await runner._recall(chatting, False) == []
+    assert await runner.recall.notes(chatting, False) == []
     # A fact that did not come through this process's remember (another shard's): the
     # scope is remembered as empty, so the query is not run again.
     await bulk_insert(db, ALICE, [CAT])
-    assert await runner._recall(chatting, False) == []
+    assert await runner.recall.notes(chatting, False) == []
     # A save through this process clears that.
     remember_tool = runner._long_term_tools(chatting, False, None)["remember"]
     assert (await remember_tool.run('{"fact": "My cat eats tuna"}')).ok
-    assert sorted(await runner._recall(chatting, False)) == sorted([CAT, "My cat eats tuna"])
+    assert sorted(await runner.recall.notes(chatting, False)) == sorted([CAT, "My cat eats tuna"])
 
 
 async def test_facts_recalled_before_forget_me_cannot_be_stored_again_by_that_turn(

@@ -943,7 +943,7 @@ async def test_with_a_tool_less_provider_the_summarizer_maintains_the_memory(
             TurnRequest(
                 channel_id=CHANNEL,
                 user_id=ALICE,
-                message_id=asked.message_id,
+                source_message_id=asked.message_id,
                 content=asked.content,
                 bot_user_id=BOT,
                 guild_id=GUILD,

@@ -56,7 +56,7 @@ async def test_other_channels_never_crowd_the_conversation_out_of_a_small_contex
     request = TurnRequest(
         channel_id=CHANNEL,
         user_id=ALICE,
-        message_id=said.message_id,
+        source_message_id=said.message_id,
         content=said.content,
         bot_user_id=BOT,
         guild_id=GUILD,

@@ -1076,7 +1076,7 @@ async def test_a_tool_calling_provider_excluded_from_stm_hides_only_the_stm_tool
         return TurnRequest(
             channel_id=CHANNEL,
             user_id=ALICE,
-            message_id=said.message_id,
+            source_message_id=said.message_id,
             content=text,
             bot_user_id=BOT,
             guild_id=GUILD,

@@ -20,30 +20,28 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import functools
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Literal
 
 import aiohttp
 import discord
 from discord.ext import commands
 
-from bot.cogs.chat.gate import AccessGate
+from bot.cogs.chat.gate import AccessGate, is_addressed
 from bot.cogs.chat.members import Members
-from bot.cogs.chat.references import reply_chain
+from bot.cogs.chat.request import turn_request
 from bot.cogs.chat.streaming import PART_LIMIT, StreamedReply, guard_marker, with_cut_note
 from bot.cogs.chat.threads import ThreadStarters
-from bot.cogs.chat.visibility import DirectView, OnlyHere, ServerView, place_of
 from bot.cogs.history import WIPED_WHILE_ANSWERING, backfill, belongs_in_window, to_raw
 from bot.cogs.images import ImageDownloader
 from bot.cogs.needs import POST, POST_IN_THREADS, REACT, READ_HISTORY
 from bot.cogs.replies import split_reply
 from bot.conversation import TurnRequest
-from bot.memory import ChannelView, LabelFor
+from bot.memory import MessageGuard
 from bot.runtime import KeyedQueues, finish_or_cancel
-from bot.vocabulary import MemoryUnavailable, StmEntry
+from bot.vocabulary import MemoryUnavailable
 
 if TYPE_CHECKING:
     from bot.app import KiokuBot
@@ -155,7 +153,7 @@ class Chat(commands.Cog):
         self.bot.memory.observe_message(message.channel.id, to_raw(message))
         if message.author.bot:
             return
-        addressed = self._addressed(message)
+        addressed = is_addressed(message, self.bot.user)
         if not addressed and not self._may_be_always_on(message):
             return
         await self._answer(message, addressed=addressed)
@@ -179,24 +177,6 @@ class Chat(commands.Cog):
             self.bot.memory.message_deleted(payload.channel_id, message_id)
 
     # ----------------------------------------------------------------- turns
-
-    def _addressed(self, message: discord.Message) -> bool:
-        """A DM, a mention of the bot, or a reply to one of its messages."""
-        me = self.bot.user
-        if me is None:
-            return False
-        if message.guild is None or me in message.mentions:
-            return True
-        # Discord's mention picker offers the bot's managed role beside the bot itself.
-        own_role = message.guild.self_role
-        if own_role is not None and own_role in message.role_mentions:
-            return True
-        reference = message.reference
-        return (
-            reference is not None
-            and isinstance(reference.resolved, discord.Message)
-            and reference.resolved.author.id == me.id
-        )
 
     def _may_be_always_on(self, message: discord.Message) -> bool:
         """False only when the cached guild settings say the channel is not always-on; an
@@ -228,7 +208,7 @@ class Chat(commands.Cog):
         channel = message.channel
         memory = self.bot.memory
         # Whether a /refresh or a /forget-me wiped the message while its turn waited.
-        arrived_epoch = memory.channel_epoch(channel.id)
+        arrived = memory.guard(channel.id, message.id)
         # The queue slot is taken before anything is awaited, so turns of one channel run
         # in the order their messages arrived. Chatter in a channel not known to be
         # always-on (uncached settings) fills no place a mention could have.
@@ -257,64 +237,71 @@ class Chat(commands.Cog):
                 return
             await backfill(self.bot, channel, before=message)
             if message.guild is None:
-                await self._load_dm_members(message.author.id)
-            if memory.was_deleted(message.id):
+                await self.members.fetch_for_dm(memory, self.bot.longterm, message.author.id)
+            if arrived.deleted():
                 # Deleted while the turn waited: nothing is left to answer (the window
                 # would end with the previous question, answered a second time).
                 log.debug("message %s was deleted before its turn", message.id)
                 return
-            # A busy channel may have pushed the message out of the raw window while the
-            # turn waited; the turn still answers it, unless a wipe since its arrival
-            # (the epoch) took it.
-            request = dataclasses.replace(
-                self._request(message),
-                trigger=to_raw(message),
-                trigger_epoch=arrived_epoch,
-                replied_to=await reply_chain(self.bot, message),
-                thread_starter=await self.starters.starter(channel)
-                if isinstance(channel, discord.Thread)
-                else None,
+            request = await turn_request(
+                self.bot,
+                message,
+                members=self.members,
+                starters=self.starters,
                 read_image=self._read_image,
+                trigger_epoch=arrived.epoch,
             )
-            epoch = memory.channel_epoch(channel.id)
-            stream = StreamedReply(
-                functools.partial(self._post, message),
-                self._take_back,
-                interval=self.bot.settings.llm.stream_edit_seconds,
-                clock=memory.clock.monotonic,
-                wiped=functools.partial(memory.wiped_since, channel.id, epoch),
-            )
-            async with _typing(channel):
-                reply = await self.bot.turns.run(request, preview=stream)
-            if reply.turn is not None:
-                epoch = reply.turn.epoch
-            if stream.parts:
-                await self._finish_stream(message, stream, reply.text, epoch, reply.failed)
-                return
-            if reply.unanswered:
-                # Deleted: nothing to say. Wiped by a /refresh or a /forget-me: the member
-                # is told, as when a refresh overtakes an answer.
-                if not memory.was_deleted(message.id):
-                    await self._post(message, WIPED_WHILE_ANSWERING, reply=True)
-                return
-            text = reply.text
-            if reply.outcome == "llm_unavailable" and stream.received().strip():
-                # The answer broke off before its first message was due: what came stays.
-                text = with_cut_note(stream.received())
-            await self._send(message, text, epoch=epoch, failed=reply.failed)
+            await self._run_turn(message, request)
+
+    async def _run_turn(self, message: discord.Message, request: TurnRequest) -> None:
+        """Run the turn answering ``message`` and post its reply (streamed, when slow)."""
+        channel = message.channel
+        memory = self.bot.memory
+        guard = memory.guard(channel.id, message.id)
+        stream = StreamedReply(
+            functools.partial(self._post, message),
+            self._take_back,
+            interval=self.bot.settings.llm.stream_edit_seconds,
+            clock=memory.clock.monotonic,
+            wiped=guard.wiped,
+        )
+        async with _typing(channel):
+            reply = await self.bot.turns.run(request, preview=stream)
+        if reply.turn is not None:
+            # The reply is checked against what the turn read: the channel's memory then.
+            guard = memory.guard(channel.id, message.id, epoch=reply.turn.epoch)
+        if stream.parts:
+            await self._finish_stream(message, stream, reply.text, guard, reply.failed)
+            return
+        if reply.unanswered:
+            # Deleted: nothing to say. Wiped by a /refresh or a /forget-me: the member
+            # is told, as when a refresh overtakes an answer.
+            if not guard.deleted():
+                await self._post(message, WIPED_WHILE_ANSWERING, reply=True)
+            return
+        text = reply.text
+        if reply.outcome == "llm_unavailable" and stream.received().strip():
+            # The answer broke off before its first message was due: what came stays.
+            text = with_cut_note(stream.received())
+        await self._send(message, text, guard=guard, failed=reply.failed)
 
     async def _finish_stream(
-        self, message: discord.Message, stream: StreamedReply, text: str, epoch: int, failed: bool
+        self,
+        message: discord.Message,
+        stream: StreamedReply,
+        text: str,
+        guard: MessageGuard,
+        failed: bool,
     ) -> None:
         """Show the whole reply in the messages a slow answer streamed into (see
-        :meth:`_send` for ``epoch`` and ``failed``); a failed turn keeps what was shown,
+        :meth:`_send` for ``guard`` and ``failed``); a failed turn keeps what was shown,
         with a note that the answer was cut."""
         memory = self.bot.memory
         channel_id = message.channel.id
         if failed:
             text = with_cut_note(stream.received())
-        parts = [] if memory.wiped_since(channel_id, epoch) else await stream.finish(text)
-        if memory.wiped_since(channel_id, epoch):
+        parts = [] if guard.wiped() else await stream.finish(text)
+        if guard.wiped():
             for part in stream.parts:
                 await self._take_back(part)
             await self._post(message, WIPED_WHILE_ANSWERING, reply=True)
@@ -365,104 +352,20 @@ class Chat(commands.Cog):
             status = getattr(exc, "status", None) or type(exc).__name__
             log.debug("no reaction in channel %s: %s", channel.id, status)
 
-    def _request(self, message: discord.Message) -> TurnRequest:
-        me = self.bot.user
-        assert me is not None
-        channel = message.channel
-        guild = message.guild
-        parent_id = channel.parent_id if isinstance(channel, discord.Thread) else None
-        visible = self._visible_here(message)
-        own_role = guild.self_role if guild else None
-        return TurnRequest(
-            channel_id=channel.id,
-            user_id=message.author.id,
-            message_id=message.id,
-            content=message.content,
-            bot_user_id=me.id,
-            guild_id=guild.id if guild else None,
-            bot_role_ids=(own_role.id,) if own_role is not None else (),
-            parent_channel_id=parent_id,
-            user_name=message.author.display_name,
-            bot_name=me.display_name,
-            channel_name=f"#{channel.name}"
-            if isinstance(channel, discord.abc.GuildChannel | discord.Thread)
-            else "a direct message",
-            guild_name=guild.name if guild else None,
-            label_for=self._labeler(message, visible),
-            may_show_channel=visible,
-        )
-
-    def _visible_here(self, message: discord.Message) -> ChannelView:
-        """Whether what was said in another channel may be shown where ``message`` was
-        sent: in a DM, the user's own DM shows anything; in a server, only channels no
-        more private than this one (threads judged by their parent; never a private
-        thread). Long-term facts said where Discord shows nothing now are judged by what
-        was recorded with them (see :class:`ServerView` and :class:`DirectView`)."""
-        guild = message.guild
-        here = place_of(message.channel)
-        if guild is None:
-            # A DM shows what the user said in it, and what they may still read in servers.
-            return DirectView(self.members, message.author.id, message.channel.id, here)
-        current = message.channel
-        base = current.parent if isinstance(current, discord.Thread) else current
-        if not isinstance(base, discord.abc.GuildChannel):
-            return OnlyHere(current.id, here)
-        return ServerView(guild, current.id, base, here)
-
-    async def _load_dm_members(self, user_id: int) -> None:
-        """Before an opted-in DM turn: the user's membership in every server whose memory
-        it could show."""
-        memory = self.bot.memory
-        try:
-            if not await memory.cross_context_opt_in(user_id):
-                return
-            guild_ids = {e.key.guild_id for e in await memory.load_user_memories(user_id)}
-            guild_ids |= await self.bot.longterm.guild_ids(user_id)
-        except MemoryUnavailable:
-            return
-        await self.members.fetch_missing(guild_ids, user_id)
-
-    def _labeler(self, message: discord.Message, visible: Callable[[int], bool]) -> LabelFor:
-        guild = message.guild
-        if guild is None:
-            bot = self.bot
-
-            def dm_label(entry: StmEntry) -> str | None:
-                other_guild = bot.get_guild(entry.key.guild_id or 0)
-                channel = (
-                    other_guild.get_channel_or_thread(entry.key.channel_id) if other_guild else None
-                )
-                if other_guild is None or channel is None or not visible(entry.key.channel_id):
-                    return None
-                return f"#{channel.name} in {other_guild.name}"
-
-            return dm_label
-
-        def guild_label(entry: StmEntry) -> str | None:
-            other = guild.get_channel_or_thread(entry.key.channel_id)
-            if other is None or not visible(entry.key.channel_id):
-                return None
-            return f"#{other.name}"
-
-        return guild_label
-
     async def _send(
-        self, message: discord.Message, text: str, *, epoch: int, failed: bool = False
+        self, message: discord.Message, text: str, *, guard: MessageGuard, failed: bool = False
     ) -> list[discord.Message]:
         """Post ``text`` in parts, the first replying to ``message``; parts that went out
         join the raw window unless the turn ``failed``.
 
         A ``/refresh`` (or a /forget-me of someone here) since the turn read its memory
-        (``epoch``) stops the answer, also between two parts: what is still to come was
-        made from what it wiped, and a part posted after the refresh marker would be read
-        back by a back-fill. A part whose sending overlapped the refresh is taken back
-        (it may sit after the marker); the member is told to ask again."""
+        (``guard``'s epoch) stops the answer, also between two parts: what is still to
+        come was made from what it wiped, and a part posted after the refresh marker would
+        be read back by a back-fill. A part whose sending overlapped the refresh is taken
+        back (it may sit after the marker); the member is told to ask again."""
         memory = self.bot.memory
         channel_id = message.channel.id
-
-        def wiped() -> bool:
-            return memory.wiped_since(channel_id, epoch)
-
+        wiped = guard.wiped
         sent: list[discord.Message] = []
         # One character kept free for the marker guard below.
         for chunk in split_reply(text, PART_LIMIT) or ["…"]:

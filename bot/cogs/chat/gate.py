@@ -1,5 +1,6 @@
-"""The chat pipeline's door: whether a message's author may start a turn here, decided
-by :func:`bot.conversation.access.refusal` before any model call."""
+"""The chat pipeline's door: whether a message is addressed to the bot, and whether its
+author may start a turn here, decided by :func:`bot.conversation.access.refusal` before
+any model call."""
 
 from __future__ import annotations
 
@@ -16,6 +17,24 @@ if TYPE_CHECKING:
     from bot.app import KiokuBot
 
 log = logging.getLogger(__name__)
+
+
+def is_addressed(message: discord.Message, me: discord.ClientUser | None) -> bool:
+    """A DM, a mention of the bot (``me``), or a reply to one of its messages."""
+    if me is None:
+        return False
+    if message.guild is None or me in message.mentions:
+        return True
+    # Discord's mention picker offers the bot's managed role beside the bot itself.
+    own_role = message.guild.self_role
+    if own_role is not None and own_role in message.role_mentions:
+        return True
+    reference = message.reference
+    return (
+        reference is not None
+        and isinstance(reference.resolved, discord.Message)
+        and reference.resolved.author.id == me.id
+    )
 
 
 class AccessGate:

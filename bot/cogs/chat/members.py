@@ -14,6 +14,9 @@ import aiohttp
 import discord
 from cachetools import TTLCache
 
+from bot.memory import LongTermService, MemoryService
+from bot.vocabulary import MemoryUnavailable
+
 MEMBER_CHECK_SECONDS = 300
 # At most this many servers are asked about one user before a DM turn (the rest show
 # nothing this turn; they are asked on later turns as the cache fills).
@@ -61,6 +64,20 @@ class Members:
         )
         for guild, member in zip(missing, members, strict=False):
             self._fetched[(guild.id, user_id)] = member
+
+    async def fetch_for_dm(
+        self, memory: MemoryService, longterm: LongTermService, user_id: int
+    ) -> None:
+        """Before an opted-in DM turn: the user's membership in every server whose memory
+        it could show."""
+        try:
+            if not await memory.cross_context_opt_in(user_id):
+                return
+            guild_ids = {e.key.guild_id for e in await memory.load_user_memories(user_id)}
+            guild_ids |= await longterm.guild_ids(user_id)
+        except MemoryUnavailable:
+            return
+        await self.fetch_missing(guild_ids, user_id)
 
     def _cached(self, guild: discord.Guild, user_id: int) -> discord.Member | None:
         # Only with the members intent does the gateway keep a member current; without

@@ -15,6 +15,7 @@ import discord
 from cachetools import TTLCache
 
 from bot.cogs.history import belongs_in_window, to_raw
+from bot.memory import MessageGuard
 from bot.vocabulary import MemoryUnavailable, RawMessage
 
 if TYPE_CHECKING:
@@ -67,8 +68,8 @@ async def thread_starter(bot: KiokuBot, thread: discord.Thread) -> RawMessage | 
 @dataclass(frozen=True, slots=True)
 class _Checked:
     starter: RawMessage
-    parent_epoch: int
-    mark: int
+    # The starter in the parent channel, as memory stood before it was looked for.
+    guard: MessageGuard
 
 
 class ThreadStarters:
@@ -82,19 +83,16 @@ class ThreadStarters:
     async def starter(self, thread: discord.Thread) -> RawMessage | None:
         memory = self._bot.memory
         checked = self._checked.get(thread.id)
-        if (
-            checked is not None
-            and not memory.wiped_since(thread.parent_id, checked.parent_epoch)
-            and not memory.forgotten_since(checked.mark)
-            and not memory.was_deleted(thread.id)
-        ):
-            return checked.starter
-        epoch, mark = memory.channel_epoch(thread.parent_id), memory.change_mark()
+        if checked is not None:
+            guard = checked.guard
+            if not guard.wiped() and not guard.forgotten() and not guard.deleted():
+                return checked.starter
+        guard = memory.guard(thread.parent_id, thread.id)
         starter = await thread_starter(self._bot, thread)
         if starter is None:
             self._checked.pop(thread.id, None)
         else:
-            self._checked[thread.id] = _Checked(starter, epoch, mark)
+            self._checked[thread.id] = _Checked(starter, guard)
         return starter
 
     def edited(self, message_id: int) -> None:

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 import discord
 
 from bot.cogs.chat.members import Members
-from bot.memory import ChannelView
-from bot.vocabulary import Place
+from bot.memory import ChannelFilter, ChannelView, LabelFor
+from bot.vocabulary import Place, StmEntry
 
 
 def _sees(channel: discord.abc.GuildChannel, roles: Sequence[discord.Role]) -> bool:
@@ -169,3 +169,47 @@ class DirectView(ChannelView):
         if parent is not None and guild.get_channel(parent) is not None:
             return self.members.sees(self.user_id, parent)
         return place.readable_by_everyone and self.members.member(guild, self.user_id) is not None
+
+
+def view_here(message: discord.Message, members: Members) -> ChannelView:
+    """Whether what was said in another channel may be shown where ``message`` was
+    sent: in a DM, the user's own DM shows anything; in a server, only channels no
+    more private than this one (threads judged by their parent; never a private
+    thread). Long-term facts said where Discord shows nothing now are judged by what
+    was recorded with them (see :class:`ServerView` and :class:`DirectView`)."""
+    guild = message.guild
+    here = place_of(message.channel)
+    if guild is None:
+        # A DM shows what the user said in it, and what they may still read in servers.
+        return DirectView(members, message.author.id, message.channel.id, here)
+    current = message.channel
+    base = current.parent if isinstance(current, discord.Thread) else current
+    if not isinstance(base, discord.abc.GuildChannel):
+        return OnlyHere(current.id, here)
+    return ServerView(guild, current.id, base, here)
+
+
+def labeler(client: discord.Client, message: discord.Message, visible: ChannelFilter) -> LabelFor:
+    """How another channel's memory is labelled where ``message`` was sent (None: not
+    shown there, by ``visible``)."""
+    guild = message.guild
+    if guild is None:
+
+        def dm_label(entry: StmEntry) -> str | None:
+            other_guild = client.get_guild(entry.key.guild_id or 0)
+            channel = (
+                other_guild.get_channel_or_thread(entry.key.channel_id) if other_guild else None
+            )
+            if other_guild is None or channel is None or not visible(entry.key.channel_id):
+                return None
+            return f"#{channel.name} in {other_guild.name}"
+
+        return dm_label
+
+    def guild_label(entry: StmEntry) -> str | None:
+        other = guild.get_channel_or_thread(entry.key.channel_id)
+        if other is None or not visible(entry.key.channel_id):
+            return None
+        return f"#{other.name}"
+
+    return guild_label

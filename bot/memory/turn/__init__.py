@@ -3,6 +3,7 @@
 types    TurnStart, PreparedTurn, TurnState: what a turn asks, gets, and the guards see
 prompt   prompt assembly: memory, other channels, the raw window, notes
 gather   the messages a memory does not cover yet (after its marker)
+recall   the long-term facts a turn shows, and the scopes known to show none
 """
 
 from bot.memory.turn.gather import (
@@ -20,6 +21,7 @@ from bot.memory.turn.prompt import (
     relative_time,
     render_memory_text,
 )
+from bot.memory.turn.recall import FactRecall
 from bot.memory.turn.types import (
     REASON_ALREADY_UPDATED,
     REASON_CHANGED,
@@ -40,6 +42,7 @@ __all__ = [
     "REASON_STORAGE",
     "VALUE_LIMIT",
     "AssembledPrompt",
+    "FactRecall",
     "LabelFor",
     "OtherChannel",
     "PreparedTurn",

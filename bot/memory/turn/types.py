@@ -4,10 +4,11 @@ what the guards of SPEC §3 look at while it runs (TurnState)."""
 from __future__ import annotations
 
 import itertools
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from bot.memory.longterm import ChannelFilter
 from bot.memory.turn.prompt import PromptInput
 from bot.vocabulary import GuildConfig, Marker, RawMessage, ScopeKey, StmEntry
 
@@ -116,25 +117,27 @@ class TurnState:
 # Returns the label to show for another channel's memory, or None when it may not be
 # shown here (more private than the current channel, or no longer visible).
 LabelFor = Callable[[StmEntry], str | None]
-# The long-term facts to show this turn, given whether the user opted in to cross-context
-# memory; read after the turn started (a /forget-me deleting them refuses its writes).
-Recall = Callable[[bool], Awaitable[Sequence[str]]]
 
 
 # Not frozen (as PromptInput): a frozen dataclass is several times slower to build, and
-# every turn builds one. Nothing changes it once built.
-@dataclass(slots=True)
+# every turn builds one. Nothing changes it once built. Keyword-only, so the conversation's
+# request can extend it with fields of its own (see ``conversation.TurnRequest``).
+@dataclass(slots=True, kw_only=True)
 class TurnStart:
     """What memory needs to prepare a turn: where, for whom, answering which message."""
 
     channel_id: int
     user_id: int
-    guild_id: int | None
+    guild_id: int | None = None
     bot_user_id: int
     parent_channel_id: int | None = None
     source_message_id: int | None = None
+    # What the message being answered says: the long-term facts recalled are those most
+    # relevant to it.
+    content: str = ""
     # The message being answered as it arrived, and the channel's epoch then: shown even
-    # when it scrolled out of the raw window, unless deleted or wiped since.
+    # when it scrolled out of the raw window, unless deleted or wiped since. Set, the turn
+    # answers nothing without it (see ``PreparedTurn.unanswered``).
     trigger: RawMessage | None = None
     trigger_epoch: int | None = None
     # What the message being answered replies to, the direct reference first, then what
@@ -144,7 +147,9 @@ class TurnStart:
     # In a thread: the message it was started from (in its parent channel).
     thread_starter: RawMessage | None = None
     label_for: LabelFor | None = None
-    recall: Recall | None = None
+    # Whether something said in another channel may be shown here (None: anything); the
+    # long-term facts recalled are filtered by it too.
+    may_show: ChannelFilter | None = None
     explicit_long_term_intent: bool = False
     provider_allows_stm: bool = True
     model: str | None = None
