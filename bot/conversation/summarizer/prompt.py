@@ -24,7 +24,7 @@ __all__ = [
 ]
 
 MAX_BATCHES = 5
-"""Batches (each one model call) one run may read; see :mod:`bot.conversation.summarizer`."""
+"""Batches (each one model call) one run may read; see :mod:`bot.conversation.summarizer.run`."""
 
 CUT_MARK = " […]"
 """Ends a message cut to fit the context, so the model knows it did not see all of it."""

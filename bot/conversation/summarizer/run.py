@@ -15,10 +15,10 @@ the end, with the marker on the last message read. (A later batch that no longer
 because the JSON of the categories grew, reads only the messages that fit whole; the run
 stops there and the rest stay new for the next one.) So 30 short new messages
 with the defaults take two calls (20 + 10) and the marker lands on the 30th. At most
-:data:`~bot.conversation.summary_prompt.MAX_BATCHES` calls are made per run: new messages that
+:data:`~bot.conversation.summarizer.prompt.MAX_BATCHES` calls are made per run: new messages that
 do not fit in that many batches are not read, the oldest first (the gatherer's own rule:
 the newest are read); the outcome counts them as ``skipped``. The batches are planned, and
-each call's prompt built and its answer parsed, in :mod:`bot.conversation.summary_prompt`.
+each call's prompt built and its answer parsed, in :mod:`bot.conversation.summarizer.prompt`.
 
 **Context.** Every request fits the provider's context (``context_tokens`` of
 :func:`bot.vocabulary.providers.capabilities`, at :data:`~bot.vocabulary.providers.CHARS_PER_TOKEN`
@@ -55,8 +55,8 @@ import openai
 
 from bot.config import Settings
 from bot.conversation.server_profile import server_model
-from bot.conversation.summary_checks import SummaryRejected, checked_summary
-from bot.conversation.summary_prompt import (
+from bot.conversation.summarizer.checks import SummaryRejected, checked_summary
+from bot.conversation.summarizer.prompt import (
     HEADER_ROOM,
     build_messages,
     fitting,
@@ -81,7 +81,6 @@ from bot.vocabulary import (
     GuildConfig,
     Marker,
     MemoryUnavailable,
-    ProviderCaps,
     RawMessage,
     StmEntry,
     capabilities,
@@ -94,9 +93,6 @@ __all__ = [
     "Summarizer",
     "SummaryOutcome",
     "SummaryStatus",
-    "auto_summarize_reason",
-    "ignored_nudges",
-    "should_auto_summarize",
 ]
 
 log = logging.getLogger(__name__)
@@ -167,55 +163,6 @@ class _Unusable(Exception):
         super().__init__(message)
         self.status: Literal["failed", "empty"] = status
         self.message = message
-
-
-# ------------------------------------------------------------------- triggers
-
-
-def ignored_nudges(entry: StmEntry, config: GuildConfig) -> int:
-    """How many finished turns carried the update nudge without the model acting on it.
-
-    The nudge is in a turn's prompt when ``turns_since_refresh`` had reached the cadence
-    as the turn started, and every turn that does not update the memory adds one; so after
-    a turn that many nudged turns went by: ``turns_since_refresh - refresh_cadence``.
-    """
-    return max(0, entry.turns_since_refresh - config.refresh_cadence)
-
-
-def auto_summarize_reason(
-    entry: StmEntry,
-    config: GuildConfig,
-    caps: ProviderCaps,
-    ignored_nudges: int,
-    settings: Settings,
-) -> str | None:
-    """Why the summarizer should run after a turn (``None``: it should not).
-
-    Only when short-term memory is on and the cadence is due (``turns_since_refresh >=
-    refresh_cadence``), and then either ``"tool-less provider"`` (the provider cannot
-    maintain the memory through the tool: no tool calling, or too little context — the
-    STM tool is never offered there) or, opted in with ``stm.summarize_when_ignored_turns
-    = N > 0``, ``"nudge ignored"`` once the model has ignored the nudge for N turns.
-    """
-    if not config.stm_enabled or entry.turns_since_refresh < config.refresh_cadence:
-        return None
-    if not caps.stm_allowed:
-        return "tool-less provider"
-    threshold = settings.stm.summarize_when_ignored_turns
-    if threshold > 0 and ignored_nudges >= threshold:
-        return "nudge ignored"
-    return None
-
-
-def should_auto_summarize(
-    entry: StmEntry,
-    config: GuildConfig,
-    caps: ProviderCaps,
-    ignored_nudges: int,
-    settings: Settings,
-) -> bool:
-    """Whether to run the summarizer after a turn; see :func:`auto_summarize_reason`."""
-    return auto_summarize_reason(entry, config, caps, ignored_nudges, settings) is not None
 
 
 # ----------------------------------------------------------------- summarizer

@@ -1,0 +1,60 @@
+"""The summarizer (seed 000, SPEC §4): fold a channel's new messages into its memory.
+
+run       the runs: batches within the context, all or nothing, one at a time per channel
+prompt    one call's request as pure functions: prompt, dated lines, batches, answer parsing
+checks    quality gates on an answer before anything is stored
+triggers  when a run follows a turn: the cadence, a tool-less provider, an ignored nudge
+"""
+
+from bot.conversation.summarizer.checks import SummaryRejected, checked_summary
+from bot.conversation.summarizer.prompt import (
+    CUT_MARK,
+    MAX_BATCHES,
+    build_messages,
+    plan_batches,
+    request_chars,
+)
+from bot.conversation.summarizer.run import (
+    CATEGORIES_CHANGED_MEANWHILE,
+    CHANGED_MEANWHILE,
+    CLEARED_MEANWHILE,
+    CUT_OFF,
+    EMPTY_ANSWER,
+    INVALID_JSON,
+    NO_ROOM,
+    REPLY_SHARE,
+    TOOL_CALL_ANSWER,
+    Summarizer,
+    SummaryOutcome,
+    SummaryStatus,
+)
+from bot.conversation.summarizer.triggers import (
+    auto_summarize_reason,
+    ignored_nudges,
+    should_auto_summarize,
+)
+
+__all__ = [
+    "CATEGORIES_CHANGED_MEANWHILE",
+    "CHANGED_MEANWHILE",
+    "CLEARED_MEANWHILE",
+    "CUT_MARK",
+    "CUT_OFF",
+    "EMPTY_ANSWER",
+    "INVALID_JSON",
+    "MAX_BATCHES",
+    "NO_ROOM",
+    "REPLY_SHARE",
+    "TOOL_CALL_ANSWER",
+    "Summarizer",
+    "SummaryOutcome",
+    "SummaryRejected",
+    "SummaryStatus",
+    "auto_summarize_reason",
+    "build_messages",
+    "checked_summary",
+    "ignored_nudges",
+    "plan_batches",
+    "request_chars",
+    "should_auto_summarize",
+]
