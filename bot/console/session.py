@@ -140,6 +140,9 @@ class _Chat:
                 say(f"kioku> {reply.text}")
                 for result in reply.stm_results:
                     say(f"  (memory: {result})")
+                if reply.upkeep is not None:
+                    with thinking(self._out, self._thinking_shown):
+                        await reply.upkeep()
 
 
 def stdin_line_reader() -> Callable[[], str]:

@@ -12,7 +12,7 @@ import asyncio
 import logging
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
@@ -37,6 +37,7 @@ from bot.conversation.tools import (
     run_stm_tool,
     stm_tool_definition,
 )
+from bot.conversation.upkeep import Upkeep
 from bot.llm import (
     FALLBACK_REPLY,
     LlmUnavailable,
@@ -56,6 +57,7 @@ from bot.memory import (
     TurnState,
     assemble,
     explicit_long_term_intent,
+    nudge_text,
 )
 from bot.runtime import Metrics, TaskRegistry, TurnOutcome
 from bot.vocabulary import StmEntry, capabilities, prompt_chars, strip_control_chars
@@ -104,6 +106,8 @@ class TurnReply:
     # ``text`` is empty.
     unanswered: bool = False
     outcome: TurnOutcome = "answered"
+    # Memory upkeep, for whoever posts the reply to run after it (see conversation.upkeep).
+    upkeep: Callable[[], Awaitable[None]] | None = None
 
 
 # Room kept for tool schemas.
@@ -213,6 +217,7 @@ class TurnRunner:
         # long as the runner).
         self.recall = FactRecall(longterm)
         self._tasks = TaskRegistry() if tasks is None else tasks
+        self.upkeep = Upkeep(memory, client, settings, metrics=self.metrics)
         # Channels whose last automatic summary failed recently.
         self._summary_failed: TTLCache[int, bool] = TTLCache(
             maxsize=100_000, ttl=SUMMARY_RETRY_SECONDS, timer=memory.clock.monotonic
@@ -272,7 +277,15 @@ class TurnRunner:
                 turn=turn,
                 outcome="llm_unavailable",
             )
-        return self._reply(result, turn, tuple(stm_results))
+        reply = self._reply(result, turn, tuple(stm_results))
+        due = prepared.prompt.nudge_new_messages
+        if due is not None and reply.outcome == "answered":
+            nudge = nudge_text(due, turn.config.nudge_override)
+            upkeep = self.upkeep.after(
+                turn, messages, result.text, nudge, caps=self.caps, model=model
+            )
+            reply = replace(reply, upkeep=upkeep)
+        return reply
 
     def _start(self, request: TurnRequest) -> TurnRequest:
         """``request`` as memory prepares it: with whether it explicitly asks for long-term
@@ -454,6 +467,11 @@ class TurnRunner:
         reason = auto_summarize_reason(
             entry, turn.config, self.caps, ignored_nudges(entry, turn.config), self.settings
         )
+        if reason is None and self.upkeep.given_up(turn.channel_id):
+            due = (
+                turn.config.stm_enabled and entry.turns_since_refresh >= turn.config.refresh_cadence
+            )
+            reason = "upkeep ignored" if due else None
         if reason is None:
             return
         task = self._tasks.spawn(

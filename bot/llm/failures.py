@@ -101,7 +101,7 @@ _FAILED_GENERATION = re.compile(
 
 
 def refusal(
-    exc: openai.APIStatusError, *, tools: bool, tool_choice: str | None, history_only: bool
+    exc: openai.APIStatusError, *, tools: bool, tool_choice: object, history_only: bool
 ) -> Exception:
     """The exception a refused request raises, by what the server refused."""
     # In this order: one generation's tool call (also when it names tool choice: Groq's

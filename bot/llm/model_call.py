@@ -28,6 +28,9 @@ from bot.llm.streaming import StreamCut, TextSink, stream_chat_completion
 
 log = logging.getLogger(__name__)
 
+# "auto", "none", or {"type": "function", "function": {"name": …}}: a call to that tool.
+ToolChoice = str | dict[str, Any]
+
 
 @dataclass
 class HistoryTools:
@@ -48,7 +51,7 @@ class Ask(Protocol):
         *,
         messages: list[dict[str, Any]],
         tools: list[dict[str, Any]],
-        tool_choice: str | None = None,
+        tool_choice: ToolChoice | None = None,
         on_text: TextSink | None = None,
     ) -> Awaitable[tuple[ChatCompletionMessage, bool]]: ...
 
@@ -64,7 +67,7 @@ async def ask(
     strict_roles: bool,
     observe: RequestObserver | None,
     deadline: float,
-    tool_choice: str | None = None,
+    tool_choice: ToolChoice | None = None,
     on_text: TextSink | None = None,
 ) -> tuple[ChatCompletionMessage, bool]:
     """The model's message and whether it was cut at ``max_tokens``, with fallbacks."""
@@ -84,13 +87,13 @@ async def ask(
     )
     if tool_choice is None:
         return await complete(tools=tools)
-    if tool_choice == "auto":
+    if tool_choice != "none":  # "auto", or one function the call must be to
         if not history.auto_refused:
             try:
                 return await complete(tools=tools, tool_choice=tool_choice)
             except HistoryToolsRefused:
                 history.auto_refused = True
-                log.warning("LLM refused tool_choice 'auto': asking again without it")
+                log.warning("LLM refused tool_choice %r: asking again without it", tool_choice)
         return await complete(tools=tools)
     for keep_choice in (True, False)[history.refused :]:
         try:
@@ -121,7 +124,7 @@ async def _complete(
     strict_roles: bool,
     observe: RequestObserver | None,
     deadline: float,
-    tool_choice: str | None = None,
+    tool_choice: ToolChoice | None = None,
     history_only: bool = False,
     on_text: TextSink | None = None,
 ) -> tuple[ChatCompletionMessage, bool]:

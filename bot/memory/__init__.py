@@ -52,6 +52,7 @@ from bot.memory.turn import (
     dated_lines,
     gather_new_messages,
     messages_after_marker,
+    nudge_text,
     relative_time,
     render_memory_text,
 )
@@ -90,6 +91,7 @@ __all__ = [
     "gather_new_messages",
     "inspect_spool",
     "messages_after_marker",
+    "nudge_text",
     "parse_category_lines",
     "relative_time",
     "render_memory_text",

@@ -38,7 +38,7 @@ from bot.cogs.history import WIPED_WHILE_ANSWERING, backfill, belongs_in_window,
 from bot.cogs.images import ImageDownloader
 from bot.cogs.needs import POST, POST_IN_THREADS, REACT, READ_HISTORY
 from bot.cogs.replies import split_reply
-from bot.conversation import TurnRequest
+from bot.conversation import TurnReply, TurnRequest
 from bot.memory import MessageGuard
 from bot.runtime import KeyedQueues, finish_or_cancel
 from bot.vocabulary import MemoryUnavailable
@@ -267,9 +267,18 @@ class Chat(commands.Cog):
         )
         async with _typing(channel):
             reply = await self.bot.turns.run(request, preview=stream)
+        await self._post_reply(message, reply, stream, guard)
+        if reply.upkeep is not None:
+            # Before the channel's next turn, which then reads the memory it wrote.
+            await reply.upkeep()
+
+    async def _post_reply(
+        self, message: discord.Message, reply: TurnReply, stream: StreamedReply, guard: MessageGuard
+    ) -> None:
+        memory = self.bot.memory
         if reply.turn is not None:
             # The reply is checked against what the turn read: the channel's memory then.
-            guard = memory.guard(channel.id, message.id, epoch=reply.turn.epoch)
+            guard = memory.guard(message.channel.id, message.id, epoch=reply.turn.epoch)
         if stream.parts:
             await self._finish_stream(message, stream, reply.text, guard, reply.failed)
             return

@@ -27,7 +27,7 @@ from bot.llm.failures import (
     ToolsRefused,
 )
 from bot.llm.leaks import strip_leaked_tool_syntax
-from bot.llm.model_call import Ask, HistoryTools, ask
+from bot.llm.model_call import Ask, HistoryTools, ToolChoice, ask
 from bot.llm.reply_text import content_text, plain, reply_text
 from bot.llm.stream_assembly import StreamAssembly
 from bot.llm.tools.calls import (
@@ -108,6 +108,8 @@ async def run_tool_loop(
     tool_calling: bool = True,
     text_tool_calls: bool = False,
     tools_in_prompt: bool = False,
+    force_tool: str | None = None,
+    answer_after_tools: bool = True,
     without_tools_notes: Sequence[str] = (),
     strict_roles: bool = False,
     observe: RequestObserver | None = None,
@@ -120,6 +122,8 @@ async def run_tool_loop(
     # (`settings.max_retries`); nothing here retries again.  `text_tool_calls` reads calls
     # the model wrote as text (the provider row allows it), and then a server that cannot
     # take tools gets them described in the prompt (`tools_in_prompt`: from the start);
+    # `force_tool` names the tool the first answer must call, and without
+    # `answer_after_tools` the loop ends once the calls ran (no answer is wanted);
     # `without_tools_notes` tell
     # the model what it can no longer do when the server refuses tools; `strict_roles`
     # sends every request in the role order strict chat templates accept.  With a
@@ -132,6 +136,8 @@ async def run_tool_loop(
         text_tool_calls=text_tool_calls,
         without_tools_notes=without_tools_notes,
         prompted=tools_in_prompt and text_tool_calls,
+        force_tool=force_tool,
+        answer_after_tools=answer_after_tools,
     )
     loop.ask = functools.partial(
         ask,
@@ -159,6 +165,8 @@ class _Loop:
     text_tool_calls: bool
     without_tools_notes: Sequence[str]
     prompted: bool = False  # tools described in the prompt, not sent through the API
+    force_tool: str | None = None
+    answer_after_tools: bool = True
     ask: Ask = field(init=False)
     result: LoopResult = field(default_factory=lambda: LoopResult(text="", iterations=0))
     interim: list[str] = field(default_factory=list)  # text written beside tool calls
@@ -204,6 +212,8 @@ class _Loop:
                 calls, unreadable = written.calls, written.unreadable
             if calls:
                 await self._run_calls(content, calls, names, as_text=as_text)
+                if not self.answer_after_tools:
+                    return result
             elif unreadable:
                 self._refuse_unreadable(content)
             else:
@@ -234,6 +244,8 @@ class _Loop:
         tools, tool_choice = _request_tools(
             self.registry, names, self.called, tool_calling=self.tool_calling
         )
+        if self.force_tool in names and not self.called and tool_choice == "auto":
+            tool_choice = {"type": "function", "function": {"name": self.force_tool}}
         messages = self.conversation
         if self.prompted:
             tools, tool_choice = [], None
@@ -402,7 +414,7 @@ def _request_tools(
     called: Sequence[str],
     *,
     tool_calling: bool,
-) -> tuple[list[dict[str, Any]], str | None]:
+) -> tuple[list[dict[str, Any]], ToolChoice | None]:
     """The ``tools`` and ``tool_choice`` of the next request."""
     # The offered tools with tool_choice "auto", if any.  Otherwise, once the conversation
     # holds tool calls, the definitions of the tools called with tool_choice "none":

@@ -18,6 +18,7 @@ from bot.memory.turn.prompt import (
     OtherChannel,
     PromptInput,
     assemble,
+    nudge_text,
     relative_time,
     render_memory_text,
 )
@@ -54,6 +55,7 @@ __all__ = [
     "dated_lines",
     "gather_new_messages",
     "messages_after_marker",
+    "nudge_text",
     "relative_time",
     "render_memory_text",
 ]

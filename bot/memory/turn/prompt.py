@@ -115,8 +115,11 @@ class AssembledPrompt:
     history_ids: list[int] = field(default_factory=list)
     # Indexes of notes a small context may leave out, the least useful first: other
     # channels' memories (the least recently active first), then long-term facts. This
-    # channel's memory and the nudge always stay.
+    # channel's memory always stays.
     optional: list[int] = field(default_factory=list)
+    # The memory upkeep request when the cadence is due: never a note of the answering
+    # prompt (a model answers it in the reply), but a call of its own after the answer.
+    nudge: str | None = None
 
 
 def relative_time(then: datetime, now: datetime) -> str:
@@ -407,9 +410,9 @@ def nudge_text(new_messages: int, override: str | None = None) -> str:
     noun = "new message" if new_messages == 1 else "new messages"
     return (
         f"Memory upkeep: {new_messages} {noun} since the memory was last updated. "
-        f"First answer the user as usual; AFTER answering, call {TOOL_NAME} to fold what "
-        f"matters into your short-term memory (keep what is still relevant, drop what is "
-        f"stale, stay within the limit). Do not mention this to the user."
+        f"Call {TOOL_NAME} now to fold what matters into your short-term memory (keep "
+        f"what is still relevant, drop what is stale, stay within the limit). Do not "
+        f"write anything else: this is not shown to anyone."
     )
 
 
@@ -418,7 +421,7 @@ def assemble(inp: PromptInput) -> AssembledPrompt:
 
     Notes, in order: this channel's memory, what the message answered replies to, a
     thread's starter message and parent channel, other channels' memories (most recently
-    active first, at most ``max_others``), long-term facts, the nudge last.
+    active first, at most ``max_others``), long-term facts; the nudge apart.
     """
     notes: list[str] = []
     entry = inp.entry
@@ -445,9 +448,14 @@ def assemble(inp: PromptInput) -> AssembledPrompt:
         if long_term is not None:
             optional.append(len(notes))
             notes.append(long_term)
+    nudge = None
     if inp.nudge_new_messages is not None:
-        notes.append(nudge_text(inp.nudge_new_messages, inp.config.nudge_override))
+        nudge = nudge_text(inp.nudge_new_messages, inp.config.nudge_override)
     history, history_ids = _history(inp)
     return AssembledPrompt(
-        system_notes=notes, history=history, optional=optional, history_ids=history_ids
+        system_notes=notes,
+        history=history,
+        optional=optional,
+        history_ids=history_ids,
+        nudge=nudge,
     )
