@@ -106,6 +106,8 @@ class TurnReply:
     # ``text`` is empty.
     unanswered: bool = False
     outcome: TurnOutcome = "answered"
+    # The summarizer started after this turn, in the background.
+    summarizing: bool = False
     # Memory upkeep, for whoever posts the reply to run after it (see conversation.upkeep).
     upkeep: Callable[[], Awaitable[None]] | None = None
 
@@ -279,7 +281,7 @@ class TurnRunner:
             )
         reply = self._reply(result, turn, tuple(stm_results))
         due = prepared.prompt.nudge_new_messages
-        if due is not None and reply.outcome == "answered":
+        if due is not None and reply.outcome == "answered" and not reply.summarizing:
             nudge = nudge_text(due, turn.config.nudge_override)
             upkeep = self.upkeep.after(
                 turn, messages, result.text, nudge, caps=self.caps, model=model
@@ -383,8 +385,8 @@ class TurnRunner:
             return TurnReply(
                 text, failed=True, stm_results=stm_results, turn=turn, outcome="gave_up"
             )
-        self._maybe_summarize(turn, self.memory.finish_turn(turn))
-        return TurnReply(result.text, stm_results=stm_results, turn=turn)
+        summarizing = self._maybe_summarize(turn, self.memory.finish_turn(turn))
+        return TurnReply(result.text, stm_results=stm_results, turn=turn, summarizing=summarizing)
 
     def _messages(
         self,
@@ -453,17 +455,17 @@ class TurnRunner:
         tools["remember"] = ToolSpec(remember.definition, remember_and_forget_emptiness)
         return tools
 
-    def _maybe_summarize(self, turn: TurnState, entry: StmEntry | None) -> None:
+    def _maybe_summarize(self, turn: TurnState, entry: StmEntry | None) -> bool:
         """When the cadence is due and the model cannot (or, opt-in, did not) keep the
         memory itself (``entry``: the channel's), the summarizer does it, after the reply,
-        in the background."""
+        in the background; whether it started."""
         if (
             entry is None
             or turn.stm_updated
             or self.summarizer.is_running(turn.channel_id)
             or turn.channel_id in self._summary_failed
         ):
-            return
+            return False
         reason = auto_summarize_reason(
             entry, turn.config, self.caps, ignored_nudges(entry, turn.config), self.settings
         )
@@ -473,7 +475,7 @@ class TurnRunner:
             )
             reason = "upkeep ignored" if due else None
         if reason is None:
-            return
+            return False
         task = self._tasks.spawn(
             self.summarizer.summarize(
                 guild_id=turn.guild_id,
@@ -485,6 +487,7 @@ class TurnRunner:
             name=f"summarize-{turn.channel_id}",
         )
         task.add_done_callback(lambda done: self._summary_done(done, turn.channel_id))
+        return True
 
     def _summary_done(self, task: asyncio.Task[SummaryOutcome], channel_id: int) -> None:
         if task.cancelled():

@@ -699,7 +699,8 @@ async def test_a_tool_less_provider_still_gets_memory_from_the_summarizer(
 async def test_a_model_ignoring_the_nudge_gets_the_summarizer_when_opted_in(
     db: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path
 ) -> None:
-    # Cadence 1: every turn after the first carries the nudge. Two ignored: summarize.
+    # Cadence 1: every turn after the first is followed by an upkeep call. Two ignored:
+    # summarize (and no upkeep call beside the summary).
     kioku = await start_kioku(
         db,
         llm,
@@ -708,21 +709,21 @@ async def test_a_model_ignoring_the_nudge_gets_the_summarizer_when_opted_in(
         settings={"stm": {"refresh_cadence": 1, "summarize_when_ignored_turns": 2}},
     )
     try:
-        for n in (1, 2):
-            llm.reply_text(f"answer {n}")
-            await kioku.env.send(f"tea talk {n}", mention_bot=True)
-            await kioku.bot.turns.drain()
-        assert len(llm.requests) == 2  # the nudge was ignored once only: no summary yet
-        assert "Memory upkeep:" not in prompt_text(llm, 0)
-        assert "Memory upkeep:" in prompt_text(llm, 1)
+        llm.reply_text("answer 1")
+        await kioku.env.send("tea talk 1", mention_bot=True)
+        llm.reply_text("answer 2").reply_text("I would rather chat.")  # the upkeep, ignored
+        await kioku.env.send("tea talk 2", mention_bot=True)
+        await kioku.bot.turns.drain()
+        assert len(llm.requests) == 3  # the nudge was ignored once only: no summary yet
+        assert "Memory upkeep:" not in prompt_text(llm, 0) + prompt_text(llm, 1)
+        assert "Memory upkeep:" in prompt_text(llm, 2)
         assert await rows(db) == []
 
         llm.reply_text("answer 3").reply_text("Alice and the bot talked about tea.")
         await kioku.env.send("tea talk 3", mention_bot=True)
         await kioku.bot.turns.drain()
-        assert all(STM_TOOL_NAME in llm.tool_names(i) for i in range(3))  # offered, not used
-        assert "Memory upkeep:" in prompt_text(llm, 2)
-        assert len(llm.requests) == 4 and llm.unscripted == 0  # the summary's request
+        assert all(STM_TOOL_NAME in llm.tool_names(i) for i in (0, 1, 3))  # offered, not used
+        assert len(llm.requests) == 5 and llm.unscripted == 0  # the summary's request
         server, user = await rows(db)
         assert server.summary == user.summary == "Alice and the bot talked about tea."
         assert (server.origin, server.origin_detail) == ("summarizer", "test-model, nudge ignored")

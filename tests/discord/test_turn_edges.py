@@ -22,6 +22,7 @@ from bot.db.engine import Database
 from bot.db.models import LongTermMemory, ShortTermMemory
 from bot.db.storage import Fault, faults
 from bot.llm.tools.loop import FALLBACK_REPLY, UNAVAILABLE_MESSAGE
+from bot.llm.tools.text_calls import TOOLS_IN_PROMPT
 from bot.vocabulary.model import RawMessage
 from tests.helpers.bot import KiokuHarness, start_kioku, stop_kioku
 from tests.helpers.discord_payloads import complete_message_payload as _complete_message_payload
@@ -364,15 +365,15 @@ async def test_an_answer_cut_off_inside_its_reasoning_gets_a_notice_not_an_ellip
     assert all(m.content != FALLBACK_REPLY for m in window)  # a notice, not an answer
 
 
-async def test_the_answer_written_beside_the_nudged_memory_update_reaches_the_member(
+async def test_the_answer_written_beside_a_memory_update_reaches_the_member(
     db: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path
 ) -> None:
-    # The nudge asks to answer first, then update the memory: the answer is the content
-    # beside the call, and the model closes the turn with one more line.
+    # A model that updates the memory beside its answer: the answer is the content beside
+    # the call, the model closes the turn with one more line, and no upkeep follows.
     kioku = await start_kioku(db, llm, pg_url, tmp_path, settings={"stm": {"refresh_cadence": 1}})
     try:
         llm.reply_text("Hi!")
-        await kioku.env.send("hello", mention_bot=True)  # the next turn is nudged
+        await kioku.env.send("hello", mention_bot=True)  # the next turn's memory is due
         llm.reply_tool_calls(
             [(STM_TOOL_NAME, {"summary": "Alice asked for the capital of France."})],
             content="The capital of France is Paris.",
@@ -380,19 +381,23 @@ async def test_the_answer_written_beside_the_nudged_memory_update_reaches_the_me
         llm.reply_text("Let me know if there's anything else!")
         await kioku.env.send("what's the capital of France?", mention_bot=True)
 
-        assert "Memory upkeep" in str(llm.messages(1))  # the nudge was there
+        assert "Memory upkeep" not in str(llm.messages(1))  # never in the answering prompt
         assert kioku.env.last_sent().content == (
             "The capital of France is Paris.\n\nLet me know if there's anything else!"
         )
+        assert len(llm.requests) == 3 and llm.unscripted == 0
     finally:
         await stop_kioku(kioku)
 
 
+@pytest.mark.parametrize(("provider", "in_prompt"), [("ollama", True), ("openrouter", False)])
 async def test_a_model_that_cannot_take_tools_is_asked_again_without_them(
-    db: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path
+    db: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path, provider: str, in_prompt: bool
 ) -> None:
-    # Ollama answers 400 to a request with "tools" when the loaded model has none.
-    kioku = await start_kioku(db, llm, pg_url, tmp_path, settings={"provider": "ollama"})
+    # Ollama answers 400 to a request with "tools" when the loaded model has none. Where
+    # the provider row reads calls written as text, the tools move into the prompt;
+    # elsewhere the process goes on without tools (the summarizer keeps memory).
+    kioku = await start_kioku(db, llm, pg_url, tmp_path, settings={"provider": provider})
     try:
         refusal = "registry.ollama.ai/library/gemma3:4b does not support tools"
         llm.reply_error(400, refusal, error_type="api_error")
@@ -403,9 +408,13 @@ async def test_a_model_that_cannot_take_tools_is_asked_again_without_them(
 
         assert [m.content for m in kioku.env.sent] == ["Hello!", "Still here."]
         assert "tools" in llm.request(0)
-        # From then on this process no longer offers tools (the summarizer keeps memory).
         assert "tools" not in llm.request(1) and "tools" not in llm.request(2)
-        assert not kioku.bot.turns.caps.stm_allowed
+        described = [
+            any(TOOLS_IN_PROMPT in str(m.get("content")) for m in llm.messages(i)) for i in (1, 2)
+        ]
+        assert described == [in_prompt, in_prompt]
+        assert kioku.bot.turns.caps.stm_allowed is in_prompt
+        assert kioku.bot.turns.caps.tools_in_prompt is in_prompt
     finally:
         await stop_kioku(kioku)
 
@@ -451,10 +460,10 @@ async def test_another_bad_request_is_still_the_unavailable_notice(kioku: KiokuH
 async def test_a_remember_request_in_the_turn_that_found_tools_refused_is_not_claimed_saved(
     db: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path
 ) -> None:
-    # Ollama answers 400 to a request with "tools" when the loaded model has none. The
-    # turn is asked again without tools, but the prompt still lets the model believe it
-    # can store the fact (later turns get NO_LONG_TERM_TOOLS_NOTE; this one does not).
-    kioku = await start_kioku(db, llm, pg_url, tmp_path, settings={"provider": "ollama"})
+    # A server that refuses "tools" for a provider that reads no calls written as text.
+    # The turn is asked again without tools, but the prompt still lets the model believe
+    # it can store the fact (later turns get NO_LONG_TERM_TOOLS_NOTE; this one does not).
+    kioku = await start_kioku(db, llm, pg_url, tmp_path, settings={"provider": "openrouter"})
     try:
         llm.reply_error(400, "registry.ollama.ai/library/gemma3:4b does not support tools")
         llm.reply_text("Got it, I'll remember that your cat is called Miso!")
