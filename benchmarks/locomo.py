@@ -204,6 +204,8 @@ def _endpoint(args: argparse.Namespace, folder: Path) -> Settings | None:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    # discord.py warns that voice is unsupported (no PyNaCl): nothing here speaks.
+    logging.getLogger("discord.client").setLevel(logging.ERROR)
     try:
         samples = load_dataset(args.dataset)
     except DatasetError as exc:

@@ -24,7 +24,7 @@ from datetime import datetime, timedelta
 import discord
 
 from benchmarks.recall.dataset import Sample, Session
-from benchmarks.recall.posting import delete_messages, post_message
+from benchmarks.recall.posting import delete_messages, post_message, snowflake_at
 from benchmarks.recall.proxy import Phase, RecordingProxy
 from benchmarks.recall.snapshot import Snapshot, restore_snapshot, take_snapshot
 from bot.app import KiokuBot, build_bot
@@ -168,15 +168,22 @@ class KiokuSystem:
         self.clock.move_to(place.ask_at)
         sent_before = len(self.env.sent)
         self.proxy.phase = Phase(self.name, "answer", key)
+        asked_at = self.clock.now()
+        message_id = snowflake_at(asked_at)
         started = time.perf_counter()
-        question = await post_message(
-            self.env,
-            place.channel,
-            await self._member(QUESTIONER),
-            asked,
-            self.clock.now(),
-            mention_bot=True,
-        )
+        problem: str | None = None
+        try:
+            await post_message(
+                self.env,
+                place.channel,
+                await self._member(QUESTIONER),
+                asked,
+                asked_at,
+                mention_bot=True,
+                message_id=message_id,
+            )
+        except Exception as exc:  # the bot's handler raised or hung: this answer failed
+            problem = f"(turn failed: {type(exc).__name__})"
         seconds = time.perf_counter() - started
         replies = [
             record
@@ -185,7 +192,9 @@ class KiokuSystem:
         ]
         await self._settle()  # a summary after the answer is this question's cost too
         self.proxy.phase = None
-        text = "\n".join(record.message.content for record in replies)
-        failed = not replies or any(r.message.content in BOT_NOTICES for r in replies)
-        await delete_messages([record.message for record in replies] + [question])
+        text = problem or "\n".join(record.message.content for record in replies)
+        failed = bool(problem) or not replies
+        failed = failed or any(r.message.content in BOT_NOTICES for r in replies)
+        question = place.channel.get_partial_message(message_id)
+        await delete_messages([*(record.message for record in replies), question])
         return Answer(text, seconds, failed=failed)

@@ -43,9 +43,11 @@ async def post_message(
     at: datetime,
     *,
     mention_bot: bool = False,
+    message_id: int | None = None,
 ) -> discord.Message:
-    """Post ``content`` as ``author`` at ``at``; return once the bot's handlers are done
-    (for a mention, once its answer went out)."""
+    """Post ``content`` as ``author`` at ``at`` (with ``message_id``, else one made from
+    ``at``); return once the bot's handlers are done (for a mention, once its answer
+    went out)."""
     me = env.bot.user
     assert me is not None
     mentions: list[dict[str, Any]] = []
@@ -54,7 +56,7 @@ async def post_message(
         mention = user_payload(me)
         mention["member"] = member_payload(channel.guild.me, with_user=False)
         mentions.append(mention)
-    message_id = snowflake_at(at)
+    message_id = snowflake_at(at) if message_id is None else message_id
     data: dict[str, Any] = {
         "id": message_id,
         "channel_id": channel.id,
@@ -81,7 +83,7 @@ async def settled(action: Callable[[], Awaitable[None]]) -> None:
         await asyncio.gather(*started, return_exceptions=True)
 
 
-async def delete_messages(messages: Sequence[discord.Message]) -> None:
+async def delete_messages(messages: Sequence[discord.Message | discord.PartialMessage]) -> None:
     """Delete each message as Discord would, the bot hearing of every delete."""
     for message in messages:
         await settled(message.delete)

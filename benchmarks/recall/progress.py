@@ -19,12 +19,15 @@ class Progress:
         self._shown = -1.0
 
     def step(self, label: str | None = None, count: int = 1) -> None:
+        """``count`` more steps done; ``label`` says what is being done now."""
         self.done = min(self.done + count, self.total)
+        relabelled = label is not None and label != self._label
         if label is not None:
             self._label = label
         now = time.monotonic()
-        # At most ten redraws a second: ingesting posts hundreds of turns a second.
-        if self.done < self.total and now - self._shown < 0.1:
+        # At most ten redraws a second (ingesting posts hundreds of turns a second),
+        # and one whenever the work in hand changes.
+        if not relabelled and self.done < self.total and now - self._shown < 0.1:
             return
         self._shown = now
         filled = _WIDTH * self.done // self.total

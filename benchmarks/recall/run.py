@@ -187,19 +187,20 @@ async def _run_systems(
     try:
         for item in planned:
             for system in systems:
-                progress.step(f"{system.name}: ingesting {item.sample.sample_id}", 0)
                 if isinstance(system, KiokuSystem):
+                    progress.step(f"kioku: ingesting {item.sample.sample_id}", 0)
                     await system.ingest(item.sample, item.sessions, on_turn=progress.step)
                 else:
                     await system.ingest(item.sample, item.sessions)
             for system in systems:
                 for question in item.questions:
                     key = question_key(item.sample, question)
+                    progress.step(f"{system.name}: {key}", 0)
                     answer = await system.answer(item.sample, key, question.question + ASK_SUFFIX)
                     runs[system.name].results.append(
                         _result(item, question, key, answer, proxy, system.name)
                     )
-                    progress.step(f"{system.name}: {key}")
+                    progress.step()
     finally:
         for system in systems:
             await system.close()

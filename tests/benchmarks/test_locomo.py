@@ -19,12 +19,14 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import discord
 import pytest
 from sqlalchemy.engine import URL
 
+from benchmarks import locomo
+from benchmarks._figures import MARK
 from benchmarks.recall import (
     CATEGORIES,
     SYSTEMS,
@@ -41,14 +43,16 @@ from benchmarks.recall import (
     score,
     token_f1,
 )
+from benchmarks.recall.baselines import BaselineSystem, fit, transcript
 from benchmarks.recall.dataset import Question
 from benchmarks.recall.judge import judge, judge_prompt
 from benchmarks.recall.posting import snowflake_at
+from bot.config import Settings
 from bot.conversation.tools import STM_TOOL_NAME
 from bot.db.engine import Database
 from tests.helpers.database import empty_tables, make_test_settings
 from tests.helpers.fake_llm import ScriptedLLM, openai_client
-from tests.helpers.processes import ROOT, kioku_env
+from tests.helpers.processes import OWN_VARIABLES, ROOT, kioku_env
 
 FIXTURE = ROOT / "benchmarks" / "data" / "kioku_locomo.json"
 SCRIPT = ROOT / "benchmarks" / "locomo.py"
@@ -217,6 +221,29 @@ async def test_a_memory_written_while_answering_is_gone_for_the_next_question(
     assert len(prompts) == 3 and LEAK not in prompts[-1]  # gone for the next question
 
 
+async def test_full_keeps_the_newest_messages_that_fit_and_says_it_cut(
+    run: Run, settings: Settings
+) -> None:
+    sample = load_dataset(FIXTURE)[0]
+    # No call is made: the prompt is only built.
+    full = BaselineSystem("full", settings, cast(Any, None), cast(Any, None), "P", 2000)
+    await full.ingest(sample, sample.sessions)
+    messages, cut = full.messages(sample, "Q?")
+    assert cut
+    history = transcript(sample.sessions)
+    kept = messages[1:-1]
+    assert 0 < len(kept) < len(history) and kept == history[-len(kept) :]
+    assert messages[-1] == {"role": "user", "content": "Questioner: Q?"}
+    full.context_tokens = 100_000
+    messages, cut = full.messages(sample, "Q?")
+    assert not cut and messages[1:-1] == history
+    assert fit(history, 0) == ([], True)
+    report = json.loads(json.dumps(run.report))
+    report["systems"]["full"]["cut"] = 3
+    table = markdown(report)
+    assert "| full (cut) |" in table and "did not fit the context in {'full': 3}" in table
+
+
 # --------------------------------------------------------------------------- scoring
 
 
@@ -327,3 +354,18 @@ def test_a_malformed_file_is_one_line_and_exit_code_2(tmp_path: Path) -> None:
     assert result.returncode == 2, result.stderr
     assert result.stderr == "locomo: data.json: sample 0: session_3_date_time missing\n"
     assert result.stdout == ""
+
+
+def test_without_an_endpoint_make_bench_gets_a_skipped_figure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for name in [*os.environ]:
+        if name.startswith("KIOKU_") or name in OWN_VARIABLES:
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("KIOKU_ENV_FILE", str(tmp_path / "absent.env"))
+    monkeypatch.chdir(tmp_path)
+    assert locomo.main(["--json", str(FIXTURE)]) == 0
+    (line,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith(MARK)]
+    (figure,) = json.loads(line[len(MARK) :])
+    assert (figure["name"], figure["value"]) == ("locomo", "skipped")
+    assert "--scripted" in figure["note"]
