@@ -35,7 +35,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._figures import Figure, emit
+from benchmarks._figures import Figure, emit, skipped
 from benchmarks.recall import (
     SYSTEMS,
     DatasetError,
@@ -221,12 +221,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         if settings is None:
             if args.json:
-                skipped = Figure(
-                    FIGURE_NAME,
-                    "skipped",
-                    note="no model endpoint (OPENAI_BASE_URL / OPENAI_API_KEY); try --scripted",
-                )
-                emit([skipped], as_json=True)
+                emit([skipped(FIGURE_NAME, "--scripted")], as_json=True)
             else:
                 print(USAGE)
             return 0

@@ -16,6 +16,7 @@ from typing import Any, Protocol, TextIO
 
 import openai
 
+from benchmarks._persona import bot_persona
 from benchmarks.recall.baselines import BASELINES, BaselineSystem
 from benchmarks.recall.dataset import Question, Sample, Session
 from benchmarks.recall.judge import judge
@@ -25,7 +26,6 @@ from benchmarks.recall.proxy import Phase, RecordingProxy
 from benchmarks.recall.report import QuestionResult, SystemRun, build_report
 from benchmarks.recall.scoring import score
 from bot.config import Settings
-from bot.conversation.turn import load_persona
 from bot.db.engine import Database
 from bot.db.migrate import upgrade
 from bot.llm import make_client
@@ -35,7 +35,6 @@ ASK_SUFFIX = (
     " Answer with a short phrase, using words from the conversation where you can."
     " If the conversation does not say, answer: not mentioned."
 )
-ROOT = Path(__file__).resolve().parents[2]
 
 
 class System(Protocol):
@@ -93,13 +92,6 @@ def question_key(sample: Sample, question: Question) -> str:
     return f"{sample.sample_id}#{question.index}"
 
 
-def _persona(settings: Settings) -> str:
-    path = settings.persona_file
-    if not path.is_absolute() and not path.exists():
-        path = ROOT / path
-    return load_persona(path)
-
-
 async def run_benchmark(
     options: Options,
     samples: Sequence[Sample],
@@ -115,28 +107,32 @@ async def run_benchmark(
     ``database``: an already migrated one (tests); else an embedded PostgreSQL is made in
     a temporary folder. ``before_forward`` sees each model request first (the oracle)."""
     upstream = settings.llm_base_url
+    planned = plan(samples, options)
     proxy = await RecordingProxy(upstream, before_forward=before_forward).start()
     proxied = settings.model_copy(update={"openai_base_url": proxy.base_url})
-    planned = plan(samples, options)
-    with tempfile.TemporaryDirectory(prefix="kioku-locomo-") as folder:
-        owned = database is None
-        if database is None:
-            proxied = proxied.model_copy(update={"data_dir": Path(folder), "database_url": None})
-            database = Database(proxied)
-            await database.start()
-            await upgrade(database.engine)
-        client = make_client(proxied)
-        try:
-            runs = await _run_systems(
-                options, planned, proxied, database, proxy, client, progress_stream
-            )
-            if options.judge_url and options.judge_model:
-                await _judge_all(options, runs, planned, settings)
-        finally:
-            await client.close()
-            await proxy.close()
-            if owned:
-                await database.close()
+    owned = database is None
+    try:
+        with tempfile.TemporaryDirectory(prefix="kioku-locomo-") as folder:
+            if database is None:
+                proxied = proxied.model_copy(
+                    update={"data_dir": Path(folder), "database_url": None}
+                )
+                database = Database(proxied)
+                await database.start()
+                await upgrade(database.engine)
+            client = make_client(proxied)
+            try:
+                runs = await _run_systems(
+                    options, planned, proxied, database, proxy, client, progress_stream
+                )
+                if options.judge_url and options.judge_model:
+                    await _judge_all(options, runs, planned, settings)
+            finally:
+                await client.close()
+                if owned:
+                    await database.close()
+    finally:
+        await proxy.close()
     meta = {
         "dataset": str(options.dataset),
         "model": settings.model,
@@ -172,7 +168,7 @@ async def _run_systems(
             clock = SessionClock(first or datetime.now(UTC))
             systems.append(KiokuSystem(settings, database, proxy, clock))
         else:
-            persona = _persona(settings)
+            persona = bot_persona(settings)
             systems.append(
                 BaselineSystem(name, settings, client, proxy, persona, options.context_tokens)
             )
