@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 RUN_STAMP := $(VENV)/.installed-run
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench migrate doctor sync console clean
+.PHONY: run test lint bench bench-memory migrate doctor sync console clean
 
 $(RUN_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,14 @@ test: lint
 
 bench: $(STAMP)
 	@$(BIN)/python benchmarks/run_all.py
+
+# Both memory benchmarks (docs/memory.md) on the endpoint the bot is configured with:
+# memory_eval.py's fixture, then LoCoMo (LOCOMO=path/to/locomo10.json, else the fixture;
+# LOCOMO_ARGS="--sessions 3 --max-questions 10 --out locomo.json" and so on).
+# SCRIPTED=1: the scripted server instead of a model.
+bench-memory: $(STAMP)
+	$(BIN)/python benchmarks/memory_eval.py $(if $(SCRIPTED),--dry-run)
+	$(BIN)/python benchmarks/locomo.py $(LOCOMO) $(if $(SCRIPTED),--scripted) $(LOCOMO_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -40,3 +40,11 @@ def emit(figures: list[Figure], as_json: bool) -> None:
         print(MARK + json.dumps([asdict(f) for f in figures]), flush=True)
     else:
         print(table(figures), flush=True)
+
+
+def skipped(name: str, hint: str) -> Figure:
+    """The figure of a benchmark that needs a model endpoint and has none (``hint``: the
+    flag that runs it without one)."""
+    return Figure(
+        name, "skipped", note=f"no model endpoint (OPENAI_BASE_URL / OPENAI_API_KEY); try {hint}"
+    )

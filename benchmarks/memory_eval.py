@@ -57,10 +57,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from benchmarks._figures import Figure, emit
+from benchmarks._figures import Figure, emit, skipped
+from benchmarks._persona import bot_persona
 from bot.config import Settings, SettingsError, load_settings
 from bot.conversation.tools.longterm import REMEMBER_TOOL_NAME
-from bot.conversation.turn import TurnReply, TurnRequest, TurnRunner, load_persona, render_persona
+from bot.conversation.turn import TurnReply, TurnRequest, TurnRunner, render_persona
 from bot.db.engine import Database
 from bot.db.migrate import upgrade
 from bot.llm.client import make_client
@@ -752,13 +753,6 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     return overrides
 
 
-def _persona(settings: Settings) -> str:
-    path = settings.persona_file
-    if not path.is_absolute() and not path.exists():
-        path = ROOT / path
-    return load_persona(path)
-
-
 async def evaluate(
     fixture: Fixture,
     settings: Settings,
@@ -768,7 +762,7 @@ async def evaluate(
     before_baseline: Callable[[], None] | None = None,
 ) -> tuple[Replay, SystemScore, SystemScore]:
     """Run both systems on ``fixture`` with an embedded PostgreSQL in ``settings.data_dir``."""
-    persona = _persona(settings)
+    persona = bot_persona(settings)
     database = Database(settings)
     await database.start()
     try:
@@ -940,12 +934,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         if settings.openai_base_url is None and settings.openai_api_key is None:
             if args.json:
-                skipped = Figure(
-                    FIGURE_NAME,
-                    "skipped",
-                    note="no model endpoint (OPENAI_BASE_URL / OPENAI_API_KEY); try --dry-run",
-                )
-                emit([skipped], as_json=True)
+                emit([skipped(FIGURE_NAME, "--dry-run")], as_json=True)
             else:
                 print(USAGE)
             return 0

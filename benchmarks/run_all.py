@@ -16,7 +16,15 @@ from pathlib import Path
 from _figures import MARK, Figure, table
 
 HERE = Path(__file__).resolve().parent
-ORDER = ["stm_core.py", "turns.py", "coherence.py", "startup.py", "memory_eval.py", "redaction.py"]
+ORDER = [
+    "stm_core.py",
+    "turns.py",
+    "coherence.py",
+    "startup.py",
+    "memory_eval.py",
+    "locomo.py",
+    "redaction.py",
+]
 
 
 def scripts() -> list[Path]:
