@@ -96,7 +96,7 @@ class BaselineSystem:
         request = TurnRequest(
             channel_id=0,
             user_id=0,
-            message_id=0,
+            source_message_id=0,
             content=asked,
             bot_user_id=0,
             user_name=QUESTIONER,
