@@ -1,12 +1,19 @@
-"""Fixtures of the harness's own tests: a bare ``commands.Bot`` on dpytest, with interactions."""
+"""Fixtures of the harness's own tests (a bare ``commands.Bot`` on dpytest, with
+interactions) and the real bot started with a test's own options."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
+from sqlalchemy.engine import URL
 
+from bot.db.engine import Database
+from tests.helpers.chat_world import KiokuStarter, running_kioku
 from tests.helpers.dpytest_env import DpytestEnv, attach_dpytest, detach, make_harness_bot
+from tests.helpers.fake_llm import ScriptedLLM
 from tests.helpers.interactions import InteractionHarness
 
 
@@ -28,3 +35,9 @@ async def interaction_harness(harness_env: DpytestEnv) -> AsyncIterator[Interact
         yield harness
     finally:
         harness.close()
+
+
+@pytest.fixture
+def kioku_with(db: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path) -> KiokuStarter:
+    """The real bot with options of the test's own: ``async with kioku_with(settings=...)``."""
+    return functools.partial(running_kioku, db, llm, pg_url, tmp_path)
