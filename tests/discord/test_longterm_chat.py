@@ -3,11 +3,8 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import discord
 from sqlalchemy import select
-from sqlalchemy.engine import URL
 
 from bot.conversation.tools.longterm import NO_FULL_MATCH
 from bot.conversation.tools.stm import STM_TOOL_NAME
@@ -15,7 +12,8 @@ from bot.db.engine import Database
 from bot.db.models import LongTermMemory
 from bot.memory.longterm.facts import LongTermService
 from bot.vocabulary.model import Provenance
-from tests.helpers.bot import KiokuHarness, start_kioku, stop_kioku
+from tests.helpers.bot import KiokuHarness
+from tests.helpers.chat_world import KiokuStarter
 from tests.helpers.fake_llm import ScriptedLLM
 
 TOKEN = "MTA4NzY1NDMyMTA5ODc2NTQzMg.GhJkLm.abcdefghijklmnopqrstuvwxyz0123456789AB"
@@ -57,10 +55,9 @@ async def join_second_guild(kioku: KiokuHarness, member: discord.Member) -> disc
 
 
 async def test_remember_recall_scope_and_forget_through_the_bot(
-    db: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path
+    db: Database, llm: ScriptedLLM, kioku_with: KiokuStarter
 ) -> None:
-    kioku = await start_kioku(db, llm, pg_url, tmp_path, guilds=2)
-    try:
+    async with kioku_with(guilds=2) as kioku:
         env = kioku.env
         alice = env.members[0]
         home, elsewhere = env.channels[0], env.channels[1]
@@ -101,8 +98,6 @@ async def test_remember_recall_scope_and_forget_through_the_bot(
         await env.send("what is my cat called?", channel=home, author=alice, mention_bot=True)
         # The recalled fact is gone (the channel's own chat history still mentions Miso).
         assert "The user's cat is called Miso." not in prompt_text(llm)
-    finally:
-        await stop_kioku(kioku)
 
 
 async def test_a_secret_in_a_fact_is_stored_redacted(kioku: KiokuHarness, db: Database) -> None:

@@ -24,6 +24,7 @@ from bot.db.storage import Fault, faults
 from bot.llm.tools.loop import FALLBACK_REPLY, UNAVAILABLE_MESSAGE
 from bot.vocabulary.model import RawMessage
 from tests.helpers.bot import KiokuHarness, start_kioku, stop_kioku
+from tests.helpers.chat_world import KiokuStarter
 from tests.helpers.discord_payloads import complete_message_payload as _complete_message_payload
 from tests.helpers.discord_payloads import snowflake
 from tests.helpers.fake_llm import ScriptedLLM
@@ -208,15 +209,14 @@ async def test_a_message_deleted_while_its_turn_is_queued_is_not_answered(
     assert len(llm.requests) == 1
 
 
-async def test_a_queued_turn_whose_message_scrolled_out_of_the_window_still_sees_it(
+async def _france_scrolled_out_behind_a_held_turn(
     kioku: KiokuHarness, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """While a slow answer is generated, more messages arrive than the raw window holds:
-    the queued turn's own message is pushed out of the window before its turn runs, and
-    the model is still shown it."""
+) -> tuple[asyncio.Event, asyncio.Task[Any], asyncio.Task[Any]]:
+    """A turn held at the model; "what is the capital of France?" waits behind it in the
+    channel's queue while a raw window of chatter pushes it out of the window (the test
+    scripts the replies). Returns (release, first turn, queued turn)."""
     env, llm = kioku.env, kioku.llm
     held = llm.hold()
-    llm.reply_text("4").reply_text("Paris")
     first = asyncio.create_task(env.send("what is 2+2?", mention_bot=True))
     await llm.wait_for_requests(1)
     llm.hold().set()
@@ -225,6 +225,18 @@ async def test_a_queued_turn_whose_message_scrolled_out_of_the_window_still_sees
     await asyncio.wait_for(arrived.wait(), 5)
     for i in range(kioku.bot.settings.stm.raw_window):
         await env.send(f"unrelated chatter {i}")
+    return held, first, second
+
+
+async def test_a_queued_turn_whose_message_scrolled_out_of_the_window_still_sees_it(
+    kioku: KiokuHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While a slow answer is generated, more messages arrive than the raw window holds:
+    the queued turn's own message is pushed out of the window before its turn runs, and
+    the model is still shown it."""
+    llm = kioku.llm
+    llm.reply_text("4").reply_text("Paris")
+    held, first, second = await _france_scrolled_out_behind_a_held_turn(kioku, monkeypatch)
     held.set()
     await asyncio.gather(first, second)
 
@@ -239,18 +251,10 @@ async def test_a_memory_written_for_a_message_that_scrolled_out_claims_none_of_t
 ) -> None:
     """The model of that turn saw its question and none of what scrolled out with it: a
     summary it writes must not mark them (or the chatter after it) as covered."""
-    env, llm = kioku.env, kioku.llm
-    held = llm.hold()
+    llm = kioku.llm
     llm.reply_text("4")
     llm.reply_tool_calls([(STM_TOOL_NAME, {"summary": "Asked about France."})]).reply_text("Paris")
-    first = asyncio.create_task(env.send("what is 2+2?", mention_bot=True))
-    await llm.wait_for_requests(1)
-    llm.hold().set()
-    (arrived,) = arrivals(kioku, monkeypatch, "capital of France")
-    second = asyncio.create_task(env.send("what is the capital of France?", mention_bot=True))
-    await asyncio.wait_for(arrived.wait(), 5)
-    for i in range(kioku.bot.settings.stm.raw_window):
-        await env.send(f"unrelated chatter {i}")
+    held, first, second = await _france_scrolled_out_behind_a_held_turn(kioku, monkeypatch)
     held.set()
     await asyncio.gather(first, second)
 
@@ -365,12 +369,11 @@ async def test_an_answer_cut_off_inside_its_reasoning_gets_a_notice_not_an_ellip
 
 
 async def test_the_answer_written_beside_the_nudged_memory_update_reaches_the_member(
-    db: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path
+    llm: ScriptedLLM, kioku_with: KiokuStarter
 ) -> None:
     # The nudge asks to answer first, then update the memory: the answer is the content
     # beside the call, and the model closes the turn with one more line.
-    kioku = await start_kioku(db, llm, pg_url, tmp_path, settings={"stm": {"refresh_cadence": 1}})
-    try:
+    async with kioku_with(settings={"stm": {"refresh_cadence": 1}}) as kioku:
         llm.reply_text("Hi!")
         await kioku.env.send("hello", mention_bot=True)  # the next turn is nudged
         llm.reply_tool_calls(
@@ -384,16 +387,13 @@ async def test_the_answer_written_beside_the_nudged_memory_update_reaches_the_me
         assert kioku.env.last_sent().content == (
             "The capital of France is Paris.\n\nLet me know if there's anything else!"
         )
-    finally:
-        await stop_kioku(kioku)
 
 
 async def test_a_model_that_cannot_take_tools_is_asked_again_without_them(
-    db: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path
+    llm: ScriptedLLM, kioku_with: KiokuStarter
 ) -> None:
     # Ollama answers 400 to a request with "tools" when the loaded model has none.
-    kioku = await start_kioku(db, llm, pg_url, tmp_path, settings={"provider": "ollama"})
-    try:
+    async with kioku_with(settings={"provider": "ollama"}) as kioku:
         refusal = "registry.ollama.ai/library/gemma3:4b does not support tools"
         llm.reply_error(400, refusal, error_type="api_error")
         llm.reply_text("Hello!")
@@ -406,18 +406,15 @@ async def test_a_model_that_cannot_take_tools_is_asked_again_without_them(
         # From then on this process no longer offers tools (the summarizer keeps memory).
         assert "tools" not in llm.request(1) and "tools" not in llm.request(2)
         assert not kioku.bot.turns.caps.stm_allowed
-    finally:
-        await stop_kioku(kioku)
 
 
 async def test_groq_tool_use_failed_does_not_switch_the_process_to_tool_less(
-    db: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path
+    llm: ScriptedLLM, kioku_with: KiokuStarter
 ) -> None:
     # Groq checks the model's tool-call arguments against the schema and answers 400
     # "tool_use_failed" when they do not match. The model CAN call tools; this one
     # generation was bad.
-    kioku = await start_kioku(db, llm, pg_url, tmp_path, settings={"provider": "groq"})
-    try:
+    async with kioku_with(settings={"provider": "groq"}) as kioku:
         llm.reply_error(
             400,
             "tool call validation failed: parameters for tool update_short_term_memory did "
@@ -435,8 +432,6 @@ async def test_groq_tool_use_failed_does_not_switch_the_process_to_tool_less(
         # guild of this process until a restart.
         assert kioku.bot.turns.caps.tool_calling and kioku.bot.turns.caps.stm_allowed
         assert llm.tool_names(2) == [STM_TOOL_NAME]
-    finally:
-        await stop_kioku(kioku)
 
 
 async def test_another_bad_request_is_still_the_unavailable_notice(kioku: KiokuHarness) -> None:
@@ -449,13 +444,12 @@ async def test_another_bad_request_is_still_the_unavailable_notice(kioku: KiokuH
 
 
 async def test_a_remember_request_in_the_turn_that_found_tools_refused_is_not_claimed_saved(
-    db: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path
+    db: Database, llm: ScriptedLLM, kioku_with: KiokuStarter
 ) -> None:
     # Ollama answers 400 to a request with "tools" when the loaded model has none. The
     # turn is asked again without tools, but the prompt still lets the model believe it
     # can store the fact (later turns get NO_LONG_TERM_TOOLS_NOTE; this one does not).
-    kioku = await start_kioku(db, llm, pg_url, tmp_path, settings={"provider": "ollama"})
-    try:
+    async with kioku_with(settings={"provider": "ollama"}) as kioku:
         llm.reply_error(400, "registry.ollama.ai/library/gemma3:4b does not support tools")
         llm.reply_text("Got it, I'll remember that your cat is called Miso!")
         await kioku.env.send(
@@ -467,8 +461,6 @@ async def test_a_remember_request_in_the_turn_that_found_tools_refused_is_not_cl
             assert await session.scalar(select(func.count()).select_from(LongTermMemory)) == 0
         retried = [m["content"] for m in llm.messages(1) if m["role"] == "system"]
         assert NO_LONG_TERM_TOOLS_NOTE in retried
-    finally:
-        await stop_kioku(kioku)
 
 
 # The message being answered is carried beside the raw window (TurnRequest.trigger, for
@@ -635,19 +627,16 @@ async def test_a_message_its_author_had_forgotten_while_its_turn_is_queued_is_no
 
 
 async def test_a_stopping_bot_saves_the_turn_counts_of_its_last_turns(
-    db: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path
+    db: Database, llm: ScriptedLLM, kioku_with: KiokuStarter
 ) -> None:
     # The periodic saver is off in the harness: only close() can store these.
-    harness = await start_kioku(db, llm, pg_url, tmp_path)
-    try:
+    async with kioku_with() as harness:
         llm.reply_tool_calls([(STM_TOOL_NAME, {"summary": "Launch on Friday."})])
         llm.reply_text("Noted!")
         await harness.env.send("we launch on friday", mention_bot=True)
         for n in range(2):
             llm.reply_text(f"answer {n}")
             await harness.env.send(f"question {n}", mention_bot=True)
-    finally:
-        await stop_kioku(harness)
 
     async with db.sessions() as session:
         server = await session.scalar(
