@@ -11,7 +11,6 @@ import base64
 from typing import Any
 
 import discord
-import pytest
 from sqlalchemy import select
 
 from bot.conversation.tools.stm import STM_TOOL_NAME
@@ -46,11 +45,6 @@ def prompt_text(llm: ScriptedLLM, i: int = -1) -> str:
 
 def system_text(llm: ScriptedLLM, i: int = -1) -> str:
     return "\n".join(text_of(m) for m in llm.messages(i) if m["role"] == "system")
-
-
-@pytest.fixture
-async def moderator(kioku: KiokuHarness) -> discord.Member:
-    return await kioku.env.create_member("mod", kind="moderator")
 
 
 # ---------------------------------------------------------------------------------- images

@@ -54,6 +54,15 @@ async def join_second_guild(kioku: KiokuHarness, member: discord.Member) -> disc
     return joined
 
 
+async def assert_kept_by_the_long_term_tool(kioku: KiokuHarness, db: Database, fact: str) -> None:
+    """The first request offered the long-term tools and not the STM one, and ``fact``
+    is all that was stored."""
+    offered = set(kioku.llm.tool_names(0))
+    assert "remember" in offered, offered
+    assert STM_TOOL_NAME not in offered
+    assert [f.content for f in await facts(db)] == [fact]
+
+
 async def test_remember_recall_scope_and_forget_through_the_bot(
     db: Database, llm: ScriptedLLM, kioku_with: KiokuStarter
 ) -> None:
@@ -121,10 +130,7 @@ async def test_remember_that_after_the_bots_role_mention_offers_long_term_tools(
     kioku.llm.reply_text("Noted.")
     await env.send(f"<@&{role.id}> please remember that my cat is called Miso")
 
-    offered = set(kioku.llm.tool_names(0))
-    assert "remember" in offered, offered
-    assert STM_TOOL_NAME not in offered
-    assert [f.content for f in await facts(db)] == ["The user's cat is called Miso."]
+    await assert_kept_by_the_long_term_tool(kioku, db, "The user's cat is called Miso.")
 
 
 async def test_please_remember_a_past_event_offers_the_long_term_tools(
@@ -135,10 +141,7 @@ async def test_please_remember_a_past_event_offers_the_long_term_tools(
     kioku.llm.reply_text("Noted.")
     await kioku.env.send("please remember that Tom and I got married last year", mention_bot=True)
 
-    offered = set(kioku.llm.tool_names(0))
-    assert "remember" in offered, offered
-    assert STM_TOOL_NAME not in offered
-    assert [f.content for f in await facts(db)] == ["The user married Tom in 2025."]
+    await assert_kept_by_the_long_term_tool(kioku, db, "The user married Tom in 2025.")
 
 
 async def test_a_struck_through_request_does_not_offer_the_long_term_tools(

@@ -11,7 +11,6 @@ from typing import Any
 import discord
 import pytest
 from aiohttp import web
-from discord.ext import commands
 from sqlalchemy import func, select
 from sqlalchemy.engine import URL
 
@@ -24,7 +23,7 @@ from bot.db.storage import Fault, faults
 from bot.llm.tools.loop import FALLBACK_REPLY, UNAVAILABLE_MESSAGE
 from bot.vocabulary.model import RawMessage
 from tests.helpers.bot import KiokuHarness, start_kioku, stop_kioku
-from tests.helpers.chat_world import KiokuStarter
+from tests.helpers.chat_world import KiokuStarter, chat_cog_away
 from tests.helpers.discord_payloads import complete_message_payload as _complete_message_payload
 from tests.helpers.discord_payloads import snowflake
 from tests.helpers.fake_llm import ScriptedLLM
@@ -74,11 +73,8 @@ async def test_a_refresh_during_the_back_fill_does_not_bring_wiped_messages_back
 ) -> None:
     env, bot = kioku.env, kioku.bot
     moderator = await env.create_member("mod", kind="moderator")
-    chat = bot.get_cog("Chat")
-    assert isinstance(chat, commands.Cog)
-    await bot.remove_cog(chat.qualified_name)
-    await env.send("before the refresh: the secret codename is HERON")
-    await bot.add_cog(chat)
+    async with chat_cog_away(bot):
+        await env.send("before the refresh: the secret codename is HERON")
 
     fetch = bot.http.logs_from
     started, release = asyncio.Event(), asyncio.Event()
@@ -125,38 +121,46 @@ async def test_back_fill_skips_system_messages_like_the_live_path(kioku: KiokuHa
     message type (joins, pins, thread-created notices...)."""
     env, bot = kioku.env, kioku.bot
     joiner = await env.create_member("newcomer")
-    chat = bot.get_cog("Chat")
-    assert isinstance(chat, commands.Cog)
-    await bot.remove_cog(chat.qualified_name)
-    for mtype, content in ((7, ""), (18, "THREADNAME-planning"), (6, "")):
-        mid = snowflake()
-        data: dict[str, Any] = {
-            "id": mid,
-            "channel_id": env.channel.id,
-            "guild_id": env.guild.id,
-            "author": {
-                "id": str(joiner.id),
-                "username": "newcomer",
-                "discriminator": "0",
-                "global_name": None,
-                "avatar": None,
-                "bot": False,
-            },
-            "content": content,
-            "type": mtype,
-        }
-        _complete_message_payload(data, env.state)
-        env._store(data)
-        # The live path sees the same messages (and ignores them).
-        await env.run_parser(env.state.parse_message_create, copy.deepcopy(data))
-    assert bot.memory.windows.get(env.channel.id) == ()
-    await bot.add_cog(chat)
+    async with chat_cog_away(bot):
+        for mtype, content in ((7, ""), (18, "THREADNAME-planning"), (6, "")):
+            mid = snowflake()
+            data: dict[str, Any] = {
+                "id": mid,
+                "channel_id": env.channel.id,
+                "guild_id": env.guild.id,
+                "author": {
+                    "id": str(joiner.id),
+                    "username": "newcomer",
+                    "discriminator": "0",
+                    "global_name": None,
+                    "avatar": None,
+                    "bot": False,
+                },
+                "content": content,
+                "type": mtype,
+            }
+            _complete_message_payload(data, env.state)
+            env._store(data)
+            # The live path sees the same messages (and ignores them).
+            await env.run_parser(env.state.parse_message_create, copy.deepcopy(data))
+        assert bot.memory.windows.get(env.channel.id) == ()
     bot.memory.windows._primed.clear()  # cold channel (e.g. after a restart)
 
     kioku.llm.reply_text("hi")
     await env.send("hello", mention_bot=True)
     window = [(m.author_name, m.content) for m in bot.memory.windows.get(env.channel.id)]
     assert [c for _, c in window] == ["@Kioku hello", "hi"], window
+
+
+async def _first_turn_held(kioku: KiokuHarness) -> tuple[asyncio.Event, asyncio.Task[Any]]:
+    """The question "what is 2+2?" asked and its answer held at the model (the test
+    scripts the replies); later requests go straight through. Returns (release, turn)."""
+    env, llm = kioku.env, kioku.llm
+    held = llm.hold()
+    first = asyncio.create_task(env.send("what is 2+2?", mention_bot=True))
+    await llm.wait_for_requests(1)
+    llm.hold().set()  # later requests go straight through
+    return held, first
 
 
 async def test_a_queued_turn_answers_its_own_message_not_a_later_one(
@@ -167,11 +171,8 @@ async def test_a_queued_turn_answers_its_own_message_not_a_later_one(
     the reply to one question is generated for another member's later question."""
     env, llm = kioku.env, kioku.llm
     bob = await env.create_member("bob")
-    held = llm.hold()
     llm.reply_text("4").reply_text("Paris").reply_text("a joke")
-    first = asyncio.create_task(env.send("what is 2+2?", mention_bot=True))
-    await llm.wait_for_requests(1)
-    llm.hold().set()  # later requests go straight through
+    held, first = await _first_turn_held(kioku)
     france, joke = arrivals(kioku, monkeypatch, "capital of France", "tell me a joke")
     second = asyncio.create_task(env.send("what is the capital of France?", mention_bot=True))
     await asyncio.wait_for(france.wait(), 5)
@@ -191,11 +192,8 @@ async def test_a_message_deleted_while_its_turn_is_queued_is_not_answered(
     """The member deletes a message while its turn waits behind another: nothing is left
     to answer (the window would end with the previous question, answered twice)."""
     env, llm = kioku.env, kioku.llm
-    held = llm.hold()
     llm.reply_text("4").reply_text("2+2 is 4, as I said.")
-    first = asyncio.create_task(env.send("what is 2+2?", mention_bot=True))
-    await llm.wait_for_requests(1)
-    llm.hold().set()
+    held, first = await _first_turn_held(kioku)
     (arrived,) = arrivals(kioku, monkeypatch, "my password is hunter2")
     second = asyncio.create_task(env.send("oops my password is hunter2", mention_bot=True))
     await asyncio.wait_for(arrived.wait(), 5)
@@ -215,11 +213,8 @@ async def _france_scrolled_out_behind_a_held_turn(
     """A turn held at the model; "what is the capital of France?" waits behind it in the
     channel's queue while a raw window of chatter pushes it out of the window (the test
     scripts the replies). Returns (release, first turn, queued turn)."""
-    env, llm = kioku.env, kioku.llm
-    held = llm.hold()
-    first = asyncio.create_task(env.send("what is 2+2?", mention_bot=True))
-    await llm.wait_for_requests(1)
-    llm.hold().set()
+    env = kioku.env
+    held, first = await _first_turn_held(kioku)
     (arrived,) = arrivals(kioku, monkeypatch, "capital of France")
     second = asyncio.create_task(env.send("what is the capital of France?", mention_bot=True))
     await asyncio.wait_for(arrived.wait(), 5)
@@ -269,11 +264,8 @@ async def _cold_channel_with_slow_history(
     kioku: KiokuHarness, monkeypatch: pytest.MonkeyPatch, *texts: Any
 ) -> tuple[list[Any], asyncio.Event, asyncio.Event]:
     env, bot = kioku.env, kioku.bot
-    chat = bot.get_cog("Chat")
-    assert isinstance(chat, commands.Cog)
-    await bot.remove_cog(chat.qualified_name)
-    old = [await env.send(text, author=author) for text, author in texts]
-    await bot.add_cog(chat)
+    async with chat_cog_away(bot):
+        old = [await env.send(text, author=author) for text, author in texts]
     fetch = bot.http.logs_from
     started, release = asyncio.Event(), asyncio.Event()
 
@@ -493,11 +485,8 @@ async def _queue_behind_a_held_turn(
     """A turn held at the model; ``author``'s "12 Elm Street" message waits behind it in
     the channel's queue. Returns (release, first turn, queued turn)."""
     env, llm = kioku.env, kioku.llm
-    held = llm.hold()
     llm.reply_text("4").reply_text("ok")
-    first = asyncio.create_task(env.send("what is 2+2?", mention_bot=True))
-    await llm.wait_for_requests(1)
-    llm.hold().set()
+    held, first = await _first_turn_held(kioku)
     arrived = _arrival(kioku, monkeypatch, "Elm Street")
     queued = asyncio.create_task(
         env.send("my home address is 12 Elm Street", author=author, mention_bot=True)

@@ -9,9 +9,11 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+from discord.ext import commands
 from sqlalchemy import select
 from sqlalchemy.engine import URL
 
+from bot.app import KiokuBot
 from bot.conversation.tools.stm import STM_TOOL_NAME
 from bot.db.engine import Database
 from bot.db.models import ShortTermMemory
@@ -52,3 +54,16 @@ async def running_kioku(
         yield kioku
     finally:
         await stop_kioku(kioku)
+
+
+@asynccontextmanager
+async def chat_cog_away(bot: KiokuBot) -> AsyncIterator[None]:
+    """The chat cog unloaded for the block: what is sent meanwhile the bot never saw live
+    (as while it was offline), so only a back-fill finds it."""
+    chat = bot.get_cog("Chat")
+    assert isinstance(chat, commands.Cog)
+    await bot.remove_cog(chat.qualified_name)
+    try:
+        yield
+    finally:
+        await bot.add_cog(chat)

@@ -11,9 +11,16 @@ from bot.db.models import LongTermMemory, ShortTermMemory, StmEvent
 from bot.db.storage import faults
 from bot.vocabulary.model import Category
 from tests.helpers.bot import KiokuHarness
+from tests.helpers.interaction_responses import InteractionResult
 
 SUMMARY = "Team picked Friday for the launch."
 DISCORD_CONTENT_LIMIT = 2000
+# A /stm categories set form filled in with two categories and a blank row between them.
+TWO_CATEGORIES_TYPED = {
+    "category_1": "Decisions: what we decided",
+    "category_2": "",
+    "category_3": "Open Questions: what is unsettled",
+}
 
 
 async def seed(
@@ -90,3 +97,11 @@ async def seed_user_data(kioku: KiokuHarness, user: discord.Member) -> None:
                 user_id=user.id, guild_id=None, content="likes tea", origin="model_tool"
             )
         )
+
+
+async def forget_me_asked(kioku: KiokuHarness) -> tuple[discord.Member, InteractionResult]:
+    """The harness's member, with memories of every kind (:func:`seed_user_data`), has run
+    /forget-me: the member and the confirmation they were asked."""
+    user = kioku.env.member
+    await seed_user_data(kioku, user)
+    return user, await kioku.interactions.slash("forget-me", user=user)

@@ -16,6 +16,7 @@ from bot.vocabulary.model import Category, ScopeKey
 from tests.helpers.bot import KiokuHarness, start_kioku, stop_kioku
 from tests.helpers.chat_world import KiokuStarter, prompt_text, rows, stm_call, tool_results
 from tests.helpers.fake_llm import ScriptedLLM
+from tests.helpers.stm_commands import TWO_CATEGORIES_TYPED
 
 
 async def test_tool_call_stores_memory_and_next_prompt_uses_it_instead_of_raw(
@@ -193,15 +194,7 @@ async def test_categories_submitted_in_the_form_by_an_admin_shape_the_next_tool_
 ) -> None:
     admin = await kioku.env.create_member("admin", kind="admin")
     opened = await kioku.interactions.slash("stm categories set", user=admin)
-    saved = await kioku.interactions.submit_modal(
-        opened,
-        {
-            "category_1": "Decisions: what we decided",
-            "category_2": "",
-            "category_3": "Open Questions: what is unsettled",
-        },
-        user=admin,
-    )
+    saved = await kioku.interactions.submit_modal(opened, TWO_CATEGORIES_TYPED, user=admin)
     assert saved.content is not None and saved.content.startswith("Saved 2 categories.")
 
     kioku.llm.reply_text("ok")

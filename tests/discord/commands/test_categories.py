@@ -10,7 +10,13 @@ from bot.cogs.errors import UNAVAILABLE
 from bot.db.models import StmCategory
 from tests.helpers.bot import KiokuHarness
 from tests.helpers.faults import back
-from tests.helpers.stm_commands import DISCORD_CONTENT_LIMIT, break_database, count, use_categories
+from tests.helpers.stm_commands import (
+    DISCORD_CONTENT_LIMIT,
+    TWO_CATEGORIES_TYPED,
+    break_database,
+    count,
+    use_categories,
+)
 
 
 async def test_stm_categories_set_stores_the_categories_with_slugs(
@@ -22,15 +28,7 @@ async def test_stm_categories_set_stores_the_categories_with_slugs(
         f"category_{n}" for n in range(1, 6)
     ]
 
-    saved = await kioku.interactions.submit_modal(
-        opened,
-        {
-            "category_1": "Decisions: what we decided",
-            "category_2": "",
-            "category_3": "Open Questions: what is unsettled",
-        },
-        user=admin,
-    )
+    saved = await kioku.interactions.submit_modal(opened, TWO_CATEGORIES_TYPED, user=admin)
 
     assert saved.ephemeral
     assert saved.content == (

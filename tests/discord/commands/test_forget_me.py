@@ -14,15 +14,21 @@ from bot.db.models import LongTermMemory, StmEvent
 from bot.vocabulary.model import ScopeKey
 from tests.helpers.bot import KiokuHarness
 from tests.helpers.faults import back
-from tests.helpers.stm_commands import break_database, count, events, seed, seed_user_data, stm_rows
+from tests.helpers.stm_commands import (
+    break_database,
+    count,
+    events,
+    forget_me_asked,
+    seed,
+    seed_user_data,
+    stm_rows,
+)
 
 
 async def test_forget_me_confirm_deletes_everything_and_shows_the_receipt(
     kioku: KiokuHarness,
 ) -> None:
-    user = kioku.env.member
-    await seed_user_data(kioku, user)
-    asked = await kioku.interactions.slash("forget-me", user=user)
+    user, asked = await forget_me_asked(kioku)
     assert asked.ephemeral
     assert asked.content is not None and asked.content.startswith("**Forget me**")
     assert [b["label"] for b in asked.response.buttons] == ["Delete my memories", "Cancel"]  # type: ignore[union-attr]
@@ -50,9 +56,7 @@ async def test_forget_me_confirm_deletes_everything_and_shows_the_receipt(
 async def test_a_double_click_on_forget_me_deletes_once_and_keeps_the_receipt(
     kioku: KiokuHarness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    user = kioku.env.member
-    await seed_user_data(kioku, user)
-    asked = await kioku.interactions.slash("forget-me", user=user)
+    user, asked = await forget_me_asked(kioku)
     calls = 0
     forget = kioku.bot.memory.forget_user
 
@@ -81,9 +85,7 @@ async def test_a_double_click_on_forget_me_deletes_once_and_keeps_the_receipt(
 
 
 async def test_forget_me_cancel_deletes_nothing(kioku: KiokuHarness) -> None:
-    user = kioku.env.member
-    await seed_user_data(kioku, user)
-    asked = await kioku.interactions.slash("forget-me", user=user)
+    user, asked = await forget_me_asked(kioku)
 
     cancelled = await kioku.interactions.click(asked, label="Cancel", user=user)
 
@@ -121,9 +123,7 @@ async def test_forget_me_works_in_a_dm(kioku: KiokuHarness) -> None:
 async def test_forget_me_with_the_database_down_is_spooled_and_says_so(
     kioku: KiokuHarness,
 ) -> None:
-    user = kioku.env.member
-    await seed_user_data(kioku, user)
-    asked = await kioku.interactions.slash("forget-me", user=user)
+    user, asked = await forget_me_asked(kioku)
     break_database(kioku)
     assert len(await stm_rows(kioku)) == 2 and await count(kioku, LongTermMemory) == 1
     done = await kioku.interactions.click(asked, label="Delete my memories", user=user)
