@@ -17,7 +17,7 @@ from bot.conversation.tools.stm import STM_TOOL_NAME
 from bot.db.models import ShortTermMemory
 from bot.vocabulary.model import ScopeKey
 from tests.helpers.bot import KiokuHarness
-from tests.helpers.chat_world import KiokuStarter
+from tests.helpers.chat_world import KiokuStarter, refresh_succeeds
 from tests.helpers.database import count_statements
 from tests.helpers.fake_llm import ScriptedLLM, role_order_problem
 from tests.helpers.faults import outage
@@ -185,8 +185,7 @@ async def test_a_reply_to_a_message_a_refresh_wiped_does_not_bring_it_back(
 ) -> None:
     original = await kioku.env.send("the secret plan is PELICAN")
     kioku.clock.catch_up()  # the wipe's recorded time comes after the message's
-    refreshed = await kioku.interactions.slash("refresh", user=moderator)
-    assert not refreshed.command_failed
+    await refresh_succeeds(kioku, moderator)
     kioku.llm.reply_text("What plan?")
     await kioku.env.send("what was the plan?", reply_to=original, mention_bot=True)
 
@@ -323,7 +322,6 @@ async def test_a_kept_thread_starter_goes_with_a_refresh_of_its_channel(
 ) -> None:
     thread = await thread_after_restart(kioku, "the venue code is tulip")
     kioku.clock.catch_up()
-    refreshed = await kioku.interactions.slash("refresh", user=moderator)
-    assert not refreshed.command_failed
+    await refresh_succeeds(kioku, moderator)
     await kioku.env.send("what was the venue code?", channel=thread, mention_bot=True)
     assert "tulip" not in prompt_text(kioku.llm)

@@ -61,6 +61,15 @@ async def remember_many(kioku: KiokuHarness, longterm: LongTermService, count: i
     return ids[::-1]
 
 
+async def listed_after_remembering(
+    kioku: KiokuHarness, longterm: LongTermService, count: int
+) -> tuple[list[int], InteractionResult]:
+    """:func:`remember_many`, then the harness's member runs /memories list: the ids,
+    newest first, and the list."""
+    newest_first = await remember_many(kioku, longterm, count)
+    return newest_first, await kioku.interactions.slash("memories list", user=kioku.env.member)
+
+
 async def fact_ids(kioku: KiokuHarness) -> list[int]:
     async with kioku.database.sessions() as session:
         return list(await session.scalars(select(LongTermMemory.id).order_by(LongTermMemory.id)))
@@ -140,9 +149,8 @@ async def test_list_pages_with_previous_and_next(
     kioku: KiokuHarness, longterm: LongTermService
 ) -> None:
     user = kioku.env.member
-    newest_first = await remember_many(kioku, longterm, 12)
+    newest_first, result = await listed_after_remembering(kioku, longterm, 12)
 
-    result = await kioku.interactions.slash("memories list", user=user)
     assert footer(result).startswith("Page 1/3 · 12 memories")
     assert buttons(result) == {"Previous": True, "Next": False}
     assert all(f"**#{i}**" in description(result) for i in newest_first[:5])
@@ -172,8 +180,7 @@ async def test_a_page_turn_with_the_database_down_answers_unavailable(
 ) -> None:
     # A button's error bypasses the tree's handler: the view routes it there itself.
     user = kioku.env.member
-    await remember_many(kioku, longterm, 6)
-    result = await kioku.interactions.slash("memories list", user=user)
+    _, result = await listed_after_remembering(kioku, longterm, 6)
     async with outage(kioku.database.sessions, "long-term memory"):
         clicked = await kioku.interactions.click(result, label="Next", user=user)
     [reported] = clicked.followups
@@ -185,8 +192,7 @@ async def test_next_after_forgetting_a_shown_fact_skips_none(
     kioku: KiokuHarness, longterm: LongTermService
 ) -> None:
     user = kioku.env.member
-    newest_first = await remember_many(kioku, longterm, 10)
-    listed = await kioku.interactions.slash("memories list", user=user)
+    newest_first, listed = await listed_after_remembering(kioku, longterm, 10)
     assert all(f"**#{i}**" in description(listed) for i in newest_first[:5])
 
     # The user deletes a fact of the page they are looking at, then clicks Next.
@@ -205,8 +211,7 @@ async def test_previous_after_forgetting_a_newer_fact_shows_the_first_page(
     kioku: KiokuHarness, longterm: LongTermService
 ) -> None:
     user = kioku.env.member
-    newest_first = await remember_many(kioku, longterm, 12)
-    listed = await kioku.interactions.slash("memories list", user=user)
+    newest_first, listed = await listed_after_remembering(kioku, longterm, 12)
     await kioku.interactions.click(listed, label="Next", user=user)
     await kioku.interactions.click(listed, label="Next", user=user)
     assert footer(listed).startswith("Page 3/3")

@@ -23,7 +23,7 @@ from bot.db.storage import Fault, faults
 from bot.llm.tools.loop import FALLBACK_REPLY, UNAVAILABLE_MESSAGE
 from bot.vocabulary.model import RawMessage
 from tests.helpers.bot import KiokuHarness, start_kioku, stop_kioku
-from tests.helpers.chat_world import KiokuStarter, chat_cog_away
+from tests.helpers.chat_world import KiokuStarter, chat_cog_away, refresh_succeeds
 from tests.helpers.discord_payloads import complete_message_payload as _complete_message_payload
 from tests.helpers.discord_payloads import snowflake
 from tests.helpers.fake_llm import ScriptedLLM
@@ -89,8 +89,7 @@ async def test_a_refresh_during_the_back_fill_does_not_bring_wiped_messages_back
     kioku.llm.reply_text("hello")
     turn = asyncio.create_task(env.send("what's up?", mention_bot=True))
     await asyncio.wait_for(started.wait(), 5)
-    refreshed = await kioku.interactions.slash("refresh", user=moderator)
-    assert not refreshed.command_failed
+    await refresh_succeeds(kioku, moderator)
     release.set()
     await turn
 
@@ -506,8 +505,7 @@ async def test_a_refresh_before_the_turn_reads_memory_does_not_bring_the_wiped_t
     turn = asyncio.create_task(env.send("the secret codename is HERON", mention_bot=True))
     await asyncio.wait_for(recalling.reached(), 5)
     kioku.clock.catch_up()
-    refreshed = await kioku.interactions.slash("refresh", user=moderator)
-    assert not refreshed.command_failed
+    await refresh_succeeds(kioku, moderator)
     assert bot.memory.windows.get(env.channel.id) == ()  # the refresh wiped the message
     recalling.release()
     await turn
@@ -587,8 +585,7 @@ async def test_a_message_wiped_by_refresh_while_its_turn_is_queued_gets_no_model
     env, llm = kioku.env, kioku.llm
     moderator = await env.create_member("mod", kind="moderator")
     held, first, queued = await _queue_behind_a_held_turn(kioku, monkeypatch, env.member)
-    refreshed = await kioku.interactions.slash("refresh", user=moderator)
-    assert not refreshed.command_failed
+    await refresh_succeeds(kioku, moderator)
     held.set()
     await asyncio.gather(first, queued)
 

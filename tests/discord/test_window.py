@@ -25,7 +25,7 @@ from bot.cogs.history import WIPED_WHILE_ANSWERING, backfill
 from bot.cogs.refresh import REFRESH_MARKER_PREFIX, marker_text
 from bot.memory.stm.window import WindowCache
 from tests.helpers.bot import KiokuHarness
-from tests.helpers.chat_world import chat_cog_away
+from tests.helpers.chat_world import chat_cog_away, refresh_succeeds
 from tests.helpers.discord_payloads import FakeResponse, snowflake
 from tests.helpers.discord_payloads import complete_message_payload as _complete_message_payload
 from tests.helpers.discord_payloads import request_body as _body_of
@@ -225,14 +225,12 @@ async def test_turns_in_one_channel_run_in_order_while_another_channel_runs_conc
 
 
 async def test_a_refresh_whose_marker_was_deleted_still_bounds_the_back_fill(
-    kioku: KiokuHarness,
+    kioku: KiokuHarness, moderator: discord.Member
 ) -> None:
     env, bot = kioku.env, kioku.bot
-    moderator = await env.create_member("mod", kind="moderator")
     await env.send("the secret codename is HERON")
     kioku.clock.catch_up()  # the refresh comes after that message
-    refreshed = await kioku.interactions.slash("refresh", user=moderator)
-    assert not refreshed.command_failed
+    await refresh_succeeds(kioku, moderator)
     marker = next(s.message for s in env.sent if s.content.startswith(REFRESH_MARKER_PREFIX))
     await bot.http.delete_message(marker.channel.id, marker.id)  # a tidy moderator
     await env.send("after the refresh: the venue is the boathouse")
@@ -290,8 +288,7 @@ async def _refresh_between_two_parts(kioku: KiokuHarness, monkeypatch: pytest.Mo
     monkeypatch.setattr(bot.http, "send_message", slow_send)
     turn = asyncio.create_task(env.send("tell me everything", mention_bot=True))
     await asyncio.wait_for(second_part_started.wait(), 5)
-    refreshed = await kioku.interactions.slash("refresh", user=moderator)
-    assert not refreshed.command_failed
+    await refresh_succeeds(kioku, moderator)
     release.set()
     await turn
 

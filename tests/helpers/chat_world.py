@@ -9,6 +9,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import discord
 from discord.ext import commands
 from sqlalchemy import select
 from sqlalchemy.engine import URL
@@ -67,3 +68,9 @@ async def chat_cog_away(bot: KiokuBot) -> AsyncIterator[None]:
         yield
     finally:
         await bot.add_cog(chat)
+
+
+async def refresh_succeeds(kioku: KiokuHarness, moderator: discord.Member) -> None:
+    """``moderator`` runs /refresh in the harness's channel, and it does not fail."""
+    refreshed = await kioku.interactions.slash("refresh", user=moderator)
+    assert not refreshed.command_failed

@@ -14,7 +14,14 @@ from bot.db.engine import Database
 from bot.memory.turn.types import REASON_ALREADY_UPDATED, REASON_CLEARED, REASON_DISABLED
 from bot.vocabulary.model import Category, ScopeKey
 from tests.helpers.bot import KiokuHarness, start_kioku, stop_kioku
-from tests.helpers.chat_world import KiokuStarter, prompt_text, rows, stm_call, tool_results
+from tests.helpers.chat_world import (
+    KiokuStarter,
+    prompt_text,
+    refresh_succeeds,
+    rows,
+    stm_call,
+    tool_results,
+)
 from tests.helpers.fake_llm import ScriptedLLM
 from tests.helpers.stm_commands import TWO_CATEGORIES_TYPED
 
@@ -161,8 +168,7 @@ async def test_refresh_during_a_turn_cannot_bring_the_memory_back(
     kioku.llm.reply_tool_calls([stm_call("resurrected memory")]).reply_text("done")
     turn = asyncio.create_task(kioku.env.send("hello", mention_bot=True))
     await kioku.llm.wait_for_requests(1)
-    refreshed = await kioku.interactions.slash("refresh", user=moderator)
-    assert not refreshed.command_failed
+    await refresh_succeeds(kioku, moderator)
     gate.set()
     await turn
     assert tool_results(kioku.llm, 1) == [f"rejected: {REASON_CLEARED}"]

@@ -15,7 +15,7 @@ from bot.cogs.history import WIPED_WHILE_ANSWERING
 from bot.cogs.refresh import REFRESH_MARKER_PREFIX
 from bot.cogs.replies import DISCORD_LIMIT
 from tests.helpers.bot import KiokuHarness
-from tests.helpers.chat_world import prompt_text
+from tests.helpers.chat_world import prompt_text, refresh_succeeds
 from tests.helpers.discord_payloads import FakeResponse
 from tests.helpers.discord_payloads import request_body as _body_of
 
@@ -78,18 +78,16 @@ async def test_a_mention_in_a_locked_thread_the_bot_may_not_post_in_calls_no_mod
 
 
 async def test_a_reply_made_before_a_refresh_is_not_posted_into_the_wiped_channel(
-    kioku: KiokuHarness,
+    kioku: KiokuHarness, moderator: discord.Member
 ) -> None:
     env, llm = kioku.env, kioku.llm
-    moderator = await env.create_member("mod", kind="moderator")
     await env.send("the secret codename is HERON")
     gate = llm.hold()
     llm.reply_text("Noted: the codename is HERON.")
     turn = asyncio.create_task(env.send("remember the codename", mention_bot=True))
     try:
         await llm.wait_for_requests(1)
-        refreshed = await kioku.interactions.slash("refresh", user=moderator)
-        assert not refreshed.command_failed
+        await refresh_succeeds(kioku, moderator)
     finally:
         gate.set()
         await turn
