@@ -201,15 +201,6 @@ def test_a_dotenv_file_that_is_not_utf8_is_one_line_naming_it(
     )
 
 
-def test_settings_built_directly_refuse_a_dotenv_file_that_is_not_utf8(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # Not blamed on the TOML file (the decoding error is a ValueError, like a TOML one).
-    write_dotenv(tmp_path, b"KIOKU_MODEL=\xff\n", monkeypatch)
-    with pytest.raises(SettingsError, match=r"\.env file .*kioku\.env .*save it as UTF-8"):
-        Settings()
-
-
 @pytest.mark.parametrize(
     ("text", "line"),
     [
@@ -235,9 +226,23 @@ def test_a_dotenv_line_that_cannot_be_parsed_is_one_line_naming_it(
     assert capfd.readouterr().err == "", "nothing but the one line"
 
 
-def test_settings_built_directly_refuse_a_dotenv_line_that_cannot_be_parsed(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("content", "match"),
+    [
+        # Not blamed on the TOML file (the decoding error is a ValueError, like a TOML one).
+        pytest.param(
+            b"KIOKU_MODEL=\xff\n", r"\.env file .*kioku\.env .*save it as UTF-8", id="not-utf8"
+        ),
+        pytest.param(
+            "KIOKU_MODEL=x\nDISCORD_TOKEN abc\n",
+            r"^cannot parse line 2 of .*kioku\.env ",
+            id="line-that-cannot-be-parsed",
+        ),
+    ],
+)
+def test_settings_built_directly_refuse_a_dotenv_file_they_cannot_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, content: str | bytes, match: str
 ) -> None:
-    write_dotenv(tmp_path, "KIOKU_MODEL=x\nDISCORD_TOKEN abc\n", monkeypatch)
-    with pytest.raises(SettingsError, match=r"^cannot parse line 2 of .*kioku\.env "):
+    write_dotenv(tmp_path, content, monkeypatch)
+    with pytest.raises(SettingsError, match=match):
         Settings()
