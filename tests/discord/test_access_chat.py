@@ -5,31 +5,22 @@ a refused message gets no reply and costs no model call."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import discord
 import pytest
-from sqlalchemy.engine import URL
 
 from bot.conversation.server_profile import SERVER_PERSONA_HEADING
-from bot.db.engine import Database
-from tests.helpers.bot import KiokuHarness, start_kioku, stop_kioku
+from tests.helpers.bot import KiokuHarness
 from tests.helpers.builders import settings_changed_elsewhere
+from tests.helpers.chat_world import KiokuStarter
 from tests.helpers.fake_llm import ScriptedLLM
 
 
 @pytest.fixture
-async def kioku(
-    db: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path
-) -> AsyncIterator[KiokuHarness]:
-    harness = await start_kioku(
-        db, llm, pg_url, tmp_path, settings={"servers": {"allowed_models": ["big-model"]}}
-    )
-    try:
+async def kioku(kioku_with: KiokuStarter) -> AsyncIterator[KiokuHarness]:
+    async with kioku_with(settings={"servers": {"allowed_models": ["big-model"]}}) as harness:
         yield harness
-    finally:
-        await stop_kioku(harness)
 
 
 async def admin_runs(
@@ -126,12 +117,9 @@ async def test_owners_are_always_answered(kioku: KiokuHarness) -> None:
 
 
 async def test_dms_off_get_no_reply_except_for_owners(
-    db: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path
+    llm: ScriptedLLM, kioku_with: KiokuStarter
 ) -> None:
-    kioku = await start_kioku(
-        db, llm, pg_url, tmp_path, settings={"access": {"direct_messages": False}}
-    )
-    try:
+    async with kioku_with(settings={"access": {"direct_messages": False}}) as kioku:
         env = kioku.env
         member, operator = env.member, await env.create_member("operator")
         await env.send("hello", channel=env.dm_channel(member), author=member)
@@ -144,8 +132,6 @@ async def test_dms_off_get_no_reply_except_for_owners(
         llm.reply_text("Hi, server")
         await env.send("hello", mention_bot=True)
         assert env.last_sent().content == "Hi, server"
-    finally:
-        await stop_kioku(kioku)
 
 
 async def test_the_servers_persona_and_model_are_used_for_its_turns_not_dms(

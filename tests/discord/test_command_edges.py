@@ -17,29 +17,12 @@ from bot.cogs.errors import OUT_OF_DATE, UNAVAILABLE
 from bot.conversation.tools.stm import STM_TOOL_NAME
 from bot.db.models import GuildSettings, StmEvent
 from bot.db.storage import faults
-from bot.vocabulary.model import Category, ScopeKey
+from bot.vocabulary.model import ScopeKey
 from tests.helpers.bot import KiokuHarness
 from tests.helpers.builders import settings_changed_elsewhere
 from tests.helpers.discord_payloads import snowflake
 from tests.helpers.faults import callbacks_already_scheduled
-
-
-@pytest.fixture
-async def admin(kioku: KiokuHarness) -> discord.Member:
-    return await kioku.env.create_member("admin", kind="admin")
-
-
-@pytest.fixture
-async def moderator(kioku: KiokuHarness) -> discord.Member:
-    return await kioku.env.create_member("mod", kind="moderator")
-
-
-async def use_categories(kioku: KiokuHarness, *labels: str) -> None:
-    await kioku.bot.memory.set_categories(
-        kioku.env.guild.id,
-        kioku.env.member.id,
-        [Category(i, label.lower(), label, f"{label} so far") for i, label in enumerate(labels)],
-    )
+from tests.helpers.stm_commands import seed, use_categories
 
 
 def server_key(kioku: KiokuHarness) -> ScopeKey:
@@ -89,11 +72,8 @@ async def test_an_edit_modal_opened_before_a_refresh_does_not_bring_the_wiped_me
     kioku: KiokuHarness, admin: discord.Member, moderator: discord.Member
 ) -> None:
     await use_categories(kioku, "Decisions", "Questions")
-    await kioku.bot.memory.admin_edit(
-        guild_id=kioku.env.guild.id,
-        channel_id=kioku.env.channel.id,
-        actor_user_id=admin.id,
-        categories={"decisions": "secret plan", "questions": "old question"},
+    await seed(
+        kioku, author=admin, categories={"decisions": "secret plan", "questions": "old question"}
     )
     opened = await kioku.interactions.slash("stm edit", user=admin)
     assert opened.modal is not None
@@ -137,12 +117,7 @@ async def test_a_category_edit_refused_as_the_categories_went_hands_back_each_fi
     kioku: KiokuHarness, admin: discord.Member
 ) -> None:
     await use_categories(kioku, "Decisions", "Questions")
-    await kioku.bot.memory.admin_edit(
-        guild_id=kioku.env.guild.id,
-        channel_id=kioku.env.channel.id,
-        actor_user_id=admin.id,
-        categories={"questions": "who writes docs?"},
-    )
+    await seed(kioku, author=admin, categories={"questions": "who writes docs?"})
     opened = await kioku.interactions.slash("stm edit", user=admin)
     # Another admin goes back to one summary while the form is open.
     await kioku.bot.memory.set_categories(kioku.env.guild.id, admin.id, [])
@@ -290,12 +265,7 @@ async def test_stm_edit_after_categories_were_cleared_shows_what_stm_show_shows(
     kioku: KiokuHarness, admin: discord.Member
 ) -> None:
     await use_categories(kioku, "Decisions", "Questions")
-    await kioku.bot.memory.admin_edit(
-        guild_id=kioku.env.guild.id,
-        channel_id=kioku.env.channel.id,
-        actor_user_id=admin.id,
-        categories={"decisions": "launch on Friday"},
-    )
+    await seed(kioku, author=admin, categories={"decisions": "launch on Friday"})
     await kioku.interactions.slash("stm categories clear", user=admin)
     shown = await kioku.interactions.slash("stm show")
     assert "launch on Friday" in "\n".join(shown.texts())  # the memory is there
@@ -316,12 +286,7 @@ async def test_stm_edit_of_leftover_categories_longer_than_the_form_says_what_it
     # the form, and what it left out be handed back, not dropped unseen.
     await use_categories(kioku, "Decisions", "People")
     decisions, people = "D" * 900, "P" * 900
-    await kioku.bot.memory.admin_edit(
-        guild_id=kioku.env.guild.id,
-        channel_id=kioku.env.channel.id,
-        actor_user_id=admin.id,
-        categories={"decisions": decisions, "people": people},
-    )
+    await seed(kioku, author=admin, categories={"decisions": decisions, "people": people})
     await kioku.interactions.slash("stm categories clear", user=admin)
     whole = f"Decisions:\n{decisions}\n\nPeople:\n{people}"
 

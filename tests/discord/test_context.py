@@ -8,19 +8,16 @@ the scripted server, whose recorded requests show what the model was sent.
 from __future__ import annotations
 
 import base64
-from pathlib import Path
 from typing import Any
 
 import discord
-import pytest
 from sqlalchemy import select
-from sqlalchemy.engine import URL
 
 from bot.conversation.tools.stm import STM_TOOL_NAME
-from bot.db.engine import Database
 from bot.db.models import ShortTermMemory
 from bot.vocabulary.model import ScopeKey
-from tests.helpers.bot import KiokuHarness, start_kioku, stop_kioku
+from tests.helpers.bot import KiokuHarness
+from tests.helpers.chat_world import KiokuStarter, refresh_succeeds
 from tests.helpers.database import count_statements
 from tests.helpers.fake_llm import ScriptedLLM, role_order_problem
 from tests.helpers.faults import outage
@@ -48,17 +45,6 @@ def prompt_text(llm: ScriptedLLM, i: int = -1) -> str:
 
 def system_text(llm: ScriptedLLM, i: int = -1) -> str:
     return "\n".join(text_of(m) for m in llm.messages(i) if m["role"] == "system")
-
-
-async def started(
-    db: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path, **settings: Any
-) -> KiokuHarness:
-    return await start_kioku(db, llm, pg_url, tmp_path, settings=settings)
-
-
-@pytest.fixture
-async def moderator(kioku: KiokuHarness) -> discord.Member:
-    return await kioku.env.create_member("mod", kind="moderator")
 
 
 # ---------------------------------------------------------------------------------- images
@@ -96,30 +82,23 @@ async def test_an_image_link_embed_goes_to_a_vision_model_as_an_image(
 
 
 async def test_a_model_without_vision_is_told_an_image_was_attached(
-    db: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path
+    llm: ScriptedLLM, kioku_with: KiokuStarter
 ) -> None:
-    kioku = await started(db, llm, pg_url, tmp_path, context={"vision": "off"})
-    try:
+    async with kioku_with(settings={"context": {"vision": "off"}}) as kioku:
         llm.reply_text("I cannot see it.")
         await kioku.env.send("look", mention_bot=True, attachments=[("cat.png", PNG)])
         last = llm.messages()[-1]
         assert isinstance(last["content"], str)
         assert "[image: cat.png]" in last["content"]
-    finally:
-        await stop_kioku(kioku)
 
 
 async def test_the_data_url_transport_sends_the_bytes_and_refuses_an_image_over_the_cap(
-    db: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path
+    llm: ScriptedLLM, kioku_with: KiokuStarter
 ) -> None:
-    kioku = await started(
-        db,
-        llm,
-        pg_url,
-        tmp_path,
-        context={"image_transport": "data_url", "image_max_mb": 0.001},  # 1048 bytes
-    )
-    try:
+    # An image cap of 0.001 MB: 1048 bytes.
+    async with kioku_with(
+        settings={"context": {"image_transport": "data_url", "image_max_mb": 0.001}}
+    ) as kioku:
         llm.reply_text("Seen.")
         big = PNG + b"\x00" * 2000
         await kioku.env.send(
@@ -129,17 +108,14 @@ async def test_the_data_url_transport_sends_the_bytes_and_refuses_an_image_over_
         expected = "data:image/png;base64," + base64.b64encode(PNG).decode()
         assert image_urls(last) == [expected]
         assert "[image big.png not shown to you: larger than 0.001 MB]" in text_of(last)
-    finally:
-        await stop_kioku(kioku)
 
 
 async def test_images_are_limited_per_message_and_per_turn_newest_first(
-    db: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path
+    llm: ScriptedLLM, kioku_with: KiokuStarter
 ) -> None:
-    kioku = await started(
-        db, llm, pg_url, tmp_path, context={"images_per_message": 2, "images_per_turn": 3}
-    )
-    try:
+    async with kioku_with(
+        settings={"context": {"images_per_message": 2, "images_per_turn": 3}}
+    ) as kioku:
         files = [(f"{n}.png", PNG) for n in "abc"]
         await kioku.env.send("older", attachments=files)
         llm.reply_text("Nice.")
@@ -148,15 +124,12 @@ async def test_images_are_limited_per_message_and_per_turn_newest_first(
         counts = [len(image_urls(m)) for m in users]
         assert counts[-2:] == [1, 2]
         assert [u.rsplit("/", 1)[-1] for u in image_urls(users[-1])] == ["a.png", "b.png"]
-    finally:
-        await stop_kioku(kioku)
 
 
 async def test_a_strict_provider_gets_alternating_roles_with_the_image_parts_kept(
-    db: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path
+    llm: ScriptedLLM, kioku_with: KiokuStarter
 ) -> None:
-    kioku = await started(db, llm, pg_url, tmp_path, provider="mistral", context={"vision": "on"})
-    try:
+    async with kioku_with(settings={"provider": "mistral", "context": {"vision": "on"}}) as kioku:
         await kioku.env.send("first, a picture", attachments=[("a.png", PNG)])
         llm.reply_text("Both seen.")
         await kioku.env.send("and another", mention_bot=True, attachments=[("b.png", PNG)])
@@ -165,8 +138,6 @@ async def test_a_strict_provider_gets_alternating_roles_with_the_image_parts_kep
         urls = [u.rsplit("/", 1)[-1] for m in messages for u in image_urls(m)]
         assert urls == ["a.png", "b.png"]
         assert "first, a picture" in prompt_text(llm) and "and another" in prompt_text(llm)
-    finally:
-        await stop_kioku(kioku)
 
 
 # ----------------------------------------------------------------------------- reply chains
@@ -186,17 +157,14 @@ async def test_a_reply_brings_the_replied_to_message_and_its_author_into_the_pro
 
 
 async def test_a_reply_chain_is_followed_up_to_the_configured_depth_even_out_of_the_window(
-    db: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path
+    llm: ScriptedLLM, kioku_with: KiokuStarter
 ) -> None:
-    kioku = await started(
-        db,
-        llm,
-        pg_url,
-        tmp_path,
-        stm={"raw_window": 4, "min_raw_tail": 1, "crude_message_count": 1},
-        context={"reply_chain_depth": 2},
-    )
-    try:
+    async with kioku_with(
+        settings={
+            "stm": {"raw_window": 4, "min_raw_tail": 1, "crude_message_count": 1},
+            "context": {"reply_chain_depth": 2},
+        }
+    ) as kioku:
         first = await kioku.env.send("ROOT: we meet at noon")
         second = await kioku.env.send("MIDDLE: or at one?", reply_to=first)
         third = await kioku.env.send("LEAF: one works", reply_to=second)
@@ -210,8 +178,6 @@ async def test_a_reply_chain_is_followed_up_to_the_configured_depth_even_out_of_
         notes = system_text(llm)
         assert notes.index("MIDDLE: or at one?") < notes.index("LEAF: one works")
         assert "ROOT" not in prompt_text(llm)
-    finally:
-        await stop_kioku(kioku)
 
 
 async def test_a_reply_to_a_message_a_refresh_wiped_does_not_bring_it_back(
@@ -219,8 +185,7 @@ async def test_a_reply_to_a_message_a_refresh_wiped_does_not_bring_it_back(
 ) -> None:
     original = await kioku.env.send("the secret plan is PELICAN")
     kioku.clock.catch_up()  # the wipe's recorded time comes after the message's
-    refreshed = await kioku.interactions.slash("refresh", user=moderator)
-    assert not refreshed.command_failed
+    await refresh_succeeds(kioku, moderator)
     kioku.llm.reply_text("What plan?")
     await kioku.env.send("what was the plan?", reply_to=original, mention_bot=True)
 
@@ -244,16 +209,11 @@ async def test_a_reply_to_a_message_whose_author_used_forget_me_does_not_bring_i
 
 
 async def test_with_the_database_down_a_message_outside_the_window_is_left_out(
-    db: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path
+    llm: ScriptedLLM, kioku_with: KiokuStarter
 ) -> None:
-    kioku = await started(
-        db,
-        llm,
-        pg_url,
-        tmp_path,
-        stm={"raw_window": 2, "min_raw_tail": 1, "crude_message_count": 1},
-    )
-    try:
+    async with kioku_with(
+        settings={"stm": {"raw_window": 2, "min_raw_tail": 1, "crude_message_count": 1}}
+    ) as kioku:
         old = await kioku.env.send("OLD: the code word is HERON")
         recent = await kioku.env.send("RECENT: noted")
         await kioku.env.send("filler")
@@ -268,8 +228,6 @@ async def test_with_the_database_down_a_message_outside_the_window_is_left_out(
         llm.reply_text("HERON.")
         await kioku.env.send("and before that?", reply_to=old, mention_bot=True)
         assert "OLD: the code word is HERON" in system_text(llm)
-    finally:
-        await stop_kioku(kioku)
 
 
 # ---------------------------------------------------------------------------------- threads
@@ -364,7 +322,6 @@ async def test_a_kept_thread_starter_goes_with_a_refresh_of_its_channel(
 ) -> None:
     thread = await thread_after_restart(kioku, "the venue code is tulip")
     kioku.clock.catch_up()
-    refreshed = await kioku.interactions.slash("refresh", user=moderator)
-    assert not refreshed.command_failed
+    await refresh_succeeds(kioku, moderator)
     await kioku.env.send("what was the venue code?", channel=thread, mention_bot=True)
     assert "tulip" not in prompt_text(kioku.llm)

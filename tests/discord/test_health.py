@@ -5,18 +5,16 @@ from __future__ import annotations
 
 import socket
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import aiohttp
 import pytest
-from sqlalchemy.engine import URL
 
 from bot.db.engine import Database
 from bot.runtime.health import HEALTH_STEP, Health
 from bot.runtime.metrics import Metrics, MetricsServer
-from tests.helpers.bot import KiokuHarness, start_kioku, stop_kioku
+from tests.helpers.bot import KiokuHarness
+from tests.helpers.chat_world import KiokuStarter
 from tests.helpers.event_tasks import run_tracked
-from tests.helpers.fake_llm import ScriptedLLM
 from tests.helpers.faults import outage
 
 
@@ -28,16 +26,11 @@ def _free_port() -> int:
 
 
 @pytest.fixture
-async def served(
-    db: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path
-) -> AsyncIterator[tuple[KiokuHarness, str]]:
+async def served(kioku_with: KiokuStarter) -> AsyncIterator[tuple[KiokuHarness, str]]:
     """The bot with its metrics server on, and the address of its ``/healthz``."""
     port = _free_port()
-    harness = await start_kioku(db, llm, pg_url, tmp_path, settings={"metrics": {"port": port}})
-    try:
+    async with kioku_with(settings={"metrics": {"port": port}}) as harness:
         yield harness, f"http://127.0.0.1:{port}/healthz"
-    finally:
-        await stop_kioku(harness)
 
 
 async def healthz(url: str) -> tuple[int, str]:

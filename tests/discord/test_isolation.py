@@ -46,7 +46,6 @@ from typing import Any
 import discord
 import pytest
 from sqlalchemy import select
-from sqlalchemy.engine import URL
 
 from bot.cogs.history import to_raw
 from bot.conversation.tools.stm import STM_TOOL_NAME
@@ -55,8 +54,8 @@ from bot.db.models import Base
 from bot.memory.spool.durable import inspect_spool, spool_path
 from bot.vocabulary.model import message_hash
 from tests.conftest import Figures
-from tests.helpers.bot import KiokuHarness, start_kioku, stop_kioku
-from tests.helpers.fake_llm import ScriptedLLM
+from tests.helpers.bot import KiokuHarness
+from tests.helpers.chat_world import KiokuStarter
 from tests.helpers.faults import outage
 
 GUILDS = 20
@@ -136,24 +135,15 @@ class Tally:
 
 
 @pytest.fixture
-async def world(
-    db: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path
-) -> AsyncIterator[KiokuHarness]:
-    harness = await start_kioku(
-        db,
-        llm,
-        pg_url,
-        tmp_path,
+async def world(kioku_with: KiokuStarter) -> AsyncIterator[KiokuHarness]:
+    async with kioku_with(
         guilds=GUILDS,
         channels=PUBLIC_CHANNELS,
         members=USERS_PER_GUILD,
         # Every other channel's memory may show up; raw messages of other channels too.
         settings={"stm": {"other_channels": 3}},
-    )
-    try:
+    ) as harness:
         yield harness
-    finally:
-        await stop_kioku(harness)
 
 
 def request_text(body: dict[str, Any]) -> str:

@@ -5,12 +5,10 @@ ephemeral line and leaves the row as it was."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import discord
 import pytest
-from sqlalchemy.engine import URL
 
 from bot.cogs.errors import UNAVAILABLE
 from bot.cogs.kioku.answers import (
@@ -21,32 +19,21 @@ from bot.cogs.kioku.answers import (
     ONE_TARGET,
     UNKNOWN_ROLE,
 )
-from bot.db.engine import Database
 from bot.db.models import GuildSettings
 from bot.db.storage import faults
-from tests.helpers.bot import KiokuHarness, start_kioku, stop_kioku
-from tests.helpers.fake_llm import ScriptedLLM
+from tests.helpers.bot import KiokuHarness
+from tests.helpers.chat_world import KiokuStarter
 from tests.helpers.interaction_responses import InteractionResult
 
 ALLOWED_MODELS = ["big-model", "small-model"]
 
 
 @pytest.fixture
-async def kioku(
-    db: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path
-) -> AsyncIterator[KiokuHarness]:
-    harness = await start_kioku(
-        db,
-        llm,
-        pg_url,
-        tmp_path,
-        guilds=2,
-        settings={"servers": {"allowed_models": ALLOWED_MODELS, "persona_max_chars": 200}},
-    )
-    try:
+async def kioku(kioku_with: KiokuStarter) -> AsyncIterator[KiokuHarness]:
+    async with kioku_with(
+        guilds=2, settings={"servers": {"allowed_models": ALLOWED_MODELS, "persona_max_chars": 200}}
+    ) as harness:
         yield harness
-    finally:
-        await stop_kioku(harness)
 
 
 async def admin_runs(

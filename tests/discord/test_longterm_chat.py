@@ -3,11 +3,8 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import discord
 from sqlalchemy import select
-from sqlalchemy.engine import URL
 
 from bot.conversation.tools.longterm import NO_FULL_MATCH
 from bot.conversation.tools.stm import STM_TOOL_NAME
@@ -15,7 +12,8 @@ from bot.db.engine import Database
 from bot.db.models import LongTermMemory
 from bot.memory.longterm.facts import LongTermService
 from bot.vocabulary.model import Provenance
-from tests.helpers.bot import KiokuHarness, start_kioku, stop_kioku
+from tests.helpers.bot import KiokuHarness
+from tests.helpers.chat_world import KiokuStarter
 from tests.helpers.fake_llm import ScriptedLLM
 
 TOKEN = "MTA4NzY1NDMyMTA5ODc2NTQzMg.GhJkLm.abcdefghijklmnopqrstuvwxyz0123456789AB"
@@ -56,11 +54,19 @@ async def join_second_guild(kioku: KiokuHarness, member: discord.Member) -> disc
     return joined
 
 
+async def assert_kept_by_the_long_term_tool(kioku: KiokuHarness, db: Database, fact: str) -> None:
+    """The first request offered the long-term tools and not the STM one, and ``fact``
+    is all that was stored."""
+    offered = set(kioku.llm.tool_names(0))
+    assert "remember" in offered, offered
+    assert STM_TOOL_NAME not in offered
+    assert [f.content for f in await facts(db)] == [fact]
+
+
 async def test_remember_recall_scope_and_forget_through_the_bot(
-    db: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path
+    db: Database, llm: ScriptedLLM, kioku_with: KiokuStarter
 ) -> None:
-    kioku = await start_kioku(db, llm, pg_url, tmp_path, guilds=2)
-    try:
+    async with kioku_with(guilds=2) as kioku:
         env = kioku.env
         alice = env.members[0]
         home, elsewhere = env.channels[0], env.channels[1]
@@ -101,8 +107,6 @@ async def test_remember_recall_scope_and_forget_through_the_bot(
         await env.send("what is my cat called?", channel=home, author=alice, mention_bot=True)
         # The recalled fact is gone (the channel's own chat history still mentions Miso).
         assert "The user's cat is called Miso." not in prompt_text(llm)
-    finally:
-        await stop_kioku(kioku)
 
 
 async def test_a_secret_in_a_fact_is_stored_redacted(kioku: KiokuHarness, db: Database) -> None:
@@ -126,10 +130,7 @@ async def test_remember_that_after_the_bots_role_mention_offers_long_term_tools(
     kioku.llm.reply_text("Noted.")
     await env.send(f"<@&{role.id}> please remember that my cat is called Miso")
 
-    offered = set(kioku.llm.tool_names(0))
-    assert "remember" in offered, offered
-    assert STM_TOOL_NAME not in offered
-    assert [f.content for f in await facts(db)] == ["The user's cat is called Miso."]
+    await assert_kept_by_the_long_term_tool(kioku, db, "The user's cat is called Miso.")
 
 
 async def test_please_remember_a_past_event_offers_the_long_term_tools(
@@ -140,10 +141,7 @@ async def test_please_remember_a_past_event_offers_the_long_term_tools(
     kioku.llm.reply_text("Noted.")
     await kioku.env.send("please remember that Tom and I got married last year", mention_bot=True)
 
-    offered = set(kioku.llm.tool_names(0))
-    assert "remember" in offered, offered
-    assert STM_TOOL_NAME not in offered
-    assert [f.content for f in await facts(db)] == ["The user married Tom in 2025."]
+    await assert_kept_by_the_long_term_tool(kioku, db, "The user married Tom in 2025.")
 
 
 async def test_a_struck_through_request_does_not_offer_the_long_term_tools(

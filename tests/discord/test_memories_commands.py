@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Mapping
-from pathlib import Path
 from typing import Any
 
 import discord
 import pytest
 from sqlalchemy import select
-from sqlalchemy.engine import URL
 
 from bot.cogs.errors import UNAVAILABLE
 from bot.cogs.privacy import (
@@ -21,12 +19,11 @@ from bot.cogs.privacy import (
     NOTHING_TO_CLEAR,
 )
 from bot.conversation.tools.stm import STM_TOOL_NAME
-from bot.db.engine import Database
 from bot.db.models import LongTermMemory, StmEvent, UserSettings
 from bot.memory.longterm.facts import LongTermService
 from bot.vocabulary.model import Provenance
-from tests.helpers.bot import KiokuHarness, start_kioku, stop_kioku
-from tests.helpers.fake_llm import ScriptedLLM
+from tests.helpers.bot import KiokuHarness
+from tests.helpers.chat_world import KiokuStarter
 from tests.helpers.faults import outage
 from tests.helpers.interaction_responses import InteractionResult
 
@@ -53,6 +50,24 @@ async def remember(
         Provenance("model_tool", "test-model", who.id, 1),
     )
     return result.id
+
+
+async def remember_many(kioku: KiokuHarness, longterm: LongTermService, count: int) -> list[int]:
+    """``count`` facts remembered a minute apart; their ids, newest first."""
+    ids = []
+    for i in range(count):
+        ids.append(await remember(kioku, longterm, f"fact number {i} about topic {i}"))
+        kioku.clock.advance(minutes=1)
+    return ids[::-1]
+
+
+async def listed_after_remembering(
+    kioku: KiokuHarness, longterm: LongTermService, count: int
+) -> tuple[list[int], InteractionResult]:
+    """:func:`remember_many`, then the harness's member runs /memories list: the ids,
+    newest first, and the list."""
+    newest_first = await remember_many(kioku, longterm, count)
+    return newest_first, await kioku.interactions.slash("memories list", user=kioku.env.member)
 
 
 async def fact_ids(kioku: KiokuHarness) -> list[int]:
@@ -134,13 +149,8 @@ async def test_list_pages_with_previous_and_next(
     kioku: KiokuHarness, longterm: LongTermService
 ) -> None:
     user = kioku.env.member
-    ids = []
-    for i in range(12):
-        ids.append(await remember(kioku, longterm, f"fact number {i} about topic {i}"))
-        kioku.clock.advance(minutes=1)
-    newest_first = ids[::-1]
+    newest_first, result = await listed_after_remembering(kioku, longterm, 12)
 
-    result = await kioku.interactions.slash("memories list", user=user)
     assert footer(result).startswith("Page 1/3 · 12 memories")
     assert buttons(result) == {"Previous": True, "Next": False}
     assert all(f"**#{i}**" in description(result) for i in newest_first[:5])
@@ -170,10 +180,7 @@ async def test_a_page_turn_with_the_database_down_answers_unavailable(
 ) -> None:
     # A button's error bypasses the tree's handler: the view routes it there itself.
     user = kioku.env.member
-    for i in range(6):
-        await remember(kioku, longterm, f"fact number {i} about topic {i}")
-        kioku.clock.advance(minutes=1)
-    result = await kioku.interactions.slash("memories list", user=user)
+    _, result = await listed_after_remembering(kioku, longterm, 6)
     async with outage(kioku.database.sessions, "long-term memory"):
         clicked = await kioku.interactions.click(result, label="Next", user=user)
     [reported] = clicked.followups
@@ -185,12 +192,7 @@ async def test_next_after_forgetting_a_shown_fact_skips_none(
     kioku: KiokuHarness, longterm: LongTermService
 ) -> None:
     user = kioku.env.member
-    ids = []
-    for i in range(10):
-        ids.append(await remember(kioku, longterm, f"fact number {i} about topic {i}"))
-        kioku.clock.advance(minutes=1)
-    newest_first = ids[::-1]
-    listed = await kioku.interactions.slash("memories list", user=user)
+    newest_first, listed = await listed_after_remembering(kioku, longterm, 10)
     assert all(f"**#{i}**" in description(listed) for i in newest_first[:5])
 
     # The user deletes a fact of the page they are looking at, then clicks Next.
@@ -199,7 +201,8 @@ async def test_next_after_forgetting_a_shown_fact_skips_none(
     assert not forgot.command_failed
     await kioku.interactions.click(listed, label="Next", user=user)
 
-    assert [i for i in ids if f"**#{i}**" in description(listed)] == newest_first[5:][::-1]
+    oldest_first = newest_first[::-1]
+    assert [i for i in oldest_first if f"**#{i}**" in description(listed)] == newest_first[5:][::-1]
     assert footer(listed).startswith("Page 2/2 · 9 memories")
     assert buttons(listed) == {"Previous": False, "Next": True}
 
@@ -208,12 +211,7 @@ async def test_previous_after_forgetting_a_newer_fact_shows_the_first_page(
     kioku: KiokuHarness, longterm: LongTermService
 ) -> None:
     user = kioku.env.member
-    ids = []
-    for i in range(12):
-        ids.append(await remember(kioku, longterm, f"fact number {i} about topic {i}"))
-        kioku.clock.advance(minutes=1)
-    newest_first = ids[::-1]
-    listed = await kioku.interactions.slash("memories list", user=user)
+    newest_first, listed = await listed_after_remembering(kioku, longterm, 12)
     await kioku.interactions.click(listed, label="Next", user=user)
     await kioku.interactions.click(listed, label="Next", user=user)
     assert footer(listed).startswith("Page 3/3")
@@ -263,13 +261,10 @@ async def test_forget_deletes_the_users_own_fact(
 
 
 async def test_forget_answer_quotes_every_line_and_fits_discords_2000_characters(
-    db: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path
+    kioku_with: KiokuStarter,
 ) -> None:
     # max_fact_chars may be set up to 1500; escaping markdown doubles such a fact.
-    kioku = await start_kioku(
-        db, llm, pg_url, tmp_path, settings={"longterm": {"max_fact_chars": 1500}}
-    )
-    try:
+    async with kioku_with(settings={"longterm": {"max_fact_chars": 1500}}) as kioku:
         service = kioku.bot.longterm
         long_fact = await remember(kioku, service, "My shell aliases: " + "a_b*c_d*e " * 148)
         two_lines = await remember(kioku, service, "Groceries:\nmilk and eggs")
@@ -279,8 +274,6 @@ async def test_forget_answer_quotes_every_line_and_fits_discords_2000_characters
         assert len(text) <= 2000 and text.endswith("…")
         forgot = await kioku.interactions.slash("memories forget", {"id": two_lines})
         assert forgot.texts() == [f"Forgot memory #{two_lines}:\n> Groceries:\n> milk and eggs"]
-    finally:
-        await stop_kioku(kioku)
 
 
 async def test_forget_refuses_someone_elses_fact_without_revealing_it(

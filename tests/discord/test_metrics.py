@@ -16,6 +16,7 @@ from bot.conversation.tools.stm import STM_TOOL_NAME
 from bot.db.engine import Database
 from bot.runtime.metrics import Metrics
 from tests.helpers.bot import KiokuHarness, start_kioku, stop_kioku
+from tests.helpers.chat_world import KiokuStarter
 from tests.helpers.fake_llm import ScriptedLLM
 
 
@@ -84,20 +85,15 @@ async def test_model_requests_are_counted_by_outcome_with_the_tokens_reported(
 
 
 async def test_a_model_request_past_the_client_timeout_counts_as_a_timeout(
-    db: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path
+    llm: ScriptedLLM, kioku_with: KiokuStarter
 ) -> None:
-    kioku = await start_kioku(
-        db, llm, pg_url, tmp_path, settings={"llm": {"max_retries": 0, "timeout_seconds": 0.2}}
-    )
-    try:
+    async with kioku_with(settings={"llm": {"max_retries": 0, "timeout_seconds": 0.2}}) as kioku:
         llm.reply_text("late", delay=5)
         await kioku.env.send("hi", mention_bot=True)
         metrics = kioku.bot.metrics
         assert sample(metrics, "kioku_llm_requests_total", outcome="timeout") == 1
         assert sample(metrics, "kioku_llm_requests_total", outcome="ok") is None
         assert sample(metrics, "kioku_turns_total", outcome="llm_unavailable") == 1
-    finally:
-        await stop_kioku(kioku)
 
 
 async def test_a_turn_whose_answer_is_empty_counts_as_given_up(kioku: KiokuHarness) -> None:

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import discord
+import pytest
 from discord import app_commands
 from sqlalchemy import select
 
@@ -292,35 +293,27 @@ def refused_for_manage_server(result: InteractionResult) -> bool:
     )
 
 
-async def test_a_categories_form_submitted_after_losing_manage_server_is_refused(
-    kioku: KiokuHarness,
+@pytest.mark.parametrize(
+    ("command", "fields"),
+    [
+        pytest.param(
+            "stm categories set", {"category_1": "Decisions: what we decided"}, id="categories"
+        ),
+        pytest.param("stm edit", {"summary": "rewritten by hand"}, id="stm-edit"),
+    ],
+)
+async def test_a_form_submitted_after_losing_manage_server_is_refused(
+    kioku: KiokuHarness, command: str, fields: dict[str, str]
 ) -> None:
     admin = await kioku.env.create_member("admin", kind="admin")
-    opened = await kioku.interactions.slash("stm categories set", user=admin)
+    opened = await kioku.interactions.slash(command, user=admin)
     assert opened.modal is not None
     member = await demoted(kioku, admin)
 
-    submitted = await kioku.interactions.submit_modal(
-        opened, {"category_1": "Decisions: what we decided"}, user=member
-    )
+    submitted = await kioku.interactions.submit_modal(opened, fields, user=member)
 
     assert refused_for_manage_server(submitted), submitted.texts()
     assert await category_slugs(kioku) == []
-
-
-async def test_an_stm_edit_form_submitted_after_losing_manage_server_is_refused(
-    kioku: KiokuHarness,
-) -> None:
-    admin = await kioku.env.create_member("admin", kind="admin")
-    opened = await kioku.interactions.slash("stm edit", user=admin)
-    assert opened.modal is not None
-    member = await demoted(kioku, admin)
-
-    submitted = await kioku.interactions.submit_modal(
-        opened, {"summary": "rewritten by hand"}, user=member
-    )
-
-    assert refused_for_manage_server(submitted), submitted.texts()
     async with kioku.database.sessions() as session:
         assert list(await session.scalars(select(ShortTermMemory))) == []
 

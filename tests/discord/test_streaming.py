@@ -12,12 +12,10 @@ import asyncio
 import itertools
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
 from sqlalchemy import select
-from sqlalchemy.engine import URL
 
 from bot.cogs.history import WIPED_WHILE_ANSWERING
 from bot.conversation.tools.stm import STM_TOOL_NAME
@@ -25,8 +23,9 @@ from bot.db.engine import Database
 from bot.db.models import ShortTermMemory
 from bot.llm.failures import CUT_MESSAGE
 from bot.memory.turn.types import REASON_ALREADY_UPDATED
-from tests.helpers.bot import KiokuHarness, start_kioku, stop_kioku
+from tests.helpers.bot import KiokuHarness
 from tests.helpers.builders import ManualClock
+from tests.helpers.chat_world import KiokuStarter
 from tests.helpers.fake_llm import ScriptedLLM, ToolDelta
 
 EDIT_SECONDS = 1.0
@@ -45,22 +44,12 @@ class TickingClock(ManualClock):
 
 
 @pytest.fixture
-async def slow(
-    db: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path
-) -> AsyncIterator[KiokuHarness]:
+async def slow(llm: ScriptedLLM, kioku_with: KiokuStarter) -> AsyncIterator[KiokuHarness]:
     """The bot on a clock that moves 0.3 s per reading: every streamed piece is late."""
-    harness = await start_kioku(
-        db,
-        llm,
-        pg_url,
-        tmp_path,
-        clock=TickingClock(0.3),
-        settings={"llm": {"stream_edit_seconds": EDIT_SECONDS}},
-    )
-    try:
+    async with kioku_with(
+        clock=TickingClock(0.3), settings={"llm": {"stream_edit_seconds": EDIT_SECONDS}}
+    ) as harness:
         yield harness
-    finally:
-        await stop_kioku(harness)
 
 
 def words(text: str) -> list[str]:
@@ -199,12 +188,9 @@ async def test_an_error_event_before_the_first_edit_sends_what_came_with_the_cut
 
 
 async def test_a_provider_that_does_not_stream_is_asked_and_answered_as_before(
-    db: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path
+    llm: ScriptedLLM, kioku_with: KiokuStarter
 ) -> None:
-    harness = await start_kioku(
-        db, llm, pg_url, tmp_path, clock=TickingClock(0.3), settings={"provider": "gemini"}
-    )
-    try:
+    async with kioku_with(clock=TickingClock(0.3), settings={"provider": "gemini"}) as harness:
         llm.reply_stream(*words("A whole answer, sent in one go as it always was."))
         await harness.env.send("hi", mention_bot=True)
         request: dict[str, Any] = llm.last_request
@@ -212,8 +198,6 @@ async def test_a_provider_that_does_not_stream_is_asked_and_answered_as_before(
         [sent] = harness.env.sent
         assert sent.content == "A whole answer, sent in one go as it always was."
         assert sent.edits == []
-    finally:
-        await stop_kioku(harness)
 
 
 async def test_a_server_that_ignores_stream_and_answers_whole_is_understood(

@@ -9,15 +9,11 @@ the bot's outage notice instead of the scripted answer.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-from sqlalchemy.engine import URL
-
 from bot.conversation.tools.stm import STM_TOOL_NAME
-from bot.db.engine import Database
 from bot.llm.roles import OPENING_USER_LINE
-from tests.helpers.bot import start_kioku, stop_kioku
+from tests.helpers.chat_world import KiokuStarter
 from tests.helpers.fake_llm import ScriptedLLM, role_order_problem
 
 
@@ -26,12 +22,11 @@ def contents(messages: list[dict[str, Any]]) -> str:
 
 
 async def test_a_strict_providers_requests_alternate_and_keep_memory_and_messages(
-    db: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path
+    llm: ScriptedLLM, kioku_with: KiokuStarter
 ) -> None:
     llm.strict_roles = True
     # vllm is strict in the provider table.
-    kioku = await start_kioku(db, llm, pg_url, tmp_path, settings={"provider": "vllm"})
-    try:
+    async with kioku_with(settings={"provider": "vllm"}) as kioku:
         env = kioku.env
         alice, bob = env.members[0], env.members[1]
         llm.reply_tool_calls([("remember", {"fact": "The user's cat is called Miso."})])
@@ -90,5 +85,3 @@ async def test_a_strict_providers_requests_alternate_and_keep_memory_and_message
         # bot's answer, so a neutral user line comes first.
         assert [m["role"] for m in chat] == ["user", "assistant", "user"]
         assert chat[0]["content"] == OPENING_USER_LINE
-    finally:
-        await stop_kioku(kioku)

@@ -28,11 +28,6 @@ from tests.helpers.bot import KiokuHarness
 SUMMARY = "Alice and Bob planned the launch: Friday, venue booked."
 
 
-@pytest.fixture
-async def moderator(kioku: KiokuHarness) -> discord.Member:
-    return await kioku.env.create_member("mod", kind="moderator")
-
-
 @pytest.fixture(autouse=True)
 def summarizer(kioku: KiokuHarness) -> Summarizer:
     """``bot.summarizer``, as the app's setup hook makes it (the turn runner's)."""

@@ -11,7 +11,6 @@ from typing import Any
 import discord
 import pytest
 from aiohttp import web
-from discord.ext import commands
 from sqlalchemy import func, select
 from sqlalchemy.engine import URL
 
@@ -25,6 +24,7 @@ from bot.llm.tools.loop import FALLBACK_REPLY, UNAVAILABLE_MESSAGE
 from bot.llm.tools.text_calls import TOOLS_IN_PROMPT
 from bot.vocabulary.model import RawMessage
 from tests.helpers.bot import KiokuHarness, start_kioku, stop_kioku
+from tests.helpers.chat_world import KiokuStarter, chat_cog_away, refresh_succeeds
 from tests.helpers.discord_payloads import complete_message_payload as _complete_message_payload
 from tests.helpers.discord_payloads import snowflake
 from tests.helpers.fake_llm import ScriptedLLM
@@ -74,11 +74,8 @@ async def test_a_refresh_during_the_back_fill_does_not_bring_wiped_messages_back
 ) -> None:
     env, bot = kioku.env, kioku.bot
     moderator = await env.create_member("mod", kind="moderator")
-    chat = bot.get_cog("Chat")
-    assert isinstance(chat, commands.Cog)
-    await bot.remove_cog(chat.qualified_name)
-    await env.send("before the refresh: the secret codename is HERON")
-    await bot.add_cog(chat)
+    async with chat_cog_away(bot):
+        await env.send("before the refresh: the secret codename is HERON")
 
     fetch = bot.http.logs_from
     started, release = asyncio.Event(), asyncio.Event()
@@ -93,8 +90,7 @@ async def test_a_refresh_during_the_back_fill_does_not_bring_wiped_messages_back
     kioku.llm.reply_text("hello")
     turn = asyncio.create_task(env.send("what's up?", mention_bot=True))
     await asyncio.wait_for(started.wait(), 5)
-    refreshed = await kioku.interactions.slash("refresh", user=moderator)
-    assert not refreshed.command_failed
+    await refresh_succeeds(kioku, moderator)
     release.set()
     await turn
 
@@ -125,38 +121,46 @@ async def test_back_fill_skips_system_messages_like_the_live_path(kioku: KiokuHa
     message type (joins, pins, thread-created notices...)."""
     env, bot = kioku.env, kioku.bot
     joiner = await env.create_member("newcomer")
-    chat = bot.get_cog("Chat")
-    assert isinstance(chat, commands.Cog)
-    await bot.remove_cog(chat.qualified_name)
-    for mtype, content in ((7, ""), (18, "THREADNAME-planning"), (6, "")):
-        mid = snowflake()
-        data: dict[str, Any] = {
-            "id": mid,
-            "channel_id": env.channel.id,
-            "guild_id": env.guild.id,
-            "author": {
-                "id": str(joiner.id),
-                "username": "newcomer",
-                "discriminator": "0",
-                "global_name": None,
-                "avatar": None,
-                "bot": False,
-            },
-            "content": content,
-            "type": mtype,
-        }
-        _complete_message_payload(data, env.state)
-        env._store(data)
-        # The live path sees the same messages (and ignores them).
-        await env.run_parser(env.state.parse_message_create, copy.deepcopy(data))
-    assert bot.memory.windows.get(env.channel.id) == ()
-    await bot.add_cog(chat)
+    async with chat_cog_away(bot):
+        for mtype, content in ((7, ""), (18, "THREADNAME-planning"), (6, "")):
+            mid = snowflake()
+            data: dict[str, Any] = {
+                "id": mid,
+                "channel_id": env.channel.id,
+                "guild_id": env.guild.id,
+                "author": {
+                    "id": str(joiner.id),
+                    "username": "newcomer",
+                    "discriminator": "0",
+                    "global_name": None,
+                    "avatar": None,
+                    "bot": False,
+                },
+                "content": content,
+                "type": mtype,
+            }
+            _complete_message_payload(data, env.state)
+            env._store(data)
+            # The live path sees the same messages (and ignores them).
+            await env.run_parser(env.state.parse_message_create, copy.deepcopy(data))
+        assert bot.memory.windows.get(env.channel.id) == ()
     bot.memory.windows._primed.clear()  # cold channel (e.g. after a restart)
 
     kioku.llm.reply_text("hi")
     await env.send("hello", mention_bot=True)
     window = [(m.author_name, m.content) for m in bot.memory.windows.get(env.channel.id)]
     assert [c for _, c in window] == ["@Kioku hello", "hi"], window
+
+
+async def _first_turn_held(kioku: KiokuHarness) -> tuple[asyncio.Event, asyncio.Task[Any]]:
+    """The question "what is 2+2?" asked and its answer held at the model (the test
+    scripts the replies); later requests go straight through. Returns (release, turn)."""
+    env, llm = kioku.env, kioku.llm
+    held = llm.hold()
+    first = asyncio.create_task(env.send("what is 2+2?", mention_bot=True))
+    await llm.wait_for_requests(1)
+    llm.hold().set()  # later requests go straight through
+    return held, first
 
 
 async def test_a_queued_turn_answers_its_own_message_not_a_later_one(
@@ -167,11 +171,8 @@ async def test_a_queued_turn_answers_its_own_message_not_a_later_one(
     the reply to one question is generated for another member's later question."""
     env, llm = kioku.env, kioku.llm
     bob = await env.create_member("bob")
-    held = llm.hold()
     llm.reply_text("4").reply_text("Paris").reply_text("a joke")
-    first = asyncio.create_task(env.send("what is 2+2?", mention_bot=True))
-    await llm.wait_for_requests(1)
-    llm.hold().set()  # later requests go straight through
+    held, first = await _first_turn_held(kioku)
     france, joke = arrivals(kioku, monkeypatch, "capital of France", "tell me a joke")
     second = asyncio.create_task(env.send("what is the capital of France?", mention_bot=True))
     await asyncio.wait_for(france.wait(), 5)
@@ -191,11 +192,8 @@ async def test_a_message_deleted_while_its_turn_is_queued_is_not_answered(
     """The member deletes a message while its turn waits behind another: nothing is left
     to answer (the window would end with the previous question, answered twice)."""
     env, llm = kioku.env, kioku.llm
-    held = llm.hold()
     llm.reply_text("4").reply_text("2+2 is 4, as I said.")
-    first = asyncio.create_task(env.send("what is 2+2?", mention_bot=True))
-    await llm.wait_for_requests(1)
-    llm.hold().set()
+    held, first = await _first_turn_held(kioku)
     (arrived,) = arrivals(kioku, monkeypatch, "my password is hunter2")
     second = asyncio.create_task(env.send("oops my password is hunter2", mention_bot=True))
     await asyncio.wait_for(arrived.wait(), 5)
@@ -209,23 +207,31 @@ async def test_a_message_deleted_while_its_turn_is_queued_is_not_answered(
     assert len(llm.requests) == 1
 
 
+async def _france_scrolled_out_behind_a_held_turn(
+    kioku: KiokuHarness, monkeypatch: pytest.MonkeyPatch
+) -> tuple[asyncio.Event, asyncio.Task[Any], asyncio.Task[Any]]:
+    """A turn held at the model; "what is the capital of France?" waits behind it in the
+    channel's queue while a raw window of chatter pushes it out of the window (the test
+    scripts the replies). Returns (release, first turn, queued turn)."""
+    env = kioku.env
+    held, first = await _first_turn_held(kioku)
+    (arrived,) = arrivals(kioku, monkeypatch, "capital of France")
+    second = asyncio.create_task(env.send("what is the capital of France?", mention_bot=True))
+    await asyncio.wait_for(arrived.wait(), 5)
+    for i in range(kioku.bot.settings.stm.raw_window):
+        await env.send(f"unrelated chatter {i}")
+    return held, first, second
+
+
 async def test_a_queued_turn_whose_message_scrolled_out_of_the_window_still_sees_it(
     kioku: KiokuHarness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """While a slow answer is generated, more messages arrive than the raw window holds:
     the queued turn's own message is pushed out of the window before its turn runs, and
     the model is still shown it."""
-    env, llm = kioku.env, kioku.llm
-    held = llm.hold()
+    llm = kioku.llm
     llm.reply_text("4").reply_text("Paris")
-    first = asyncio.create_task(env.send("what is 2+2?", mention_bot=True))
-    await llm.wait_for_requests(1)
-    llm.hold().set()
-    (arrived,) = arrivals(kioku, monkeypatch, "capital of France")
-    second = asyncio.create_task(env.send("what is the capital of France?", mention_bot=True))
-    await asyncio.wait_for(arrived.wait(), 5)
-    for i in range(kioku.bot.settings.stm.raw_window):
-        await env.send(f"unrelated chatter {i}")
+    held, first, second = await _france_scrolled_out_behind_a_held_turn(kioku, monkeypatch)
     held.set()
     await asyncio.gather(first, second)
 
@@ -240,18 +246,10 @@ async def test_a_memory_written_for_a_message_that_scrolled_out_claims_none_of_t
 ) -> None:
     """The model of that turn saw its question and none of what scrolled out with it: a
     summary it writes must not mark them (or the chatter after it) as covered."""
-    env, llm = kioku.env, kioku.llm
-    held = llm.hold()
+    llm = kioku.llm
     llm.reply_text("4")
     llm.reply_tool_calls([(STM_TOOL_NAME, {"summary": "Asked about France."})]).reply_text("Paris")
-    first = asyncio.create_task(env.send("what is 2+2?", mention_bot=True))
-    await llm.wait_for_requests(1)
-    llm.hold().set()
-    (arrived,) = arrivals(kioku, monkeypatch, "capital of France")
-    second = asyncio.create_task(env.send("what is the capital of France?", mention_bot=True))
-    await asyncio.wait_for(arrived.wait(), 5)
-    for i in range(kioku.bot.settings.stm.raw_window):
-        await env.send(f"unrelated chatter {i}")
+    held, first, second = await _france_scrolled_out_behind_a_held_turn(kioku, monkeypatch)
     held.set()
     await asyncio.gather(first, second)
 
@@ -266,11 +264,8 @@ async def _cold_channel_with_slow_history(
     kioku: KiokuHarness, monkeypatch: pytest.MonkeyPatch, *texts: Any
 ) -> tuple[list[Any], asyncio.Event, asyncio.Event]:
     env, bot = kioku.env, kioku.bot
-    chat = bot.get_cog("Chat")
-    assert isinstance(chat, commands.Cog)
-    await bot.remove_cog(chat.qualified_name)
-    old = [await env.send(text, author=author) for text, author in texts]
-    await bot.add_cog(chat)
+    async with chat_cog_away(bot):
+        old = [await env.send(text, author=author) for text, author in texts]
     fetch = bot.http.logs_from
     started, release = asyncio.Event(), asyncio.Event()
 
@@ -366,12 +361,11 @@ async def test_an_answer_cut_off_inside_its_reasoning_gets_a_notice_not_an_ellip
 
 
 async def test_the_answer_written_beside_a_memory_update_reaches_the_member(
-    db: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path
+    llm: ScriptedLLM, kioku_with: KiokuStarter
 ) -> None:
     # A model that updates the memory beside its answer: the answer is the content beside
     # the call, the model closes the turn with one more line, and no upkeep follows.
-    kioku = await start_kioku(db, llm, pg_url, tmp_path, settings={"stm": {"refresh_cadence": 1}})
-    try:
+    async with kioku_with(settings={"stm": {"refresh_cadence": 1}}) as kioku:
         llm.reply_text("Hi!")
         await kioku.env.send("hello", mention_bot=True)  # the next turn's memory is due
         llm.reply_tool_calls(
@@ -386,19 +380,16 @@ async def test_the_answer_written_beside_a_memory_update_reaches_the_member(
             "The capital of France is Paris.\n\nLet me know if there's anything else!"
         )
         assert len(llm.requests) == 3 and llm.unscripted == 0
-    finally:
-        await stop_kioku(kioku)
 
 
 @pytest.mark.parametrize(("provider", "in_prompt"), [("ollama", True), ("openrouter", False)])
 async def test_a_model_that_cannot_take_tools_is_asked_again_without_them(
-    db: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path, provider: str, in_prompt: bool
+    llm: ScriptedLLM, kioku_with: KiokuStarter, provider: str, in_prompt: bool
 ) -> None:
     # Ollama answers 400 to a request with "tools" when the loaded model has none. Where
     # the provider row reads calls written as text, the tools move into the prompt;
     # elsewhere the process goes on without tools (the summarizer keeps memory).
-    kioku = await start_kioku(db, llm, pg_url, tmp_path, settings={"provider": provider})
-    try:
+    async with kioku_with(settings={"provider": provider}) as kioku:
         refusal = "registry.ollama.ai/library/gemma3:4b does not support tools"
         llm.reply_error(400, refusal, error_type="api_error")
         llm.reply_text("Hello!")
@@ -415,18 +406,15 @@ async def test_a_model_that_cannot_take_tools_is_asked_again_without_them(
         assert described == [in_prompt, in_prompt]
         assert kioku.bot.turns.caps.stm_allowed is in_prompt
         assert kioku.bot.turns.caps.tools_in_prompt is in_prompt
-    finally:
-        await stop_kioku(kioku)
 
 
 async def test_groq_tool_use_failed_does_not_switch_the_process_to_tool_less(
-    db: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path
+    llm: ScriptedLLM, kioku_with: KiokuStarter
 ) -> None:
     # Groq checks the model's tool-call arguments against the schema and answers 400
     # "tool_use_failed" when they do not match. The model CAN call tools; this one
     # generation was bad.
-    kioku = await start_kioku(db, llm, pg_url, tmp_path, settings={"provider": "groq"})
-    try:
+    async with kioku_with(settings={"provider": "groq"}) as kioku:
         llm.reply_error(
             400,
             "tool call validation failed: parameters for tool update_short_term_memory did "
@@ -444,8 +432,6 @@ async def test_groq_tool_use_failed_does_not_switch_the_process_to_tool_less(
         # guild of this process until a restart.
         assert kioku.bot.turns.caps.tool_calling and kioku.bot.turns.caps.stm_allowed
         assert llm.tool_names(2) == [STM_TOOL_NAME]
-    finally:
-        await stop_kioku(kioku)
 
 
 async def test_another_bad_request_is_still_the_unavailable_notice(kioku: KiokuHarness) -> None:
@@ -458,13 +444,12 @@ async def test_another_bad_request_is_still_the_unavailable_notice(kioku: KiokuH
 
 
 async def test_a_remember_request_in_the_turn_that_found_tools_refused_is_not_claimed_saved(
-    db: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path
+    db: Database, llm: ScriptedLLM, kioku_with: KiokuStarter
 ) -> None:
     # A server that refuses "tools" for a provider that reads no calls written as text.
     # The turn is asked again without tools, but the prompt still lets the model believe
     # it can store the fact (later turns get NO_LONG_TERM_TOOLS_NOTE; this one does not).
-    kioku = await start_kioku(db, llm, pg_url, tmp_path, settings={"provider": "openrouter"})
-    try:
+    async with kioku_with(settings={"provider": "openrouter"}) as kioku:
         llm.reply_error(400, "registry.ollama.ai/library/gemma3:4b does not support tools")
         llm.reply_text("Got it, I'll remember that your cat is called Miso!")
         await kioku.env.send(
@@ -476,8 +461,6 @@ async def test_a_remember_request_in_the_turn_that_found_tools_refused_is_not_cl
             assert await session.scalar(select(func.count()).select_from(LongTermMemory)) == 0
         retried = [m["content"] for m in llm.messages(1) if m["role"] == "system"]
         assert NO_LONG_TERM_TOOLS_NOTE in retried
-    finally:
-        await stop_kioku(kioku)
 
 
 # The message being answered is carried beside the raw window (TurnRequest.trigger, for
@@ -510,11 +493,8 @@ async def _queue_behind_a_held_turn(
     """A turn held at the model; ``author``'s "12 Elm Street" message waits behind it in
     the channel's queue. Returns (release, first turn, queued turn)."""
     env, llm = kioku.env, kioku.llm
-    held = llm.hold()
     llm.reply_text("4").reply_text("ok")
-    first = asyncio.create_task(env.send("what is 2+2?", mention_bot=True))
-    await llm.wait_for_requests(1)
-    llm.hold().set()
+    held, first = await _first_turn_held(kioku)
     arrived = _arrival(kioku, monkeypatch, "Elm Street")
     queued = asyncio.create_task(
         env.send("my home address is 12 Elm Street", author=author, mention_bot=True)
@@ -534,8 +514,7 @@ async def test_a_refresh_before_the_turn_reads_memory_does_not_bring_the_wiped_t
     turn = asyncio.create_task(env.send("the secret codename is HERON", mention_bot=True))
     await asyncio.wait_for(recalling.reached(), 5)
     kioku.clock.catch_up()
-    refreshed = await kioku.interactions.slash("refresh", user=moderator)
-    assert not refreshed.command_failed
+    await refresh_succeeds(kioku, moderator)
     assert bot.memory.windows.get(env.channel.id) == ()  # the refresh wiped the message
     recalling.release()
     await turn
@@ -615,8 +594,7 @@ async def test_a_message_wiped_by_refresh_while_its_turn_is_queued_gets_no_model
     env, llm = kioku.env, kioku.llm
     moderator = await env.create_member("mod", kind="moderator")
     held, first, queued = await _queue_behind_a_held_turn(kioku, monkeypatch, env.member)
-    refreshed = await kioku.interactions.slash("refresh", user=moderator)
-    assert not refreshed.command_failed
+    await refresh_succeeds(kioku, moderator)
     held.set()
     await asyncio.gather(first, queued)
 
@@ -644,19 +622,16 @@ async def test_a_message_its_author_had_forgotten_while_its_turn_is_queued_is_no
 
 
 async def test_a_stopping_bot_saves_the_turn_counts_of_its_last_turns(
-    db: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path
+    db: Database, llm: ScriptedLLM, kioku_with: KiokuStarter
 ) -> None:
     # The periodic saver is off in the harness: only close() can store these.
-    harness = await start_kioku(db, llm, pg_url, tmp_path)
-    try:
+    async with kioku_with() as harness:
         llm.reply_tool_calls([(STM_TOOL_NAME, {"summary": "Launch on Friday."})])
         llm.reply_text("Noted!")
         await harness.env.send("we launch on friday", mention_bot=True)
         for n in range(2):
             llm.reply_text(f"answer {n}")
             await harness.env.send(f"question {n}", mention_bot=True)
-    finally:
-        await stop_kioku(harness)
 
     async with db.sessions() as session:
         server = await session.scalar(

@@ -26,6 +26,7 @@ from bot.db.engine import Database
 from bot.vocabulary.model import RawMessage
 from tests.helpers.bot import KiokuHarness, start_kioku, stop_kioku
 from tests.helpers.builders import settings_changed_elsewhere
+from tests.helpers.chat_world import KiokuStarter
 from tests.helpers.fake_llm import ScriptedLLM
 
 Start = Callable[..., Awaitable[KiokuHarness]]
@@ -296,12 +297,9 @@ async def test_in_an_always_on_channel_chatter_past_the_bound_is_turned_away_too
 
 
 async def test_a_member_past_their_turns_per_minute_gets_a_reaction_and_no_model_call(
-    db: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path
+    llm: ScriptedLLM, kioku_with: KiokuStarter
 ) -> None:
-    kioku = await start_kioku(
-        db, llm, pg_url, tmp_path, channels=2, settings={"llm": {"turns_per_user_per_minute": 2}}
-    )
-    try:
+    async with kioku_with(channels=2, settings={"llm": {"turns_per_user_per_minute": 2}}) as kioku:
         env = kioku.env
         for _ in range(4):
             llm.reply_text("answered")
@@ -332,5 +330,3 @@ async def test_a_member_past_their_turns_per_minute_gets_a_reaction_and_no_model
         turns = kioku.bot.metrics.registry.get_sample_value
         assert turns("kioku_turns_total", {"outcome": "rate_limited"}) == 1
         assert turns("kioku_turns_total", {"outcome": "answered"}) == 4
-    finally:
-        await stop_kioku(kioku)

@@ -20,12 +20,12 @@ from typing import Any
 import aiohttp
 import discord
 import pytest
-from discord.ext import commands
 
 from bot.cogs.history import WIPED_WHILE_ANSWERING, backfill
 from bot.cogs.refresh import REFRESH_MARKER_PREFIX, marker_text
 from bot.memory.stm.window import WindowCache
 from tests.helpers.bot import KiokuHarness
+from tests.helpers.chat_world import chat_cog_away, refresh_succeeds
 from tests.helpers.discord_payloads import FakeResponse, snowflake
 from tests.helpers.discord_payloads import complete_message_payload as _complete_message_payload
 from tests.helpers.discord_payloads import request_body as _body_of
@@ -65,17 +65,14 @@ async def test_a_cold_channel_is_back_filled_once_stopping_at_the_newest_refresh
 
     # History the bot never saw live (it was offline): two refresh markers it had posted,
     # and a member quoting the marker text, which is not a marker.
-    chat = bot.get_cog("Chat")
-    assert isinstance(chat, commands.Cog)
-    await bot.remove_cog(chat.qualified_name)
-    await env.send("before any refresh: the old codename is HERON")
-    await env.send(marker_text(moderator), author=bot.user)
-    await env.send("between the refreshes: the newer codename is OSPREY")
-    await env.send(marker_text(moderator), author=bot.user)
-    await env.send("after the refresh: we ship on Friday")
-    await env.send(f"{REFRESH_MARKER_PREFIX} (quoting the bot) nothing above counts!")
-    await env.send("and Bob brings snacks")
-    await bot.add_cog(chat)
+    async with chat_cog_away(bot):
+        await env.send("before any refresh: the old codename is HERON")
+        await env.send(marker_text(moderator), author=bot.user)
+        await env.send("between the refreshes: the newer codename is OSPREY")
+        await env.send(marker_text(moderator), author=bot.user)
+        await env.send("after the refresh: we ship on Friday")
+        await env.send(f"{REFRESH_MARKER_PREFIX} (quoting the bot) nothing above counts!")
+        await env.send("and Bob brings snacks")
     assert bot.memory.windows.get(channel.id) == ()
     reads = count_history_reads(kioku, monkeypatch)
 
@@ -228,14 +225,12 @@ async def test_turns_in_one_channel_run_in_order_while_another_channel_runs_conc
 
 
 async def test_a_refresh_whose_marker_was_deleted_still_bounds_the_back_fill(
-    kioku: KiokuHarness,
+    kioku: KiokuHarness, moderator: discord.Member
 ) -> None:
     env, bot = kioku.env, kioku.bot
-    moderator = await env.create_member("mod", kind="moderator")
     await env.send("the secret codename is HERON")
     kioku.clock.catch_up()  # the refresh comes after that message
-    refreshed = await kioku.interactions.slash("refresh", user=moderator)
-    assert not refreshed.command_failed
+    await refresh_succeeds(kioku, moderator)
     marker = next(s.message for s in env.sent if s.content.startswith(REFRESH_MARKER_PREFIX))
     await bot.http.delete_message(marker.channel.id, marker.id)  # a tidy moderator
     await env.send("after the refresh: the venue is the boathouse")
@@ -293,8 +288,7 @@ async def _refresh_between_two_parts(kioku: KiokuHarness, monkeypatch: pytest.Mo
     monkeypatch.setattr(bot.http, "send_message", slow_send)
     turn = asyncio.create_task(env.send("tell me everything", mention_bot=True))
     await asyncio.wait_for(second_part_started.wait(), 5)
-    refreshed = await kioku.interactions.slash("refresh", user=moderator)
-    assert not refreshed.command_failed
+    await refresh_succeeds(kioku, moderator)
     release.set()
     await turn
 
@@ -411,11 +405,8 @@ async def test_a_discord_5xx_during_the_back_fill_is_retried_by_a_later_turn(
     # The module says a cold channel is back-filled "again after a network failure";
     # a Discord 503 on GET /messages (after discord.py's own retries) is such a failure.
     env, bot = kioku.env, kioku.bot
-    chat = bot.get_cog("Chat")
-    assert isinstance(chat, commands.Cog)
-    await bot.remove_cog(chat.qualified_name)
-    await env.send("said while the bot was offline: the venue is the boathouse")
-    await bot.add_cog(chat)
+    async with chat_cog_away(bot):
+        await env.send("said while the bot was offline: the venue is the boathouse")
     fetch = bot.http.logs_from
     calls: list[int] = []
 

@@ -6,7 +6,7 @@ unless ``--fuzz-examples N``) and every test marked ``@pytest.mark.fuzz`` runs t
 examples, including tests that pin ``max_examples`` for the normal run::
 
     .venv/bin/pytest -m fuzz --fuzz                      # 20,000 examples per fuzz test
-    .venv/bin/pytest tests/unit/test_sanitize.py --fuzz --fuzz-examples 100000
+    .venv/bin/pytest tests/unit/sanitize --fuzz --fuzz-examples 100000
 
 Fuzz tests count the examples they actually ran with the ``fuzz_counter`` fixture; the
 totals are printed at the end of the session ("fuzz examples run").

@@ -10,6 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from bot.conversation.summary_prompt import (
+    CUT_MARK,
+    MAX_BATCHES,
+    build_messages,
+    plan_batches,
+    request_chars,
+)
 from sqlalchemy import select
 from sqlalchemy.engine import URL
 
@@ -30,13 +37,6 @@ from bot.conversation.summarizer import (
     auto_summarize_reason,
     ignored_nudges,
     should_auto_summarize,
-)
-from bot.conversation.summary_prompt import (
-    CUT_MARK,
-    MAX_BATCHES,
-    build_messages,
-    plan_batches,
-    request_chars,
 )
 from bot.conversation.turn import TurnRequest, TurnRunner
 from bot.db.engine import Database

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from _pytest.mark import ParameterSet
 
 from bot.memory.longterm.intent import explicit_long_term_intent
 
@@ -81,6 +82,22 @@ POSITIVE = {
     "marker-make-sure-to": "make sure to remember the server IP is 10.0.0.2",
     "marker-make-sure-you": "make sure you remember the server IP is 10.0.0.2",
     "marker-try-to": "try to remember the server IP is 10.0.0.2",
+    # "Remember," before a first-person statement is a request; before anything else, not.
+    "comma-im": "Remember, I'm allergic to peanuts",
+    "comma-my": "remember, my birthday is May 3",
+    "comma-we": "Remember, we meet on Fridays",
+    # Disguises read as the plain word: the check folds text as redaction does (issue 26).
+    "disguised-zero-width-space": "re\u200bmember that I'm vegan",
+    "disguised-zero-width-joiner": "remem\u200dber that I'm vegan",
+    "disguised-soft-hyphen": "rem\u00adember that I'm vegan",
+    "disguised-fullwidth-r": "\uff52emember that I'm vegan",
+    "disguised-fullwidth": "\uff52\uff45\uff4d\uff45\uff4d\uff42\uff45\uff52 that I'm vegan",
+    "disguised-cyrillic-e": "r\u0435member that I'm vegan",
+    "disguised-cyrillic-o-forget": "f\u043erget that I'm vegan",
+    "disguised-math-bold": (
+        "\U0001d42b\U0001d41e\U0001d426\U0001d41e"
+        "\U0001d426\U0001d41b\U0001d41e\U0001d42b that I'm vegan"
+    ),
 }
 
 NEGATIVE = {
@@ -144,6 +161,14 @@ NEGATIVE = {
     "block-quote-indented": "  >>> quoted\nremember that I'm vegan",
     "empty": "",
     "blank": "   ",
+    # "Remember," before anything else is no request.
+    "comma-encouragement": "Remember, you're not alone",
+    "comma-question": "Remember, I'm allergic?",
+    "comma-subject": "I remember, I was there",
+    # Folding adds no request.
+    "folded-zero-width-reminiscence": "I re\u200bmember when we met",
+    "folded-fullwidth-reminiscence": "\uff52emember when we went to Rome",
+    "folded-cyrillic-prose": "т\u043e\u043aен сохранён",
 }
 
 
@@ -157,31 +182,25 @@ def test_negative(text: str) -> None:
     assert explicit_long_term_intent(text) is False
 
 
+# The bot is user 123 with role 77: only its own mentions address it.
 @pytest.mark.parametrize(
-    ("text", "expected"),
+    ("text", "role_ids", "expected"),
     [
-        pytest.param("<@123> remember the cake", True, id="bot-mention"),
-        pytest.param("<@!123> remember the cake", True, id="bot-nickname-mention"),
-        pytest.param("<@456> remember that you owe me", False, id="other-user-mention"),
-        pytest.param("<@456> ok. remember that I'm vegan", True, id="other-then-new-sentence"),
+        pytest.param("<@123> remember the cake", (), True, id="bot-mention"),
+        pytest.param("<@!123> remember the cake", (), True, id="bot-nickname-mention"),
+        pytest.param("<@456> remember that you owe me", (), False, id="other-user-mention"),
+        pytest.param("<@456> ok. remember that I'm vegan", (), True, id="other-then-new-sentence"),
+        pytest.param("<@&77> please remember that my cat is Miso", (77,), True, id="own-role"),
+        pytest.param("<@&77> remember the cake", (77,), True, id="own-role-bare-verb"),
+        pytest.param("<@&77> forget it", (77,), False, id="own-role-never-mind"),
+        pytest.param("<@&88> remember that you owe me", (77,), False, id="other-role"),
+        pytest.param("<@&123> remember that you owe me", (77,), False, id="role-with-bot-user-id"),
     ],
 )
-def test_bot_user_id_limits_mentions(text: str, expected: bool) -> None:
-    assert explicit_long_term_intent(text, bot_user_id=123) is expected
-
-
-@pytest.mark.parametrize(
-    ("text", "expected"),
-    [
-        pytest.param("<@&77> please remember that my cat is Miso", True, id="own-role"),
-        pytest.param("<@&77> remember the cake", True, id="own-role-bare-verb"),
-        pytest.param("<@&77> forget it", False, id="own-role-never-mind"),
-        pytest.param("<@&88> remember that you owe me", False, id="other-role"),
-        pytest.param("<@&123> remember that you owe me", False, id="role-with-bot-user-id"),
-    ],
-)
-def test_the_bots_own_role_mention_addresses_it(text: str, expected: bool) -> None:
-    assert explicit_long_term_intent(text, bot_user_id=123, bot_role_ids=(77,)) is expected
+def test_only_the_bots_own_user_or_role_mention_addresses_it(
+    text: str, role_ids: tuple[int, ...], expected: bool
+) -> None:
+    assert explicit_long_term_intent(text, bot_user_id=123, bot_role_ids=role_ids) is expected
 
 
 def test_any_mention_is_an_address_when_bot_id_unknown() -> None:
@@ -199,298 +218,202 @@ def test_bot_names(names: tuple[str, ...], expected: bool) -> None:
     assert explicit_long_term_intent("mimi, remember the cake", bot_names=names) is expected
 
 
-@pytest.mark.parametrize(
-    "text",
-    [
-        pytest.param("<@999> forget it, never mind", id="mention-forget-it"),
-        pytest.param("<@999> forget about it", id="mention-forget-about-it"),
-        pytest.param("<@999> forget all about it", id="mention-forget-all-about-it"),
-        pytest.param("<@999> forget that, what's for dinner?", id="mention-forget-that-final"),
-        pytest.param("<@!999> Forget it!", id="nickname-mention-forget-it"),
-        pytest.param("kioku, forget it", id="name-forget-it"),
-        pytest.param("hey kioku, forget about it", id="carried-name-forget-about-it"),
-        # A marker before the idiom, or one that starts another request, is no request
-        # to delete; nor are these reasons to drop the subject.
-        pytest.param("<@999> oh please, forget it", id="please-before"),
-        pytest.param("<@999> forget it, please tell me a joke", id="please-another-request"),
-        pytest.param("<@999> forget it, can you check the weather", id="can-you-another-request"),
-        pytest.param("<@999> forget it, wrong channel", id="wrong-channel"),
-        pytest.param("<@999> forget it, false alarm", id="false-alarm"),
-        pytest.param("<@999> forget that, I changed my mind", id="changed-my-mind"),
-    ],
-)
-def test_never_mind_addressed_to_the_bot_is_not_a_long_term_request(text: str) -> None:
-    # In a server the bot only answers when mentioned, so the mention is the normal form
-    # of "never mind" too.
-    assert explicit_long_term_intent(text, bot_user_id=999) is False
+def expecting(expected: bool, cases: dict[str, str]) -> list[ParameterSet]:
+    """``cases`` (text by id) as parameters ``(text, expected)``."""
+    return [pytest.param(text, expected, id=name) for name, text in cases.items()]
 
 
-@pytest.mark.parametrize(
-    "text",
-    [
-        pytest.param("<@999> forget my address", id="mention-forget-my"),
-        pytest.param("<@999> forget everything about me", id="mention-forget-everything"),
-        pytest.param("<@999> forget that I said that", id="mention-forget-that-clause"),
-        pytest.param("<@999> forget about my ex", id="mention-forget-about-my"),
-        pytest.param("<@999> forget the old address", id="mention-forget-the"),
-        pytest.param("kioku, forget it's my birthday", id="name-forget-its"),
-        pytest.param("<@999> please forget it", id="mention-please-forget-it"),
-        pytest.param("<@999> can you forget that?", id="mention-can-you-forget-that"),
-        # A request marker or a reason after the "never mind" idiom makes it a request.
-        pytest.param("<@999> forget that, it was wrong", id="forget-that-wrong"),
-        pytest.param("<@999> forget that, please", id="forget-that-comma-please"),
-        pytest.param("<@999> forget it please", id="forget-it-please"),
-        pytest.param("<@999> forget that. I lied", id="forget-that-i-lied"),
-        pytest.param("<@999> forget that, could you?", id="forget-that-could-you"),
-        pytest.param("<@999> forget about it, it's outdated", id="forget-about-it-outdated"),
-        pytest.param("kioku, forget it, my number changed", id="name-forget-it-changed"),
-    ],
-)
-def test_explicit_forget_requests_addressed_to_the_bot_still_count(text: str) -> None:
-    assert explicit_long_term_intent(text, bot_user_id=999) is True
+# In a server the bot only answers when mentioned, so the mention is the normal form of
+# "never mind" too.
+FORGET_REQUESTS_TO_BOT = {
+    # Explicit requests to forget addressed to the bot still count.
+    "forget-mention-forget-my": "<@999> forget my address",
+    "forget-mention-forget-everything": "<@999> forget everything about me",
+    "forget-mention-forget-that-clause": "<@999> forget that I said that",
+    "forget-mention-forget-about-my": "<@999> forget about my ex",
+    "forget-mention-forget-the": "<@999> forget the old address",
+    "forget-name-forget-its": "kioku, forget it's my birthday",
+    "forget-mention-please-forget-it": "<@999> please forget it",
+    "forget-mention-can-you-forget-that": "<@999> can you forget that?",
+    # A request marker or a reason after the "never mind" idiom makes it a request.
+    "forget-that-wrong": "<@999> forget that, it was wrong",
+    "forget-that-comma-please": "<@999> forget that, please",
+    "forget-it-please": "<@999> forget it please",
+    "forget-that-i-lied": "<@999> forget that. I lied",
+    "forget-that-could-you": "<@999> forget that, could you?",
+    "forget-about-it-outdated": "<@999> forget about it, it's outdated",
+    "forget-name-forget-it-changed": "kioku, forget it, my number changed",
+}
 
-
-@pytest.mark.parametrize(
-    "text",
-    [
-        pytest.param("**Remember:** I'm allergic to peanuts", id="bold-colon"),
-        pytest.param("**remember** that I'm vegan", id="bold-verb"),
-        pytest.param("*remember* that I'm vegan", id="italic-verb"),
-        pytest.param("_remember_ that I'm vegan", id="underscore-italic-verb"),
-        pytest.param("__Remember that my birthday is May 3__", id="underline-clause"),
-        pytest.param("||remember that I'm vegan||", id="spoiler"),
-        pytest.param("- remember that I'm vegan", id="dash-list-item"),
-        pytest.param("* remember that I'm vegan", id="star-list-item"),
-        pytest.param("2) remember that I'm vegan", id="numbered-list-item"),
-        pytest.param("# Remember that I'm vegan", id="header"),
-        pytest.param("### Remember that I'm vegan", id="small-header"),
-        pytest.param("-# remember that I'm vegan", id="subtext"),
-        pytest.param("notes:\n- remember that I'm vegan", id="list-item-second-line"),
-        pytest.param("<@1> **please remember** that I'm vegan", id="mention-bold-request"),
-        pytest.param("**kioku**, remember the cake", id="bold-name"),
-    ],
-)
-def test_discord_formatting_does_not_hide_a_request(text: str) -> None:
-    assert explicit_long_term_intent(text, bot_user_id=1) is True
-
-
-@pytest.mark.parametrize(
-    "text",
-    [
-        pytest.param("~~remember that I'm vegan~~ jk", id="struck-jk"),
-        pytest.param("~~remember that my cat is called Miso~~ never mind", id="struck-never-mind"),
-        pytest.param("<@1> ~~please remember that I'm vegan~~", id="struck-after-mention"),
-        pytest.param("lol ~~forget my address~~", id="struck-forget"),
-        pytest.param("~~remember that\nI'm vegan~~ nvm", id="struck-over-a-line-break"),
-    ],
-)
-def test_struck_through_text_is_not_a_request(text: str) -> None:
-    assert explicit_long_term_intent(text, bot_user_id=1) is False
-
-
-@pytest.mark.parametrize(
-    "text",
-    [
-        pytest.param("~~remember that I'm vegan~~ remember that I'm vegetarian", id="after-struck"),
-        pytest.param("remember that I'm ~~vegan~~ vegetarian", id="struck-word-inside"),
-        pytest.param("remember that I'm vegan ~~", id="unpaired-marker"),
-    ],
-)
-def test_a_request_beside_struck_through_text_still_counts(text: str) -> None:
-    assert explicit_long_term_intent(text, bot_user_id=1) is True
+NEVER_MIND_TO_BOT = {
+    # "Never mind" addressed to the bot is no long-term request.
+    "never-mind-mention-forget-it": "<@999> forget it, never mind",
+    "never-mind-mention-forget-about-it": "<@999> forget about it",
+    "never-mind-mention-forget-all-about-it": "<@999> forget all about it",
+    "never-mind-mention-forget-that-final": "<@999> forget that, what's for dinner?",
+    "never-mind-nickname-mention-forget-it": "<@!999> Forget it!",
+    "never-mind-name-forget-it": "kioku, forget it",
+    "never-mind-carried-name-forget-about-it": "hey kioku, forget about it",
+    # A marker before the idiom, or one that starts another request, is no request
+    # to delete; nor are these reasons to drop the subject.
+    "never-mind-please-before": "<@999> oh please, forget it",
+    "never-mind-please-another-request": "<@999> forget it, please tell me a joke",
+    "never-mind-can-you-another-request": "<@999> forget it, can you check the weather",
+    "never-mind-wrong-channel": "<@999> forget it, wrong channel",
+    "never-mind-false-alarm": "<@999> forget it, false alarm",
+    "never-mind-changed-my-mind": "<@999> forget that, I changed my mind",
+}
 
 
 @pytest.mark.parametrize(
     ("text", "expected"),
-    [
-        pytest.param("Remember, I'm allergic to peanuts", True, id="comma-im"),
-        pytest.param("remember, my birthday is May 3", True, id="comma-my"),
-        pytest.param("Remember, we meet on Fridays", True, id="comma-we"),
-        pytest.param("Remember, you're not alone", False, id="comma-encouragement"),
-        pytest.param("Remember, I'm allergic?", False, id="comma-question"),
-        pytest.param("I remember, I was there", False, id="comma-subject"),
-    ],
+    expecting(True, FORGET_REQUESTS_TO_BOT) + expecting(False, NEVER_MIND_TO_BOT),
 )
-def test_remember_comma_before_a_first_person_statement(text: str, expected: bool) -> None:
-    assert explicit_long_term_intent(text) is expected
+def test_never_mind_and_forget_addressed_to_the_bot(text: str, expected: bool) -> None:
+    assert explicit_long_term_intent(text, bot_user_id=999) is expected
+
+
+# Messages to the bot (user id 1).
+REQUESTS_TO_BOT = {
+    # Discord formatting does not hide a request.
+    "formatting-bold-colon": "**Remember:** I'm allergic to peanuts",
+    "formatting-bold-verb": "**remember** that I'm vegan",
+    "formatting-italic-verb": "*remember* that I'm vegan",
+    "formatting-underscore-italic-verb": "_remember_ that I'm vegan",
+    "formatting-underline-clause": "__Remember that my birthday is May 3__",
+    "formatting-spoiler": "||remember that I'm vegan||",
+    "formatting-dash-list-item": "- remember that I'm vegan",
+    "formatting-star-list-item": "* remember that I'm vegan",
+    "formatting-numbered-list-item": "2) remember that I'm vegan",
+    "formatting-header": "# Remember that I'm vegan",
+    "formatting-small-header": "### Remember that I'm vegan",
+    "formatting-subtext": "-# remember that I'm vegan",
+    "formatting-list-item-second-line": "notes:\n- remember that I'm vegan",
+    "formatting-mention-bold-request": "<@1> **please remember** that I'm vegan",
+    "formatting-bold-name": "**kioku**, remember the cake",
+    # A request beside struck-through text still counts.
+    "beside-struck-after-struck": "~~remember that I'm vegan~~ remember that I'm vegetarian",
+    "beside-struck-word-inside": "remember that I'm ~~vegan~~ vegetarian",
+    "beside-struck-unpaired-marker": "remember that I'm vegan ~~",
+    # Facts that look like reminiscing: a determiner after "that", a present tense, a copula.
+    "fact-that-im": "remember that I'm vegan",
+    "fact-that-my": "remember that my birthday is May 3",
+    "fact-my": "remember my birthday is May 3",
+    "fact-that-day-we-have": "remember that tuesday we have standup",
+    "fact-that-the-we-picked": "remember that the code we picked is 42",
+    "fact-that-i-used-to": "remember that I used to live in Paris",
+    "fact-our-first-was": "remember our first date was June 5",
+    "fact-our-is": "remember our anniversary is June 5",
+    # An explicit request about a past event counts.
+    # "please", "I want you to", "make sure to" ask to keep it, whatever it sounds like.
+    "past-event-please-and-i": "please remember that Tom and I got married last year",
+    "past-event-mention-please": "<@1> please remember that Anna and I met in 2019",
+    "past-event-please-went": "please remember that Sarah and I went vegan",
+    "past-event-please-booked": "please remember that restaurant I booked for Friday",
+    "past-event-please-used-to": "please remember we used to live in Paris",
+    "past-event-please-our-colon": "please remember our old address: 12 Main Street",
+    "past-event-please-our-last-colon": "please remember our last name: Smith",
+    "past-event-please-our-old": "please remember our old cat Miso",
+    "past-event-want-you-to": "I want you to remember that movie we watched",
+    "past-event-make-sure": "make sure to remember our first date",
+    "past-event-can-you-please": "can you please remember that cafe we liked",
+    # Addressed or bare: who did it, a copula, a colon or a present-tense verb.
+    "past-event-mention-and-i": "<@1> remember that Tom and I got married last year",
+    "past-event-bare-and-i": "remember that Tom and I got married last year",
+    "past-event-bare-mom-and-i": "remember that mom and I moved to Berlin in May",
+    "past-event-bare-ampersand": "remember that Tom & I got married",
+    "past-event-name-is": "kioku remember that laptop I bought is a ThinkPad",
+    "past-event-bare-is": "remember that laptop I bought is a ThinkPad",
+    "past-event-bare-was": "remember that movie we watched was great",
+    "past-event-bare-colon": "remember that thing I said: no spoilers",
+    "past-event-mention-our-colon": "<@1> remember our old address: 12 Main Street",
+    "past-event-mention-our-likes": "<@1> remember our best friend Sam likes tea",
+    "past-event-our-turns": "remember our first child Mia turns 3 in May",
+    "past-event-our-doesnt": "remember our old landlord doesn't allow pets",
+    # Imperatives in other languages count.
+    "imperative-fr-souviens-toi": "souviens-toi que je suis allergique aux arachides",
+    "imperative-fr-rappelle-toi": "rappelle-toi que j'ai un chat",
+    "imperative-fr-elided-qu": "souviens-toi qu'il est allergique",
+    "imperative-fr-retiens": "retiens bien que je suis végane",
+    "imperative-fr-noublie-pas": "N’oublie pas que je suis allergique",
+    "imperative-fr-oublie-que": "oublie que j'ai dit ça",
+    "imperative-fr-addressed": "salut kioku, souviens-toi que j'aime le thé",
+    "imperative-de-merk-dir": "merk dir, dass ich allergisch gegen Erdnüsse bin",
+    "imperative-de-merke-dir-bitte": "Merke dir bitte, dass ich vegan bin",
+    "imperative-de-vergiss-nicht": "vergiss nicht, dass ich vegan bin",
+    "imperative-de-colon": "merk dir: ich bin vegan",
+    "imperative-de-vergiss-dass": "vergiss, dass ich das gesagt habe",
+    "imperative-es-recuerda": "recuerda que soy alérgico al maní",
+    "imperative-es-exclamation": "¡Recuerda que soy vegano!",
+    "imperative-es-acuerdate": "acuérdate de que soy vegano",
+    "imperative-es-no-olvides": "por favor, no olvides que soy vegano",
+    "imperative-es-olvida-que": "olvida que dije eso",
+    "imperative-pt-lembre-se": "lembre-se de que sou vegano",
+    "imperative-pt-lembra": "lembra que sou vegano",
+    "imperative-pt-nao-esquecas": "não esqueças que sou vegano",
+    "imperative-pt-unaccented": "nao esqueca que sou vegano",
+    "imperative-it-ricorda": "ricorda che sono vegano",
+    "imperative-it-ricordati": "ricordati che sono vegano",
+    "imperative-it-non-dimenticare": "non dimenticare che sono vegano",
+}
+
+NOT_REQUESTS_TO_BOT = {
+    # Struck-through text is no request.
+    "struck-jk": "~~remember that I'm vegan~~ jk",
+    "struck-never-mind": "~~remember that my cat is called Miso~~ never mind",
+    "struck-after-mention": "<@1> ~~please remember that I'm vegan~~",
+    "struck-forget": "lol ~~forget my address~~",
+    "struck-over-a-line-break": "~~remember that\nI'm vegan~~ nvm",
+    # Reminiscing without a question mark is no request.
+    "reminiscing-that-movie-we-watched": "remember that movie we watched lol",
+    "reminiscing-that-game-you-showed": "remember that game you showed me",
+    "reminiscing-that-trip-we-took": "remember that trip we took to rome",
+    "reminiscing-we-used-to": "remember we used to play minecraft",
+    "reminiscing-comma-we-used-to": "remember, we used to play minecraft",
+    "reminiscing-mention-we-used-to": "<@1> remember we used to play minecraft",
+    "reminiscing-our-first": "remember our first raid 😭",
+    "reminiscing-our-last": "remember our last day at school lol",
+    "reminiscing-can-you-that-song-we": "can you remember that song we loved",
+    # Reminiscing stays out unless the user insists.
+    # "can you", "try to", a mention or a name alone still ask to recall.
+    "not-insisting-try-to": "try to remember our first raid",
+    "not-insisting-could-you": "could you remember that movie we watched lol",
+    "not-insisting-name": "kioku remember that game we played yesterday",
+    "not-insisting-mention-our-last": "<@1> remember our last game lol",
+    # "you and I" is the reminiscence's "we"; emoji are no colon of a value.
+    "not-insisting-you-and-i": "remember that concert you and I went to",
+    "not-insisting-me-and-you": "remember that trip me and you took lol",
+    "not-insisting-were-is-the-past-verb": "remember that game we were playing",
+    "not-insisting-emoticon": "remember our first raid :(",
+    "not-insisting-custom-emoji": "remember our first raid <:sob:123>",
+    # "please" never makes "remember when…" a request.
+    "not-insisting-please-when": "please remember when we met",
+    "not-insisting-please-that-time": "please remember that time we went camping",
+    # Statements and questions in other languages do not count.
+    "statement-fr-i-dont-remember": "je ne me souviens pas",
+    "statement-fr-i-remember-that": "je me souviens que tu étais là",
+    "statement-fr-do-you-remember": "tu te souviens de ce film ?",
+    "statement-fr-remember-when": "souviens-toi quand on était petits",
+    "statement-fr-dont-forget-to": "n'oublie pas de voter",
+    "statement-fr-forget-it": "oublie ça",
+    "statement-de-i-note": "ich merke mir das",
+    "statement-de-forget-it": "vergiss es",
+    "statement-de-no-object": "merk dir das",
+    "statement-es-i-dont-remember": "no recuerdo",
+    "statement-es-i-remember-that": "recuerdo que fuimos a la playa",
+    "statement-es-do-you-remember": "¿recuerdas que fuimos a la playa?",
+    "statement-es-question": "¿recuerda que fuimos?",
+    "statement-es-remember-when": "recuerda cuando fuimos a la playa",
+    "statement-es-forget-it": "olvídalo",
+    "statement-pt-question": "lembra que a gente jogava?",
+    "statement-pt-i-remember": "eu lembro que",
+    "statement-it-do-you-remember": "ricordi che bello?",
+    "statement-it-i-dont-remember": "non mi ricordo",
+}
 
 
 @pytest.mark.parametrize(
-    ("text", "expected"),
-    [
-        pytest.param("remember that movie we watched lol", False, id="that-movie-we-watched"),
-        pytest.param("remember that game you showed me", False, id="that-game-you-showed"),
-        pytest.param("remember that trip we took to rome", False, id="that-trip-we-took"),
-        pytest.param("remember we used to play minecraft", False, id="we-used-to"),
-        pytest.param("remember, we used to play minecraft", False, id="comma-we-used-to"),
-        pytest.param("<@1> remember we used to play minecraft", False, id="mention-we-used-to"),
-        pytest.param("remember our first raid 😭", False, id="our-first"),
-        pytest.param("remember our last day at school lol", False, id="our-last"),
-        pytest.param("can you remember that song we loved", False, id="can-you-that-song-we"),
-        # Facts that look alike: a determiner after "that", a present tense, a copula.
-        pytest.param("remember that I'm vegan", True, id="that-im"),
-        pytest.param("remember that my birthday is May 3", True, id="that-my"),
-        pytest.param("remember my birthday is May 3", True, id="my"),
-        pytest.param("remember that tuesday we have standup", True, id="that-day-we-have"),
-        pytest.param("remember that the code we picked is 42", True, id="that-the-we-picked"),
-        pytest.param("remember that I used to live in Paris", True, id="that-i-used-to"),
-        pytest.param("remember our first date was June 5", True, id="our-first-was"),
-        pytest.param("remember our anniversary is June 5", True, id="our-is"),
-    ],
+    ("text", "expected"), expecting(True, REQUESTS_TO_BOT) + expecting(False, NOT_REQUESTS_TO_BOT)
 )
-def test_reminiscing_without_a_question_mark_is_not_a_request(text: str, expected: bool) -> None:
+def test_a_message_to_the_bot(text: str, expected: bool) -> None:
     assert explicit_long_term_intent(text, bot_user_id=1) is expected
-
-
-@pytest.mark.parametrize(
-    "text",
-    [
-        # "please", "I want you to", "make sure to" ask to keep it, whatever it sounds like.
-        pytest.param("please remember that Tom and I got married last year", id="please-and-i"),
-        pytest.param("<@1> please remember that Anna and I met in 2019", id="mention-please"),
-        pytest.param("please remember that Sarah and I went vegan", id="please-went"),
-        pytest.param("please remember that restaurant I booked for Friday", id="please-booked"),
-        pytest.param("please remember we used to live in Paris", id="please-used-to"),
-        pytest.param("please remember our old address: 12 Main Street", id="please-our-colon"),
-        pytest.param("please remember our last name: Smith", id="please-our-last-colon"),
-        pytest.param("please remember our old cat Miso", id="please-our-old"),
-        pytest.param("I want you to remember that movie we watched", id="want-you-to"),
-        pytest.param("make sure to remember our first date", id="make-sure"),
-        pytest.param("can you please remember that cafe we liked", id="can-you-please"),
-        # Addressed or bare: who did it, a copula, a colon or a present-tense verb.
-        pytest.param("<@1> remember that Tom and I got married last year", id="mention-and-i"),
-        pytest.param("remember that Tom and I got married last year", id="bare-and-i"),
-        pytest.param("remember that mom and I moved to Berlin in May", id="bare-mom-and-i"),
-        pytest.param("remember that Tom & I got married", id="bare-ampersand"),
-        pytest.param("kioku remember that laptop I bought is a ThinkPad", id="name-is"),
-        pytest.param("remember that laptop I bought is a ThinkPad", id="bare-is"),
-        pytest.param("remember that movie we watched was great", id="bare-was"),
-        pytest.param("remember that thing I said: no spoilers", id="bare-colon"),
-        pytest.param("<@1> remember our old address: 12 Main Street", id="mention-our-colon"),
-        pytest.param("<@1> remember our best friend Sam likes tea", id="mention-our-likes"),
-        pytest.param("remember our first child Mia turns 3 in May", id="our-turns"),
-        pytest.param("remember our old landlord doesn't allow pets", id="our-doesnt"),
-    ],
-)
-def test_an_explicit_request_about_a_past_event_counts(text: str) -> None:
-    assert explicit_long_term_intent(text, bot_user_id=1) is True
-
-
-@pytest.mark.parametrize(
-    "text",
-    [
-        # "can you", "try to", a mention or a name alone still ask to recall.
-        pytest.param("try to remember our first raid", id="try-to"),
-        pytest.param("could you remember that movie we watched lol", id="could-you"),
-        pytest.param("kioku remember that game we played yesterday", id="name"),
-        pytest.param("<@1> remember our last game lol", id="mention-our-last"),
-        # "you and I" is the reminiscence's "we"; emoji are no colon of a value.
-        pytest.param("remember that concert you and I went to", id="you-and-i"),
-        pytest.param("remember that trip me and you took lol", id="me-and-you"),
-        pytest.param("remember that game we were playing", id="were-is-the-past-verb"),
-        pytest.param("remember our first raid :(", id="emoticon"),
-        pytest.param("remember our first raid <:sob:123>", id="custom-emoji"),
-        # "please" never makes "remember when…" a request.
-        pytest.param("please remember when we met", id="please-when"),
-        pytest.param("please remember that time we went camping", id="please-that-time"),
-    ],
-)
-def test_reminiscing_stays_out_unless_the_user_insists(text: str) -> None:
-    assert explicit_long_term_intent(text, bot_user_id=1) is False
-
-
-@pytest.mark.parametrize(
-    "text",
-    [
-        pytest.param("souviens-toi que je suis allergique aux arachides", id="fr-souviens-toi"),
-        pytest.param("rappelle-toi que j'ai un chat", id="fr-rappelle-toi"),
-        pytest.param("souviens-toi qu'il est allergique", id="fr-elided-qu"),
-        pytest.param("retiens bien que je suis végane", id="fr-retiens"),
-        pytest.param("N’oublie pas que je suis allergique", id="fr-noublie-pas"),
-        pytest.param("oublie que j'ai dit ça", id="fr-oublie-que"),
-        pytest.param("salut kioku, souviens-toi que j'aime le thé", id="fr-addressed"),
-        pytest.param("merk dir, dass ich allergisch gegen Erdnüsse bin", id="de-merk-dir"),
-        pytest.param("Merke dir bitte, dass ich vegan bin", id="de-merke-dir-bitte"),
-        pytest.param("vergiss nicht, dass ich vegan bin", id="de-vergiss-nicht"),
-        pytest.param("merk dir: ich bin vegan", id="de-colon"),
-        pytest.param("vergiss, dass ich das gesagt habe", id="de-vergiss-dass"),
-        pytest.param("recuerda que soy alérgico al maní", id="es-recuerda"),
-        pytest.param("¡Recuerda que soy vegano!", id="es-exclamation"),
-        pytest.param("acuérdate de que soy vegano", id="es-acuerdate"),
-        pytest.param("por favor, no olvides que soy vegano", id="es-no-olvides"),
-        pytest.param("olvida que dije eso", id="es-olvida-que"),
-        pytest.param("lembre-se de que sou vegano", id="pt-lembre-se"),
-        pytest.param("lembra que sou vegano", id="pt-lembra"),
-        pytest.param("não esqueças que sou vegano", id="pt-nao-esquecas"),
-        pytest.param("nao esqueca que sou vegano", id="pt-unaccented"),
-        pytest.param("ricorda che sono vegano", id="it-ricorda"),
-        pytest.param("ricordati che sono vegano", id="it-ricordati"),
-        pytest.param("non dimenticare che sono vegano", id="it-non-dimenticare"),
-    ],
-)
-def test_imperatives_in_other_languages_count(text: str) -> None:
-    assert explicit_long_term_intent(text, bot_user_id=1) is True
-
-
-@pytest.mark.parametrize(
-    "text",
-    [
-        pytest.param("je ne me souviens pas", id="fr-i-dont-remember"),
-        pytest.param("je me souviens que tu étais là", id="fr-i-remember-that"),
-        pytest.param("tu te souviens de ce film ?", id="fr-do-you-remember"),
-        pytest.param("souviens-toi quand on était petits", id="fr-remember-when"),
-        pytest.param("n'oublie pas de voter", id="fr-dont-forget-to"),
-        pytest.param("oublie ça", id="fr-forget-it"),
-        pytest.param("ich merke mir das", id="de-i-note"),
-        pytest.param("vergiss es", id="de-forget-it"),
-        pytest.param("merk dir das", id="de-no-object"),
-        pytest.param("no recuerdo", id="es-i-dont-remember"),
-        pytest.param("recuerdo que fuimos a la playa", id="es-i-remember-that"),
-        pytest.param("¿recuerdas que fuimos a la playa?", id="es-do-you-remember"),
-        pytest.param("¿recuerda que fuimos?", id="es-question"),
-        pytest.param("recuerda cuando fuimos a la playa", id="es-remember-when"),
-        pytest.param("olvídalo", id="es-forget-it"),
-        pytest.param("lembra que a gente jogava?", id="pt-question"),
-        pytest.param("eu lembro que", id="pt-i-remember"),
-        pytest.param("ricordi che bello?", id="it-do-you-remember"),
-        pytest.param("non mi ricordo", id="it-i-dont-remember"),
-    ],
-)
-def test_other_languages_statements_and_questions_do_not_count(text: str) -> None:
-    assert explicit_long_term_intent(text, bot_user_id=1) is False
-
-
-# Disguises read as the plain word: the check folds text as redaction does (issue 26).
-@pytest.mark.parametrize(
-    "text",
-    [
-        pytest.param("re\u200bmember that I'm vegan", id="zero-width-space"),
-        pytest.param("remem\u200dber that I'm vegan", id="zero-width-joiner"),
-        pytest.param("rem\u00adember that I'm vegan", id="soft-hyphen"),
-        pytest.param("\uff52emember that I'm vegan", id="fullwidth-r"),
-        pytest.param(
-            "\uff52\uff45\uff4d\uff45\uff4d\uff42\uff45\uff52 that I'm vegan", id="fullwidth"
-        ),
-        pytest.param("r\u0435member that I'm vegan", id="cyrillic-e"),
-        pytest.param("f\u043erget that I'm vegan", id="cyrillic-o-forget"),
-        pytest.param(
-            "\U0001d42b\U0001d41e\U0001d426\U0001d41e"
-            "\U0001d426\U0001d41b\U0001d41e\U0001d42b that I'm vegan",
-            id="math-bold",
-        ),
-    ],
-)
-def test_a_disguised_memory_verb_still_counts(text: str) -> None:
-    assert explicit_long_term_intent(text) is True
-
-
-@pytest.mark.parametrize(
-    "text",
-    [
-        pytest.param("I re\u200bmember when we met", id="zero-width-reminiscence"),
-        pytest.param("\uff52emember when we went to Rome", id="fullwidth-reminiscence"),
-        pytest.param("т\u043e\u043aен сохранён", id="cyrillic-prose"),
-    ],
-)
-def test_folding_adds_no_request(text: str) -> None:
-    assert explicit_long_term_intent(text) is False

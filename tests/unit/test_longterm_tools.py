@@ -5,9 +5,11 @@ real database in tests/integration/test_longterm_tools_db.py."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 import pytest
+from _pytest.mark import ParameterSet
 
 from bot.conversation.tools.longterm import (
     FORGET_TOOL_NAME,
@@ -52,7 +54,9 @@ def test_the_three_tools_are_defined_strictly() -> None:
 
 # ------------------------------------------------------------------ parsing
 
-COMMON_BAD_INPUT = [
+
+# Arguments that are no JSON object.
+NOT_A_JSON_OBJECT = [
     pytest.param(None, "no arguments", id="none"),
     pytest.param("   ", "no arguments", id="blank"),
     pytest.param("not json at all", "not valid JSON", id="not-json"),
@@ -63,29 +67,62 @@ COMMON_BAD_INPUT = [
     pytest.param(json.dumps({"fact": "x" * 20_000}), "too large", id="huge"),
 ]
 
+BAD_REMEMBER_FIELDS = [
+    pytest.param("{}", 'missing required field "fact"', id="missing"),
+    pytest.param('{"fact": "x", "why": "y"}', '"why"', id="extra-field"),
+    pytest.param('{"text": "x"}', 'unexpected field "text"', id="wrong-name"),
+    pytest.param('{"fact": 42}', "must be a string, got number", id="number"),
+    pytest.param('{"fact": null}', "must be a string, got null", id="null"),
+    pytest.param('{"fact": ["a"]}', "must be a string, got array", id="array"),
+    pytest.param('{"fact": "   "}', "is empty", id="empty"),
+    pytest.param('{"fact": "bad \\ud800"}', "surrogate", id="surrogate"),
+]
 
-@pytest.mark.parametrize(("raw", "expected"), COMMON_BAD_INPUT)
-def test_remember_refuses_malformed_json(raw: str | None, expected: str) -> None:
-    with pytest.raises(ToolArgumentError, match=expected):
-        parse_remember_arguments(raw)
+BAD_RECALL_ARGUMENTS = [
+    pytest.param("{}", 'missing required field "query"', id="missing"),
+    pytest.param('{"query": ""}', "is empty", id="empty"),
+    pytest.param('{"query": 7}', "must be a string", id="number"),
+    pytest.param(json.dumps({"query": "q" * 501}), "too long", id="too-long"),
+    pytest.param('{"query": "x", "limit": 3}', '"limit"', id="extra"),
+]
+
+BAD_FORGET_ARGUMENTS = [
+    pytest.param("{}", "neither was given", id="neither"),
+    pytest.param('{"fact_id": null, "query": null}', "neither was given", id="nulls"),
+    pytest.param('{"fact_id": 3, "query": "cat"}', "both were given", id="both"),
+    pytest.param('{"fact_id": "12"}', "must be an integer like 12, got string", id="str"),
+    pytest.param('{"fact_id": true}', "must be an integer", id="bool"),
+    pytest.param('{"fact_id": 1.5}', "must be an integer", id="fraction"),
+    pytest.param('{"fact_id": 0}', "positive", id="zero"),
+    pytest.param('{"fact_id": -4}', "positive", id="negative"),
+    pytest.param('{"fact_id": 99999999999999999999999}', "positive", id="huge"),
+    pytest.param('{"query": "  "}', "is empty", id="empty-query"),
+    pytest.param('{"id": 3}', 'unexpected field "id"', id="wrong-name"),
+    pytest.param("[3]", "JSON object", id="array"),
+]
+
+
+def refused_by(
+    parse: Callable[[str | None], object], name: str, cases: list[ParameterSet]
+) -> list[ParameterSet]:
+    """``cases`` (raw arguments, what the error says) for ``parse``, ids prefixed by ``name``."""
+    return [pytest.param(parse, *case.values, id=f"{name}-{case.id}") for case in cases]
 
 
 @pytest.mark.parametrize(
-    ("raw", "expected"),
+    ("parse", "raw", "expected"),
     [
-        pytest.param("{}", 'missing required field "fact"', id="missing"),
-        pytest.param('{"fact": "x", "why": "y"}', '"why"', id="extra-field"),
-        pytest.param('{"text": "x"}', 'unexpected field "text"', id="wrong-name"),
-        pytest.param('{"fact": 42}', "must be a string, got number", id="number"),
-        pytest.param('{"fact": null}', "must be a string, got null", id="null"),
-        pytest.param('{"fact": ["a"]}', "must be a string, got array", id="array"),
-        pytest.param('{"fact": "   "}', "is empty", id="empty"),
-        pytest.param('{"fact": "bad \\ud800"}', "surrogate", id="surrogate"),
+        *refused_by(parse_remember_arguments, "remember-json", NOT_A_JSON_OBJECT),
+        *refused_by(parse_remember_arguments, "remember-field", BAD_REMEMBER_FIELDS),
+        *refused_by(parse_recall_arguments, "recall", BAD_RECALL_ARGUMENTS),
+        *refused_by(parse_forget_arguments, "forget", BAD_FORGET_ARGUMENTS),
     ],
 )
-def test_remember_refuses_bad_fields(raw: str, expected: str) -> None:
+def test_each_tool_refuses_bad_arguments_saying_why(
+    parse: Callable[[str | None], object], raw: str | None, expected: str
+) -> None:
     with pytest.raises(ToolArgumentError, match=expected):
-        parse_remember_arguments(raw)
+        parse(raw)
 
 
 @pytest.mark.parametrize(
@@ -121,43 +158,6 @@ def test_remember_returns_the_fact_as_given() -> None:
     assert parse_remember_arguments('{"fact": "Miso\\u0000 is a cat"}') == "Miso\x00 is a cat"
     # Long facts are not refused here: the service caps them (and the tool says so).
     assert len(parse_remember_arguments(json.dumps({"fact": "y" * 900}))) == 900
-
-
-@pytest.mark.parametrize(
-    ("raw", "expected"),
-    [
-        pytest.param("{}", 'missing required field "query"', id="missing"),
-        pytest.param('{"query": ""}', "is empty", id="empty"),
-        pytest.param('{"query": 7}', "must be a string", id="number"),
-        pytest.param(json.dumps({"query": "q" * 501}), "too long", id="too-long"),
-        pytest.param('{"query": "x", "limit": 3}', '"limit"', id="extra"),
-    ],
-)
-def test_recall_refuses_bad_arguments(raw: str, expected: str) -> None:
-    with pytest.raises(ToolArgumentError, match=expected):
-        parse_recall_arguments(raw)
-
-
-@pytest.mark.parametrize(
-    ("raw", "expected"),
-    [
-        pytest.param("{}", "neither was given", id="neither"),
-        pytest.param('{"fact_id": null, "query": null}', "neither was given", id="nulls"),
-        pytest.param('{"fact_id": 3, "query": "cat"}', "both were given", id="both"),
-        pytest.param('{"fact_id": "12"}', "must be an integer like 12, got string", id="str"),
-        pytest.param('{"fact_id": true}', "must be an integer", id="bool"),
-        pytest.param('{"fact_id": 1.5}', "must be an integer", id="fraction"),
-        pytest.param('{"fact_id": 0}', "positive", id="zero"),
-        pytest.param('{"fact_id": -4}', "positive", id="negative"),
-        pytest.param('{"fact_id": 99999999999999999999999}', "positive", id="huge"),
-        pytest.param('{"query": "  "}', "is empty", id="empty-query"),
-        pytest.param('{"id": 3}', 'unexpected field "id"', id="wrong-name"),
-        pytest.param("[3]", "JSON object", id="array"),
-    ],
-)
-def test_forget_refuses_bad_arguments(raw: str, expected: str) -> None:
-    with pytest.raises(ToolArgumentError, match=expected):
-        parse_forget_arguments(raw)
 
 
 def test_forget_takes_an_id_or_a_query() -> None:

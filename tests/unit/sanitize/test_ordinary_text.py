@@ -1,0 +1,173 @@
+"""Redaction has no false positives: ordinary text that looks like a secret is kept."""
+
+from __future__ import annotations
+
+import pytest
+
+from bot.vocabulary.redaction import redact_secrets, redaction_kinds
+from bot.vocabulary.sanitize import sanitize_value
+from tests.helpers.secret_samples import FAMILY, FAMILY_WWG, FLAG_JP, KEYCAP_ONE
+
+NEGATIVES = [
+    ("slug", "task-management-system-for-teams"),
+    ("slug_sk_inside", "risk-assessment-framework-for-large-teams"),
+    ("slug_sk_start_no_digit", "sk-management-system-for-large-teams"),
+    ("desk_lamp", "I bought a desk-lamp"),
+    ("sk8_park", "meet at the sk-8 park"),
+    ("sk_learn", "sk-learn is a library"),
+    ("password_prose", "my password is strong"),
+    ("password_reset", "The password reset worked"),
+    ("passwords_plural", "passwords: many"),
+    ("secret_ingredient", "the secret ingredient is love"),
+    ("tokenizer", "tokenizer settings"),
+    ("token_count", "token count: 500"),
+    ("keyboard", "keyboard shortcuts"),
+    ("key_points", "key points: none"),
+    ("keys_plural", "The keys: a, b"),
+    ("monkey", "monkey: banana"),
+    ("turkey_caps", "TURKEY: roasted"),
+    ("url_colon_path", "https://example.com/a:b"),
+    ("url_port", "https://example.com:8080/path"),
+    ("url_user_only", "ssh://git@github.com/org/repo.git"),
+    ("scp_style", "git@github.com:org/repo.git"),
+    ("dotted", "e.g. this.that.other"),
+    ("version", "version 1.2.3"),
+    ("snowflake", "user 123456789012345678 said hi"),
+    ("mention", "<@123456789012345678> and <#98765432109876543>"),
+    ("bearer_prose", "the bearer instrument"),
+    ("bearer_bonds", "Bearer bonds are old"),
+    ("akia_word", "AKIA is not a key"),
+    ("eyj_word", "eyJ alone"),
+    ("short_ghp", "ghp_short"),
+    ("xoxo", "xoxo-gossip-girl"),
+    ("npm_install", "npm_install"),
+    ("url_plain_user", "clone https://bob@bitbucket.org/team/repo.git"),
+    ("url_git_user", "ssh://git@github.com/o/r.git"),
+    ("url_long_plain_user", "https://firstname.lastname@example.com/page"),
+    ("token_variable_passed", "client = Client(token=token, retries=3)"),
+    ("keyword_defaults", "def connect(host, token=None, secret=False): pass"),
+    ("keyword_literal", "client = Client(secret=True, retries=3)"),
+    ("shell_reference", "API_TOKEN=$API_TOKEN docker compose up"),
+    ("shell_placeholder", "FOO_SECRET=<your-secret> then run it"),
+    ("reference_ends_line", "export API_TOKEN=$API_TOKEN"),
+    ("literal_ends_line", "secret: None"),
+    ("lowercase_setting_prose", "set token=enabled in the config and restart"),
+    ("hf_word", "the hf_model loader"),
+    ("spaced_token_prose", "the token = thing we discussed yesterday"),
+    ("webhook_docs", "see https://discord.com/api/webhooks docs"),
+    ("slack_hooks_host", "hooks.slack.com/services is the host"),
+    ("ya29_word", "the ya29 group"),
+    ("stripe_word", "sk_live_events and rk_test_mode"),
+    ("gitlab_word", "glpat-short and glrt-abc"),
+    ("mission", "Mission.Control.Center"),
+    # Dotted code identifiers have a Discord token's shape, but no user id in front.
+    (
+        "dotted_call",
+        "call NotificationServiceHandler.handle.process_incoming_message_queue_items()",
+    ),
+    ("dotted_path", "OrderProcessingServiceImpl.submit.validateCustomerShippingAddress"),
+    ("assignment_other", "a = b, x: y"),
+    ("emoji", f"feeling \U0001f600 {FAMILY} {FLAG_JP}"),
+    ("japanese", "日本語のテキスト: こんにちは"),
+    ("placeholder", "{user_name} likes tea"),
+    # Prose around key words: only a token-shaped value (or, for token/secret/qualified
+    # keys, a lone last word) is a credential; a bare `key` needs a token-shaped value.
+    ("key_happiness", "the key = happiness"),
+    ("key_be_kind", "The key: be kind."),
+    ("key_alice", "Key: Alice leads the launch"),
+    ("musical_key", "Musical key: C major"),
+    ("answer_key", "Answer key: B, C, A"),
+    ("token_count_left", "token: 5 tokens left"),
+    ("secret_butler", "Secret: the butler did it"),
+    ("api_key_ask_bob", "API key: ask Bob for it"),
+    ("sort_key", "sort_key=asc"),
+    ("primary_key", "primary key = id"),
+    ("key_year", "Key: 2024 was the year"),
+    ("key_hyphenated", "The key: well-being matters"),
+    ("key_possessive", "Key: Alice's idea"),
+    ("json_bare_key", '{"key": "favorite color", "sort_key": "date"}'),
+    ("secret_prose", "my secret is that I like cats"),
+    # Words joined by hyphens are not an OpenAI key, even with digits in them.
+    ("sk_planning_slug", "sk-2024-annual-planning-notes-v2"),
+    ("sk_word_with_year", "sk-roadmap2024-for-the-whole-team"),
+    ("sk_long_lower_word", "sk-internationalization2024-plan"),
+    ("hex_colour", "colour #ff8800 and #A1B2C3"),
+    ("sha256", "sha 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"),
+    ("uuid", "id 123e4567-e89b-12d3-a456-426614174000"),
+    ("long_word", "supercalifragilisticexpialidocious antidisestablishmentarianism"),
+    ("url_plain", "see https://example.com/docs/page?id=2&sort=asc#top"),
+    ("keycap_emoji", f"press {KEYCAP_ONE} then {FAMILY_WWG}"),
+    # Longer than an AWS key id (exactly 20): an all-caps word, not a key.
+    ("asia_word", "Registration for ASIAPACIFICCONFERENCE2024 opens Monday"),
+    # `key` and `pwd` must start a segment: these are no credentials.
+    ("monkey", "monkey: abcdef123456"),
+    ("oldpwd", "OLDPWD=/home/alice/projects"),
+    ("passwords_plural", "passwords: must be long"),
+    # A password word followed by "is" and prose about the password, not the password.
+    ("password_on_fridge", "The wifi password is on the fridge"),
+    ("password_in_drawer", "the password is in the drawer"),
+    ("password_same", "my password is the same as before"),
+    ("password_too_short", "My password is too short"),
+    ("password_now_on", "the password is now on the fridge"),
+    ("password_required", "The password is required for login"),
+    ("password_was_changed", "my password was changed yesterday"),
+    ("password_length", "my password is 12 characters long"),
+    ("password_nowhere", "the password is nowhere to be found"),
+    ("passwords_are", "passwords are hashed with argon2"),
+    ("password_reset_is", "The password reset is broken"),
+    ("passcode_is_six_digits", "the passcode is 6 digits"),
+    # ... or a past participle: what happened to the password, or where it is.
+    ("password_printed", "the wifi password is printed on the back of the router"),
+    ("password_located", "the password is located in the vault"),
+    ("pw_sent", "pw was sent to you by email"),
+    ("password_accepted", "the password was accepted"),
+    ("password_now_printed", "the password is now printed on the receipt"),
+    ("password_written", "my password is written in my notebook"),
+    ("pin_message", "pin: this message"),
+    ("pin_this", "Pin this message: 42"),
+    ("pin_in_map", "the pin is in the map at 4 o'clock"),
+    ("pin_word", "the pin is bent"),
+    ("spin", "the spin is 42 rpm"),
+    ("pinned", "pinned: 3 messages"),
+    # A PIN is 4 to 8 digits as whole words: not a hardware pin, a length or a version.
+    ("pin_led", "LED pin: 13"),
+    ("pin_gpio", "GPIO pin is 17"),
+    ("pin_length", "the pin is 2 inches long"),
+    ("pin_length_mm", "the pin is 2500 mm long"),
+    ("pin_version", "requests pin: 2.31.0"),
+    ("pin_nine_digits", "pin: 123456789"),
+    ("pin_time", "the pin is 12:30 on the map"),
+    ("pwned", "pwned is 1 word"),
+    # Code that uses a secret rather than holding one (a literal would be quoted).
+    ("code_comparison", "if password == confirm_password: ok"),
+    ("code_not_equal", "if token != expected_token: raise"),
+    ("code_attribute_assignment", "self.password = password"),
+    ("code_annotation", "def check(password: str) -> bool:"),
+    ("code_subscript", "api_key = os.environ['API_KEY']"),
+    ("code_call", "password = getpass.getpass()"),
+    ("code_settings", "token = settings.API_TOKEN"),
+    ("code_variable", "password = new_password"),
+    ("code_camel_variable", "apiKey: apiKey,"),
+    # Key words stated in words with a value that is no token.
+    ("key_is_patience", "the key is patience"),
+    ("key_is_year", "The key is 2024"),
+    ("token_is_expired", "the token is now expired"),
+    ("token_is_valid", "Token is valid"),
+    ("secret_is_out", "the secret is out"),
+    # A qualified password word followed by prose is still prose.
+    ("password_for_on_fridge", "the password for the wifi is on the fridge"),
+    ("password_for_changed", "The password for this account was changed yesterday"),
+    ("password_for_printed", "password for guests is printed on the card"),
+    ("password_many_words", "reset the password for all users in the org today: done"),
+    # `pass` is a password word only as the last segment of an identifier.
+    ("boarding_pass", "boarding pass: 12A"),
+    ("bypass", "bypass: enabled"),
+    ("pass_not_last", "DB_PASS_FILE=/run/secrets/db"),
+]
+
+
+@pytest.mark.parametrize("text", [n[1] for n in NEGATIVES], ids=[n[0] for n in NEGATIVES])
+def test_ordinary_text_is_not_redacted(text: str) -> None:
+    assert redact_secrets(text) == text
+    assert redaction_kinds(text) == []
+    assert sanitize_value(text) == text
