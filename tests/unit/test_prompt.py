@@ -405,11 +405,14 @@ def test_long_term_facts_in_one_labeled_fenced_note() -> None:
 
 
 def test_nudge_names_the_new_message_count() -> None:
-    note = run(nudge_new_messages=12).system_notes[-1]
-    assert "12 new messages since the memory was last updated" in note
+    prompt = run(nudge_new_messages=12)
+    note = prompt.nudge
+    assert note is not None and "12 new messages since the memory was last updated" in note
     assert "update_short_term_memory" in note
-    assert "AFTER answering" in note
-    assert "1 new message since" in run(nudge_new_messages=1).system_notes[-1]
+    assert "Do not write anything else" in note
+    # Never a note of the answering prompt: a model answers it in the reply.
+    assert prompt.system_notes == []
+    assert "1 new message since" in str(run(nudge_new_messages=1).nudge)
 
 
 def test_no_nudge_when_cadence_is_not_due() -> None:
@@ -418,22 +421,23 @@ def test_no_nudge_when_cadence_is_not_due() -> None:
 
 def test_nudge_override_replaces_the_count_and_leaves_other_braces() -> None:
     cfg = config(nudge_override="Save {new_messages} msgs to memory; keep {this} and {{that}}.")
-    note = run(config=cfg, nudge_new_messages=7).system_notes[-1]
+    note = run(config=cfg, nudge_new_messages=7).nudge
     assert note == "Save 7 msgs to memory; keep {this} and {{that}}."
 
 
-def test_system_notes_order_memory_others_facts_nudge() -> None:
-    notes = run(
+def test_system_notes_order_memory_others_facts_and_the_nudge_apart() -> None:
+    prompt = run(
         entry=entry(summary="here"),
         others=[other("#elsewhere", summary="there")],
         long_term_notes=["fact"],
         nudge_new_messages=3,
-    ).system_notes
-    assert len(notes) == 4
+    )
+    notes = prompt.system_notes
+    assert len(notes) == 3
     assert 'source="this channel"' in notes[0]
     assert 'source="#elsewhere"' in notes[1]
     assert notes[2].startswith("Facts the user asked you to remember:")
-    assert "3 new messages" in notes[3]
+    assert "3 new messages" in str(prompt.nudge)
 
 
 # --- the fence --------------------------------------------------------------------------
@@ -572,12 +576,12 @@ def test_a_small_context_may_leave_out_other_channels_least_recent_first_then_fa
     )
     optional = [prompt.system_notes[index] for index in prompt.optional]
 
-    assert len(prompt.system_notes) == 5
+    assert len(prompt.system_notes) == 4
     assert "#older" in optional[0]
     assert "#recent" in optional[1]
     assert "likes tea" in optional[2]
     kept = set(prompt.system_notes) - set(optional)
-    assert kept == {prompt.system_notes[0], prompt.system_notes[-1]}  # memory and nudge
+    assert kept == {prompt.system_notes[0]}  # this channel's memory
 
 
 def test_a_speakers_display_name_does_not_make_their_words_a_secret() -> None:

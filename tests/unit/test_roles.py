@@ -336,6 +336,7 @@ async def test_a_request_that_need_not_be_strict_is_sent_byte_for_byte_as_given(
             model="test-model",
             messages=CONVERSATION,  # type: ignore[arg-type]
             tools=[TOOL],  # type: ignore[list-item]
+            tool_choice="auto",
             temperature=0.3,
             max_tokens=256,
         )

@@ -68,7 +68,7 @@ async def test_five_consecutive_tool_errors_end_the_loop_with_a_final_no_tools_c
     assert result.text == "Sorry, I could not save that, but here is your answer."
     assert len(llm.requests) == 6
     assert llm.tool_names(4) == ["stm"]
-    assert "tool_choice" not in llm.request(4)
+    assert llm.request(4)["tool_choice"] == "auto"
     assert llm.request(-1)["tool_choice"] == "none"
     assert llm.messages(-1)[-1]["role"] == "tool"
     assert result.iterations == 6
@@ -110,7 +110,7 @@ async def test_max_iterations_then_one_call_without_tools(llm: ScriptedLLM) -> N
     assert result.iterations == 4
     assert len(tool.received) == 3
     assert [llm.tool_names(i) for i in range(4)] == [["remember"]] * 4
-    assert [llm.request(i).get("tool_choice") for i in range(4)] == [None] * 3 + ["none"]
+    assert [llm.request(i).get("tool_choice") for i in range(4)] == ["auto"] * 3 + ["none"]
     assert llm.unscripted == 0
 
 
