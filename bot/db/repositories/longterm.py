@@ -380,14 +380,7 @@ async def search(
     if not words.words:
         if matched_only or all_words:
             return []
-        newest = recency.label("score")
-        recent = await session.execute(
-            select(*_COLUMNS, newest)
-            .where(*where)
-            .order_by(newest.desc(), LongTermMemory.id.desc())
-            .limit(limit)
-        )
-        return [ScoredFact(_fact(row), False, float(row.score)) for row in recent]
+        return await _newest(session, where, recency, limit)
     matched, rank, held = _word_matches(words, whole_words=whole_words)
     score = (rank + recency).label("score")
     query = (
@@ -404,6 +397,23 @@ async def search(
     return [
         ScoredFact(_fact(row), bool(row.matched), float(row.score), int(row.held)) for row in rows
     ]
+
+
+async def _newest(
+    session: AsyncSession,
+    where: tuple[ColumnElement[bool], ...],
+    recency: ColumnElement[float | Decimal],
+    limit: int,
+) -> list[ScoredFact]:
+    """The ``limit`` most recent facts ``where`` holds (a query without words)."""
+    newest = recency.label("score")
+    recent = await session.execute(
+        select(*_COLUMNS, newest)
+        .where(*where)
+        .order_by(newest.desc(), LongTermMemory.id.desc())
+        .limit(limit)
+    )
+    return [ScoredFact(_fact(row), False, float(row.score)) for row in recent]
 
 
 def _recency(now: datetime) -> ColumnElement[float | Decimal]:
