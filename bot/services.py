@@ -94,18 +94,9 @@ async def start_services(
         if owns_database:
             closers.push_async_callback(database.close)
         await database.start()
-        durable: DurableSpool | None = None
-        if spool:
-            durable = DurableSpool(spool_path(settings.data_dir))
-            closers.callback(durable.close)
-            if durable.pending:
-                await replay_spool_at_start(durable, database.sessions)
+        durable = await _open_spool(settings, database, closers) if spool else None
         memory = MemoryService(database.sessions, settings, clock=clock, spool=durable)
-        listener: CacheListener | None = None
-        if listen:
-            listener = _cache_listener(settings, database, memory, durable)
-            closers.push_async_callback(listener.close)
-            await listener.start()
+        listener = await _listen(settings, database, memory, durable, closers) if listen else None
         llm = make_client(settings)
         closers.push_async_callback(llm.close)
         closers.push_async_callback(_settle, memory)
@@ -113,12 +104,7 @@ async def start_services(
         longterm = LongTermService(database.sessions, settings, clock, spool=durable)
         turns = TurnRunner(memory, llm, settings, longterm=longterm, metrics=metrics, tasks=tasks)
         _watch_memory(metrics, memory)
-        if janitor:
-            tasks.spawn(run_janitor(memory), name="janitor", endless=True)
-            tasks.spawn(run_turn_count_saver(memory), name="turn-count-saver", endless=True)
-        if durable is not None:
-            replayer = durable.run_replayer(database.sessions, on_replayed=memory.spool_replayed)
-            tasks.spawn(replayer, name="spool-replayer", endless=True)
+        _spawn_background(tasks, memory, durable, database, janitor=janitor)
         health = Health(database.sessions)
         metrics_server: MetricsServer | None = None
         # `kioku sync` runs next to the serving bot, whose port it must leave alone.
@@ -146,6 +132,34 @@ async def start_services(
     )
 
 
+async def _open_spool(
+    settings: Settings, database: Database, closers: contextlib.AsyncExitStack
+) -> DurableSpool:
+    """The data folder's spool, with what the last run left in it replayed."""
+    durable = DurableSpool(spool_path(settings.data_dir))
+    closers.callback(durable.close)
+    if durable.pending:
+        await replay_spool_at_start(durable, database.sessions)
+    return durable
+
+
+def _spawn_background(
+    tasks: TaskRegistry,
+    memory: MemoryService,
+    spool: DurableSpool | None,
+    database: Database,
+    *,
+    janitor: bool,
+) -> None:
+    """The endless tasks: the janitor and the turn-count saver, the spool's replayer."""
+    if janitor:
+        tasks.spawn(run_janitor(memory), name="janitor", endless=True)
+        tasks.spawn(run_turn_count_saver(memory), name="turn-count-saver", endless=True)
+    if spool is not None:
+        replayer = spool.run_replayer(database.sessions, on_replayed=memory.spool_replayed)
+        tasks.spawn(replayer, name="spool-replayer", endless=True)
+
+
 async def replay_spool_at_start(
     spool: DurableSpool, sessions: async_sessionmaker[AsyncSession]
 ) -> None:
@@ -160,6 +174,20 @@ async def replay_spool_at_start(
             pending,
             exc.__class__.__name__,
         )
+
+
+async def _listen(
+    settings: Settings,
+    database: Database,
+    memory: MemoryService,
+    spool: DurableSpool | None,
+    closers: contextlib.AsyncExitStack,
+) -> CacheListener:
+    """The listener of other processes' cache notices, started."""
+    listener = _cache_listener(settings, database, memory, spool)
+    closers.push_async_callback(listener.close)
+    await listener.start()
+    return listener
 
 
 def _cache_listener(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import Final, NoReturn
 
 from bot.cli.errors import EXIT_CONFIG, CliError
 
@@ -42,6 +42,50 @@ class _Version(argparse.Action):
         parser.exit()
 
 
+# Each verb: its summary (in the list of `kioku --help`) and what its own --help adds.
+_VERBS: Final = (
+    (
+        "run",
+        "migrate the database, then connect to Discord",
+        "Needs DISCORD_TOKEN; DATABASE_URL unset means an embedded PostgreSQL in "
+        "KIOKU_DATA_DIR (default ./data). Ctrl-C or SIGTERM stops it.",
+    ),
+    (
+        "migrate",
+        "upgrade the database schema (idempotent)",
+        "Safe to run again, also beside a running bot or another migrate.",
+    ),
+    (
+        "doctor",
+        "check configuration, database and LLM endpoint",
+        "Prints a table; exits 0 when every check passes, 1 otherwise, 2 on an invalid setting.",
+    ),
+    (
+        "console",
+        "chat with the bot in this terminal (no Discord)",
+        "The same pipeline, database and LLM as `kioku run`; /show, /refresh, /help, /quit.",
+    ),
+    (
+        "sync",
+        "publish the slash commands to Discord, then exit",
+        "Needs DISCORD_TOKEN; run once after install or upgrade (rate limited, so never "
+        "done at start-up).",
+    ),
+    (
+        "backup",
+        "write the database to a file",
+        "pg_dump's custom format, made with the PostgreSQL tools Kioku ships; by default "
+        "KIOKU_DATA_DIR/backups/kioku-<UTC time>.dump. Safe beside a running bot.",
+    ),
+    (
+        "restore",
+        "replace the database's contents with a backup",
+        "Stop every bot using the database first; the spool must be empty. The restored "
+        "database is then migrated to this version.",
+    ),
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="kioku",
@@ -52,65 +96,26 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action=_Version, help="show the version and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    def command(name: str, summary: str, details: str) -> argparse.ArgumentParser:
+    verbs = {
         # argparse shows a sub-command's help= only in the list of `kioku --help`.
-        return sub.add_parser(
+        name: sub.add_parser(
             name, help=summary, description=f"{summary[0].upper()}{summary[1:]}. {details}"
         )
-
-    run_parser = command(
-        "run",
-        "migrate the database, then connect to Discord",
-        "Needs DISCORD_TOKEN; DATABASE_URL unset means an embedded PostgreSQL in "
-        "KIOKU_DATA_DIR (default ./data). Ctrl-C or SIGTERM stops it.",
-    )
-    run_parser.add_argument(
+        for name, summary, details in _VERBS
+    }
+    verbs["run"].add_argument(
         "--shards",
         metavar="IDS",
         help="shard ids this process runs, e.g. 0-3 or 0,2,5 (needs --shard-count)",
     )
-    run_parser.add_argument(
+    verbs["run"].add_argument(
         "--shard-count", type=int, metavar="N", help="total shards across all processes"
     )
-    command(
-        "migrate",
-        "upgrade the database schema (idempotent)",
-        "Safe to run again, also beside a running bot or another migrate.",
-    )
-    command(
-        "doctor",
-        "check configuration, database and LLM endpoint",
-        "Prints a table; exits 0 when every check passes, 1 otherwise, 2 on an invalid setting.",
-    )
-    command(
-        "console",
-        "chat with the bot in this terminal (no Discord)",
-        "The same pipeline, database and LLM as `kioku run`; /show, /refresh, /help, /quit.",
-    )
-    command(
-        "sync",
-        "publish the slash commands to Discord, then exit",
-        "Needs DISCORD_TOKEN; run once after install or upgrade (rate limited, so never "
-        "done at start-up).",
-    )
-    backup_parser = command(
-        "backup",
-        "write the database to a file",
-        "pg_dump's custom format, made with the PostgreSQL tools Kioku ships; by default "
-        "KIOKU_DATA_DIR/backups/kioku-<UTC time>.dump. Safe beside a running bot.",
-    )
-    backup_parser.add_argument(
+    verbs["backup"].add_argument(
         "file", nargs="?", type=Path, help="the file to write (it must not exist yet)"
     )
-    restore_parser = command(
-        "restore",
-        "replace the database's contents with a backup",
-        "Stop every bot using the database first; the spool must be empty. The restored "
-        "database is then migrated to this version.",
-    )
-    restore_parser.add_argument("file", type=Path, help="a file written by kioku backup")
-    restore_parser.add_argument(
+    verbs["restore"].add_argument("file", type=Path, help="a file written by kioku backup")
+    verbs["restore"].add_argument(
         "--yes", action="store_true", help="replace what is in the database (required)"
     )
     return parser

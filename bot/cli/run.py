@@ -51,10 +51,8 @@ async def serve(
             raise
     except SpoolLocked:  # another run started since check_not_running
         raise CliError(spool_locked_message(settings)) from None
-    except DatabaseUnavailable as exc:
-        raise CliError(str(exc)) from None
-    except StartupFailed as exc:
-        raise CliError(f"start-up failed: {exc}") from None
+    except (DatabaseUnavailable, StartupFailed) as exc:
+        raise _start_failed(exc) from None
     finally:
         await database.close()
     return EXIT_OK
@@ -71,11 +69,16 @@ async def sync(settings: Settings, token: str) -> int:
         async with bot:
             await discord_call(bot.login(token))
             synced = await discord_call(bot.tree.sync())
-    except DatabaseUnavailable as exc:
-        raise CliError(str(exc)) from None
-    except StartupFailed as exc:
-        raise CliError(f"start-up failed: {exc}") from None
+    except (DatabaseUnavailable, StartupFailed) as exc:
+        raise _start_failed(exc) from None
     finally:
         await database.close()
     print(f"published {len(synced)} slash commands: {', '.join(sorted(c.name for c in synced))}")
     return EXIT_OK
+
+
+def _start_failed(exc: DatabaseUnavailable | StartupFailed) -> CliError:
+    """Why the bot did not start, as the one line a verb ends with."""
+    if isinstance(exc, DatabaseUnavailable):
+        return CliError(str(exc))
+    return CliError(f"start-up failed: {exc}")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import discord
 from discord import app_commands
@@ -71,29 +71,42 @@ def describe_receipt(receipt: ForgetReceipt) -> str:
     )
 
 
+class ConfirmAnswers(NamedTuple):
+    """What a :class:`ConfirmView` says when cancelled, timed out, or clicked by another."""
+
+    cancelled: str
+    timed_out: str
+    not_yours: str
+
+
+_FORGET_ANSWERS = ConfirmAnswers(CANCELLED, TIMED_OUT, NOT_YOURS)
+
+
 class ConfirmView(ReportingView):
     """Confirm / Cancel for one user: ``action`` runs only if they confirm in time, and
     its text replaces the prompt. Used by ``/forget-me`` and ``/memories clear``."""
 
     def __init__(
         self,
-        *,
         user_id: int,
         confirm_label: str,
         action: Callable[[], Awaitable[str]],
-        cancelled: str,
-        timed_out: str,
-        not_yours: str,
+        answers: ConfirmAnswers,
     ) -> None:
         super().__init__(timeout=CONFIRM_TIMEOUT)
         self.user_id = user_id
         self.action = action
-        self.cancelled, self.timed_out, self.not_yours = cancelled, timed_out, not_yours
+        self.cancelled, self.timed_out, self.not_yours = answers
         self.confirm.label = confirm_label
         self.origin: discord.Interaction[Any] | None = None
         # Set before the first await of a click: a second click dispatched meanwhile (a
         # double-click) must not run the deletion again.
         self._answered = False
+
+    async def ask(self, interaction: discord.Interaction[Any], prompt: str) -> None:
+        """Answer ``interaction`` with ``prompt`` and the buttons (tidied when they time out)."""
+        self.origin = interaction
+        await answer(interaction, prompt, view=self)
 
     async def interaction_check(self, interaction: discord.Interaction[Any]) -> bool:
         if interaction.user.id != self.user_id:
@@ -151,6 +164,7 @@ NOTHING_TO_CLEAR = "You have no long-term memories to delete."
 CLEAR_CANCELLED = "Nothing was deleted."
 CLEAR_TIMED_OUT = "No answer within a minute: nothing was deleted."
 MEMORIES_NOT_YOURS = "These buttons belong to the person who ran the command."
+_CLEAR_ANSWERS = ConfirmAnswers(CLEAR_CANCELLED, CLEAR_TIMED_OUT, MEMORIES_NOT_YOURS)
 CROSS_CONTEXT_EFFECT = {
     True: (
         "in our DMs I may use what I remember about you from servers: the memories of "
@@ -252,6 +266,11 @@ class MemoriesPager(ReportingView):
         self.previous.disabled = not page.has_previous
         self.next.disabled = not page.has_next
 
+    async def ask(self, interaction: discord.Interaction[Any], prompt: str) -> None:
+        """Answer ``interaction`` with ``prompt`` and the buttons (tidied when they time out)."""
+        self.origin = interaction
+        await answer(interaction, prompt, view=self)
+
     async def interaction_check(self, interaction: discord.Interaction[Any]) -> bool:
         if interaction.user.id == self.user_id:
             return True
@@ -320,16 +339,9 @@ class PrivacyCog(commands.Cog):
             )
             return describe_receipt(receipt)
 
-        view = ConfirmView(
-            user_id=user_id,
-            confirm_label="Delete my memories",
-            action=forget,
-            cancelled=CANCELLED,
-            timed_out=TIMED_OUT,
-            not_yours=NOT_YOURS,
+        await ConfirmView(user_id, "Delete my memories", forget, _FORGET_ANSWERS).ask(
+            interaction, EXPLANATION
         )
-        view.origin = interaction
-        await answer(interaction, EXPLANATION, view=view)
 
     @memories.command(name="list", description="Show what the bot remembers about you")
     async def memories_list(self, interaction: discord.Interaction[KiokuBot]) -> None:
@@ -432,21 +444,12 @@ class PrivacyCog(commands.Cog):
             count = plural(deleted, "long-term memory", "long-term memories")
             return f"**Done.** I deleted {count}."
 
-        view = ConfirmView(
-            user_id=user_id,
-            confirm_label="Delete all my long-term memories",
-            action=clear,
-            cancelled=CLEAR_CANCELLED,
-            timed_out=CLEAR_TIMED_OUT,
-            not_yours=MEMORIES_NOT_YOURS,
-        )
-        view.origin = interaction
-        await answer(
+        view = ConfirmView(user_id, "Delete all my long-term memories", clear, _CLEAR_ANSWERS)
+        await view.ask(
             interaction,
             f"**Clear long-term memory**\nThis deletes all "
             f"{plural(total, 'long-term memory', 'long-term memories')} I keep about you, "
             "from every server and our DMs. This cannot be undone.",
-            view=view,
         )
 
 

@@ -22,8 +22,8 @@ import errno
 import logging
 import time
 import weakref
-from collections.abc import AsyncIterator
-from typing import Any, Literal
+from collections.abc import AsyncIterator, Callable
+from typing import Any, Literal, TypeVar
 
 from sqlalchemy import event, text
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
@@ -33,6 +33,8 @@ from sqlalchemy.orm import Session
 from bot.vocabulary import MemoryUnavailable
 
 log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 DB_TIMEOUT_SECONDS = 5.0
 # A probe of a database marked down: SELECT 1 must answer within this, and probes start
@@ -150,10 +152,19 @@ _breakers: weakref.WeakKeyDictionary[async_sessionmaker[AsyncSession], _Breaker]
 
 
 def _breaker(sessions: async_sessionmaker[AsyncSession]) -> _Breaker:
-    breaker = _breakers.get(sessions)
-    if breaker is None:
-        breaker = _breakers[sessions] = _Breaker()
-    return breaker
+    return _of_database(_breakers, sessions, _Breaker)
+
+
+def _of_database(
+    table: weakref.WeakKeyDictionary[async_sessionmaker[AsyncSession], _T],
+    sessions: async_sessionmaker[AsyncSession],
+    make: Callable[[], _T],
+) -> _T:
+    """What ``table`` holds for ``sessions``' database, made on first use."""
+    held = table.get(sessions)
+    if held is None:
+        held = table[sessions] = make()
+    return held
 
 
 def database_down(sessions: async_sessionmaker[AsyncSession]) -> bool:
@@ -391,10 +402,7 @@ _plans: weakref.WeakKeyDictionary[async_sessionmaker[AsyncSession], FaultPlan] =
 
 def faults(sessions: async_sessionmaker[AsyncSession]) -> FaultPlan:
     """The fault plan of ``sessions``' database (tests, drills): empty until told."""
-    plan = _plans.get(sessions)
-    if plan is None:
-        plan = _plans[sessions] = FaultPlan()
-    return plan
+    return _of_database(_plans, sessions, FaultPlan)
 
 
 def open_session(

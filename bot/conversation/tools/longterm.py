@@ -4,6 +4,7 @@ the STM tool when the user explicitly asks to remember or forget (SPEC §6)."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -46,89 +47,66 @@ NO_FULL_MATCH = (
 CANDIDATE_CHARS = 200
 
 
-def remember_definition(max_fact_chars: int = 500) -> dict[str, Any]:
+def _function(
+    name: str, description: str, properties: dict[str, Any], required: list[str] | None
+) -> dict[str, Any]:
+    """A Chat Completions tool definition taking an object of ``properties`` and no other."""
+    parameters: dict[str, Any] = {"type": "object", "properties": properties}
+    if required is not None:
+        parameters["required"] = required
+    parameters["additionalProperties"] = False
     return {
         "type": "function",
-        "function": {
-            "name": REMEMBER_TOOL_NAME,
-            "description": (
-                "Save one fact about the user in their long-term memory, because they "
-                "explicitly asked you to remember it. Write it as a short, self-contained "
-                "statement in the user's perspective (e.g. 'My cat is called Miso'). One "
-                "fact per call. If a similar fact is already saved it is updated instead. "
-                f"At most {max_fact_chars} characters. Never store passwords or tokens."
-            ),
-            "parameters": {
-                "type": "object",
-                "properties": {
-                    "fact": {
-                        "type": "string",
-                        "description": "The fact to remember, as a complete sentence.",
-                        "maxLength": max_fact_chars,
-                    }
-                },
-                "required": ["fact"],
-                "additionalProperties": False,
-            },
-        },
+        "function": {"name": name, "description": description, "parameters": parameters},
     }
+
+
+def _string(description: str, max_length: int) -> dict[str, Any]:
+    """A string property of at most ``max_length`` characters."""
+    return {"type": "string", "description": description, "maxLength": max_length}
+
+
+def remember_definition(max_fact_chars: int = 500) -> dict[str, Any]:
+    return _function(
+        REMEMBER_TOOL_NAME,
+        "Save one fact about the user in their long-term memory, because they "
+        "explicitly asked you to remember it. Write it as a short, self-contained "
+        "statement in the user's perspective (e.g. 'My cat is called Miso'). One "
+        "fact per call. If a similar fact is already saved it is updated instead. "
+        f"At most {max_fact_chars} characters. Never store passwords or tokens.",
+        {"fact": _string("The fact to remember, as a complete sentence.", max_fact_chars)},
+        ["fact"],
+    )
 
 
 def recall_definition() -> dict[str, Any]:
-    return {
-        "type": "function",
-        "function": {
-            "name": RECALL_TOOL_NAME,
-            "description": (
-                "Search the user's long-term memory for saved facts (full-text, by words). "
-                "Returns matching facts with their ids, best match first."
-            ),
-            "parameters": {
-                "type": "object",
-                "properties": {
-                    "query": {
-                        "type": "string",
-                        "description": "Words to look for, e.g. 'cat name'.",
-                        "maxLength": MAX_QUERY_CHARS,
-                    }
-                },
-                "required": ["query"],
-                "additionalProperties": False,
-            },
-        },
-    }
+    return _function(
+        RECALL_TOOL_NAME,
+        "Search the user's long-term memory for saved facts (full-text, by words). "
+        "Returns matching facts with their ids, best match first.",
+        {"query": _string("Words to look for, e.g. 'cat name'.", MAX_QUERY_CHARS)},
+        ["query"],
+    )
 
 
 def forget_definition() -> dict[str, Any]:
-    return {
-        "type": "function",
-        "function": {
-            "name": FORGET_TOOL_NAME,
-            "description": (
-                "Delete one fact from the user's long-term memory, because they asked you "
-                "to forget it. Give `fact_id` (from `recall`) or a `query`; with a query "
-                "the fact holding every word of it is deleted (if several do, none is "
-                "deleted and their ids are listed: call again with the right `fact_id`). "
-                "Give exactly one of the two."
-            ),
-            "parameters": {
-                "type": "object",
-                "properties": {
-                    "fact_id": {
-                        "type": "integer",
-                        "description": "The id of the fact to delete.",
-                        "minimum": 1,
-                    },
-                    "query": {
-                        "type": "string",
-                        "description": "Words of the fact to delete, e.g. 'cat name'.",
-                        "maxLength": MAX_QUERY_CHARS,
-                    },
-                },
-                "additionalProperties": False,
+    return _function(
+        FORGET_TOOL_NAME,
+        "Delete one fact from the user's long-term memory, because they asked you "
+        "to forget it. Give `fact_id` (from `recall`) or a `query`; with a query "
+        "the fact holding every word of it is deleted (if several do, none is "
+        "deleted and their ids are listed: call again with the right `fact_id`). "
+        "Give exactly one of the two.",
+        {
+            "fact_id": {
+                "type": "integer",
+                "description": "The id of the fact to delete.",
+                "minimum": 1,
             },
+            "query": _string("Words of the fact to delete, e.g. 'cat name'.", MAX_QUERY_CHARS),
         },
-    }
+        None,
+    )
 
 
 # ------------------------------------------------------------------ parsing
@@ -247,30 +225,71 @@ def long_term_tools(
 
     ``opted_in`` (to cross-context memory) lets them reach server facts from a DM.
     """
-    remembered = 0
-    place = _place_here(channel_id, may_show)
+    turn = _TurnTools(
+        service,
+        user_id,
+        guild_id,
+        source_message_id,
+        model,
+        opted_in,
+        place=_place_here(channel_id, may_show),
+        may_show=may_show,
+        started_at=started_at,
+    )
+    runners: dict[str, Callable[[str | None], Awaitable[ToolOutcome]]] = {
+        REMEMBER_TOOL_NAME: turn.remember,
+        RECALL_TOOL_NAME: turn.recall,
+        FORGET_TOOL_NAME: turn.forget,
+    }
+    definitions = {
+        REMEMBER_TOOL_NAME: remember_definition(service.limits.max_fact_chars),
+        RECALL_TOOL_NAME: recall_definition(),
+        FORGET_TOOL_NAME: forget_definition(),
+    }
+    return {name: ToolSpec(definitions[name], runners[name]) for name in LONG_TERM_TOOL_NAMES}
 
-    async def remember(raw: str | None) -> ToolOutcome:
-        nonlocal remembered
+
+@dataclass(slots=True)
+class _TurnTools:
+    """The long-term tools of one turn: who asks, from where, and how many facts it saved."""
+
+    service: LongTermService
+    user_id: int
+    guild_id: int | None
+    source_message_id: int | None
+    model: str | None
+    opted_in: bool
+    place: Place | None
+    may_show: ChannelFilter | None
+    started_at: datetime | None
+    remembered: int = 0
+
+    async def remember(self, raw: str | None) -> ToolOutcome:
         try:
             fact = parse_remember_arguments(raw)
         except ToolArgumentError as exc:
             return ToolOutcome.error(f"rejected: {exc}")
-        if remembered >= MAX_REMEMBERS_PER_TURN:
+        if self.remembered >= MAX_REMEMBERS_PER_TURN:
             return ToolOutcome.error(
                 f"rejected: at most {MAX_REMEMBERS_PER_TURN} facts can be saved per turn; "
                 "answer the user now"
             )
-        provenance = Provenance("model_tool", model, user_id, source_message_id)
+        provenance = Provenance("model_tool", self.model, self.user_id, self.source_message_id)
         try:
-            result = await service.remember(
-                user_id, guild_id, fact, provenance, place=place, started_at=started_at
+            result = await self.service.remember(
+                self.user_id,
+                self.guild_id,
+                fact,
+                provenance,
+                place=self.place,
+                started_at=self.started_at,
             )
         except FactRefused as exc:
             return ToolOutcome.error(f"rejected: {exc}")
         except MemoryUnavailable:
             return ToolOutcome.error(UNAVAILABLE)
-        remembered += 1
+        self.remembered += 1
+        limits = self.service.limits
         if result.created:
             text = f"saved as fact #{result.id}"
         else:
@@ -279,23 +298,23 @@ def long_term_tools(
         if REDACTION_MARK in stored and REDACTION_MARK not in fact:
             text += " (secrets in it were redacted)"
         if result.truncated:
-            text += f" (shortened to {service.limits.max_fact_chars} characters)"
+            text += f" (shortened to {limits.max_fact_chars} characters)"
         if result.evicted_ids:
             dropped = ", ".join(f"#{i}" for i in result.evicted_ids)
             text += (
                 f"; the memory was full, so the least-used fact {dropped} was dropped "
-                f"(limit {service.limits.max_facts_per_user} facts)"
+                f"(limit {limits.max_facts_per_user} facts)"
             )
         return ToolOutcome(text, ok=True)
 
-    async def recall(raw: str | None) -> ToolOutcome:
+    async def recall(self, raw: str | None) -> ToolOutcome:
         try:
             query = parse_recall_arguments(raw)
         except ToolArgumentError as exc:
             return ToolOutcome.error(f"rejected: {exc}")
         try:
-            facts = await service.search(
-                user_id, guild_id, query, opted_in=opted_in, may_show=may_show
+            facts = await self.service.search(
+                self.user_id, self.guild_id, query, opted_in=self.opted_in, may_show=self.may_show
             )
         except MemoryUnavailable:
             return ToolOutcome.error(UNAVAILABLE)
@@ -303,21 +322,21 @@ def long_term_tools(
             return ToolOutcome("no saved facts match that query", ok=True)
         return ToolOutcome("\n".join(describe_fact(fact) for fact in facts), ok=True)
 
-    async def forget(raw: str | None) -> ToolOutcome:
+    async def forget(self, raw: str | None) -> ToolOutcome:
         try:
             fact_id, query = parse_forget_arguments(raw)
         except ToolArgumentError as exc:
             return ToolOutcome.error(f"rejected: {exc}")
         try:
-            result = await service.forget(
-                user_id,
+            result = await self.service.forget(
+                self.user_id,
                 fact_id=fact_id,
                 query=query,
-                guild_id=guild_id,
-                opted_in=opted_in,
-                may_show=may_show,
-                actor_user_id=user_id,
-                source_message_id=source_message_id,
+                guild_id=self.guild_id,
+                opted_in=self.opted_in,
+                may_show=self.may_show,
+                actor_user_id=self.user_id,
+                source_message_id=self.source_message_id,
             )
         except MemoryUnavailable:
             return ToolOutcome.error(UNAVAILABLE)
@@ -333,24 +352,13 @@ def long_term_tools(
             if fact_id is not None:
                 return ToolOutcome(f"nothing deleted: this user has no fact #{fact_id}", ok=True)
             return ToolOutcome(NO_FULL_MATCH, ok=True)
-        described = [
-            describe_fact(fact)
-            if visible_here(fact, guild_id, opted_in=opted_in, may_show=may_show)
-            # Deleting by id works for any of the user's facts, but what was said in a
-            # DM or a more private channel is not repeated here.
-            else f"#{fact.id} (saved elsewhere; its text is not shown here)"
-            for fact in result.deleted
-        ]
-        return ToolOutcome("deleted " + "; ".join(described), ok=True)
+        return ToolOutcome(
+            "deleted " + "; ".join(map(self._describe_deleted, result.deleted)), ok=True
+        )
 
-    runners: dict[str, Callable[[str | None], Awaitable[ToolOutcome]]] = {
-        REMEMBER_TOOL_NAME: remember,
-        RECALL_TOOL_NAME: recall,
-        FORGET_TOOL_NAME: forget,
-    }
-    definitions = {
-        REMEMBER_TOOL_NAME: remember_definition(service.limits.max_fact_chars),
-        RECALL_TOOL_NAME: recall_definition(),
-        FORGET_TOOL_NAME: forget_definition(),
-    }
-    return {name: ToolSpec(definitions[name], runners[name]) for name in LONG_TERM_TOOL_NAMES}
+    def _describe_deleted(self, fact: Fact) -> str:
+        if visible_here(fact, self.guild_id, opted_in=self.opted_in, may_show=self.may_show):
+            return describe_fact(fact)
+        # Deleting by id works for any of the user's facts, but what was said in a DM or a
+        # more private channel is not repeated here.
+        return f"#{fact.id} (saved elsewhere; its text is not shown here)"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Collection, Iterable, Sequence
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 from sqlalchemy import (
@@ -18,6 +19,7 @@ from sqlalchemy import (
     DateTime,
     Float,
     Integer,
+    Label,
     and_,
     any_,
     case,
@@ -371,27 +373,65 @@ async def search(
     "ann@example.com" (too slow for every turn's recall). Non-matching facts follow,
     newest first, unless ``matched_only``; ``all_words`` keeps only full matches.
     """
-    age_days = func.greatest(
-        func.extract("epoch", literal(now, DateTime(timezone=True)) - LongTermMemory.updated_at)
-        / 86400.0,
-        0.0,
-    )
-    recency = RECENCY_WEIGHT / (1.0 + age_days / RECENCY_HALF_DAYS)
+    recency = _recency(now)
     # One array parameter, however many facts are hidden.
     shown = not_(LongTermMemory.id == any_(literal(sorted(hidden), ARRAY(BigInteger))))
     where = (LongTermMemory.user_id == user_id, scope_filter(guild_id, opted_in=opted_in), shown)
     if not words.words:
         if matched_only or all_words:
             return []
-        newest = recency.label("score")
-        recent = await session.execute(
-            select(*_COLUMNS, newest)
-            .where(*where)
-            .order_by(newest.desc(), LongTermMemory.id.desc())
-            .limit(limit)
-        )
-        return [ScoredFact(_fact(row), False, float(row.score)) for row in recent]
+        return await _newest(session, where, recency, limit)
+    matched, rank, held = _word_matches(words, whole_words=whole_words)
+    score = (rank + recency).label("score")
+    query = (
+        select(*_COLUMNS, matched.label("matched"), held, score)
+        .where(*where)
+        .order_by(held.desc(), score.desc(), LongTermMemory.id.desc())
+        .limit(limit)
+    )
+    if matched_only:
+        query = query.where(matched)
+    if all_words:
+        query = query.where(held == len(words.groups))
+    rows = await session.execute(query)
+    return [
+        ScoredFact(_fact(row), bool(row.matched), float(row.score), int(row.held)) for row in rows
+    ]
 
+
+async def _newest(
+    session: AsyncSession,
+    where: tuple[ColumnElement[bool], ...],
+    recency: ColumnElement[float | Decimal],
+    limit: int,
+) -> list[ScoredFact]:
+    """The ``limit`` most recent facts ``where`` holds (a query without words)."""
+    newest = recency.label("score")
+    recent = await session.execute(
+        select(*_COLUMNS, newest)
+        .where(*where)
+        .order_by(newest.desc(), LongTermMemory.id.desc())
+        .limit(limit)
+    )
+    return [ScoredFact(_fact(row), False, float(row.score)) for row in recent]
+
+
+def _recency(now: datetime) -> ColumnElement[float | Decimal]:
+    """A fact's score for being recent: :data:`RECENCY_WEIGHT`, halving every
+    :data:`RECENCY_HALF_DAYS` days since its last update."""
+    age_days = func.greatest(
+        func.extract("epoch", literal(now, DateTime(timezone=True)) - LongTermMemory.updated_at)
+        / 86400.0,
+        0.0,
+    )
+    return RECENCY_WEIGHT / (1.0 + age_days / RECENCY_HALF_DAYS)
+
+
+def _word_matches(
+    words: SearchWords, *, whole_words: bool
+) -> tuple[ColumnElement[bool], ColumnElement[float], Label[int]]:
+    """For a query with words: whether a fact matches any of them, its rank by them, and
+    how many of the query's word groups it holds (labelled ``held``)."""
     terms = words.terms
     tsquery = func.websearch_to_tsquery(_SIMPLE, " or ".join(terms))
     full_text = LongTermMemory.content_tsv.bool_op("@@")(tsquery)
@@ -412,22 +452,7 @@ async def search(
     )
     holds = (_holds(group, each) for group, each in zip(groups, found, strict=True))
     held = sum((case((each, 1), else_=0) for each in holds), literal(0, Integer)).label("held")
-    score = (rank + recency).label("score")
-    is_match = matched.label("matched")
-    query = (
-        select(*_COLUMNS, is_match, held, score)
-        .where(*where)
-        .order_by(held.desc(), score.desc(), LongTermMemory.id.desc())
-        .limit(limit)
-    )
-    if matched_only:
-        query = query.where(matched)
-    if all_words:
-        query = query.where(held == len(groups))
-    rows = await session.execute(query)
-    return [
-        ScoredFact(_fact(row), bool(row.matched), float(row.score), int(row.held)) for row in rows
-    ]
+    return matched, rank, held
 
 
 def _holds(group: WordGroup, found: ColumnElement[bool] | None) -> ColumnElement[bool]:

@@ -74,6 +74,27 @@ FORGET_PENDING = (
 )
 
 
+@dataclass(frozen=True, slots=True)
+class _Finding:
+    """How one use finds facts (the options of :func:`repo.search`)."""
+
+    limit: int
+    matched_only: bool = False
+    all_words: bool = False
+    whole_words: bool = False
+
+
+# A turn's recall: the most relevant facts, those matching no word after the others.
+_RECALL = _Finding(RECALL_CANDIDATES)
+# forget_memory's query: only a fact holding every word, also as a whole word of its text.
+_FORGET = _Finding(SEARCH_LIMIT, all_words=True, whole_words=True)
+
+
+def _found_words(limit: int) -> _Finding:
+    """The recall tool's search: only facts holding a word, also as a whole word."""
+    return _Finding(limit, matched_only=True, whole_words=True)
+
+
 class FactRefused(ValueError):
     """Nothing was stored; ``str()`` says why (safe to show the model or the user)."""
 
@@ -224,21 +245,14 @@ class LongTermService:
         now = self.clock.now()
         async with self._storage("remembering a fact") as session, session.begin():
             await repo.lock_user(session, user_id)  # a /forget-me takes it too
-            if self._forget_pending(user_id):
-                raise FactRefused(FORGET_PENDING)
-            if started_at is not None:
-                forgotten = (await stm_repo.forget_times(session, [user_id])).get(user_id)
-                if forgotten is not None and forgotten >= started_at:  # see writes_refused
-                    raise FactRefused(FORGOTTEN_MEANWHILE)
-                cleared = await repo.last_event_at(session, user_id, EVENT_CLEAR)
-                if cleared is not None and cleared >= started_at:
-                    raise FactRefused(CLEARED_MEANWHILE)
+            await self._refuse_if_wiped(session, user_id, started_at)
             existing = await repo.facts_in_scope(session, user_id, guild_id)
             near_duplicate = next(
                 (f for f in reversed(existing) if is_near_duplicate(content, f.content)), None
             )
             events: list[FactEvent] = []
             evicted: list[Fact] = []
+            status: Literal["created", "updated"]
             if near_duplicate is not None:
                 fact = await repo.update_fact(
                     session,
@@ -248,16 +262,9 @@ class LongTermService:
                     now=now,
                     place=place,
                 )
-                status: Literal["created", "updated"] = "updated"
-                chars_before: int | None = len(near_duplicate.content)
+                status, chars_before = "updated", len(near_duplicate.content)
             else:
-                total = await repo.count_facts(session, user_id)
-                overflow = total - self.limits.max_facts_per_user + 1
-                evicted = await repo.evict_least_recalled(session, user_id, overflow)
-                events += [
-                    FactEvent(EVENT_EVICT, user_id, chars_before=len(gone.content), chars_after=0)
-                    for gone in evicted
-                ]
+                evicted = await self._make_room(session, user_id, events)
                 fact = await repo.insert_fact(
                     session,
                     user_id=user_id,
@@ -268,17 +275,7 @@ class LongTermService:
                     place=place,
                 )
                 status, chars_before = "created", None
-            events.append(
-                FactEvent(
-                    EVENT_REMEMBER,
-                    user_id,
-                    origin=provenance.origin,
-                    actor_user_id=provenance.actor_user_id,
-                    message_id=provenance.source_message_id,
-                    chars_before=chars_before,
-                    chars_after=len(content),
-                )
-            )
+            events.append(_remember_event(user_id, provenance, chars_before, len(content)))
             await repo.add_events(session, events, now)
         if evicted:
             log.info(
@@ -287,6 +284,36 @@ class LongTermService:
                 ", ".join(f"#{gone.id}" for gone in evicted),
             )
         return RememberResult(fact.id, status, tuple(gone.id for gone in evicted), truncated, fact)
+
+    async def _refuse_if_wiped(
+        self, session: AsyncSession, user_id: int, started_at: datetime | None
+    ) -> None:
+        """Raise :class:`FactRefused` if the user's facts count as deleted, or were deleted
+        since ``started_at`` (a /forget-me or a /memories clear after the turn began)."""
+        if self._forget_pending(user_id):
+            raise FactRefused(FORGET_PENDING)
+        if started_at is None:
+            return
+        forgotten = (await stm_repo.forget_times(session, [user_id])).get(user_id)
+        if forgotten is not None and forgotten >= started_at:  # see writes_refused
+            raise FactRefused(FORGOTTEN_MEANWHILE)
+        cleared = await repo.last_event_at(session, user_id, EVENT_CLEAR)
+        if cleared is not None and cleared >= started_at:
+            raise FactRefused(CLEARED_MEANWHILE)
+
+    async def _make_room(
+        self, session: AsyncSession, user_id: int, events: list[FactEvent]
+    ) -> list[Fact]:
+        """Evict the user's least-recalled facts so one more fits; their events go to
+        ``events``."""
+        total = await repo.count_facts(session, user_id)
+        overflow = total - self.limits.max_facts_per_user + 1
+        evicted = await repo.evict_least_recalled(session, user_id, overflow)
+        events += [
+            FactEvent(EVENT_EVICT, user_id, chars_before=len(gone.content), chars_after=0)
+            for gone in evicted
+        ]
+        return evicted
 
     async def forget(
         self,
@@ -312,17 +339,8 @@ class LongTermService:
             if target is None:
                 # Only facts this channel may see: one said somewhere more private is
                 # neither found nor deleted (nor named) from here.
-                hits = await repo.search(
-                    session,
-                    user_id=user_id,
-                    guild_id=guild_id,
-                    opted_in=opted_in,
-                    words=SearchWords.of(query or ""),
-                    now=now,
-                    limit=SEARCH_LIMIT,
-                    all_words=True,
-                    whole_words=True,
-                    hidden=await hidden_fact_ids(session, user_id, guild_id, opted_in, may_show),
+                hits = await _search_visible(
+                    session, user_id, guild_id, opted_in, may_show, query or "", now, _FORGET
                 )
                 if len(hits) != 1:
                     return ForgetResult(candidates=tuple(hit.fact for hit in hits))
@@ -383,15 +401,8 @@ class LongTermService:
             return []
         now = self.clock.now()
         async with self._storage("recalling facts") as session, session.begin():
-            hits = await repo.search(
-                session,
-                user_id=user_id,
-                guild_id=guild_id,
-                opted_in=opted_in,
-                words=SearchWords.of(query_text),
-                now=now,
-                limit=RECALL_CANDIDATES,
-                hidden=await hidden_fact_ids(session, user_id, guild_id, opted_in, may_show),
+            hits = await _search_visible(
+                session, user_id, guild_id, opted_in, may_show, query_text, now, _RECALL
             )
             chosen = _within_budget(hits, budget)
             await repo.bump_recall(session, (fact.id for fact in chosen), now)
@@ -412,17 +423,8 @@ class LongTermService:
             return []
         now = self.clock.now()
         async with self._storage("searching facts") as session, session.begin():
-            hits = await repo.search(
-                session,
-                user_id=user_id,
-                guild_id=guild_id,
-                opted_in=opted_in,
-                words=SearchWords.of(query),
-                now=now,
-                limit=limit,
-                matched_only=True,
-                whole_words=True,
-                hidden=await hidden_fact_ids(session, user_id, guild_id, opted_in, may_show),
+            hits = await _search_visible(
+                session, user_id, guild_id, opted_in, may_show, query, now, _found_words(limit)
             )
             await repo.bump_recall(session, (hit.fact.id for hit in hits), now)
         return [hit.fact for hit in hits]
@@ -508,6 +510,48 @@ class LongTermService:
                 or needle in fact.content.casefold()
             ]
         return facts[:limit]
+
+
+async def _search_visible(
+    session: AsyncSession,
+    user_id: int,
+    guild_id: int | None,
+    opted_in: bool,
+    may_show: ChannelFilter | None,
+    query: str,
+    now: datetime,
+    finding: _Finding,
+) -> list[ScoredFact]:
+    """:func:`repo.search` for ``query`` among the user's facts in scope that this channel
+    may see (one said somewhere more private is hidden: :func:`hidden_fact_ids`)."""
+    return await repo.search(
+        session,
+        user_id=user_id,
+        guild_id=guild_id,
+        opted_in=opted_in,
+        words=SearchWords.of(query),
+        now=now,
+        limit=finding.limit,
+        matched_only=finding.matched_only,
+        all_words=finding.all_words,
+        whole_words=finding.whole_words,
+        hidden=await hidden_fact_ids(session, user_id, guild_id, opted_in, may_show),
+    )
+
+
+def _remember_event(
+    user_id: int, provenance: Provenance, chars_before: int | None, chars_after: int
+) -> FactEvent:
+    """The audit event of a fact remembered (``chars_before``: the fact it replaced)."""
+    return FactEvent(
+        EVENT_REMEMBER,
+        user_id,
+        origin=provenance.origin,
+        actor_user_id=provenance.actor_user_id,
+        message_id=provenance.source_message_id,
+        chars_before=chars_before,
+        chars_after=chars_after,
+    )
 
 
 def _within_budget(hits: Sequence[ScoredFact], budget: int) -> list[Fact]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -169,8 +169,7 @@ async def _apply(session: AsyncSession, record: dict[str, Any], origin: str) -> 
         channel_id = int(record["channel"])
         at = record_time(record)
         # The channel's lock is held (see apply_all): the clear time cannot move meanwhile.
-        known = (await stm_repo.clear_times(session, [channel_id])).get(channel_id)
-        if _covered(at, known):
+        if await _covered(stm_repo.clear_times, session, channel_id, at):
             return
         # This process queued its own later writes behind the clear in the spool.
         await delete_channel_rows(
@@ -186,15 +185,21 @@ async def _apply(session: AsyncSession, record: dict[str, Any], origin: str) -> 
         at = record_time(record)
         # The forget lock is held exclusively (see apply_all): no other /forget-me is
         # recorded meanwhile.
-        known = (await stm_repo.forget_times(session, [user_id])).get(user_id)
-        if _covered(at, known):
+        if await _covered(stm_repo.forget_times, session, user_id, at):
             return
         # This process queued its own later writes behind it in the spool.
         await delete_user_rows(session, user_id, at, origin=origin)
 
 
-def _covered(at: datetime | None, recorded: datetime | None) -> bool:
-    """Whether the deletion the database recorded (at ``recorded``) covers one made at ``at``."""
+async def _covered(
+    recorded_times: Callable[[AsyncSession, list[int]], Awaitable[dict[int, datetime]]],
+    session: AsyncSession,
+    wiped_id: int,
+    at: datetime | None,
+) -> bool:
+    """Whether the deletion the database recorded of ``wiped_id`` (a channel cleared, a
+    user forgotten: ``recorded_times`` reads when) covers one made at ``at``."""
+    recorded = (await recorded_times(session, [wiped_id])).get(wiped_id)
     # Replayed already (a crash before the spool was rewritten), or a later wipe deleted
     # everything before it, so what is there now came after. No time: always applied.
     return at is not None and recorded is not None and recorded >= at

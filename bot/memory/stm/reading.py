@@ -58,37 +58,9 @@ class Reader:
 
     async def _hydrate(self, key: ScopeKey, parent_channel_id: int | None) -> StmEntry:
         state = self._state
-        spool, ledger = state.spool, state.ledger
         epoch = state.epoch(key.channel_id)
         writing_at_start = key in state.writing
-        row: StmEntry | None = None
-        # False while the last read was overtaken by a notice (or a /forget-me) about it:
-        # then the result is used once and not cached, so the next use reads again.
-        settled = True
-        unavailable: MemoryUnavailable | None = None
-        wiped_copy: datetime | None = None
-        if spool is not None and spool.latest(key) is not None and ledger.database_down():
-            # What waits in the spool is what a read would fall back on: no need to wait.
-            unavailable = MemoryUnavailable("memory storage is unavailable right now")
-        elif not state.wiped(key.channel_id):
-            try:
-                for _ in range(STALE_READ_RETRIES):
-                    seq = ledger.seq
-                    async with state.storage("hydrating an STM entry") as session:
-                        row = await stm_repo.load_entry(session, key)
-                        wiped_copy = await self._spooled_copy_wiped(session, key, row)
-                    settled = not ledger.since(seq, key)
-                    if settled:
-                        break
-            except MemoryUnavailable as exc:
-                unavailable = exc
-            else:
-                if wiped_copy is not None and spool is not None:
-                    # As a notice of that wipe would (see Notices): shown empty from now
-                    # on, so the next write is built on an empty memory, not on the copy.
-                    spool.blank_copy(key, wiped_copy)
-                    if key not in state.writing:
-                        state.cache.pop(key)
+        row, settled, unavailable = await self._load_row(key)
         # Looked up after the read: a spooled write or deletion may have landed meanwhile.
         spooled = state.spool.latest(key) if state.spool is not None else None
         if unavailable is not None and spooled is None:
@@ -104,30 +76,81 @@ class Reader:
             # the row (not theirs), and the next use reads what is there now.
             row = None
             settled = False
-        entry = state.fresh(key, parent_channel_id)
-        if row is not None:
-            if state.cache.is_expired(row) or state.withheld(row):
-                # Keep only the version (and which row) so the next write still
-                # supersedes the row.
-                entry.version, entry.created_at = row.version, row.created_at
-            else:
-                entry = row
+        entry = self._entry_of(key, parent_channel_id, row)
         existing = state.cache.get(key)
-        if existing is not None and (
-            not ledger.deaf
-            or key in state.writing
-            or (
-                row is not None
-                and existing.version == entry.version
-                and existing.updated_at == entry.updated_at
-            )
-        ):  # a write landed while we were loading (or, deaf, the row is what we hold)
+        if existing is not None and self._keeps_cached(key, existing, entry, row):
             return existing
         # A write of this process to the key is on its way (its entry was evicted
         # meanwhile): the row read may predate it, so it is used once, not cached.
         if settled and key not in state.writing and not writing_at_start:
             state.cache.put(entry)
         return entry
+
+    async def _load_row(
+        self, key: ScopeKey
+    ) -> tuple[StmEntry | None, bool, MemoryUnavailable | None]:
+        """The row of ``key`` as the database holds it (None: none, or not read); whether
+        the read was settled (False while the last read was overtaken by a notice, or a
+        /forget-me, about it: then the result is used once and not cached, so the next
+        use reads again); and why it could not be read."""
+        state = self._state
+        spool, ledger = state.spool, state.ledger
+        if spool is not None and spool.latest(key) is not None and ledger.database_down():
+            # What waits in the spool is what a read would fall back on: no need to wait.
+            return None, True, MemoryUnavailable("memory storage is unavailable right now")
+        row: StmEntry | None = None
+        settled = True
+        if state.wiped(key.channel_id):
+            return row, settled, None
+        wiped_copy: datetime | None = None
+        try:
+            for _ in range(STALE_READ_RETRIES):
+                seq = ledger.seq
+                async with state.storage("hydrating an STM entry") as session:
+                    row = await stm_repo.load_entry(session, key)
+                    wiped_copy = await self._spooled_copy_wiped(session, key, row)
+                settled = not ledger.since(seq, key)
+                if settled:
+                    break
+        except MemoryUnavailable as exc:
+            return row, settled, exc
+        if wiped_copy is not None and spool is not None:
+            # As a notice of that wipe would (see Notices): shown empty from now on, so
+            # the next write is built on an empty memory, not on the copy.
+            spool.blank_copy(key, wiped_copy)
+            if key not in state.writing:
+                state.cache.pop(key)
+        return row, settled, None
+
+    def _entry_of(
+        self, key: ScopeKey, parent_channel_id: int | None, row: StmEntry | None
+    ) -> StmEntry:
+        """The live entry ``row`` hydrates: the row itself, or a new empty entry."""
+        entry = self._state.fresh(key, parent_channel_id)
+        if row is not None:
+            if self._state.cache.is_expired(row) or self._state.withheld(row):
+                # Keep only the version (and which row) so the next write still
+                # supersedes the row.
+                entry.version, entry.created_at = row.version, row.created_at
+            else:
+                entry = row
+        return entry
+
+    def _keeps_cached(
+        self, key: ScopeKey, existing: StmEntry, entry: StmEntry, row: StmEntry | None
+    ) -> bool:
+        """Whether the entry cached meanwhile (``existing``) wins over the one just read: a
+        write landed while we were loading (or, deaf, the row is what we hold)."""
+        state = self._state
+        return (
+            not state.ledger.deaf
+            or key in state.writing
+            or (
+                row is not None
+                and existing.version == entry.version
+                and existing.updated_at == entry.updated_at
+            )
+        )
 
     async def _spooled_copy_wiped(
         self, session: AsyncSession, key: ScopeKey, row: StmEntry | None

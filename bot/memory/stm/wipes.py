@@ -49,32 +49,12 @@ class Wipes:
         async with state.locks(channel_id):
             state.new_epoch(channel_id)
             state.tombstones.add(channel_id)
-            # The receipt counts memories, not the empty entries a mere read caches.
-            held = 0
-            for key in state.cache.keys_of_channel(channel_id):
-                popped = state.cache.pop(key)
-                if popped is not None and popped.has_content:
-                    held += 1
+            held = self._drop_cached(channel_id)
             state.windows.clear(channel_id)
             at = state.clock.now()
             sessions = state.sessions
             try:
-                if self._pending.skip_database():
-                    raise NotTried
-                async with asyncio.timeout(DB_TIMEOUT_SECONDS):
-                    async with (
-                        open_session(sessions, "clearing a channel") as session,
-                        session.begin(),
-                    ):
-                        rows = await delete_channel_rows(
-                            session,
-                            channel_id,
-                            state.clock.now,  # read once the channel's lock is held
-                            guild_id=guild_id,
-                            actor_user_id=actor_user_id,
-                            origin=state.instance_id,
-                            notify=state.notify,
-                        )
+                rows = await self._delete_channel_rows(channel_id, guild_id, actor_user_id)
             except Exception as exc:
                 deletion_deferred(sessions, f"clearing channel {channel_id}", exc)
                 try:
@@ -99,6 +79,40 @@ class Wipes:
             # for it is wiped too (as the database, and every other process, has it).
             state.windows.clear(channel_id)
             return ClearReceipt(rows=rows, cache_entries=held)
+
+    def _drop_cached(self, channel_id: int) -> int:
+        """Drop the channel's entries from the cache; how many held a memory (the receipt
+        counts memories, not the empty entries a mere read caches)."""
+        state = self._state
+        held = 0
+        for key in state.cache.keys_of_channel(channel_id):
+            popped = state.cache.pop(key)
+            if popped is not None and popped.has_content:
+                held += 1
+        return held
+
+    async def _delete_channel_rows(
+        self, channel_id: int, guild_id: int | None, actor_user_id: int | None
+    ) -> int:
+        """Delete the channel's rows in the database (raises :class:`NotTried` while the
+        database is skipped); how many were deleted."""
+        state = self._state
+        if self._pending.skip_database():
+            raise NotTried
+        async with asyncio.timeout(DB_TIMEOUT_SECONDS):
+            async with (
+                open_session(state.sessions, "clearing a channel") as session,
+                session.begin(),
+            ):
+                return await delete_channel_rows(
+                    session,
+                    channel_id,
+                    state.clock.now,  # read once the channel's lock is held
+                    guild_id=guild_id,
+                    actor_user_id=actor_user_id,
+                    origin=state.instance_id,
+                    notify=state.notify,
+                )
 
     def _clear_not_done(self, channel_id: int) -> None:
         """A clear reported as not done: the rows stay, and may be read again (what was

@@ -47,6 +47,24 @@ log = logging.getLogger(__name__)
 Origin = Literal["model_tool", "summarizer", "admin", "user_command", "import"]
 
 
+def _update_events(
+    before: Sequence[StmEntry], entries: Sequence[StmEntry], turn: TurnState, origin: Origin
+) -> list[EventRecord]:
+    """The audit event of each entry an update changed (sizes, never the text)."""
+    return [
+        EventRecord(
+            "update",
+            key=after.key,
+            origin=origin,
+            actor_user_id=turn.user_id,
+            message_id=turn.source_message_id,
+            chars_before=old.chars(),
+            chars_after=after.chars(),
+        )
+        for old, after in zip(before, entries, strict=True)
+    ]
+
+
 class Writer:
     """Writes STM: at most one update per turn, never reported saved unless it is stored
     (or durably spooled), never over a wipe made after its turn started."""
@@ -78,6 +96,42 @@ class Writer:
         caller built the update on). ``detail``: the provenance's detail (by default the
         model's name for the model's and the summarizer's writes)."""
         state = self._state
+        change = await self._change(turn, origin, summary, categories)
+        if isinstance(change, WriteResult):
+            return change
+        if detail is None and origin in ("model_tool", "summarizer"):
+            detail = turn.model
+        provenance = Provenance(origin, detail, turn.user_id, turn.source_message_id)
+        async with state.locks(turn.channel_id):
+            entries = await self._entries(turn)
+            if isinstance(entries, WriteResult):
+                return entries
+            # Again: the settings may have changed while this write waited for the lock.
+            config = await self._current_config(turn, origin)
+            if isinstance(config, WriteResult):
+                return config
+            # Checked after the awaits above, with no await until the cache is mutated.
+            refused = self._refused_in_lock(
+                turn, entries[0], config, origin, marker, expected_version, categories=change[1]
+            )
+            if refused is not None:
+                return refused
+            before = [replace(e, categories=dict(e.categories)) for e in entries]
+            self._apply(turn, entries, change, config, marker or turn.marker, provenance)
+            result = await self._write(entries, before, turn, origin)
+            if result.ok and origin == "model_tool":
+                turn.stm_updated = True
+            return result
+
+    async def _change(
+        self,
+        turn: TurnState,
+        origin: Origin,
+        summary: str | None,
+        categories: Mapping[str, str] | None,
+    ) -> tuple[str | None, dict[str, str] | None] | WriteResult:
+        """The sanitized summary or category values, or why the write is refused before
+        the channel's lock is taken."""
         if origin == "model_tool":
             reason = turn.stm_block_reason()
             if reason is not None:
@@ -85,84 +139,96 @@ class Writer:
         config = await self._current_config(turn, origin)
         if isinstance(config, WriteResult):
             return config
-        change = sanitized_change(config, summary, categories)
-        if isinstance(change, WriteResult):
-            return change
-        new_summary, new_categories = change
-        if detail is None and origin in ("model_tool", "summarizer"):
-            detail = turn.model
-        provenance = Provenance(origin, detail, turn.user_id, turn.source_message_id)
-        async with state.locks(turn.channel_id):
-            try:
-                entries = [
-                    await self._reader.entry(key, parent_channel_id=turn.parent_channel_id)
-                    for key in turn.write_keys
-                ]
-            except MemoryUnavailable:
-                return rejected(REASON_STORAGE)
-            # Again: the settings may have changed while this write waited for the lock.
-            config = await self._current_config(turn, origin)
-            if isinstance(config, WriteResult):
-                return config
-            # Checked after the awaits above, with no await until the cache is mutated.
-            if state.epoch(turn.channel_id) != turn.epoch:
-                return rejected(REASON_CLEARED)
-            if (
-                turn.history_trimmed
-                and marker is None
-                and entries[0].marker != turn.marker_at_start
-            ):
-                # Built on part of what the marker, moved meanwhile, now claims is covered.
-                return rejected(REASON_CHANGED)
-            if origin == "model_tool" and turn.stm_updated:
-                return rejected(REASON_ALREADY_UPDATED)
-            if expected_version is not None and entries[0].version != expected_version:
-                return rejected(REASON_CHANGED)
-            if new_categories is not None and not keeps_a_value(entries[0], new_categories, config):
-                return rejected(REASON_ALL_EMPTY)
-            # Every key of one write holds the same text, so every row carries the whole
-            # conversation's contributors: /forget-me must find the user's words in other
-            # users' copies too, not only in the channel's row.
-            contributors = self._contributors(turn, entries[0], marker or turn.marker)
-            contributors |= turn.shown_contributors() | turn.read_authors
-            contributors |= turn.memory_contributors
-            for entry in entries:
-                contributors |= set(entry.contributor_ids)
-            before = [replace(e, categories=dict(e.categories)) for e in entries]
-            now = state.clock.now()
-            for entry in entries:
-                apply_change(
-                    entry,
-                    summary=new_summary,
-                    categories=new_categories,
-                    config=config,
-                    marker=marker or turn.marker,
-                    contributors=contributors,
-                    provenance=provenance,
-                    now=now,
-                )
-                state.cache.put(entry)  # re-insert: the TTL restarts from this update
-            events = [
-                EventRecord(
-                    "update",
-                    key=after.key,
-                    origin=origin,
-                    actor_user_id=turn.user_id,
-                    message_id=turn.source_message_id,
-                    chars_before=old.chars(),
-                    chars_after=after.chars(),
-                )
-                for old, after in zip(before, entries, strict=True)
+        return sanitized_change(config, summary, categories)
+
+    async def _entries(self, turn: TurnState) -> list[StmEntry] | WriteResult:
+        """The live entries of every key ``turn`` writes, or why they cannot be read."""
+        try:
+            return [
+                await self._reader.entry(key, parent_channel_id=turn.parent_channel_id)
+                for key in turn.write_keys
             ]
-            keys = [e.key for e in entries]
-            state.writing.update(keys)
-            try:
-                result = await self._persist(entries, events, before, turn)
-            finally:
-                state.writing -= Counter(keys)
-            if result.ok and origin == "model_tool":
-                turn.stm_updated = True
-            return result
+        except MemoryUnavailable:
+            return rejected(REASON_STORAGE)
+
+    def _refused_in_lock(
+        self,
+        turn: TurnState,
+        channel_entry: StmEntry,
+        config: GuildConfig,
+        origin: Origin,
+        marker: Marker | None,
+        expected_version: int | None,
+        *,
+        categories: Mapping[str, str] | None,
+    ) -> WriteResult | None:
+        """Why the write must be refused, judged on the entries as they are under the
+        channel's lock (``channel_entry``: the first key's), or None."""
+        if self._state.epoch(turn.channel_id) != turn.epoch:
+            return rejected(REASON_CLEARED)
+        if turn.history_trimmed and marker is None and channel_entry.marker != turn.marker_at_start:
+            # Built on part of what the marker, moved meanwhile, now claims is covered.
+            return rejected(REASON_CHANGED)
+        if origin == "model_tool" and turn.stm_updated:
+            return rejected(REASON_ALREADY_UPDATED)
+        if expected_version is not None and channel_entry.version != expected_version:
+            return rejected(REASON_CHANGED)
+        if categories is not None and not keeps_a_value(channel_entry, categories, config):
+            return rejected(REASON_ALL_EMPTY)
+        return None
+
+    def _apply(
+        self,
+        turn: TurnState,
+        entries: Sequence[StmEntry],
+        change: tuple[str | None, Mapping[str, str] | None],
+        config: GuildConfig,
+        marker: Marker | None,
+        provenance: Provenance,
+    ) -> None:
+        """Change the live cache entries of the write (``change``: the sanitized summary or
+        category values), each with every contributor."""
+        state = self._state
+        summary, categories = change
+        # Every key of one write holds the same text, so every row carries the whole
+        # conversation's contributors: /forget-me must find the user's words in other
+        # users' copies too, not only in the channel's row.
+        contributors = self._contributors(turn, entries[0], marker)
+        contributors |= turn.shown_contributors() | turn.read_authors
+        contributors |= turn.memory_contributors
+        for entry in entries:
+            contributors |= set(entry.contributor_ids)
+        now = state.clock.now()
+        for entry in entries:
+            apply_change(
+                entry,
+                summary=summary,
+                categories=categories,
+                config=config,
+                marker=marker,
+                contributors=contributors,
+                provenance=provenance,
+                now=now,
+            )
+            state.cache.put(entry)  # re-insert: the TTL restarts from this update
+
+    async def _write(
+        self,
+        entries: Sequence[StmEntry],
+        before: Sequence[StmEntry],
+        turn: TurnState,
+        origin: Origin,
+    ) -> WriteResult:
+        """Persist the update of ``entries`` (built on ``before``) and its audit events
+        (:meth:`_persist`), their keys marked "being written" meanwhile."""
+        state = self._state
+        events = _update_events(before, entries, turn, origin)
+        keys = [e.key for e in entries]
+        state.writing.update(keys)
+        try:
+            return await self._persist(entries, events, before, turn)
+        finally:
+            state.writing -= Counter(keys)
 
     async def admin_edit(
         self,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from collections.abc import Set as AbstractSet
 from typing import Final
 
@@ -125,10 +126,30 @@ def _redact(text: str, *, cut: bool = False) -> tuple[str, list[str]]:
     text = _redact_regions(text, kinds, words)
     if not text:
         return text, kinds
+    passes = _Passes(text, words, kinds, cut)
+    _redact_url_userinfo(passes)
+    _redact_tokens(passes)
+    _redact_credentials(passes)
+    return passes.text, kinds
 
-    found: dict[str, str] = {}  # each token redacted (whole match) -> its kind
+
+class _Passes:
+    """One text on its way through the passes: the text so far, the kinds reported and
+    each token redacted (whole match -> its kind)."""
+
+    __slots__ = ("cut", "found", "kinds", "lowered", "text", "words")
+
+    def __init__(self, text: str, words: AbstractSet[str], kinds: list[str], cut: bool) -> None:
+        self.text = text
+        self.words = words
+        self.kinds = kinds
+        self.cut = cut
+        self.found: dict[str, str] = {}
+        # `text.lower()`, kept for the anchored passes while the text keeps its length.
+        self.lowered: str | None = None
 
     def sub(
+        self,
         pattern: regex.Pattern[str],
         replace: Replacer,
         kind: str,
@@ -136,107 +157,123 @@ def _redact(text: str, *, cut: bool = False) -> tuple[str, list[str]]:
         token: bool,
         gate: tuple[str, ...] | None = None,
     ) -> None:
-        nonlocal text
-        if gate is not None and words.isdisjoint(gate):
+        """Run ``pattern`` over the text (unless no ``gate`` word is in it)."""
+        if gate is not None and self.words.isdisjoint(gate):
             return
         # One scan: the matches `pattern.sub` would replace, judged in order.
-        pieces: list[str] = []
-        pos = 0
-        for match in pattern.finditer(text):
-            replacement, reported = replace(match, kind, cut)
-            if reported is None:
-                continue
-            kinds.append(reported)
-            if token and replacement == marker(reported):
-                found[match.group(0)] = reported
-            pieces += [text[pos : match.start()], replacement]
-            pos = match.end()
-        if pieces:
-            pieces.append(text[pos:])
-            text = "".join(pieces)
-
-    lowered: str | None = None
+        found = self.found if token else None
+        matches = pattern.finditer(self.text)
+        self.text = _replace_matches(self.text, matches, replace, kind, self.cut, self.kinds, found)
 
     def anchored(
+        self,
         pattern: regex.Pattern[str],
         replace: Replacer,
         word_finders: dict[str, regex.Pattern[str]],
         *,
         at_word_start: bool = False,
     ) -> None:
-        # Like `sub` for a credential pass, tried only next to its key words (the finders
-        # of the keywords the scan found).
-        nonlocal text, lowered
-        present = [finder for word, finder in word_finders.items() if word in words]
+        """Like :meth:`sub` for a credential pass, tried only next to its key words (the
+        finders of the keywords the scan found)."""
+        present = [finder for word, finder in word_finders.items() if word in self.words]
         if not present:
             return
-        if lowered is None or len(lowered) != len(text):
-            lowered = text.lower()
-        matches = anchored_matches(pattern, text, lowered, present, at_word_start=at_word_start)
-        changed = _replace_matches(text, matches, replace, cut, kinds)
+        text = self.text
+        if self.lowered is None or len(self.lowered) != len(text):
+            self.lowered = text.lower()
+        matches = anchored_matches(
+            pattern, text, self.lowered, present, at_word_start=at_word_start
+        )
+        changed = _replace_matches(text, matches, replace, "credential", self.cut, self.kinds)
         if changed is not text:
-            text, lowered = changed, None
+            self.text, self.lowered = changed, None
 
-    sub(
+
+def _redact_url_userinfo(passes: _Passes) -> None:
+    """Passwords and tokens in the userinfo of URLs."""
+    cut = passes.cut
+    passes.sub(
         URL_CREDENTIALS_AT_CUT if cut else URL_CREDENTIALS,
         replace_url,
         "url_credentials",
         token=False,
         gate=URL_GATE,
     )
-    sub(
+    passes.sub(
         URL_TOKEN_USERINFO_AT_CUT if cut else URL_TOKEN_USERINFO,
         replace_url_token,
         "url_credentials",
         token=False,
         gate=URL_GATE,
     )
+
+
+def _redact_tokens(passes: _Passes) -> None:
+    """Tokens by their shape, then wherever else they stand, then split over a break."""
     swept, rounds = True, 0
     while swept and rounds < _MAX_SWEEP_ROUNDS:
         rounds += 1
-        possible = possible_token_kinds(text, words)
+        possible = possible_token_kinds(passes.text, passes.words)
         for kind, pattern in TOKEN_PATTERNS:
             if kind in possible:
-                sub(pattern, replace_token, kind, token=True)
-        text = redact_provider_tokens(text, words, kinds, found)
-        text = _redact_aws_secret_pairs(text, kinds, found)
+                passes.sub(pattern, replace_token, kind, token=True)
+        passes.text = redact_provider_tokens(passes.text, passes.words, passes.kinds, passes.found)
+        passes.text = _redact_aws_secret_pairs(passes.text, passes.kinds, passes.found)
         # A token recognised once is hidden everywhere, also glued to other text (`0sk-…`)
         # where its shape alone would not give it away.  A marker put there can end the
         # word before it (an `AKIA…` glued to `sk-…`), so the token passes run again.
-        swept = False
-        for secret in sorted(found, key=len, reverse=True):
-            if len(secret) >= _MIN_SWEPT_SECRET and secret in text:
-                kinds.extend([found[secret]] * text.count(secret))
-                text = text.replace(secret, marker(found[secret]))
-                swept = True
-    if may_be_split(text, words):
-        text = join_split_tokens(text, _redact, kinds)
-    if found:
-        text = swallow_token_tails(text)
-    sub(PASSWORD, replace_password, "credential", token=False, gate=PASSWORD_GATE)
-    sub(PASSWORD_STATED, replace_password, "credential", token=False, gate=PASSWORD_GATE)
-    sub(CLI_PASSWORD, replace_pair, "credential", token=False, gate=CLI_GATE)
-    sub(USER_PASS, replace_pair, "credential", token=False, gate=USER_PASS_GATE)
-    anchored(PASSWORD_SPACED, replace_spaced, _PASSWORD_FINDERS)
-    anchored(CREDENTIAL_STATED, replace_stated_credential, _CREDENTIAL_FINDERS)
-    anchored(PIN, replace_pin, _PIN_FINDERS, at_word_start=True)
-    sub(CREDENTIAL, replace_credential, "credential", token=False, gate=CREDENTIAL_GATE)
-    anchored(KEY_SPACED, replace_spaced, KEY_SPACED_FINDERS)
-    sub(BEARER, replace_bearer, "bearer", token=False, gate=BEARER_GATE)
-    return text, kinds
+        swept = _sweep_found(passes)
+    if may_be_split(passes.text, passes.words):
+        passes.text = join_split_tokens(passes.text, _redact, passes.kinds)
+    if passes.found:
+        passes.text = swallow_token_tails(passes.text)
+
+
+def _sweep_found(passes: _Passes) -> bool:
+    """Hide each long token found so far wherever else it stands; whether any was."""
+    found, swept = passes.found, False
+    for secret in sorted(found, key=len, reverse=True):
+        if len(secret) >= _MIN_SWEPT_SECRET and secret in passes.text:
+            passes.kinds.extend([found[secret]] * passes.text.count(secret))
+            passes.text = passes.text.replace(secret, marker(found[secret]))
+            swept = True
+    return swept
+
+
+def _redact_credentials(passes: _Passes) -> None:
+    """Passwords, PINs, keyed secrets and bearer tokens, by the words next to them."""
+    passes.sub(PASSWORD, replace_password, "credential", token=False, gate=PASSWORD_GATE)
+    passes.sub(PASSWORD_STATED, replace_password, "credential", token=False, gate=PASSWORD_GATE)
+    passes.sub(CLI_PASSWORD, replace_pair, "credential", token=False, gate=CLI_GATE)
+    passes.sub(USER_PASS, replace_pair, "credential", token=False, gate=USER_PASS_GATE)
+    passes.anchored(PASSWORD_SPACED, replace_spaced, _PASSWORD_FINDERS)
+    passes.anchored(CREDENTIAL_STATED, replace_stated_credential, _CREDENTIAL_FINDERS)
+    passes.anchored(PIN, replace_pin, _PIN_FINDERS, at_word_start=True)
+    passes.sub(CREDENTIAL, replace_credential, "credential", token=False, gate=CREDENTIAL_GATE)
+    passes.anchored(KEY_SPACED, replace_spaced, KEY_SPACED_FINDERS)
+    passes.sub(BEARER, replace_bearer, "bearer", token=False, gate=BEARER_GATE)
 
 
 def _replace_matches(
-    text: str, matches: list[regex.Match[str]], replace: Replacer, cut: bool, kinds: list[str]
+    text: str,
+    matches: Iterable[regex.Match[str]],
+    replace: Replacer,
+    kind: str,
+    cut: bool,
+    kinds: list[str],
+    found: dict[str, str] | None = None,
 ) -> str:
-    """``text`` with each of ``matches`` (in order, not overlapping) judged by ``replace``."""
+    """``text`` with each of ``matches`` (in order, not overlapping) judged by ``replace``;
+    with ``found``, each match hidden whole under its kind's marker is noted there."""
     pieces: list[str] = []
     pos = 0
     for match in matches:
-        replacement, reported = replace(match, "credential", cut)
+        replacement, reported = replace(match, kind, cut)
         if reported is None:
             continue
         kinds.append(reported)
+        if found is not None and replacement == marker(reported):
+            found[match.group(0)] = reported
         pieces += [text[pos : match.start()], replacement]
         pos = match.end()
     if not pieces:

@@ -219,31 +219,36 @@ async def recent_server_entries(
     session: AsyncSession, guild_id: int, *, since: datetime, limit: int
 ) -> list[StmEntry]:
     """The guild's most recently updated channel memories (hydrating "other channels")."""
-    rows = await session.scalars(
-        select(ShortTermMemory)
-        .where(
-            ShortTermMemory.scope_kind == "server",
-            ShortTermMemory.guild_id == guild_id,
-            ShortTermMemory.updated_at >= since,
-        )
-        .order_by(ShortTermMemory.updated_at.desc())
-        .limit(limit)
+    return await _recent_entries(
+        session,
+        since,
+        limit,
+        ShortTermMemory.scope_kind == "server",
+        ShortTermMemory.guild_id == guild_id,
     )
-    return [entry_from_row(row) for row in rows]
 
 
 async def recent_user_entries(
     session: AsyncSession, user_id: int, *, since: datetime, limit: int
 ) -> list[StmEntry]:
     """A user's most recent memories made in servers (for opted-in DM recall)."""
+    return await _recent_entries(
+        session,
+        since,
+        limit,
+        ShortTermMemory.scope_kind == "user",
+        ShortTermMemory.user_id == user_id,
+        ShortTermMemory.guild_id.is_not(None),
+    )
+
+
+async def _recent_entries(
+    session: AsyncSession, since: datetime, limit: int, *where: ColumnElement[bool]
+) -> list[StmEntry]:
+    """The ``limit`` most recently updated memories ``where`` holds, updated since ``since``."""
     rows = await session.scalars(
         select(ShortTermMemory)
-        .where(
-            ShortTermMemory.scope_kind == "user",
-            ShortTermMemory.user_id == user_id,
-            ShortTermMemory.guild_id.is_not(None),
-            ShortTermMemory.updated_at >= since,
-        )
+        .where(*where, ShortTermMemory.updated_at >= since)
         .order_by(ShortTermMemory.updated_at.desc())
         .limit(limit)
     )
