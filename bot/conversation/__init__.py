@@ -5,6 +5,7 @@ Sits above the memory core and the LLM client, and below Discord.
 turn            one turn: guards, prompt, the tool loop, the reply
 images          image parts for vision models (limits, size cap, data URLs)
 summarizer/     folds a channel's new messages into its memory with a separate call
+unsaved         a "remember that…" the model left unstored: facts extracted, or said so
 upkeep          after an answer whose memory is due, a call that may only update it
 tools/          the tools offered to the model: update_short_term_memory, long-term
 access          whether a message may start a turn: owners, the DM switch, a server's lists

@@ -31,12 +31,15 @@ from bot.conversation.summarizer import (
     ignored_nudges,
 )
 from bot.conversation.tools import (
+    FORGET_TOOL_NAME,
     LONG_TERM_TOOL_NAMES,
+    REMEMBER_TOOL_NAME,
     STM_TOOL_NAME,
     long_term_tools,
     run_stm_tool,
     stm_tool_definition,
 )
+from bot.conversation.unsaved import save_unsaved, tracked, with_saving_note
 from bot.conversation.upkeep import Upkeep
 from bot.llm import (
     FALLBACK_REPLY,
@@ -253,6 +256,8 @@ class TurnRunner:
         messages = await self._turn_messages(request, prepared, intent=intent)
         stm_results: list[str] = []
         registry, offered = self._tools(request, prepared, stm_results, intent=intent, model=model)
+        changed: list[str] = []  # the long-term tools that succeeded
+        tracked(registry, (REMEMBER_TOOL_NAME, FORGET_TOOL_NAME), changed)
         try:
             result = await run_tool_loop(
                 self.client,
@@ -279,6 +284,19 @@ class TurnRunner:
                 turn=turn,
                 outcome="llm_unavailable",
             )
+        if intent and not changed and result.text and not result.gave_up:
+            # "Remember that…" answered without a successful call: the facts are taken
+            # from the message itself, or the reply says that nothing was saved.
+            stored = await save_unsaved(
+                self.client,
+                self.settings,
+                model=model,
+                content=request.content,
+                sent_at=turn.started_at or self.memory.clock.now(),
+                remember=registry[REMEMBER_TOOL_NAME],
+                observe=self.metrics.llm_request,
+            )
+            result.text = with_saving_note(result.text, stored)
         reply = self._reply(result, turn, tuple(stm_results))
         due = prepared.prompt.nudge_new_messages
         if due is not None and reply.outcome == "answered" and not reply.summarizing:
