@@ -88,7 +88,7 @@ async def test_a_hosted_provider_does_not_run_calls_written_as_text(
     kioku = await start_kioku(db, llm, pg_url, tmp_path, settings={"provider": "openai"})
     try:
         llm.reply_text(f"Got it.\n{written_call(MISO)}")
-        await kioku.env.send("remember my cat", mention_bot=True)
+        await kioku.env.send("my cat is Miso", mention_bot=True)
         assert kioku.env.last_sent().content == "Got it."
         assert await summaries(db) == []
         assert len(llm.requests) == 1
@@ -110,7 +110,7 @@ async def test_garbage_tool_text_gets_a_logged_refusal_and_stores_nothing(
         )
         llm.reply_text("Sorry, here is your answer without a note.")
         with caplog.at_level(logging.WARNING, logger="bot.llm"):
-            await kioku.env.send("please remember this", mention_bot=True)
+            await kioku.env.send("my cat is Miso, by the way", mention_bot=True)
         assert kioku.env.last_sent().content == "Sorry, here is your answer without a note."
         assert await summaries(db) == []
         assert llm.messages(1)[-1] == {"role": "user", "content": UNREADABLE_TEXT_CALL}

@@ -86,11 +86,12 @@ async def test_stm_disabled_in_the_settings_command_hides_the_tool_and_rejects_a
 
 
 async def test_remember_that_hides_the_stm_tool_for_the_turn(kioku: KiokuHarness) -> None:
-    kioku.llm.reply_text("I'll remember.").reply_text("hi")
+    # The prose answer saved nothing: the facts are extracted from the message (request 1).
+    kioku.llm.reply_text("I'll remember.").reply_text('{"facts": []}').reply_text("hi")
     await kioku.env.send("remember that my cat is called Miso", mention_bot=True)
     assert STM_TOOL_NAME not in kioku.llm.tool_names(0)
     await kioku.env.send("I can't remember the title of that film", mention_bot=True)
-    assert STM_TOOL_NAME in kioku.llm.tool_names(1)
+    assert STM_TOOL_NAME in kioku.llm.tool_names(2)
 
 
 async def test_a_second_update_in_one_turn_is_rejected(kioku: KiokuHarness, db: Database) -> None:
