@@ -82,6 +82,10 @@ class StmSettings(Section):
     # Opt-in: run the summarizer once the model ignored the update nudge this many turns
     # (0: never; tool-less providers get the summarizer whenever the cadence is due).
     summarize_when_ignored_turns: Annotated[int, Field(ge=0, le=100)] = 0
+    # Capture: after this many messages the memory does not cover, the summarizer folds
+    # them in the background, addressed or not (0: off), within a server's daily tokens.
+    capture_after_messages: Annotated[int, Field(ge=0, le=500)] = 20
+    capture_daily_tokens: Annotated[int, Field(ge=0, le=100_000_000)] = 200_000
     raw_window: Annotated[int, Field(ge=1, le=500)] = 50
     min_raw_tail: Annotated[int, Field(ge=0, le=50)] = 4
     other_channels: Annotated[int, Field(ge=0, le=3)] = 3

@@ -25,6 +25,7 @@ from bot.config import Settings
 from bot.conversation.images import ImageReader, vision_enabled, with_images
 from bot.conversation.server_profile import server_model, with_server_persona
 from bot.conversation.summarizer import (
+    Capture,
     Summarizer,
     SummaryOutcome,
     auto_summarize_reason,
@@ -223,6 +224,7 @@ class TurnRunner:
         self.recall = FactRecall(longterm)
         self._tasks = TaskRegistry() if tasks is None else tasks
         self.upkeep = Upkeep(memory, client, settings, metrics=self.metrics)
+        self.capture = Capture(self.summarizer, memory, settings, tasks=self._tasks)
         # Channels whose last automatic summary failed recently.
         self._summary_failed: TTLCache[int, bool] = TTLCache(
             maxsize=100_000, ttl=SUMMARY_RETRY_SECONDS, timer=memory.clock.monotonic

@@ -30,7 +30,13 @@ from bot.vocabulary.model import (
     StmEntry,
     speaker_name,
 )
-from bot.vocabulary.providers import ProviderCaps, capabilities, prompt_chars, provider_problem
+from bot.vocabulary.providers import (
+    CHARS_PER_TOKEN,
+    ProviderCaps,
+    capabilities,
+    prompt_chars,
+    provider_problem,
+)
 from bot.vocabulary.redaction import fold, redact_leaves, redact_secrets
 from bot.vocabulary.sanitize import (
     MAX_VALUE_CHARS,
@@ -42,6 +48,7 @@ from bot.vocabulary.sanitize import (
 from bot.vocabulary.search_words import STOP_WORDS, SearchWords, WordGroup
 
 __all__ = [
+    "CHARS_PER_TOKEN",
     "MAX_CATEGORIES",
     "MAX_VALUE_CHARS",
     "PROMPT_PLACEHOLDERS",

@@ -57,6 +57,9 @@ async def start_kioku(
         # A few members make all of a test's turns, on a clock that stands still: no
         # per-member limit unless a test sets one.
         "llm": {"max_retries": 0, "timeout_seconds": 5, "turns_per_user_per_minute": 0},
+        # Background capture makes model calls a test did not script: off unless a test
+        # turns it on (tests/discord/test_capture.py).
+        "stm": {"capture_after_messages": 0},
     }
     for name, value in (settings or {}).items():
         if isinstance(value, dict) and isinstance(overrides.get(name), dict):

@@ -153,6 +153,12 @@ class Chat(commands.Cog):
         self.bot.memory.observe_message(message.channel.id, to_raw(message))
         if message.author.bot:
             return
+        self.bot.turns.capture.observed(
+            guild_id=message.guild.id if message.guild else None,
+            channel_id=message.channel.id,
+            author_id=message.author.id,
+            parent_id=getattr(message.channel, "parent_id", None),
+        )
         addressed = is_addressed(message, self.bot.user)
         if not addressed and not self._may_be_always_on(message):
             return

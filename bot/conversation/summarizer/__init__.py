@@ -4,8 +4,10 @@ run       the runs: batches within the context, all or nothing, one at a time pe
 prompt    one call's request as pure functions: prompt, dated lines, batches, answer parsing
 checks    quality gates on an answer before anything is stored
 triggers  when a run follows a turn: the cadence, a tool-less provider, an ignored nudge
+capture   memory built while nobody addresses the bot, within a daily token budget
 """
 
+from bot.conversation.summarizer.capture import Capture
 from bot.conversation.summarizer.checks import SummaryRejected, checked_summary
 from bot.conversation.summarizer.prompt import (
     CUT_MARK,
@@ -46,6 +48,7 @@ __all__ = [
     "NO_ROOM",
     "REPLY_SHARE",
     "TOOL_CALL_ANSWER",
+    "Capture",
     "Summarizer",
     "SummaryOutcome",
     "SummaryRejected",

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from bot.llm import unescape_new_entities
 from bot.llm.escaping import ENTITY
-from bot.memory import VALUE_LIMIT
+from bot.memory import VALUE_LIMIT, dated_lines
 from bot.vocabulary import RawMessage
 
 __all__ = ["SummaryRejected", "checked_summary"]
@@ -71,8 +71,11 @@ def checked_summary(
             f"is longer than {VALUE_LIMIT} characters",
             f"Condense it to at most {VALUE_LIMIT} characters: keep what matters, drop detail.",
         )
-    transcript = [message.content for message in batch]
-    if _copies(text, previous, transcript):
+    # As the model read it (a copy of its lines copies their times and names), and the
+    # messages' words alone (a copy without them).
+    transcript = "\n".join(dated_lines(batch))
+    said = "\n".join(message.content for message in batch)
+    if _copies(text, previous, transcript, said):
         raise SummaryRejected(
             "copies the messages instead of condensing them",
             "Do not copy the messages: write a short summary in your own words.",
@@ -93,18 +96,17 @@ def _runs(words: Sequence[str]) -> set[tuple[str, ...]]:
     return {tuple(words[i : i + COPY_RUN_WORDS]) for i in range(len(words) - COPY_RUN_WORDS + 1)}
 
 
-def _copies(text: str, previous: str, transcript: Sequence[str]) -> bool:
+def _copies(text: str, previous: str, transcript: str, said: str) -> bool:
     """Whether ``text`` carries the transcript rather than a summary of it."""
-    said = sum(len(content) for content in transcript)
-    if said >= MIN_CONDENSABLE_CHARS and len(text) - len(previous) >= GROWTH_SHARE * said:
+    if len(transcript) >= MIN_CONDENSABLE_CHARS and (
+        len(text) - len(previous) >= GROWTH_SHARE * len(transcript)
+    ):
         return True
     # What the memory already held may stay word for word; only the rest is judged.
     own = _runs(_words(text)) - _runs(_words(previous))
     if len(own) < COPY_RUN_WORDS:
         return False
-    copied = (
-        set().union(*(_runs(_words(content)) for content in transcript)) if transcript else set()
-    )
+    copied = _runs(_words(transcript)) | _runs(_words(said))
     return len(own & copied) >= COPY_SHARE * len(own)
 
 

@@ -46,6 +46,7 @@ and ids, never memory or message text. Nothing here imports Discord.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -78,6 +79,7 @@ from bot.memory import (
     render_memory_text,
 )
 from bot.vocabulary import (
+    CHARS_PER_TOKEN,
     GuildConfig,
     Marker,
     MemoryUnavailable,
@@ -150,6 +152,8 @@ class SummaryOutcome:
     calls: int = 0
     skipped: int = 0  # the oldest new messages, not read: beyond MAX_BATCHES batches
     pending_sync: bool = False
+    # Tokens the run's calls took, estimated from their text (capture's daily budget).
+    tokens: int = 0
 
     @property
     def updated(self) -> bool:
@@ -218,6 +222,7 @@ class Summarizer:
         self._on_outcome = on_outcome
         self._observe = observe
         self._running: set[int] = set()
+        self._tokens: dict[int, int] = {}  # of each run in flight, by channel
 
     def is_running(self, channel_id: int) -> bool:
         return channel_id in self._running
@@ -242,6 +247,7 @@ class Summarizer:
             self._report(channel_id, reason, SummaryOutcome("busy"))
             return SummaryOutcome("busy")
         self._running.add(channel_id)
+        self._tokens[channel_id] = 0
         try:
             outcome = await self._summarize(
                 guild_id=guild_id,
@@ -252,6 +258,8 @@ class Summarizer:
             )
         finally:
             self._running.discard(channel_id)
+            tokens = self._tokens.pop(channel_id, 0)
+        outcome = dataclasses.replace(outcome, tokens=tokens)
         self._report(channel_id, reason, outcome)
         return outcome
 
@@ -523,7 +531,9 @@ class Summarizer:
     ) -> str:
         """One call's text, or :class:`_Unusable` for a tool call or a cut-off answer."""
         asked.calls += 1  # counted before: a call that raises was made all the same
+        self._tokens[asked.channel_id] += request_chars(messages) // CHARS_PER_TOKEN
         answer = await self._complete(messages, budget, model)
+        self._tokens[asked.channel_id] += len(answer.text) // CHARS_PER_TOKEN
         if answer.tool_calls or answer.gave_up:
             # The tool loop answered the tool call and asked once more: two requests.
             # Whatever text it returns is not a summary (a lead-in written beside the
