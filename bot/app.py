@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Generic, TypeVar, cast
 
 import discord
 import openai
@@ -24,6 +24,7 @@ from bot.services import Services, StartupFailed, describe_local_failure, start_
 from bot.vocabulary.clock import Clock, SystemClock
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # At shutdown, after the answers in flight (see bot.cogs.chat.SHUTDOWN_GRACE_SECONDS),
 # background summaries get this long before they are cancelled.
@@ -39,6 +40,16 @@ EXTENSIONS: tuple[str, ...] = (
     "bot.cogs.privacy",
     "bot.cogs.kioku",
 )
+
+
+class _Started(Generic[T]):
+    """The bot's started service of the same name: an error before ``setup_hook`` ran."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._name = name
+
+    def __get__(self, bot: KiokuBot, owner: type | None = None) -> T:
+        return cast(T, getattr(bot._started(), self._name))
 
 
 class KiokuBot(commands.Bot):
@@ -107,37 +118,15 @@ class KiokuBot(commands.Bot):
             raise RuntimeError("the bot's services start in setup_hook")
         return self.services
 
-    @property
-    def memory(self) -> MemoryService:
-        return self._started().memory
-
-    @property
-    def longterm(self) -> LongTermService:
-        return self._started().longterm
-
-    @property
-    def turns(self) -> TurnRunner:
-        return self._started().turns
-
-    @property
-    def summarizer(self) -> Summarizer:
-        return self._started().summarizer
-
-    @property
-    def llm(self) -> openai.AsyncOpenAI:
-        return self._started().llm
-
-    @property
-    def spool(self) -> DurableSpool | None:
-        return self._started().spool
-
-    @property
-    def metrics(self) -> Metrics:
-        return self._started().metrics
-
-    @property
-    def tasks(self) -> TaskRegistry:
-        return self._started().tasks
+    # The started services, by name (see _Started).
+    memory = _Started[MemoryService]()
+    longterm = _Started[LongTermService]()
+    turns = _Started[TurnRunner]()
+    summarizer = _Started[Summarizer]()
+    llm = _Started[openai.AsyncOpenAI]()
+    spool = _Started[DurableSpool | None]()
+    metrics = _Started[Metrics]()
+    tasks = _Started[TaskRegistry]()
 
     async def on_ready(self) -> None:
         # The gateway's own "connected" line is quieted with the rest of its chatter (below

@@ -6,31 +6,21 @@ import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
+from bot import ops
 from bot.cli.database import configured_database, database_errors, migrated, where
 from bot.cli.errors import EXIT_CONFIG, EXIT_OK, CliError
 from bot.config import Settings
 from bot.db import Database
-from bot.ops import (
-    BackupFailed,
-    BadBackupPath,
-    backup_target,
-    check_restore_allowed,
-    check_revision,
-    forgets_on_record,
-    reapply_forgets,
-    replace_from_backup,
-    write_backup,
-)
 
 
 async def backup(settings: Settings, target: Path | None) -> int:
     database = Database(settings)
     try:
         with _backup_errors():
-            path = backup_target(settings, target)
+            path = ops.backup_target(settings, target)
             with database_errors(database):
                 await database.start()  # not migrated: a backup before an upgrade is as it was
-            await write_backup(settings, path, database)
+            await ops.write_backup(settings, path, database)
     finally:
         await database.close()
     return EXIT_OK
@@ -46,14 +36,14 @@ async def restore(settings: Settings, source: Path, *, confirmed: bool) -> int:
     database = Database(settings)
     try:
         with _backup_errors():
-            check_restore_allowed(settings, source)
-            await check_revision(source)  # a file that is no backup starts nothing
+            ops.check_restore_allowed(settings, source)
+            await ops.check_revision(source)  # a file that is no backup starts nothing
             with database_errors(database):
                 await database.start()
-            forgets = await forgets_on_record(database)
-            await replace_from_backup(source, database)
+            forgets = await ops.forgets_on_record(database)
+            await ops.replace_from_backup(source, database)
             _, revision = await migrated(database)
-            again = await reapply_forgets(database, forgets)
+            again = await ops.reapply_forgets(database, forgets)
     finally:
         await database.close()
     print(f"restored {source} into {where(database)}; schema at revision {revision}")
@@ -67,7 +57,7 @@ def _backup_errors() -> Iterator[None]:
     """A refused backup or restore as one line: a file named wrong is a usage error."""
     try:
         yield
-    except BadBackupPath as exc:
+    except ops.BadBackupPath as exc:
         raise CliError(str(exc), EXIT_CONFIG) from None
-    except BackupFailed as exc:
+    except ops.BackupFailed as exc:
         raise CliError(str(exc)) from None

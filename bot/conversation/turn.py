@@ -223,8 +223,8 @@ class TurnRunner:
         # long as the runner).
         self.recall = FactRecall(longterm)
         self._tasks = TaskRegistry() if tasks is None else tasks
-        self.upkeep = Upkeep(memory, client, settings, metrics=self.metrics)
-        self.capture = Capture(self.summarizer, memory, settings, tasks=self._tasks)
+        self.upkeep = Upkeep(memory, client, settings, self.metrics)
+        self.capture = Capture(self.summarizer, memory, settings, self._tasks)
         # Channels whose last automatic summary failed recently.
         self._summary_failed: TTLCache[int, bool] = TTLCache(
             maxsize=100_000, ttl=SUMMARY_RETRY_SECONDS, timer=memory.clock.monotonic

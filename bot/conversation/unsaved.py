@@ -16,7 +16,13 @@ from typing import Any
 import openai
 
 from bot.config import Settings
-from bot.llm import LlmUnavailable, RequestObserver, ToolOutcome, ToolSpec, run_tool_loop
+from bot.llm import (
+    LlmUnavailable,
+    RequestObserver,
+    ToolOutcome,
+    ToolSpec,
+    complete_without_tools,
+)
 
 log = logging.getLogger(__name__)
 
@@ -33,10 +39,6 @@ EXTRACT_SYSTEM = (
     'remembered; never passwords or secrets. If there is nothing to remember, answer {"facts": []}.'
 )
 _OBJECT = re.compile(r"\{.*\}", re.DOTALL)
-
-
-def _no_tools() -> list[str]:
-    return []
 
 
 def tracked(registry: dict[str, ToolSpec], names: tuple[str, ...], done: list[str]) -> None:
@@ -79,16 +81,12 @@ async def save_unsaved(
     (the turn's own tool: its checks, attribution and limits); how many were stored."""
     system = EXTRACT_SYSTEM.replace("{date}", sent_at.strftime("%Y-%m-%d (%A)"))
     messages = [{"role": "system", "content": system}, {"role": "user", "content": content}]
-    llm = settings.llm.model_copy(update={"max_tool_iterations": 1})
     try:
-        answer = await run_tool_loop(
+        answer = await complete_without_tools(
             client,
             model=model,
             messages=messages,
-            registry={},
-            offered=_no_tools,
-            settings=llm,
-            tool_calling=False,
+            settings=settings.llm,
             strict_roles=settings.strict_roles,
             observe=observe,
         )

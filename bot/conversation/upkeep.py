@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import openai
@@ -35,23 +36,20 @@ GIVEN_UP_SECONDS = 6 * 3600
 UPKEEP_PREFIX = "(From Kioku, not from the user.) "
 
 
+@dataclass
 class Upkeep:
     """Makes the upkeep call of a turn; one per :class:`TurnRunner`."""
 
-    def __init__(
-        self,
-        memory: MemoryService,
-        client: openai.AsyncOpenAI,
-        settings: Settings,
-        *,
-        metrics: Metrics,
-    ) -> None:
-        self.memory = memory
-        self.client = client
-        self.settings = settings
-        self.metrics = metrics
-        self._ignored: TTLCache[int, int] = TTLCache(
-            maxsize=100_000, ttl=GIVEN_UP_SECONDS, timer=memory.clock.monotonic
+    memory: MemoryService
+    client: openai.AsyncOpenAI
+    settings: Settings
+    metrics: Metrics
+    # Ignored upkeeps in a row, by channel (forgotten after GIVEN_UP_SECONDS).
+    _ignored: TTLCache[int, int] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._ignored = TTLCache(
+            maxsize=100_000, ttl=GIVEN_UP_SECONDS, timer=self.memory.clock.monotonic
         )
 
     def given_up(self, channel_id: int) -> bool:

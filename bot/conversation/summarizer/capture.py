@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from dataclasses import dataclass, field
 from datetime import date
 
 from bot.config import Settings
@@ -24,24 +25,17 @@ log = logging.getLogger(__name__)
 REASON = "capture"
 
 
+@dataclass
 class Capture:
     """Counts each channel's messages and starts the summarizer when enough are new."""
 
-    def __init__(
-        self,
-        summarizer: Summarizer,
-        memory: MemoryService,
-        settings: Settings,
-        *,
-        tasks: TaskRegistry,
-    ) -> None:
-        self.summarizer = summarizer
-        self.memory = memory
-        self.settings = settings
-        self._tasks = tasks
-        self._seen: Counter[int] = Counter()  # messages since the last look, by channel
-        self._spent: Counter[tuple[int, date]] = Counter()  # tokens, by server and day
-        self._told: set[tuple[int, date]] = set()  # servers told of a spent budget today
+    summarizer: Summarizer
+    memory: MemoryService
+    settings: Settings
+    tasks: TaskRegistry
+    _seen: Counter[int] = field(default_factory=Counter)  # since the last look, by channel
+    _spent: Counter[tuple[int, date]] = field(default_factory=Counter)  # server and day
+    _told: set[tuple[int, date]] = field(default_factory=set)  # told of a spent budget
 
     def observed(
         self, *, guild_id: int | None, channel_id: int, author_id: int, parent_id: int | None
@@ -57,7 +51,7 @@ class Capture:
         if self.spent(guild_id) >= self.settings.stm.capture_daily_tokens:
             self._tell_spent(guild_id)
             return
-        self._tasks.spawn(
+        self.tasks.spawn(
             self._capture(guild_id, channel_id, author_id, parent_id),
             name=f"capture-{channel_id}",
         )

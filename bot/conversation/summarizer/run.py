@@ -49,7 +49,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import openai
@@ -66,7 +66,13 @@ from bot.conversation.summarizer.prompt import (
     plan_batches,
     request_chars,
 )
-from bot.llm import UNAVAILABLE_MESSAGE, LlmUnavailable, LoopResult, RequestObserver, run_tool_loop
+from bot.llm import (
+    UNAVAILABLE_MESSAGE,
+    LlmUnavailable,
+    LoopResult,
+    RequestObserver,
+    complete_without_tools,
+)
 from bot.memory import (
     REASON_CATEGORIES_CHANGED,
     REASON_CHANGED,
@@ -202,27 +208,18 @@ def _sent(messages: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(str(message.get("content") or "") for message in messages)
 
 
+@dataclass
 class Summarizer:
     """Runs summaries for the memory service; one instance per bot (``bot.summarizer``)."""
 
-    def __init__(
-        self,
-        memory: MemoryService,
-        client: openai.AsyncOpenAI,
-        settings: Settings,
-        *,
-        on_outcome: Callable[[SummaryOutcome], None] | None = None,
-        observe: RequestObserver | None = None,
-    ) -> None:
-        self.memory = memory
-        self.client = client
-        self.settings = settings
-        # Told of every run's outcome, and of every model request (the bot's metrics
-        # count them).
-        self._on_outcome = on_outcome
-        self._observe = observe
-        self._running: set[int] = set()
-        self._tokens: dict[int, int] = {}  # of each run in flight, by channel
+    memory: MemoryService
+    client: openai.AsyncOpenAI
+    settings: Settings
+    # Told of every run's outcome, and of every model request (the bot's metrics count them).
+    on_outcome: Callable[[SummaryOutcome], None] | None = field(default=None, kw_only=True)
+    observe: RequestObserver | None = field(default=None, kw_only=True)
+    _running: set[int] = field(default_factory=set, init=False)
+    _tokens: dict[int, int] = field(default_factory=dict, init=False)  # runs in flight
 
     def is_running(self, channel_id: int) -> bool:
         return channel_id in self._running
@@ -264,8 +261,8 @@ class Summarizer:
         return outcome
 
     def _report(self, channel_id: int, reason: str, outcome: SummaryOutcome) -> None:
-        if self._on_outcome is not None:
-            self._on_outcome(outcome)
+        if self.on_outcome is not None:
+            self.on_outcome(outcome)
         level = logging.WARNING if outcome.status == "failed" else logging.INFO
         log.log(
             level,
@@ -445,29 +442,25 @@ class Summarizer:
         marker = Marker.of(read[-1])
         # Whose words the summary may hold, whatever the window holds by now.
         turn.read_authors.update(m.author_id for m in read if not m.is_bot)
-        if config.category_mode:
-            # Every current value, unchanged ones included: the write moves the marker
-            # even when the new messages changed nothing.
-            values = {
-                c.slug: categories[c.slug] for c in config.categories if categories.get(c.slug)
+        # In category mode every current value, unchanged ones included: the write moves
+        # the marker even when the new messages changed nothing.
+        values: dict[str, Any] = (
+            {
+                "categories": {
+                    c.slug: categories[c.slug] for c in config.categories if categories.get(c.slug)
+                }
             }
-            result = await memory.update_stm(
-                turn,
-                categories=values,
-                origin="summarizer",
-                marker=marker,
-                expected_version=version,
-                detail=detail,
-            )
-        else:
-            result = await memory.update_stm(
-                turn,
-                summary=summary,
-                origin="summarizer",
-                marker=marker,
-                expected_version=version,
-                detail=detail,
-            )
+            if config.category_mode
+            else {"summary": summary}
+        )
+        result = await memory.update_stm(
+            turn,
+            origin="summarizer",
+            marker=marker,
+            expected_version=version,
+            detail=detail,
+            **values,
+        )
         if not result.ok:
             reason = result.reason or "the memory could not be saved"
             if reason == REASON_DISABLED:
@@ -567,25 +560,16 @@ class Summarizer:
     async def _complete(
         self, messages: list[dict[str, Any]], budget: _Budget, model: str
     ) -> LoopResult:
-        """One model call without tools: the project's error mapping (``LlmUnavailable``
-        with a friendly message) and reply cleaning (``<think>`` blocks, leaked tool-call
-        syntax) come from the tool loop. With one loop round, a plain answer is one
-        request; an answer that calls a tool anyway gets the loop's final no-tools call
-        (a second request), and the caller refuses it."""
-        llm = self.settings.llm.model_copy(
-            update={"max_reply_tokens": budget.reply_tokens, "max_tool_iterations": 1}
-        )
+        """One model call without tools (see :func:`bot.llm.complete_without_tools`)."""
+        llm = self.settings.llm.model_copy(update={"max_reply_tokens": budget.reply_tokens})
         try:
-            return await run_tool_loop(
+            return await complete_without_tools(
                 self.client,
                 model=model,
                 messages=messages,
-                registry={},
-                offered=_no_tools,
                 settings=llm,
-                tool_calling=False,
                 strict_roles=self.settings.strict_roles,
-                observe=self._observe,
+                observe=self.observe,
             )
         except openai.OpenAIError as exc:  # mapped inside already; belt and braces
             log.warning("summarizer model call failed: %s", type(exc).__name__)
@@ -615,7 +599,3 @@ def _integrate(
     if not any(values.values()):
         raise _Unusable("empty", NO_CATEGORY_VALUES)
     return summary, {**categories, **{slug: v for slug, v in values.items() if v}}
-
-
-def _no_tools() -> list[str]:
-    return []

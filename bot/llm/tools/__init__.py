@@ -25,6 +25,7 @@ from bot.llm.tools.loop import (
     LoopResult,
     ReplyPreview,
     ToolSpec,
+    complete_without_tools,
     run_tool_loop,
 )
 from bot.llm.tools.text_calls import TextCalls, text_tool_calls, tool_prompt
@@ -40,6 +41,7 @@ __all__ = [
     "ToolArgumentError",
     "ToolOutcome",
     "ToolSpec",
+    "complete_without_tools",
     "json_type",
     "load_object",
     "quoted",

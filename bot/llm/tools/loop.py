@@ -53,6 +53,7 @@ __all__ = [
     "LoopResult",
     "ReplyPreview",
     "ToolSpec",
+    "complete_without_tools",
     "run_tool_loop",
 ]
 
@@ -152,6 +153,31 @@ async def run_tool_loop(
         on_text=loop.previewer(preview) if preview is not None else None,
     )
     return await loop.run(offered)
+
+
+async def complete_without_tools(
+    client: openai.AsyncOpenAI,
+    *,
+    model: str,
+    messages: list[dict[str, Any]],
+    settings: LlmSettings,
+    strict_roles: bool = False,
+    observe: RequestObserver | None = None,
+) -> LoopResult:
+    """One answer with no tools offered, cleaned and its errors mapped as a turn's."""
+    # With one round, a plain answer is one request; an answer that calls a tool anyway
+    # gets the final no-tools call (a second request), and `tool_calls` say so.
+    return await run_tool_loop(
+        client,
+        model=model,
+        messages=messages,
+        registry={},
+        offered=list,
+        settings=settings.model_copy(update={"max_tool_iterations": 1}),
+        tool_calling=False,
+        strict_roles=strict_roles,
+        observe=observe,
+    )
 
 
 @dataclass
