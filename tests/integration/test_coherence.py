@@ -10,7 +10,6 @@ import asyncio
 import logging
 import socket
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,6 @@ from bot.db.engine import Database
 from bot.db.models import ShortTermMemory
 from bot.db.notify import NOTIFY_CHANNEL, CacheListener, ListenerUnavailable, Notice
 from bot.db.storage import faults
-from bot.memory.service import MemoryService
 from bot.memory.spool.durable import DurableSpool, spool_path
 from bot.memory.stm.change import REASON_CATEGORIES_CHANGED
 from bot.memory.turn.types import REASON_CLEARED, TurnStart
@@ -48,45 +46,9 @@ from tests.helpers.builders import (
 )
 from tests.helpers.database import make_test_settings
 from tests.helpers.faults import outage, own_sessions
+from tests.helpers.listening import Process, start_process
 
 KEY = ScopeKey.server(GUILD, CHANNEL)
-
-
-@dataclass
-class Process:
-    memory: MemoryService
-    listener: CacheListener
-    notices: asyncio.Queue[Notice]
-    resets: asyncio.Queue[None]
-
-    async def next_notice(self) -> Notice:
-        async with asyncio.timeout(10):
-            return await self.notices.get()
-
-
-async def start_process(db: Database, settings: Settings, url: URL) -> Process:
-    memory = make_service(own_sessions(db), settings, ManualClock())
-    notices: asyncio.Queue[Notice] = asyncio.Queue()
-    resets: asyncio.Queue[None] = asyncio.Queue()
-
-    def on_notice(notice: Notice) -> None:
-        memory.apply_notice(notice)
-        if notice.get("o") != memory.instance_id:
-            notices.put_nowait(notice)
-
-    def on_reset() -> None:
-        memory.listening_again()
-        resets.put_nowait(None)
-
-    listener = CacheListener(
-        url,
-        on_notice=on_notice,
-        on_reset=on_reset,
-        on_lost=memory.listener_lost,
-        max_backoff_seconds=1,
-    )
-    await listener.start()
-    return Process(memory, listener, notices, resets)
 
 
 @pytest.fixture

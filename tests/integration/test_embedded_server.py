@@ -16,8 +16,8 @@ from sqlalchemy.exc import IntegrityError
 
 from bot.config import load_settings
 from bot.db.engine import EMBEDDED_DIR_NAME, SERVER_LOG_NAME, Database, EmbeddedPostgres
+from tests.helpers.kioku_cli import kioku
 from tests.helpers.processes import ROOT, kioku_env
-from tests.integration.test_cli import kioku
 
 # Stands for any process of the same user that later got the dead postmaster's pid.
 BYSTANDER = "import time\nprint('up', flush=True)\nwhile True:\n    time.sleep(1)\n"

@@ -18,8 +18,8 @@ from bot.ops.table import Table
 from tests.helpers.database import make_test_settings
 from tests.helpers.fake_discord_api import MESSAGE_CONTENT_LIMITED, FakeDiscordApi
 from tests.helpers.fake_llm import DEFAULT_MODEL_ID, ScriptedLLM
+from tests.helpers.kioku_cli import doctor_rows, doctor_settings
 from tests.helpers.processes import ROOT, kioku_env
-from tests.integration.test_cli import doctor_rows, doctor_settings
 
 PORTAL = "https://discord.com/developers/applications"
 

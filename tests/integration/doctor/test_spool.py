@@ -1,6 +1,6 @@
 """``kioku doctor``'s spool row: what waits in the data folder's spool, and what was set aside.
 
-Doctor runs in this process (as in test_cli's in-process doctor tests), on the migrated
+Doctor runs in this process (as in the in-process doctor tests beside it), on the migrated
 test database and the scripted LLM, so every other row passes and the exit code is the
 spool row's doing.
 """
@@ -23,7 +23,7 @@ from tests.helpers.builders import CHANNEL, GUILD, ManualClock, make_service, tu
 from tests.helpers.database import make_test_settings
 from tests.helpers.fake_llm import DEFAULT_MODEL_ID, ScriptedLLM
 from tests.helpers.faults import outage
-from tests.integration.test_cli import doctor_rows
+from tests.helpers.kioku_cli import doctor_rows
 
 SERVER_KEY = ScopeKey.server(GUILD, CHANNEL)
 # Doctor's token and intent rows ask a local fake of Discord's API, never Discord.

@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import select
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 
@@ -23,27 +22,20 @@ from bot.conversation.tools.longterm import (
     long_term_tools,
 )
 from bot.db.engine import Database
-from bot.db.models import LongTermMemory, StmEvent
 from bot.llm.tools.loop import ToolSpec
 from bot.memory.longterm.facts import LongTermService
 from bot.vocabulary.model import Provenance
 from tests.helpers.builders import ALICE, BOB, GUILD, ManualClock
 from tests.helpers.database import make_test_settings
 from tests.helpers.fake_llm import refused_base_url
-
-MESSAGE = 444_444_444_444_444_444
-CAT = "My cat is called Miso"
-DISCORD_TOKEN = "MTA4NzY1NDMyMTA5ODc2NTQzMg.GhJkLm.abcdefghijklmnopqrstuvwxyz0123456789AB"
-
-
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
-
-
-@pytest.fixture
-def service(db: Database, settings: Settings, clock: ManualClock) -> LongTermService:
-    return LongTermService(db.sessions, settings, clock)
+from tests.integration.longterm.harness import (
+    CAT,
+    DISCORD_TOKEN,
+    MESSAGE_ID,
+    events,
+    remember,
+    rows,
+)
 
 
 def limited(
@@ -61,20 +53,10 @@ def tools(
         service,
         user_id=ALICE,
         guild_id=guild,
-        source_message_id=MESSAGE,
+        source_message_id=MESSAGE_ID,
         model="test-model",
         opted_in=opted_in,
     )
-
-
-async def rows(db: Database) -> list[LongTermMemory]:
-    async with db.sessions() as session:
-        return list(await session.scalars(select(LongTermMemory).order_by(LongTermMemory.id)))
-
-
-async def events(db: Database) -> list[StmEvent]:
-    async with db.sessions() as session:
-        return list(await session.scalars(select(StmEvent).order_by(StmEvent.id)))
 
 
 async def snapshot(db: Database) -> tuple[list[tuple[Any, ...]], int]:
@@ -95,11 +77,6 @@ async def snapshot(db: Database) -> tuple[list[tuple[Any, ...]], int]:
         for row in await rows(db)
     ]
     return facts, len(await events(db))
-
-
-async def remember(service: LongTermService, text: str, *, guild: int | None = GUILD) -> int:
-    provenance = Provenance("model_tool", "test-model", ALICE, MESSAGE)
-    return (await service.remember(ALICE, guild, text, provenance)).id
 
 
 # ------------------------------------------------------------------ definitions
@@ -145,14 +122,14 @@ async def test_remember_stores_the_fact_with_the_turns_provenance(
     assert (row.origin, row.origin_detail, row.source_message_id) == (
         "model_tool",
         "test-model",
-        MESSAGE,
+        MESSAGE_ID,
     )
     [event] = await events(db)
     assert (event.event, event.user_id, event.actor_user_id, event.message_id) == (
         "ltm_remember",
         ALICE,
         ALICE,
-        MESSAGE,
+        MESSAGE_ID,
     )
 
 
@@ -324,7 +301,7 @@ async def test_forget_by_id_and_by_query(service: LongTermService, db: Database)
         "ltm_forget",
         ALICE,
         ALICE,
-        MESSAGE,
+        MESSAGE_ID,
     )
 
     for fact_id in (cat, bobs):  # already gone; another user's

@@ -11,7 +11,6 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 
-from bot.config import Settings
 from bot.conversation.tools.stm import run_stm_tool
 from bot.db.engine import Database
 from bot.db.models import ShortTermMemory, StmEvent
@@ -28,11 +27,6 @@ from bot.memory.turn.types import (
 from bot.vocabulary.model import Category, ScopeKey
 from tests.helpers.builders import ALICE, BOT, CHANNEL, GUILD, ManualClock, make_service
 from tests.helpers.fake_llm import refused_base_url
-
-
-@pytest.fixture
-def service(db: Database, settings: Settings) -> MemoryService:
-    return make_service(db.sessions, settings, ManualClock())
 
 
 async def stored_rows(db: Database) -> int:

@@ -1,0 +1,20 @@
+"""The STM tests' fixtures: a movable clock and the memory service on the test database."""
+
+from __future__ import annotations
+
+import pytest
+
+from bot.config import Settings
+from bot.db.engine import Database
+from bot.memory.service import MemoryService
+from tests.helpers.builders import ManualClock, make_service
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def service(db: Database, settings: Settings, clock: ManualClock) -> MemoryService:
+    return make_service(db.sessions, settings, clock)
