@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import time
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -100,11 +101,19 @@ async def prepare(
     *,
     channel: int = CHANNEL,
     label_for: LabelFor | None = None,
+    guild: int | None = GUILD,
+    **start: Any,
 ) -> PreparedTurn:
-    """A turn of ``user`` in the test guild's ``channel``, prepared as a message would."""
+    """A turn of ``user`` in ``guild``'s ``channel`` (the test guild's; None for a DM),
+    prepared as a message would; ``start`` sets TurnStart's other fields."""
     return await service.prepare_turn(
         TurnStart(
-            channel_id=channel, user_id=user, guild_id=GUILD, bot_user_id=BOT, label_for=label_for
+            channel_id=channel,
+            user_id=user,
+            guild_id=guild,
+            bot_user_id=BOT,
+            label_for=label_for,
+            **start,
         )
     )
 

@@ -27,14 +27,13 @@ from bot.db.notify import NOTIFY_CHANNEL, CacheListener, ListenerUnavailable, No
 from bot.db.storage import faults
 from bot.memory.spool.durable import DurableSpool, spool_path
 from bot.memory.stm.change import REASON_CATEGORIES_CHANGED
-from bot.memory.turn.types import REASON_CLEARED, TurnStart
+from bot.memory.turn.types import REASON_CLEARED
 from bot.services import start_services
 from bot.vocabulary.errors import DatabaseUnavailable
 from bot.vocabulary.model import Category, ScopeKey
 from tests.helpers.builders import (
     ALICE,
     BOB,
-    BOT,
     CAROL,
     CHANNEL,
     GUILD,
@@ -63,9 +62,7 @@ async def two(
 
 
 async def write(process: Process, summary: str, user: int = ALICE) -> str:
-    prepared = await process.memory.prepare_turn(
-        TurnStart(channel_id=CHANNEL, user_id=user, guild_id=GUILD, bot_user_id=BOT)
-    )
+    prepared = await prepare(process.memory, user)
     return str(await process.memory.update_stm(prepared.turn, summary=summary))
 
 
@@ -89,11 +86,7 @@ async def test_a_clear_elsewhere_stops_an_in_flight_turn_here(
     a, b = two
     await write(b, "before the refresh", user=BOB)
     await a.next_notice()
-    in_flight = (
-        await b.memory.prepare_turn(
-            TurnStart(channel_id=CHANNEL, user_id=BOB, guild_id=GUILD, bot_user_id=BOT)
-        )
-    ).turn
+    in_flight = (await prepare(b.memory, BOB)).turn
     await a.memory.clear_channel(CHANNEL, guild_id=GUILD, actor_user_id=ALICE)
     assert (await b.next_notice())["t"] == "clear"
     assert KEY not in b.memory.cache
@@ -196,11 +189,7 @@ async def test_two_bot_instances_share_one_database_coherently(
     second.listener._on_notice = spy
     try:
         assert (await second.memory.entry(KEY)).summary == ""
-        turn = (
-            await first.memory.prepare_turn(
-                TurnStart(channel_id=CHANNEL, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT)
-            )
-        ).turn
+        turn = (await prepare(first.memory)).turn
         assert (await first.memory.update_stm(turn, summary="from bot one")).ok
         async with asyncio.timeout(10):
             await arrived.wait()
@@ -234,21 +223,11 @@ async def test_a_memory_written_elsewhere_reaches_other_channels_here(
     a, b = two
 
     async def others_seen_by_b() -> list[str]:
-        prepared = await b.memory.prepare_turn(
-            TurnStart(
-                channel_id=CHANNEL,
-                user_id=BOB,
-                guild_id=GUILD,
-                bot_user_id=BOT,
-                label_for=lambda entry: f"#{entry.key.channel_id}",
-            )
-        )
+        prepared = await prepare(b.memory, BOB, label_for=lambda entry: f"#{entry.key.channel_id}")
         return [o.entry.summary for o in prepared.prompt.others if o.entry is not None]
 
     assert await others_seen_by_b() == []
-    prepared = await a.memory.prepare_turn(
-        TurnStart(channel_id=OTHER_CHANNEL, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT)
-    )
+    prepared = await prepare(a.memory, channel=OTHER_CHANNEL)
     await a.memory.update_stm(prepared.turn, summary="news in the other channel")
     assert (await b.next_notice())["t"] == "stm"
 
@@ -515,11 +494,7 @@ async def test_a_read_overtaken_on_every_retry_is_used_once_and_not_cached(
     db: Database, settings: Settings
 ) -> None:
     a = make_service(db.sessions, settings, ManualClock())
-    turn = (
-        await a.prepare_turn(
-            TurnStart(channel_id=CHANNEL, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT)
-        )
-    ).turn
+    turn = (await prepare(a)).turn
     assert (await a.update_stm(turn, summary="v1")).ok
     b = make_service(own_sessions(db), settings, ManualClock())
     read = faults(b.sessions).hang("hydrating", at="end")
@@ -587,11 +562,7 @@ async def test_a_forget_me_made_elsewhere_is_not_served_stale_while_the_listener
     b = await start_process(db, settings, pg_url)
     key = ScopeKey.server(GUILD, CHANNEL)
     try:
-        turn = (
-            await a.prepare_turn(
-                TurnStart(channel_id=CHANNEL, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT)
-            )
-        ).turn
+        turn = (await prepare(a)).turn
         assert (await a.update_stm(turn, summary="Alice's secret plan")).ok
         await b.next_notice()
         assert (await b.memory.entry(key)).summary == "Alice's secret plan"  # cached in B
@@ -647,11 +618,7 @@ async def next_of(process: Process, kind: str) -> Notice:
 
 
 async def category_write(process: Process, values: dict[str, str], user: int = ALICE) -> bool:
-    turn = (
-        await process.memory.prepare_turn(
-            TurnStart(channel_id=CHANNEL, user_id=user, guild_id=GUILD, bot_user_id=BOT)
-        )
-    ).turn
+    turn = (await prepare(process.memory, user)).turn
     return (await process.memory.update_stm(turn, categories=values)).ok
 
 
@@ -785,11 +752,7 @@ async def test_a_turn_in_flight_cannot_write_the_old_category_schema_over_a_summ
     await a.memory.set_categories(GUILD, ALICE, [Category(0, "goals", "Goals", "goals")])
     await next_of(b, "guild")
     # B's turn starts while the guild is in category mode (the model is offered `goals`).
-    in_flight = (
-        await b.memory.prepare_turn(
-            TurnStart(channel_id=CHANNEL, user_id=BOB, guild_id=GUILD, bot_user_id=BOT)
-        )
-    ).turn
+    in_flight = (await prepare(b.memory, BOB)).turn
     # Meanwhile the admin (served by A) goes back to summary mode, and A's turn writes one.
     await a.memory.set_categories(GUILD, ALICE, [])
     await next_of(b, "guild")
@@ -819,11 +782,7 @@ async def test_categories_changed_while_a_write_waits_for_the_channel_lock(
     a, b = two
     await a.memory.set_categories(GUILD, ALICE, [Category(0, "decisions", "Decisions", "")])
     await next_of(b, "guild")
-    in_flight = (
-        await b.memory.prepare_turn(
-            TurnStart(channel_id=CHANNEL, user_id=BOB, guild_id=GUILD, bot_user_id=BOT)
-        )
-    ).turn
+    in_flight = (await prepare(b.memory, BOB)).turn
     lock = b.memory._state.locks(CHANNEL)
     async with lock:  # the channel's lock is busy
         task = asyncio.create_task(

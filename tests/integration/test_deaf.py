@@ -21,12 +21,10 @@ from bot.db.models import ShortTermMemory
 from bot.db.storage import database_answered, faults
 from bot.memory.service import MemoryService
 from bot.memory.spool.durable import DurableSpool, PendingChanges, inspect_spool, spool_path
-from bot.memory.turn.types import TurnStart
 from bot.vocabulary.model import ScopeKey
 from tests.helpers.builders import (
     ALICE,
     BOB,
-    BOT,
     CHANNEL,
     EPOCH,
     GUILD,
@@ -66,9 +64,7 @@ async def test_the_cadence_still_counts_while_the_listener_is_down(
     service.listener_lost()
     for _ in range(cadence):
         service.finish_turn(await turn_for(service))
-    prepared = await service.prepare_turn(
-        TurnStart(channel_id=CHANNEL, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT)
-    )
+    prepared = await prepare(service)
     assert prepared.entry.turns_since_refresh >= cadence, prepared.entry.turns_since_refresh
 
 
@@ -353,15 +349,7 @@ async def test_deaf_with_the_database_down_only_messages_sent_since_are_shown(
     clock.advance(seconds=10)
     question = message(BOB, "anyone there?", at=EPOCH + timedelta(seconds=9))
     b.observe_message(CHANNEL, question)
-    first = await b.prepare_turn(
-        TurnStart(
-            channel_id=CHANNEL,
-            user_id=BOB,
-            guild_id=GUILD,
-            bot_user_id=BOT,
-            source_message_id=question.message_id,
-        )
-    )
+    first = await prepare(b, BOB, source_message_id=question.message_id)
     assert [m.content for m in first.prompt.window] == ["anyone there?"]
     clock.advance(seconds=10)
     b.observe_message(CHANNEL, message(BOB, "hello?", at=clock.now()))

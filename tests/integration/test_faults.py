@@ -30,24 +30,18 @@ from bot.db.migrate import upgrade
 from bot.db.models import ShortTermMemory, StmEvent
 from bot.db.storage import database_failed, faults, outage_number
 from bot.memory.service import MemoryService
-from bot.memory.spool.durable import (
-    DurableSpool,
-    SpoolStatus,
-    inspect_spool,
-    spool_path,
-)
-from bot.memory.turn.types import TurnStart
+from bot.memory.spool.durable import DurableSpool, SpoolStatus, inspect_spool, spool_path
 from bot.vocabulary.errors import MemoryUnavailable
 from tests.conftest import Figures
 from tests.helpers.bot import start_kioku, stop_kioku
 from tests.helpers.builders import (
     ALICE,
-    BOT,
     CHANNEL,
     GUILD,
     ManualClock,
     make_service,
     message,
+    prepare,
     turn_for,
 )
 from tests.helpers.database import make_test_settings
@@ -450,15 +444,7 @@ async def test_a_hung_database_costs_one_timeout_not_one_per_read(
     question = message(ALICE, "still there?", at=clock.now())
     service.observe_message(CHANNEL, question)
     before = len(without_probes(plan.met))
-    prepared = await service.prepare_turn(
-        TurnStart(
-            channel_id=CHANNEL,
-            user_id=ALICE,
-            guild_id=GUILD,
-            bot_user_id=BOT,
-            source_message_id=question.message_id,
-        )
-    )
+    prepared = await prepare(service, source_message_id=question.message_id)
     shown = prepared.entry.summary
     second = await service.update_stm(prepared.turn, summary="later in the outage")
     tried_second = len(without_probes(plan.met)) - before

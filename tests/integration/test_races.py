@@ -14,12 +14,11 @@ from bot.db.repositories import stm as stm_repo
 from bot.db.storage import faults
 from bot.memory.service import MemoryService
 from bot.memory.spool.durable import DurableSpool, spool_path
-from bot.memory.turn.types import REASON_CLEARED, TurnStart
+from bot.memory.turn.types import REASON_CLEARED
 from bot.vocabulary.model import ScopeKey
 from tests.helpers.builders import (
     ALICE,
     BOB,
-    BOT,
     CHANNEL,
     GUILD,
     OTHER_CHANNEL,
@@ -39,14 +38,7 @@ async def test_fifty_concurrent_turns_write_at_most_once_each_and_cache_equals_d
 ) -> None:
     service = make_service(db.sessions, settings, ManualClock())
     users = [1000 + n for n in range(50)]
-    turns = [
-        (
-            await service.prepare_turn(
-                TurnStart(channel_id=CHANNEL, user_id=user, guild_id=GUILD, bot_user_id=BOT)
-            )
-        ).turn
-        for user in users
-    ]
+    turns = [(await prepare(service, user)).turn for user in users]
 
     async def turn_body(index: int) -> list[str]:
         turn = turns[index]
@@ -84,11 +76,7 @@ async def test_clears_interleaved_with_writes_never_leave_a_row_behind(
 ) -> None:
     service: MemoryService = make_service(db.sessions, settings, ManualClock())
     for round_ in range(20):
-        turn = (
-            await service.prepare_turn(
-                TurnStart(channel_id=CHANNEL, user_id=BOB, guild_id=GUILD, bot_user_id=BOT)
-            )
-        ).turn
+        turn = (await prepare(service, BOB)).turn
         await asyncio.gather(
             service.update_stm(turn, summary=f"round {round_}"),
             service.clear_channel(CHANNEL, guild_id=GUILD, actor_user_id=BOB),
@@ -107,16 +95,10 @@ async def test_a_stale_write_sharing_a_group_commit_fails_alone(
     channels = [CHANNEL, CHANNEL + 1, CHANNEL + 2]
     turns = []
     for channel in channels:
-        prepared = await second.prepare_turn(
-            TurnStart(channel_id=channel, user_id=BOB, guild_id=GUILD, bot_user_id=BOT)
-        )
+        prepared = await prepare(second, BOB, channel=channel)
         turns.append(prepared.turn)
     # Another process moves the first channel on after `second` cached it.
-    other = (
-        await first.prepare_turn(
-            TurnStart(channel_id=CHANNEL, user_id=BOB, guild_id=GUILD, bot_user_id=BOT)
-        )
-    ).turn
+    other = (await prepare(first, BOB)).turn
     assert (await first.update_stm(other, summary="newer elsewhere")).ok
     results = await asyncio.gather(
         *(second.update_stm(turn, summary=f"from second {i}") for i, turn in enumerate(turns))
@@ -150,11 +132,7 @@ async def test_forget_me_racing_a_write_in_flight_leaves_nothing_behind(
     db: Database, settings: Settings
 ) -> None:
     service = make_service(db.sessions, settings, ManualClock())
-    turn = (
-        await service.prepare_turn(
-            TurnStart(channel_id=CHANNEL, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT)
-        )
-    ).turn
+    turn = (await prepare(service)).turn
 
     write, receipt = await asyncio.gather(
         service.update_stm(turn, summary="Alice's door code is 4471"),
@@ -175,11 +153,7 @@ async def test_a_turn_reading_a_forgotten_users_messages_cannot_store_them(
 ) -> None:
     service = make_service(db.sessions, settings, ManualClock())
     service.observe_message(CHANNEL, message(ALICE, "my door code is 4471"))
-    bob_turn = (
-        await service.prepare_turn(
-            TurnStart(channel_id=CHANNEL, user_id=BOB, guild_id=GUILD, bot_user_id=BOT)
-        )
-    ).turn  # Bob's prompt now holds Alice's message
+    bob_turn = (await prepare(service, BOB)).turn  # Bob's prompt now holds Alice's message
 
     await service.forget_user(ALICE)
     result = await service.update_stm(bob_turn, summary="Alice's door code is 4471")
@@ -193,27 +167,13 @@ async def test_a_refresh_during_the_other_channels_load_is_not_undone(
 ) -> None:
     writer = make_service(db.sessions, settings, ManualClock())
     wrote = await writer.update_stm(
-        (
-            await writer.prepare_turn(
-                TurnStart(channel_id=OTHER_CHANNEL, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT)
-            )
-        ).turn,
+        (await prepare(writer, channel=OTHER_CHANNEL)).turn,
         summary="wiped secret",
     )
     assert wrote.ok
     service = make_service(own_sessions(db), settings, ManualClock())  # a fresh process
     loaded = faults(service.sessions).hang("loading a guild's memories", at="end", times=1)
-    turn = asyncio.create_task(
-        service.prepare_turn(
-            TurnStart(
-                channel_id=CHANNEL,
-                user_id=BOB,
-                guild_id=GUILD,
-                bot_user_id=BOT,
-                label_for=lambda entry: "#other",
-            )
-        )
-    )
+    turn = asyncio.create_task(prepare(service, BOB, label_for=lambda entry: "#other"))
     await loaded.reached()  # the /refresh lands while these rows are on their way
     await service.clear_channel(OTHER_CHANNEL, guild_id=GUILD, actor_user_id=BOB)
     loaded.release()
@@ -231,16 +191,7 @@ async def test_a_full_group_commit_with_real_snowflakes_is_saved_not_spooled(
     service = make_service(db.sessions, settings, ManualClock())
     guild, first_channel, first_user = 1_234_567_890_123_456_789, 2 * 10**18, 3 * 10**18
     turns = [
-        (
-            await service.prepare_turn(
-                TurnStart(
-                    channel_id=first_channel + n,
-                    user_id=first_user + n,
-                    guild_id=guild,
-                    bot_user_id=BOT,
-                )
-            )
-        ).turn
+        (await prepare(service, first_user + n, channel=first_channel + n, guild=guild)).turn
         for n in range(100)
     ]
 
@@ -261,19 +212,11 @@ async def test_a_refresh_in_another_process_refuses_a_turn_that_started_before_i
     clock = ManualClock()
     a, b = make_service(db.sessions, settings, clock), make_service(db.sessions, settings, clock)
     seeded = await a.update_stm(
-        (
-            await a.prepare_turn(
-                TurnStart(channel_id=CHANNEL, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT)
-            )
-        ).turn,
+        (await prepare(a)).turn,
         summary="the plan before the refresh",
     )
     assert seeded.ok
-    turn = (
-        await b.prepare_turn(
-            TurnStart(channel_id=CHANNEL, user_id=BOB, guild_id=GUILD, bot_user_id=BOT)
-        )
-    ).turn
+    turn = (await prepare(b, BOB)).turn
     clock.advance(seconds=5)
     await a.clear_channel(CHANNEL, guild_id=GUILD, actor_user_id=ALICE)
     clock.advance(seconds=5)
@@ -282,11 +225,7 @@ async def test_a_refresh_in_another_process_refuses_a_turn_that_started_before_i
 
     assert (result.ok, result.reason) == (False, REASON_CLEARED)
     assert await rows_of(db) == []
-    later = (
-        await b.prepare_turn(
-            TurnStart(channel_id=CHANNEL, user_id=BOB, guild_id=GUILD, bot_user_id=BOT)
-        )
-    ).turn
+    later = (await prepare(b, BOB)).turn
     assert (await b.update_stm(later, summary="a new start")).ok  # turns after it may write
 
 
@@ -295,14 +234,7 @@ async def test_a_clear_and_writes_from_two_processes_never_leave_a_pre_clear_row
 ) -> None:
     clock = ManualClock()
     a, b = make_service(db.sessions, settings, clock), make_service(db.sessions, settings, clock)
-    turns = [
-        (
-            await b.prepare_turn(
-                TurnStart(channel_id=CHANNEL, user_id=1000 + n, guild_id=GUILD, bot_user_id=BOT)
-            )
-        ).turn
-        for n in range(20)
-    ]
+    turns = [(await prepare(b, 1000 + n)).turn for n in range(20)]
     clock.advance(seconds=1)
 
     results = await asyncio.gather(
@@ -319,11 +251,7 @@ async def test_a_forget_me_during_a_hydration_is_not_undone_by_it(
     db: Database, settings: Settings
 ) -> None:
     service = make_service(db.sessions, settings, ManualClock())
-    turn = (
-        await service.prepare_turn(
-            TurnStart(channel_id=CHANNEL, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT)
-        )
-    ).turn
+    turn = (await prepare(service)).turn
     assert (await service.update_stm(turn, summary="Alice's secret plans")).ok
     service.cache.clear()  # e.g. evicted, or dropped after a listener reset
     read = faults(service.sessions).hang("hydrating", at="end", times=1)
@@ -345,11 +273,7 @@ async def test_a_write_of_another_process_that_missed_the_forget_me_notice_is_re
     # its write reaches the database: the forget's record there refuses it.
     clock = ManualClock()
     a, b = make_service(db.sessions, settings, clock), make_service(db.sessions, settings, clock)
-    b_turn = (
-        await b.prepare_turn(
-            TurnStart(channel_id=CHANNEL, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT)
-        )
-    ).turn
+    b_turn = (await prepare(b)).turn
     clock.advance(seconds=1)
     await a.forget_user(ALICE)
     clock.advance(seconds=1)
@@ -365,11 +289,7 @@ async def test_a_forget_me_heard_by_notice_queues_behind_this_processs_spooled_w
 ) -> None:
     spool = DurableSpool(spool_path(tmp_path))
     b = make_service(db.sessions, settings, ManualClock(), spool=spool)
-    turn = (
-        await b.prepare_turn(
-            TurnStart(channel_id=CHANNEL, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT)
-        )
-    ).turn
+    turn = (await prepare(b)).turn
     spool.append([], [])  # something older waits: B's next write queues behind it
     assert str(await b.update_stm(turn, summary="Alice's words")) == "saved, pending sync"
     # Process A deletes her (the database is up for A) and announces it.

@@ -10,9 +10,9 @@ from sqlalchemy.engine import URL
 
 from bot.db.engine import Database
 from bot.memory.service import MemoryService
-from bot.memory.turn.types import PreparedTurn, TurnStart
+from bot.memory.turn.types import PreparedTurn
 from bot.vocabulary.model import RawMessage, StmEntry
-from tests.helpers.builders import ALICE, BOB, BOT, CHANNEL, GUILD, make_service, message
+from tests.helpers.builders import ALICE, BOB, CHANNEL, GUILD, make_service, message, prepare
 from tests.helpers.database import make_test_settings
 
 PARENT = CHANNEL + 100
@@ -34,20 +34,15 @@ async def start(
     def label(entry: StmEntry) -> str | None:
         return "#parent" if show_parent else None
 
-    return await service.prepare_turn(
-        TurnStart(
-            channel_id=CHANNEL,
-            user_id=ALICE,
-            guild_id=GUILD,
-            bot_user_id=BOT,
-            parent_channel_id=PARENT,
-            source_message_id=trigger.message_id,
-            trigger=trigger,
-            trigger_epoch=epoch,
-            replied_to=replied_to,
-            thread_starter=starter,
-            label_for=label,
-        )
+    return await prepare(
+        service,
+        parent_channel_id=PARENT,
+        source_message_id=trigger.message_id,
+        trigger=trigger,
+        trigger_epoch=epoch,
+        replied_to=replied_to,
+        thread_starter=starter,
+        label_for=label,
     )
 
 

@@ -10,7 +10,6 @@ from sqlalchemy.engine import URL
 from bot.config import Settings
 from bot.conversation.turn import TurnRequest, TurnRunner, context_chars
 from bot.db.engine import Database
-from bot.memory.turn.types import TurnStart
 from bot.vocabulary.providers import capabilities
 from tests.helpers.builders import (
     ALICE,
@@ -45,9 +44,7 @@ async def test_other_channels_never_crowd_the_conversation_out_of_a_small_contex
     for channel in OTHER_CHANNELS:
         for i in range(6):
             service.observe_message(channel, message(BOB, f"chatter {i} in {channel} " + "y" * 150))
-        prepared = await service.prepare_turn(
-            TurnStart(channel_id=channel, user_id=BOB, guild_id=GUILD, bot_user_id=BOT)
-        )
+        prepared = await prepare(service, BOB, channel=channel)
         assert (await service.update_stm(prepared.turn, summary="s" * 1500)).ok
     for i in range(6):
         service.observe_message(CHANNEL, message(ALICE, f"our conversation, part {i}"))
@@ -130,15 +127,7 @@ async def test_after_a_restart_an_opted_in_dm_keeps_a_visible_server_memory(
 
     async def dm_others(service) -> list[str]:
         service.observe_message(dm_channel, message(ALICE, "what did we say on the server?"))
-        prepared = await service.prepare_turn(
-            TurnStart(
-                channel_id=dm_channel,
-                user_id=ALICE,
-                guild_id=None,
-                bot_user_id=BOT,
-                label_for=label_for,
-            )
-        )
+        prepared = await prepare(service, channel=dm_channel, guild=None, label_for=label_for)
         return [o.label for o in prepared.prompt.others]
 
     assert await dm_others(before) == ["#public in Guild"]

@@ -16,13 +16,12 @@ from bot.db.storage import faults
 from bot.memory.longterm.facts import FactRefused, LongTermService
 from bot.memory.spool import durable as spool_module
 from bot.memory.spool.durable import DurableSpool, spool_path
-from bot.memory.turn.types import REASON_CLEARED, TurnStart
+from bot.memory.turn.types import REASON_CLEARED
 from bot.vocabulary.errors import MemoryUnavailable
 from bot.vocabulary.model import Provenance, ScopeKey
 from tests.helpers.builders import (
     ALICE,
     BOB,
-    BOT,
     CAROL,
     CHANNEL,
     GUILD,
@@ -79,9 +78,7 @@ async def test_a_late_write_refused_by_a_forget_heard_leaves_nothing_of_theirs_c
     spool = DurableSpool(spool_path(tmp_path))
     b = make_service(own_sessions(db), settings, clock, spool=spool)
     # Alice's memory in another channel of the guild (written while the DB is up).
-    other = await b.prepare_turn(
-        TurnStart(channel_id=OTHER, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT)
-    )
+    other = await prepare(b, channel=OTHER)
     assert (await b.update_stm(other.turn, summary="Alice's secret plan")).ok
     clock.advance(seconds=1)
     # Bob's turn here is shown Alice's memory (other channels); its write lists her.

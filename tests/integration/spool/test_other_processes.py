@@ -13,11 +13,10 @@ from bot.db.engine import Database
 from bot.db.storage import faults
 from bot.memory.spool import durable as spool_module
 from bot.memory.spool.durable import DurableSpool, spool_path
-from bot.memory.turn.types import REASON_CLEARED, TurnStart
+from bot.memory.turn.types import REASON_CLEARED
 from tests.helpers.builders import (
     ALICE,
     BOB,
-    BOT,
     CAROL,
     CHANNEL,
     GUILD,
@@ -70,9 +69,7 @@ async def test_a_refresh_heard_by_notice_stays_applied_after_a_restart(
     restarted = make_service(
         db.sessions, settings, ManualClock(), spool=DurableSpool(spool_path(tmp_path))
     )
-    prepared = await restarted.prepare_turn(
-        TurnStart(channel_id=CHANNEL, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT)
-    )
+    prepared = await prepare(restarted)
     assert prepared.entry.summary == ""  # the wiped text is not in the prompt
 
 

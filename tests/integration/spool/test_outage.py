@@ -18,17 +18,16 @@ from bot.db.models import StmEvent
 from bot.memory.service import MemoryService
 from bot.memory.spool.durable import DurableSpool, inspect_spool, spool_path
 from bot.memory.stm.change import WriteResult
-from bot.memory.turn.types import TurnStart
 from bot.vocabulary.errors import MemoryUnavailable
 from bot.vocabulary.model import Category
 from tests.helpers.builders import (
     ALICE,
     BOB,
-    BOT,
     CHANNEL,
     GUILD,
     ManualClock,
     make_service,
+    prepare,
     turn_for,
 )
 from tests.helpers.faults import back, outage, own_sessions
@@ -290,9 +289,7 @@ async def test_a_refresh_still_in_the_spool_after_a_restart_does_not_bring_the_m
         db.sessions, settings, ManualClock(), spool=DurableSpool(spool_path(tmp_path))
     )
     assert restarted.pending_sync == 1
-    prepared = await restarted.prepare_turn(
-        TurnStart(channel_id=CHANNEL, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT)
-    )
+    prepared = await prepare(restarted)
     assert prepared.entry.summary == ""  # the wiped memory is not in the prompt
 
 
@@ -337,9 +334,7 @@ async def test_a_forget_me_still_in_the_spool_after_a_restart_does_not_bring_the
         db.sessions, settings, ManualClock(), spool=DurableSpool(spool_path(tmp_path))
     )
     assert restarted.pending_sync == 1
-    prepared = await restarted.prepare_turn(
-        TurnStart(channel_id=CHANNEL, user_id=BOB, guild_id=GUILD, bot_user_id=BOT)
-    )
+    prepared = await prepare(restarted, BOB)
     assert "Alice's diary" not in prepared.entry.summary
 
 

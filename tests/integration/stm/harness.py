@@ -10,9 +10,9 @@ from sqlalchemy import select
 from bot.db.engine import Database
 from bot.db.models import ShortTermMemory
 from bot.memory.service import MemoryService
-from bot.memory.turn.types import TurnStart, TurnState
+from bot.memory.turn.types import TurnState
 from bot.vocabulary.model import Category, ScopeKey
-from tests.helpers.builders import ALICE, BOT, CHANNEL, GUILD
+from tests.helpers.builders import ALICE, CHANNEL, GUILD, prepare
 
 SERVER_KEY = ScopeKey.server(GUILD, CHANNEL)
 ALICE_KEY = ScopeKey.user(ALICE, CHANNEL, GUILD)
@@ -26,15 +26,8 @@ async def start_turn(
     guild: int | None = GUILD,
     **options: Any,
 ) -> TurnState:
-    prepared = await service.prepare_turn(
-        TurnStart(
-            channel_id=channel,
-            user_id=user,
-            guild_id=guild,
-            bot_user_id=BOT,
-            model="test-model",
-            **options,
-        )
+    prepared = await prepare(
+        service, user, channel=channel, guild=guild, model="test-model", **options
     )
     return prepared.turn
 

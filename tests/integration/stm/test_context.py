@@ -7,18 +7,17 @@ from bot.config import Settings
 from bot.db.engine import Database
 from bot.memory.service import MemoryService
 from bot.memory.turn.prompt import assemble
-from bot.memory.turn.types import TurnStart
 from bot.vocabulary.model import Category
 from tests.helpers.builders import (
     ALICE,
     BOB,
-    BOT,
     CHANNEL,
     GUILD,
     OTHER_CHANNEL,
     ManualClock,
     make_service,
     message,
+    prepare,
 )
 from tests.integration.stm.harness import start_turn
 
@@ -33,15 +32,11 @@ async def test_nudge_is_due_at_the_cadence_and_counts_new_messages(
     await service.update_stm(await start_turn(service), summary="covers one")
     for text_ in ("two", "three", "four"):
         service.observe_message(CHANNEL, message(BOB, text_))
-    prepared = await service.prepare_turn(
-        TurnStart(channel_id=CHANNEL, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT)
-    )
+    prepared = await prepare(service)
     assert prepared.prompt.nudge_new_messages is None
     service.finish_turn(prepared.turn)
     service.finish_turn(prepared.turn)
-    prepared = await service.prepare_turn(
-        TurnStart(channel_id=CHANNEL, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT)
-    )
+    prepared = await prepare(service)
     assert prepared.prompt.nudge_new_messages == 3
 
 
@@ -52,15 +47,7 @@ async def test_other_channels_are_shown_only_when_the_caller_allows(
     private = OTHER_CHANNEL + 1
     await service.update_stm(await start_turn(service, channel=private), summary="secret")
     labels = {OTHER_CHANNEL: "#general", private: None}
-    prepared = await service.prepare_turn(
-        TurnStart(
-            channel_id=CHANNEL,
-            user_id=ALICE,
-            guild_id=GUILD,
-            bot_user_id=BOT,
-            label_for=lambda entry: labels[entry.key.channel_id],
-        )
-    )
+    prepared = await prepare(service, label_for=lambda entry: labels[entry.key.channel_id])
     assert [(o.label, o.entry.summary) for o in prepared.prompt.others if o.entry] == [
         ("#general", "public")
     ]
@@ -73,14 +60,8 @@ async def test_dm_shows_server_memories_only_after_opt_in(
     dm_channel = 777
 
     async def dm_others(svc: MemoryService) -> list[str]:
-        prepared = await svc.prepare_turn(
-            TurnStart(
-                channel_id=dm_channel,
-                user_id=ALICE,
-                guild_id=None,
-                bot_user_id=BOT,
-                label_for=lambda entry: "#general in Guild",
-            )
+        prepared = await prepare(
+            svc, channel=dm_channel, guild=None, label_for=lambda entry: "#general in Guild"
         )
         return [o.entry.summary for o in prepared.prompt.others if o.entry]
 
@@ -103,15 +84,7 @@ async def test_other_channels_are_the_most_recently_updated_ones(
     await start_turn(restarted, channel=999_998, label_for=lambda e: "#x")  # guild hydrated
     await start_turn(restarted, channel=channels[0], label_for=lambda e: "#x")  # an old one
 
-    prepared = await restarted.prepare_turn(
-        TurnStart(
-            channel_id=999_999,
-            user_id=ALICE,
-            guild_id=GUILD,
-            bot_user_id=BOT,
-            label_for=lambda e: "#x",
-        )
-    )
+    prepared = await prepare(restarted, channel=999_999, label_for=lambda e: "#x")
 
     shown = [o.entry.summary for o in prepared.prompt.others if o.entry]
     assert shown == ["memory 11", "memory 10", "memory 9"]
@@ -132,11 +105,7 @@ async def test_a_dm_shows_a_server_memory_as_that_server_renders_it(
     assert (await service.update_stm(turn, categories={"ri_ben_yu": "NEW: Friday"})).ok
     await service.set_cross_context_opt_in(ALICE, True)
 
-    dm = await service.prepare_turn(
-        TurnStart(
-            channel_id=777, user_id=ALICE, guild_id=None, bot_user_id=BOT, label_for=lambda e: "#g"
-        )
-    )
+    dm = await prepare(service, channel=777, guild=None, label_for=lambda e: "#g")
 
     notes = "\n".join(assemble(dm.prompt).system_notes)
     assert "日本語:\nNEW: Friday" in notes

@@ -11,8 +11,8 @@ from bot.db.engine import Database
 from bot.db.models import LongTermMemory, StmEvent
 from bot.memory.service import MemoryService
 from bot.memory.turn.prompt import assemble
-from bot.memory.turn.types import REASON_CLEARED, TurnStart
-from tests.helpers.builders import ALICE, BOB, BOT, CHANNEL, GUILD, OTHER_CHANNEL, message
+from bot.memory.turn.types import REASON_CLEARED
+from tests.helpers.builders import ALICE, BOB, CHANNEL, GUILD, OTHER_CHANNEL, message, prepare
 from tests.integration.stm.harness import ALICE_KEY, SERVER_KEY, rows, start_turn
 
 # ----------------------------------------------------------------- deletion
@@ -103,15 +103,7 @@ async def test_forget_me_reaches_a_memory_written_from_another_channels_messages
     await service.update_stm(await start_turn(service, channel=OTHER_CHANNEL), summary="release")
     service.observe_message(OTHER_CHANNEL, message(BOB, "my phone number is 555-0199"))
     service.observe_message(CHANNEL, message(ALICE, "what's Bob's number again?"))
-    prepared = await service.prepare_turn(
-        TurnStart(
-            channel_id=CHANNEL,
-            user_id=ALICE,
-            guild_id=GUILD,
-            bot_user_id=BOT,
-            label_for=lambda e: "#g",
-        )
-    )
+    prepared = await prepare(service, label_for=lambda e: "#g")
     assert "555-0199" in "\n".join(assemble(prepared.prompt).system_notes)
     written = await service.update_stm(prepared.turn, summary="Bob's number: 555-0199.")
     assert written.ok

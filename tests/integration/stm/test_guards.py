@@ -15,9 +15,16 @@ from bot.memory.turn.types import (
     REASON_EXPLICIT_INTENT,
     REASON_PROVIDER,
     REASON_STORAGE,
-    TurnStart,
 )
-from tests.helpers.builders import ALICE, BOB, BOT, CHANNEL, GUILD, ManualClock, make_service
+from tests.helpers.builders import (
+    ALICE,
+    BOB,
+    CHANNEL,
+    GUILD,
+    ManualClock,
+    make_service,
+    prepare,
+)
 from tests.helpers.fake_llm import refused_base_url
 from tests.integration.stm.harness import SERVER_KEY, rows, start_turn
 
@@ -81,9 +88,7 @@ async def test_a_turn_in_flight_when_an_admin_disables_memory_does_not_write(
     db: Database, settings: Settings, clock: ManualClock
 ) -> None:
     service = make_service(db.sessions, settings, clock)
-    prepared = await service.prepare_turn(
-        TurnStart(channel_id=CHANNEL, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT)
-    )
+    prepared = await prepare(service)
     turn = prepared.turn
     assert turn.config.stm_enabled  # the turn began with memory on
     await service.update_guild_settings(GUILD, BOB, short_term_memory_enabled=False)

@@ -14,16 +14,14 @@ from bot.db.engine import Database
 from bot.db.models import StmEvent
 from bot.memory.janitor import run_janitor, run_turn_count_saver
 from bot.memory.service import MemoryService
-from bot.memory.turn.types import TurnStart
 from bot.vocabulary.errors import MemoryUnavailable
 from tests.helpers.builders import (
-    ALICE,
-    BOT,
     CHANNEL,
     GUILD,
     OTHER_CHANNEL,
     ManualClock,
     make_service,
+    prepare,
 )
 from tests.helpers.faults import outage
 from tests.integration.stm.harness import SERVER_KEY, rows, start_turn
@@ -48,9 +46,7 @@ async def test_turn_counts_are_saved_and_a_restart_keeps_counting_from_them(
     assert (await restarted.entry(SERVER_KEY)).turns_since_refresh == 3
     for _ in range(2):  # the cadence (5) comes due where it would have without the restart
         restarted.finish_turn(await start_turn(restarted))
-    prepared = await restarted.prepare_turn(
-        TurnStart(channel_id=CHANNEL, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT)
-    )
+    prepared = await prepare(restarted)
     assert prepared.prompt.nudge_new_messages is not None
 
 

@@ -21,11 +21,10 @@ from bot.memory.turn.types import (
     REASON_EXPLICIT_INTENT,
     REASON_PROVIDER,
     REASON_STORAGE,
-    TurnStart,
     TurnState,
 )
 from bot.vocabulary.model import Category, ScopeKey
-from tests.helpers.builders import ALICE, BOT, CHANNEL, GUILD, ManualClock, make_service
+from tests.helpers.builders import ALICE, CHANNEL, GUILD, ManualClock, make_service, prepare
 from tests.helpers.fake_llm import refused_base_url
 
 
@@ -37,11 +36,7 @@ async def stored_rows(db: Database) -> int:
 
 
 async def call(service: MemoryService, raw: str | None, **turn_options: bool) -> str:
-    prepared = await service.prepare_turn(
-        TurnStart(
-            channel_id=CHANNEL, user_id=ALICE, guild_id=GUILD, bot_user_id=BOT, **turn_options
-        )
-    )
+    prepared = await prepare(service, **turn_options)
     outcome = await run_stm_tool(service, prepared.turn, raw)
     assert outcome.ok == (outcome.content in ("saved", "saved, pending sync"))
     return outcome.content
@@ -138,15 +133,10 @@ async def _prepare(
     explicit_long_term_intent: bool = False,
     provider_allows_stm: bool = True,
 ) -> TurnState:
-    prepared = await service.prepare_turn(
-        TurnStart(
-            channel_id=CHANNEL,
-            user_id=ALICE,
-            guild_id=GUILD,
-            bot_user_id=BOT,
-            explicit_long_term_intent=explicit_long_term_intent,
-            provider_allows_stm=provider_allows_stm,
-        )
+    prepared = await prepare(
+        service,
+        explicit_long_term_intent=explicit_long_term_intent,
+        provider_allows_stm=provider_allows_stm,
     )
     return prepared.turn
 
