@@ -4,11 +4,14 @@ Discord, and doctor's table read back."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import subprocess
 import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from typing import IO
 
 import discord
 import pytest
@@ -51,6 +54,35 @@ def doctor_rows(table: str) -> dict[str, tuple[str, str]]:
         name, status, detail = re.split(r" {2,}", line.strip(), maxsplit=2)
         rows[name] = (status, detail)
     return rows
+
+
+# The doctor_here fixture: a data folder and settings of the test's own in, doctor's exit
+# code and its rows out.
+DoctorHere = Callable[..., Awaitable[tuple[int, dict[str, tuple[str, str]]]]]
+
+# The run_here fixture: the environment in, `kioku run`'s exit code and stderr out.
+RunHere = Callable[..., tuple[int, str]]
+
+# Doctor's rows, in the order it prints them.
+DOCTOR_ROWS = (
+    "config",
+    "discord token",
+    "message content",
+    "database",
+    "migrations",
+    "clock",
+    "spool",
+    "backup",
+    "persona",
+    "llm endpoint",
+    "llm tool call",
+)
+
+
+def row_of(result: subprocess.CompletedProcess[str], name: str, *, code: int) -> tuple[str, str]:
+    """The (status, detail) of ``kioku doctor``'s ``name`` row, once it exited with ``code``."""
+    assert result.returncode == code, result.stdout + result.stderr
+    return doctor_rows(result.stdout)[name]
 
 
 def doctor_settings(llm: ScriptedLLM, pg_url: URL, **env: str) -> dict[str, str]:
@@ -118,3 +150,50 @@ def cli_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, **env: str)
     monkeypatch.setenv("OPENAI_API_KEY", "test-key")  # `run` refuses OpenAI's without one
     for name, value in env.items():
         monkeypatch.setenv(name, value)
+
+
+@contextlib.asynccontextmanager
+async def doctor_process(
+    llm: ScriptedLLM, pg_url: URL, data_dir: Path, *, stderr: int | IO[bytes]
+) -> AsyncIterator[asyncio.subprocess.Process]:
+    """``kioku doctor`` in a subprocess on the test database and the scripted LLM, its
+    output a pipe read as it prints; killed if it still runs at the end."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "bot",
+        "doctor",
+        cwd=ROOT,
+        env=kioku_env(data_dir, **doctor_settings(llm, pg_url)),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=stderr,
+    )
+    try:
+        yield process
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+
+
+async def printed_until(
+    process: asyncio.subprocess.Process, last: Callable[[str], bool]
+) -> list[str]:
+    """The lines ``process`` prints, up to the first that is ``last``."""
+    assert process.stdout is not None
+    shown: list[str] = []
+    async with asyncio.timeout(60):  # a hang guard, not a measure
+        while not shown or not last(shown[-1]):
+            line = (await process.stdout.readline()).decode()
+            assert line, f"doctor ended early: {shown}"
+            shown.append(line)
+    return shown
+
+
+async def printed_to_the_end(process: asyncio.subprocess.Process) -> tuple[str, int]:
+    """What ``process`` prints from here on, and its exit code."""
+    assert process.stdout is not None
+    async with asyncio.timeout(60):
+        rest = (await process.stdout.read()).decode()
+        return rest, await process.wait()

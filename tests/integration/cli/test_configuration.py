@@ -135,55 +135,6 @@ def test_bad_database_urls_stop_start_up_with_one_line(
     assert expected in lines[0]
 
 
-def test_a_kioku_config_naming_a_folder_stops_start_up_with_one_line(tmp_path: Path) -> None:
-    result = kioku("migrate", data_dir=tmp_path, KIOKU_CONFIG=str(tmp_path))
-    assert (result.returncode, result.stderr.strip().splitlines()) == (
-        2,
-        [f"kioku: cannot read the configuration file {tmp_path} (KIOKU_CONFIG): is not a file"],
-    )
-
-
-def test_a_dotenv_file_that_is_not_utf8_stops_start_up_with_one_line(tmp_path: Path) -> None:
-    env_file = tmp_path / "kioku.env"
-    env_file.write_bytes("KIOKU_MODEL=café\n".encode("latin-1"))
-    result = kioku("migrate", data_dir=tmp_path, KIOKU_ENV_FILE=str(env_file))
-    assert result.returncode == 2
-    assert result.stderr.strip().splitlines() == [
-        f"kioku: cannot read the .env file {env_file} (KIOKU_ENV_FILE): it is not UTF-8 text "
-        "(byte 15): save it as UTF-8"
-    ]
-
-
-def test_a_dotenv_line_that_cannot_be_parsed_stops_start_up_with_one_line(
-    tmp_path: Path,
-) -> None:
-    # python-dotenv warned "could not parse statement starting at line 1" (twice, naming
-    # no file) and the bot started without the token.
-    env_file = tmp_path / "kioku.env"
-    env_file.write_text("DISCORD_TOKEN abc\n")
-    result = kioku("migrate", data_dir=tmp_path, KIOKU_ENV_FILE=str(env_file))
-    assert result.returncode == 2
-    assert result.stderr.strip().splitlines() == [
-        f"kioku: cannot parse line 1 of {env_file} (KIOKU_ENV_FILE): "
-        "expected NAME=value, a # comment or a blank line"
-    ]
-    assert not (tmp_path / "postgres").exists(), "nothing should start"
-
-
-def test_a_bad_value_in_the_toml_file_is_reported_in_the_file_not_a_variable(
-    tmp_path: Path,
-) -> None:
-    # Was named KIOKU_STM__REFRESH_CADENCE, which the operator never set.
-    config = tmp_path / "cad.toml"
-    config.write_text("[stm]\nrefresh_cadence = 0\n")
-    result = kioku("migrate", data_dir=tmp_path, KIOKU_CONFIG=str(config))
-    assert result.returncode == 2
-    assert result.stderr.strip().splitlines() == [
-        f"kioku: invalid setting stm.refresh_cadence = 0 (in {config}): "
-        "Input should be greater than or equal to 1 (allowed: integer 1–100)"
-    ]
-
-
 def test_an_openai_base_url_that_is_no_url_stops_the_console_before_it_starts(
     tmp_path: Path,
 ) -> None:
@@ -198,10 +149,64 @@ def test_an_openai_base_url_that_is_no_url_stops_the_console_before_it_starts(
     assert not (tmp_path / "postgres").exists(), "nothing should start"
 
 
-def test_a_missing_kioku_config_file_stops_start_up_with_one_line(tmp_path: Path) -> None:
-    result = kioku("migrate", data_dir=tmp_path, KIOKU_CONFIG="/nonexistent/kioku.toml")
-    assert result.returncode == 2
-    assert result.stderr.strip().splitlines() == [
-        "kioku: cannot read the configuration file /nonexistent/kioku.toml (KIOKU_CONFIG): "
-        "no such file"
-    ]
+# A configuration file start-up cannot use: its name (in the data folder, or a path of its
+# own), what it holds (None: nothing is written there), the variable naming it, and the
+# one line said of it ({path} being its path).
+BAD_FILES = [
+    pytest.param(
+        ".",
+        None,
+        "KIOKU_CONFIG",
+        "kioku: cannot read the configuration file {path} (KIOKU_CONFIG): is not a file",
+        id="config-names-a-folder",
+    ),
+    pytest.param(
+        "/nonexistent/kioku.toml",
+        None,
+        "KIOKU_CONFIG",
+        "kioku: cannot read the configuration file {path} (KIOKU_CONFIG): no such file",
+        id="config-missing",
+    ),
+    pytest.param(
+        "kioku.env",
+        "KIOKU_MODEL=café\n".encode("latin-1"),
+        "KIOKU_ENV_FILE",
+        "kioku: cannot read the .env file {path} (KIOKU_ENV_FILE): it is not UTF-8 text "
+        "(byte 15): save it as UTF-8",
+        id="dotenv-not-utf8",
+    ),
+    # python-dotenv warned "could not parse statement starting at line 1" (twice, naming
+    # no file) and the bot started without the token.
+    pytest.param(
+        "kioku.env",
+        b"DISCORD_TOKEN abc\n",
+        "KIOKU_ENV_FILE",
+        "kioku: cannot parse line 1 of {path} (KIOKU_ENV_FILE): "
+        "expected NAME=value, a # comment or a blank line",
+        id="dotenv-line-unparsable",
+    ),
+    # Was named KIOKU_STM__REFRESH_CADENCE, which the operator never set.
+    pytest.param(
+        "cad.toml",
+        b"[stm]\nrefresh_cadence = 0\n",
+        "KIOKU_CONFIG",
+        "kioku: invalid setting stm.refresh_cadence = 0 (in {path}): "
+        "Input should be greater than or equal to 1 (allowed: integer 1–100)",
+        id="toml-bad-value-named-in-the-file",
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "content", "variable", "line"), BAD_FILES)
+def test_a_configuration_file_start_up_cannot_use_stops_it_with_one_line(
+    tmp_path: Path, name: str, content: bytes | None, variable: str, line: str
+) -> None:
+    path = tmp_path / name  # an absolute name stands for itself
+    if content is not None:
+        path.write_bytes(content)
+    result = kioku("migrate", data_dir=tmp_path, **{variable: str(path)})
+    assert (result.returncode, result.stderr.strip().splitlines()) == (
+        2,
+        [line.format(path=path)],
+    )
+    assert not (tmp_path / "postgres").exists(), "nothing should start"

@@ -21,30 +21,18 @@ from sqlalchemy.engine import URL
 from bot.app import ShardedKiokuBot
 from bot.db.engine import Database
 from bot.memory.spool.durable import DurableSpool, spool_path
-from tests.helpers.kioku_cli import cli_environment, kioku, run_without_discord
+from tests.helpers.kioku_cli import RunHere, cli_environment, kioku
 from tests.helpers.processes import ROOT, kioku_env
 
 # No test asks the real Discord: doctor's token and intent rows ask a local fake.
 pytestmark = pytest.mark.usefixtures("discord_api")
 
 
-def test_a_local_endpoint_starts_without_a_key(
-    pg_url: URL,
-    migrated_database: Database,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-) -> None:
+def test_a_local_endpoint_starts_without_a_key(tmp_path: Path, run_here: RunHere) -> None:
     # Ollama, vLLM and LM Studio take the client's placeholder key.
-    code = run_without_discord(
-        monkeypatch,
-        pg_url,
-        tmp_path,
-        no_key=True,
-        KIOKU_DATA_DIR=str(tmp_path),
-        OPENAI_BASE_URL="http://localhost:11434/v1",
+    code, err = run_here(
+        no_key=True, KIOKU_DATA_DIR=str(tmp_path), OPENAI_BASE_URL="http://localhost:11434/v1"
     )
-    err = capsys.readouterr().err
     assert code == 0, err
     assert "OPENAI_API_KEY" not in err
 
@@ -198,52 +186,38 @@ async def test_sigterm_while_logging_in_stops_without_blaming_discord(
 
 
 def test_run_with_an_external_database_refuses_a_data_dir_that_is_a_file(
-    pg_url: URL,
-    migrated_database: Database,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path, run_here: RunHere
 ) -> None:
     # Was "cannot reach Discord: NotADirectoryError: … data/spool" (from the spool).
     data = tmp_path / "data"
     data.write_text("")
-    code = run_without_discord(monkeypatch, pg_url, tmp_path, KIOKU_DATA_DIR=str(data))
-    assert (code, capsys.readouterr().err.strip().splitlines()) == (
+    code, err = run_here(KIOKU_DATA_DIR=str(data))
+    assert (code, err.strip().splitlines()) == (
         2,
         [f"kioku: the data folder {data} (KIOKU_DATA_DIR) is a file, not a folder"],
     )
 
 
 def test_a_local_failure_of_the_bots_start_up_is_not_blamed_on_discord(
-    pg_url: URL,
-    migrated_database: Database,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path, run_here: RunHere
 ) -> None:
     # discord.py runs setup_hook inside login: the spool's OSError is the bot's own.
     data = tmp_path / "data"
     data.mkdir()
     (data / "spool").write_text("")
-    code = run_without_discord(monkeypatch, pg_url, tmp_path, KIOKU_DATA_DIR=str(data))
-    lines = capsys.readouterr().err.strip().splitlines()
+    code, err = run_here(KIOKU_DATA_DIR=str(data))
+    lines = err.strip().splitlines()
     assert code == 1
     assert lines[-1].startswith(f"kioku: start-up failed: cannot use {data / 'spool'}: "), lines
     assert lines[-1].endswith(f"(in the data folder {data}, KIOKU_DATA_DIR)"), lines
     assert "Discord" not in lines[-1], lines
 
 
-def test_a_metrics_port_in_use_stops_start_up_with_one_line(
-    pg_url: URL,
-    migrated_database: Database,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-) -> None:
+def test_a_metrics_port_in_use_stops_start_up_with_one_line(run_here: RunHere) -> None:
     with socket.create_server(("127.0.0.1", 0)) as taken:
         port = taken.getsockname()[1]
-        code = run_without_discord(monkeypatch, pg_url, tmp_path, KIOKU_METRICS__PORT=str(port))
-    lines = capsys.readouterr().err.strip().splitlines()
+        code, err = run_here(KIOKU_METRICS__PORT=str(port))
+    lines = err.strip().splitlines()
     assert code == 1
     assert lines[-1].startswith(
         f"kioku: start-up failed: cannot serve metrics on 127.0.0.1:{port} "

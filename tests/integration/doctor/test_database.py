@@ -14,7 +14,7 @@ from sqlalchemy.engine import URL
 from bot.db.engine import Database
 from tests.helpers.database import make_test_settings, scratch_database, worker_suffix
 from tests.helpers.fake_llm import ScriptedLLM
-from tests.helpers.kioku_cli import doctor_against, doctor_rows, kioku
+from tests.helpers.kioku_cli import doctor_against, doctor_rows, kioku, row_of
 
 # No test asks the real Discord: doctor's token and intent rows ask a local fake.
 pytestmark = pytest.mark.usefixtures("discord_api")
@@ -28,8 +28,7 @@ async def test_doctor_says_a_fresh_database_is_not_migrated(
     url = await scratch_database(pg_url, "kioku_unmigrated")
     llm.reply_tool_calls([("ping", {"word": "pong"})])
     result = await doctor_against(llm, url, tmp_path)
-    assert result.returncode == 1
-    assert doctor_rows(result.stdout)["migrations"] == (
+    assert row_of(result, "migrations", code=1) == (
         "FAIL",
         f"not migrated (head is {head_revision()}): run kioku migrate",
     )

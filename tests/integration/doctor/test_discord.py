@@ -6,52 +6,49 @@ from __future__ import annotations
 import asyncio
 import io
 import subprocess
-import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
 from sqlalchemy.engine import URL
 
 from bot.db.engine import Database
-from bot.ops.doctor import run_doctor as doctor
 from bot.ops.table import Table
-from tests.helpers.database import make_test_settings
 from tests.helpers.fake_discord_api import MESSAGE_CONTENT_LIMITED, FakeDiscordApi
-from tests.helpers.fake_llm import DEFAULT_MODEL_ID, ScriptedLLM
-from tests.helpers.kioku_cli import doctor_rows, doctor_settings
-from tests.helpers.processes import ROOT, kioku_env
+from tests.helpers.fake_llm import ScriptedLLM
+from tests.helpers.kioku_cli import (
+    DOCTOR_ROWS,
+    DoctorHere,
+    doctor_process,
+    printed_to_the_end,
+    printed_until,
+)
 
 PORTAL = "https://discord.com/developers/applications"
 
 
-async def discord_rows_of(
-    llm: ScriptedLLM, pg_url: URL, tmp_path: Path, capsys: pytest.CaptureFixture[str], token: str
-) -> tuple[int, tuple[str, str], tuple[str, str]]:
+# A token in; doctor's exit code, token row and Message Content row out.
+DiscordRows = Callable[[str], Awaitable[tuple[int, tuple[str, str], tuple[str, str]]]]
+
+
+@pytest.fixture
+def discord_rows(
+    doctor_here: DoctorHere, migrated_database: Database, tmp_path: Path
+) -> DiscordRows:
     """Doctor's exit code, token row and Message Content row, the other checks passing."""
-    llm.reply_tool_calls([("ping", {"word": "pong"})])
-    settings = make_test_settings(
-        pg_url,
-        tmp_path,
-        discord_token=token,
-        openai_base_url=llm.base_url,
-        openai_api_key="test-key",
-        model=DEFAULT_MODEL_ID,
-    )
-    code = await doctor(settings)
-    rows = doctor_rows(capsys.readouterr().out)
-    return code, rows["discord token"], rows["message content"]
+
+    async def rows_for(token: str) -> tuple[int, tuple[str, str], tuple[str, str]]:
+        code, rows = await doctor_here(tmp_path, discord_token=token)
+        return code, rows["discord token"], rows["message content"]
+
+    return rows_for
 
 
 async def test_a_valid_token_with_the_intent_passes_and_names_the_bot(
-    discord_api: FakeDiscordApi,
-    llm: ScriptedLLM,
-    pg_url: URL,
-    migrated_database: Database,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
+    discord_api: FakeDiscordApi, discord_rows: DiscordRows
 ) -> None:
     discord_api.user = {"id": "42", "username": "Kioku", "discriminator": "1234"}
-    result = await discord_rows_of(llm, pg_url, tmp_path, capsys, "dummy-token")
+    result = await discord_rows("dummy-token")
     assert result == (0, ("ok", "valid: Kioku#1234 (id 42)"), ("ok", "enabled"))
     assert [path for path, _ in discord_api.requests] == [
         "/api/v10/users/@me",
@@ -61,14 +58,9 @@ async def test_a_valid_token_with_the_intent_passes_and_names_the_bot(
 
 
 async def test_a_token_discord_rejects_fails_and_skips_the_intent(
-    discord_api: FakeDiscordApi,
-    llm: ScriptedLLM,
-    pg_url: URL,
-    migrated_database: Database,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
+    discord_api: FakeDiscordApi, discord_rows: DiscordRows
 ) -> None:
-    result = await discord_rows_of(llm, pg_url, tmp_path, capsys, "a-reset-token")
+    result = await discord_rows("a-reset-token")
     assert result == (
         1,
         (
@@ -81,17 +73,10 @@ async def test_a_token_discord_rejects_fails_and_skips_the_intent(
 
 
 async def test_the_message_content_intent_left_off_fails_with_where_to_turn_it_on(
-    discord_api: FakeDiscordApi,
-    llm: ScriptedLLM,
-    pg_url: URL,
-    migrated_database: Database,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
+    discord_api: FakeDiscordApi, discord_rows: DiscordRows
 ) -> None:
     discord_api.flags = (1 << 12) | (1 << 14)  # presence and members, not message content
-    code, token_row, intent_row = await discord_rows_of(
-        llm, pg_url, tmp_path, capsys, "dummy-token"
-    )
+    code, token_row, intent_row = await discord_rows("dummy-token")
     assert (code, token_row[0]) == (1, "ok")
     assert intent_row == (
         "FAIL",
@@ -101,32 +86,19 @@ async def test_the_message_content_intent_left_off_fails_with_where_to_turn_it_o
 
 
 async def test_the_limited_message_content_intent_of_a_small_bot_passes(
-    discord_api: FakeDiscordApi,
-    llm: ScriptedLLM,
-    pg_url: URL,
-    migrated_database: Database,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
+    discord_api: FakeDiscordApi, discord_rows: DiscordRows
 ) -> None:
     discord_api.flags = MESSAGE_CONTENT_LIMITED
-    result = await discord_rows_of(llm, pg_url, tmp_path, capsys, "dummy-token")
+    result = await discord_rows("dummy-token")
     assert result[0] == 0
     assert result[2] == ("ok", "enabled (until the bot is in 100 servers)")
 
 
 async def test_discord_out_of_reach_fails_the_token_row_with_the_cause(
-    discord_api: FakeDiscordApi,
-    llm: ScriptedLLM,
-    pg_url: URL,
-    migrated_database: Database,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
+    discord_api: FakeDiscordApi, discord_rows: DiscordRows
 ) -> None:
     discord_api.close()  # nothing listens there any more
-    code, token_row, intent_row = await discord_rows_of(
-        llm, pg_url, tmp_path, capsys, "dummy-token"
-    )
+    code, token_row, intent_row = await discord_rows("dummy-token")
     assert (code, token_row[0]) == (1, "FAIL")
     assert token_row[1].startswith("cannot ask Discord: ClientConnectorError: "), token_row
     assert intent_row == ("skip", "skipped: Discord could not be asked")
@@ -176,34 +148,11 @@ async def test_doctor_says_it_waits_for_the_model_and_keeps_logs_out_of_the_tabl
     # A silent minute while the tool call waited; "database ready" landed mid-table.
     llm.reply_tool_calls([("ping", {"word": "pong"})])
     answer = llm.hold()
-    env = kioku_env(tmp_path, **doctor_settings(llm, pg_url))  # with the fake Discord API
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "bot",
-        "doctor",
-        cwd=ROOT,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,  # one stream, as on a terminal
-    )
-    assert process.stdout is not None
-    shown: list[str] = []
-    try:
-        async with asyncio.timeout(60):  # a hang guard, not a measure
-            while not shown or "waiting for the model" not in shown[-1]:
-                line = (await process.stdout.readline()).decode()
-                assert line, f"doctor ended early: {shown}"
-                shown.append(line)
+    # With the fake Discord API (doctor_settings); one stream, as on a terminal.
+    async with doctor_process(llm, pg_url, tmp_path, stderr=subprocess.STDOUT) as process:
+        shown = await printed_until(process, lambda line: "waiting for the model" in line)
         answer.set()
-        async with asyncio.timeout(60):
-            rest = (await process.stdout.read()).decode()
-            returncode = await process.wait()
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
+        rest, returncode = await printed_to_the_end(process)
     lines = "".join(shown).splitlines() + rest.splitlines()
     assert returncode == 0, "\n".join(lines)
     assert "llm tool call: waiting for the model (1 s)…" in lines
@@ -220,17 +169,4 @@ async def test_doctor_says_it_waits_for_the_model_and_keeps_logs_out_of_the_tabl
     assert any("database ready" in line for line in lines[table_end + 1 :]), lines
 
 
-ROW_NAMES = {
-    "check",
-    "config",
-    "discord token",
-    "message content",
-    "database",
-    "migrations",
-    "clock",
-    "spool",
-    "backup",
-    "persona",
-    "llm endpoint",
-    "llm tool call",
-}
+ROW_NAMES = {"check", *DOCTOR_ROWS}

@@ -11,7 +11,7 @@ from sqlalchemy.engine import URL
 from bot.db.engine import Database
 from tests.helpers.database import make_test_settings
 from tests.helpers.fake_llm import ScriptedLLM
-from tests.helpers.kioku_cli import doctor_against, doctor_rows, kioku
+from tests.helpers.kioku_cli import doctor_against, doctor_rows, kioku, row_of
 
 # No test asks the real Discord: doctor's token and intent rows ask a local fake.
 pytestmark = pytest.mark.usefixtures("discord_api")
@@ -140,8 +140,7 @@ async def test_doctor_points_at_the_model_when_the_server_does_not_have_it(
     message = "The model `test-model` does not exist or you do not have access to it."
     llm.reply_error(404, message, code="model_not_found")
     result = await doctor_against(llm, pg_url, tmp_path)
-    assert result.returncode == 1
-    assert doctor_rows(result.stdout)["llm tool call"] == (
+    assert row_of(result, "llm tool call", code=1) == (
         "FAIL",
         f"NotFoundError (HTTP 404): {message}; check KIOKU_MODEL",
     )

@@ -11,40 +11,19 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from sqlalchemy.engine import URL
 
 from bot.config import Settings
 from bot.db.engine import Database
 from bot.db.storage import faults
 from bot.memory.spool.durable import DurableSpool, inspect_spool, spool_path
-from bot.ops.doctor import run_doctor as doctor
 from bot.vocabulary.model import ScopeKey
 from tests.helpers.builders import CHANNEL, GUILD, ManualClock, make_service, turn_for
-from tests.helpers.database import make_test_settings
-from tests.helpers.fake_llm import DEFAULT_MODEL_ID, ScriptedLLM
 from tests.helpers.faults import outage
-from tests.helpers.kioku_cli import doctor_rows
+from tests.helpers.kioku_cli import DoctorHere
 
 SERVER_KEY = ScopeKey.server(GUILD, CHANNEL)
 # Doctor's token and intent rows ask a local fake of Discord's API, never Discord.
 pytestmark = pytest.mark.usefixtures("discord_api")
-
-
-async def doctor_table(
-    llm: ScriptedLLM, pg_url: URL, data_dir: Path, capsys: pytest.CaptureFixture[str]
-) -> tuple[int, dict[str, tuple[str, str]]]:
-    """``kioku doctor``'s exit code and rows, every check but the spool's set to pass."""
-    llm.reply_tool_calls([("ping", {"word": "pong"})])
-    settings = make_test_settings(
-        pg_url,
-        data_dir,
-        discord_token="dummy-token",
-        openai_base_url=llm.base_url,
-        openai_api_key="test-key",
-        model=DEFAULT_MODEL_ID,
-    )
-    code = await doctor(settings)
-    return code, doctor_rows(capsys.readouterr().out)
 
 
 def not_ok(rows: dict[str, tuple[str, str]]) -> dict[str, str]:
@@ -54,9 +33,7 @@ def not_ok(rows: dict[str, tuple[str, str]]) -> dict[str, str]:
 async def test_doctor_counts_the_operations_an_unreachable_database_left_in_the_spool(
     db: Database,
     settings: Settings,
-    pg_url: URL,
-    llm: ScriptedLLM,
-    capsys: pytest.CaptureFixture[str],
+    doctor_here: DoctorHere,
 ) -> None:
     # Held by the service, as by a running `kioku run`: doctor may run beside it.
     spool = DurableSpool(spool_path(settings.data_dir))
@@ -75,7 +52,7 @@ async def test_doctor_counts_the_operations_an_unreachable_database_left_in_the_
         assert spool.pending == 3
         assert len(spool.path.read_text().splitlines()) == 4  # the blank is in the file
 
-        code, rows = await doctor_table(llm, pg_url, settings.data_dir, capsys)
+        code, rows = await doctor_here(settings.data_dir)
     finally:
         spool.close()
     assert rows["spool"] == ("ok", "3 memory operations pending sync")
@@ -85,9 +62,7 @@ async def test_doctor_counts_the_operations_an_unreachable_database_left_in_the_
 async def test_doctor_says_the_spool_is_empty_once_the_replay_stored_everything(
     db: Database,
     settings: Settings,
-    pg_url: URL,
-    llm: ScriptedLLM,
-    capsys: pytest.CaptureFixture[str],
+    doctor_here: DoctorHere,
 ) -> None:
     spool = DurableSpool(spool_path(settings.data_dir))
     try:
@@ -98,7 +73,7 @@ async def test_doctor_says_the_spool_is_empty_once_the_replay_stored_everything(
         assert await spool.replay(db.sessions) == 1
         assert spool.path.exists()  # the file stays, with nothing in it
 
-        code, rows = await doctor_table(llm, pg_url, settings.data_dir, capsys)
+        code, rows = await doctor_here(settings.data_dir)
     finally:
         spool.close()
     assert rows["spool"] == ("ok", "empty")
@@ -107,12 +82,10 @@ async def test_doctor_says_the_spool_is_empty_once_the_replay_stored_everything(
 
 async def test_doctor_says_a_fresh_data_folder_has_an_empty_spool_and_creates_none(
     migrated_database: Database,
-    pg_url: URL,
-    llm: ScriptedLLM,
     tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
+    doctor_here: DoctorHere,
 ) -> None:
-    code, rows = await doctor_table(llm, pg_url, tmp_path, capsys)
+    code, rows = await doctor_here(tmp_path)
     assert rows["spool"] == ("ok", "empty")
     assert code == 0, rows
     assert not spool_path(tmp_path).parent.exists(), "doctor only reads the spool"
@@ -121,9 +94,7 @@ async def test_doctor_says_a_fresh_data_folder_has_an_empty_spool_and_creates_no
 async def test_doctor_fails_the_spool_row_for_a_line_set_aside_as_unreadable(
     db: Database,
     settings: Settings,
-    pg_url: URL,
-    llm: ScriptedLLM,
-    capsys: pytest.CaptureFixture[str],
+    doctor_here: DoctorHere,
 ) -> None:
     path = spool_path(settings.data_dir)
     spool = DurableSpool(path)
@@ -137,7 +108,7 @@ async def test_doctor_fails_the_spool_row_for_a_line_set_aside_as_unreadable(
     DurableSpool(path).close()  # opening it sets the damaged line aside
     (aside,) = inspect_spool(settings.data_dir).set_aside
 
-    code, rows = await doctor_table(llm, pg_url, settings.data_dir, capsys)
+    code, rows = await doctor_here(settings.data_dir)
 
     assert rows["spool"] == (
         "FAIL",
@@ -149,9 +120,7 @@ async def test_doctor_fails_the_spool_row_for_a_line_set_aside_as_unreadable(
 async def test_doctor_names_the_newest_of_several_set_aside_files_with_nothing_pending(
     db: Database,
     settings: Settings,
-    pg_url: URL,
-    llm: ScriptedLLM,
-    capsys: pytest.CaptureFixture[str],
+    doctor_here: DoctorHere,
 ) -> None:
     path = spool_path(settings.data_dir)
     spool = DurableSpool(path)
@@ -174,7 +143,7 @@ async def test_doctor_names_the_newest_of_several_set_aside_files_with_nothing_p
     first, newest = inspect_spool(settings.data_dir).set_aside
     assert first.read_bytes() == b"[1, 2]\n" and b"cannot be stored" in newest.read_bytes()
 
-    code, rows = await doctor_table(llm, pg_url, settings.data_dir, capsys)
+    code, rows = await doctor_here(settings.data_dir)
 
     assert rows["spool"] == ("FAIL", f"empty; 2 set-aside file(s): {newest}")
     assert (code, not_ok(rows)) == (1, {"spool": "FAIL"}), rows

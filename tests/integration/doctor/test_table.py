@@ -4,8 +4,6 @@ token and spool rows, and no configured secret shown."""
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,12 +14,15 @@ from tests.helpers.database import make_test_settings
 from tests.helpers.fake_llm import DEFAULT_MODEL_ID, ScriptedLLM
 from tests.helpers.kioku_cli import (
     CONFIG_FILE_READ,
+    DOCTOR_ROWS,
     NOT_UTF8_PERSONA,
     doctor_against,
+    doctor_process,
     doctor_rows,
-    doctor_settings,
+    printed_to_the_end,
+    printed_until,
+    row_of,
 )
-from tests.helpers.processes import ROOT, kioku_env
 
 # No test asks the real Discord: doctor's token and intent rows ask a local fake.
 pytestmark = pytest.mark.usefixtures("discord_api")
@@ -34,19 +35,7 @@ async def test_doctor_passes_when_the_model_calls_the_tool(
     result = await doctor_against(llm, pg_url, tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     rows = doctor_rows(result.stdout)
-    assert list(rows) == [
-        "config",
-        "discord token",
-        "message content",
-        "database",
-        "migrations",
-        "clock",
-        "spool",
-        "backup",
-        "persona",
-        "llm endpoint",
-        "llm tool call",
-    ]
+    assert list(rows) == list(DOCTOR_ROWS)
     assert {status for status, _ in rows.values()} == {"ok"}
     assert rows["backup"][1] == f"none in {tmp_path / 'backups'} (kioku backup makes one)"
     assert f"{DEFAULT_MODEL_ID} listed" in rows["llm endpoint"][1]
@@ -62,8 +51,7 @@ async def test_doctor_does_not_show_the_password_in_the_llm_url(
     llm.reply_tool_calls([("ping", {"word": "pong"})])
     url = llm.base_url.replace("http://", "http://proxy-user:proxy-secret@")
     result = await doctor_against(llm, pg_url, tmp_path, OPENAI_BASE_URL=url)
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert doctor_rows(result.stdout)["config"] == (
+    assert row_of(result, "config", code=0) == (
         "ok",
         f"model {DEFAULT_MODEL_ID} via openai at http://***@127.0.0.1:{llm.port}/v1; "
         + CONFIG_FILE_READ,
@@ -78,8 +66,7 @@ async def test_doctor_masks_the_query_values_of_the_llm_url(
     key = "sk-proj-AAAAbbbbCCCC1111dddd2222eeee"
     url = f"{llm.base_url}?api-key={key}&api-version=2024-02-01"
     result = await doctor_against(llm, pg_url, tmp_path, OPENAI_BASE_URL=url)
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert doctor_rows(result.stdout)["config"] == (
+    assert row_of(result, "config", code=0) == (
         "ok",
         f"model {DEFAULT_MODEL_ID} via openai at http://127.0.0.1:{llm.port}/v1"
         f"?api-key=***&api-version=***; {CONFIG_FILE_READ}",
@@ -182,8 +169,7 @@ async def test_doctor_says_no_config_file_was_found_when_run_from_another_folder
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     result = await doctor_against(llm, pg_url, tmp_path, cwd=elsewhere)
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert doctor_rows(result.stdout)["config"] == (
+    assert row_of(result, "config", code=0) == (
         "ok",
         f"model {DEFAULT_MODEL_ID} via openai at {llm.base_url}; "
         f"config file: none found at {elsewhere / 'config' / 'kioku.toml'}",
@@ -198,46 +184,13 @@ async def test_doctor_prints_each_row_as_its_check_completes(
     llm.reply_tool_calls([("ping", {"word": "pong"})])
     answer = llm.hold()
     with (tmp_path / "stderr").open("wb") as stderr:
-        process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "bot",
-            "doctor",
-            cwd=ROOT,
-            env=kioku_env(tmp_path, **doctor_settings(llm, pg_url)),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=stderr,
-        )
-    assert process.stdout is not None
-    try:
-        shown: list[str] = []
-        async with asyncio.timeout(60):  # a hang guard, not a measure
-            while not shown or not shown[-1].startswith("llm endpoint"):
-                line = (await process.stdout.readline()).decode()
-                assert line, f"doctor ended early: {shown}"
-                shown.append(line)
-            await llm.wait_for_requests(1)  # the tool call is waiting for its answer
-        assert list(doctor_rows("".join(shown))) == [
-            "config",
-            "discord token",
-            "message content",
-            "database",
-            "migrations",
-            "clock",
-            "spool",
-            "backup",
-            "persona",
-            "llm endpoint",
-        ]
-        answer.set()
-        async with asyncio.timeout(60):
-            rest = (await process.stdout.read()).decode()
-            returncode = await process.wait()
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
+        async with doctor_process(llm, pg_url, tmp_path, stderr=stderr) as process:
+            shown = await printed_until(process, lambda line: line.startswith("llm endpoint"))
+            async with asyncio.timeout(60):  # a hang guard, not a measure
+                await llm.wait_for_requests(1)  # the tool call is waiting for its answer
+            assert list(doctor_rows("".join(shown))) == list(DOCTOR_ROWS[:-1])
+            answer.set()
+            rest, returncode = await printed_to_the_end(process)
     assert returncode == 0, "".join(shown) + rest + (tmp_path / "stderr").read_text()
     rows = doctor_rows("".join(shown) + rest)
     assert list(rows)[-1] == "llm tool call" and rows["llm tool call"][0] == "ok"
@@ -263,8 +216,7 @@ async def test_doctor_warns_of_an_unknown_placeholder_in_the_persona(
     persona = tmp_path / "persona.md"
     persona.write_text('You are {bot_name}, talking to {user_nme}. Answer as {"a": 1}.\n')
     result = await doctor_against(llm, pg_url, tmp_path, KIOKU_PERSONA_FILE=str(persona))
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert doctor_rows(result.stdout)["persona"] == (
+    assert row_of(result, "persona", code=0) == (
         "WARN",
         f"{persona} (63 chars): unknown placeholder {{user_nme}} (did you mean "
         "{user_name}?), sent to the model as written (known: {bot_name}, {channel_name}, "
@@ -292,8 +244,7 @@ async def test_doctor_fails_a_persona_file_that_is_not_utf8(
     persona.write_bytes(NOT_UTF8_PERSONA)
     result = await doctor_against(llm, pg_url, tmp_path, KIOKU_PERSONA_FILE=str(persona))
     assert "Traceback" not in result.stderr, result.stderr[-600:]
-    assert result.returncode == 1
-    assert doctor_rows(result.stdout)["persona"] == (
+    assert row_of(result, "persona", code=1) == (
         "FAIL",
         f"{persona} is not UTF-8 text (byte 36): save it as UTF-8",
     )
@@ -308,8 +259,7 @@ async def test_doctor_fails_the_spool_row_for_a_data_dir_that_is_a_file(
     data = tmp_path / "data"
     data.write_text("")
     result = await doctor_against(llm, pg_url, data)
-    assert result.returncode == 1
-    assert doctor_rows(result.stdout)["spool"] == (
+    assert row_of(result, "spool", code=1) == (
         "FAIL",
         f"the data folder {data} (KIOKU_DATA_DIR) is a file, not a folder",
     )

@@ -10,8 +10,10 @@ import pytest
 
 from bot.config import Settings
 from bot.db.engine import Database
+from bot.memory.service import MemoryService
 from bot.memory.spool.durable import DurableSpool, SpoolLocked, inspect_spool, spool_path
 from bot.memory.spool.file import SpoolFile
+from bot.vocabulary.model import StmEntry
 from tests.helpers.builders import ALICE, BOB, CHANNEL, GUILD, ManualClock, make_service, turn_for
 from tests.helpers.faults import back, outage
 from tests.integration.spool.harness import SERVER_KEY, down, summaries
@@ -19,16 +21,23 @@ from tests.integration.spool.harness import SERVER_KEY, down, summaries
 # ------------------------------------------------------------- the file itself
 
 
-async def test_an_append_after_a_torn_line_survives_the_next_restart(
-    tmp_path: Path, settings: Settings, db: Database
-) -> None:
-    path = spool_path(tmp_path)
-    spool = DurableSpool(path)
-    service = make_service(db.sessions, settings, ManualClock(), spool=spool)
+async def closed_after_one_write(
+    spool: DurableSpool, service: MemoryService, summary: str
+) -> StmEntry:
+    """The test channel's entry, written at version 1 with ``summary`` into ``spool``,
+    which is then closed (its process stops)."""
     entry = await service.entry(SERVER_KEY)
-    entry.summary, entry.version = "first", 1
+    entry.summary, entry.version = summary, 1
     spool.append([entry])
     spool.close()
+    return entry
+
+
+async def test_an_append_after_a_torn_line_survives_the_next_restart(
+    db: Database, spool: DurableSpool, service: MemoryService
+) -> None:
+    path = spool.path
+    entry = await closed_after_one_write(spool, service, "first")
     with path.open("a", encoding="utf-8") as handle:
         handle.write('{"op": "upsert", "entries": [{"key": ')  # SIGKILL mid-write
 
@@ -58,15 +67,10 @@ def test_a_second_process_cannot_take_over_a_spool(tmp_path: Path) -> None:
     ids=["invalid-utf8", "not-an-object", "missing-fields", "unknown-op"],
 )
 async def test_a_damaged_line_is_set_aside_and_the_rest_replays(
-    tmp_path: Path, settings: Settings, db: Database, damage: bytes
+    tmp_path: Path, db: Database, spool: DurableSpool, service: MemoryService, damage: bytes
 ) -> None:
-    path = spool_path(tmp_path)
-    spool = DurableSpool(path)
-    service = make_service(db.sessions, settings, ManualClock(), spool=spool)
-    entry = await service.entry(SERVER_KEY)
-    entry.summary, entry.version = "before the damage", 1
-    spool.append([entry])
-    spool.close()
+    path = spool.path
+    entry = await closed_after_one_write(spool, service, "before the damage")
     with path.open("ab") as handle:
         handle.write(damage)
     spool = DurableSpool(path)
@@ -125,15 +129,13 @@ async def test_a_failed_rewrite_leaves_the_spool_writable(db: Database, tmp_path
 
 
 async def test_a_failed_rewrite_after_the_last_batch_does_not_hide_the_channel(
-    db: Database, settings: Settings, tmp_path: Path
+    db: Database, spool: DurableSpool, service: MemoryService
 ) -> None:
     """A spooled /refresh is replayed, then rewriting the (now empty) spool file fails
     (a real OSError: here a directory in the way of the temporary file). The clear
     reached the database and nothing is pending: the channel must not stay "being
     cleared" (every hydration skipping the database, so a memory saved afterwards would
     never be read back and the next write, built on version 0, refused as stale)."""
-    spool = DurableSpool(spool_path(tmp_path))
-    service = make_service(db.sessions, settings, ManualClock(), spool=spool)
     await turn_for(service)
     async with outage(service.sessions):
         receipt = await service.clear_channel(CHANNEL, guild_id=GUILD, actor_user_id=BOB)

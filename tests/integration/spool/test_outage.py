@@ -35,9 +35,8 @@ from tests.integration.spool.harness import SERVER_KEY, down, summaries
 
 
 async def test_a_refused_write_is_spooled_and_acknowledged_as_pending(
-    db: Database, settings: Settings, spool: DurableSpool
+    db: Database, spool: DurableSpool, service: MemoryService
 ) -> None:
-    service = make_service(db.sessions, settings, ManualClock(), spool=spool)
     turn = await turn_for(service)  # warm: hydrated while the database was up
     down(service)
     result = await service.update_stm(turn, summary="written during the outage")
@@ -59,9 +58,8 @@ async def test_a_refused_write_is_spooled_and_acknowledged_as_pending(
 
 
 async def test_replay_never_overwrites_a_newer_version(
-    db: Database, settings: Settings, spool: DurableSpool
+    db: Database, settings: Settings, spool: DurableSpool, service: MemoryService
 ) -> None:
-    service = make_service(db.sessions, settings, ManualClock(), spool=spool)
     turn = await turn_for(service)
     async with outage(service.sessions):
         await service.update_stm(turn, summary="spooled v1")
@@ -74,9 +72,8 @@ async def test_replay_never_overwrites_a_newer_version(
 
 
 async def test_a_clear_during_the_outage_is_replayed_after_the_writes(
-    db: Database, settings: Settings, spool: DurableSpool
+    db: Database, spool: DurableSpool, service: MemoryService
 ) -> None:
-    service = make_service(db.sessions, settings, ManualClock(), spool=spool)
     turn = await turn_for(service)
     down(service)
     await service.update_stm(turn, summary="to be wiped")
@@ -92,9 +89,8 @@ async def test_a_clear_during_the_outage_is_replayed_after_the_writes(
 
 
 async def test_forget_me_during_the_outage_is_replayed(
-    db: Database, settings: Settings, spool: DurableSpool
+    db: Database, spool: DurableSpool, service: MemoryService
 ) -> None:
-    service = make_service(db.sessions, settings, ManualClock(), spool=spool)
     await service.update_stm(await turn_for(service), summary="Alice's plans")
     async with outage(service.sessions):
         receipt = await service.forget_user(ALICE)
@@ -138,9 +134,8 @@ async def spooled_write(service: MemoryService, summary: str) -> WriteResult:
 
 
 async def test_a_refresh_after_the_outage_queues_behind_the_spooled_write(
-    db: Database, settings: Settings, spool: DurableSpool
+    db: Database, spool: DurableSpool, service: MemoryService
 ) -> None:
-    service = make_service(db.sessions, settings, ManualClock(), spool=spool)
     await spooled_write(service, "secret plan")
 
     receipt = await service.clear_channel(CHANNEL, guild_id=GUILD, actor_user_id=BOB)
@@ -154,9 +149,8 @@ async def test_a_refresh_after_the_outage_queues_behind_the_spooled_write(
 
 
 async def test_forget_me_after_the_outage_reaches_the_spooled_write(
-    db: Database, settings: Settings, spool: DurableSpool
+    db: Database, spool: DurableSpool, service: MemoryService
 ) -> None:
-    service = make_service(db.sessions, settings, ManualClock(), spool=spool)
     await spooled_write(service, "Alice's diary")
 
     receipt = await service.forget_user(ALICE)
@@ -168,9 +162,8 @@ async def test_forget_me_after_the_outage_reaches_the_spooled_write(
 
 
 async def test_writes_after_the_outage_queue_behind_the_spool_until_it_is_replayed(
-    db: Database, settings: Settings, spool: DurableSpool
+    db: Database, spool: DurableSpool, service: MemoryService
 ) -> None:
-    service = make_service(db.sessions, settings, ManualClock(), spool=spool)
     first = await spooled_write(service, "v1 during the outage")
     second = await service.update_stm(await turn_for(service), summary="v2 after it")
 
@@ -183,9 +176,8 @@ async def test_writes_after_the_outage_queue_behind_the_spool_until_it_is_replay
 
 
 async def test_hydration_takes_a_newer_row_over_an_older_spooled_state(
-    db: Database, settings: Settings, spool: DurableSpool
+    db: Database, settings: Settings, spool: DurableSpool, service: MemoryService
 ) -> None:
-    service = make_service(db.sessions, settings, ManualClock(), spool=spool)
     await spooled_write(service, "spooled v1")
     # Another process writes the same memory, newer, straight to the database.
     other = make_service(db.sessions, settings, ManualClock())
@@ -294,14 +286,12 @@ async def test_a_refresh_still_in_the_spool_after_a_restart_does_not_bring_the_m
 
 
 async def test_a_refresh_that_failed_does_not_leave_the_channel_unwritable_forever(
-    db: Database, settings: Settings, tmp_path: Path
+    spool: DurableSpool, service: MemoryService
 ) -> None:
     """/refresh while the database is down and the spool cannot be written (disk full):
     the command correctly reports failure. But the channel keeps its tombstone, so once
     everything is healthy again every STM write there is built on version 0 and refused
     as stale by the existing row - for as long as the process lives."""
-    spool = DurableSpool(spool_path(tmp_path))
-    service = make_service(db.sessions, settings, ManualClock(), spool=spool)
     for n in range(3):
         await service.update_stm(await turn_for(service), summary=f"v{n + 1}")
     async with outage(service.sessions):
@@ -339,12 +329,10 @@ async def test_a_forget_me_still_in_the_spool_after_a_restart_does_not_bring_the
 
 
 async def test_a_spooled_record_does_not_change_when_the_cache_entry_does(
-    db: Database, settings: Settings, tmp_path: Path
+    spool: DurableSpool, service: MemoryService
 ) -> None:
     """The record replayed is what was acknowledged: a later write of this process
     mutates the live cache entry's categories in place, never the record's copy."""
-    spool = DurableSpool(spool_path(tmp_path))
-    service = make_service(db.sessions, settings, ManualClock(), spool=spool)
     await service.set_categories(GUILD, BOB, [Category(0, "plans", "Plans", "plans")])
     first, second = await turn_for(service), await turn_for(service)
     down(service)

@@ -4,6 +4,7 @@ record's own, and a user's words never kept in what is set aside."""
 from __future__ import annotations
 
 import contextlib
+from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 from bot.config import Settings
 from bot.db.engine import Database
 from bot.db.storage import faults
+from bot.memory.service import MemoryService
 from bot.memory.spool.durable import (
     ALL_REFUSED_RETRIES,
     DurableSpool,
@@ -29,10 +31,8 @@ from tests.integration.spool.harness import SERVER_KEY, summaries
 
 
 async def test_a_record_the_database_refuses_is_set_aside_not_retried_forever(
-    tmp_path: Path, settings: Settings, db: Database
+    tmp_path: Path, db: Database, spool: DurableSpool, service: MemoryService
 ) -> None:
-    spool = DurableSpool(spool_path(tmp_path))
-    service = make_service(db.sessions, settings, ManualClock(), spool=spool)
     entry = await service.entry(SERVER_KEY)
     entry.summary, entry.version = "fine", 1
     spool.append([entry])
@@ -136,12 +136,10 @@ def beyond_bigint(entry: StmEntry, summary: str, channel_offset: int = 5) -> Stm
 
 
 async def test_a_batch_whose_every_record_is_refused_is_retried_not_set_aside(
-    db: Database, settings: Settings, tmp_path: Path
+    db: Database, tmp_path: Path, spool: DurableSpool, service: MemoryService
 ) -> None:
     """Every record refused at once is more likely the server's fault than each record's:
     nothing is set aside; once a record goes through, the refused ones are set aside."""
-    spool = DurableSpool(spool_path(tmp_path))
-    service = make_service(db.sessions, settings, ManualClock(), spool=spool)
     entry = await service.entry(SERVER_KEY)
     spool.append([beyond_bigint(entry, "one", 5)])
     spool.append([beyond_bigint(entry, "two", 6)])
@@ -158,12 +156,10 @@ async def test_a_batch_whose_every_record_is_refused_is_retried_not_set_aside(
 
 
 async def test_records_that_are_all_wrong_do_not_block_the_spool_for_good(
-    db: Database, settings: Settings, tmp_path: Path
+    db: Database, tmp_path: Path, spool: DurableSpool, service: MemoryService
 ) -> None:
     """Retried a few times as the server's fault, then set aside as the records' own: a
     write queued behind them reaches the database."""
-    spool = DurableSpool(spool_path(tmp_path))
-    service = make_service(db.sessions, settings, ManualClock(), spool=spool)
     entry = await service.entry(SERVER_KEY)
     spool.append([beyond_bigint(entry, "one", 5)])
     spool.append([beyond_bigint(entry, "two", 6)])
@@ -181,12 +177,10 @@ async def test_records_that_are_all_wrong_do_not_block_the_spool_for_good(
 
 
 async def test_a_replayed_forget_me_also_clears_records_set_aside_by_the_same_replay(
-    db: Database, settings: Settings, tmp_path: Path
+    db: Database, tmp_path: Path, spool: DurableSpool, service: MemoryService
 ) -> None:
     """/forget-me queued behind a write of the user's that the database then refuses:
     the refused write is not set aside with the user's words (the forget covers it)."""
-    spool = DurableSpool(spool_path(tmp_path))
-    service = make_service(db.sessions, settings, ManualClock(), spool=spool)
     poisoned = beyond_bigint(await service.entry(SERVER_KEY), "ALICE-SECRET-WORDS")
     poisoned.contributor_ids = [ALICE]
     spool.append([poisoned])
@@ -199,13 +193,11 @@ async def test_a_replayed_forget_me_also_clears_records_set_aside_by_the_same_re
 
 
 async def test_a_replayed_forget_me_clears_what_an_earlier_replay_set_aside(
-    db: Database, settings: Settings, tmp_path: Path
+    db: Database, tmp_path: Path, spool: DurableSpool, service: MemoryService
 ) -> None:
     """A forget queued in the spool without the command's own clean-up (queued behind a
     spooled write of the user's, see Notices._on_forget) removes the user's
     set-aside records when it is replayed."""
-    spool = DurableSpool(spool_path(tmp_path))
-    service = make_service(db.sessions, settings, ManualClock(), spool=spool)
     poisoned = beyond_bigint(await service.entry(SERVER_KEY), "ALICE-SECRET-WORDS")
     poisoned.contributor_ids = [ALICE]
     spool.append([poisoned])
@@ -218,13 +210,11 @@ async def test_a_replayed_forget_me_clears_what_an_earlier_replay_set_aside(
 
 
 async def test_forget_me_also_removes_the_users_words_from_set_aside_spool_files(
-    db: Database, settings: Settings, tmp_path: Path
+    db: Database, spool: DurableSpool, service: MemoryService
 ) -> None:
     """A spooled record the database refused is moved to ``stm.corrupt-*.jsonl`` with its
     full memory text. /forget-me must remove everything derived from the user (tables
     *and spool*); the set-aside copy is never touched."""
-    spool = DurableSpool(spool_path(tmp_path))
-    service = make_service(db.sessions, settings, ManualClock(), spool=spool)
     entry = await service.entry(SERVER_KEY)
     poisoned = replace(entry, key=ScopeKey.server(GUILD, 2**63 + 5))  # refused by the DB
     poisoned.summary, poisoned.version = "Alice's home address", 1
@@ -256,22 +246,39 @@ async def _refuse_every_memory_write(db: Database, on: bool) -> None:
         await session.execute(text(statement))
 
 
+@contextlib.asynccontextmanager
+async def every_memory_write_refused(db: Database) -> AsyncIterator[None]:
+    """Every STM row refused by the server meanwhile (see _refuse_every_memory_write)."""
+    await _refuse_every_memory_write(db, True)
+    try:
+        yield
+    finally:
+        await _refuse_every_memory_write(db, False)
+
+
+def spool_both(
+    spool: DurableSpool,
+    entries: tuple[StmEntry, StmEntry],
+    summaries: tuple[str, str],
+    version: int,
+) -> None:
+    """Spool a write of each entry, with its summary, at ``version``."""
+    for entry, summary in zip(entries, summaries, strict=True):
+        entry.summary, entry.version = summary, version
+        spool.append([entry])
+
+
 async def test_an_earlier_incident_does_not_use_up_the_retries_of_the_next_one(
-    db: Database, settings: Settings, tmp_path: Path
+    db: Database, tmp_path: Path, spool: DurableSpool, service: MemoryService
 ) -> None:
     """ALL_REFUSED_RETRIES counts all-refused batches "in a row"; a replay that went
     through must end the row, or the next incident's writes are set aside at once."""
-    spool = DurableSpool(spool_path(tmp_path))
-    service = make_service(db.sessions, settings, ManualClock(), spool=spool)
     first = await service.entry(SERVER_KEY)
     second = await service.entry(ScopeKey.server(GUILD, CHANNEL + 1))
     try:
         # Incident 1: every record refused, retried, and then the server is fine again.
         await _refuse_every_memory_write(db, True)
-        first.summary, first.version = "one", 1
-        second.summary, second.version = "two", 1
-        spool.append([first])
-        spool.append([second])
+        spool_both(spool, (first, second), ("one", "two"), version=1)
         for _ in range(ALL_REFUSED_RETRIES):
             with pytest.raises(ReplayRefused):
                 await spool.replay(db.sessions)
@@ -281,10 +288,7 @@ async def test_an_earlier_incident_does_not_use_up_the_retries_of_the_next_one(
 
         # Incident 2, later: its first all-refused batch must be retried like the first.
         await _refuse_every_memory_write(db, True)
-        first.summary, first.version = "three", 2
-        second.summary, second.version = "four", 2
-        spool.append([first])
-        spool.append([second])
+        spool_both(spool, (first, second), ("three", "four"), version=2)
         with contextlib.suppress(ReplayRefused):
             await spool.replay(db.sessions)
         assert (spool.pending, inspect_spool(tmp_path).set_aside) == (2, ())
@@ -293,25 +297,17 @@ async def test_an_earlier_incident_does_not_use_up_the_retries_of_the_next_one(
 
 
 async def test_a_local_blank_record_does_not_make_a_refused_batch_look_like_bad_records(
-    db: Database, settings: Settings, tmp_path: Path
+    db: Database, tmp_path: Path, spool: DurableSpool, service: MemoryService
 ) -> None:
     """A 'blank' record (a clear heard by notice: local bookkeeping, never sent to the
     database) between writes the server refuses must not turn "every record refused"
     (retried as the server's fault) into "some refused" (set aside at once)."""
-    spool = DurableSpool(spool_path(tmp_path))
-    service = make_service(db.sessions, settings, ManualClock(), spool=spool)
     first = await service.entry(SERVER_KEY)
     second = await service.entry(ScopeKey.server(GUILD, CHANNEL + 1))
-    try:
-        await _refuse_every_memory_write(db, True)
-        first.summary, first.version = "one", 1
-        second.summary, second.version = "two", 1
-        spool.append([first])
-        spool.append([second])
+    async with every_memory_write_refused(db):
+        spool_both(spool, (first, second), ("one", "two"), version=1)
         spool.blank_channel(CHANNEL + 1)  # a clear elsewhere of the second channel
         assert spool.pending == 2 and len(spool._records) == 3
         with contextlib.suppress(ReplayRefused):
             await spool.replay(db.sessions)
         assert (spool.pending, inspect_spool(tmp_path).set_aside) == (2, ())
-    finally:
-        await _refuse_every_memory_write(db, False)

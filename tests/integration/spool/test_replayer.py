@@ -12,6 +12,7 @@ import pytest
 
 from bot.config import Settings
 from bot.db.engine import Database
+from bot.memory.service import MemoryService
 from bot.memory.spool import durable as spool_module
 from bot.memory.spool.durable import DurableSpool, spool_path
 from tests.helpers.builders import ALICE, CHANNEL, GUILD, ManualClock, make_service, turn_for
@@ -19,9 +20,8 @@ from tests.integration.spool.harness import OTHER, down, summaries
 
 
 async def test_the_replayer_retries_at_once_when_told_the_database_is_back(
-    db: Database, settings: Settings, spool: DurableSpool
+    db: Database, spool: DurableSpool, service: MemoryService
 ) -> None:
-    service = make_service(db.sessions, settings, ManualClock(), spool=spool)
     turn = await turn_for(service)
     plan = down(service)
     await service.update_stm(turn, summary="waiting")
@@ -49,9 +49,8 @@ async def test_the_replayer_retries_at_once_when_told_the_database_is_back(
 
 
 async def test_new_writes_during_an_outage_do_not_cut_the_backoff_short(
-    db: Database, settings: Settings, spool: DurableSpool
+    spool: DurableSpool, service: MemoryService
 ) -> None:
-    service = make_service(db.sessions, settings, ManualClock(), spool=spool)
     turn = await turn_for(service)
     replays = down(service).fail("replaying the spool")  # counts the replayer's sessions
     await service.update_stm(turn, summary="first")
