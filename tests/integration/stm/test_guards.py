@@ -16,15 +16,7 @@ from bot.memory.turn.types import (
     REASON_PROVIDER,
     REASON_STORAGE,
 )
-from tests.helpers.builders import (
-    ALICE,
-    BOB,
-    CHANNEL,
-    GUILD,
-    ManualClock,
-    make_service,
-    prepare,
-)
+from tests.helpers.builders import ALICE, BOB, CHANNEL, GUILD, ManualClock, make_service, prepare
 from tests.helpers.fake_llm import refused_base_url
 from tests.integration.stm.harness import SERVER_KEY, rows, start_turn
 

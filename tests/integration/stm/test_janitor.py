@@ -15,14 +15,7 @@ from bot.db.models import StmEvent
 from bot.memory.janitor import run_janitor, run_turn_count_saver
 from bot.memory.service import MemoryService
 from bot.vocabulary.errors import MemoryUnavailable
-from tests.helpers.builders import (
-    CHANNEL,
-    GUILD,
-    OTHER_CHANNEL,
-    ManualClock,
-    make_service,
-    prepare,
-)
+from tests.helpers.builders import CHANNEL, GUILD, OTHER_CHANNEL, ManualClock, make_service, prepare
 from tests.helpers.faults import outage
 from tests.integration.stm.harness import SERVER_KEY, rows, start_turn
 

@@ -3,16 +3,20 @@ and events stored, the prompts the model was sent, one run."""
 
 from __future__ import annotations
 
+import asyncio
+
 from sqlalchemy import select
 
+from bot.config import Settings
 from bot.conversation.summarizer import Summarizer, SummaryOutcome
 from bot.db.engine import Database
 from bot.db.models import ShortTermMemory, StmEvent
 from bot.memory.service import MemoryService
+from bot.memory.spool.durable import DurableSpool
 from bot.memory.turn.types import TurnState
 from bot.vocabulary.model import Category, Marker, RawMessage, ScopeKey
-from tests.helpers.builders import ALICE, BOB, CHANNEL, GUILD, message
-from tests.helpers.fake_llm import ScriptedLLM
+from tests.helpers.builders import ALICE, BOB, CHANNEL, GUILD, ManualClock, make_service, message
+from tests.helpers.fake_llm import ScriptedLLM, openai_client
 
 EXISTING = "The team is planning a launch party."
 SERVER_KEY = ScopeKey.server(GUILD, CHANNEL)
@@ -69,7 +73,8 @@ def user_prompt(llm: ScriptedLLM, i: int) -> str:
     return content
 
 
-def snapshot(found: list[ShortTermMemory]) -> list[tuple[object, ...]]:
+async def stored(db: Database) -> list[tuple[object, ...]]:
+    """What the test channel's rows hold: memory, marker, origin and version."""
     return [
         (
             r.scope_kind,
@@ -80,7 +85,7 @@ def snapshot(found: list[ShortTermMemory]) -> list[tuple[object, ...]]:
             r.origin,
             r.version,
         )
-        for r in found
+        for r in await rows(db)
     ]
 
 
@@ -98,3 +103,24 @@ CATEGORIES = [
     Category(0, "decisions", "Decisions", "what the group decided"),
     Category(1, "open_questions", "Open questions", "what is still unsettled"),
 ]
+
+
+def summarizing(
+    db: Database, settings: Settings, llm: ScriptedLLM, spool: DurableSpool | None = None
+) -> tuple[MemoryService, Summarizer]:
+    """A memory service on the test database (spooling to ``spool``, if given) and its
+    summarizer on the scripted LLM, both under ``settings``."""
+    service = make_service(db.sessions, settings, ManualClock(), spool=spool)
+    return service, Summarizer(service, openai_client(llm), settings)
+
+
+async def answer_held(
+    summarizer: Summarizer, llm: ScriptedLLM, answer: str
+) -> tuple[asyncio.Task[SummaryOutcome], asyncio.Event]:
+    """A run of ``summarizer`` under way, the model's ``answer`` held until the returned
+    gate is set."""
+    gate = llm.hold()
+    llm.reply_text(answer)
+    task = asyncio.create_task(summarize(summarizer))
+    await llm.wait_for_requests(1)
+    return task, gate

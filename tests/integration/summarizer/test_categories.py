@@ -19,23 +19,25 @@ from tests.integration.summarizer.harness import (
     post,
     rows,
     seed_summary,
-    snapshot,
+    stored,
     summarize,
     user_prompt,
 )
 
 
+async def edited_categories(service: MemoryService, values: dict[str, str]) -> None:
+    """The guild uses CATEGORIES, and an admin's edit set the channel's ``values``."""
+    await service.set_categories(GUILD, ALICE, CATEGORIES)
+    edited = await service.admin_edit(
+        guild_id=GUILD, channel_id=CHANNEL, actor_user_id=ALICE, categories=values
+    )
+    assert edited.ok
+
+
 async def test_category_mode_asks_for_json_and_writes_the_categories(
     db: Database, service: MemoryService, summarizer: Summarizer, llm: ScriptedLLM
 ) -> None:
-    await service.set_categories(GUILD, ALICE, CATEGORIES)
-    result = await service.admin_edit(
-        guild_id=GUILD,
-        channel_id=CHANNEL,
-        actor_user_id=ALICE,
-        categories={"decisions": "Launch on Friday."},
-    )
-    assert result.ok
+    await edited_categories(service, {"decisions": "Launch on Friday."})
     new = post(service, 3, "venue talk")
     answer = {
         "decisions": "Launch on Friday; the venue is booked.",
@@ -85,12 +87,8 @@ async def test_the_answer_may_be_long_enough_for_every_category_at_full_size(
 async def test_category_mode_keeps_values_the_model_left_out(
     db: Database, service: MemoryService, summarizer: Summarizer, llm: ScriptedLLM
 ) -> None:
-    await service.set_categories(GUILD, ALICE, CATEGORIES)
-    await service.admin_edit(
-        guild_id=GUILD,
-        channel_id=CHANNEL,
-        actor_user_id=ALICE,
-        categories={"decisions": "Launch on Friday.", "open_questions": "Snacks?"},
+    await edited_categories(
+        service, {"decisions": "Launch on Friday.", "open_questions": "Snacks?"}
     )
     post(service, 2, "new")
     llm.reply_text(json.dumps({"open_questions": "Snacks: Bob.", "decisions": ""}))
@@ -133,12 +131,9 @@ async def test_category_mode_rejects_unusable_answers(
     status: str,
     error: str | None,
 ) -> None:
-    await service.set_categories(GUILD, ALICE, CATEGORIES)
-    await service.admin_edit(
-        guild_id=GUILD, channel_id=CHANNEL, actor_user_id=ALICE, categories={"decisions": "Fri."}
-    )
+    await edited_categories(service, {"decisions": "Fri."})
     post(service, 2, "new")
-    before = snapshot(await rows(db))
+    before = await stored(db)
     llm.reply_text(answer)
 
     outcome = await summarize(summarizer)
@@ -146,7 +141,7 @@ async def test_category_mode_rejects_unusable_answers(
     assert outcome.status == status
     if error is not None:
         assert outcome.error == error
-    assert snapshot(await rows(db)) == before
+    assert await stored(db) == before
 
 
 # ------------------------------------------------- mode switches, concurrent writes
@@ -178,14 +173,9 @@ async def test_summarizer_after_switch_to_category_mode_is_given_the_old_summary
 async def test_summarizer_after_switch_back_to_summary_mode_is_given_the_old_categories(
     db: Database, service: MemoryService, summarizer: Summarizer, llm: ScriptedLLM
 ) -> None:
-    await service.set_categories(GUILD, ALICE, CATEGORIES)
-    ok = await service.admin_edit(
-        guild_id=GUILD,
-        channel_id=CHANNEL,
-        actor_user_id=ALICE,
-        categories={"decisions": "Launch on Friday; Alice is allergic to peanuts."},
+    await edited_categories(
+        service, {"decisions": "Launch on Friday; Alice is allergic to peanuts."}
     )
-    assert ok.ok
     await service.set_categories(GUILD, ALICE, [])
     post(service, 3, "venue talk")
     llm.reply_text("The venue is booked.")

@@ -27,16 +27,16 @@ from bot.memory.turn.prompt import VALUE_LIMIT
 from bot.vocabulary import providers
 from bot.vocabulary.model import Category, Marker
 from bot.vocabulary.providers import CHARS_PER_TOKEN, capabilities
-from tests.helpers.builders import ALICE, BOB, CHANNEL, GUILD, ManualClock, make_service, message
+from tests.helpers.builders import ALICE, BOB, CHANNEL, GUILD, message
 from tests.helpers.database import make_test_settings
-from tests.helpers.fake_llm import ScriptedLLM, openai_client
+from tests.helpers.fake_llm import ScriptedLLM
 from tests.integration.summarizer.harness import (
     SERVER_KEY,
     post,
-    rows,
     seed_summary,
-    snapshot,
+    stored,
     summarize,
+    summarizing,
     user_prompt,
 )
 
@@ -80,8 +80,7 @@ async def test_a_full_category_memory_fits_a_tool_less_providers_context(
     (3,200 tokens) on top of ~1,900 tokens of existing values overflowed 4,096."""
     settings = novelai(pg_url, tmp_path)
     context = capabilities(settings.provider).context_tokens
-    service = make_service(db.sessions, settings, ManualClock())
-    summarizer = Summarizer(service, openai_client(llm), settings)
+    service, summarizer = summarizing(db, settings, llm)
     categories = [
         Category(i, slug, slug.title(), f"the {slug}")
         for i, slug in enumerate(["decisions", "questions", "people", "dates", "tasks"])
@@ -116,8 +115,7 @@ async def test_long_messages_are_read_in_batches_that_fit_the_context(
     call whatever the provider's context."""
     settings = novelai(pg_url, tmp_path)
     context = capabilities(settings.provider).context_tokens
-    service = make_service(db.sessions, settings, ManualClock())
-    summarizer = Summarizer(service, openai_client(llm), settings)
+    service, summarizer = summarizing(db, settings, llm)
     new = [message(ALICE if i % 2 else BOB, f"m{i:02d} " + "x" * 700) for i in range(20)]
     for raw in new:
         service.observe_message(CHANNEL, raw)
@@ -147,8 +145,7 @@ async def test_a_message_longer_than_the_room_is_cut_not_sent_whole(
 ) -> None:
     settings = novelai(pg_url, tmp_path)
     context = capabilities(settings.provider).context_tokens
-    service = make_service(db.sessions, settings, ManualClock())
-    summarizer = Summarizer(service, openai_client(llm), settings)
+    service, summarizer = summarizing(db, settings, llm)
     huge = message(BOB, "start " + "y" * 20_000 + " end")
     service.observe_message(CHANNEL, huge)
     llm.reply_text("Bob posted a very long message.")
@@ -168,8 +165,7 @@ async def test_messages_beyond_max_batches_by_size_are_skipped_and_counted(
 ) -> None:
     settings = novelai(pg_url, tmp_path, stm={"raw_window": 50})
     context = capabilities(settings.provider).context_tokens
-    service = make_service(db.sessions, settings, ManualClock())
-    summarizer = Summarizer(service, openai_client(llm), settings)
+    service, summarizer = summarizing(db, settings, llm)
     posted = [message(ALICE, f"m{i:02d} " + "z" * 1900) for i in range(1, 51)]
     for raw in posted:
         service.observe_message(CHANNEL, raw)
@@ -205,13 +201,13 @@ async def test_a_memory_that_leaves_no_room_fails_before_any_call(
     old = post(service, 2, "old")
     await seed_summary(service, covered=old[-1])
     post(service, 3, "new")
-    before = snapshot(await rows(db))
+    before = await stored(db)
 
     outcome = await summarize(summarizer)
 
     assert (outcome.status, outcome.error, outcome.calls) == ("failed", NO_ROOM, 0)
     assert llm.requests == []
-    assert snapshot(await rows(db)) == before
+    assert await stored(db) == before
 
 
 async def test_a_later_batch_is_not_cut_when_the_running_categories_hold_line_breaks(
@@ -223,8 +219,7 @@ async def test_a_later_batch_is_not_cut_when_the_running_categories_hold_line_br
     settings = make_test_settings(
         pg_url, tmp_path, provider="novelai", llm={"max_retries": 0, "timeout_seconds": 5}
     )
-    service = make_service(db.sessions, settings, ManualClock())
-    summarizer = Summarizer(service, openai_client(llm), settings)
+    service, summarizer = summarizing(db, settings, llm)
     await service.set_categories(GUILD, ALICE, [Category(0, "notes", "Notes", "what matters")])
     config = await service.guild_config(GUILD)
     budget = summarizer._budget(config)

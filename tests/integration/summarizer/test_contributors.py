@@ -3,37 +3,19 @@
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 from sqlalchemy import select
-from sqlalchemy.engine import URL
 
 from bot.config import Settings
 from bot.conversation.summarizer import Summarizer
 from bot.db.engine import Database
 from bot.db.models import ShortTermMemory
+from bot.memory.service import MemoryService
 from bot.memory.turn.prompt import assemble
 from bot.memory.turn.types import REASON_CHANGED
-from tests.helpers.builders import (
-    ALICE,
-    BOB,
-    CAROL,
-    CHANNEL,
-    GUILD,
-    ManualClock,
-    make_service,
-    message,
-    prepare,
-)
-from tests.helpers.database import make_test_settings
-from tests.helpers.fake_llm import ScriptedLLM, openai_client
+from tests.helpers.builders import ALICE, BOB, CAROL, CHANNEL, GUILD, message, prepare
+from tests.helpers.fake_llm import ScriptedLLM
 from tests.integration.summarizer.harness import SERVER_KEY
-
-
-def _quick(pg_url: URL, tmp_path: Path, **kw: object) -> Settings:
-    return make_test_settings(
-        pg_url, tmp_path, model="test-model", llm={"max_retries": 0, "timeout_seconds": 5}, **kw
-    )
 
 
 async def _channel_summaries(db: Database) -> list[str]:
@@ -45,13 +27,10 @@ async def _channel_summaries(db: Database) -> list[str]:
 
 
 async def test_a_message_deleted_while_summarizing_still_makes_its_author_a_contributor(
-    db: Database, pg_url: URL, tmp_path: Path, llm: ScriptedLLM
+    db: Database, service: MemoryService, summarizer: Summarizer, llm: ScriptedLLM
 ) -> None:
     """Carol's message is read by the summarizer; she deletes it while the model answers.
     The stored summary holds her words, so /forget-me must find the row from her."""
-    settings = _quick(pg_url, tmp_path)
-    service = make_service(db.sessions, settings, ManualClock())
-    summ = Summarizer(service, openai_client(llm), settings)
     service.observe_message(CHANNEL, message(ALICE, "where should we send the invites?"))
     carol = message(CAROL, "send mine to 12 Elm Street, Springfield", name="Carol")
     service.observe_message(CHANNEL, carol)
@@ -60,7 +39,7 @@ async def test_a_message_deleted_while_summarizing_still_makes_its_author_a_cont
     gate = llm.hold()
     llm.reply_text("Invites: Carol's go to 12 Elm Street, Springfield.")
     task = asyncio.create_task(
-        summ.summarize(guild_id=GUILD, channel_id=CHANNEL, actor_user_id=ALICE, reason="t")
+        summarizer.summarize(guild_id=GUILD, channel_id=CHANNEL, actor_user_id=ALICE, reason="t")
     )
     await llm.wait_for_requests(1)
     assert "12 Elm Street" in str(llm.messages(0))  # the model read Carol's message
@@ -74,14 +53,15 @@ async def test_a_message_deleted_while_summarizing_still_makes_its_author_a_cont
 
 
 async def test_a_message_scrolled_out_while_summarizing_still_makes_its_author_a_contributor(
-    db: Database, pg_url: URL, tmp_path: Path, llm: ScriptedLLM
+    db: Database,
+    quick_settings: Settings,
+    service: MemoryService,
+    summarizer: Summarizer,
+    llm: ScriptedLLM,
 ) -> None:
     """No deletion needed: the raw window is full (50, the default) and one new message
     arrives while the model answers, pushing Carol's (the oldest read) out of it."""
-    settings = _quick(pg_url, tmp_path)
-    assert settings.stm.raw_window == 50
-    service = make_service(db.sessions, settings, ManualClock())
-    summ = Summarizer(service, openai_client(llm), settings)
+    assert quick_settings.stm.raw_window == 50
     carol = message(CAROL, "my flat is 12 Elm Street, Springfield", name="Carol")
     service.observe_message(CHANNEL, carol)
     for i in range(49):
@@ -91,7 +71,7 @@ async def test_a_message_scrolled_out_while_summarizing_still_makes_its_author_a
     for i in range(3):  # 50 messages: batches of 20 + 20 + 10
         llm.reply_text(f"Carol lives at 12 Elm Street, Springfield; chatter part {i}.")
     task = asyncio.create_task(
-        summ.summarize(guild_id=GUILD, channel_id=CHANNEL, actor_user_id=ALICE, reason="t")
+        summarizer.summarize(guild_id=GUILD, channel_id=CHANNEL, actor_user_id=ALICE, reason="t")
     )
     await llm.wait_for_requests(1)
     assert "Elm Street" in str(llm.messages(0))
@@ -106,12 +86,10 @@ async def test_a_message_scrolled_out_while_summarizing_still_makes_its_author_a
 
 
 async def test_model_write_after_the_window_scrolled_keeps_the_shown_authors(
-    db: Database, pg_url: URL, tmp_path: Path
+    db: Database, service: MemoryService
 ) -> None:
     """The same for the model's own tool write: the prompt showed Carol's message; one
     message arrives before the tool call and Carol is not recorded as a contributor."""
-    settings = _quick(pg_url, tmp_path)
-    service = make_service(db.sessions, settings, ManualClock())
     service.observe_message(CHANNEL, message(CAROL, "my flat is 12 Elm Street", name="Carol"))
     for i in range(49):
         service.observe_message(CHANNEL, message(ALICE, f"chatter {i}"))
@@ -126,14 +104,11 @@ async def test_model_write_after_the_window_scrolled_keeps_the_shown_authors(
 
 
 async def test_a_trimmed_turn_does_not_claim_what_the_summarizer_covered_meanwhile(
-    db: Database, pg_url: URL, tmp_path: Path, llm: ScriptedLLM
+    service: MemoryService, summarizer: Summarizer, llm: ScriptedLLM
 ) -> None:
     """A turn whose oldest messages were cut to fit the context keeps the marker where it
     was; if a summary moved it meanwhile, the turn's write (built on the old memory and
     only the newest messages) is refused instead of claiming the cut messages."""
-    settings = _quick(pg_url, tmp_path)
-    service = make_service(db.sessions, settings, ManualClock())
-    summarizer = Summarizer(service, openai_client(llm), settings)
     service.observe_message(CHANNEL, message(ALICE, "old"))
     llm.reply_text("Old summary.")
     first = await summarizer.summarize(

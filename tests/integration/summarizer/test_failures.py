@@ -18,9 +18,8 @@ from tests.integration.summarizer.harness import (
     EXISTING,
     SERVER_KEY,
     post,
-    rows,
     seed_summary,
-    snapshot,
+    stored,
     summarize,
 )
 
@@ -33,13 +32,13 @@ async def test_a_failed_call_leaves_summary_and_marker_untouched(
     old = post(service, 2, "old")
     await seed_summary(service, covered=old[-1])
     post(service, 5, "new")
-    before = snapshot(await rows(db))
+    before = await stored(db)
     llm.reply_error(500)
 
     outcome = await summarize(summarizer)
 
     assert (outcome.status, outcome.error, outcome.calls) == ("failed", UNAVAILABLE_MESSAGE, 1)
-    assert snapshot(await rows(db)) == before
+    assert await stored(db) == before
     entry = await service.entry(SERVER_KEY)
     assert (entry.summary, entry.marker) == (EXISTING, Marker.of(old[-1]))
 
@@ -49,14 +48,14 @@ async def test_a_failure_in_a_later_batch_writes_nothing(
 ) -> None:
     await seed_summary(service)
     post(service, 25, "new")
-    before = snapshot(await rows(db))
+    before = await stored(db)
     llm.reply_text("First batch folded in.").reply_error(429)
 
     outcome = await summarize(summarizer)
 
     assert (outcome.status, outcome.calls) == ("failed", 2)
     assert "rate limited" in (outcome.error or "")
-    assert snapshot(await rows(db)) == before
+    assert await stored(db) == before
     assert (await service.entry(SERVER_KEY)).marker is None
 
 
@@ -85,7 +84,7 @@ async def test_an_answer_that_calls_a_tool_is_not_stored(
     old = post(service, 2, "old")
     await seed_summary(service, covered=old[-1])
     post(service, 3, "venue idea")
-    before = snapshot(await rows(db))
+    before = await stored(db)
     llm.reply_tool_calls(
         [("update_short_term_memory", {"summary": "Launch party; Bob has venue ideas."})],
         content=lead_in,
@@ -101,7 +100,7 @@ async def test_an_answer_that_calls_a_tool_is_not_stored(
 
     assert (outcome.status, outcome.error) == ("failed", TOOL_CALL_ANSWER)
     assert outcome.calls == len(llm.requests) == 2
-    assert snapshot(await rows(db)) == before
+    assert await stored(db) == before
     entry = await service.entry(SERVER_KEY)
     assert (entry.summary, entry.marker) == (EXISTING, Marker.of(old[-1]))
 
@@ -111,7 +110,7 @@ async def test_a_tool_call_in_a_later_batch_writes_nothing(
 ) -> None:
     await seed_summary(service)
     post(service, 25, "new")
-    before = snapshot(await rows(db))
+    before = await stored(db)
     llm.reply_text("First batch folded in.")
     llm.reply_tool_calls([("update_short_term_memory", {"summary": "x"})]).reply_error(503)
 
@@ -119,7 +118,7 @@ async def test_a_tool_call_in_a_later_batch_writes_nothing(
 
     assert (outcome.status, outcome.error) == ("failed", TOOL_CALL_ANSWER)
     assert outcome.calls == len(llm.requests) == 3
-    assert snapshot(await rows(db)) == before
+    assert await stored(db) == before
 
 
 @pytest.mark.parametrize("answer", ["", "   \n ", "<think>nothing to add</think>"])
@@ -129,13 +128,13 @@ async def test_an_empty_result_leaves_the_memory_untouched(
     old = post(service, 2, "old")
     await seed_summary(service, covered=old[-1])
     post(service, 3, "new")
-    before = snapshot(await rows(db))
+    before = await stored(db)
     llm.reply_text(answer)
 
     outcome = await summarize(summarizer)
 
     assert (outcome.status, outcome.error) == ("empty", EMPTY_ANSWER)
-    assert snapshot(await rows(db)) == before
+    assert await stored(db) == before
     assert (await service.entry(SERVER_KEY)).marker == Marker.of(old[-1])
 
 
@@ -145,7 +144,7 @@ async def test_an_answer_cut_off_at_the_length_limit_is_not_stored(
     old = post(service, 2, "old")
     await seed_summary(service, covered=old[-1])
     post(service, 4, "new")
-    before = snapshot(await rows(db))
+    before = await stored(db)
     # Stored, the half sentence would replace the summary and move the marker past
     # messages it never got to.
     llm.reply_text("Alice and Bob planned the la", finish_reason="length")
@@ -153,7 +152,7 @@ async def test_an_answer_cut_off_at_the_length_limit_is_not_stored(
     outcome = await summarize(summarizer)
 
     assert (outcome.status, outcome.error) == ("failed", CUT_OFF)
-    assert snapshot(await rows(db)) == before
+    assert await stored(db) == before
     assert (await service.entry(SERVER_KEY)).marker == Marker.of(old[-1])
 
 

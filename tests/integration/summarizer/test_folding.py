@@ -43,6 +43,7 @@ from tests.integration.summarizer.harness import (
     rows,
     seed_summary,
     summarize,
+    summarizing,
     user_prompt,
 )
 
@@ -183,8 +184,7 @@ async def test_more_than_max_batches_reads_only_the_newest(
         llm={"max_retries": 0},
         stm={"max_turns_to_pull": 2, "raw_window": 50},
     )
-    service = make_service(db.sessions, settings)
-    summarizer = Summarizer(service, openai_client(llm), settings)
+    service, summarizer = summarizing(db, settings, llm)
     new = post(service, 2 * MAX_BATCHES + 3, "m")
 
     outcome = await summarize(summarizer)

@@ -41,10 +41,12 @@ from tests.helpers.listening import start_process
 from tests.integration.summarizer.harness import (
     EXISTING,
     SERVER_KEY,
+    answer_held,
     post,
     rows,
     seed_summary,
     summarize,
+    summarizing,
 )
 
 
@@ -53,10 +55,7 @@ async def test_a_refresh_during_summarization_wins(
 ) -> None:
     await seed_summary(service)
     post(service, 4, "new")
-    gate = llm.hold()
-    llm.reply_text("A summary that must never be stored.")
-    task = asyncio.create_task(summarize(summarizer))
-    await llm.wait_for_requests(1)
+    task, gate = await answer_held(summarizer, llm, "A summary that must never be stored.")
 
     await service.clear_channel(CHANNEL, guild_id=GUILD, actor_user_id=BOB)
     gate.set()
@@ -73,10 +72,7 @@ async def test_an_update_during_summarization_wins(
 ) -> None:
     await seed_summary(service)
     post(service, 4, "new")
-    gate = llm.hold()
-    llm.reply_text("Built on the old summary.")
-    task = asyncio.create_task(summarize(summarizer))
-    await llm.wait_for_requests(1)
+    task, gate = await answer_held(summarizer, llm, "Built on the old summary.")
 
     edited = await service.admin_edit(
         guild_id=GUILD, channel_id=CHANNEL, actor_user_id=BOB, summary="Edited meanwhile."
@@ -104,10 +100,9 @@ async def test_a_summary_finished_after_memory_was_turned_off_is_not_stored(
     db: Database, service: MemoryService, summarizer: Summarizer, llm: ScriptedLLM
 ) -> None:
     post(service, 3, "new")
-    gate = llm.hold()
-    llm.reply_text("A summary made while memory was being turned off.")
-    task = asyncio.create_task(summarize(summarizer))
-    await llm.wait_for_requests(1)
+    task, gate = await answer_held(
+        summarizer, llm, "A summary made while memory was being turned off."
+    )
     await service.update_guild_settings(GUILD, BOB, short_term_memory_enabled=False)
     gate.set()
     outcome = await task
@@ -124,10 +119,7 @@ async def test_a_summary_finished_after_memory_was_turned_off_elsewhere_is_not_s
     try:
         summarizer = Summarizer(b.memory, openai_client(llm), quick_settings)
         b.memory.observe_message(CHANNEL, message(ALICE, "my new address is 12 Elm Street"))
-        gate = llm.hold()
-        llm.reply_text("Alice moved to 12 Elm Street.")
-        task = asyncio.create_task(summarize(summarizer))
-        await llm.wait_for_requests(1)
+        task, gate = await answer_held(summarizer, llm, "Alice moved to 12 Elm Street.")
         # The admin (served by process A) turns short-term memory off.
         await a.memory.update_guild_settings(GUILD, ALICE, short_term_memory_enabled=False)
         while (await b.next_notice()).get("t") != "guild":
@@ -146,10 +138,9 @@ async def test_a_summary_finished_after_the_categories_changed_is_not_stored(
 ) -> None:
     await seed_summary(service)
     post(service, 3, "new")
-    gate = llm.hold()
-    llm.reply_text("A summary, while the admin moved to categories.")
-    task = asyncio.create_task(summarize(summarizer))
-    await llm.wait_for_requests(1)
+    task, gate = await answer_held(
+        summarizer, llm, "A summary, while the admin moved to categories."
+    )
     await service.set_categories(GUILD, BOB, [Category(0, "goals", "Goals", "goals")])
     gate.set()
     outcome = await task
@@ -167,10 +158,7 @@ async def test_a_model_write_in_flight_when_the_summary_is_checked_is_not_overwr
     first = post(service, 2, "old")
     await seed_summary(service, covered=first[-1], summary="Old summary.")
     new = post(service, 4, "new")
-    gate = llm.hold()
-    llm.reply_text("Summary built on the old memory.")
-    task = asyncio.create_task(summarize(summarizer))
-    await llm.wait_for_requests(1)
+    task, gate = await answer_held(summarizer, llm, "Summary built on the old memory.")
 
     # A chat turn of Bob: its write holds the channel lock while Bob's user key is
     # still being loaded from the database.
@@ -226,8 +214,7 @@ async def test_a_summary_made_while_the_database_went_down_is_spooled_not_droppe
     tmp_path: Path,
 ) -> None:
     spool = DurableSpool(spool_path(tmp_path / "spool"))
-    service = make_service(db.sessions, quick_settings, ManualClock(), spool=spool)
-    summarizer = Summarizer(service, openai_client(llm), quick_settings)
+    service, summarizer = summarizing(db, quick_settings, llm, spool)
     await seed_summary(service)  # Alice's turn: the channel's memory is cached
     post(service, 4, "new")
     gate = llm.hold()
