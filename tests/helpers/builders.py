@@ -90,6 +90,14 @@ def make_service(
     return MemoryService(sessions, settings, clock=clock or ManualClock(), spool=spool)
 
 
+def two_services(
+    sessions: async_sessionmaker[AsyncSession], settings: Settings
+) -> tuple[ManualClock, MemoryService, MemoryService]:
+    """Processes A and B on one database and one clock (their own caches), and the clock."""
+    clock = ManualClock()
+    return clock, make_service(sessions, settings, clock), make_service(sessions, settings, clock)
+
+
 def make_longterm(memory: MemoryService) -> LongTermService:
     """Long-term memory on ``memory``'s database, clock and spool (as the bot builds it)."""
     return LongTermService(memory.sessions, memory.settings, memory.clock, spool=memory.spool)

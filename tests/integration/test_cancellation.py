@@ -40,6 +40,20 @@ async def stored(db: Database, key: ScopeKey) -> tuple[str, int] | None:
     return (row.summary, row.version) if row is not None else None
 
 
+async def v2_cancelled_on_its_way(db: Database, settings: Settings) -> tuple[MemoryService, Fault]:
+    """A service whose memory is at v1, and whose turn's write of v2 was cancelled on its
+    way to the database, where it is held (until the fault returned is released)."""
+    service = make_service(db.sessions, settings, ManualClock())
+    assert str(await service.update_stm((await prepare(service)).turn, summary="v1")) == "saved"
+    upserting = hold(service, "STM write")
+    writing = asyncio.create_task(service.update_stm((await prepare(service)).turn, summary="v2"))
+    await upserting.reached()  # the write is on its way ...
+    writing.cancel()  # ... when the turn's task is cancelled
+    with pytest.raises(asyncio.CancelledError):
+        await writing
+    return service, upserting
+
+
 async def test_a_refresh_cancelled_on_its_way_to_the_database_leaves_the_channel_writable(
     db: Database, settings: Settings
 ) -> None:
@@ -70,14 +84,7 @@ async def test_a_refresh_cancelled_on_its_way_to_the_database_leaves_the_channel
 async def test_a_write_cancelled_during_its_commit_leaves_cache_and_database_agreeing(
     db: Database, settings: Settings, commit: str, outcome: tuple[str, int]
 ) -> None:
-    service = make_service(db.sessions, settings, ManualClock())
-    assert str(await service.update_stm((await prepare(service)).turn, summary="v1")) == "saved"
-    upserting = hold(service, "STM write")
-    writing = asyncio.create_task(service.update_stm((await prepare(service)).turn, summary="v2"))
-    await upserting.reached()  # the write is on its way ...
-    writing.cancel()  # ... when the turn's task is cancelled
-    with pytest.raises(asyncio.CancelledError):
-        await writing
+    service, upserting = await v2_cancelled_on_its_way(db, settings)
 
     if commit == "fails":
         faults(service.sessions).drop("STM write", times=1)  # its connection is lost
@@ -95,14 +102,7 @@ async def test_a_write_cancelled_during_its_commit_leaves_cache_and_database_agr
 async def test_a_read_while_a_cancelled_turns_write_commits_does_not_cache_the_row_it_replaces(
     db: Database, settings: Settings
 ) -> None:
-    service = make_service(db.sessions, settings, ManualClock())
-    assert str(await service.update_stm((await prepare(service)).turn, summary="v1")) == "saved"
-    upserting = hold(service, "STM write")
-    writing = asyncio.create_task(service.update_stm((await prepare(service)).turn, summary="v2"))
-    await upserting.reached()  # the write is on its way ...
-    writing.cancel()  # ... when the turn's task is cancelled
-    with pytest.raises(asyncio.CancelledError):
-        await writing
+    service, upserting = await v2_cancelled_on_its_way(db, settings)
     # The cache is dropped meanwhile (missed notices), and a turn reads the memory: the
     # row the write is about to replace.
     service.drop_all()

@@ -42,6 +42,7 @@ from tests.helpers.builders import (
     make_service,
     prepare,
     turn_for,
+    two_services,
 )
 from tests.helpers.database import make_test_settings
 from tests.helpers.faults import outage, own_sessions
@@ -150,14 +151,7 @@ async def test_a_lost_listener_connection_drops_the_whole_cache(
     await b.next_notice()
     await b.memory.entry(KEY)
     assert len(b.memory.cache) > 0
-    async with db.engine.connect() as connection:
-        await connection.execute(
-            text(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                "WHERE query LIKE 'LISTEN%' AND pid <> pg_backend_pid()"
-            )
-        )
-        await connection.commit()
+    await terminate_listeners(db)  # both listener connections are lost
     async with asyncio.timeout(10):
         await b.resets.get()
     assert len(b.memory.cache) == 0
@@ -869,9 +863,7 @@ async def test_a_replayed_forget_drops_stand_ins_so_no_new_memory_is_overwritten
 async def test_a_turn_shown_a_memory_forgotten_elsewhere_unheard_cannot_store_it_again(
     db: Database, settings: Settings
 ) -> None:
-    clock = ManualClock()
-    a = make_service(db.sessions, settings, clock)
-    b = make_service(db.sessions, settings, clock)
+    clock, a, b = two_services(db.sessions, settings)
     assert (await a.update_stm(await turn_for(a, ALICE), summary="Alice's sister is Maria")).ok
     # A's notice connection is down: it reads the database on every use, and hears nothing.
     a.listener_lost()

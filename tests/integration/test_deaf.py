@@ -34,6 +34,7 @@ from tests.helpers.builders import (
     prepare,
     spooled_then_cleared_elsewhere,
     turn_for,
+    two_services,
 )
 from tests.helpers.fake_llm import ScriptedLLM, openai_client
 from tests.helpers.faults import back, outage, own_sessions, probes_done
@@ -245,9 +246,7 @@ async def test_a_forget_me_missed_while_deaf_leaves_nothing_in_the_windows_after
     # B kept Alice's message in its raw window while it could not hear A's /forget-me: a
     # turn starting after the reconnect (so not refused by the forget's record) must not
     # be shown her words, nor store them.
-    clock = ManualClock()
-    a = make_service(db.sessions, settings, clock)
-    b = make_service(db.sessions, settings, clock)
+    clock, a, b = two_services(db.sessions, settings)
     b.observe_message(CHANNEL, message(ALICE, "my secret plan: rob the bank on friday"))
     b.listener_lost()
     clock.advance(seconds=1)
@@ -280,9 +279,7 @@ async def stored_rows(db: Database) -> list[tuple[str, list[int]]]:
 async def test_a_forget_me_made_elsewhere_while_deaf_is_not_undone_by_a_later_turn(
     db: Database, settings: Settings
 ) -> None:
-    clock = ManualClock()
-    a = make_service(db.sessions, settings, clock)
-    b = make_service(db.sessions, settings, clock)
+    clock, a, b = two_services(db.sessions, settings)
     b.observe_message(CHANNEL, message(ALICE, "my secret plan: rob the bank on friday"))
     b.listener_lost()  # B's notice connection is down (it keeps reading through)
     clock.advance(seconds=1)
@@ -303,9 +300,7 @@ async def test_words_said_after_the_listener_was_lost_are_forgotten_too(
 ) -> None:
     # Dropping the windows when the listener goes would not do: the deaf spell goes on,
     # and what is said during it may be forgotten during it.
-    clock = ManualClock()
-    a = make_service(db.sessions, settings, clock)
-    b = make_service(db.sessions, settings, clock)
+    clock, a, b = two_services(db.sessions, settings)
     b.listener_lost()
     await prepare(b, BOB)  # a deaf turn: the window checked (nothing to wipe yet)
     b.observe_message(CHANNEL, message(BOB, "hi all", at=EPOCH + timedelta(seconds=1)))
@@ -321,9 +316,7 @@ async def test_words_said_after_the_listener_was_lost_are_forgotten_too(
 async def test_a_refresh_made_elsewhere_while_deaf_does_not_bring_back_the_messages(
     db: Database, settings: Settings
 ) -> None:
-    clock = ManualClock()
-    a = make_service(db.sessions, settings, clock)
-    b = make_service(db.sessions, settings, clock)
+    clock, a, b = two_services(db.sessions, settings)
     b.observe_message(CHANNEL, message(ALICE, "the wiped conversation"))
     b.listener_lost()
     clock.advance(seconds=1)
@@ -363,9 +356,7 @@ async def test_deaf_with_the_database_down_only_messages_sent_since_are_shown(
 async def test_the_summarizer_of_a_deaf_process_does_not_read_words_forgotten_elsewhere(
     db: Database, settings: Settings, llm: ScriptedLLM
 ) -> None:
-    clock = ManualClock()
-    a = make_service(db.sessions, settings, clock)
-    b = make_service(db.sessions, settings, clock)
+    clock, a, b = two_services(db.sessions, settings)
     b.observe_message(CHANNEL, message(ALICE, "my secret plan: rob the bank on friday"))
     b.listener_lost()
     clock.advance(seconds=1)

@@ -278,6 +278,17 @@ class Child:
             acks.append(Ack(int(message_id), int(channel), int(version), status.replace("_", " ")))
         return acks
 
+    async def acked_until_killed(self, server: EmbeddedPostgres, pending: int) -> list[Ack]:
+        """Warm up with the database up, then stop it and read acknowledgements until
+        ``pending`` said "pending sync"; then SIGKILL."""
+        await self.say("WARM")
+        await self.expect("READY")
+        await asyncio.to_thread(server.stop)
+        await self.say("DOWN")
+        acks = await self.acks_until(pending=pending)
+        assert await self.kill() == -signal.SIGKILL
+        return acks
+
     async def kill(self) -> int:
         if self.process.returncode is None:
             self.process.send_signal(signal.SIGKILL)
@@ -334,12 +345,7 @@ async def test_sigkill_mid_stream_loses_nothing_acknowledged(
             await first.expect("CONNECTED")
             await first.say("OPEN")
             assert await first.expect("OPENED") == ["0"]
-            await first.say("WARM")
-            await first.expect("READY")
-            await asyncio.to_thread(pg.server.stop)
-            await first.say("DOWN")
-            first_acks = await first.acks_until(pending=100)
-            assert await first.kill() == -signal.SIGKILL
+            first_acks = await first.acked_until_killed(pg.server, pending=100)
             durable, killed_mid_line = spool_lines(data_dir)
             tear_the_last_line(data_dir)
 
@@ -358,12 +364,7 @@ async def test_sigkill_mid_stream_loses_nothing_acknowledged(
             # Cut silently: an unfinished line was never acknowledged, it is not damage.
             assert inspect_spool(data_dir).set_aside == ()
             await asyncio.to_thread(pg.server.start)
-            await second.say("WARM")
-            await second.expect("READY")
-            await asyncio.to_thread(pg.server.stop)
-            await second.say("DOWN")
-            second_acks = await second.acks_until(pending=50)
-            assert await second.kill() == -signal.SIGKILL
+            second_acks = await second.acked_until_killed(pg.server, pending=50)
             before_restart, _ = spool_lines(data_dir)
 
             # 3. The database is back and the real bot starts on the data folder.

@@ -27,6 +27,7 @@ from tests.helpers.builders import (
     message,
     prepare,
     turn_for,
+    two_services,
 )
 from tests.helpers.faults import own_sessions
 
@@ -209,8 +210,7 @@ async def test_a_refresh_in_another_process_refuses_a_turn_that_started_before_i
 ) -> None:
     # Process B never hears of the clear (no notice connection here): only the database
     # can tell its write that the channel was wiped after the turn started.
-    clock = ManualClock()
-    a, b = make_service(db.sessions, settings, clock), make_service(db.sessions, settings, clock)
+    clock, a, b = two_services(db.sessions, settings)
     seeded = await a.update_stm(
         (await prepare(a)).turn,
         summary="the plan before the refresh",
@@ -232,8 +232,7 @@ async def test_a_refresh_in_another_process_refuses_a_turn_that_started_before_i
 async def test_a_clear_and_writes_from_two_processes_never_leave_a_pre_clear_row(
     db: Database, settings: Settings
 ) -> None:
-    clock = ManualClock()
-    a, b = make_service(db.sessions, settings, clock), make_service(db.sessions, settings, clock)
+    clock, a, b = two_services(db.sessions, settings)
     turns = [(await prepare(b, 1000 + n)).turn for n in range(20)]
     clock.advance(seconds=1)
 
@@ -271,8 +270,7 @@ async def test_a_write_of_another_process_that_missed_the_forget_me_notice_is_re
 ) -> None:
     # Process B's turn started before A's /forget-me, and B has not heard the notice when
     # its write reaches the database: the forget's record there refuses it.
-    clock = ManualClock()
-    a, b = make_service(db.sessions, settings, clock), make_service(db.sessions, settings, clock)
+    clock, a, b = two_services(db.sessions, settings)
     b_turn = (await prepare(b)).turn
     clock.advance(seconds=1)
     await a.forget_user(ALICE)
@@ -326,8 +324,7 @@ async def test_forget_me_refuses_a_turn_that_was_shown_the_users_memory_from_ano
 async def test_forget_me_heard_by_notice_refuses_a_turn_shown_the_users_memory_there(
     db: Database, settings: Settings
 ) -> None:
-    clock = ManualClock()
-    a, b = make_service(db.sessions, settings, clock), make_service(db.sessions, settings, clock)
+    clock, a, b = two_services(db.sessions, settings)
     other = await prepare(b, ALICE, channel=OTHER_CHANNEL)
     assert (await b.update_stm(other.turn, summary="Alice's secret plan")).ok
     clock.advance(seconds=1)
@@ -445,9 +442,7 @@ async def test_a_turn_started_while_a_refresh_waits_for_its_lock_cannot_write_ba
     A turn of that other process starting meanwhile still reads the old memory; its write,
     after the refresh commits, must be refused: the refresh counts from when it took the
     lock, not from when it was asked for."""
-    clock = ManualClock()
-    a = make_service(db.sessions, settings, clock)
-    b = make_service(db.sessions, settings, clock)
+    clock, a, b = two_services(db.sessions, settings)
     assert (await b.update_stm(await turn_for(b), summary="said before the refresh")).ok
     async with db.sessions() as holder, holder.begin():
         await stm_repo.lock_channels(holder, [CHANNEL], shared=True)  # a write in flight
@@ -480,9 +475,7 @@ async def test_a_write_built_on_a_deleted_row_cannot_replace_the_new_memory(
     """A holds version 2 of a memory; B's /forget-me deletes it and B starts a new one
     (version 1 again). A, before hearing of it, writes on its cached version 2: refused
     (it is not built on what the row holds), never "the higher version wins"."""
-    clock = ManualClock()
-    a = make_service(db.sessions, settings, clock)
-    b = make_service(db.sessions, settings, clock)
+    clock, a, b = two_services(db.sessions, settings)
     for said in ("first", "second"):
         assert (await a.update_stm(await turn_for(a, ALICE), summary=f"alice: {said}")).ok
     clock.advance(seconds=1)
@@ -503,9 +496,7 @@ async def test_a_write_built_on_a_row_deleted_since_does_not_create_it_again(
 ) -> None:
     """The row A's cached memory came from is gone (a /refresh elsewhere, unheard): A's
     write on it is refused rather than inserting the deleted memory's successor."""
-    clock = ManualClock()
-    a = make_service(db.sessions, settings, clock)
-    b = make_service(db.sessions, settings, clock)
+    clock, a, b = two_services(db.sessions, settings)
     assert (await a.update_stm(await turn_for(a, ALICE), summary="before the refresh")).ok
     turn = await turn_for(a, ALICE)  # starts before the refresh: refused by its time anyway
     clock.advance(seconds=1)
@@ -524,9 +515,7 @@ async def test_a_write_on_a_deleted_row_is_refused_even_at_the_new_rows_version(
 ) -> None:
     """Versions count from 1 again after a deletion: A's cached version 1 of the deleted
     memory and B's new version 1 are told apart by when their row was created."""
-    clock = ManualClock()
-    a = make_service(db.sessions, settings, clock)
-    b = make_service(db.sessions, settings, clock)
+    clock, a, b = two_services(db.sessions, settings)
     assert (await a.update_stm(await turn_for(a, ALICE), summary="alice: her plan")).ok
     clock.advance(seconds=1)
     await b.forget_user(ALICE)

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import replace
+from typing import Any
+
+import pytest
 
 from bot.config import Settings
 from bot.db.engine import Database
@@ -17,22 +20,18 @@ from tests.integration.stm.harness import ALICE_KEY, SERVER_KEY, rows, start_tur
 # ------------------------------------------------------------- cache and TTLs
 
 
-async def test_summary_entry_expires_24h_after_its_last_update(
-    service: MemoryService, clock: ManualClock
+@pytest.mark.parametrize(
+    ("written", "ttl_hours"),
+    [({"summary": "kept a day"}, 24), ({"categories": {"todo": "docs"}}, 12)],
+    ids=["summary-entry-24h", "category-only-entry-12h"],
+)
+async def test_an_entry_expires_its_ttl_after_its_last_update(
+    service: MemoryService, clock: ManualClock, written: dict[str, Any], ttl_hours: int
 ) -> None:
-    await service.update_stm(await start_turn(service), summary="kept a day")
-    clock.advance(hours=23, minutes=59)
-    assert service.cache.get(SERVER_KEY) is not None
-    clock.advance(minutes=2)
-    assert service.cache.get(SERVER_KEY) is None
-
-
-async def test_category_only_entry_expires_after_12h(
-    service: MemoryService, clock: ManualClock
-) -> None:
-    await use_categories(service, "Decisions", "Todo")
-    await service.update_stm(await start_turn(service), categories={"todo": "docs"})
-    clock.advance(hours=11, minutes=59)
+    if "categories" in written:
+        await use_categories(service, "Decisions", "Todo")
+    await service.update_stm(await start_turn(service), **written)
+    clock.advance(hours=ttl_hours - 1, minutes=59)
     assert service.cache.get(SERVER_KEY) is not None
     clock.advance(minutes=2)
     assert service.cache.get(SERVER_KEY) is None

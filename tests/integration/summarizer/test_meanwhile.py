@@ -24,17 +24,7 @@ from bot.memory.spool.durable import DurableSpool, spool_path
 from bot.memory.stm.change import WriteResult
 from bot.memory.turn.types import TurnState
 from bot.vocabulary.model import Category, Marker, ScopeKey
-from tests.helpers.builders import (
-    ALICE,
-    BOB,
-    CAROL,
-    CHANNEL,
-    GUILD,
-    ManualClock,
-    make_service,
-    message,
-    prepare,
-)
+from tests.helpers.builders import ALICE, BOB, CAROL, CHANNEL, GUILD, message, prepare, two_services
 from tests.helpers.fake_llm import ScriptedLLM, openai_client
 from tests.helpers.faults import back
 from tests.helpers.listening import start_process
@@ -237,9 +227,7 @@ async def test_a_summary_made_while_the_database_went_down_is_spooled_not_droppe
 async def test_a_summary_built_on_a_memory_forgotten_elsewhere_unheard_is_not_stored(
     db: Database, quick_settings: Settings, llm: ScriptedLLM
 ) -> None:
-    clock = ManualClock()
-    a = make_service(db.sessions, quick_settings, clock)
-    b = make_service(db.sessions, quick_settings, clock)
+    clock, a, b = two_services(db.sessions, quick_settings)
     summarizer = Summarizer(a, openai_client(llm), quick_settings)
     await seed_summary(a, summary="Alice's sister is Maria.")  # version 1, Alice's words
     a.listener_lost()  # A hears no notices (and reads the database on every use)
