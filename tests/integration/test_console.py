@@ -256,6 +256,31 @@ class _Pty:
         asyncio.get_running_loop().remove_reader(self._primary)
 
 
+async def console_on(
+    terminal: int, llm: ScriptedLLM, pg_url: URL, data_dir: Path, **env: str
+) -> asyncio.subprocess.Process:
+    """``kioku console`` on a terminal (a pty's secondary end), on the test database and
+    the scripted LLM."""
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "bot",
+        "console",
+        cwd=ROOT,
+        env=kioku_env(
+            data_dir,
+            DATABASE_URL=pg_url.render_as_string(hide_password=False),
+            OPENAI_BASE_URL=llm.base_url,
+            OPENAI_API_KEY="test-key",
+            TERM="xterm",
+            **env,
+        ),
+        stdin=terminal,
+        stdout=terminal,
+        stderr=terminal,
+    )
+
+
 UP = b"\x1b[A"
 
 
@@ -268,25 +293,7 @@ async def test_console_on_a_terminal_has_a_prompt_history_a_thinking_line_and_no
     llm.reply_text("Hello again.")
     answer = llm.hold()
     primary, secondary = os.openpty()
-    env = kioku_env(
-        tmp_path,
-        DATABASE_URL=pg_url.render_as_string(hide_password=False),
-        OPENAI_BASE_URL=llm.base_url,
-        OPENAI_API_KEY="test-key",
-        KIOKU_MODEL="m",
-        TERM="xterm",
-    )
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "bot",
-        "console",
-        cwd=ROOT,
-        env=env,
-        stdin=secondary,
-        stdout=secondary,
-        stderr=secondary,
-    )
+    process = await console_on(secondary, llm, pg_url, tmp_path, KIOKU_MODEL="m")
     os.close(secondary)
     pty = _Pty(primary)
     try:
@@ -326,24 +333,7 @@ async def test_ctrl_c_at_the_terminal_prompt_leaves_and_gives_the_terminal_back(
     # waits at the prompt: a console ended there must put the operator's mode back.
     primary, secondary = os.openpty()
     before = termios.tcgetattr(secondary)
-    env = kioku_env(
-        tmp_path,
-        DATABASE_URL=pg_url.render_as_string(hide_password=False),
-        OPENAI_BASE_URL=llm.base_url,
-        OPENAI_API_KEY="test-key",
-        TERM="xterm",
-    )
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "bot",
-        "console",
-        cwd=ROOT,
-        env=env,
-        stdin=secondary,
-        stdout=secondary,
-        stderr=secondary,
-    )
+    process = await console_on(secondary, llm, pg_url, tmp_path)
     pty = _Pty(primary)
     try:
         await pty.wait_for(PROMPT)

@@ -7,6 +7,7 @@ spool row's doing.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import pytest
 from bot.config import Settings
 from bot.db.engine import Database
 from bot.db.storage import faults
+from bot.memory.service import MemoryService
 from bot.memory.spool.durable import DurableSpool, inspect_spool, spool_path
 from bot.vocabulary.model import ScopeKey
 from tests.helpers.builders import CHANNEL, GUILD, ManualClock, make_service, turn_for
@@ -30,31 +32,35 @@ def not_ok(rows: dict[str, tuple[str, str]]) -> dict[str, str]:
     return {name: status for name, (status, _) in rows.items() if status != "ok"}
 
 
+@pytest.fixture
+def spooling(db: Database, settings: Settings) -> Iterator[tuple[DurableSpool, MemoryService]]:
+    """A memory service and its spool in the data folder, held as a running `kioku run`
+    holds them (doctor may run beside it); closed at the end."""
+    spool = DurableSpool(spool_path(settings.data_dir))
+    yield spool, make_service(db.sessions, settings, ManualClock(), spool=spool)
+    spool.close()
+
+
 async def test_doctor_counts_the_operations_an_unreachable_database_left_in_the_spool(
-    db: Database,
     settings: Settings,
+    spooling: tuple[DurableSpool, MemoryService],
     doctor_here: DoctorHere,
 ) -> None:
-    # Held by the service, as by a running `kioku run`: doctor may run beside it.
-    spool = DurableSpool(spool_path(settings.data_dir))
-    try:
-        service = make_service(db.sessions, settings, ManualClock(), spool=spool)
-        turn = await turn_for(service)  # warm: hydrated while the database was up
-        faults(service.sessions).fail()  # the database is down
-        for summary in ("one", "two"):
-            result = await service.update_stm(await turn_for(service), summary=summary)
-            assert str(result) == "saved, pending sync"
-        # A local record (another process cleared the channel): no operation for the
-        # database, so not pending.
-        spool.blank_channel(CHANNEL)
-        receipt = await service.clear_channel(CHANNEL, guild_id=GUILD, actor_user_id=turn.user_id)
-        assert receipt.pending_sync
-        assert spool.pending == 3
-        assert len(spool.path.read_text().splitlines()) == 4  # the blank is in the file
+    spool, service = spooling
+    turn = await turn_for(service)  # warm: hydrated while the database was up
+    faults(service.sessions).fail()  # the database is down
+    for summary in ("one", "two"):
+        result = await service.update_stm(await turn_for(service), summary=summary)
+        assert str(result) == "saved, pending sync"
+    # A local record (another process cleared the channel): no operation for the
+    # database, so not pending.
+    spool.blank_channel(CHANNEL)
+    receipt = await service.clear_channel(CHANNEL, guild_id=GUILD, actor_user_id=turn.user_id)
+    assert receipt.pending_sync
+    assert spool.pending == 3
+    assert len(spool.path.read_text().splitlines()) == 4  # the blank is in the file
 
-        code, rows = await doctor_here(settings.data_dir)
-    finally:
-        spool.close()
+    code, rows = await doctor_here(settings.data_dir)
     assert rows["spool"] == ("ok", "3 memory operations pending sync")
     assert (code, not_ok(rows)) == (0, {}), rows  # pending operations do not fail the run
 
@@ -62,20 +68,17 @@ async def test_doctor_counts_the_operations_an_unreachable_database_left_in_the_
 async def test_doctor_says_the_spool_is_empty_once_the_replay_stored_everything(
     db: Database,
     settings: Settings,
+    spooling: tuple[DurableSpool, MemoryService],
     doctor_here: DoctorHere,
 ) -> None:
-    spool = DurableSpool(spool_path(settings.data_dir))
-    try:
-        service = make_service(db.sessions, settings, ManualClock(), spool=spool)
-        turn = await turn_for(service)
-        async with outage(service.sessions):
-            assert str(await service.update_stm(turn, summary="waiting")) == "saved, pending sync"
-        assert await spool.replay(db.sessions) == 1
-        assert spool.path.exists()  # the file stays, with nothing in it
+    spool, service = spooling
+    turn = await turn_for(service)
+    async with outage(service.sessions):
+        assert str(await service.update_stm(turn, summary="waiting")) == "saved, pending sync"
+    assert await spool.replay(db.sessions) == 1
+    assert spool.path.exists()  # the file stays, with nothing in it
 
-        code, rows = await doctor_here(settings.data_dir)
-    finally:
-        spool.close()
+    code, rows = await doctor_here(settings.data_dir)
     assert rows["spool"] == ("ok", "empty")
     assert code == 0, rows
 

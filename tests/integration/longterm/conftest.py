@@ -1,4 +1,4 @@
-"""The long-term tests' fixtures: a movable clock and the long-term service on the test database."""
+"""The long-term tests' fixture: the long-term service on the test database, on the test's clock."""
 
 from __future__ import annotations
 
@@ -8,11 +8,6 @@ from bot.config import Settings
 from bot.db.engine import Database
 from bot.memory.longterm.facts import LongTermService
 from tests.helpers.builders import ManualClock
-
-
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
 
 
 @pytest.fixture

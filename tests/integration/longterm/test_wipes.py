@@ -33,11 +33,9 @@ from tests.integration.longterm.harness import CAT, bulk_insert, by_model
 
 
 async def test_a_remember_from_a_turn_that_started_before_forget_me_is_refused(
-    db: Database, settings: Settings
+    db: Database, settings: Settings, clock: ManualClock, service: LongTermService
 ) -> None:
-    clock = ManualClock()
     memory = make_service(db.sessions, settings, clock)
-    service = LongTermService(db.sessions, settings, clock)
     started = clock.now()
     clock.advance(seconds=1)
     await memory.forget_user(ALICE)  # /forget-me while the model was thinking
@@ -97,10 +95,8 @@ async def test_a_remember_in_flight_during_a_wipe_does_not_survive_it(
 
 
 async def test_a_remember_from_a_turn_that_started_before_memories_clear_is_refused(
-    db: Database, settings: Settings
+    clock: ManualClock, service: LongTermService
 ) -> None:
-    clock = ManualClock()
-    service = LongTermService(db.sessions, settings, clock)
     await service.remember(ALICE, GUILD, "My dog is Rex", by_model())
     started = clock.now()
     clock.advance(seconds=1)
@@ -121,10 +117,8 @@ async def test_a_remember_from_a_turn_that_started_before_memories_clear_is_refu
 
 
 async def test_a_clear_with_nothing_to_delete_still_refuses_an_older_turns_fact(
-    db: Database, settings: Settings
+    clock: ManualClock, service: LongTermService
 ) -> None:
-    clock = ManualClock()
-    service = LongTermService(db.sessions, settings, clock)
     started = clock.now()
     clock.advance(seconds=1)
     assert await service.clear(ALICE) == 0

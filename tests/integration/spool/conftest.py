@@ -1,5 +1,5 @@
 """The spool tests' fixtures: a durable spool in the test's folder, and a memory service
-that spools to it."""
+that spools to it, on the test's clock."""
 
 from __future__ import annotations
 
@@ -20,5 +20,7 @@ def spool(tmp_path: Path) -> DurableSpool:
 
 
 @pytest.fixture
-def service(db: Database, settings: Settings, spool: DurableSpool) -> MemoryService:
-    return make_service(db.sessions, settings, ManualClock(), spool=spool)
+def service(
+    db: Database, settings: Settings, clock: ManualClock, spool: DurableSpool
+) -> MemoryService:
+    return make_service(db.sessions, settings, clock, spool=spool)

@@ -234,11 +234,8 @@ async def test_a_damaged_line_does_not_stop_the_bot_when_a_forget_me_waits(tmp_p
 
 
 async def test_a_replayed_forget_me_with_a_damaged_set_aside_file_keeps_the_bookkeeping(
-    db: Database, settings: Settings, tmp_path: Path
+    db: Database, clock: ManualClock, spool: DurableSpool, service: MemoryService
 ) -> None:
-    clock = ManualClock()
-    spool = DurableSpool(spool_path(tmp_path))
-    service = make_service(db.sessions, settings, clock, spool=spool)
     await turn_for(service)
     down(service)
     assert (await service.clear_channel(CHANNEL, guild_id=GUILD, actor_user_id=BOB)).pending_sync

@@ -14,6 +14,7 @@ from bot.db.engine import Database
 from bot.db.models import LongTermMemory, ShortTermMemory
 from bot.db.storage import faults
 from bot.memory.longterm.facts import FactRefused, LongTermService
+from bot.memory.service import MemoryService
 from bot.memory.spool import durable as spool_module
 from bot.memory.spool.durable import DurableSpool, spool_path
 from bot.memory.turn.types import REASON_CLEARED
@@ -224,10 +225,8 @@ async def test_a_write_of_a_turn_begun_after_a_forget_me_elsewhere_survives_the_
 
 
 async def test_after_a_replay_the_cache_lets_go_of_writes_a_forget_behind_them_deleted(
-    db: Database, settings: Settings, spool: DurableSpool
+    db: Database, spool: DurableSpool, clock: ManualClock, service: MemoryService
 ) -> None:
-    clock = ManualClock()
-    service = make_service(db.sessions, settings, clock, spool=spool)
     service.observe_message(CHANNEL, message(BOB, "Bob's plan"))
     turn = (await prepare(service, ALICE)).turn
     down(service)

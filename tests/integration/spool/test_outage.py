@@ -191,11 +191,8 @@ async def test_hydration_takes_a_newer_row_over_an_older_spooled_state(
 
 
 async def test_a_replayed_clear_never_deletes_a_newer_write(
-    db: Database, settings: Settings, tmp_path: Path
+    db: Database, clock: ManualClock, spool: DurableSpool, service: MemoryService
 ) -> None:
-    clock = ManualClock()
-    spool = DurableSpool(spool_path(tmp_path))
-    service = make_service(db.sessions, settings, clock, spool=spool)
     async with outage(service.sessions):
         await service.clear_channel(CHANNEL, guild_id=GUILD, actor_user_id=BOB)
     await spool.replay(db.sessions)

@@ -1,4 +1,4 @@
-"""The STM tests' fixtures: a movable clock and the memory service on the test database."""
+"""The STM tests' fixture: the memory service on the test database, on the test's clock."""
 
 from __future__ import annotations
 
@@ -8,11 +8,6 @@ from bot.config import Settings
 from bot.db.engine import Database
 from bot.memory.service import MemoryService
 from tests.helpers.builders import ManualClock, make_service
-
-
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
 
 
 @pytest.fixture
