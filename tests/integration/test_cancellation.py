@@ -8,21 +8,12 @@ import asyncio
 
 import pytest
 
-from bot.config import Settings
 from bot.db.engine import Database
 from bot.db.repositories import stm as stm_repo
 from bot.db.storage import Fault, faults
 from bot.memory.service import MemoryService
 from bot.vocabulary.model import ScopeKey
-from tests.helpers.builders import (
-    BOB,
-    CHANNEL,
-    GUILD,
-    OTHER_CHANNEL,
-    ManualClock,
-    make_service,
-    prepare,
-)
+from tests.helpers.builders import BOB, CHANNEL, GUILD, OTHER_CHANNEL, prepare
 from tests.helpers.faults import callbacks_already_scheduled
 
 SERVER_KEY = ScopeKey.server(GUILD, CHANNEL)
@@ -40,10 +31,9 @@ async def stored(db: Database, key: ScopeKey) -> tuple[str, int] | None:
     return (row.summary, row.version) if row is not None else None
 
 
-async def v2_cancelled_on_its_way(db: Database, settings: Settings) -> tuple[MemoryService, Fault]:
-    """A service whose memory is at v1, and whose turn's write of v2 was cancelled on its
-    way to the database, where it is held (until the fault returned is released)."""
-    service = make_service(db.sessions, settings, ManualClock())
+async def v2_cancelled_on_its_way(service: MemoryService) -> Fault:
+    """The memory written at v1, then a turn's write of v2 cancelled on its way to the
+    database, where it is held (until the fault returned is released)."""
     assert str(await service.update_stm((await prepare(service)).turn, summary="v1")) == "saved"
     upserting = hold(service, "STM write")
     writing = asyncio.create_task(service.update_stm((await prepare(service)).turn, summary="v2"))
@@ -51,13 +41,12 @@ async def v2_cancelled_on_its_way(db: Database, settings: Settings) -> tuple[Mem
     writing.cancel()  # ... when the turn's task is cancelled
     with pytest.raises(asyncio.CancelledError):
         await writing
-    return service, upserting
+    return upserting
 
 
 async def test_a_refresh_cancelled_on_its_way_to_the_database_leaves_the_channel_writable(
-    db: Database, settings: Settings
+    db: Database, service: MemoryService
 ) -> None:
-    service = make_service(db.sessions, settings, ManualClock())
     assert str(await service.update_stm((await prepare(service)).turn, summary="v1")) == "saved"
 
     deleting = hold(service, "clearing a channel")
@@ -82,9 +71,9 @@ async def test_a_refresh_cancelled_on_its_way_to_the_database_leaves_the_channel
 
 @pytest.mark.parametrize(("commit", "outcome"), [("fails", ("v1", 1)), ("succeeds", ("v2", 2))])
 async def test_a_write_cancelled_during_its_commit_leaves_cache_and_database_agreeing(
-    db: Database, settings: Settings, commit: str, outcome: tuple[str, int]
+    db: Database, service: MemoryService, commit: str, outcome: tuple[str, int]
 ) -> None:
-    service, upserting = await v2_cancelled_on_its_way(db, settings)
+    upserting = await v2_cancelled_on_its_way(service)
 
     if commit == "fails":
         faults(service.sessions).drop("STM write", times=1)  # its connection is lost
@@ -100,9 +89,9 @@ async def test_a_write_cancelled_during_its_commit_leaves_cache_and_database_agr
 
 
 async def test_a_read_while_a_cancelled_turns_write_commits_does_not_cache_the_row_it_replaces(
-    db: Database, settings: Settings
+    db: Database, service: MemoryService
 ) -> None:
-    service, upserting = await v2_cancelled_on_its_way(db, settings)
+    upserting = await v2_cancelled_on_its_way(service)
     # The cache is dropped meanwhile (missed notices), and a turn reads the memory: the
     # row the write is about to replace.
     service.drop_all()
@@ -118,9 +107,8 @@ async def test_a_read_while_a_cancelled_turns_write_commits_does_not_cache_the_r
 
 
 async def test_a_write_built_on_a_cancelled_turns_queued_write_commits_after_it(
-    db: Database, settings: Settings
+    db: Database, service: MemoryService
 ) -> None:
-    service = make_service(db.sessions, settings, ManualClock())
     assert str(await service.update_stm((await prepare(service)).turn, summary="v1")) == "saved"
     # The group commit is busy with another channel's write ...
     upserting = hold(service, "STM write")

@@ -53,13 +53,10 @@ async def server_summary(db: Database) -> str:
 # 1 ------------------------------------------------------------------------------
 
 
-async def test_the_cadence_still_counts_while_the_listener_is_down(
-    db: Database, settings: Settings
-) -> None:
+async def test_the_cadence_still_counts_while_the_listener_is_down(service: MemoryService) -> None:
     """Deaf, every turn re-hydrates the row (turns_since_refresh as last persisted) and
     puts it over the cached entry that finish_turn counted on: the nudge (and the
     automatic summary of tool-less providers) never comes while the listener is down."""
-    service = make_service(db.sessions, settings, ManualClock())
     assert (await service.update_stm(await turn_for(service), summary="warm")).ok
     cadence = (await service.guild_config(GUILD)).refresh_cadence
     service.listener_lost()
@@ -105,12 +102,11 @@ async def test_a_deaf_hydration_never_puts_an_older_row_over_a_write_in_flight(
 
 
 async def test_an_opt_out_is_not_undone_by_joining_an_older_read_while_deaf(
-    db: Database, settings: Settings
+    service: MemoryService,
 ) -> None:
     """Deaf, a read of the opt-in that began before the user's opt-out is joined by a
     caller that asks after the opt-out returned: it is handed the old 'True' (a DM turn
     then shows server facts the user just opted out of)."""
-    service = make_service(db.sessions, settings, ManualClock())
     await service.set_cross_context_opt_in(ALICE, True)
     service.listener_lost()
 

@@ -35,9 +35,8 @@ SERVER_KEY = ScopeKey.server(GUILD, CHANNEL)
 
 
 async def test_fifty_concurrent_turns_write_at_most_once_each_and_cache_equals_database(
-    db: Database, settings: Settings
+    db: Database, service: MemoryService
 ) -> None:
-    service = make_service(db.sessions, settings, ManualClock())
     users = [1000 + n for n in range(50)]
     turns = [(await prepare(service, user)).turn for user in users]
 
@@ -130,9 +129,8 @@ async def rows_of(db: Database) -> list[tuple[str, str, list[int]]]:
 
 
 async def test_forget_me_racing_a_write_in_flight_leaves_nothing_behind(
-    db: Database, settings: Settings
+    db: Database, service: MemoryService
 ) -> None:
-    service = make_service(db.sessions, settings, ManualClock())
     turn = (await prepare(service)).turn
 
     write, receipt = await asyncio.gather(
@@ -150,9 +148,8 @@ async def test_forget_me_racing_a_write_in_flight_leaves_nothing_behind(
 
 
 async def test_a_turn_reading_a_forgotten_users_messages_cannot_store_them(
-    db: Database, settings: Settings
+    db: Database, service: MemoryService
 ) -> None:
-    service = make_service(db.sessions, settings, ManualClock())
     service.observe_message(CHANNEL, message(ALICE, "my door code is 4471"))
     bob_turn = (await prepare(service, BOB)).turn  # Bob's prompt now holds Alice's message
 
@@ -185,11 +182,10 @@ async def test_a_refresh_during_the_other_channels_load_is_not_undone(
 
 
 async def test_a_full_group_commit_with_real_snowflakes_is_saved_not_spooled(
-    db: Database, settings: Settings
+    db: Database, service: MemoryService
 ) -> None:
     # 64 writes of two rows share one transaction; their change notice names 128 keys of
     # 19-digit ids, more than one NOTIFY payload may hold.
-    service = make_service(db.sessions, settings, ManualClock())
     guild, first_channel, first_user = 1_234_567_890_123_456_789, 2 * 10**18, 3 * 10**18
     turns = [
         (await prepare(service, first_user + n, channel=first_channel + n, guild=guild)).turn
@@ -247,9 +243,8 @@ async def test_a_clear_and_writes_from_two_processes_never_leave_a_pre_clear_row
 
 
 async def test_a_forget_me_during_a_hydration_is_not_undone_by_it(
-    db: Database, settings: Settings
+    db: Database, service: MemoryService
 ) -> None:
-    service = make_service(db.sessions, settings, ManualClock())
     turn = (await prepare(service)).turn
     assert (await service.update_stm(turn, summary="Alice's secret plans")).ok
     service.cache.clear()  # e.g. evicted, or dropped after a listener reset
@@ -360,9 +355,8 @@ async def stored_server_summary(db: Database) -> str | None:
 
 
 async def test_a_turn_prepared_while_forget_me_commits_does_not_keep_the_forgotten_memory(
-    db: Database, settings: Settings
+    service: MemoryService,
 ) -> None:
-    service = make_service(db.sessions, settings, ManualClock())
     turn = (await prepare(service, ALICE)).turn
     assert str(await service.update_stm(turn, summary="Alice's secret plan")) == "saved"
 
@@ -381,9 +375,8 @@ async def test_a_turn_prepared_while_forget_me_commits_does_not_keep_the_forgott
 
 
 async def test_a_hydration_during_an_in_flight_write_does_not_cache_the_old_row(
-    db: Database, settings: Settings
+    db: Database, service: MemoryService
 ) -> None:
-    service = make_service(db.sessions, settings, ManualClock())
     turn = (await prepare(service, ALICE)).turn
     assert str(await service.update_stm(turn, summary="v1")) == "saved"
     second = (await prepare(service, ALICE)).turn

@@ -13,7 +13,7 @@ from bot.db.engine import Database
 from bot.db.models import LongTermMemory, StmEvent
 from bot.memory.longterm.facts import LongTermService
 from bot.vocabulary.model import Provenance
-from tests.helpers.builders import ALICE, GUILD
+from tests.helpers.builders import ALICE, GUILD, ManualClock
 from tests.helpers.database import make_test_settings
 
 OTHER_GUILD = GUILD + 1
@@ -56,3 +56,28 @@ async def bulk_insert(db: Database, user: int, contents: list[str], **values: ob
 
 def limited(pg_url: URL, tmp_path: Path, **longterm: int) -> Settings:
     return make_test_settings(pg_url, tmp_path, longterm=longterm)
+
+
+async def remember_apart(
+    service: LongTermService, clock: ManualClock, facts: list[str], **gap: float
+) -> list[int]:
+    """Alice's ``facts`` remembered in turn, the clock moved by ``gap`` between two: their
+    ids."""
+    ids = []
+    for n, fact in enumerate(facts):
+        if n:
+            clock.advance(**gap)
+        ids.append(await remember(service, fact))
+    return ids
+
+
+async def only_remember_event(db: Database) -> StmEvent:
+    """The one audit event stored, which must be Alice's remember of the test message."""
+    [event] = await events(db)
+    assert (event.event, event.user_id, event.actor_user_id, event.message_id) == (
+        "ltm_remember",
+        ALICE,
+        ALICE,
+        MESSAGE_ID,
+    )
+    return event

@@ -23,6 +23,7 @@ from tests.integration.longterm.harness import (
     by_model,
     events,
     remember,
+    remember_apart,
     rows,
 )
 
@@ -78,9 +79,8 @@ async def test_forget_by_query_does_not_delete_a_fact_that_shares_one_word(
 async def test_forget_by_query_prefers_the_fact_holding_every_word_over_a_newer_one(
     service: LongTermService, clock: ManualClock
 ) -> None:
-    anna = await remember(service, "My sister is called Anna")
-    clock.advance(days=90)
-    await remember(service, "My sister Maria lives in Berlin")
+    facts = ["My sister is called Anna", "My sister Maria lives in Berlin"]
+    anna, _ = await remember_apart(service, clock, facts, days=90)
     result = await service.forget(ALICE, query="sister Anna", guild_id=GUILD)
     assert result.ids == [anna]
 
@@ -100,9 +100,8 @@ async def test_forget_by_query_does_not_guess_between_facts_holding_every_word(
 async def test_a_fact_holding_every_word_ranks_before_a_newer_one_holding_some(
     service: LongTermService, clock: ManualClock
 ) -> None:
-    await remember(service, "My sister Anna is a nurse")
-    clock.advance(days=365)
-    await remember(service, "My sister lives in Berlin and my sister visits often")
+    facts = ["My sister Anna is a nurse", "My sister lives in Berlin and my sister visits often"]
+    await remember_apart(service, clock, facts, days=365)
     query = "Where does my sister Anna work?"
     assert (await service.recall_notes(ALICE, GUILD, query, opted_in=False))[0] == (
         "My sister Anna is a nurse"

@@ -13,7 +13,15 @@ from bot.db.engine import Database
 from bot.memory.longterm.facts import LongTermService
 from bot.vocabulary.search_words import SearchWords, query_words
 from tests.helpers.builders import ALICE, BOB, GUILD, ManualClock
-from tests.integration.longterm.harness import CAT, OTHER_GUILD, by_model, limited, remember, rows
+from tests.integration.longterm.harness import (
+    CAT,
+    OTHER_GUILD,
+    by_model,
+    limited,
+    remember,
+    remember_apart,
+    rows,
+)
 
 # ------------------------------------------------------------------ recall
 
@@ -36,9 +44,7 @@ async def test_days_later_the_fact_is_recalled_in_its_guild_and_not_in_another(
 async def test_facts_unrelated_to_the_message_are_still_recalled_after_the_matches(
     service: LongTermService, clock: ManualClock
 ) -> None:
-    await remember(service, CAT)
-    clock.advance(hours=1)
-    await remember(service, "I live in Lisbon")
+    await remember_apart(service, clock, [CAT, "I live in Lisbon"], hours=1)
     notes = await service.recall_notes(ALICE, GUILD, "hello there", opted_in=False)
     assert notes == ["I live in Lisbon", CAT]  # no match: newest first
     notes = await service.recall_notes(ALICE, GUILD, "any cat news?", opted_in=False)
@@ -112,13 +118,13 @@ async def test_a_fact_too_long_for_the_rest_of_the_budget_does_not_crowd_out_sho
 async def test_full_text_relevance_orders_the_facts(
     service: LongTermService, clock: ManualClock
 ) -> None:
-    await remember(service, "My cat likes tuna and naps on the tuna tin")
-    clock.advance(days=1)
-    await remember(service, CAT)
-    clock.advance(days=1)
-    await remember(service, "I go hiking in the Alps every summer")
-    clock.advance(days=1)
-    await remember(service, "My sister has a cat too")
+    facts = [
+        "My cat likes tuna and naps on the tuna tin",
+        CAT,
+        "I go hiking in the Alps every summer",
+        "My sister has a cat too",
+    ]
+    await remember_apart(service, clock, facts, days=1)
 
     notes = await service.recall_notes(ALICE, GUILD, "Does my cat like tuna?", opted_in=False)
     assert notes[0] == "My cat likes tuna and naps on the tuna tin"
@@ -133,9 +139,7 @@ async def test_full_text_relevance_orders_the_facts(
 async def test_recency_orders_equally_relevant_facts(
     service: LongTermService, clock: ManualClock
 ) -> None:
-    await remember(service, "I play the cello")
-    clock.advance(days=60)
-    await remember(service, "I play the drums")
+    await remember_apart(service, clock, ["I play the cello", "I play the drums"], days=60)
     notes = await service.recall_notes(ALICE, GUILD, "what do I play", opted_in=False)
     assert notes == ["I play the drums", "I play the cello"]
 
@@ -274,9 +278,7 @@ async def test_added_word_forms_do_not_let_recency_outweigh_relevance(
 ) -> None:
     # Both words match the older fact, one matches the newer: relevance must still win
     # (ts_rank averages over the query's terms, so the added plurals must not halve it).
-    await remember(service, "My cat eats tuna")
-    clock.advance(days=20)
-    await remember(service, CAT)
+    await remember_apart(service, clock, ["My cat eats tuna", CAT], days=20)
     notes = await service.recall_notes(ALICE, GUILD, "cat tuna", opted_in=False)
     assert notes == ["My cat eats tuna", CAT]
 

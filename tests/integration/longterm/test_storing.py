@@ -21,6 +21,7 @@ from tests.integration.longterm.harness import (
     by_model,
     events,
     limited,
+    only_remember_event,
     remember,
     rows,
 )
@@ -45,13 +46,7 @@ async def test_remember_stores_the_fact_with_its_provenance_and_an_audit_event(
     assert row.created_at == row.updated_at == EPOCH
     assert (row.recall_count, row.last_recalled_at) == (0, None)
 
-    [event] = await events(db)
-    assert (event.event, event.user_id, event.actor_user_id, event.message_id) == (
-        "ltm_remember",
-        ALICE,
-        ALICE,
-        MESSAGE_ID,
-    )
+    event = await only_remember_event(db)
     assert (event.origin, event.chars_before, event.chars_after) == (
         "model_tool",
         None,

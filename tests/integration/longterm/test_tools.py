@@ -33,6 +33,7 @@ from tests.integration.longterm.harness import (
     DISCORD_TOKEN,
     MESSAGE_ID,
     events,
+    only_remember_event,
     remember,
     rows,
 )
@@ -124,13 +125,7 @@ async def test_remember_stores_the_fact_with_the_turns_provenance(
         "test-model",
         MESSAGE_ID,
     )
-    [event] = await events(db)
-    assert (event.event, event.user_id, event.actor_user_id, event.message_id) == (
-        "ltm_remember",
-        ALICE,
-        ALICE,
-        MESSAGE_ID,
-    )
+    await only_remember_event(db)
 
 
 async def test_remember_reports_an_update_of_a_similar_fact(
