@@ -25,6 +25,7 @@ from bot.db.engine import Database
 from bot.db.models import ShortTermMemory
 from bot.db.notify import NOTIFY_CHANNEL, CacheListener, ListenerUnavailable, Notice
 from bot.db.storage import faults
+from bot.memory.service import MemoryService
 from bot.memory.spool.durable import DurableSpool, spool_path
 from bot.memory.stm.change import REASON_CATEGORIES_CHANGED
 from bot.memory.turn.types import REASON_CLEARED
@@ -527,46 +528,52 @@ class FailingReconnect:
         raise OSError("too many connections (simulated)")
 
 
-async def test_an_opt_out_made_elsewhere_is_not_served_stale_while_the_listener_is_down(
+# A, a process without a listener; B, whose listener connected once and can never again;
+# and the fake asyncpg B's listener uses.
+CutOff = tuple[FailingReconnect, MemoryService, Process]
+
+
+@pytest.fixture
+async def cut_off(
     db: Database, settings: Settings, pg_url: URL, monkeypatch: pytest.MonkeyPatch
-) -> None:
+) -> AsyncIterator[CutOff]:
+    """Processes A and B, B's listener unable to reconnect once its connection is lost."""
     fake = FailingReconnect()
     monkeypatch.setattr(notify_module, "asyncpg", fake)
     a = make_service(db.sessions, settings, ManualClock())
     b = await start_process(db, settings, pg_url)
-    try:
-        await a.set_cross_context_opt_in(ALICE, True)
-        await b.next_notice()
-        assert await b.memory.cross_context_opt_in(ALICE) is True  # cached in B
-        await terminate_listeners(db)
-        async with asyncio.timeout(10):
-            await fake.retried.wait()  # B knows its notice connection is gone
-        await a.set_cross_context_opt_in(ALICE, False)  # the notice B cannot hear
-        assert await b.memory.cross_context_opt_in(ALICE) is False
-    finally:
-        await b.listener.close()
+    yield fake, a, b
+    await b.listener.close()
+
+
+async def test_an_opt_out_made_elsewhere_is_not_served_stale_while_the_listener_is_down(
+    db: Database, cut_off: CutOff
+) -> None:
+    fake, a, b = cut_off
+    await a.set_cross_context_opt_in(ALICE, True)
+    await b.next_notice()
+    assert await b.memory.cross_context_opt_in(ALICE) is True  # cached in B
+    await terminate_listeners(db)
+    async with asyncio.timeout(10):
+        await fake.retried.wait()  # B knows its notice connection is gone
+    await a.set_cross_context_opt_in(ALICE, False)  # the notice B cannot hear
+    assert await b.memory.cross_context_opt_in(ALICE) is False
 
 
 async def test_a_forget_me_made_elsewhere_is_not_served_stale_while_the_listener_is_down(
-    db: Database, settings: Settings, pg_url: URL, monkeypatch: pytest.MonkeyPatch
+    db: Database, cut_off: CutOff
 ) -> None:
-    fake = FailingReconnect()
-    monkeypatch.setattr(notify_module, "asyncpg", fake)
-    a = make_service(db.sessions, settings, ManualClock())
-    b = await start_process(db, settings, pg_url)
+    fake, a, b = cut_off
     key = ScopeKey.server(GUILD, CHANNEL)
-    try:
-        turn = (await prepare(a)).turn
-        assert (await a.update_stm(turn, summary="Alice's secret plan")).ok
-        await b.next_notice()
-        assert (await b.memory.entry(key)).summary == "Alice's secret plan"  # cached in B
-        await terminate_listeners(db)
-        async with asyncio.timeout(10):
-            await fake.retried.wait()
-        await a.forget_user(ALICE)
-        assert (await b.memory.entry(key)).summary == ""
-    finally:
-        await b.listener.close()
+    turn = (await prepare(a)).turn
+    assert (await a.update_stm(turn, summary="Alice's secret plan")).ok
+    await b.next_notice()
+    assert (await b.memory.entry(key)).summary == "Alice's secret plan"  # cached in B
+    await terminate_listeners(db)
+    async with asyncio.timeout(10):
+        await fake.retried.wait()
+    await a.forget_user(ALICE)
+    assert (await b.memory.entry(key)).summary == ""
 
 
 async def test_a_spooled_write_that_lost_to_another_processs_same_version_is_not_kept(

@@ -12,7 +12,7 @@ from bot.db.models import ShortTermMemory
 from bot.memory.service import MemoryService
 from bot.memory.turn.types import TurnState
 from bot.vocabulary.model import Category, ScopeKey
-from tests.helpers.builders import ALICE, CHANNEL, GUILD, prepare
+from tests.helpers.builders import ALICE, CHANNEL, GUILD, make_service, prepare
 
 SERVER_KEY = ScopeKey.server(GUILD, CHANNEL)
 ALICE_KEY = ScopeKey.user(ALICE, CHANNEL, GUILD)
@@ -45,3 +45,9 @@ async def use_categories(service: MemoryService, *labels: str) -> None:
         ALICE,
         [Category(i, label.lower(), label, f"{label} so far") for i, label in enumerate(labels)],
     )
+
+
+def fresh_process(service: MemoryService) -> MemoryService:
+    """Another process on ``service``'s database, settings and clock (or the same one,
+    restarted): nothing cached."""
+    return make_service(service.sessions, service.settings, service.clock)

@@ -9,13 +9,19 @@ from typing import Any
 
 import pytest
 
-from bot.config import Settings
 from bot.db.engine import Database
 from bot.db.repositories import stm as stm_repo
 from bot.memory.service import MemoryService
-from tests.helpers.builders import ALICE, BOB, CHANNEL, GUILD, ManualClock, make_service, message
+from tests.helpers.builders import ALICE, BOB, CHANNEL, GUILD, ManualClock, message
 from tests.helpers.database import count_statements
-from tests.integration.stm.harness import ALICE_KEY, SERVER_KEY, rows, start_turn, use_categories
+from tests.integration.stm.harness import (
+    ALICE_KEY,
+    SERVER_KEY,
+    fresh_process,
+    rows,
+    start_turn,
+    use_categories,
+)
 
 # ------------------------------------------------------------- cache and TTLs
 
@@ -49,22 +55,22 @@ async def test_ttl_is_measured_from_the_last_update(
 
 
 async def test_a_new_instance_hydrates_the_memory_with_no_raw_messages(
-    service: MemoryService, db: Database, settings: Settings, clock: ManualClock
+    service: MemoryService, clock: ManualClock
 ) -> None:
     service.observe_message(CHANNEL, message(ALICE, "hi"))
     await service.update_stm(await start_turn(service), summary="remembered")
-    restarted = make_service(db.sessions, settings, clock)
+    restarted = fresh_process(service)
     entry = await restarted.entry(SERVER_KEY)
     assert entry.summary == "remembered" and entry.version == 1
     assert restarted.windows.get(CHANNEL) == ()
 
 
 async def test_a_row_older_than_its_ttl_hydrates_as_expired(
-    service: MemoryService, db: Database, settings: Settings, clock: ManualClock
+    service: MemoryService, db: Database, clock: ManualClock
 ) -> None:
     await service.update_stm(await start_turn(service), summary="stale by tomorrow")
     clock.advance(hours=25)
-    restarted = make_service(db.sessions, settings, clock)
+    restarted = fresh_process(service)
     entry = await restarted.entry(SERVER_KEY)
     assert entry.summary == "" and not entry.has_content
     # ... yet the next write still supersedes the old row.
@@ -121,17 +127,17 @@ async def test_stale_version_never_overwrites_a_newer_row(
 
 
 async def test_a_category_only_row_older_than_12h_hydrates_as_expired(
-    service: MemoryService, db: Database, settings: Settings, clock: ManualClock
+    service: MemoryService, db: Database, clock: ManualClock
 ) -> None:
     await use_categories(service, "Decisions", "Todo")
     await service.update_stm(await start_turn(service), categories={"todo": "write docs"})
 
     clock.advance(hours=11, minutes=59)
-    just_in_time = make_service(db.sessions, settings, clock)
+    just_in_time = fresh_process(service)
     assert (await just_in_time.entry(SERVER_KEY)).categories == {"todo": "write docs"}
 
     clock.advance(minutes=2)  # 12 h 01 min after the update: a summary row would live on
-    restarted = make_service(db.sessions, settings, clock)
+    restarted = fresh_process(service)
     entry = await restarted.entry(SERVER_KEY)
     assert entry.categories == {} and not entry.has_content
     assert not (await restarted.entry(ALICE_KEY)).has_content
@@ -144,12 +150,12 @@ async def test_a_category_only_row_older_than_12h_hydrates_as_expired(
 
 
 async def test_a_summary_row_23h_old_hydrates_fresh_and_expires_24h_after_its_update(
-    service: MemoryService, db: Database, settings: Settings, clock: ManualClock
+    service: MemoryService, clock: ManualClock
 ) -> None:
     await service.update_stm(await start_turn(service), summary="Alice plans the launch.")
 
     clock.advance(hours=23)
-    restarted = make_service(db.sessions, settings, clock)
+    restarted = fresh_process(service)
     entry = await restarted.entry(SERVER_KEY)
     assert entry.summary == "Alice plans the launch." and entry.version == 1
     assert (await restarted.entry(ALICE_KEY)).summary == "Alice plans the launch."

@@ -19,7 +19,7 @@ from tests.helpers.builders import (
     message,
     prepare,
 )
-from tests.integration.stm.harness import start_turn
+from tests.integration.stm.harness import fresh_process, start_turn
 
 # ------------------------------------------------------------- turn context
 
@@ -54,7 +54,7 @@ async def test_other_channels_are_shown_only_when_the_caller_allows(
 
 
 async def test_dm_shows_server_memories_only_after_opt_in(
-    service: MemoryService, db: Database, settings: Settings, clock: ManualClock
+    service: MemoryService, clock: ManualClock
 ) -> None:
     await service.update_stm(await start_turn(service), summary="server talk")
     dm_channel = 777
@@ -69,7 +69,7 @@ async def test_dm_shows_server_memories_only_after_opt_in(
     await service.set_cross_context_opt_in(ALICE, True)
     assert await dm_others(service) == ["server talk"]
     # After a restart too (the user's rows are hydrated once, on first use).
-    assert await dm_others(make_service(db.sessions, settings, clock)) == ["server talk"]
+    assert await dm_others(fresh_process(service)) == ["server talk"]
 
 
 async def test_other_channels_are_the_most_recently_updated_ones(

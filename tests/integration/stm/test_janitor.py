@@ -9,19 +9,18 @@ import contextlib
 import pytest
 from sqlalchemy import func, select, text
 
-from bot.config import Settings
 from bot.db.engine import Database
 from bot.db.models import StmEvent
 from bot.memory.janitor import run_janitor, run_turn_count_saver
 from bot.memory.service import MemoryService
 from bot.vocabulary.errors import MemoryUnavailable
-from tests.helpers.builders import CHANNEL, GUILD, OTHER_CHANNEL, ManualClock, make_service, prepare
+from tests.helpers.builders import CHANNEL, GUILD, OTHER_CHANNEL, ManualClock, prepare
 from tests.helpers.faults import outage
-from tests.integration.stm.harness import SERVER_KEY, rows, start_turn
+from tests.integration.stm.harness import SERVER_KEY, fresh_process, rows, start_turn
 
 
 async def test_turn_counts_are_saved_and_a_restart_keeps_counting_from_them(
-    service: MemoryService, db: Database, settings: Settings, clock: ManualClock
+    service: MemoryService, db: Database, clock: ManualClock
 ) -> None:
     await service.update_stm(await start_turn(service), summary="the plan")
     updated_at = (await rows(db))[0].updated_at
@@ -35,7 +34,7 @@ async def test_turn_counts_are_saved_and_a_restart_keeps_counting_from_them(
     server = next(r for r in await rows(db) if r.scope_kind == "server")
     # Counting is not an update: neither the version nor the TTL's start moves.
     assert (server.turns_since_refresh, server.version, server.updated_at) == (3, 1, updated_at)
-    restarted = make_service(db.sessions, settings, clock)
+    restarted = fresh_process(service)
     assert (await restarted.entry(SERVER_KEY)).turns_since_refresh == 3
     for _ in range(2):  # the cadence (5) comes due where it would have without the restart
         restarted.finish_turn(await start_turn(restarted))
@@ -44,13 +43,13 @@ async def test_turn_counts_are_saved_and_a_restart_keeps_counting_from_them(
 
 
 async def test_a_turn_count_saved_after_a_write_leaves_the_write_s_own(
-    service: MemoryService, db: Database, settings: Settings, clock: ManualClock
+    service: MemoryService, db: Database, clock: ManualClock
 ) -> None:
     await service.update_stm(await start_turn(service), summary="first")
     service.finish_turn(await start_turn(service))
     # Another process writes the channel (its version 2, its count 0); this one has not
     # heard of it yet when it saves the count it made on version 1.
-    other = make_service(db.sessions, settings, clock)
+    other = fresh_process(service)
     assert (await other.update_stm(await start_turn(other), summary="second")).ok
 
     assert await service.save_turn_counts() == 0

@@ -34,17 +34,22 @@ def post(
     return posted
 
 
-async def seed_summary(
-    service: MemoryService, covered: RawMessage | None = None, summary: str = EXISTING
-) -> None:
-    """A summary written by an admin, covering the channel up to ``covered``."""
-    turn = TurnState(
+async def channel_turn(service: MemoryService, user: int = ALICE) -> TurnState:
+    """``user``'s turn state in the test channel, as of now (no turn was prepared)."""
+    return TurnState(
         channel_id=CHANNEL,
-        user_id=ALICE,
+        user_id=user,
         guild_id=GUILD,
         config=await service.guild_config(GUILD),
         epoch=service.channel_epoch(CHANNEL),
     )
+
+
+async def seed_summary(
+    service: MemoryService, covered: RawMessage | None = None, summary: str = EXISTING
+) -> None:
+    """A summary written by an admin, covering the channel up to ``covered``."""
+    turn = await channel_turn(service)
     marker = Marker.of(covered) if covered is not None else None
     result = await service.update_stm(turn, summary=summary, origin="admin", marker=marker)
     assert result.ok, str(result)

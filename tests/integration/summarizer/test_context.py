@@ -49,6 +49,12 @@ def request_tokens(request: dict[str, Any]) -> int:
     return prompt // CHARS_PER_TOKEN + int(request.get("max_tokens") or 0)
 
 
+def answer_every_batch(llm: ScriptedLLM) -> None:
+    """The model answers each of MAX_BATCHES calls with a summary naming its batch."""
+    for i in range(MAX_BATCHES):
+        llm.reply_text(f"Summary after batch {i + 1}.")
+
+
 def novelai(pg_url: URL, tmp_path: Path, **overrides: Any) -> Settings:
     """The tool-less provider with the smallest context (4096 tokens)."""
     return make_test_settings(
@@ -119,8 +125,7 @@ async def test_long_messages_are_read_in_batches_that_fit_the_context(
     new = [message(ALICE if i % 2 else BOB, f"m{i:02d} " + "x" * 700) for i in range(20)]
     for raw in new:
         service.observe_message(CHANNEL, raw)
-    for i in range(MAX_BATCHES):
-        llm.reply_text(f"Summary after batch {i + 1}.")
+    answer_every_batch(llm)
 
     outcome = await summarize(summarizer)
 
@@ -169,8 +174,7 @@ async def test_messages_beyond_max_batches_by_size_are_skipped_and_counted(
     posted = [message(ALICE, f"m{i:02d} " + "z" * 1900) for i in range(1, 51)]
     for raw in posted:
         service.observe_message(CHANNEL, raw)
-    for i in range(MAX_BATCHES):
-        llm.reply_text(f"Summary after batch {i + 1}.")
+    answer_every_batch(llm)
 
     outcome = await summarize(summarizer)
 

@@ -32,6 +32,7 @@ from tests.integration.summarizer.harness import (
     EXISTING,
     SERVER_KEY,
     answer_held,
+    channel_turn,
     post,
     rows,
     seed_summary,
@@ -153,13 +154,7 @@ async def test_a_model_write_in_flight_when_the_summary_is_checked_is_not_overwr
     # A chat turn of Bob: its write holds the channel lock while Bob's user key is
     # still being loaded from the database.
     newest = post(service, 1, "even newer")
-    turn = TurnState(
-        channel_id=CHANNEL,
-        user_id=BOB,
-        guild_id=GUILD,
-        config=await service.guild_config(GUILD),
-        epoch=service.channel_epoch(CHANNEL),
-    )
+    turn = await channel_turn(service, BOB)
     turn.marker = Marker.of(newest[-1])
     release = asyncio.Event()
     loading = asyncio.Event()
