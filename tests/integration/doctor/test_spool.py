@@ -18,7 +18,7 @@ from bot.db.engine import Database
 from bot.db.storage import faults
 from bot.memory.service import MemoryService
 from bot.memory.spool.durable import DurableSpool, inspect_spool, spool_path
-from bot.vocabulary.model import ScopeKey
+from bot.vocabulary.model import ScopeKey, StmEntry
 from tests.helpers.builders import CHANNEL, GUILD, ManualClock, make_service, turn_for
 from tests.helpers.faults import outage
 from tests.helpers.kioku_cli import DoctorHere
@@ -39,6 +39,17 @@ def spooling(db: Database, settings: Settings) -> Iterator[tuple[DurableSpool, M
     spool = DurableSpool(spool_path(settings.data_dir))
     yield spool, make_service(db.sessions, settings, ManualClock(), spool=spool)
     spool.close()
+
+
+async def opened_with_an_entry(
+    db: Database, settings: Settings
+) -> tuple[Path, DurableSpool, StmEntry]:
+    """The data folder's spool file, the spool opened on it, and the test channel's memory
+    entry of a service writing to it."""
+    path = spool_path(settings.data_dir)
+    spool = DurableSpool(path)
+    service = make_service(db.sessions, settings, ManualClock(), spool=spool)
+    return path, spool, await service.entry(SERVER_KEY)
 
 
 async def test_doctor_counts_the_operations_an_unreachable_database_left_in_the_spool(
@@ -99,10 +110,7 @@ async def test_doctor_fails_the_spool_row_for_a_line_set_aside_as_unreadable(
     settings: Settings,
     doctor_here: DoctorHere,
 ) -> None:
-    path = spool_path(settings.data_dir)
-    spool = DurableSpool(path)
-    service = make_service(db.sessions, settings, ManualClock(), spool=spool)
-    entry = await service.entry(SERVER_KEY)
+    path, spool, entry = await opened_with_an_entry(db, settings)
     entry.summary, entry.version = "still pending", 1
     spool.append([entry])
     spool.close()
@@ -125,10 +133,7 @@ async def test_doctor_names_the_newest_of_several_set_aside_files_with_nothing_p
     settings: Settings,
     doctor_here: DoctorHere,
 ) -> None:
-    path = spool_path(settings.data_dir)
-    spool = DurableSpool(path)
-    service = make_service(db.sessions, settings, ManualClock(), spool=spool)
-    entry = await service.entry(SERVER_KEY)
+    path, spool, entry = await opened_with_an_entry(db, settings)
     spool.close()
     with path.open("ab") as handle:
         handle.write(b"[1, 2]\n")

@@ -119,37 +119,45 @@ async def test_the_janitor_records_its_pass_and_each_channel_it_emptied_without_
         assert await session.scalar(count) == 2
 
 
+class SteppedSleep:
+    """The sleep of a background loop, which returns only when the test lets the loop run
+    one more pass."""
+
+    def __init__(self) -> None:
+        self.asked: asyncio.Queue[float] = asyncio.Queue()  # what each sleep was asked to wait
+        self._woken: asyncio.Queue[None] = asyncio.Queue()
+
+    async def __call__(self, seconds: float) -> None:
+        await self.asked.put(seconds)
+        await self._woken.get()
+
+    async def next_pass(self) -> float:
+        """Let the loop run one pass; what its next sleep then asks to wait."""
+        self._woken.put_nowait(None)
+        return await self.asked.get()
+
+
 async def test_the_janitor_waits_its_delay_then_purges_daily_and_outlives_a_failed_pass(
     service: MemoryService, db: Database, clock: ManualClock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    asked: asyncio.Queue[float] = asyncio.Queue()  # what each sleep was asked to wait
-    woken: asyncio.Queue[None] = asyncio.Queue()
-
-    async def sleep(seconds: float) -> None:
-        await asked.put(seconds)
-        await woken.get()
-
-    async def pass_then_next_sleep() -> float:
-        woken.put_nowait(None)
-        return await asked.get()
-
+    sleep = SteppedSleep()
     await service.update_stm(await start_turn(service), summary="old news")
     clock.advance(days=91)
     janitor = asyncio.create_task(run_janitor(service, sleep=sleep))
     try:
         # SPEC §2: 60 s after start, then daily.
-        assert await asked.get() == 60
+        assert await sleep.asked.get() == 60
         assert len(await rows(db)) == 2, "nothing is purged before the delay"
-        assert await pass_then_next_sleep() == 24 * 3600
+        assert await sleep.next_pass() == 24 * 3600
         assert await rows(db) == []
 
         await service.update_stm(await start_turn(service), summary="old again")
         clock.advance(days=91)
         async with outage(service.sessions):
-            assert await pass_then_next_sleep() == 24 * 3600  # failed, and still running
+            assert await sleep.next_pass() == 24 * 3600  # failed, and still running
         assert "janitor pass failed: MemoryUnavailable" in caplog.text
         assert len(await rows(db)) == 2
-        assert await pass_then_next_sleep() == 24 * 3600
+        assert await sleep.next_pass() == 24 * 3600
         assert await rows(db) == []
     finally:
         janitor.cancel()
@@ -160,16 +168,7 @@ async def test_the_janitor_waits_its_delay_then_purges_daily_and_outlives_a_fail
 async def test_the_turn_count_saver_saves_every_minute_and_outlives_an_outage(
     service: MemoryService, db: Database
 ) -> None:
-    asked: asyncio.Queue[float] = asyncio.Queue()
-    woken: asyncio.Queue[None] = asyncio.Queue()
-
-    async def sleep(seconds: float) -> None:
-        await asked.put(seconds)
-        await woken.get()
-
-    async def save_then_next_sleep() -> float:
-        woken.put_nowait(None)
-        return await asked.get()
+    sleep = SteppedSleep()
 
     async def saved_count() -> int:
         server = next(r for r in await rows(db) if r.scope_kind == "server")
@@ -178,16 +177,16 @@ async def test_the_turn_count_saver_saves_every_minute_and_outlives_an_outage(
     await service.update_stm(await start_turn(service), summary="the plan")
     saver = asyncio.create_task(run_turn_count_saver(service, sleep=sleep))
     try:
-        assert await asked.get() == 60
+        assert await sleep.asked.get() == 60
         service.finish_turn(await start_turn(service))
-        assert await save_then_next_sleep() == 60
+        assert await sleep.next_pass() == 60
         assert await saved_count() == 1
 
         service.finish_turn(await start_turn(service))
         async with outage(service.sessions):
-            assert await save_then_next_sleep() == 60  # failed, and still running
+            assert await sleep.next_pass() == 60  # failed, and still running
         assert await saved_count() == 1
-        assert await save_then_next_sleep() == 60
+        assert await sleep.next_pass() == 60
         assert await saved_count() == 2
     finally:
         saver.cancel()

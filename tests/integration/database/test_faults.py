@@ -47,8 +47,8 @@ from tests.helpers.builders import (
 from tests.helpers.database import make_test_settings
 from tests.helpers.fake_llm import ScriptedLLM
 from tests.helpers.faults import own_sessions
+from tests.helpers.processes import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 PENDING = "saved, pending sync"
 # A safety net only: every wait below ends on an event; this turns a hang into a failure.
 RECOVERY_LIMIT_SECONDS = 90
