@@ -467,7 +467,7 @@ async def test_a_deletion_during_a_known_outage_goes_to_the_spool_without_trying
     /forget-me goes to the spool at once, as a write does, instead of opening a session
     and waiting for its own timeout first; it is done when the spool is replayed."""
     spool = DurableSpool(spool_path(tmp_path))
-    service = make_service(own_sessions(db), settings, ManualClock(), spool=spool)
+    service = make_service(own_sessions(db), settings, spool=spool)
     assert str(await service.update_stm(await turn_for(service), summary="before")) == "saved"
     plan = faults(service.sessions)
     plan.hang(timeout=HUNG_SECONDS)
@@ -493,7 +493,7 @@ async def test_a_deletion_that_times_out_marks_the_database_down(
     """A /refresh that waited its timeout on a hung database reports it: the next read
     with a cached value uses it at once instead of waiting again."""
     spool = DurableSpool(spool_path(tmp_path))
-    service = make_service(own_sessions(db), settings, ManualClock(), spool=spool)
+    service = make_service(own_sessions(db), settings, spool=spool)
     faults(service.sessions).hang("clearing a channel", timeout=HUNG_SECONDS)
     receipt = await service.clear_channel(CHANNEL, guild_id=GUILD, actor_user_id=ALICE)
     down = outage_number(service.sessions)
@@ -508,7 +508,7 @@ async def test_a_write_or_deletion_that_goes_through_ends_the_outage(
     """The database was marked down, and an STM write (a group commit), a /refresh or a
     /forget-me then goes through: it answered, so reads stop standing in for it."""
     sessions = async_sessionmaker(db.engine)  # its own breaker
-    service = make_service(sessions, settings, ManualClock())  # no spool: it tries
+    service = make_service(sessions, settings)  # no spool: it tries
     turn = await turn_for(service)  # everything the write reads is cached now
     database_failed(sessions, "a read", TimeoutError())
     assert outage_number(sessions) is not None

@@ -19,7 +19,7 @@ from bot.db.storage import faults
 from bot.memory.service import MemoryService
 from bot.memory.spool.durable import DurableSpool, inspect_spool, spool_path
 from bot.vocabulary.model import ScopeKey, StmEntry
-from tests.helpers.builders import CHANNEL, GUILD, ManualClock, make_service, turn_for
+from tests.helpers.builders import CHANNEL, GUILD, make_service, turn_for
 from tests.helpers.faults import outage
 from tests.helpers.kioku_cli import DoctorHere
 
@@ -37,7 +37,7 @@ def spooling(db: Database, settings: Settings) -> Iterator[tuple[DurableSpool, M
     """A memory service and its spool in the data folder, held as a running `kioku run`
     holds them (doctor may run beside it); closed at the end."""
     spool = DurableSpool(spool_path(settings.data_dir))
-    yield spool, make_service(db.sessions, settings, ManualClock(), spool=spool)
+    yield spool, make_service(db.sessions, settings, spool=spool)
     spool.close()
 
 
@@ -48,7 +48,7 @@ async def opened_with_an_entry(
     entry of a service writing to it."""
     path = spool_path(settings.data_dir)
     spool = DurableSpool(path)
-    service = make_service(db.sessions, settings, ManualClock(), spool=spool)
+    service = make_service(db.sessions, settings, spool=spool)
     return path, spool, await service.entry(SERVER_KEY)
 
 

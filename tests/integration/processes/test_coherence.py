@@ -28,7 +28,6 @@ from tests.helpers.builders import (
     CHANNEL,
     GUILD,
     OTHER_CHANNEL,
-    ManualClock,
     make_service,
     prepare,
     turn_for,
@@ -209,8 +208,8 @@ async def test_a_memory_written_elsewhere_reaches_other_channels_here(
 async def test_an_opt_out_heard_while_the_opt_in_is_read_is_not_lost(
     db: Database, settings: Settings
 ) -> None:
-    a = make_service(db.sessions, settings, ManualClock())
-    b = make_service(own_sessions(db), settings, ManualClock())
+    a = make_service(db.sessions, settings)
+    b = make_service(own_sessions(db), settings)
     await a.set_cross_context_opt_in(ALICE, True)
     read = faults(b.sessions).hang("loading privacy settings", at="end")
     loading = asyncio.create_task(b.cross_context_opt_in(ALICE))
@@ -226,10 +225,10 @@ async def test_an_opt_out_heard_while_the_opt_in_is_read_is_not_lost(
 async def test_a_read_overtaken_on_every_retry_is_used_once_and_not_cached(
     db: Database, settings: Settings
 ) -> None:
-    a = make_service(db.sessions, settings, ManualClock())
+    a = make_service(db.sessions, settings)
     turn = (await prepare(a)).turn
     assert (await a.update_stm(turn, summary="v1")).ok
-    b = make_service(own_sessions(db), settings, ManualClock())
+    b = make_service(own_sessions(db), settings)
     read = faults(b.sessions).hang("hydrating", at="end")
     reading = asyncio.create_task(b.entry(KEY))
     while True:  # every read, once it has its row, is overtaken by a notice
@@ -251,8 +250,8 @@ async def test_a_spooled_write_that_lost_to_another_processs_same_version_is_not
     # A spools v2 during a database blip while B writes its own v2 of the same key: the
     # database keeps B's (A's replay is stale), and B's notice makes A read it again.
     spool = DurableSpool(spool_path(tmp_path))
-    a = make_service(db.sessions, settings, ManualClock(), spool=spool)
-    b = make_service(db.sessions, settings, ManualClock())
+    a = make_service(db.sessions, settings, spool=spool)
+    b = make_service(db.sessions, settings)
     assert (await a.update_stm(await turn_for(a), summary="v1")).ok
     b_turn = await turn_for(b, BOB)
     async with outage(a.sessions):

@@ -78,7 +78,7 @@ async def test_a_deaf_hydration_never_puts_an_older_row_over_a_write_in_flight(
     memory, and a write built on it reuses a version number, is acknowledged 'saved,
     pending sync', and is dropped by the replay as stale (SPEC §2: never lost)."""
     spool = DurableSpool(spool_path(tmp_path))
-    service = make_service(db.sessions, settings, ManualClock(), spool=spool)
+    service = make_service(db.sessions, settings, spool=spool)
     assert (await service.update_stm(await turn_for(service), summary="v1")).ok
     service.listener_lost()
 
@@ -178,8 +178,8 @@ def test_doctor_does_not_count_the_local_blank_record_as_pending(tmp_path: Path)
 async def test_the_always_on_pre_check_does_not_trust_the_cache_while_deaf(
     db: Database, settings: Settings
 ) -> None:
-    a = make_service(db.sessions, settings, ManualClock())
-    b = make_service(db.sessions, settings, ManualClock())
+    a = make_service(db.sessions, settings)
+    b = make_service(db.sessions, settings)
     assert CHANNEL not in (await b.guild_config(GUILD)).always_on_channels  # cached in B
     b.listener_lost()
     await a.set_always_on(GUILD, CHANNEL, True, ALICE)  # the notice B cannot hear
@@ -196,7 +196,7 @@ async def test_closing_the_listener_is_not_reported_as_a_lost_connection(
 ) -> None:
     from bot.db.notify import CacheListener
 
-    memory = make_service(db.sessions, settings, ManualClock())
+    memory = make_service(db.sessions, settings)
     listener = CacheListener(
         pg_url,
         on_notice=memory.apply_notice,

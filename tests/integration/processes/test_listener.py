@@ -23,7 +23,7 @@ from bot.db.notify import NOTIFY_CHANNEL, CacheListener, ListenerUnavailable, No
 from bot.memory.service import MemoryService
 from bot.vocabulary.errors import DatabaseUnavailable
 from bot.vocabulary.model import ScopeKey
-from tests.helpers.builders import ALICE, CHANNEL, GUILD, ManualClock, make_service, prepare
+from tests.helpers.builders import ALICE, CHANNEL, GUILD, make_service, prepare
 from tests.helpers.listening import Process, start_process
 from tests.integration.processes.harness import terminate_listeners
 
@@ -288,7 +288,7 @@ async def cut_off(
     """Processes A and B, B's listener unable to reconnect once its connection is lost."""
     fake = FailingReconnect()
     monkeypatch.setattr(notify_module, "asyncpg", fake)
-    a = make_service(db.sessions, settings, ManualClock())
+    a = make_service(db.sessions, settings)
     b = await start_process(db, settings, pg_url)
     yield fake, a, b
     await b.listener.close()

@@ -74,7 +74,7 @@ async def test_fifty_concurrent_turns_write_at_most_once_each_and_cache_equals_d
 async def test_clears_interleaved_with_writes_never_leave_a_row_behind(
     db: Database, settings: Settings
 ) -> None:
-    service: MemoryService = make_service(db.sessions, settings, ManualClock())
+    service: MemoryService = make_service(db.sessions, settings)
     for round_ in range(20):
         turn = (await prepare(service, BOB)).turn
         await asyncio.gather(
@@ -90,8 +90,8 @@ async def test_clears_interleaved_with_writes_never_leave_a_row_behind(
 async def test_a_stale_write_sharing_a_group_commit_fails_alone(
     db: Database, settings: Settings
 ) -> None:
-    first = make_service(db.sessions, settings, ManualClock())
-    second = make_service(db.sessions, settings, ManualClock())
+    first = make_service(db.sessions, settings)
+    second = make_service(db.sessions, settings)
     channels = [CHANNEL, CHANNEL + 1, CHANNEL + 2]
     turns = []
     for channel in channels:
@@ -163,13 +163,13 @@ async def test_a_turn_reading_a_forgotten_users_messages_cannot_store_them(
 async def test_a_refresh_during_the_other_channels_load_is_not_undone(
     db: Database, settings: Settings
 ) -> None:
-    writer = make_service(db.sessions, settings, ManualClock())
+    writer = make_service(db.sessions, settings)
     wrote = await writer.update_stm(
         (await prepare(writer, channel=OTHER_CHANNEL)).turn,
         summary="wiped secret",
     )
     assert wrote.ok
-    service = make_service(own_sessions(db), settings, ManualClock())  # a fresh process
+    service = make_service(own_sessions(db), settings)  # a fresh process
     loaded = faults(service.sessions).hang("loading a guild's memories", at="end", times=1)
     turn = asyncio.create_task(prepare(service, BOB, label_for=lambda entry: "#other"))
     await loaded.reached()  # the /refresh lands while these rows are on their way
@@ -281,12 +281,12 @@ async def test_a_forget_me_heard_by_notice_queues_behind_this_processs_spooled_w
     db: Database, settings: Settings, tmp_path: Path
 ) -> None:
     spool = DurableSpool(spool_path(tmp_path))
-    b = make_service(db.sessions, settings, ManualClock(), spool=spool)
+    b = make_service(db.sessions, settings, spool=spool)
     turn = (await prepare(b)).turn
     spool.append([], [])  # something older waits: B's next write queues behind it
     assert str(await b.update_stm(turn, summary="Alice's words")) == "saved, pending sync"
     # Process A deletes her (the database is up for A) and announces it.
-    a = make_service(db.sessions, settings, ManualClock())
+    a = make_service(db.sessions, settings)
     await a.forget_user(ALICE)
     b.apply_notice({"o": a.instance_id, "t": "forget", "u": ALICE})
 
@@ -401,8 +401,8 @@ async def test_always_on_toggled_in_two_processes_at_once_keeps_both_channels(
 ) -> None:
     # Each process changes the list it has cached: computed there and written whole, the
     # second write would drop the first one's channel.
-    a = make_service(db.sessions, settings, ManualClock())
-    b = make_service(db.sessions, settings, ManualClock())
+    a = make_service(db.sessions, settings)
+    b = make_service(db.sessions, settings)
 
     async def stored() -> list[int]:
         async with db.sessions() as session:
@@ -421,7 +421,7 @@ async def test_always_on_toggled_in_two_processes_at_once_keeps_both_channels(
         b.set_always_on(GUILD, OTHER_CHANNEL, True, BOB),  # already on: not doubled
     )
     assert await stored() == [OTHER_CHANNEL, OTHER_CHANNEL + 1]
-    fresh = make_service(db.sessions, settings, ManualClock())
+    fresh = make_service(db.sessions, settings)
     assert (await fresh.guild_config(GUILD)).always_on_channels == {
         OTHER_CHANNEL,
         OTHER_CHANNEL + 1,

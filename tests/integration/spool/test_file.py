@@ -210,7 +210,7 @@ async def test_a_damaged_set_aside_line_does_not_block_every_forget_me(
     db: Database, settings: Settings, tmp_path: Path
 ) -> None:
     spool = damaged_spool(tmp_path)
-    service = make_service(db.sessions, settings, ManualClock(), spool=spool)
+    service = make_service(db.sessions, settings, spool=spool)
     assert (
         str(await service.update_stm(await turn_for(service), summary="Alice's words")) == "saved"
     )

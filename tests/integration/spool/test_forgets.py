@@ -52,14 +52,14 @@ async def test_a_forget_me_heard_while_a_write_of_theirs_is_on_its_way_to_the_sp
     before the forget, must not land in the spool, to be replayed whenever B's database
     answers again (Alice's words back), nor be acknowledged as saved."""
     spool = DurableSpool(spool_path(tmp_path))
-    b = make_service(own_sessions(db), settings, ManualClock(), spool=spool)
+    b = make_service(own_sessions(db), settings, spool=spool)
     turn = await turn_for(b)
     plan = faults(b.sessions)
     stalled = plan.hang("STM write")
     write = asyncio.create_task(b.update_stm(turn, summary="Alice's words"))
     await stalled.reached()  # the write waits on the stalled database
 
-    a = make_service(db.sessions, settings, ManualClock())
+    a = make_service(db.sessions, settings)
     await a.forget_user(ALICE)
     b.apply_notice({"o": a.instance_id, "t": "forget", "u": ALICE})  # as delivered
 

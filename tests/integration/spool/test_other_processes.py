@@ -20,7 +20,6 @@ from tests.helpers.builders import (
     CAROL,
     CHANNEL,
     GUILD,
-    ManualClock,
     make_service,
     prepare,
     spooled_then_cleared_elsewhere,
@@ -66,9 +65,7 @@ async def test_a_refresh_heard_by_notice_stays_applied_after_a_restart(
     a.apply_notice({"o": b.instance_id, "t": "clear", "c": CHANNEL})  # as delivered
     spool.close()  # A restarts before its replayer ran
 
-    restarted = make_service(
-        db.sessions, settings, ManualClock(), spool=DurableSpool(spool_path(tmp_path))
-    )
+    restarted = make_service(db.sessions, settings, spool=DurableSpool(spool_path(tmp_path)))
     prepared = await prepare(restarted)
     assert prepared.entry.summary == ""  # the wiped text is not in the prompt
 

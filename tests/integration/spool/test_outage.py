@@ -64,7 +64,7 @@ async def test_replay_never_overwrites_a_newer_version(
     async with outage(service.sessions):
         await service.update_stm(turn, summary="spooled v1")
     # Meanwhile another process wrote a newer version straight to the database.
-    other = make_service(db.sessions, settings, ManualClock())
+    other = make_service(db.sessions, settings)
     assert (await other.update_stm(await turn_for(other, BOB), summary="older elsewhere")).ok
     assert (await other.update_stm(await turn_for(other, BOB), summary="newer from elsewhere")).ok
     await spool.replay(db.sessions)
@@ -102,9 +102,7 @@ async def test_forget_me_during_the_outage_is_replayed(
 async def test_a_restarted_process_prefers_spooled_state_over_older_rows(
     db: Database, settings: Settings, tmp_path: Path
 ) -> None:
-    first = make_service(
-        own_sessions(db), settings, ManualClock(), spool=DurableSpool(spool_path(tmp_path))
-    )
+    first = make_service(own_sessions(db), settings, spool=DurableSpool(spool_path(tmp_path)))
     await first.update_stm(await turn_for(first), summary="in the database")
     down(first)
     await first.update_stm(await turn_for(first), summary="only in the spool")
@@ -113,7 +111,7 @@ async def test_a_restarted_process_prefers_spooled_state_over_older_rows(
 
     reopened = DurableSpool(spool_path(tmp_path))
     assert reopened.pending == 1
-    restarted = make_service(db.sessions, settings, ManualClock(), spool=reopened)
+    restarted = make_service(db.sessions, settings, spool=reopened)
     entry = await restarted.entry(SERVER_KEY)
     assert (entry.summary, entry.version) == ("only in the spool", 2)
     # A write before the replay gets the next version, so the replay cannot beat it.
@@ -180,7 +178,7 @@ async def test_hydration_takes_a_newer_row_over_an_older_spooled_state(
 ) -> None:
     await spooled_write(service, "spooled v1")
     # Another process writes the same memory, newer, straight to the database.
-    other = make_service(db.sessions, settings, ManualClock())
+    other = make_service(db.sessions, settings)
     assert (await other.update_stm(await turn_for(other, BOB), summary="older elsewhere")).ok
     assert (await other.update_stm(await turn_for(other, BOB), summary="newer from elsewhere")).ok
     service.drop_all()  # e.g. the notice connection was lost and came back
@@ -231,7 +229,7 @@ async def test_a_spool_append_refused_by_a_full_disk_is_not_replayed_after_a_res
     sync", then the process is killed before the database returns. After the restart the
     replay must store the acknowledged write, never the rejected one."""
     spool = DurableSpool(spool_path(tmp_path))
-    service = make_service(own_sessions(db), settings, ManualClock(), spool=spool)
+    service = make_service(own_sessions(db), settings, spool=spool)
     turn = await turn_for(service)  # warm while the database is up
     down(service)
     assert str(await service.update_stm(turn, summary="one")) == "saved, pending sync"
@@ -262,9 +260,7 @@ async def test_a_refresh_still_in_the_spool_after_a_restart_does_not_bring_the_m
     """/refresh during an outage is spooled (``pending_sync``); the process restarts with
     it still pending. Until it is replayed, hydration must not serve the wiped row (the
     running process has a tombstone for exactly this; a restarted one has none)."""
-    first = make_service(
-        own_sessions(db), settings, ManualClock(), spool=DurableSpool(spool_path(tmp_path))
-    )
+    first = make_service(own_sessions(db), settings, spool=DurableSpool(spool_path(tmp_path)))
     await first.update_stm(await turn_for(first), summary="wiped secret")
     down(first)
     receipt = await first.clear_channel(CHANNEL, guild_id=GUILD, actor_user_id=BOB)
@@ -274,9 +270,7 @@ async def test_a_refresh_still_in_the_spool_after_a_restart_does_not_bring_the_m
     first.spool.close()
 
     # Restart; the database is reachable again but the replayer has not run yet.
-    restarted = make_service(
-        db.sessions, settings, ManualClock(), spool=DurableSpool(spool_path(tmp_path))
-    )
+    restarted = make_service(db.sessions, settings, spool=DurableSpool(spool_path(tmp_path)))
     assert restarted.pending_sync == 1
     prepared = await prepare(restarted)
     assert prepared.entry.summary == ""  # the wiped memory is not in the prompt
@@ -308,18 +302,14 @@ async def test_a_forget_me_still_in_the_spool_after_a_restart_does_not_bring_the
 ) -> None:
     """Same as the refresh case for /forget-me: spooled during an outage, the process
     restarts, the database answers before the replayer has run."""
-    first = make_service(
-        own_sessions(db), settings, ManualClock(), spool=DurableSpool(spool_path(tmp_path))
-    )
+    first = make_service(own_sessions(db), settings, spool=DurableSpool(spool_path(tmp_path)))
     await first.update_stm(await turn_for(first), summary="Alice's diary")
     down(first)
     assert (await first.forget_user(ALICE)).pending_sync
     assert first.spool is not None
     first.spool.close()
 
-    restarted = make_service(
-        db.sessions, settings, ManualClock(), spool=DurableSpool(spool_path(tmp_path))
-    )
+    restarted = make_service(db.sessions, settings, spool=DurableSpool(spool_path(tmp_path)))
     assert restarted.pending_sync == 1
     prepared = await prepare(restarted, BOB)
     assert "Alice's diary" not in prepared.entry.summary

@@ -54,7 +54,7 @@ class _Deadlock(Exception):
 async def test_a_transient_refusal_is_retried_never_set_aside(
     db: Database, settings: Settings, tmp_path: Path
 ) -> None:
-    service = make_service(db.sessions, settings, ManualClock())
+    service = make_service(db.sessions, settings)
     await service.update_stm(await turn_for(service), summary="Alice's plans")
     spool = DurableSpool(spool_path(tmp_path))
     spool.append_forget(ALICE, ManualClock().now().replace(year=2030))
@@ -90,7 +90,7 @@ class _ServerRefusal(Exception):
 async def test_a_server_failure_while_it_answers_is_retried_never_set_aside(
     db: Database, settings: Settings, tmp_path: Path, code: str
 ) -> None:
-    service = make_service(db.sessions, settings, ManualClock())
+    service = make_service(db.sessions, settings)
     entry = await service.entry(SERVER_KEY)
     entry.summary, entry.version = "acknowledged", 1
     spool = DurableSpool(spool_path(tmp_path))
@@ -115,7 +115,7 @@ async def test_a_read_only_database_does_not_set_aside_acknowledged_writes(
     spool = DurableSpool(spool_path(tmp_path))
     try:
         ro_sessions = async_sessionmaker(read_only, expire_on_commit=False)
-        service = make_service(ro_sessions, settings, ManualClock(), spool=spool)
+        service = make_service(ro_sessions, settings, spool=spool)
         result = await service.update_stm(await turn_for(service), summary="during failover")
         assert str(result) == "saved, pending sync"
         with pytest.raises(DBAPIError):  # the replayer backs off and tries again

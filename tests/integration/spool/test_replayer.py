@@ -102,7 +102,7 @@ async def test_the_replayers_backoff_doubles_to_its_cap_and_starts_over_after_a_
     wait is cut short by the "database is back" call, so nothing really waits (that an
     uncut wait lasts that long is shown above, with first_wait_seconds=3600)."""
     caplog.set_level(logging.INFO, logger=spool_module.__name__)
-    service = make_service(db.sessions, settings, ManualClock(), spool=spool)
+    service = make_service(db.sessions, settings, spool=spool)
     turn = await turn_for(service)
     plan = down(service)
     assert str(await service.update_stm(turn, summary="first outage")) == "saved, pending sync"

@@ -24,7 +24,7 @@ from bot.memory.turn.types import (
     TurnState,
 )
 from bot.vocabulary.model import Category, ScopeKey
-from tests.helpers.builders import ALICE, CHANNEL, GUILD, ManualClock, make_service, prepare
+from tests.helpers.builders import ALICE, CHANNEL, GUILD, make_service, prepare
 from tests.helpers.fake_llm import refused_base_url
 
 
@@ -165,7 +165,7 @@ async def _storage_unavailable(service: MemoryService, stack: AsyncExitStack) ->
     refused = refused_base_url().replace("http://", "postgresql+asyncpg://u:p@") + "db"
     engine = create_async_engine(refused)
     stack.push_async_callback(engine.dispose)
-    down = make_service(async_sessionmaker(engine), service.settings, ManualClock())
+    down = make_service(async_sessionmaker(engine), service.settings)
     return down, await _prepare(down)
 
 

@@ -12,7 +12,7 @@ from bot.config import Settings
 from bot.conversation.summarizer import Summarizer
 from bot.db.engine import Database
 from bot.memory.service import MemoryService
-from tests.helpers.builders import ManualClock, make_service
+from tests.helpers.builders import make_service
 from tests.helpers.database import make_test_settings
 from tests.helpers.fake_llm import ScriptedLLM, openai_client
 
@@ -27,7 +27,7 @@ def quick_settings(pg_url: URL, tmp_path: Path) -> Settings:
 
 @pytest.fixture
 def service(db: Database, quick_settings: Settings) -> MemoryService:
-    return make_service(db.sessions, quick_settings, ManualClock())
+    return make_service(db.sessions, quick_settings)
 
 
 @pytest.fixture

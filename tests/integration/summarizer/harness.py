@@ -15,7 +15,7 @@ from bot.memory.service import MemoryService
 from bot.memory.spool.durable import DurableSpool
 from bot.memory.turn.types import TurnState
 from bot.vocabulary.model import Category, Marker, RawMessage, ScopeKey
-from tests.helpers.builders import ALICE, BOB, CHANNEL, GUILD, ManualClock, make_service, message
+from tests.helpers.builders import ALICE, BOB, CHANNEL, GUILD, make_service, message
 from tests.helpers.fake_llm import ScriptedLLM, openai_client
 
 EXISTING = "The team is planning a launch party."
@@ -115,7 +115,7 @@ def summarizing(
 ) -> tuple[MemoryService, Summarizer]:
     """A memory service on the test database (spooling to ``spool``, if given) and its
     summarizer on the scripted LLM, both under ``settings``."""
-    service = make_service(db.sessions, settings, ManualClock(), spool=spool)
+    service = make_service(db.sessions, settings, spool=spool)
     return service, Summarizer(service, openai_client(llm), settings)
 
 
