@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import time
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -89,6 +90,14 @@ def make_service(
     return MemoryService(sessions, settings, clock=clock or ManualClock(), spool=spool)
 
 
+def two_services(
+    sessions: async_sessionmaker[AsyncSession], settings: Settings
+) -> tuple[ManualClock, MemoryService, MemoryService]:
+    """Processes A and B on one database and one clock (their own caches), and the clock."""
+    clock = ManualClock()
+    return clock, make_service(sessions, settings, clock), make_service(sessions, settings, clock)
+
+
 def make_longterm(memory: MemoryService) -> LongTermService:
     """Long-term memory on ``memory``'s database, clock and spool (as the bot builds it)."""
     return LongTermService(memory.sessions, memory.settings, memory.clock, spool=memory.spool)
@@ -100,11 +109,19 @@ async def prepare(
     *,
     channel: int = CHANNEL,
     label_for: LabelFor | None = None,
+    guild: int | None = GUILD,
+    **start: Any,
 ) -> PreparedTurn:
-    """A turn of ``user`` in the test guild's ``channel``, prepared as a message would."""
+    """A turn of ``user`` in ``guild``'s ``channel`` (the test guild's; None for a DM),
+    prepared as a message would; ``start`` sets TurnStart's other fields."""
     return await service.prepare_turn(
         TurnStart(
-            channel_id=channel, user_id=user, guild_id=GUILD, bot_user_id=BOT, label_for=label_for
+            channel_id=channel,
+            user_id=user,
+            guild_id=guild,
+            bot_user_id=BOT,
+            label_for=label_for,
+            **start,
         )
     )
 

@@ -40,20 +40,26 @@ def lines(*typed: str) -> Callable[[], str]:
     return read
 
 
+async def console_typing(
+    llm: ScriptedLLM, pg_url: URL, data_dir: Path, *typed: str
+) -> tuple[int, str]:
+    """The console in this process on the test database and the scripted LLM, the operator
+    typing ``typed``: its exit code and what it showed."""
+    settings = make_test_settings(pg_url, data_dir, openai_base_url=llm.base_url, model="m")
+    out = io.StringIO()
+    code = await console(settings, read_line=lines(*typed), out=out)
+    return code, out.getvalue()
+
+
 async def test_console_chats_remembers_shows_and_refreshes(
     db: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path
 ) -> None:
-    settings = make_test_settings(pg_url, tmp_path, openai_base_url=llm.base_url, model="m")
     llm.reply_tool_calls([(STM_TOOL_NAME, {"summary": "Operator likes green tea."})])
     llm.reply_text("Noted, green tea it is.")
     llm.reply_text("You like green tea.")
-    out = io.StringIO()
-    code = await console(
-        settings,
-        read_line=lines("I like green tea", "/show", "what do I like?", "/refresh", "/show"),
-        out=out,
+    code, text = await console_typing(
+        llm, pg_url, tmp_path, "I like green tea", "/show", "what do I like?", "/refresh", "/show"
     )
-    text = out.getvalue()
     assert code == 0
     first_turn, after_show = text.split("Memory (updated", 1)
     assert "kioku> Noted, green tea it is." in first_turn
@@ -73,22 +79,18 @@ def prompt_text(llm: ScriptedLLM, i: int) -> str:
 async def test_console_keeps_a_fact_in_long_term_memory_and_recalls_it(
     db: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path
 ) -> None:
-    settings = make_test_settings(pg_url, tmp_path, openai_base_url=llm.base_url, model="m")
     llm.reply_tool_calls([(REMEMBER_TOOL_NAME, {"fact": "My cat is called Miso"})])
     llm.reply_text("I'll remember that.")
     llm.reply_text("Miso.")
-    out = io.StringIO()
-    code = await console(
-        settings,
-        read_line=lines("remember that my cat is called Miso", "what is my cat called?"),
-        out=out,
+    code, shown = await console_typing(
+        llm, pg_url, tmp_path, "remember that my cat is called Miso", "what is my cat called?"
     )
-    assert code == 0, out.getvalue()
+    assert code == 0, shown
     saved = next(m for m in llm.messages(1) if m["role"] == "tool")
     assert saved["content"].startswith("saved"), saved
     # The next turn's prompt recalls the fact.
     assert "My cat is called Miso" in prompt_text(llm, 2)
-    assert "kioku> Miso." in out.getvalue()
+    assert "kioku> Miso." in shown
 
 
 async def test_the_second_console_message_reaches_the_model(
@@ -97,11 +99,9 @@ async def test_the_second_console_message_reaches_the_model(
     """Message ids come from one counter stepping by 1, and the bot's reply takes
     ``message_id + 1``: the next typed line gets the reply's id and the raw window drops
     it as a duplicate delivery."""
-    settings = make_test_settings(pg_url, tmp_path, openai_base_url=llm.base_url, model="m")
     llm.reply_text("Hello!").reply_text("Blue.")
-    out = io.StringIO()
-    code = await console(
-        settings, read_line=lines("hello there", "my favourite colour is BLUE"), out=out
+    code, _ = await console_typing(
+        llm, pg_url, tmp_path, "hello there", "my favourite colour is BLUE"
     )
     assert code == 0
     assert "my favourite colour is BLUE" in prompt_text(llm, 1)
@@ -110,11 +110,9 @@ async def test_the_second_console_message_reaches_the_model(
 async def test_an_unknown_console_command_is_not_sent_to_the_model(
     db: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path
 ) -> None:
-    settings = make_test_settings(pg_url, tmp_path, openai_base_url=llm.base_url, model="m")
-    out = io.StringIO()
-    code = await console(settings, read_line=lines("/refrsh", "/SHOW"), out=out)
+    code, shown = await console_typing(llm, pg_url, tmp_path, "/refrsh", "/SHOW")
     assert code == 0
-    assert llm.requests == [], out.getvalue()
+    assert llm.requests == [], shown
 
 
 async def test_console_reads_no_line_ahead_of_the_one_it_answers(
@@ -256,6 +254,31 @@ class _Pty:
         asyncio.get_running_loop().remove_reader(self._primary)
 
 
+async def console_on(
+    terminal: int, llm: ScriptedLLM, pg_url: URL, data_dir: Path, **env: str
+) -> asyncio.subprocess.Process:
+    """``kioku console`` on a terminal (a pty's secondary end), on the test database and
+    the scripted LLM."""
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "bot",
+        "console",
+        cwd=ROOT,
+        env=kioku_env(
+            data_dir,
+            DATABASE_URL=pg_url.render_as_string(hide_password=False),
+            OPENAI_BASE_URL=llm.base_url,
+            OPENAI_API_KEY="test-key",
+            TERM="xterm",
+            **env,
+        ),
+        stdin=terminal,
+        stdout=terminal,
+        stderr=terminal,
+    )
+
+
 UP = b"\x1b[A"
 
 
@@ -268,25 +291,7 @@ async def test_console_on_a_terminal_has_a_prompt_history_a_thinking_line_and_no
     llm.reply_text("Hello again.")
     answer = llm.hold()
     primary, secondary = os.openpty()
-    env = kioku_env(
-        tmp_path,
-        DATABASE_URL=pg_url.render_as_string(hide_password=False),
-        OPENAI_BASE_URL=llm.base_url,
-        OPENAI_API_KEY="test-key",
-        KIOKU_MODEL="m",
-        TERM="xterm",
-    )
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "bot",
-        "console",
-        cwd=ROOT,
-        env=env,
-        stdin=secondary,
-        stdout=secondary,
-        stderr=secondary,
-    )
+    process = await console_on(secondary, llm, pg_url, tmp_path, KIOKU_MODEL="m")
     os.close(secondary)
     pty = _Pty(primary)
     try:
@@ -326,24 +331,7 @@ async def test_ctrl_c_at_the_terminal_prompt_leaves_and_gives_the_terminal_back(
     # waits at the prompt: a console ended there must put the operator's mode back.
     primary, secondary = os.openpty()
     before = termios.tcgetattr(secondary)
-    env = kioku_env(
-        tmp_path,
-        DATABASE_URL=pg_url.render_as_string(hide_password=False),
-        OPENAI_BASE_URL=llm.base_url,
-        OPENAI_API_KEY="test-key",
-        TERM="xterm",
-    )
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "bot",
-        "console",
-        cwd=ROOT,
-        env=env,
-        stdin=secondary,
-        stdout=secondary,
-        stderr=secondary,
-    )
+    process = await console_on(secondary, llm, pg_url, tmp_path)
     pty = _Pty(primary)
     try:
         await pty.wait_for(PROMPT)

@@ -31,10 +31,10 @@ from bot.db.engine import Database
 from bot.db.models import ShortTermMemory
 from bot.llm.tools.base import ToolArgumentError
 from bot.memory.service import MemoryService
-from bot.memory.turn.types import TurnStart, TurnState
+from bot.memory.turn.types import TurnState
 from bot.vocabulary.model import Category, GuildConfig
 from bot.vocabulary.sanitize import sanitize_value
-from tests.helpers.builders import ALICE, BOB, BOT, CHANNEL, GUILD, ManualClock
+from tests.helpers.builders import ALICE, BOB, CHANNEL, GUILD, ManualClock, prepare
 from tests.helpers.fuzz import (
     FuzzCounter,
     any_text,
@@ -269,11 +269,7 @@ async def test_tool_arguments_never_escape_and_only_clean_values_are_stored(
 ) -> None:
     raw = data.draw(RAW_ARGUMENTS[guild == CATEGORY_GUILD], label="raw arguments")
     before = await read_rows(db)
-    prepared = await service.prepare_turn(
-        TurnStart(
-            channel_id=channel, user_id=user, guild_id=guild, bot_user_id=BOT, model="fuzz-model"
-        )
-    )
+    prepared = await prepare(service, user, channel=channel, guild=guild, model="fuzz-model")
     turn = prepared.turn
 
     outcome = await run_stm_tool(service, turn, raw)  # must not raise
@@ -338,9 +334,7 @@ async def test_hostile_values_reaching_the_service_are_stored_clean(
         )
         turn = TurnState(channel, ALICE, guild, config, service.channel_epoch(channel))
     else:
-        prepared = await service.prepare_turn(
-            TurnStart(channel_id=channel, user_id=ALICE, guild_id=guild, bot_user_id=BOT)
-        )
+        prepared = await prepare(service, channel=channel, guild=guild)
         turn = prepared.turn
         result = await service.update_stm(turn, summary=summary, categories=categories)
 
@@ -367,9 +361,7 @@ async def test_a_tool_call_and_an_admin_edit_store_the_same_text(
         parse_stm_arguments(raw, await service.guild_config(SUMMARY_GUILD))
     except ToolArgumentError:
         assume(False)  # blank: the tool refuses what an admin edit may not
-    prepared = await service.prepare_turn(
-        TurnStart(channel_id=CHANNEL, user_id=ALICE, guild_id=SUMMARY_GUILD, bot_user_id=BOT)
-    )
+    prepared = await prepare(service, guild=SUMMARY_GUILD)
     by_model = await run_stm_tool(service, prepared.turn, raw)
     by_admin = await service.admin_edit(
         guild_id=SUMMARY_GUILD, channel_id=CHANNEL + 1, actor_user_id=ALICE, summary=text

@@ -11,7 +11,7 @@ from bot.config import Settings
 from bot.db.engine import Database
 from bot.db.models import GuildSettings
 from bot.memory.service import MemoryService
-from tests.helpers.builders import ManualClock, make_service
+from tests.helpers.builders import make_service
 
 GUILD, ADMIN, OTHER_ADMIN = 500, 1, 2
 ROLE, OTHER_ROLE, USER = 600, 601, 700
@@ -34,8 +34,8 @@ async def lists(db: Database) -> tuple[list[int], list[int]]:
 async def test_two_processes_allowing_at_once_keep_both_roles(
     db: Database, settings: Settings
 ) -> None:
-    a = make_service(db.sessions, settings, ManualClock())
-    b = make_service(db.sessions, settings, ManualClock())
+    a = make_service(db.sessions, settings)
+    b = make_service(db.sessions, settings)
     # Both have the empty lists cached: computed there and written whole, one would be lost.
     await a.guild_config(GUILD)
     await b.guild_config(GUILD)
@@ -44,12 +44,12 @@ async def test_two_processes_allowing_at_once_keep_both_roles(
         b.update_guild_settings(GUILD, OTHER_ADMIN, id_changes=allow(OTHER_ROLE)),
     )
     assert await lists(db) == ([ROLE, OTHER_ROLE], [])
-    fresh = make_service(db.sessions, settings, ManualClock())
+    fresh = make_service(db.sessions, settings)
     assert (await fresh.guild_config(GUILD)).access.allowed_roles == {ROLE, OTHER_ROLE}
 
 
 async def test_an_id_is_on_one_list_at_most(db: Database, settings: Settings) -> None:
-    service: MemoryService = make_service(db.sessions, settings, ManualClock())
+    service: MemoryService = make_service(db.sessions, settings)
     await service.update_guild_settings(GUILD, ADMIN, id_changes=allow(ROLE))
     await service.update_guild_settings(GUILD, ADMIN, id_changes=allow(ROLE))  # not doubled
     assert await lists(db) == ([ROLE], [])
