@@ -227,6 +227,8 @@ class ScriptedLLM:
         self.model_id = model_id
         # False: GET /models answers 404, as on gateways that do not list models.
         self.lists_models = True
+        # The context length GET /models reports (None: none, as most servers).
+        self.served_context: int | None = None
         # True: a request whose roles a strict chat template refuses (see
         # role_order_problem) gets vLLM's 400, without using a scripted reply.
         self.strict_roles = False
@@ -545,14 +547,15 @@ class ScriptedLLM:
             return refused
         if not self.lists_models:  # some gateways have no GET /models
             return web.json_response({"error": {"message": "not found"}}, status=404)
-        return web.json_response(
-            {
-                "object": "list",
-                "data": [
-                    {"id": self.model_id, "object": "model", "created": 0, "owned_by": "tests"}
-                ],
-            }
-        )
+        model: dict[str, Any] = {
+            "id": self.model_id,
+            "object": "model",
+            "created": 0,
+            "owned_by": "tests",
+        }
+        if self.served_context is not None:  # as vLLM reports it
+            model["max_model_len"] = self.served_context
+        return web.json_response({"object": "list", "data": [model]})
 
     async def _handle_chat(self, request: web.Request) -> web.StreamResponse:
         if (refused := self._refused_key(request)) is not None:

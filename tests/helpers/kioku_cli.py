@@ -75,6 +75,7 @@ DOCTOR_ROWS = (
     "backup",
     "persona",
     "llm endpoint",
+    "llm context",
     "llm tool call",
 )
 

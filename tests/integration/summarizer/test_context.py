@@ -23,6 +23,7 @@ from bot.conversation.summarizer import (
     request_chars,
 )
 from bot.conversation.summarizer import run as summarizer_module
+from bot.conversation.summarizer.prompt import HEADER_ROOM
 from bot.db.engine import Database
 from bot.memory.service import MemoryService
 from bot.memory.turn.prompt import VALUE_LIMIT
@@ -230,12 +231,13 @@ async def test_a_later_batch_is_not_cut_when_the_running_categories_hold_line_br
     config = await service.guild_config(GUILD)
     budget = summarizer._budget(config)
     unescaped = build_messages(config, [], summary="", categories={"notes": "x" * VALUE_LIMIT})
-    room = budget.prompt_chars - request_chars(unescaped)
+    # A batch opens with its day's header; each line starts with its time.
+    room = budget.prompt_chars - request_chars(unescaped) - HEADER_ROOM
     # Ten messages, five of them filling that (too generous) room exactly.
     base = (room - 4) // 5
     sizes = [base] * 4 + [room - 4 - 4 * base]
     posted = [
-        message(ALICE, f"m{i} " + "w" * (size - len("Alice: m0 ")))
+        message(ALICE, f"m{i} " + "w" * (size - len("12:00 Alice: m0 ")))
         for i, size in enumerate(sizes * 2)
     ]
     for raw in posted:

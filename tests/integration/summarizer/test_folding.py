@@ -20,6 +20,7 @@ from bot.conversation.summarizer import (
 )
 from bot.conversation.turn import TurnRequest, TurnRunner
 from bot.db.engine import Database
+from bot.memory import dated_lines
 from bot.memory.service import MemoryService
 from bot.vocabulary.model import Marker, message_hash
 from bot.vocabulary.providers import capabilities
@@ -81,12 +82,12 @@ async def test_thirty_new_messages_are_folded_in_and_the_marker_lands_on_the_thi
     assert "[LATEST_MEMORIES]" not in first + second
     assert "[CHAT_SUMMARY]" not in first + second
     assert EXISTING in first
-    lines = [f"{m.author_name}: {m.content}" for m in new]
-    assert "\n".join(lines[:20]) in first
+    # Each batch's lines carry their time, below the day's header.
+    assert "\n".join(dated_lines(new[:20])) in first
     assert "Alice: new 21" not in first
     assert "old" not in first
     assert "Launch party planned; Alice and Bob discussed messages 1-20." in second
-    assert "\n".join(lines[20:]) in second
+    assert "\n".join(dated_lines(new[20:])) in second
     assert EXISTING not in second
     assert "maintain a compact running summary" in llm.messages(0)[0]["content"]
     assert all("tools" not in request for request in llm.requests)
