@@ -185,7 +185,7 @@ async def test_doctor_prints_each_row_as_its_check_completes(
     answer = llm.hold()
     with (tmp_path / "stderr").open("wb") as stderr:
         async with doctor_process(llm, pg_url, tmp_path, stderr=stderr) as process:
-            shown = await printed_until(process, lambda line: line.startswith("llm endpoint"))
+            shown = await printed_until(process, lambda line: line.startswith("llm context"))
             async with asyncio.timeout(60):  # a hang guard, not a measure
                 await llm.wait_for_requests(1)  # the tool call is waiting for its answer
             assert list(doctor_rows("".join(shown))) == list(DOCTOR_ROWS[:-1])
