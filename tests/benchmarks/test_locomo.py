@@ -129,12 +129,16 @@ def test_the_report_has_every_figure_for_every_system(run: Run) -> None:
         assert tokens["counted"] > 0 and tokens["server"] > 0, name
         latency = system["latency_seconds"]
         assert 0 <= latency["p50"] <= latency["p95"], name
-        # The bot is never addressed while ingesting: today it makes no call then.
-        assert system["memory_building"] == {
-            "calls": 0,
-            "prompt_tokens": {"counted": 0, "server": None},
-            "server_completion_tokens": None,
-        }
+        building = system["memory_building"]
+        if name == "kioku":
+            # Never addressed while ingesting: capture builds the memory, counted apart.
+            assert building["calls"] > 0 and building["prompt_tokens"]["counted"] > 0
+        else:
+            assert building == {
+                "calls": 0,
+                "prompt_tokens": {"counted": 0, "server": None},
+                "server_completion_tokens": None,
+            }, name
     assert (
         report["systems"]["none"]["answering"]["prompt_tokens_per_question"]["counted"]
         < (report["systems"]["raw"]["answering"]["prompt_tokens_per_question"]["counted"])

@@ -9,18 +9,17 @@ from __future__ import annotations
 
 import json
 import logging
-from pathlib import Path
 
 import pytest
 from sqlalchemy import select
-from sqlalchemy.engine import URL
 
 from bot.conversation.tools.stm import STM_TOOL_NAME
 from bot.db.engine import Database
 from bot.db.models import ShortTermMemory
 from bot.llm.tools.loop import TEXT_CALL_RESULTS, UNREADABLE_TEXT_CALL
 from bot.llm.tools.text_calls import TOOLS_IN_PROMPT
-from tests.helpers.bot import KiokuHarness, start_kioku, stop_kioku
+from tests.helpers.bot import KiokuHarness
+from tests.helpers.chat_world import KiokuStarter
 from tests.helpers.fake_llm import ScriptedLLM
 
 MISO = "Ren's cat is called Miso; Ren flies to Osaka on March 14."
@@ -57,10 +56,9 @@ async def test_a_server_refusing_tool_choice_is_asked_again_with_the_tools_alone
 
 @pytest.mark.parametrize("provider", ["llamacpp", "ollama", "generic"])
 async def test_a_memory_call_written_as_text_is_stored_and_never_shown(
-    db: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path, provider: str
+    db: Database, llm: ScriptedLLM, kioku_with: KiokuStarter, provider: str
 ) -> None:
-    kioku = await start_kioku(db, llm, pg_url, tmp_path, settings={"provider": provider})
-    try:
+    async with kioku_with(settings={"provider": provider}) as kioku:
         llm.reply_text(f"Got it, I'll keep that in mind.\n{written_call(MISO)}")
         llm.reply_text("Noted: Miso, and Osaka on March 14.")
         await kioku.env.send("my cat is Miso and I fly to Osaka on March 14", mention_bot=True)
@@ -76,35 +74,28 @@ async def test_a_memory_call_written_as_text_is_stored_and_never_shown(
             "content": TEXT_CALL_RESULTS + f"{STM_TOOL_NAME}: saved",
         }
         assert not any(m.get("role") == "tool" for m in follow_up)
-    finally:
-        await stop_kioku(kioku)
 
 
 async def test_a_hosted_provider_does_not_run_calls_written_as_text(
-    db: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path
+    db: Database, llm: ScriptedLLM, kioku_with: KiokuStarter
 ) -> None:
     # OpenAI's models call tools through the API: text that looks like a call is an
     # example the model wrote, not a call. It is still not shown as syntax.
-    kioku = await start_kioku(db, llm, pg_url, tmp_path, settings={"provider": "openai"})
-    try:
+    async with kioku_with(settings={"provider": "openai"}) as kioku:
         llm.reply_text(f"Got it.\n{written_call(MISO)}")
         await kioku.env.send("my cat is Miso", mention_bot=True)
         assert kioku.env.last_sent().content == "Got it."
         assert await summaries(db) == []
         assert len(llm.requests) == 1
-    finally:
-        await stop_kioku(kioku)
 
 
 async def test_garbage_tool_text_gets_a_logged_refusal_and_stores_nothing(
     db: Database,
     llm: ScriptedLLM,
-    pg_url: URL,
-    tmp_path: Path,
+    kioku_with: KiokuStarter,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    kioku = await start_kioku(db, llm, pg_url, tmp_path, settings={"provider": "llamacpp"})
-    try:
+    async with kioku_with(settings={"provider": "llamacpp"}) as kioku:
         llm.reply_text(
             f'<tool_call>{{"name": "{STM_TOOL_NAME}", "arguments": {{summary: x</tool_call>'
         )
@@ -115,21 +106,16 @@ async def test_garbage_tool_text_gets_a_logged_refusal_and_stores_nothing(
         assert await summaries(db) == []
         assert llm.messages(1)[-1] == {"role": "user", "content": UNREADABLE_TEXT_CALL}
         assert any("could not be read" in r.getMessage() for r in caplog.records)
-    finally:
-        await stop_kioku(kioku)
 
 
 async def test_a_tool_tag_named_in_a_sentence_is_prose_not_a_broken_call(
-    db: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path
+    db: Database, llm: ScriptedLLM, kioku_with: KiokuStarter
 ) -> None:
-    kioku = await start_kioku(db, llm, pg_url, tmp_path, settings={"provider": "llamacpp"})
-    try:
+    async with kioku_with(settings={"provider": "llamacpp"}) as kioku:
         llm.reply_text("Qwen wraps its calls in <tool_call> tags, as you guessed.")
         await kioku.env.send("how does qwen call tools?", mention_bot=True)
         assert len(llm.requests) == 1
         assert "as you guessed" in kioku.env.last_sent().content
-    finally:
-        await stop_kioku(kioku)
 
 
 def escaped(text: str) -> str:
@@ -144,12 +130,11 @@ def escaped(text: str) -> str:
 
 
 async def test_a_server_answering_tools_with_an_empty_message_gets_them_in_the_prompt(
-    db: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path
+    db: Database, llm: ScriptedLLM, kioku_with: KiokuStarter
 ) -> None:
     # llama-cpp-python's chatml-function-calling answers every message beside
     # tool_choice "auto" with an empty one, and escapes what the model reads.
-    kioku = await start_kioku(db, llm, pg_url, tmp_path, settings={"provider": "llamacpp"})
-    try:
+    async with kioku_with(settings={"provider": "llamacpp"}) as kioku:
         llm.reply_text("").reply_text(escaped(written_call(MISO))).reply_text("Saved, Miso!")
         await kioku.env.send("my cat is Miso and I fly to Osaka on March 14", mention_bot=True)
         assert kioku.env.last_sent().content == "Saved, Miso!"
@@ -164,35 +149,27 @@ async def test_a_server_answering_tools_with_an_empty_message_gets_them_in_the_p
         assert "tools" not in llm.request(3)
         assert TOOLS_IN_PROMPT in llm.messages(3)[0]["content"]
         assert kioku.env.last_sent().content == "It's Miso, of course."
-    finally:
-        await stop_kioku(kioku)
 
 
 async def test_a_server_refusing_tools_gets_them_in_the_prompt_where_the_row_allows(
-    db: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path
+    db: Database, llm: ScriptedLLM, kioku_with: KiokuStarter
 ) -> None:
     # An Ollama model whose template has no tools: memory still works through the text.
-    kioku = await start_kioku(db, llm, pg_url, tmp_path, settings={"provider": "ollama"})
-    try:
+    async with kioku_with(settings={"provider": "ollama"}) as kioku:
         llm.reply_error(400, "registry.ollama.ai/library/gemma3:4b does not support tools")
         llm.reply_text(written_call(MISO)).reply_text("Noted!")
         await kioku.env.send("my cat is Miso and I fly to Osaka on March 14", mention_bot=True)
         assert kioku.env.last_sent().content == "Noted!"
         assert set(await summaries(db)) == {MISO}
         assert "tools" not in llm.request(1)
-    finally:
-        await stop_kioku(kioku)
 
 
 async def test_entities_the_member_wrote_are_kept_in_the_reply(
-    db: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path
+    db: Database, llm: ScriptedLLM, kioku_with: KiokuStarter
 ) -> None:
-    kioku = await start_kioku(db, llm, pg_url, tmp_path, settings={"provider": "llamacpp"})
-    try:
+    async with kioku_with(settings={"provider": "llamacpp"}) as kioku:
         llm.reply_text("In HTML, &amp; is an ampersand and &#39; an apostrophe.")
         await kioku.env.send("what is &amp; in HTML?", mention_bot=True)
         assert (
             kioku.env.last_sent().content == "In HTML, &amp; is an ampersand and ' an apostrophe."
         )
-    finally:
-        await stop_kioku(kioku)

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+import contextlib
+from collections.abc import AsyncIterator
 
 from sqlalchemy import select
-from sqlalchemy.engine import URL
 
 from bot.conversation.tools.stm import STM_TOOL_NAME
 from bot.conversation.upkeep import IGNORED_LIMIT
 from bot.db.engine import Database
 from bot.db.models import ShortTermMemory
-from tests.helpers.bot import KiokuHarness, start_kioku, stop_kioku
+from tests.helpers.bot import KiokuHarness
+from tests.helpers.chat_world import KiokuStarter
 from tests.helpers.fake_llm import ScriptedLLM
 
 NOTES = "Sure, here are the updated notes for Kioku: Alice asked about France."
@@ -27,18 +28,21 @@ async def stored(db: Database) -> list[ShortTermMemory]:
         return list(await session.scalars(select(ShortTermMemory)))
 
 
-async def due_every_turn(db: Database, llm: ScriptedLLM, pg_url: URL, tmp: Path) -> KiokuHarness:
-    kioku = await start_kioku(db, llm, pg_url, tmp, settings={"stm": {"refresh_cadence": 1}})
-    llm.reply_text("Hi!")
-    await kioku.env.send("hello", mention_bot=True)  # from the next turn on, memory is due
-    return kioku
+@contextlib.asynccontextmanager
+async def due_every_turn(
+    llm: ScriptedLLM, kioku_with: KiokuStarter, provider: str = "openai"
+) -> AsyncIterator[KiokuHarness]:
+    settings = {"provider": provider, "stm": {"refresh_cadence": 1}}
+    async with kioku_with(settings=settings) as kioku:
+        llm.reply_text("Hi!")
+        await kioku.env.send("hello", mention_bot=True)  # from the next turn on, memory is due
+        yield kioku
 
 
 async def test_a_nudge_answered_in_prose_never_reaches_the_reply(
-    db: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path
+    db: Database, llm: ScriptedLLM, kioku_with: KiokuStarter
 ) -> None:
-    kioku = await due_every_turn(db, llm, pg_url, tmp_path)
-    try:
+    async with due_every_turn(llm, kioku_with) as kioku:
         llm.reply_text("Paris.").reply_text(NOTES)  # the answer, then the upkeep in prose
         await kioku.env.send("what's the capital of France?", mention_bot=True)
         assert [m.content for m in kioku.env.sent] == ["Hi!", "Paris."]
@@ -52,15 +56,12 @@ async def test_a_nudge_answered_in_prose_never_reaches_the_reply(
         llm.reply_text("Anything else?")
         await kioku.env.send("thanks", mention_bot=True)
         assert "updated notes" not in texts(llm, 3)
-    finally:
-        await stop_kioku(kioku)
 
 
 async def test_an_upkeep_call_writes_the_memory_before_the_next_turn(
-    db: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path
+    db: Database, llm: ScriptedLLM, kioku_with: KiokuStarter
 ) -> None:
-    kioku = await due_every_turn(db, llm, pg_url, tmp_path)
-    try:
+    async with due_every_turn(llm, kioku_with) as kioku:
         llm.reply_text("Paris.")
         llm.reply_tool_calls([(STM_TOOL_NAME, {"summary": "Alice asked about France."})])
         await kioku.env.send("what's the capital of France?", mention_bot=True)
@@ -71,15 +72,12 @@ async def test_an_upkeep_call_writes_the_memory_before_the_next_turn(
         await kioku.env.send("what did I ask?", mention_bot=True)
         assert "Alice asked about France." in texts(llm, 3)
         assert len(llm.requests) == 4  # written this cadence: no upkeep after this turn
-    finally:
-        await stop_kioku(kioku)
 
 
 async def test_a_model_ignoring_upkeep_leaves_the_channel_to_the_summarizer(
-    db: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path
+    db: Database, llm: ScriptedLLM, kioku_with: KiokuStarter
 ) -> None:
-    kioku = await due_every_turn(db, llm, pg_url, tmp_path)
-    try:
+    async with due_every_turn(llm, kioku_with) as kioku:
         for n in range(IGNORED_LIMIT):
             llm.reply_text(f"answer {n}").reply_text("I'd rather chat.")
             await kioku.env.send(f"tea talk {n}", mention_bot=True)
@@ -93,24 +91,13 @@ async def test_a_model_ignoring_upkeep_leaves_the_channel_to_the_summarizer(
         [row, *_] = await stored(db)
         assert row.summary == "Alice talked about tea with the bot."
         assert (row.origin, row.origin_detail) == ("summarizer", "test-model, upkeep ignored")
-    finally:
-        await stop_kioku(kioku)
 
 
 async def test_upkeep_on_a_server_without_api_tools_reads_the_call_from_the_text(
-    db: Database, llm: ScriptedLLM, pg_url: URL, tmp_path: Path
+    db: Database, llm: ScriptedLLM, kioku_with: KiokuStarter
 ) -> None:
-    kioku = await start_kioku(
-        db,
-        llm,
-        pg_url,
-        tmp_path,
-        settings={"provider": "ollama", "stm": {"refresh_cadence": 1}},
-    )
-    try:
-        llm.reply_error(400, "registry.ollama.ai/library/gemma3:4b does not support tools")
-        llm.reply_text("Hi!")
-        await kioku.env.send("hello", mention_bot=True)
+    llm.reply_error(400, "registry.ollama.ai/library/gemma3:4b does not support tools")
+    async with due_every_turn(llm, kioku_with, provider="ollama") as kioku:
         call = (
             '<tool_call>{"name": "%s", "arguments": {"summary": "Alice said hello."}}</tool_call>'
         )
@@ -119,5 +106,3 @@ async def test_upkeep_on_a_server_without_api_tools_reads_the_call_from_the_text
         assert kioku.env.last_sent().content == "Paris."
         assert "tools" not in llm.request(3) and "tool_choice" not in llm.request(3)
         assert {row.summary for row in await stored(db)} == {"Alice said hello."}
-    finally:
-        await stop_kioku(kioku)

@@ -67,28 +67,35 @@ async def test_a_call_written_as_text_passes_where_kioku_reads_it(
     assert doctor_rows(result.stdout)["llm tool call"][0] == "ok"
 
 
-async def test_a_server_context_smaller_than_the_provider_row_is_a_warning(
-    llm: ScriptedLLM, pg_url: URL, migrated_database: Database, tmp_path: Path
+@pytest.mark.parametrize(
+    ("served", "provider", "shown"),
+    [
+        (
+            4096,
+            "vllm",
+            (
+                "WARN",
+                "the server serves 4,096 tokens, provider vllm assumes 32,768: long prompts "
+                "will be cut or refused; start it with --max-model-len 32768",
+            ),
+        ),
+        (16_384, "llamacpp", ("ok", "16,384 tokens (provider llamacpp: 8,192)")),
+    ],
+)
+async def test_the_servers_context_is_compared_with_the_provider_rows(
+    llm: ScriptedLLM,
+    pg_url: URL,
+    migrated_database: Database,
+    tmp_path: Path,
+    served: int,
+    provider: str,
+    shown: tuple[str, str],
 ) -> None:
-    llm.served_context = 4096
+    llm.served_context = served
     llm.reply_tool_calls([("ping", {"word": "pong"})])
-    result = await doctor_against(llm, pg_url, tmp_path, KIOKU_PROVIDER="vllm")
+    result = await doctor_against(llm, pg_url, tmp_path, KIOKU_PROVIDER=provider)
     assert result.returncode == 0, result.stdout
-    status, detail = doctor_rows(result.stdout)["llm context"]
-    assert status == "WARN"
-    assert "4,096" in detail and "32,768" in detail and "--max-model-len 32768" in detail
-
-
-async def test_a_server_context_that_fits_is_shown(
-    llm: ScriptedLLM, pg_url: URL, migrated_database: Database, tmp_path: Path
-) -> None:
-    llm.served_context = 16_384
-    llm.reply_tool_calls([("ping", {"word": "pong"})])
-    result = await doctor_against(llm, pg_url, tmp_path, KIOKU_PROVIDER="llamacpp")
-    assert doctor_rows(result.stdout)["llm context"] == (
-        "ok",
-        "16,384 tokens (provider llamacpp: 8,192)",
-    )
+    assert doctor_rows(result.stdout)["llm context"] == shown
 
 
 async def test_a_slow_model_is_told_which_timeouts_to_set(
