@@ -11,17 +11,12 @@ import openai
 from discord.ext import commands
 
 from bot.config import Settings
-from bot.conversation.summarizer import Summarizer
-from bot.conversation.turn import TurnRunner
-from bot.db.engine import Database
-from bot.memory.longterm.facts import LongTermService
-from bot.memory.service import MemoryService
-from bot.memory.spool.durable import DurableSpool
-from bot.runtime.health import NOT_CONNECTED_YET
-from bot.runtime.metrics import Metrics
-from bot.runtime.tasks import TaskRegistry
+from bot.conversation import Summarizer, TurnRunner
+from bot.db import Database
+from bot.memory import DurableSpool, LongTermService, MemoryService
+from bot.runtime import NOT_CONNECTED_YET, Metrics, TaskRegistry
 from bot.services import Services, StartupFailed, describe_local_failure, start_services
-from bot.vocabulary.clock import Clock, SystemClock
+from bot.vocabulary import Clock, SystemClock
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
