@@ -204,7 +204,7 @@ class _Loop:
     def previewer(self, preview: ReplyPreview) -> Callable[[StreamAssembly], Awaitable[None]]:
         async def streamed(assembly: StreamAssembly) -> None:
             def shown() -> str:
-                text = unescape_new_entities(assembly.text(), self._sent_text())
+                text = self._unescaped(assembly.text())
                 return reply_text(text, self.interim, self.registry.keys())
 
             await preview(shown)
@@ -223,9 +223,7 @@ class _Loop:
                     break
                 continue
             result.iterations += 1
-            content = unescape_new_entities(
-                content_text(getattr(message, "content", None)), self._sent_text()
-            )
+            content = self._unescaped(content_text(getattr(message, "content", None)))
             calls, unreadable = tool_calls_in(message, result.iterations), 0
             if not calls and not content.strip() and self._may_prompt(names):
                 # llama-cpp-python's chatml-function-calling answers every message beside
@@ -331,8 +329,12 @@ class _Loop:
         )
         self.prompted = self.result.tools_in_prompt = True
 
-    def _sent_text(self) -> str:
-        return "\n".join(str(m.get("content") or "") for m in self.conversation)
+    def _unescaped(self, text: str) -> str:
+        """``text`` with the entities a server's template escaped undone (see escaping)."""
+        if "&" not in text:  # the usual answer: nothing to look up
+            return text
+        sent = "\n".join(str(m.get("content") or "") for m in self.conversation)
+        return unescape_new_entities(text, sent)
 
     def _refuse_unreadable(self, content: str) -> None:
         """Answer tool calls written as text that could not be read: nothing runs."""
