@@ -287,18 +287,7 @@ class TurnRunner:
                 outcome="llm_unavailable",
             )
         if intent and not changed and result.text and not result.gave_up:
-            # "Remember that…" answered without a successful call: the facts are taken
-            # from the message itself, or the reply says that nothing was saved.
-            stored = await save_unsaved(
-                self.client,
-                self.settings,
-                model=model,
-                content=request.content,
-                sent_at=turn.started_at or self.memory.clock.now(),
-                remember=registry[REMEMBER_TOOL_NAME],
-                observe=self.metrics.llm_request,
-            )
-            result.text = with_saving_note(result.text, stored)
+            result.text = await self._unsaved(request, turn, registry, model, result.text)
         reply = self._reply(result, turn, tuple(stm_results))
         due = prepared.prompt.nudge_new_messages
         if due is not None and reply.outcome == "answered" and not reply.summarizing:
@@ -308,6 +297,27 @@ class TurnRunner:
             )
             reply = replace(reply, upkeep=upkeep)
         return reply
+
+    async def _unsaved(
+        self,
+        request: TurnRequest,
+        turn: TurnState,
+        registry: dict[str, ToolSpec],
+        model: str,
+        text: str,
+    ) -> str:
+        """The reply to a "remember that…" answered without a successful call: the facts
+        are taken from the message itself, or the reply says that nothing was saved."""
+        stored = await save_unsaved(
+            self.client,
+            self.settings,
+            model=model,
+            content=request.content,
+            sent_at=turn.started_at or self.memory.clock.now(),
+            remember=registry[REMEMBER_TOOL_NAME],
+            observe=self.metrics.llm_request,
+        )
+        return with_saving_note(text, stored)
 
     def _start(self, request: TurnRequest) -> TurnRequest:
         """``request`` as memory prepares it: with whether it explicitly asks for long-term

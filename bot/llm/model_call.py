@@ -44,7 +44,7 @@ class HistoryTools:
 
 
 class Ask(Protocol):
-    """:func:`ask` with the turn's client, model, settings and history fallbacks bound."""
+    """:class:`Asker`, or anything that asks the model as it does."""
 
     def __call__(
         self,
@@ -52,136 +52,139 @@ class Ask(Protocol):
         messages: list[dict[str, Any]],
         tools: list[dict[str, Any]],
         tool_choice: ToolChoice | None = None,
-        on_text: TextSink | None = None,
     ) -> Awaitable[tuple[ChatCompletionMessage, bool]]: ...
 
 
-async def ask(
-    api: openai.AsyncOpenAI,
-    *,
-    model: str,
-    messages: list[dict[str, Any]],
-    settings: LlmSettings,
-    tools: list[dict[str, Any]],
-    history: HistoryTools,
-    strict_roles: bool,
-    observe: RequestObserver | None,
-    deadline: float,
-    tool_choice: ToolChoice | None = None,
-    on_text: TextSink | None = None,
-) -> tuple[ChatCompletionMessage, bool]:
-    """The model's message and whether it was cut at ``max_tokens``, with fallbacks."""
-    # A request with `tool_choice` (tools defined only for the history's calls) the server
-    # refuses is asked again without it, then without tools nor tool calls in the history:
-    # OpenRouter answers 404 when no provider it routes to takes the value.
-    complete = functools.partial(
-        _complete,
-        api,
-        model=model,
-        messages=messages,
-        settings=settings,
-        strict_roles=strict_roles,
-        observe=observe,
-        deadline=deadline,
-        on_text=on_text,
-    )
-    if tool_choice is None:
-        return await complete(tools=tools)
-    if tool_choice != "none":  # "auto", or one function the call must be to
-        if not history.auto_refused:
+@dataclass
+class Asker:
+    """The turn's requests: its client, model, settings, deadline and fallbacks, bound."""
+
+    api: openai.AsyncOpenAI
+    model: str
+    settings: LlmSettings
+    history: HistoryTools
+    strict_roles: bool
+    observe: RequestObserver | None
+    deadline: float  # event-loop time: bounds the client's retries and their waits too
+    on_text: TextSink | None = None
+
+    async def __call__(
+        self,
+        *,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        tool_choice: ToolChoice | None = None,
+    ) -> tuple[ChatCompletionMessage, bool]:
+        """The model's message and whether it was cut at ``max_tokens``, with fallbacks."""
+        # A request with `tool_choice` (tools defined only for the history's calls) the
+        # server refuses is asked again without it, then without tools nor tool calls in
+        # the history: OpenRouter answers 404 when no provider it routes to takes the value.
+        history = self.history
+        complete = functools.partial(self._complete, messages)
+        if tool_choice is None:
+            return await complete(tools)
+        if tool_choice != "none":  # "auto", or one function the call must be to
+            if not history.auto_refused:
+                try:
+                    return await complete(tools, tool_choice)
+                except HistoryToolsRefused:
+                    history.auto_refused = True
+                    log.warning("LLM refused tool_choice %r: asking again without it", tool_choice)
+            return await complete(tools)
+        for keep_choice in (True, False)[history.refused :]:
             try:
-                return await complete(tools=tools, tool_choice=tool_choice)
+                return await complete(
+                    tools, tool_choice if keep_choice else None, history_only=True
+                )
             except HistoryToolsRefused:
-                history.auto_refused = True
-                log.warning("LLM refused tool_choice %r: asking again without it", tool_choice)
-        return await complete(tools=tools)
-    for keep_choice in (True, False)[history.refused :]:
+                history.refused += 1
+                if keep_choice:
+                    log.warning("LLM refused tool_choice %r: asking again without it", tool_choice)
+                else:
+                    log.warning(
+                        "LLM refused the tool definitions of a follow-up: asking again with "
+                        "the tool calls taken out of the history"
+                    )
+        return await complete([])
+
+    def _request(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        tool_choice: ToolChoice | None,
+        remaining: float,
+    ) -> dict[str, Any]:
+        # Without tools the request carries no tool calls or results either (servers
+        # refuse them without definitions).
+        settings = self.settings
+        request: dict[str, Any] = {
+            "model": self.model,
+            "messages": messages if tools else _without_tool_calls(messages),
+            "timeout": min(settings.timeout_seconds, remaining),
+        }
+        if tools:
+            request["tools"] = tools
+            if tool_choice is not None:
+                request["tool_choice"] = tool_choice
+        # Only send what is set: some servers reject explicit nulls.
+        if settings.temperature is not None:
+            request["temperature"] = settings.temperature
+        if settings.max_reply_tokens:
+            request["max_tokens"] = settings.max_reply_tokens
+        return request
+
+    async def _complete(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        tool_choice: ToolChoice | None = None,
+        *,
+        history_only: bool = False,
+    ) -> tuple[ChatCompletionMessage, bool]:
+        """One request: the first choice's message and whether it was cut at ``max_tokens``."""
+        # Only model calls are cut at the deadline, never a tool's run.
+        settings, observe = self.settings, self.observe
+        remaining = self.deadline - asyncio.get_running_loop().time()
+        if remaining <= 0:
+            raise _past_deadline(settings, observe, 0.0)
+        request = self._request(messages, tools, tool_choice, remaining)
+        began = time.perf_counter()
         try:
-            return await complete(
-                tools=tools,
-                tool_choice=tool_choice if keep_choice else None,
-                history_only=True,
-            )
-        except HistoryToolsRefused:
-            history.refused += 1
-            if keep_choice:
-                log.warning("LLM refused tool_choice %r: asking again without it", tool_choice)
-            else:
-                log.warning(
-                    "LLM refused the tool definitions of a follow-up: asking again with the "
-                    "tool calls taken out of the history"
+            async with asyncio.timeout_at(self.deadline):
+                if self.on_text is not None:
+                    streamed, finish = await stream_chat_completion(
+                        self.api,
+                        request,
+                        strict_roles=self.strict_roles,
+                        on_text=self.on_text,
+                        observe=observe,
+                    )
+                    return streamed, finish == "length"
+                completion = await chat_completion(
+                    self.api, request, strict_roles=self.strict_roles, observe=observe
                 )
-    return await complete(tools=[])
-
-
-async def _complete(
-    api: openai.AsyncOpenAI,
-    *,
-    model: str,
-    messages: list[dict[str, Any]],
-    settings: LlmSettings,
-    tools: list[dict[str, Any]],
-    strict_roles: bool,
-    observe: RequestObserver | None,
-    deadline: float,
-    tool_choice: ToolChoice | None = None,
-    history_only: bool = False,
-    on_text: TextSink | None = None,
-) -> tuple[ChatCompletionMessage, bool]:
-    """One request: the first choice's message and whether it was cut at ``max_tokens``."""
-    # Without tools the request carries no tool calls or results either (servers refuse
-    # them without definitions).  `deadline` (event-loop time) bounds the client's retries
-    # and their waits too; only model calls are cut, never a tool's run.
-    remaining = deadline - asyncio.get_running_loop().time()
-    if remaining <= 0:
-        raise _past_deadline(settings, observe, 0.0)
-    request: dict[str, Any] = {
-        "model": model,
-        "messages": messages if tools else _without_tool_calls(messages),
-        "timeout": min(settings.timeout_seconds, remaining),
-    }
-    if tools:
-        request["tools"] = tools
-        if tool_choice is not None:
-            request["tool_choice"] = tool_choice
-    # Only send what is set: some servers reject explicit nulls.
-    if settings.temperature is not None:
-        request["temperature"] = settings.temperature
-    if settings.max_reply_tokens:
-        request["max_tokens"] = settings.max_reply_tokens
-    began = time.perf_counter()
-    try:
-        async with asyncio.timeout_at(deadline):
-            if on_text is not None:
-                streamed, finish = await stream_chat_completion(
-                    api, request, strict_roles=strict_roles, on_text=on_text, observe=observe
-                )
-                return streamed, finish == "length"
-            completion = await chat_completion(
-                api, request, strict_roles=strict_roles, observe=observe
-            )
-    except StreamCut as exc:
-        log.warning("LLM stream broke off before the answer ended (%s)", exc)
-        # Nothing of the answer arrived (a body that was no event stream): unavailable.
-        notice = CUT_MESSAGE if exc.started else UNAVAILABLE_MESSAGE
-        raise LlmUnavailable("unavailable", notice) from exc
-    except TimeoutError as exc:
-        raise _past_deadline(settings, observe, time.perf_counter() - began) from exc
-    except openai.APIStatusError as exc:
-        raise refusal(
-            exc, tools=bool(tools), tool_choice=tool_choice, history_only=history_only
-        ) from exc
-    except openai.OpenAIError as exc:
-        raise unavailable(exc) from exc
-    except ValueError as exc:  # a 200 whose JSON body does not parse (a proxy's fault)
-        log.warning("LLM answer was not valid JSON (%s)", type(exc).__name__)
-        raise LlmUnavailable("unavailable", UNAVAILABLE_MESSAGE) from exc
-    choices = getattr(completion, "choices", None)
-    if not choices or getattr(choices[0], "message", None) is None:
-        log.warning("LLM answer had no choices (%s)", type(completion).__name__)
-        raise LlmUnavailable("unavailable", UNAVAILABLE_MESSAGE)
-    message: ChatCompletionMessage = choices[0].message
-    return message, getattr(choices[0], "finish_reason", None) == "length"
+        except StreamCut as exc:
+            log.warning("LLM stream broke off before the answer ended (%s)", exc)
+            # Nothing of the answer arrived (a body that was no event stream): unavailable.
+            notice = CUT_MESSAGE if exc.started else UNAVAILABLE_MESSAGE
+            raise LlmUnavailable("unavailable", notice) from exc
+        except TimeoutError as exc:
+            raise _past_deadline(settings, observe, time.perf_counter() - began) from exc
+        except openai.APIStatusError as exc:
+            raise refusal(
+                exc, tools=bool(tools), tool_choice=tool_choice, history_only=history_only
+            ) from exc
+        except openai.OpenAIError as exc:
+            raise unavailable(exc) from exc
+        except ValueError as exc:  # a 200 whose JSON body does not parse (a proxy's fault)
+            log.warning("LLM answer was not valid JSON (%s)", type(exc).__name__)
+            raise LlmUnavailable("unavailable", UNAVAILABLE_MESSAGE) from exc
+        choices = getattr(completion, "choices", None)
+        if not choices or getattr(choices[0], "message", None) is None:
+            log.warning("LLM answer had no choices (%s)", type(completion).__name__)
+            raise LlmUnavailable("unavailable", UNAVAILABLE_MESSAGE)
+        message: ChatCompletionMessage = choices[0].message
+        return message, getattr(choices[0], "finish_reason", None) == "length"
 
 
 def _without_tool_calls(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -4,7 +4,6 @@ each call handed to the part that owns it (see ``bot/memory/__init__.py``)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Coroutine, Mapping, Sequence
-from datetime import datetime
 from typing import Any, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -18,13 +17,11 @@ from bot.memory.spool import DurableSpool, PendingChanges
 from bot.memory.stm import (
     MemoryState,
     Notices,
-    Origin,
     Pending,
     Reader,
     WindowCache,
     Wipes,
     Writer,
-    WriteResult,
 )
 from bot.memory.turn import FactRecall, PreparedTurn, TurnStart, TurnState
 from bot.vocabulary import (
@@ -32,7 +29,6 @@ from bot.vocabulary import (
     Category,
     Clock,
     GuildConfig,
-    Marker,
     RawMessage,
     ScopeKey,
     StmEntry,
@@ -70,6 +66,9 @@ class MemoryService:
         self._reader = Reader(state)
         self._pending = Pending(state)
         self._writer = Writer(state, self._reader, self._pending)
+        # The write path's own entry points: one STM update for a turn, and /stm edit.
+        self.update_stm = self._writer.update_stm
+        self.admin_edit = self._writer.admin_edit
         self._wipes = Wipes(state, self._pending)
         self._notices = Notices(state)
         self._preparer = TurnPreparer(state, self._reader)
@@ -183,54 +182,6 @@ class MemoryService:
         return self._writer.save_turn_counts()
 
     # ----------------------------------------------------------------- writing
-
-    def update_stm(
-        self,
-        turn: TurnState,
-        *,
-        summary: str | None = None,
-        categories: Mapping[str, str] | None = None,
-        origin: Origin = "model_tool",
-        marker: Marker | None = None,
-        expected_version: int | None = None,
-        detail: str | None = None,
-    ) -> Call[WriteResult]:
-        """Apply one STM update for ``turn`` (see :meth:`Writer.update_stm`)."""
-        return self._writer.update_stm(
-            turn,
-            summary=summary,
-            categories=categories,
-            origin=origin,
-            marker=marker,
-            expected_version=expected_version,
-            detail=detail,
-        )
-
-    def admin_edit(
-        self,
-        *,
-        guild_id: int | None,
-        channel_id: int,
-        actor_user_id: int,
-        summary: str | None = None,
-        categories: Mapping[str, str] | None = None,
-        parent_channel_id: int | None = None,
-        expected_version: int | None = None,
-        epoch: int | None = None,
-        started_at: datetime | None = None,
-    ) -> Call[WriteResult]:
-        """``/stm edit``: an admin replaces the channel's memory."""
-        return self._writer.admin_edit(
-            guild_id=guild_id,
-            channel_id=channel_id,
-            actor_user_id=actor_user_id,
-            summary=summary,
-            categories=categories,
-            parent_channel_id=parent_channel_id,
-            expected_version=expected_version,
-            epoch=epoch,
-            started_at=started_at,
-        )
 
     def writes_settled(self) -> Call[None]:
         """Return when every write on its way is settled (before the engine goes)."""

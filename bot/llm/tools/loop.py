@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -27,7 +26,7 @@ from bot.llm.failures import (
     ToolsRefused,
 )
 from bot.llm.leaks import strip_leaked_tool_syntax
-from bot.llm.model_call import Ask, HistoryTools, ToolChoice, ask
+from bot.llm.model_call import Ask, Asker, HistoryTools, ToolChoice
 from bot.llm.reply_text import content_text, plain, reply_text
 from bot.llm.stream_assembly import StreamAssembly
 from bot.llm.tools.calls import (
@@ -140,14 +139,13 @@ async def run_tool_loop(
         force_tool=force_tool,
         answer_after_tools=answer_after_tools,
     )
-    loop.ask = functools.partial(
-        ask,
+    loop.ask = Asker(
         client.with_options(max_retries=settings.max_retries),
-        model=model,
-        settings=settings,
-        history=loop.history,
-        strict_roles=strict_roles,
-        observe=observe,
+        model,
+        settings,
+        loop.history,
+        strict_roles,
+        observe,
         # All the model calls of a turn share `turn_timeout_seconds`, retries included.
         deadline=asyncio.get_running_loop().time() + settings.turn_timeout_seconds,
         on_text=loop.previewer(preview) if preview is not None else None,
