@@ -108,16 +108,6 @@ async def test_garbage_tool_text_gets_a_logged_refusal_and_stores_nothing(
         assert any("could not be read" in r.getMessage() for r in caplog.records)
 
 
-async def test_a_tool_tag_named_in_a_sentence_is_prose_not_a_broken_call(
-    db: Database, llm: ScriptedLLM, kioku_with: KiokuStarter
-) -> None:
-    async with kioku_with(settings={"provider": "llamacpp"}) as kioku:
-        llm.reply_text("Qwen wraps its calls in <tool_call> tags, as you guessed.")
-        await kioku.env.send("how does qwen call tools?", mention_bot=True)
-        assert len(llm.requests) == 1
-        assert "as you guessed" in kioku.env.last_sent().content
-
-
 def escaped(text: str) -> str:
     """``text`` as llama-cpp-python's autoescaping template makes the model write it."""
     return (
@@ -164,12 +154,28 @@ async def test_a_server_refusing_tools_gets_them_in_the_prompt_where_the_row_all
         assert "tools" not in llm.request(1)
 
 
-async def test_entities_the_member_wrote_are_kept_in_the_reply(
-    db: Database, llm: ScriptedLLM, kioku_with: KiokuStarter
+@pytest.mark.parametrize(
+    ("asked", "answer", "shown"),
+    [
+        # A tool tag named in a sentence is prose, not a broken call.
+        (
+            "how does qwen call tools?",
+            "Qwen wraps its calls in <tool_call> tags, as you guessed.",
+            "Qwen wraps its calls in <tool_call> tags, as you guessed.",
+        ),
+        # Entities the member wrote are kept; the ones the template escaped are undone.
+        (
+            "what is &amp; in HTML?",
+            "In HTML, &amp; is an ampersand and &#39; an apostrophe.",
+            "In HTML, &amp; is an ampersand and ' an apostrophe.",
+        ),
+    ],
+)
+async def test_a_plain_answer_is_shown_as_the_member_should_read_it(
+    llm: ScriptedLLM, kioku_with: KiokuStarter, asked: str, answer: str, shown: str
 ) -> None:
     async with kioku_with(settings={"provider": "llamacpp"}) as kioku:
-        llm.reply_text("In HTML, &amp; is an ampersand and &#39; an apostrophe.")
-        await kioku.env.send("what is &amp; in HTML?", mention_bot=True)
-        assert (
-            kioku.env.last_sent().content == "In HTML, &amp; is an ampersand and ' an apostrophe."
-        )
+        llm.reply_text(answer)
+        await kioku.env.send(asked, mention_bot=True)
+        assert len(llm.requests) == 1
+        assert kioku.env.last_sent().content == shown
