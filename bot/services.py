@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from bot.config import Settings
 from bot.conversation import Summarizer, TurnRunner
 from bot.db import CacheListener, Database
-from bot.llm import make_client
+from bot.llm import Embedder, make_client
 from bot.memory import (
     DurableSpool,
     LongTermService,
@@ -101,7 +101,12 @@ async def start_services(
         closers.push_async_callback(llm.close)
         closers.push_async_callback(_settle, memory)
         closers.push_async_callback(tasks.cancel_all)
-        longterm = LongTermService(database.sessions, settings, clock, spool=durable)
+        embedder = Embedder(settings) if settings.embeddings_base_url else None
+        if embedder is not None:
+            closers.push_async_callback(embedder.close)
+        longterm = LongTermService(
+            database.sessions, settings, clock, spool=durable, embedder=embedder
+        )
         turns = TurnRunner(memory, llm, settings, longterm=longterm, metrics=metrics, tasks=tasks)
         _watch_memory(metrics, memory)
         _spawn_background(tasks, memory, durable, database, janitor=janitor)

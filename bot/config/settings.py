@@ -86,6 +86,8 @@ class StmSettings(Section):
     # them in the background, addressed or not (0: off), within a server's daily tokens.
     capture_after_messages: Annotated[int, Field(ge=0, le=500)] = 20
     capture_daily_tokens: Annotated[int, Field(ge=0, le=100_000_000)] = 200_000
+    # ...and once a channel with a few such messages has been quiet this long (0: never).
+    capture_quiet_minutes: Annotated[float, Field(ge=0, le=24 * 60)] = 30.0
     raw_window: Annotated[int, Field(ge=1, le=500)] = 50
     min_raw_tail: Annotated[int, Field(ge=0, le=50)] = 4
     other_channels: Annotated[int, Field(ge=0, le=3)] = 3
@@ -148,11 +150,45 @@ class LlmSettings(Section):
 
 
 class LongTermSettings(Section):
-    """Long-term (explicit) memory limits (SPEC §6)."""
+    """Long-term memory: explicit facts and captured ones, and their recall (SPEC §6)."""
 
     recall_char_budget: Annotated[int, Field(ge=0, le=20_000)] = 1200
     max_facts_per_user: Annotated[int, Field(ge=1, le=10_000)] = 200
     max_fact_chars: Annotated[int, Field(ge=20, le=1500)] = 500
+    # Capture also distils durable, dated facts of a channel's conversation.
+    capture_facts: bool = True
+    max_facts_per_channel: Annotated[int, Field(ge=1, le=100_000)] = 2_000
+
+
+class EmbeddingsSettings(Section):
+    """An OpenAI-compatible ``/v1/embeddings`` endpoint: recall ranks facts by vector
+    similarity beside full-text search (pgvector). Unset: full-text search alone."""
+
+    # "same": the chat endpoint (OPENAI_BASE_URL); otherwise another server's /v1 URL.
+    base_url: str | None = None
+    model: Annotated[str, Field(min_length=1, max_length=200)] = "text-embedding-3-small"
+    # None: the chat endpoint's key (OPENAI_API_KEY).
+    api_key: SecretStr | None = None
+    timeout_seconds: Annotated[float, Field(gt=0, le=120)] = 5.0
+    # After a failure, recall uses full-text search alone this long before trying again.
+    retry_after_seconds: Annotated[float, Field(ge=0, le=86_400)] = 60.0
+    # Facts farther than this (cosine distance, 0 same … 2 opposite) are no vector match.
+    max_distance: Annotated[float, Field(gt=0, le=2)] = 0.75
+
+    @field_validator("base_url")
+    @classmethod
+    def _check_base_url(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        if value.strip().lower() == "same":
+            return "same"
+        return openai_base_url(value.strip())
+
+    @field_validator("api_key")
+    @classmethod
+    def _blank_key_unset(cls, value: SecretStr | None) -> SecretStr | None:
+        # `KIOKU_EMBEDDINGS__API_KEY=` (as config/example.env ships it) means "not set".
+        return value if value is not None and value.get_secret_value().strip() else None
 
 
 class ContextSettings(Section):
@@ -245,6 +281,7 @@ class Settings(BaseSettings):
     stm: StmSettings = Field(default_factory=StmSettings)
     llm: LlmSettings = Field(default_factory=LlmSettings)
     longterm: LongTermSettings = Field(default_factory=LongTermSettings)
+    embeddings: EmbeddingsSettings = Field(default_factory=EmbeddingsSettings)
     context: ContextSettings = Field(default_factory=ContextSettings)
     database: DatabaseSettings = Field(default_factory=DatabaseSettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
@@ -329,6 +366,12 @@ class Settings(BaseSettings):
         again by itself, and compose's ``OPENAI_BASE_URL=`` (blank, "not set" here) is
         no URL to it."""
         return self.openai_base_url or OPENAI_DEFAULT_BASE_URL
+
+    @property
+    def embeddings_base_url(self) -> str | None:
+        """Where embeddings are asked for (None: not configured)."""
+        url = self.embeddings.base_url
+        return self.llm_base_url if url == "same" else url
 
     @property
     def server_models(self) -> tuple[str, ...]:

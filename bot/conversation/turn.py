@@ -217,6 +217,7 @@ class TurnRunner:
             settings,
             on_outcome=lambda o: self.metrics.summary_ran(o.status),
             observe=self.metrics.llm_request,
+            longterm=longterm,
         )
         self.longterm = longterm
         # The long-term facts each turn shows (its memory of scopes without facts lasts as

@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from bot.db.notify import Notice, send_notice
 from bot.db.repositories import EventRecord, UserRowsDeleted
+from bot.db.repositories import captured as captured_repo
 from bot.db.repositories import guilds as guild_repo
 from bot.db.repositories import longterm as longterm_repo
 from bot.db.repositories import stm as stm_repo
@@ -87,6 +88,8 @@ async def delete_channel_rows(
     # another process that began before it may have written since (the database had no
     # record of the refresh yet); a spool replays this process's later writes after it.
     rows = await stm_repo.delete_channel(session, channel_id)
+    # What capture distilled from the channel's conversation goes with it.
+    rows += await captured_repo.delete_channel_facts(session, channel_id)
     if notify:
         await send_notice(session, {"o": origin, "t": "clear", "c": channel_id})
     await stm_repo.add_events(
@@ -133,7 +136,7 @@ async def delete_user_rows(
     # Up to now, not only up to the /forget-me: other processes, which could not know of
     # it, may have written their words since.
     rows = await stm_repo.delete_user(session, user_id)
-    long_term = await longterm_repo.delete_all(session, user_id)
+    long_term = await longterm_repo.delete_derived(session, user_id)
     await guild_repo.delete_user_settings(session, user_id)
     events = await stm_repo.anonymize_events_of_user(session, user_id)
     # The audit trail keeps that a deletion happened, not who asked.

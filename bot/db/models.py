@@ -6,7 +6,7 @@ Discord ids are ``bigint``; timestamps are ``timestamptz``. Memory text lives on
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any
 
 from sqlalchemy import (
@@ -14,6 +14,7 @@ from sqlalchemy import (
     Boolean,
     CheckConstraint,
     Computed,
+    Date,
     DateTime,
     Identity,
     Index,
@@ -37,6 +38,8 @@ NAMING_CONVENTION = {
 }
 
 ORIGINS = ("model_tool", "summarizer", "admin", "user_command", "import")
+# Tables no model declares: migration 0007 makes them only where pgvector is installed.
+OPTIONAL_TABLES = ("long_term_embeddings",)
 
 
 class Base(DeclarativeBase):
@@ -195,12 +198,20 @@ class StmEvent(Base):
 
 
 class LongTermMemory(Base):
-    """A per-user fact the user explicitly asked the bot to remember."""
+    """A fact: one a user explicitly asked the bot to remember (scope ``user``), or one
+    capture distilled from a channel's conversation (scope ``channel``)."""
 
     __tablename__ = "long_term_memories"
     __table_args__ = (
+        CheckConstraint("scope IN ('user', 'channel')", name="scope"),
         Index("ix_long_term_memories_content_tsv", "content_tsv", postgresql_using="gin"),
         Index("ix_long_term_memories_user_id_guild_id", "user_id", "guild_id"),
+        Index(
+            "ix_long_term_memories_channel_facts",
+            "channel_id",
+            postgresql_where=text("scope = 'channel'"),
+        ),
+        Index("ix_long_term_memories_source_user_ids", "source_user_ids", postgresql_using="gin"),
     )
 
     id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
@@ -227,6 +238,13 @@ class LongTermMemory(Base):
     origin: Mapped[str] = mapped_column(Text, nullable=False)
     origin_detail: Mapped[str | None] = mapped_column(Text)
     source_message_id: Mapped[int | None] = mapped_column(BigInteger)
+    scope: Mapped[str] = mapped_column(Text, nullable=False, server_default=text("'user'"))
+    # The day a captured fact is about ("last Friday", resolved from the message's date).
+    refers_to: Mapped[date | None] = mapped_column(Date)
+    # Whose messages a captured fact was distilled from: /forget-me of any deletes it.
+    source_user_ids: Mapped[list[int]] = mapped_column(
+        ARRAY(BigInteger), nullable=False, server_default=text("'{}'")
+    )
     recall_count: Mapped[int] = mapped_column(Integer, nullable=False, server_default=text("0"))
     last_recalled_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     created_at: Mapped[datetime] = _created_at()

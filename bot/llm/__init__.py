@@ -11,10 +11,12 @@ failures    the notices shown instead of an answer; what each error or refusal m
 reply_text  the final answer after what was written beside the tool calls
 leaks       tool-call syntax and reasoning leaked into reply text, stripped
 escaping    entities a server's template escaped, turned back into characters
+embeddings  vectors from a /v1/embeddings endpoint, resting after a failure
 tools/      tools to the loop (schema, arguments, calls) and the tool loop itself
 """
 
 from bot.llm.client import LlmRequest, RequestObserver, chat_completion, make_client
+from bot.llm.embeddings import Embedder, Vector
 from bot.llm.escaping import unescape_new_entities
 from bot.llm.failures import CUT_MESSAGE
 from bot.llm.tools import (
@@ -45,6 +47,7 @@ __all__ = [
     "FALLBACK_REPLY",
     "FRIENDLY_ERRORS",
     "UNAVAILABLE_MESSAGE",
+    "Embedder",
     "LlmRequest",
     "LlmUnavailable",
     "LoopResult",
@@ -53,6 +56,7 @@ __all__ = [
     "ToolArgumentError",
     "ToolOutcome",
     "ToolSpec",
+    "Vector",
     "chat_completion",
     "complete_without_tools",
     "json_type",

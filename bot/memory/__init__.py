@@ -17,8 +17,10 @@ from bot.memory.guard import MessageGuard
 from bot.memory.janitor import run_janitor, run_turn_count_saver
 from bot.memory.longterm import (
     SEARCH_LIMIT,
+    CaptureStored,
     ChannelFilter,
     ChannelView,
+    Distilled,
     FactPage,
     FactRefused,
     LongTermService,
@@ -70,9 +72,11 @@ __all__ = [
     "SEARCH_LIMIT",
     "VALUE_LIMIT",
     "AssembledPrompt",
+    "CaptureStored",
     "CategoryDefinitionError",
     "ChannelFilter",
     "ChannelView",
+    "Distilled",
     "DurableSpool",
     "FactPage",
     "FactRecall",

@@ -315,6 +315,9 @@ async def replace_from_backup(source: Path, database: Database) -> None:
             "pg_restore",
             "--no-owner",
             "--no-privileges",
+            # Kioku's tables carry no comments; pgvector's extension does, and only its
+            # owner (a superuser) may set it again.
+            "--no-comments",
             f"--file={script}",
             str(source),
             url=None,

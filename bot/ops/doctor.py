@@ -34,6 +34,8 @@ from bot.db import (
     measure_clock_skew,
     unknown_revision_problem,
 )
+from bot.db.repositories import embeddings as embeddings_repo
+from bot.llm import Embedder
 from bot.memory import inspect_spool, relative_time
 from bot.ops.backup import backup_dir, latest_backup
 from bot.ops.discord_probe import INTENT_ROW, TOKEN_ROW, discord_rows
@@ -53,6 +55,7 @@ ROWS = (
     "backup",
     "persona",
     *LLM_ROWS,
+    "embeddings",
 )
 
 
@@ -78,12 +81,13 @@ async def _checks(settings: Settings, table: Table, hide: Callable[[str], str]) 
     database = Database(settings)
     try:
         await _database_checks(database, settings, table)
+        table.show(_spool_check(settings))
+        table.show(_backup_check(settings))
+        table.show(_persona_check(settings))
+        await llm_rows(settings, table, hide)
+        table.show(await _embeddings_check(database, settings, hide))
     finally:
         await database.close()
-    table.show(_spool_check(settings))
-    table.show(_backup_check(settings))
-    table.show(_persona_check(settings))
-    await llm_rows(settings, table, hide)
 
 
 # A shorter "key" is a placeholder (OPENAI_API_KEY=ollama); replacing it wherever it
@@ -267,6 +271,40 @@ async def _database_check(database: Database, settings: Settings) -> Check:
     assert database.url is not None
     where = describe_url(database.url)
     return Check("database", Status.OK, f"PostgreSQL {version}, {where} ({elapsed_ms:.0f} ms)")
+
+
+async def _embeddings_check(
+    database: Database, settings: Settings, hide: Callable[[str], str]
+) -> Check:
+    """Whether recall's vector side works: the endpoint answers, the database has pgvector."""
+    url = settings.embeddings_base_url
+    if url is None:
+        # Nothing is wrong: vector recall is an option.
+        return Check("embeddings", Status.OK, "not set: recall uses full-text search only")
+    try:
+        async with database.sessions() as session:
+            table_there = await embeddings_repo.available(session)
+    except Exception as exc:  # the database row has said why
+        return Check("embeddings", Status.SKIP, f"no database: {one_line_error(exc)}")
+    if not table_there:
+        why = "the database has no pgvector (long_term_embeddings): full-text recall only"
+        return Check("embeddings", Status.FAIL, f"{why}; install pgvector, then kioku migrate")
+    embedder = Embedder(settings)
+    started = time.perf_counter()
+    try:
+        vectors = await embedder.embed(["kioku doctor"])
+    finally:
+        await embedder.close()
+    elapsed_ms = (time.perf_counter() - started) * 1000
+    where = hide(shown_url(url))
+    if vectors is None:
+        detail = f"{where} gave no usable embedding for {settings.embeddings.model!r}"
+        return Check("embeddings", Status.FAIL, f"{detail}: recall falls back to full-text")
+    dims = len(vectors[0])
+    model = settings.embeddings.model
+    return Check(
+        "embeddings", Status.OK, f"{model}, {dims} dimensions, {where} ({elapsed_ms:.0f} ms)"
+    )
 
 
 def login_refused(exc: BaseException) -> bool:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import date, datetime
 from typing import Literal, NamedTuple
 
 from bot.vocabulary.redaction import redact_secrets
@@ -269,6 +269,20 @@ class Fact:
     parent_channel_id: int | None = None
     private_thread: bool = False
     readable_by_everyone: bool = False
+    scope: str = "user"  # or "channel": distilled by capture from a channel's conversation
+    refers_to: date | None = None  # the day a captured fact is about
+    source_user_ids: tuple[int, ...] = ()  # whose words a captured fact came from
+
+    @property
+    def captured(self) -> bool:
+        return self.scope == "channel"
+
+    @property
+    def note(self) -> str:
+        """The fact as a prompt shows it: dated when it refers to a day."""
+        if self.refers_to is None:
+            return self.content
+        return f"{self.refers_to.isoformat()}: {self.content}"
 
     @property
     def place(self) -> Place | None:

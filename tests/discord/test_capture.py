@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from sqlalchemy import select
 
+from bot.conversation.summarizer.capture import QUIET_MIN_MESSAGES
 from bot.db.engine import Database
-from bot.db.models import ShortTermMemory
+from bot.db.models import LongTermMemory, ShortTermMemory
 from tests.helpers.chat_world import KiokuStarter
 from tests.helpers.fake_llm import ScriptedLLM
 
@@ -102,3 +103,66 @@ async def test_a_rejected_summary_covers_nothing(
         assert len(llm.requests) == 2  # asked once more, then given up
         assert "cannot be stored" in llm.messages(1)[-1]["content"]
         assert await rows(db) == []
+
+
+QUIET = {"stm": {"capture_after_messages": 20, "capture_quiet_minutes": 30}}
+
+
+async def test_a_quiet_spell_folds_in_the_few_new_messages(
+    db: Database, llm: ScriptedLLM, kioku_with: KiokuStarter
+) -> None:
+    async with kioku_with(settings=QUIET) as kioku:
+        capture = kioku.bot.turns.capture
+        await chat(kioku, QUIET_MIN_MESSAGES)
+        kioku.bot.memory.clock.advance(minutes=29)
+        assert capture.sweep_quiet() == 0  # not quiet long enough yet
+        kioku.bot.memory.clock.advance(minutes=2)
+        llm.reply_text(SUMMARY)
+        assert capture.sweep_quiet() == 1
+        await kioku.bot.turns.drain()
+        assert len(llm.requests) == 1
+        [server, *_] = await rows(db)
+        assert server.summary == SUMMARY
+        assert capture.sweep_quiet() == 0  # swept: not again until new messages
+
+
+async def test_a_quiet_spell_after_too_few_messages_runs_nothing(
+    db: Database, llm: ScriptedLLM, kioku_with: KiokuStarter
+) -> None:
+    async with kioku_with(settings=QUIET) as kioku:
+        await chat(kioku, QUIET_MIN_MESSAGES - 1)
+        kioku.bot.memory.clock.advance(minutes=31)
+        assert kioku.bot.turns.capture.sweep_quiet() == 0
+        await kioku.bot.turns.drain()
+        assert llm.requests == []
+
+
+async def test_forget_me_after_capture_removes_the_summary_and_the_facts(
+    db: Database, llm: ScriptedLLM, kioku_with: KiokuStarter
+) -> None:
+    settings = {**CAPTURE, "longterm": {"capture_facts": True}}
+    async with kioku_with(settings=settings) as kioku:
+        llm.reply_text(SUMMARY)
+        llm.reply_text(
+            '{"facts": [{"fact": "The Osaka flights are on 2027-03-14.", "date": null}]}'
+        )
+        await chat(kioku, EVERY)
+        await kioku.bot.turns.drain()
+        assert len(llm.requests) == 2
+        # The channel's row and the member's own copy of it.
+        assert {row.summary for row in await rows(db)} == {SUMMARY}
+        assert [fact.content for fact in await captured(db)] == [
+            "The Osaka flights are on 2027-03-14."
+        ]
+
+        receipt = await kioku.bot.memory.forget_user(kioku.env.member.id)
+
+        assert receipt.long_term == 1
+        assert [row.summary for row in await rows(db) if row.summary] == []
+        assert await captured(db) == []
+
+
+async def captured(db: Database) -> list[LongTermMemory]:
+    async with db.sessions() as session:
+        query = select(LongTermMemory).where(LongTermMemory.scope == "channel")
+        return list(await session.scalars(query))

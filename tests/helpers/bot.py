@@ -60,6 +60,8 @@ async def start_kioku(
         # Background capture makes model calls a test did not script: off unless a test
         # turns it on (tests/discord/test_capture.py).
         "stm": {"capture_after_messages": 0},
+        # So does the facts call after each summary: off unless a test turns it on.
+        "longterm": {"capture_facts": False},
     }
     for name, value in (settings or {}).items():
         if isinstance(value, dict) and isinstance(overrides.get(name), dict):

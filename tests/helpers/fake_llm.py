@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import itertools
 import json
 import re
 import socket
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Self
@@ -188,6 +189,19 @@ def role_order_problem(messages: Sequence[Mapping[str, Any]]) -> str | None:
     return None
 
 
+EMBEDDING_DIMS = 32
+
+
+def hashed_words(text: str) -> list[float]:
+    """A scripted embedding: ``text``'s words counted in hashed buckets (texts sharing
+    words are near), plus a constant so that no vector is zero."""
+    vector = [0.0] * EMBEDDING_DIMS
+    for word in re.findall(r"\w+", text.casefold()):
+        vector[int(hashlib.sha256(word.encode()).hexdigest(), 16) % EMBEDDING_DIMS] += 1.0
+    vector[0] += 0.01
+    return vector
+
+
 def refused_base_url() -> str:
     """Return a ``/v1`` base URL on 127.0.0.1 where nothing is listening.
 
@@ -240,6 +254,10 @@ class ScriptedLLM:
         # key it sent (as some servers do), before anything is recorded or consumed.
         self.api_key: str | None = None
         self.fallback_text = fallback_text
+        # POST /v1/embeddings: each input's vector (default: its words hashed into
+        # EMBEDDING_DIMS buckets); None answers 503, as an endpoint that is down.
+        self.embed: Callable[[str], list[float]] | None = hashed_words
+        self.embedded: list[list[str]] = []  # each embeddings request's inputs
         self.host = host
         self.unscripted = 0
         self._queue: deque[_Reply] = deque()
@@ -292,6 +310,7 @@ class ScriptedLLM:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._handle_chat)
         app.router.add_get("/v1/models", self._handle_models)
+        app.router.add_post("/v1/embeddings", self._handle_embeddings)
         # handler_cancellation: a client that gives up (timeout) cancels the handler, so no
         # sleeping handler outlives the request; a short shutdown_timeout keeps stop() fast.
         runner = web.AppRunner(
@@ -556,6 +575,21 @@ class ScriptedLLM:
         if self.served_context is not None:  # as vLLM reports it
             model["max_model_len"] = self.served_context
         return web.json_response({"object": "list", "data": [model]})
+
+    async def _handle_embeddings(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
+        self.embedded.append(list(inputs))
+        if self.embed is None:
+            return web.json_response({"error": {"message": "down"}}, status=503)
+        data = [
+            {"object": "embedding", "index": i, "embedding": self.embed(text)}
+            for i, text in enumerate(inputs)
+        ]
+        usage = {"prompt_tokens": 0, "total_tokens": 0}
+        return web.json_response(
+            {"object": "list", "data": data, "model": body["model"], "usage": usage}
+        )
 
     async def _handle_chat(self, request: web.Request) -> web.StreamResponse:
         if (refused := self._refused_key(request)) is not None:

@@ -77,6 +77,7 @@ DOCTOR_ROWS = (
     "llm endpoint",
     "llm context",
     "llm tool call",
+    "embeddings",
 )
 
 

@@ -152,9 +152,12 @@ def environment_of(svc: dict[str, Any]) -> dict[str, str]:
 # ------------------------------------------------------------------- docker-compose.yml
 
 
-def test_db_is_postgres_16_with_a_pg_isready_healthcheck(compose: dict[str, Any]) -> None:
+def test_db_is_postgres_16_with_pgvector_and_a_pg_isready_healthcheck(
+    compose: dict[str, Any],
+) -> None:
     db = service(compose, "db")
-    assert str(db.get("image", "")).startswith("postgres:16")
+    # pgvector's image: recall's vector side needs the extension (migration 0007).
+    assert str(db.get("image", "")).startswith("pgvector/pgvector:pg16")
     test = db.get("healthcheck", {}).get("test")
     assert test, "db has no healthcheck"
     joined = test if isinstance(test, str) else " ".join(test)

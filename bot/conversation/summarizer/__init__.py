@@ -3,6 +3,7 @@
 run       the runs: batches within the context, all or nothing, one at a time per channel
 prompt    one call's request as pure functions: prompt, dated lines, batches, answer parsing
 checks    quality gates on an answer before anything is stored
+facts     the durable, dated facts of the messages a run read, into long-term memory
 triggers  when a run follows a turn: the cadence, a tool-less provider, an ignored nudge
 capture   memory built while nobody addresses the bot, within a daily token budget
 """

@@ -57,6 +57,7 @@ import openai
 from bot.config import Settings
 from bot.conversation.server_profile import server_model
 from bot.conversation.summarizer.checks import SummaryRejected, checked_summary
+from bot.conversation.summarizer.facts import FactDistiller
 from bot.conversation.summarizer.prompt import (
     HEADER_ROOM,
     build_messages,
@@ -79,6 +80,7 @@ from bot.memory import (
     REASON_CLEARED,
     REASON_DISABLED,
     VALUE_LIMIT,
+    LongTermService,
     MemoryService,
     TurnState,
     messages_after_marker,
@@ -160,6 +162,7 @@ class SummaryOutcome:
     pending_sync: bool = False
     # Tokens the run's calls took, estimated from their text (capture's daily budget).
     tokens: int = 0
+    facts: int = 0  # long-term facts distilled from the messages read, stored or merged
 
     @property
     def updated(self) -> bool:
@@ -218,6 +221,8 @@ class Summarizer:
     # Told of every run's outcome, and of every model request (the bot's metrics count them).
     on_outcome: Callable[[SummaryOutcome], None] | None = field(default=None, kw_only=True)
     observe: RequestObserver | None = field(default=None, kw_only=True)
+    # Where the durable facts of the messages read go (None: no facts call is made).
+    longterm: LongTermService | None = field(default=None, kw_only=True)
     _running: set[int] = field(default_factory=set, init=False)
     _tokens: dict[int, int] = field(default_factory=dict, init=False)  # runs in flight
 
@@ -400,7 +405,7 @@ class Summarizer:
                 exc.status, len(new), error=exc.message, calls=calls, skipped=skipped
             )
 
-        return await self._store(
+        outcome = await self._store(
             turn,
             epoch=epoch,
             version=version,
@@ -411,6 +416,16 @@ class Summarizer:
             skipped=skipped,
             detail=f"{turn.model}, {reason}",
         )
+        if (
+            outcome.updated
+            and self.longterm is not None
+            and not memory.wiped_since(channel_id, epoch)
+        ):
+            distiller = FactDistiller(self.client, self.settings, self.longterm, self.observe)
+            made = await distiller.run(turn, new[:read], detail=f"{turn.model}, {reason}")
+            self._tokens[channel_id] += made.tokens
+            outcome = dataclasses.replace(outcome, facts=made.stored, calls=calls + made.calls)
+        return outcome
 
     async def _store(
         self,

@@ -60,9 +60,11 @@ _EVENT_SCOPE = "long_term"
 # Two-key advisory locks live in their own key space (they never meet the migration's
 # single-key lock); the first key says "long-term memory of one user".
 _LOCK_NAMESPACE = 0x4C544D  # "LTM"
+USER_SCOPE = "user"
+CHANNEL_SCOPE = "channel"
 
 
-_COLUMNS = (
+COLUMNS = (
     LongTermMemory.id,
     LongTermMemory.user_id,
     LongTermMemory.guild_id,
@@ -78,11 +80,21 @@ _COLUMNS = (
     LongTermMemory.parent_channel_id,
     LongTermMemory.private_thread,
     LongTermMemory.readable_by_everyone,
+    LongTermMemory.scope,
+    LongTermMemory.refers_to,
+    LongTermMemory.source_user_ids,  # last: fact_of makes it a tuple
 )
 
 
-def _fact(row: Sequence[object]) -> Fact:
-    return Fact(*row[: len(_COLUMNS)])  # type: ignore[arg-type]
+def fact_of(row: Sequence[Any]) -> Fact:
+    """The :class:`Fact` of a row selected with :data:`COLUMNS` first."""
+    *head, sources = row[: len(COLUMNS)]
+    return Fact(*head, tuple(sources or ()))  # type: ignore[call-arg]
+
+
+def _own(user_id: int) -> ColumnElement[bool]:
+    """The facts ``user_id`` asked for (not those capture made of their words)."""
+    return and_(LongTermMemory.user_id == user_id, LongTermMemory.scope == USER_SCOPE)
 
 
 def _like_pattern(word: str) -> str:
@@ -156,16 +168,14 @@ async def lock_user(session: AsyncSession, user_id: int) -> None:
 async def facts_in_scope(session: AsyncSession, user_id: int, guild_id: int | None) -> list[Fact]:
     """The user's facts made in exactly this place (a server, or DMs)."""
     rows = await session.execute(
-        select(*_COLUMNS)
-        .where(LongTermMemory.user_id == user_id, _same_scope(guild_id))
-        .order_by(LongTermMemory.id)
+        select(*COLUMNS).where(_own(user_id), _same_scope(guild_id)).order_by(LongTermMemory.id)
     )
-    return [_fact(row) for row in rows]
+    return [fact_of(row) for row in rows]
 
 
 async def count_facts(session: AsyncSession, user_id: int) -> int:
     count = await session.scalar(
-        select(func.count()).select_from(LongTermMemory).where(LongTermMemory.user_id == user_id)
+        select(func.count()).select_from(LongTermMemory).where(_own(user_id))
     )
     return int(count or 0)
 
@@ -174,7 +184,7 @@ async def guild_ids_of_user(session: AsyncSession, user_id: int) -> set[int]:
     """The servers the user's facts were said in."""
     rows = await session.scalars(
         select(LongTermMemory.guild_id)
-        .where(LongTermMemory.user_id == user_id, LongTermMemory.guild_id.is_not(None))
+        .where(_own(user_id), LongTermMemory.guild_id.is_not(None))
         .distinct()
     )
     return {int(guild_id) for guild_id in rows if guild_id is not None}
@@ -182,11 +192,9 @@ async def guild_ids_of_user(session: AsyncSession, user_id: int) -> set[int]:
 
 async def get_fact(session: AsyncSession, user_id: int, fact_id: int) -> Fact | None:
     row = (
-        await session.execute(
-            select(*_COLUMNS).where(LongTermMemory.id == fact_id, LongTermMemory.user_id == user_id)
-        )
+        await session.execute(select(*COLUMNS).where(LongTermMemory.id == fact_id, _own(user_id)))
     ).first()
-    return _fact(row) if row is not None else None
+    return fact_of(row) if row is not None else None
 
 
 # A fact's place in the newest-first order of a user's facts: (updated_at, id).
@@ -215,7 +223,7 @@ async def list_facts(
     older than ``older_than`` or just newer than ``newer_than`` (the ``limit`` nearest
     to it, still newest first). A cursor keeps its place when facts before it are
     deleted meanwhile; an offset would skip one."""
-    query = select(*_COLUMNS).where(LongTermMemory.user_id == user_id)
+    query = select(*COLUMNS).where(_own(user_id))
     if newer_than is not None:
         query = query.where(_position() > _at(newer_than))
         query = query.order_by(LongTermMemory.updated_at, LongTermMemory.id)
@@ -224,7 +232,7 @@ async def list_facts(
             query = query.where(_position() < _at(older_than))
         query = query.order_by(LongTermMemory.updated_at.desc(), LongTermMemory.id.desc())
     rows = await session.execute(query.offset(offset).limit(limit))
-    facts = [_fact(row) for row in rows]
+    facts = [fact_of(row) for row in rows]
     return facts[::-1] if newer_than is not None else facts
 
 
@@ -233,7 +241,7 @@ async def count_newer(session: AsyncSession, user_id: int, than: FactCursor) -> 
     count = await session.scalar(
         select(func.count())
         .select_from(LongTermMemory)
-        .where(LongTermMemory.user_id == user_id, _position() > _at(than))
+        .where(_own(user_id), _position() > _at(than))
     )
     return int(count or 0)
 
@@ -278,10 +286,10 @@ async def insert_fact(
                 created_at=now,
                 updated_at=now,
             )
-            .returning(*_COLUMNS)
+            .returning(*COLUMNS)
         )
     ).one()
-    return _fact(row)
+    return fact_of(row)
 
 
 async def update_fact(
@@ -307,10 +315,10 @@ async def update_fact(
                 source_message_id=provenance.source_message_id,
                 updated_at=now,
             )
-            .returning(*_COLUMNS)
+            .returning(*COLUMNS)
         )
     ).one()
-    return _fact(row)
+    return fact_of(row)
 
 
 async def evict_least_recalled(session: AsyncSession, user_id: int, count: int) -> list[Fact]:
@@ -320,15 +328,15 @@ async def evict_least_recalled(session: AsyncSession, user_id: int, count: int) 
     last_use = func.coalesce(LongTermMemory.last_recalled_at, LongTermMemory.updated_at)
     victims = (
         select(LongTermMemory.id)
-        .where(LongTermMemory.user_id == user_id)
+        .where(_own(user_id))
         .order_by(LongTermMemory.recall_count, last_use, LongTermMemory.id)
         .limit(count)
         .scalar_subquery()
     )
     rows = await session.execute(
-        delete(LongTermMemory).where(LongTermMemory.id.in_(victims)).returning(*_COLUMNS)
+        delete(LongTermMemory).where(LongTermMemory.id.in_(victims)).returning(*COLUMNS)
     )
-    return sorted((_fact(row) for row in rows), key=lambda fact: fact.id)
+    return sorted((fact_of(row) for row in rows), key=lambda fact: fact.id)
 
 
 async def delete_fact(session: AsyncSession, user_id: int, fact_id: int) -> Fact | None:
@@ -336,16 +344,16 @@ async def delete_fact(session: AsyncSession, user_id: int, fact_id: int) -> Fact
     row = (
         await session.execute(
             delete(LongTermMemory)
-            .where(LongTermMemory.id == fact_id, LongTermMemory.user_id == user_id)
-            .returning(*_COLUMNS)
+            .where(LongTermMemory.id == fact_id, _own(user_id))
+            .returning(*COLUMNS)
         )
     ).first()
-    return _fact(row) if row is not None else None
+    return fact_of(row) if row is not None else None
 
 
 async def delete_all(session: AsyncSession, user_id: int) -> int:
     rows = await session.execute(
-        delete(LongTermMemory).where(LongTermMemory.user_id == user_id).returning(LongTermMemory.id)
+        delete(LongTermMemory).where(_own(user_id)).returning(LongTermMemory.id)
     )
     return len(rows.all())
 
@@ -373,18 +381,18 @@ async def search(
     "ann@example.com" (too slow for every turn's recall). Non-matching facts follow,
     newest first, unless ``matched_only``; ``all_words`` keeps only full matches.
     """
-    recency = _recency(now)
+    recent = recency(now)
     # One array parameter, however many facts are hidden.
     shown = not_(LongTermMemory.id == any_(literal(sorted(hidden), ARRAY(BigInteger))))
-    where = (LongTermMemory.user_id == user_id, scope_filter(guild_id, opted_in=opted_in), shown)
+    where = (_own(user_id), scope_filter(guild_id, opted_in=opted_in), shown)
     if not words.words:
         if matched_only or all_words:
             return []
-        return await _newest(session, where, recency, limit)
-    matched, rank, held = _word_matches(words, whole_words=whole_words)
-    score = (rank + recency).label("score")
+        return await _newest(session, where, recent, limit)
+    matched, rank, held = word_matches(words, whole_words=whole_words)
+    score = (rank + recent).label("score")
     query = (
-        select(*_COLUMNS, matched.label("matched"), held, score)
+        select(*COLUMNS, matched.label("matched"), held, score)
         .where(*where)
         .order_by(held.desc(), score.desc(), LongTermMemory.id.desc())
         .limit(limit)
@@ -395,28 +403,28 @@ async def search(
         query = query.where(held == len(words.groups))
     rows = await session.execute(query)
     return [
-        ScoredFact(_fact(row), bool(row.matched), float(row.score), int(row.held)) for row in rows
+        ScoredFact(fact_of(row), bool(row.matched), float(row.score), int(row.held)) for row in rows
     ]
 
 
 async def _newest(
     session: AsyncSession,
     where: tuple[ColumnElement[bool], ...],
-    recency: ColumnElement[float | Decimal],
+    recent: ColumnElement[float | Decimal],
     limit: int,
 ) -> list[ScoredFact]:
     """The ``limit`` most recent facts ``where`` holds (a query without words)."""
-    newest = recency.label("score")
-    recent = await session.execute(
-        select(*_COLUMNS, newest)
+    newest = recent.label("score")
+    rows = await session.execute(
+        select(*COLUMNS, newest)
         .where(*where)
         .order_by(newest.desc(), LongTermMemory.id.desc())
         .limit(limit)
     )
-    return [ScoredFact(_fact(row), False, float(row.score)) for row in recent]
+    return [ScoredFact(fact_of(row), False, float(row.score)) for row in rows]
 
 
-def _recency(now: datetime) -> ColumnElement[float | Decimal]:
+def recency(now: datetime) -> ColumnElement[float | Decimal]:
     """A fact's score for being recent: :data:`RECENCY_WEIGHT`, halving every
     :data:`RECENCY_HALF_DAYS` days since its last update."""
     age_days = func.greatest(
@@ -427,7 +435,7 @@ def _recency(now: datetime) -> ColumnElement[float | Decimal]:
     return RECENCY_WEIGHT / (1.0 + age_days / RECENCY_HALF_DAYS)
 
 
-def _word_matches(
+def word_matches(
     words: SearchWords, *, whole_words: bool
 ) -> tuple[ColumnElement[bool], ColumnElement[float], Label[int]]:
     """For a query with words: whether a fact matches any of them, its rank by them, and
@@ -477,7 +485,7 @@ async def fact_places(
             LongTermMemory.private_thread,
             LongTermMemory.readable_by_everyone,
         ).where(
-            LongTermMemory.user_id == user_id,
+            _own(user_id),
             scope_filter(guild_id, opted_in=opted_in),
             LongTermMemory.channel_id.is_not(None),
         )
@@ -549,5 +557,32 @@ async def last_event_at(session: AsyncSession, user_id: int, event: str) -> date
 
 
 async def user_ids(session: AsyncSession) -> set[int]:
-    """Every user who has long-term facts."""
-    return set(await session.scalars(select(LongTermMemory.user_id).distinct()))
+    """Every user who has long-term facts, or whose words a captured fact came from."""
+    owners = set(await session.scalars(select(LongTermMemory.user_id).distinct()))
+    sources = await session.scalars(select(func.unnest(LongTermMemory.source_user_ids)).distinct())
+    return owners | {int(user) for user in sources}
+
+
+async def delete_derived(session: AsyncSession, user_id: int) -> int:
+    """``/forget-me``: the user's facts and every captured fact made from their words."""
+    rows = await session.execute(
+        delete(LongTermMemory)
+        .where(
+            or_(
+                LongTermMemory.user_id == user_id,
+                LongTermMemory.source_user_ids.contains(literal([user_id], ARRAY(BigInteger))),
+            )
+        )
+        .returning(LongTermMemory.id)
+    )
+    return len(rows.all())
+
+
+async def facts_by_ids(session: AsyncSession, fact_ids: Sequence[int]) -> list[Fact]:
+    """The facts ``fact_ids`` (already judged visible by the query that found them)."""
+    if not fact_ids:
+        return []
+    rows = await session.execute(
+        select(*COLUMNS).where(LongTermMemory.id.in_(sorted(set(fact_ids))))
+    )
+    return [fact_of(row) for row in rows]

@@ -1,4 +1,5 @@
-"""Long-term memory (SPEC §6): the facts each user explicitly asked the bot to remember."""
+"""Long-term memory (SPEC §6): the facts users asked the bot to remember, and those
+capture distilled from channels (:mod:`.captured`), recalled together (:mod:`.ranking`)."""
 
 from __future__ import annotations
 
@@ -17,9 +18,14 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from bot.config import Settings
 from bot.db import FactCursor, memory_session
+from bot.db.repositories import captured as captured_repo
+from bot.db.repositories import embeddings as embeddings_repo
 from bot.db.repositories import longterm as repo
 from bot.db.repositories import stm as stm_repo
+from bot.llm import Embedder, Vector
+from bot.memory.longterm.captured import CapturedFacts, CaptureStored, Distilled
 from bot.memory.longterm.near_duplicates import is_near_duplicate
+from bot.memory.longterm.ranking import Candidates, FactVectors, Recalled, ranked, within_budget
 from bot.memory.longterm.visibility import ChannelFilter, hidden_fact_ids
 from bot.memory.spool import DurableSpool
 from bot.vocabulary import (
@@ -84,8 +90,6 @@ class _Finding:
     whole_words: bool = False
 
 
-# A turn's recall: the most relevant facts, those matching no word after the others.
-_RECALL = _Finding(RECALL_CANDIDATES)
 # forget_memory's query: only a fact holding every word, also as a whole word of its text.
 _FORGET = _Finding(SEARCH_LIMIT, all_words=True, whole_words=True)
 
@@ -166,6 +170,7 @@ class LongTermService:
         clock: Clock | None = None,
         *,
         spool: DurableSpool | None = None,
+        embedder: Embedder | None = None,
     ) -> None:
         self._sessions = sessions
         self.settings = settings
@@ -177,6 +182,39 @@ class LongTermService:
         # so a value read before a save never equals one read after, even across an eviction.
         self._save_seq = itertools.count(1)
         self._last_save: LRUCache[int, int] = LRUCache(maxsize=SAVE_COUNTERS)
+        self._last_capture: LRUCache[int, int] = LRUCache(maxsize=SAVE_COUNTERS)
+        self.captured = CapturedFacts(sessions, settings, self.clock, spool=spool)
+        self.vectors = FactVectors(sessions, embedder)
+
+    def captures(self, channel_id: int) -> int:
+        """A number that changes whenever this process stores facts captured in the channel."""
+        return self._last_capture.get(channel_id, 0)
+
+    async def capture(
+        self,
+        facts: Sequence[Distilled],
+        *,
+        guild_id: int,
+        place: Place,
+        sources: Sequence[int],
+        provenance: Provenance,
+        started_at: datetime,
+    ) -> CaptureStored:
+        """Store facts distilled from the messages of ``sources`` (see :mod:`.captured`),
+        and their embeddings when an endpoint is set."""
+        try:
+            stored = await self.captured.store(
+                facts,
+                guild_id=guild_id,
+                place=place,
+                sources=sources,
+                provenance=provenance,
+                started_at=started_at,
+            )
+        finally:
+            self._last_capture[place.channel_id] = next(self._save_seq)
+        await self.vectors.index(stored.stored)
+        return stored
 
     def saves(self, user_id: int) -> int:
         """A number that changes whenever this process tries to save a fact of ``user_id``.
@@ -224,13 +262,16 @@ class LongTermService:
         if place is None and channel_id is not None:
             place = Place(channel_id)
         try:
-            return await self._remember(
+            result = await self._remember(
                 user_id, guild_id, content, truncated, provenance, place, started_at
             )
         finally:
             # After the commit (or failure): a recall that ran meanwhile and found nothing
             # must not be cached as "no facts here".
             self._last_save[user_id] = next(self._save_seq)
+        if result.fact is not None:
+            await self.vectors.index([result.fact])
+        return result
 
     async def _remember(
         self,
@@ -394,19 +435,61 @@ class LongTermService:
         opted_in: bool,
         *,
         may_show: ChannelFilter | None = None,
+        channel_ids: Sequence[int] = (),
     ) -> list[str]:
         """The facts visible here most relevant to ``query_text``, within the recall budget."""
+        recalled = await self.recall(
+            user_id, guild_id, query_text, opted_in, may_show=may_show, channel_ids=channel_ids
+        )
+        return recalled.notes
+
+    async def recall(
+        self,
+        user_id: int,
+        guild_id: int | None,
+        query_text: str,
+        opted_in: bool,
+        *,
+        may_show: ChannelFilter | None = None,
+        channel_ids: Sequence[int] = (),
+        own: bool = True,
+    ) -> Recalled:
+        """The user's own facts visible here and the facts captured in ``channel_ids``
+        (in a server) most relevant to ``query_text``, ranked together within the recall
+        budget; ``own=False`` skips the user's own (known to have none here)."""
         budget = self.limits.recall_char_budget
-        if budget <= 0 or self._forget_pending(user_id):
-            return []
+        channels = tuple(channel_ids) if guild_id is not None else ()
+        if budget <= 0 or (not own and not channels):
+            return Recalled([])
+        own = own and not self._forget_pending(user_id)
+        vector = await self.vectors.of_message(query_text)
         now = self.clock.now()
+        words = SearchWords.of(query_text)
         async with self._storage("recalling facts") as session, session.begin():
-            hits = await _search_visible(
-                session, user_id, guild_id, opted_in, may_show, query_text, now, _RECALL
+            hidden = await hidden_fact_ids(session, user_id, guild_id, opted_in, may_show)
+            where = _Where(user_id, guild_id, opted_in, tuple(hidden), channels, own)
+            candidates = Candidates(
+                await _search_own(session, where, words, now) if own else [],
+                await captured_repo.search_channels(
+                    session, channels, words, now, RECALL_CANDIDATES
+                ),
             )
-            chosen = _within_budget(hits, budget)
+            if vector is not None and await self.vectors.usable(session):
+                candidates = await _with_nearest(session, candidates, where, vector, self.vectors)
+            known = {hit.fact.id: hit.fact for hit in (*candidates.own, *candidates.captured)}
+            missing = [
+                i for i in (*candidates.near_own, *candidates.near_captured) if i not in known
+            ]
+            known |= {fact.id: fact for fact in await repo.facts_by_ids(session, missing)}
+            chosen = within_budget(ranked(candidates, known), budget)
             await repo.bump_recall(session, (fact.id for fact in chosen), now)
-        return [fact.content for fact in chosen]
+            with_facts = await captured_repo.channels_with_facts(session, channels)
+        return Recalled(
+            [fact.note for fact in chosen],
+            tuple(chosen),
+            own_facts=bool(candidates.own),
+            channels_with_facts=with_facts,
+        )
 
     async def search(
         self,
@@ -539,6 +622,73 @@ async def _search_visible(
     )
 
 
+@dataclass(frozen=True, slots=True)
+class _Where:
+    """Where one recall looks: the user's own facts visible here (unless not ``own``)
+    and the facts captured in ``channels``."""
+
+    user_id: int
+    guild_id: int | None
+    opted_in: bool
+    hidden: tuple[int, ...]
+    channels: tuple[int, ...]
+    own: bool
+
+
+async def _search_own(
+    session: AsyncSession, where: _Where, words: SearchWords, now: datetime
+) -> list[ScoredFact]:
+    """A turn's full-text recall among the user's own facts visible here: the most
+    relevant, those matching no word after the others."""
+    return await repo.search(
+        session,
+        user_id=where.user_id,
+        guild_id=where.guild_id,
+        opted_in=where.opted_in,
+        words=words,
+        now=now,
+        limit=RECALL_CANDIDATES,
+        hidden=where.hidden,
+    )
+
+
+async def _with_nearest(
+    session: AsyncSession,
+    candidates: Candidates,
+    where: _Where,
+    vector: Vector,
+    vectors: FactVectors,
+) -> Candidates:
+    """``candidates`` with the facts nearest to ``vector`` (own and captured)."""
+    if vectors.embedder is None:
+        return candidates
+    model, farthest = vectors.embedder.model, vectors.embedder.settings.max_distance
+    near_own = (
+        await embeddings_repo.nearest_own(
+            session,
+            user_id=where.user_id,
+            guild_id=where.guild_id,
+            opted_in=where.opted_in,
+            hidden=where.hidden,
+            model=model,
+            vector=vector,
+            limit=RECALL_CANDIDATES,
+            max_distance=farthest,
+        )
+        if where.own
+        else []
+    )
+    near_captured = await embeddings_repo.nearest_captured(
+        session,
+        where.channels,
+        model=model,
+        vector=vector,
+        limit=RECALL_CANDIDATES,
+        max_distance=farthest,
+    )
+    return Candidates(candidates.own, candidates.captured, near_own, near_captured)
+
+
 def _remember_event(
     user_id: int, provenance: Provenance, chars_before: int | None, chars_after: int
 ) -> FactEvent:
@@ -552,16 +702,3 @@ def _remember_event(
         chars_before=chars_before,
         chars_after=chars_after,
     )
-
-
-def _within_budget(hits: Sequence[ScoredFact], budget: int) -> list[Fact]:
-    """The most relevant facts that fit in ``budget``; one too long is skipped, not a stop."""
-    chosen: list[Fact] = []
-    used = 0
-    for hit in hits:
-        size = len(hit.fact.content)
-        if used + size > budget:
-            continue
-        chosen.append(hit.fact)
-        used += size
-    return chosen

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import Literal
 
 from bot.vocabulary import STOP_WORDS
 
-__all__ = ["is_near_duplicate", "normalized_tokens"]
+__all__ = ["is_near_duplicate", "normalized_tokens", "replacement"]
 
 # Erring either way costs the user: a false match overwrites a fact they still want (so
 # restating part of a fact must not overwrite the rest), a missed one keeps two versions.
@@ -135,11 +136,18 @@ def _same_subject_new_value(
 
 def is_near_duplicate(new: str, old: str) -> bool:
     """Whether remembering ``new`` should replace ``old`` rather than add a fact."""
+    return replacement(new, old) is not None
+
+
+def replacement(new: str, old: str) -> Literal["restates", "supersedes"] | None:
+    """How ``new`` replaces ``old``: it says the same (``restates``), gives a subject a new
+    value (``supersedes``: "my name is Ann" after "my name is Anna"), or not at all."""
     (a, separated_a), (b, separated_b) = _words(new), _words(old)
     if not a or not b:  # no words at all (emoji only): only the same text is a duplicate
-        return " ".join(new.casefold().split()) == " ".join(old.casefold().split())
+        same = " ".join(new.casefold().split()) == " ".join(old.casefold().split())
+        return "restates" if same else None
     # The same words, those that differ all filler: one differing word that carries meaning
     # (cat / dog, Tom / Ben, 2 / 3) makes two facts.
     if _jaccard(a, b) >= JACCARD_THRESHOLD and set(a) ^ set(b) <= _FILLER:
-        return True
-    return _same_subject_new_value(a, b, separated_a, separated_b)
+        return "restates"
+    return "supersedes" if _same_subject_new_value(a, b, separated_a, separated_b) else None

@@ -1,7 +1,9 @@
 """A turn's long-term recall: the facts its prompt shows, read from what the turn says.
 
-Most users never ask the bot to remember anything: a scope found to show no facts is
-remembered as empty for a while, so their warm turns make no query.
+The user's own facts visible here and, in a server, the facts capture distilled from this
+channel (and a thread's parent) are ranked together. Most users never ask the bot to
+remember anything and most channels have no captured facts yet: a scope or channel found
+to hold none is remembered as empty for a while, so their warm turns make no query.
 """
 
 from __future__ import annotations
@@ -24,17 +26,40 @@ class FactRecall:
     def __init__(self, longterm: LongTermService) -> None:
         self.longterm = longterm
         self._no_facts: TTLCache[Scope, bool] = TTLCache(maxsize=100_000, ttl=NO_FACTS_TTL_SECONDS)
+        # Channel -> the capture count (LongTermService.captures) when it held none.
+        self._no_captured: TTLCache[int, int] = TTLCache(maxsize=100_000, ttl=NO_FACTS_TTL_SECONDS)
+
+    def _channels(self, start: TurnStart) -> tuple[int, ...]:
+        """The channels whose captured facts this turn may show, less those known empty."""
+        if start.guild_id is None:
+            return ()
+        places = (start.channel_id, start.parent_channel_id)
+        return tuple(
+            channel
+            for channel in places
+            if channel is not None
+            and self._no_captured.get(channel) != self.longterm.captures(channel)
+        )
 
     async def notes(self, start: TurnStart, opted_in: bool) -> list[str]:
         """The facts visible where ``start`` happens most relevant to what it says (none
         with the database down); ``opted_in``: the user lets a DM show server facts."""
         scope = (start.user_id, start.guild_id, start.channel_id, opted_in)
-        if scope in self._no_facts:
+        own = scope not in self._no_facts
+        channels = self._channels(start)
+        if not own and not channels:
             return []
         saves = self.longterm.saves(start.user_id)
+        captures = {channel: self.longterm.captures(channel) for channel in channels}
         try:
-            notes = await self.longterm.recall_notes(
-                start.user_id, start.guild_id, start.content, opted_in, may_show=start.may_show
+            recalled = await self.longterm.recall(
+                start.user_id,
+                start.guild_id,
+                start.content,
+                opted_in,
+                may_show=start.may_show,
+                channel_ids=channels,
+                own=own,
             )
         except MemoryUnavailable:
             return []
@@ -44,9 +69,13 @@ class FactRecall:
         # channel): the query may have missed it, and the clearing that follows a save
         # (:meth:`saved`) may have run already. A save that ends after this check clears
         # the entry itself.
-        if not notes and not opted_in and self.longterm.saves(start.user_id) == saves:
+        unchanged = self.longterm.saves(start.user_id) == saves
+        if own and not recalled.own_facts and not opted_in and unchanged:
             self._no_facts[scope] = True
-        return notes
+        for channel, count in captures.items():
+            if channel not in recalled.channels_with_facts:
+                self._no_captured[channel] = count  # stale once a capture stores there
+        return recalled.notes
 
     def saved(self, user_id: int) -> None:
         """A fact of ``user_id`` may have been stored (also by a save that failed after

@@ -23,7 +23,7 @@ from bot.config import Settings
 from bot.config.urls import async_database_url
 from bot.db.engine import Database
 from bot.db.migrate import alembic_config, head_revision, upgrade
-from bot.db.models import Base
+from bot.db.models import OPTIONAL_TABLES, Base
 from bot.memory.spool.durable import DurableSpool, spool_path
 from bot.vocabulary.model import Provenance
 from tests.helpers.builders import (
@@ -337,7 +337,10 @@ async def test_a_restore_that_fails_after_dropping_the_tables_changes_nothing(
         kioku_db,
         role,
         "REVOKE CREATE ON SCHEMA public FROM PUBLIC",
-        *(f"ALTER TABLE {name} OWNER TO {role}" for name in [*TABLES, "alembic_version"]),
+        *(
+            f"ALTER TABLE {name} OWNER TO {role}"
+            for name in [*TABLES, *OPTIONAL_TABLES, "alembic_version"]
+        ),
     )
 
     with pytest.raises(CliError) as failed:

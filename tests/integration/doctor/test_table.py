@@ -188,12 +188,13 @@ async def test_doctor_prints_each_row_as_its_check_completes(
             shown = await printed_until(process, lambda line: line.startswith("llm context"))
             async with asyncio.timeout(60):  # a hang guard, not a measure
                 await llm.wait_for_requests(1)  # the tool call is waiting for its answer
-            assert list(doctor_rows("".join(shown))) == list(DOCTOR_ROWS[:-1])
+            assert list(doctor_rows("".join(shown))) == list(DOCTOR_ROWS[:-2])
             answer.set()
             rest, returncode = await printed_to_the_end(process)
     assert returncode == 0, "".join(shown) + rest + (tmp_path / "stderr").read_text()
     rows = doctor_rows("".join(shown) + rest)
-    assert list(rows)[-1] == "llm tool call" and rows["llm tool call"][0] == "ok"
+    assert list(rows)[-2:] == ["llm tool call", "embeddings"]
+    assert rows["llm tool call"][0] == "ok"
 
 
 async def test_doctor_fails_a_named_persona_file_that_is_missing(

@@ -9,7 +9,7 @@ from sqlalchemy.engine import URL
 
 from bot.db.engine import Database
 from bot.llm.tools.text_calls import TOOLS_IN_PROMPT
-from tests.helpers.fake_llm import ScriptedLLM
+from tests.helpers.fake_llm import EMBEDDING_DIMS, ScriptedLLM
 from tests.helpers.kioku_cli import doctor_against, doctor_rows
 
 pytestmark = pytest.mark.usefixtures("discord_api")
@@ -114,3 +114,35 @@ async def test_a_slow_model_is_told_which_timeouts_to_set(
     status, detail = doctor_rows(result.stdout)["llm tool call"]
     assert status == "WARN" and "the model called the tool; slow:" in detail
     assert "KIOKU_LLM__TIMEOUT_SECONDS=" in detail and "KIOKU_LLM__TURN_TIMEOUT_SECONDS=" in detail
+
+
+async def test_the_embeddings_row_is_skipped_unless_an_endpoint_is_set(
+    llm: ScriptedLLM, pg_url: URL, migrated_database: Database, tmp_path: Path
+) -> None:
+    llm.reply_tool_calls([("ping", {"word": "pong"})])
+    result = await doctor_against(llm, pg_url, tmp_path)
+    status, detail = doctor_rows(result.stdout)["embeddings"]
+    assert status == "ok" and "full-text search only" in detail
+    assert llm.embedded == []
+
+
+async def test_the_embeddings_row_checks_the_endpoint_and_pgvector(
+    llm: ScriptedLLM, pg_url: URL, migrated_database: Database, tmp_path: Path
+) -> None:
+    llm.reply_tool_calls([("ping", {"word": "pong"})])
+    result = await doctor_against(llm, pg_url, tmp_path, KIOKU_EMBEDDINGS__BASE_URL="same")
+    assert result.returncode == 0, result.stdout
+    status, detail = doctor_rows(result.stdout)["embeddings"]
+    assert status == "ok" and f"{EMBEDDING_DIMS} dimensions" in detail, detail
+    assert llm.embedded == [["kioku doctor"]]
+
+
+async def test_an_embeddings_endpoint_that_is_down_fails_its_row(
+    llm: ScriptedLLM, pg_url: URL, migrated_database: Database, tmp_path: Path
+) -> None:
+    llm.embed = None
+    llm.reply_tool_calls([("ping", {"word": "pong"})])
+    result = await doctor_against(llm, pg_url, tmp_path, KIOKU_EMBEDDINGS__BASE_URL="same")
+    assert result.returncode == 1
+    status, detail = doctor_rows(result.stdout)["embeddings"]
+    assert status == "FAIL" and "falls back to full-text" in detail, detail

@@ -15,6 +15,7 @@ from bot.conversation.turn import TurnRequest, TurnRunner
 from bot.db.engine import Database
 from bot.db.models import ShortTermMemory
 from bot.memory.longterm.facts import FactRefused, LongTermService
+from bot.memory.longterm.ranking import Recalled
 from tests.helpers.builders import (
     ALICE,
     BOB,
@@ -139,13 +140,13 @@ class HeldRecall(LongTermService):
         self.hold: asyncio.Event | None = None
         self.queried = asyncio.Event()
 
-    async def recall_notes(self, *args: Any, **kwargs: Any) -> list[str]:
-        notes = await super().recall_notes(*args, **kwargs)
+    async def recall(self, *args: Any, **kwargs: Any) -> Recalled:
+        recalled = await super().recall(*args, **kwargs)
         hold, self.hold = self.hold, None
         if hold is not None:
             self.queried.set()
             await hold.wait()
-        return notes
+        return recalled
 
 
 def turn_request(channel: int, content: str, message_id: int) -> TurnRequest:
