@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from sqlalchemy import select
 
 from bot.conversation.summarizer.capture import QUIET_MIN_MESSAGES
@@ -166,3 +168,29 @@ async def captured(db: Database) -> list[LongTermMemory]:
     async with db.sessions() as session:
         query = select(LongTermMemory).where(LongTermMemory.scope == "channel")
         return list(await session.scalars(query))
+
+
+async def test_a_captured_fact_reaches_a_later_turns_prompt_in_that_channel_only(
+    db: Database, llm: ScriptedLLM, kioku_with: KiokuStarter
+) -> None:
+    settings = {**CAPTURE, "longterm": {"capture_facts": True}}
+    async with kioku_with(settings=settings, channels=2) as kioku:
+        fact = "Ren's Osaka flights are on 2027-03-14."
+        llm.reply_text(SUMMARY).reply_text(json.dumps({"facts": [{"fact": fact}]}))
+        await chat(kioku, EVERY)
+        await kioku.bot.turns.drain()
+        assert len(llm.requests) == 2
+        assert [f.content for f in await captured(db)] == [fact]
+
+        llm.reply_text("March 14!")
+        await kioku.env.send("when are the Osaka flights?", mention_bot=True)
+        assert fact in prompt_text(llm, 2)
+
+        other = kioku.env.channels[1]
+        llm.reply_text("No idea.")
+        await kioku.env.send("when are the Osaka flights?", channel=other, mention_bot=True)
+        assert fact not in prompt_text(llm, 3)
+
+
+def prompt_text(llm: ScriptedLLM, i: int) -> str:
+    return "\n".join(str(message["content"]) for message in llm.messages(i))
