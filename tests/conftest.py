@@ -19,6 +19,8 @@ how they reach the summary from pytest-xdist's workers.
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from typing import Any
 
 import pytest
@@ -77,3 +79,22 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write_line(nodeid)
         for name, value in values.items():
             terminalreporter.write_line(f"    {name}: {value}")
+
+
+_OWN_BASETEMP = "_kioku_own_basetemp"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    # pytest keeps only the newest three of its rotating temp folders: three other pytest
+    # sessions started meanwhile on the machine would delete this one's data folders
+    # mid-run. A folder of its own instead (xdist's workers get subfolders of it).
+    if config.option.basetemp is None and not hasattr(config, "workerinput"):
+        config.option.basetemp = tempfile.mkdtemp(prefix="kioku-tests-")
+        setattr(config, _OWN_BASETEMP, config.option.basetemp)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    own = getattr(config, _OWN_BASETEMP, None)
+    if own is not None:
+        shutil.rmtree(own, ignore_errors=True)

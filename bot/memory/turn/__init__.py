@@ -2,6 +2,7 @@
 
 types    TurnStart, PreparedTurn, TurnState: what a turn asks, gets, and the guards see
 prompt   prompt assembly: memory, other channels, the raw window, notes
+fences   stored text defused so it can never open or close a memory fence
 gather   the messages a memory does not cover yet (after its marker)
 recall   the long-term facts a turn shows, and the scopes known to show none
 """

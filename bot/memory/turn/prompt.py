@@ -12,11 +12,11 @@ or user-written text that goes into a system note is fenced in
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from bot.memory.turn.fences import DEFUSED_LT, defuse
 from bot.memory.turn.gather import messages_after_marker
 from bot.vocabulary import MAX_VALUE_CHARS, GuildConfig, RawMessage, StmEntry, strip_control_chars
 
@@ -31,29 +31,6 @@ SUMMARY_LABEL = "Summary"
 QUOTE_LIMIT = MAX_VALUE_CHARS
 
 _FENCE_CLOSE = "</memory>"
-# Stands in for "<" wherever stored text spells a memory tag, so it can never open or
-# close a fence.
-_DEFUSED_LT = "‹"
-# Invisible characters between "<", "/" and the letters, and look-alikes of the brackets
-# and letters (full-width forms, Cyrillic and Greek twins), do not stop a model reading a
-# tag: none of them makes stored text a fence the prompt did not write.
-_INVISIBLE = (
-    r"[\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f"
-    r"\u202a-\u202e\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\U000e0000-\U000e007f]"
-)
-_OPENERS = "<\uff1c\ufe64\u2039\u3008\u27e8"
-_LOOKALIKE = {
-    "m": "mｍМм",
-    "e": "eｅЕеΕε",
-    "o": "oｏОоΟο",
-    "r": "rｒ",
-    "y": "yｙУу",
-}
-_MEMORY_WORD = f"{_INVISIBLE}*".join(f"[{_LOOKALIKE[letter]}]" for letter in "memory")
-_WIDE_OPENER = re.compile("[\uff1c\ufe64\u2039\u3008\u27e8]")
-_MEMORY_TAG = re.compile(
-    rf"[{_OPENERS}](?=(?:\s|[/\uff0f]|{_INVISIBLE})*{_MEMORY_WORD})", re.IGNORECASE
-)
 
 
 # Not frozen (here and in PromptInput): a frozen dataclass's __init__ sets each field
@@ -144,16 +121,6 @@ def relative_time(then: datetime, now: datetime) -> str:
     return "1 day ago" if days == 1 else f"{days} days ago"
 
 
-def _defuse(text: str) -> str:
-    """``text`` with every ``<`` that starts a memory tag (``<memory``, ``</memory``,
-    ``< / MEMORY``…) replaced by ``‹``; anything else is left as written."""
-    # Plain containment checks settle almost every text; the regex only runs on text
-    # that has both a "<" and the word, where it beats splitting by hand.
-    if "<" not in text and (text.isascii() or _WIDE_OPENER.search(text) is None):
-        return text
-    return _MEMORY_TAG.sub(_DEFUSED_LT, text)
-
-
 def _visible(text: str) -> str:
     """``text`` without invisible characters and stray controls (the usual plain text
     passes untouched, without a copy)."""
@@ -167,7 +134,7 @@ def _attr(value: str) -> str:
         return value
     return (
         value.replace('"', "'")
-        .replace("<", _DEFUSED_LT)
+        .replace("<", DEFUSED_LT)
         .replace(">", "›")
         .replace("\r", " ")
         .replace("\n", " ")
@@ -227,11 +194,44 @@ def render_memory_text(entry: StmEntry, config: GuildConfig, *, with_sizes: bool
     return summary.strip()
 
 
+# Who wrote a memory, as its fence says: a model's note is not an admin's.
+_WRITTEN_BY = {
+    "model_tool": "the model",
+    "summarizer": "summarizer",
+    "admin": "an admin",
+    "user_command": "a member",
+    "import": "import",
+}
+# At most this many members are named in a fence's "from".
+_NAMED_SOURCES = 3
+
+
+def _provenance(entry: StmEntry, window: Sequence[RawMessage]) -> str:
+    """A memory fence's ``by`` and ``from`` attributes: who wrote it, whose words it holds
+    (names the window shows; the others counted)."""
+    attrs = ""
+    if entry.provenance is not None:
+        attrs += f' by="{_WRITTEN_BY.get(entry.provenance.origin, "unknown")}"'
+    if entry.contributor_ids:
+        names = {m.author_id: m.author_name for m in window if not m.is_bot}
+        known = [_attr(names[i]) for i in entry.contributor_ids if i in names][:_NAMED_SOURCES]
+        others = len(entry.contributor_ids) - len(known)
+        if others:
+            known.append(f"{others} other member{'s' if others != 1 else ''}")
+        attrs += f' from="{", ".join(known)}"'
+    return attrs
+
+
 def _this_channel_note(
-    entry: StmEntry, config: GuildConfig, now: datetime, *, tool_offered: bool
+    entry: StmEntry,
+    config: GuildConfig,
+    now: datetime,
+    *,
+    tool_offered: bool,
+    window: Sequence[RawMessage] = (),
 ) -> str:
     updated = relative_time(entry.updated_at, now)
-    text = _defuse(render_memory_text(entry, config, with_sizes=True))
+    text = defuse(render_memory_text(entry, config, with_sizes=True))
     upkeep = (
         f"which you maintain with {TOOL_NAME} (limit {VALUE_LIMIT} chars per field; "
         f"updated {updated})"
@@ -242,7 +242,8 @@ def _this_channel_note(
     return (
         f"Your short-term memory of this conversation, {upkeep}. "
         f"Messages it already covers may be left out of the chat history.\n"
-        f'<memory source="{THIS_CHANNEL}" updated="{updated}">\n{text}\n{_FENCE_CLOSE}'
+        f'<memory source="{THIS_CHANNEL}" updated="{updated}"{_provenance(entry, window)}>\n'
+        f"{text}\n{_FENCE_CLOSE}"
     )
 
 
@@ -279,7 +280,7 @@ def _raw_block(label: str, messages: Sequence[RawMessage]) -> str:
     # What was said elsewhere is shown as stored memory is: secrets and <private> regions
     # redacted (the live conversation of this channel is not). Then drop what could hide
     # a fence closer from _defuse (and stray controls).
-    lines = "\n".join(_defuse(_visible(message.shared_line())) for message in messages)
+    lines = "\n".join(defuse(_visible(message.shared_line())) for message in messages)
     noun = "message" if len(messages) == 1 else "messages"
     return (
         f"The last {len(messages)} {noun} in {label}:\n"
@@ -294,9 +295,7 @@ def _other_note(
     label = _attr(other.label)
     entry = other.entry
     distilled = (
-        _defuse(render_memory_text(entry, config))
-        if entry is not None and entry.has_content
-        else ""
+        defuse(render_memory_text(entry, config)) if entry is not None and entry.has_content else ""
     )
     raw = other.shown_raw(config, distilled=bool(distilled))
     if not distilled and not raw:
@@ -310,7 +309,9 @@ def _other_note(
     if distilled:
         parts.append(
             f"Memory from {label} ({where}), for context only:\n"
-            f'<memory source="{label}" updated="{when}">\n{distilled}\n{_FENCE_CLOSE}'
+            f'<memory source="{label}" updated="{when}"'
+            f"{_provenance(entry, other.window) if entry is not None else ''}>\n"
+            f"{distilled}\n{_FENCE_CLOSE}"
         )
     else:
         parts.append(f"No memory yet from {label} ({where}); last message {when}.")
@@ -353,7 +354,7 @@ def _quoted(message: RawMessage, *, elsewhere: bool = False) -> str:
     line = _visible(message.shared_line() if elsewhere else message.line())
     if len(line) > QUOTE_LIMIT:
         line = line[: QUOTE_LIMIT - 1] + "…"
-    return _defuse(line)
+    return defuse(line)
 
 
 def _reply_note(replied_to: Sequence[RawMessage]) -> str | None:
@@ -390,9 +391,7 @@ def _parent_note(inp: PromptInput) -> str | None:
 
 
 def _long_term_note(facts: Sequence[str]) -> str | None:
-    lines = [
-        "- " + _defuse(" ".join(fact.split())) for fact in facts if fact and not fact.isspace()
-    ]
+    lines = ["- " + defuse(" ".join(fact.split())) for fact in facts if fact and not fact.isspace()]
     if not lines:
         return None
     body = "\n".join(lines)
@@ -427,7 +426,9 @@ def assemble(inp: PromptInput) -> AssembledPrompt:
     entry = inp.entry
     if entry is not None and entry.has_content:
         notes.append(
-            _this_channel_note(entry, inp.config, inp.now, tool_offered=inp.stm_tool_offered)
+            _this_channel_note(
+                entry, inp.config, inp.now, tool_offered=inp.stm_tool_offered, window=inp.window
+            )
         )
     reply = _reply_note(inp.replied_to)
     if reply is not None:
