@@ -78,3 +78,19 @@ def split_reply(text: str, limit: int = DISCORD_LIMIT) -> list[str]:
     if rest:
         chunks.append(rest)
     return chunks
+
+
+CUT_PARTS_NOTE = "\n\n(The answer was cut here: it ran past {parts} messages.)"
+
+
+def capped_parts(text: str, limit: int, max_parts: int) -> list[str]:
+    """:func:`split_reply`, keeping at most ``max_parts`` parts; the last one kept says
+    the answer was cut (a server gone wild must not post a thousand messages)."""
+    chunks = split_reply(text, limit)
+    if len(chunks) <= max_parts:
+        return chunks
+    note = CUT_PARTS_NOTE.format(parts=max_parts)
+    last = chunks[max_parts - 1]
+    if len(last) + len(note) > limit:
+        last = split_reply(last, limit - len(note))[0]
+    return [*chunks[: max_parts - 1], last + note]

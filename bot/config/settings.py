@@ -147,6 +147,8 @@ class LlmSettings(Section):
     # A streamed reply's Discord message is edited at most this often (Discord limits
     # edits); an answer complete sooner is sent once, as a whole.
     stream_edit_seconds: Annotated[float, Field(ge=0.5, le=60)] = 1.0
+    # Discord messages one reply may take; past it the last one says the answer was cut.
+    max_reply_messages: Annotated[int, Field(ge=1, le=100)] = 10
 
 
 class LongTermSettings(Section):

@@ -40,6 +40,9 @@ class StreamAssembly:
     done: bool = False  # `data: [DONE]` arrived
     _calls: dict[int, _ToolCallParts] = field(default_factory=dict)
     _last_index: int = -1
+    # A server's index -> where its latest call went (a second call sent under an index
+    # already taken by another id gets a slot of its own).
+    _moved: dict[int, int] = field(default_factory=dict)
 
     def feed(self, line: str) -> str:
         """Take one line of the event stream; returns the text it adds to the answer."""
@@ -92,7 +95,9 @@ class StreamAssembly:
                 continue
             index = raw.get("index")
             call_id = raw.get("id")
-            if not isinstance(index, int):
+            if isinstance(index, int):
+                index = self._slot(index, call_id)
+            else:
                 # Some servers (Gemini's compatibility endpoint) leave the index out: a new
                 # id starts a new call, anything else continues the last one.
                 known = any(c.id == call_id for c in self._calls.values())
@@ -117,6 +122,16 @@ class StreamAssembly:
             elif arguments is not None:
                 # Non-conforming servers sometimes send the arguments as an object.
                 parts.arguments.append(json.dumps(arguments, ensure_ascii=False))
+
+    def _slot(self, index: int, call_id: object) -> int:
+        """Where a delta the server sent under ``index`` goes: two calls with different
+        ids under one index stay two calls, their arguments never joined."""
+        taken = self._calls.get(self._moved.get(index, index))
+        new_id = isinstance(call_id, str) and bool(call_id)
+        if taken is not None and new_id and taken.id and taken.id != call_id:
+            known = next((i for i, c in self._calls.items() if c.id == call_id), None)
+            self._moved[index] = known if known is not None else max(self._calls) + 1
+        return self._moved.get(index, index)
 
     def text(self) -> str:
         """The answer's text so far."""

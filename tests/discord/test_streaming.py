@@ -240,3 +240,26 @@ async def test_a_refresh_while_an_answer_streams_takes_back_what_was_posted(
     await env.send("what do you know so far?", mention_bot=True)
     history = "\n".join(str(m.get("content")) for m in llm.messages())
     assert "HERON" not in history
+
+
+LONG = " ".join(f"word{i}" for i in range(12_000))  # about 85,000 characters
+
+
+async def test_a_runaway_streamed_answer_takes_at_most_ten_messages(slow: KiokuHarness) -> None:
+    slow.llm.reply_stream(*[LONG[i : i + 4_000] for i in range(0, len(LONG), 4_000)])
+    await slow.env.send("tell me everything", mention_bot=True)
+    sent = slow.env.sent
+    assert len(sent) == 10
+    assert all(len(part.content) <= 2_000 for part in sent)
+    assert sent[-1].content.endswith("(The answer was cut here: it ran past 10 messages.)")
+
+
+async def test_a_runaway_whole_answer_takes_at_most_the_configured_messages(
+    llm: ScriptedLLM, kioku_with: KiokuStarter
+) -> None:
+    async with kioku_with(settings={"llm": {"max_reply_messages": 3}}) as kioku:
+        llm.reply_text(LONG)
+        await kioku.env.send("tell me everything", mention_bot=True)
+        sent = kioku.env.sent
+        assert len(sent) == 3
+        assert sent[-1].content.endswith("(The answer was cut here: it ran past 3 messages.)")

@@ -83,6 +83,23 @@ def test_calls_without_an_index_are_told_apart_by_their_ids() -> None:
     assert [(c.id, c.function.arguments) for c in calls] == [("one", '{"a": 1}'), ("two", "{}")]  # type: ignore[union-attr]
 
 
+def test_two_calls_sharing_an_index_with_different_ids_stay_two_calls() -> None:
+    assembly = feed(
+        line(call(0, '{"summary": ', id="one", name="update_short_term_memory")),
+        line(call(0, '"Ren likes tea"}')),
+        line(call(0, '{"fact": ', id="two", name="remember")),
+        line(call(0, '"Aki has a cat"}')),
+        line(call(1, "{}", id="three", name="recall")),
+        line({}, "tool_calls"),
+    )
+    calls = assembly.message().tool_calls or []
+    assert [(c.id, json.loads(c.function.arguments)) for c in calls] == [  # type: ignore[union-attr]
+        ("one", {"summary": "Ren likes tea"}),
+        ("two", {"fact": "Aki has a cat"}),
+        ("three", {}),
+    ]
+
+
 def test_usage_is_read_from_the_last_event() -> None:
     usage = {"prompt_tokens": 12, "completion_tokens": 3, "total_tokens": 15}
     assembly = feed(line({"content": "hi"}, usage=None), line({}, "stop"), line(usage=usage))

@@ -32,12 +32,11 @@ from discord.ext import commands
 from bot.cogs.chat.gate import AccessGate, is_addressed
 from bot.cogs.chat.members import Members
 from bot.cogs.chat.request import turn_request
-from bot.cogs.chat.streaming import PART_LIMIT, StreamedReply, guard_marker, with_cut_note
+from bot.cogs.chat.streaming import StreamedReply, reply_parts, with_cut_note
 from bot.cogs.chat.threads import ThreadStarters
 from bot.cogs.history import WIPED_WHILE_ANSWERING, backfill, belongs_in_window, to_raw
 from bot.cogs.images import ImageDownloader
 from bot.cogs.needs import POST, POST_IN_THREADS, REACT, READ_HISTORY
-from bot.cogs.replies import split_reply
 from bot.conversation import TurnReply, TurnRequest
 from bot.memory import MessageGuard
 from bot.runtime import KeyedQueues, finish_or_cancel
@@ -268,6 +267,7 @@ class Chat(commands.Cog):
             functools.partial(self._post, message),
             self._take_back,
             interval=self.bot.settings.llm.stream_edit_seconds,
+            max_parts=self.bot.settings.llm.max_reply_messages,
             clock=memory.clock.monotonic,
             wiped=guard.wiped,
         )
@@ -383,10 +383,10 @@ class Chat(commands.Cog):
         wiped = guard.wiped
         sent: list[discord.Message] = []
         # One character kept free for the marker guard below.
-        for chunk in split_reply(text, PART_LIMIT) or ["…"]:
+        for chunk in reply_parts(text, self.bot.settings.llm.max_reply_messages) or ["…"]:
             if wiped():
                 break
-            part = await self._post(message, guard_marker(chunk), reply=not sent)
+            part = await self._post(message, chunk, reply=not sent)
             if part is None:
                 break
             if wiped():

@@ -3,7 +3,8 @@
 An answer complete within ``llm.stream_edit_seconds`` of its first text is sent once,
 whole, by the chat cog as before (no placeholder, no edit). A slower one is posted when
 that time is up and edited at most once per interval after; past Discord's limit it goes
-on in new messages, cut by :func:`split_reply` (words, code blocks).
+on in new messages, cut by :func:`split_reply` (words, code blocks), at most
+``llm.max_reply_messages`` of them.
 :meth:`StreamedReply.finish` shows the whole reply when the turn ends.
 """
 
@@ -16,7 +17,7 @@ import aiohttp
 import discord
 
 from bot.cogs.refresh import REFRESH_MARKER_PREFIX
-from bot.cogs.replies import DISCORD_LIMIT, split_reply
+from bot.cogs.replies import DISCORD_LIMIT, capped_parts
 from bot.llm import CUT_MESSAGE
 
 log = logging.getLogger(__name__)
@@ -54,8 +55,10 @@ class StreamedReply:
         interval: float,
         clock: Callable[[], float],
         wiped: Callable[[], bool],
+        max_parts: int,
     ) -> None:
         self._post = post
+        self._max_parts = max_parts
         self._take_back = take_back
         self._interval = interval
         self._clock = clock
@@ -85,7 +88,7 @@ class StreamedReply:
         if self._wiped():
             self._stopped = True  # the chat cog takes back what was posted
             return
-        if not await self._show(_chunks(text())):
+        if not await self._show(reply_parts(text(), self._max_parts)):
             self._stopped = True  # Discord refused: the whole reply is tried once more at the end
 
     def received(self) -> str:
@@ -94,7 +97,7 @@ class StreamedReply:
 
     async def finish(self, text: str) -> list[discord.Message]:
         """Show ``text`` whole in the parts posted (more if needed, fewer: the rest deleted)."""
-        chunks = _chunks(text) or ["…"]
+        chunks = reply_parts(text, self._max_parts) or ["…"]
         await self._show(chunks)
         for part in self.parts[len(chunks) :]:
             await self._take_back(part)
@@ -120,8 +123,9 @@ class StreamedReply:
         return True
 
 
-def _chunks(text: str) -> list[str]:
-    return [guard_marker(chunk) for chunk in split_reply(text, PART_LIMIT)]
+def reply_parts(text: str, max_parts: int) -> list[str]:
+    """The Discord messages that show ``text``: at most ``max_parts``, each guarded."""
+    return [guard_marker(chunk) for chunk in capped_parts(text, PART_LIMIT, max_parts)]
 
 
 async def _edit(part: discord.Message, text: str) -> discord.Message | None:
