@@ -12,14 +12,17 @@ from __future__ import annotations
 import json
 import logging
 import re
+import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date
 from typing import Any
 
 import openai
+from cachetools import LRUCache
 
 from bot.config import Settings
+from bot.conversation.summarizer.prompt import CUT_MARK
 from bot.llm import LlmUnavailable, RequestObserver, complete_without_tools, unescape_new_entities
 from bot.memory import Distilled, LongTermService, TurnState, dated_lines
 from bot.vocabulary import (
@@ -29,6 +32,8 @@ from bot.vocabulary import (
     Place,
     Provenance,
     RawMessage,
+    capabilities,
+    prompt_chars,
     speaker_name,
 )
 
@@ -62,6 +67,7 @@ FACTS_SYSTEM = (
 )
 
 _OBJECT = re.compile(r"\{.*\}", re.DOTALL)
+_NEW_HEADING = "New messages:\n"
 _ISO_DATE = re.compile(r"(\d{4})-(\d{2})-(\d{2})")
 
 
@@ -72,16 +78,31 @@ class FactAsk:
     messages: list[dict[str, Any]]
     known: tuple[Fact, ...]  # numbered 1… in the prompt
     speakers: Mapping[str, int]  # case-folded speaker name -> author id
+    read: tuple[RawMessage, ...] = ()  # the messages the request shows
 
 
-def build_fact_messages(batch: Sequence[RawMessage], known: Sequence[Fact]) -> FactAsk:
-    """The request that asks for ``batch``'s durable facts, ``known`` shown numbered."""
+def build_fact_messages(
+    batch: Sequence[RawMessage], known: Sequence[Fact], room: int = sys.maxsize
+) -> FactAsk:
+    """The request that asks for ``batch``'s durable facts, ``known`` shown numbered, in
+    at most ``room`` characters: the oldest messages that fit (the rest wait for the next
+    run; one alone too long is cut)."""
     shown = tuple(known[:SHOWN_KNOWN])
     parts = []
     if shown:
         numbered = "\n".join(f"[{i}] {fact.note}" for i, fact in enumerate(shown, start=1))
         parts.append(f"Known facts:\n{numbered}")
-    parts.append("New messages:\n" + "\n".join(dated_lines(batch)))
+    left = room - len(FACTS_SYSTEM) - sum(len(part) + 2 for part in parts) - len(_NEW_HEADING)
+    lines: list[str] = []
+    for line in dated_lines(batch):
+        if len(line) + 1 > left:
+            if not lines:
+                lines.append(line[: max(0, left - len(CUT_MARK))] + CUT_MARK)
+            break
+        lines.append(line)
+        left -= len(line) + 1
+    batch = batch[: len(lines)]
+    parts.append(_NEW_HEADING + "\n".join(lines))
     speakers = {
         speaker_name(message.author_name).casefold(): message.author_id
         for message in batch
@@ -94,6 +115,7 @@ def build_fact_messages(batch: Sequence[RawMessage], known: Sequence[Fact]) -> F
         ],
         shown,
         speakers,
+        tuple(batch),
     )
 
 
@@ -112,6 +134,16 @@ def parse_facts(text: str, ask: FactAsk) -> list[Distilled]:
         return []
     facts = [fact for item in items if (fact := _fact(item, ask)) is not None]
     return facts[:MAX_FACTS]
+
+
+def answered_none(text: str) -> bool:
+    """Whether the answer is the JSON object of no facts (``{"facts": []}``)."""
+    found = _OBJECT.search(text)
+    try:
+        value: Any = json.loads(found.group(0)) if found is not None else None
+    except ValueError:
+        return False
+    return isinstance(value, dict) and value.get("facts") == []
 
 
 def _fact(item: Any, ask: FactAsk) -> Distilled | None:
@@ -162,19 +194,29 @@ class FactDistiller:
     settings: Settings
     longterm: LongTermService
     observe: RequestObserver | None = None
+    # Per channel, the newest message distilled (this process): a run that reads again
+    # what a rejected summary left uncovered does not distil it twice.
+    _done: LRUCache[int, int] = field(default_factory=lambda: LRUCache(maxsize=100_000))
 
     async def run(
         self, turn: TurnState, read: Sequence[RawMessage], *, detail: str
     ) -> Distillation:
-        """Distil ``read`` (just folded into the memory of ``turn``'s channel) into facts."""
-        if turn.guild_id is None or not read or not self.settings.longterm.capture_facts:
+        """Distil the messages of ``read`` (a run just read them in ``turn``'s channel) not
+        distilled before, the oldest first, at most a batch of them."""
+        if turn.guild_id is None or not self.settings.longterm.capture_facts:
+            return Distillation()
+        after = self._done.get(turn.channel_id, 0)
+        read = [m for m in read if m.message_id > after][: self.settings.stm.max_turns_to_pull]
+        if not read:
             return Distillation()
         try:
             known = await self.longterm.captured.known(turn.channel_id, SHOWN_KNOWN)
         except MemoryUnavailable as exc:
             log.info("facts of channel %s not distilled: %s", turn.channel_id, exc)
             return Distillation()
-        ask = build_fact_messages(read, known)
+        context = capabilities(self.settings.provider).context_tokens
+        ask = build_fact_messages(read, known, prompt_chars(context, FACT_REPLY_TOKENS, 64))
+        read = list(ask.read)
         sent = "\n".join(str(message["content"]) for message in ask.messages)
         tokens = len(sent) // CHARS_PER_TOKEN
         llm = self.settings.llm.model_copy(update={"max_reply_tokens": FACT_REPLY_TOKENS})
@@ -195,6 +237,8 @@ class FactDistiller:
         text = "" if answer.tool_calls else unescape_new_entities(answer.text, sent)
         facts = parse_facts(text, ask)
         if not facts:
+            if answered_none(text):  # nothing worth keeping: those messages are done
+                self._done[turn.channel_id] = read[-1].message_id
             log.info("facts of channel %s: the model gave none usable", turn.channel_id)
             return Distillation(calls=calls, tokens=tokens)
         try:
@@ -209,6 +253,8 @@ class FactDistiller:
         except MemoryUnavailable as exc:
             log.warning("facts of channel %s not stored: %s", turn.channel_id, exc)
             return Distillation(calls=calls, tokens=tokens)
+        if stored.refused is None:
+            self._done[turn.channel_id] = read[-1].message_id
         if stored.refused is not None:
             log.info("facts of channel %s not stored: %s", turn.channel_id, stored.refused)
         else:

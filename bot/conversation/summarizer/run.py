@@ -223,8 +223,13 @@ class Summarizer:
     observe: RequestObserver | None = field(default=None, kw_only=True)
     # Where the durable facts of the messages read go (None: no facts call is made).
     longterm: LongTermService | None = field(default=None, kw_only=True)
+    _distiller: FactDistiller | None = field(default=None, init=False)
     _running: set[int] = field(default_factory=set, init=False)
     _tokens: dict[int, int] = field(default_factory=dict, init=False)  # runs in flight
+
+    def __post_init__(self) -> None:
+        if self.longterm is not None:
+            self._distiller = FactDistiller(self.client, self.settings, self.longterm, self.observe)
 
     def is_running(self, channel_id: int) -> bool:
         return channel_id in self._running
@@ -401,9 +406,12 @@ class Summarizer:
                 "failed", len(new), error=exc.user_message, calls=calls, skipped=skipped
             )
         except _Unusable as exc:
-            return SummaryOutcome(
+            # The facts do not hang on the summary: a small model that only copies the
+            # transcript still leaves its dates and plans in long-term memory.
+            failed = SummaryOutcome(
                 exc.status, len(new), error=exc.message, calls=calls, skipped=skipped
             )
+            return await self._with_facts(failed, turn, new, epoch, reason)
 
         outcome = await self._store(
             turn,
@@ -416,16 +424,24 @@ class Summarizer:
             skipped=skipped,
             detail=f"{turn.model}, {reason}",
         )
-        if (
-            outcome.updated
-            and self.longterm is not None
-            and not memory.wiped_since(channel_id, epoch)
-        ):
-            distiller = FactDistiller(self.client, self.settings, self.longterm, self.observe)
-            made = await distiller.run(turn, new[:read], detail=f"{turn.model}, {reason}")
-            self._tokens[channel_id] += made.tokens
-            outcome = dataclasses.replace(outcome, facts=made.stored, calls=calls + made.calls)
-        return outcome
+        if not outcome.updated:
+            return outcome
+        return await self._with_facts(outcome, turn, new[:read], epoch, reason)
+
+    async def _with_facts(
+        self,
+        outcome: SummaryOutcome,
+        turn: TurnState,
+        read: Sequence[RawMessage],
+        epoch: int,
+        reason: str,
+    ) -> SummaryOutcome:
+        """``outcome`` after the facts call on ``read`` (those not distilled before)."""
+        if self._distiller is None or self.memory.wiped_since(turn.channel_id, epoch):
+            return outcome
+        made = await self._distiller.run(turn, read, detail=f"{turn.model}, {reason}")
+        self._tokens[turn.channel_id] += made.tokens
+        return dataclasses.replace(outcome, facts=made.stored, calls=outcome.calls + made.calls)
 
     async def _store(
         self,

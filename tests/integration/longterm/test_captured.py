@@ -14,7 +14,7 @@ from bot.config import Settings
 from bot.conversation.summarizer import Summarizer
 from bot.db.engine import Database
 from bot.db.models import LongTermMemory, StmEvent
-from bot.memory import Distilled, LongTermService, MemoryService
+from bot.memory import Distilled, LongTermService, MemoryService, dated_lines
 from bot.vocabulary import Place, Provenance, RawMessage
 from tests.helpers.builders import (
     ALICE,
@@ -310,3 +310,38 @@ async def test_forget_me_deletes_every_captured_fact_made_from_the_members_words
 
     assert receipt.long_term == 1
     assert [r.content for r in await captured_rows(db)] == ["Carol bakes bread"]
+
+
+async def test_a_rejected_summary_still_leaves_the_facts_and_they_are_not_distilled_twice(
+    db: Database, settings: Settings, llm: ScriptedLLM, memory: MemoryService
+) -> None:
+    # A small model that copies the transcript: the summary is refused twice, nothing is
+    # covered, but the facts call still keeps the dates.
+    summarizer = Summarizer(memory, openai_client(llm), settings, longterm=make_longterm(memory))
+    lines = [
+        said(
+            ALICE, "Alice", f"I booked the pottery class for next Friday, slot {i}", SUNDAY, 101 + i
+        )
+        for i in range(3)
+    ]
+    for line in lines:
+        memory.observe_message(CHANNEL, line)
+    copied = "\n".join(dated_lines(lines))  # what the model read, word for word
+    llm.reply_text(copied).reply_text(copied)
+    llm.reply_text(facts_answer({"fact": "Alice has a pottery class.", "date": "2026-12-04"}))
+
+    outcome = await summarizer.summarize(
+        guild_id=GUILD, channel_id=CHANNEL, actor_user_id=ALICE, reason="capture"
+    )
+
+    assert outcome.status == "failed" and outcome.facts == 1 and outcome.calls == 3
+    assert [(r.content, r.refers_to) for r in await captured_rows(db)] == [
+        ("Alice has a pottery class.", date(2026, 12, 4))
+    ]
+    # The next run reads the same uncovered messages: the summary is tried again, the
+    # facts are not asked for again.
+    llm.reply_text(copied).reply_text(copied)
+    again = await summarizer.summarize(
+        guild_id=GUILD, channel_id=CHANNEL, actor_user_id=ALICE, reason="capture"
+    )
+    assert again.calls == 2 and len(llm.requests) == 5 and llm.unscripted == 0
