@@ -42,6 +42,16 @@ def test_a_copy_without_names_and_times_is_rejected_too() -> None:
         check("\n".join(m.content for m in BATCH))
 
 
+def test_a_copy_of_name_and_text_lines_without_times_is_rejected_too() -> None:
+    # "Name: text" per line shares no run across two lines with the dated transcript.
+    batch = [
+        message(ALICE, f"I booked the pottery class for Friday at the old mill, seat {i}")
+        for i in range(6)
+    ]
+    with pytest.raises(SummaryRejected, match="copies"):
+        check("\n".join(f"Alice: {m.content}" for m in batch), batch=batch)
+
+
 def test_the_previous_summary_may_stay_word_for_word() -> None:
     previous = "The team planned a launch party and a demo; the venue is still to be booked."
     assert check(f"{previous} Alice flies to Osaka on March 14.", previous=previous)

@@ -92,8 +92,16 @@ def _words(text: str) -> list[str]:
     return [word.casefold() for word in _WORD.findall(text)]
 
 
-def _runs(words: Sequence[str]) -> set[tuple[str, ...]]:
-    return {tuple(words[i : i + COPY_RUN_WORDS]) for i in range(len(words) - COPY_RUN_WORDS + 1)}
+def _runs(text: str, *, by_line: bool) -> set[tuple[str, ...]]:
+    """The word runs of ``text``, or of each of its lines: a copy of the lines without
+    their times ("Ann: …" per line) shares every run but those across two lines."""
+    runs: set[tuple[str, ...]] = set()
+    for part in text.splitlines() if by_line else [text]:
+        words = _words(part)
+        runs.update(
+            tuple(words[i : i + COPY_RUN_WORDS]) for i in range(len(words) - COPY_RUN_WORDS + 1)
+        )
+    return runs
 
 
 def _copies(text: str, previous: str, transcript: str, said: str) -> bool:
@@ -102,11 +110,17 @@ def _copies(text: str, previous: str, transcript: str, said: str) -> bool:
         len(text) - len(previous) >= GROWTH_SHARE * len(transcript)
     ):
         return True
+    return _shares_runs(text, previous, transcript, said, by_line=False) or _shares_runs(
+        text, previous, transcript, said, by_line=True
+    )
+
+
+def _shares_runs(text: str, previous: str, transcript: str, said: str, *, by_line: bool) -> bool:
     # What the memory already held may stay word for word; only the rest is judged.
-    own = _runs(_words(text)) - _runs(_words(previous))
+    own = _runs(text, by_line=by_line) - _runs(previous, by_line=by_line)
     if len(own) < COPY_RUN_WORDS:
         return False
-    copied = _runs(_words(transcript)) | _runs(_words(said))
+    copied = _runs(transcript, by_line=by_line) | _runs(said, by_line=by_line)
     return len(own & copied) >= COPY_SHARE * len(own)
 
 
