@@ -8,7 +8,9 @@ from typing import Literal
 
 from bot.vocabulary import GuildAccess
 
-Refusal = Literal["direct_messages_off", "blocked_user", "blocked_role", "not_allowed"]
+Refusal = Literal[
+    "direct_messages_off", "blocked_user", "blocked_role", "not_allowed", "blocked_in_server"
+]
 
 
 def refusal(

@@ -205,7 +205,7 @@ class LongTermMemory(Base):
     __table_args__ = (
         CheckConstraint("scope IN ('user', 'channel')", name="scope"),
         Index("ix_long_term_memories_content_tsv", "content_tsv", postgresql_using="gin"),
-        Index("ix_long_term_memories_user_id_guild_id", "user_id", "guild_id"),
+        Index("ix_long_term_memories_user_id_scope_guild_id", "user_id", "scope", "guild_id"),
         Index(
             "ix_long_term_memories_channel_facts",
             "channel_id",

@@ -34,13 +34,16 @@ ToolChoice = str | dict[str, Any]
 
 @dataclass
 class HistoryTools:
-    """Which requests with tools only for the history's calls this turn's server refused."""
+    """Which requests with tools (only for the history's calls, or streamed) this turn's
+    server refused."""
 
     # 1: it refused `tool_choice`; 2: the definitions too.  A fallback needed once is
     # used from the start next time.
     refused: int = 0
     # It refused `tool_choice: "auto"` beside offered tools: they go without it.
     auto_refused: bool = False
+    # It failed a streamed request with tools: requests with tools are asked whole.
+    no_streamed_tools: bool = False
 
 
 class Ask(Protocol):
@@ -151,7 +154,7 @@ class Asker:
         began = time.perf_counter()
         try:
             async with asyncio.timeout_at(self.deadline):
-                if self.on_text is not None:
+                if self.on_text is not None and not (tools and self.history.no_streamed_tools):
                     streamed, finish = await stream_chat_completion(
                         self.api,
                         request,
@@ -164,6 +167,8 @@ class Asker:
                     self.api, request, strict_roles=self.strict_roles, observe=observe
                 )
         except StreamCut as exc:
+            if not exc.started and self._ask_whole(tools, "a stream that ended before it began"):
+                return await self._complete(messages, tools, tool_choice, history_only=history_only)
             log.warning("LLM stream broke off before the answer ended (%s)", exc)
             # Nothing of the answer arrived (a body that was no event stream): unavailable.
             notice = CUT_MESSAGE if exc.started else UNAVAILABLE_MESSAGE
@@ -171,6 +176,8 @@ class Asker:
         except TimeoutError as exc:
             raise _past_deadline(settings, observe, time.perf_counter() - began) from exc
         except openai.APIStatusError as exc:
+            if "stream" in str(exc.message).lower() and self._ask_whole(tools, exc.status_code):
+                return await self._complete(messages, tools, tool_choice, history_only=history_only)
             raise refusal(
                 exc, tools=bool(tools), tool_choice=tool_choice, history_only=history_only
             ) from exc
@@ -185,6 +192,17 @@ class Asker:
             raise LlmUnavailable("unavailable", UNAVAILABLE_MESSAGE)
         message: ChatCompletionMessage = choices[0].message
         return message, getattr(choices[0], "finish_reason", None) == "length"
+
+    def _ask_whole(self, tools: list[dict[str, Any]], failure: object) -> bool:
+        """Whether a streamed request with tools that failed so is asked again whole: once
+        a turn, as a server that cannot stream tools fails (llama-cpp-python's
+        chatml-function-calling ends the event stream before its first event, "Automatic
+        streaming tool choice is not supported"); the turn then asks whole."""
+        if self.on_text is None or not tools or self.history.no_streamed_tools:
+            return False
+        self.history.no_streamed_tools = True
+        log.warning("LLM failed a streamed request with tools (%s): asking whole", failure)
+        return True
 
 
 def _without_tool_calls(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -41,6 +41,13 @@ def upgrade() -> None:
             nullable=False,
         ),
     )
+    # A member's own facts are found past the captured facts bearing their id.
+    op.drop_index("ix_long_term_memories_user_id_guild_id", table_name="long_term_memories")
+    op.create_index(
+        "ix_long_term_memories_user_id_scope_guild_id",
+        "long_term_memories",
+        ["user_id", "scope", "guild_id"],
+    )
     op.create_index(
         "ix_long_term_memories_channel_facts",
         "long_term_memories",
@@ -92,6 +99,10 @@ def downgrade() -> None:
     op.execute("DROP TABLE IF EXISTS long_term_embeddings")
     op.drop_index("ix_long_term_memories_source_user_ids", table_name="long_term_memories")
     op.drop_index("ix_long_term_memories_channel_facts", table_name="long_term_memories")
+    op.drop_index("ix_long_term_memories_user_id_scope_guild_id", table_name="long_term_memories")
+    op.create_index(
+        "ix_long_term_memories_user_id_guild_id", "long_term_memories", ["user_id", "guild_id"]
+    )
     op.drop_column("long_term_memories", "source_user_ids")
     op.drop_column("long_term_memories", "refers_to")
     op.drop_constraint(op.f("ck_long_term_memories_scope"), "long_term_memories", type_="check")

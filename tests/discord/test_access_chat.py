@@ -10,6 +10,7 @@ from typing import Any
 import discord
 import pytest
 
+from bot.cogs.stm.answers import SUMMARY_NOT_ALLOWED
 from bot.conversation.server_profile import SERVER_PERSONA_HEADING
 from tests.helpers.bot import KiokuHarness
 from tests.helpers.builders import settings_changed_elsewhere
@@ -161,3 +162,40 @@ async def test_the_summarizer_uses_the_servers_model(kioku: KiokuHarness) -> Non
     result = await kioku.interactions.slash("stm summarize", {}, user=moderator)
     assert result.texts()[-1].startswith("Summary updated")
     assert [r["model"] for r in llm.requests] == ["big-model"]
+
+
+async def test_a_blocked_moderators_summarize_makes_no_model_call(kioku: KiokuHarness) -> None:
+    env, llm = kioku.env, kioku.llm
+    moderator = await env.create_member("mod", kind="moderator")
+    await admin_runs(kioku, "kioku access block", {"user": moderator})
+    await env.send("some talk worth a summary")
+
+    result = await kioku.interactions.slash("stm summarize", user=moderator)
+
+    assert llm.requests == []
+    assert result.texts()[-1] == SUMMARY_NOT_ALLOWED
+
+
+async def test_summarize_in_a_dm_with_dms_off_makes_no_model_call(
+    kioku_with: KiokuStarter,
+) -> None:
+    async with kioku_with(settings={"access": {"direct_messages": False}}) as kioku:
+        member = kioku.env.member
+        await kioku.env.send("hello", channel=kioku.env.dm_channel(member), author=member)
+        result = await kioku.interactions.slash("stm summarize", user=member, dm=True)
+        assert kioku.llm.requests == []
+        assert result.texts()[-1] == SUMMARY_NOT_ALLOWED
+
+
+async def test_a_member_blocked_in_a_server_is_not_answered_in_dms(kioku: KiokuHarness) -> None:
+    env, llm = kioku.env, kioku.llm
+    blocked = await env.create_member("spammer")
+    await admin_runs(kioku, "kioku access block", {"user": blocked})
+
+    await env.send("hi in private", channel=env.dm_channel(blocked), author=blocked)
+
+    assert llm.requests == []
+    # Another member's DM is answered as ever.
+    llm.reply_text("Hello!")
+    await env.send("hi", channel=env.dm_channel(env.member), author=env.member)
+    assert env.last_sent().content == "Hello!"

@@ -54,6 +54,26 @@ async def test_a_server_refusing_tool_choice_is_asked_again_with_the_tools_alone
     assert "tool_choice" not in kioku.llm.request(1)
 
 
+async def test_a_server_that_cannot_stream_tools_is_asked_whole(kioku: KiokuHarness) -> None:
+    # llama-cpp-python's chatml-function-calling raises "Automatic streaming tool choice
+    # is not supported" once its 200 event stream has begun: it ends before any event.
+    kioku.llm.reply_stream("Hi", drop_within="data")
+    kioku.llm.reply_text("Hi!")
+    await kioku.env.send("hi", mention_bot=True)
+    assert kioku.env.last_sent().content == "Hi!"
+    assert kioku.llm.request(0).get("stream") is True
+    assert not kioku.llm.request(1).get("stream")
+    assert kioku.llm.tool_names(1) == [STM_TOOL_NAME]
+
+
+async def test_a_server_saying_it_cannot_stream_tools_is_asked_whole(kioku: KiokuHarness) -> None:
+    kioku.llm.reply_error(500, "Automatic streaming tool choice is not supported")
+    kioku.llm.reply_text("Hi!")
+    await kioku.env.send("hi", mention_bot=True)
+    assert kioku.env.last_sent().content == "Hi!"
+    assert not kioku.llm.request(1).get("stream")
+
+
 @pytest.mark.parametrize("provider", ["llamacpp", "ollama", "generic"])
 async def test_a_memory_call_written_as_text_is_stored_and_never_shown(
     db: Database, llm: ScriptedLLM, kioku_with: KiokuStarter, provider: str

@@ -11,5 +11,6 @@ visibility  which other channels' memories and facts a channel may see
 """
 
 from bot.cogs.chat.cog import Chat, setup
+from bot.cogs.chat.gate import AccessGate
 
-__all__ = ["Chat", "setup"]
+__all__ = ["AccessGate", "Chat", "setup"]

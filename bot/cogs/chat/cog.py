@@ -118,7 +118,7 @@ class Chat(commands.Cog):
             else None
         )
         self.members = Members(bot)
-        self.access = AccessGate(bot)
+        self.access = AccessGate(bot, self.members)
         self._read_image = ImageDownloader(bot.http)
         self.starters = ThreadStarters(bot)
         # The tasks answering a message (running or waiting for their channel's turn).

@@ -43,6 +43,10 @@ SUMMARY_UNSEEN = (
 SUMMARY_DISABLED = (
     "Short-term memory is turned off in this server, so there is nothing to summarize."
 )
+SUMMARY_NOT_ALLOWED = (
+    "This server's access settings (or the bot's direct-message setting) do not let you "
+    "use the bot here, so nothing was summarized."
+)
 
 
 def describe_summary(outcome: SummaryOutcome) -> str:

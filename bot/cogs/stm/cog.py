@@ -13,6 +13,7 @@ import discord
 from discord import app_commands
 from discord.ext import commands
 
+from bot.cogs.chat import AccessGate
 from bot.cogs.checks import IntRange, admin_only, moderator_only
 from bot.cogs.errors import answer, plural, think
 from bot.cogs.history import backfill
@@ -20,6 +21,7 @@ from bot.cogs.needs import POST, POST_IN_THREADS, SEE
 from bot.cogs.stm.answers import (
     ALWAYS_ON_UNHEARD,
     RENDER_MODES,
+    SUMMARY_NOT_ALLOWED,
     SUMMARY_UNSEEN,
     channel_label,
     describe_origin,
@@ -109,6 +111,10 @@ class StmCog(commands.Cog):
         channel = interaction.channel
         parent_id = channel.parent_id if isinstance(channel, discord.Thread) else None
         await interaction.response.defer(ephemeral=True, thinking=True)
+        # It calls the model: the same door as a mention (DM switch, allow and block lists).
+        if await AccessGate(self.bot).refused_author(interaction.user, interaction.guild):
+            await answer(interaction, SUMMARY_NOT_ALLOWED)
+            return
         if interaction.guild_id is not None and not interaction.app_permissions.view_channel:
             # Discord delivers the command, but none of the channel's messages: "nothing
             # new" would be wrong.

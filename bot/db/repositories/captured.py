@@ -25,7 +25,14 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from bot.db.models import LongTermMemory
-from bot.db.repositories.longterm import CHANNEL_SCOPE, COLUMNS, fact_of, recency, word_matches
+from bot.db.repositories.longterm import (
+    CHANNEL_SCOPE,
+    COLUMNS,
+    UNINDEXED_TSV,
+    fact_of,
+    recency,
+    word_matches,
+)
 from bot.vocabulary import Fact, Place, Provenance, ScoredFact, SearchWords
 
 # Its own advisory-lock key space: "long-term facts of one channel".
@@ -187,7 +194,7 @@ async def search_channels(
     """The captured facts of ``channel_ids`` matching ``words``, most relevant first."""
     if not words.words or not channel_ids:
         return []
-    matched, rank, held = word_matches(words, whole_words=False)
+    matched, rank, held = word_matches(words, whole_words=False, tsv=UNINDEXED_TSV)
     score = (rank + recency(now)).label("score")
     rows = await session.execute(
         select(*COLUMNS, held, score)

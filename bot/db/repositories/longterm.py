@@ -435,18 +435,30 @@ def recency(now: datetime) -> ColumnElement[float | Decimal]:
     return RECENCY_WEIGHT / (1.0 + age_days / RECENCY_HALF_DAYS)
 
 
+# The text index through an expression the planner cannot match to the full-text index:
+# among one channel's facts (a few thousand at most) a scan of the channel's rows beats
+# collecting a common word's matches over the whole table.
+UNINDEXED_TSV: ColumnElement[Any] = LongTermMemory.content_tsv.op("||")(
+    literal_column("''::tsvector")
+)
+
+
 def word_matches(
-    words: SearchWords, *, whole_words: bool
+    words: SearchWords,
+    *,
+    whole_words: bool,
+    tsv: ColumnElement[Any] = LongTermMemory.content_tsv,  # type: ignore[assignment]
 ) -> tuple[ColumnElement[bool], ColumnElement[float], Label[int]]:
     """For a query with words: whether a fact matches any of them, its rank by them, and
-    how many of the query's word groups it holds (labelled ``held``)."""
+    how many of the query's word groups it holds (labelled ``held``); ``tsv``: the text
+    vector searched (:data:`UNINDEXED_TSV` to keep off the full-text index)."""
     terms = words.terms
     tsquery = func.websearch_to_tsquery(_SIMPLE, " or ".join(terms))
-    full_text = LongTermMemory.content_tsv.bool_op("@@")(tsquery)
+    full_text = tsv.bool_op("@@")(tsquery)
     # ts_rank averages over the query's terms: scale the added forms' dilution back out,
     # so a rank keeps its size next to RECENCY_WEIGHT.
     dilution = len(terms) / len(words.words)
-    ts_rank = cast(func.ts_rank(LongTermMemory.content_tsv, tsquery), Float) * dilution
+    ts_rank = cast(func.ts_rank(tsv, tsquery), Float) * dilution
     groups = words.groups
     # One pattern per query word, the same in every expression: PostgreSQL caches only
     # a few compiled regular expressions per session.
@@ -458,16 +470,18 @@ def word_matches(
         (matched, _substring_rank(inside, len(groups))),
         else_=0.0,
     )
-    holds = (_holds(group, each) for group, each in zip(groups, found, strict=True))
+    holds = (_holds(group, each, tsv) for group, each in zip(groups, found, strict=True))
     held = sum((case((each, 1), else_=0) for each in holds), literal(0, Integer)).label("held")
     return matched, rank, held
 
 
-def _holds(group: WordGroup, found: ColumnElement[bool] | None) -> ColumnElement[bool]:
+def _holds(
+    group: WordGroup, found: ColumnElement[bool] | None, tsv: ColumnElement[Any]
+) -> ColumnElement[bool]:
     """Whether a fact holds one of ``group``'s forms (one query word), by full-text
     search or else by ``found`` (:func:`_found`)."""
     words = func.websearch_to_tsquery(_SIMPLE, " or ".join(group.forms))
-    full_text = LongTermMemory.content_tsv.bool_op("@@")(words)
+    full_text = tsv.bool_op("@@")(words)
     return full_text if found is None else or_(full_text, found)
 
 
