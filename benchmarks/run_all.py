@@ -21,6 +21,7 @@ ORDER = [
     "turns.py",
     "coherence.py",
     "startup.py",
+    "fact_recall.py",
     "memory_eval.py",
     "locomo.py",
     "redaction.py",
