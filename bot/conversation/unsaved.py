@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from datetime import datetime
-from typing import Any
 
 import openai
 
 from bot.config import Settings
+from bot.conversation.summarizer import answer_facts
 from bot.llm import (
     LlmUnavailable,
     RequestObserver,
@@ -38,7 +37,6 @@ EXTRACT_SYSTEM = (
     "'tomorrow' or 'last Friday' from that day. Only what the user asked to be "
     'remembered; never passwords or secrets. If there is nothing to remember, answer {"facts": []}.'
 )
-_OBJECT = re.compile(r"\{.*\}", re.DOTALL)
 
 
 def tracked(registry: dict[str, ToolSpec], names: tuple[str, ...], done: list[str]) -> None:
@@ -103,14 +101,5 @@ async def save_unsaved(
 
 def _facts(text: str) -> list[str]:
     """The ``facts`` strings of the answer's JSON object; none when it has no such object."""
-    found = _OBJECT.search(text)
-    if found is None:
-        return []
-    try:
-        value: Any = json.loads(found.group(0))
-    except ValueError:
-        return []
-    facts = value.get("facts") if isinstance(value, dict) else None
-    if not isinstance(facts, list):
-        return []
+    facts = answer_facts(text) or []
     return [fact.strip() for fact in facts if isinstance(fact, str) and fact.strip()]

@@ -10,6 +10,7 @@ capture   memory built while nobody addresses the bot, within a daily token budg
 
 from bot.conversation.summarizer.capture import Capture
 from bot.conversation.summarizer.checks import SummaryRejected, checked_summary
+from bot.conversation.summarizer.facts import answer_facts
 from bot.conversation.summarizer.prompt import (
     CUT_MARK,
     MAX_BATCHES,
@@ -54,6 +55,7 @@ __all__ = [
     "SummaryOutcome",
     "SummaryRejected",
     "SummaryStatus",
+    "answer_facts",
     "auto_summarize_reason",
     "build_messages",
     "checked_summary",

@@ -42,6 +42,7 @@ __all__ = [
     "SHOWN_KNOWN",
     "Distillation",
     "FactDistiller",
+    "answer_facts",
     "build_fact_messages",
     "parse_facts",
 ]
@@ -119,31 +120,25 @@ def build_fact_messages(
     )
 
 
-def parse_facts(text: str, ask: FactAsk) -> list[Distilled]:
-    """The facts of an answer: its JSON object's ``facts`` (objects or plain strings);
-    none when it holds no such object."""
+def answer_facts(text: str) -> list[Any] | None:
+    """The ``facts`` list of the JSON object in a model's answer (prose or a code fence
+    around it allowed); None when it holds no such object."""
     found = _OBJECT.search(text)
     if found is None:
-        return []
+        return None
     try:
         value: Any = json.loads(found.group(0))
     except ValueError:
-        return []
+        return None
     items = value.get("facts") if isinstance(value, dict) else None
-    if not isinstance(items, list):
-        return []
+    return items if isinstance(items, list) else None
+
+
+def parse_facts(text: str, ask: FactAsk) -> list[Distilled]:
+    """The facts of an answer (objects or plain strings); none when it holds none."""
+    items = answer_facts(text) or []
     facts = [fact for item in items if (fact := _fact(item, ask)) is not None]
     return facts[:MAX_FACTS]
-
-
-def answered_none(text: str) -> bool:
-    """Whether the answer is the JSON object of no facts (``{"facts": []}``)."""
-    found = _OBJECT.search(text)
-    try:
-        value: Any = json.loads(found.group(0)) if found is not None else None
-    except ValueError:
-        return False
-    return isinstance(value, dict) and value.get("facts") == []
 
 
 def _fact(item: Any, ask: FactAsk) -> Distilled | None:
@@ -237,7 +232,7 @@ class FactDistiller:
         text = "" if answer.tool_calls else unescape_new_entities(answer.text, sent)
         facts = parse_facts(text, ask)
         if not facts:
-            if answered_none(text):  # nothing worth keeping: those messages are done
+            if answer_facts(text) == []:  # nothing worth keeping: those messages are done
                 self._done[turn.channel_id] = read[-1].message_id
             log.info("facts of channel %s: the model gave none usable", turn.channel_id)
             return Distillation(calls=calls, tokens=tokens)

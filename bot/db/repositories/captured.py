@@ -15,11 +15,9 @@ from sqlalchemy import (
     any_,
     delete,
     func,
-    insert,
     literal,
     select,
     text,
-    update,
 )
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -30,7 +28,9 @@ from bot.db.repositories.longterm import (
     COLUMNS,
     UNINDEXED_TSV,
     fact_of,
+    insert_fact,
     recency,
+    update_fact,
     word_matches,
 )
 from bot.vocabulary import Fact, Place, Provenance, ScoredFact, SearchWords
@@ -88,35 +88,21 @@ async def insert_captured(
     now: datetime,
 ) -> Fact:
     """Store one captured fact (``user_id``: the member it is mostly about, or said it)."""
-    row = (
-        await session.execute(
-            insert(LongTermMemory)
-            .values(
-                scope=CHANNEL_SCOPE,
-                user_id=user_id,
-                guild_id=guild_id,
-                channel_id=place.channel_id,
-                parent_channel_id=place.parent_channel_id,
-                private_thread=place.private_thread,
-                readable_by_everyone=place.readable_by_everyone,
-                content=content,
-                refers_to=refers_to,
-                source_user_ids=sorted(set(sources)),
-                origin=provenance.origin,
-                origin_detail=provenance.detail,
-                source_message_id=provenance.source_message_id,
-                created_at=now,
-                updated_at=now,
-            )
-            .returning(*COLUMNS)
-        )
-    ).one()
-    return fact_of(row)
+    return await insert_fact(
+        session,
+        user_id=user_id,
+        guild_id=guild_id,
+        content=content,
+        provenance=provenance,
+        now=now,
+        place=place,
+        captured=_captured(sources, refers_to),
+    )
 
 
 async def merge_captured(
     session: AsyncSession,
-    fact_id: int,
+    fact: Fact,
     *,
     content: str,
     sources: Sequence[int],
@@ -125,23 +111,23 @@ async def merge_captured(
     now: datetime,
 ) -> Fact:
     """Restate a captured fact: its newer text and date; ``sources``: of both."""
-    row = (
-        await session.execute(
-            update(LongTermMemory)
-            .where(LongTermMemory.id == fact_id)
-            .values(
-                content=content,
-                refers_to=refers_to,
-                source_user_ids=sorted(set(sources)),
-                origin=provenance.origin,
-                origin_detail=provenance.detail,
-                source_message_id=provenance.source_message_id,
-                updated_at=now,
-            )
-            .returning(*COLUMNS)
-        )
-    ).one()
-    return fact_of(row)
+    return await update_fact(
+        session,
+        fact.id,
+        content=content,
+        provenance=provenance,
+        now=now,
+        place=fact.place,
+        captured=_captured(sources, refers_to),
+    )
+
+
+def _captured(sources: Sequence[int], refers_to: date | None) -> dict[str, object]:
+    return {
+        "scope": CHANNEL_SCOPE,
+        "refers_to": refers_to,
+        "source_user_ids": sorted(set(sources)),
+    }
 
 
 async def delete_facts(

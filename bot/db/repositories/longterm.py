@@ -8,7 +8,7 @@ server's facts; in a DM, DM facts plus every server's when the user opted in.
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
@@ -262,6 +262,15 @@ def _place_values(place: Place | None) -> dict[str, object]:
     }
 
 
+def _provenance_values(provenance: Provenance, now: datetime) -> dict[str, object]:
+    return {
+        "origin": provenance.origin,
+        "origin_detail": provenance.detail,
+        "source_message_id": provenance.source_message_id,
+        "updated_at": now,
+    }
+
+
 async def insert_fact(
     session: AsyncSession,
     *,
@@ -271,7 +280,9 @@ async def insert_fact(
     provenance: Provenance,
     now: datetime,
     place: Place | None = None,
+    captured: Mapping[str, object] | None = None,
 ) -> Fact:
+    """Store a fact; ``captured``: a captured fact's columns (scope, date, sources)."""
     row = (
         await session.execute(
             insert(LongTermMemory)
@@ -280,11 +291,9 @@ async def insert_fact(
                 guild_id=guild_id,
                 **_place_values(place),
                 content=content,
-                origin=provenance.origin,
-                origin_detail=provenance.detail,
-                source_message_id=provenance.source_message_id,
+                **_provenance_values(provenance, now),
                 created_at=now,
-                updated_at=now,
+                **(captured or {}),
             )
             .returning(*COLUMNS)
         )
@@ -300,9 +309,10 @@ async def update_fact(
     provenance: Provenance,
     now: datetime,
     place: Place | None = None,
+    captured: Mapping[str, object] | None = None,
 ) -> Fact:
     """Replace a fact's text, place and provenance (a near-duplicate was remembered
-    again)."""
+    again); ``captured``: a captured fact's new date and sources."""
     row = (
         await session.execute(
             update(LongTermMemory)
@@ -310,10 +320,8 @@ async def update_fact(
             .values(
                 content=content,
                 **_place_values(place),
-                origin=provenance.origin,
-                origin_detail=provenance.detail,
-                source_message_id=provenance.source_message_id,
-                updated_at=now,
+                **_provenance_values(provenance, now),
+                **(captured or {}),
             )
             .returning(*COLUMNS)
         )

@@ -179,7 +179,7 @@ class CapturedFacts:
         if restated is not None and not replaced:
             merged = await repo.merge_captured(
                 session,
-                restated.id,
+                restated,
                 content=content,
                 sources=[*restated.source_user_ids, *sources],
                 refers_to=fact.refers_to or restated.refers_to,
