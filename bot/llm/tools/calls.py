@@ -75,7 +75,9 @@ def assistant_message(content: str, calls: Sequence[ToolCall]) -> dict[str, Any]
     """The assistant message that carries ``calls`` in the conversation's history."""
     return {
         "role": "assistant",
-        "content": content or None,
+        # A string even when empty: llama-cpp-python's server refuses (500) an assistant
+        # message whose content is null; OpenAI, vLLM, Ollama and llama.cpp take "".
+        "content": content,
         "tool_calls": [
             {
                 "id": call.id,
