@@ -40,7 +40,9 @@ _USERINFO_USER: Final = r"://(?!\[REDACTED:)[^\s/?#@:\[\]]*:(?!\d{1,5}[/?#])"
 _USERINFO_PASSWORD: Final = rf"(?:[^\s@:]++|:(?!//)|@(?!{_HOST_AFTER}))*+"
 # A space in the password only when the host goes on as a URL's does (a port or a path),
 # so "https://a:b and mail bob@example.com" keeps its words.
-_SPACED_PASSWORD: Final = rf"[^\s@]{{1,64}}+(?:[ \t][^\s@]{{1,64}}+){{1,3}}+(?=@{_HOST}(?::\d|[/?#]))"
+_SPACED_PASSWORD: Final = (
+    rf"[^\s@]{{1,64}}+(?:[ \t][^\s@]{{1,64}}+){{1,3}}+(?=@{_HOST}(?::\d|[/?#]))"
+)
 URL_CREDENTIALS: Final = regex.compile(
     rf"{_USERINFO_USER}(?:{_SPACED_PASSWORD}|{_USERINFO_PASSWORD})@"
 )

@@ -7,7 +7,6 @@ import random
 import string
 
 import pytest
-
 from mnemonic import Mnemonic
 
 from bot.vocabulary import redaction
@@ -25,6 +24,8 @@ def draw(alphabet: str, length: int, seed: int = 11) -> str:
 SECRET = "s3cretV4lue"
 GITHUB = "ghp_" + draw(B62, 36)
 CRED = "[REDACTED:credential]"
+# The findings not fixed yet on this branch: strict, so each one reports when it is fixed.
+NOT_YET = pytest.mark.xfail(strict=True, reason="hardening item 5: not fixed yet")
 
 
 def hidden(text: str, secret: str) -> str:
@@ -103,6 +104,7 @@ LABELLED = [
 
 
 @pytest.mark.parametrize("template", [t for _, t in LABELLED], ids=[n for n, _ in LABELLED])
+@NOT_YET
 def test_password_labels_in_other_languages_hide_the_value(template: str) -> None:
     out = hidden(template.format(s=SECRET), SECRET)
     assert CRED in out
@@ -155,9 +157,12 @@ def test_label_words_in_ordinary_sentences_are_left_alone(text: str) -> None:
         (f"{SECRET} is my password", f"{CRED} is my password"),
         (f"{SECRET} was the old wifi password.", f"{CRED} was the old wifi password."),
         (f"password: ||{SECRET}|| ok", f"password: ||{CRED}|| ok"),
-        (f"my api key is ||Zx81kQ02pLm7Yt5R||", f"my api key is ||{CRED}||"),
+        ("my api key is ||Zx81kQ02pLm7Yt5R||", f"my api key is ||{CRED}||"),
         ("password: hunter2 is a famous meme", f"password: {CRED} is a famous meme"),
-        ("the password is hunter2 and the user is bob", f"the password is {CRED} and the user is bob"),
+        (
+            "the password is hunter2 and the user is bob",
+            f"the password is {CRED} and the user is bob",
+        ),
     ],
     ids=[
         "next_line",
@@ -173,6 +178,7 @@ def test_label_words_in_ordinary_sentences_are_left_alone(text: str) -> None:
         "stated_value_ends_at_whitespace",
     ],
 )
+@NOT_YET
 def test_values_in_other_layouts_are_hidden(text: str, expected: str) -> None:
     assert sanitize_value(text) == expected
     assert sanitize_value(expected) == expected
@@ -204,12 +210,14 @@ def test_layout_look_alikes_are_left_alone(text: str) -> None:
     ],
     ids=["three_lines", "after_prefix_newline", "after_prefix_space"],
 )
+@NOT_YET
 def test_a_token_split_over_lines_or_after_its_prefix_is_hidden(text: str) -> None:
     out = hidden(text, GITHUB[20:30])
     assert "[REDACTED:github_token]" in out
     assert out.endswith(" thanks")
 
 
+@NOT_YET
 def test_jwt_parts_separated_by_spaced_dots_are_hidden() -> None:
     jwt = [
         "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9",
@@ -236,6 +244,7 @@ def test_a_token_in_a_spoiler_keeps_the_spoiler_bars() -> None:
         ("cat.png", "cat.png"),
     ],
 )
+@NOT_YET
 def test_a_file_name_passes_through_redaction(name: str, expected: str) -> None:
     assert redaction.redact_file_name(name) == expected
     assert redaction.redact_file_name(expected) == expected
@@ -256,6 +265,7 @@ def test_a_file_name_passes_through_redaction(name: str, expected: str) -> None:
         "diners 3056 930902 5904",
     ],
 )
+@NOT_YET
 def test_a_luhn_valid_card_number_is_hidden(text: str) -> None:
     out = sanitize_value(text)
     assert "[REDACTED:payment_card]" in out
@@ -301,6 +311,7 @@ SEED_24 = _BIP39.to_mnemonic(random.Random(24).randbytes(32))
     ],
     ids=["twelve", "twenty_four", "numbered_list", "commas", "capitalised"],
 )
+@NOT_YET
 def test_a_seed_phrase_is_hidden(text: str) -> None:
     out = sanitize_value(text)
     assert "[REDACTED:seed_phrase]" in out
@@ -324,6 +335,7 @@ def test_word_lists_that_are_no_seed_are_left_alone(text: str) -> None:
     assert sanitize_value(text) == text
 
 
+@NOT_YET
 def test_redact_secrets_reports_the_new_kinds() -> None:
     kinds = redaction_kinds(f"4111 1111 1111 1111 and {SEED_12}")
     assert sorted(kinds) == ["payment_card", "seed_phrase"]
