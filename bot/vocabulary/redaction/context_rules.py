@@ -28,12 +28,27 @@ PEM_END: Final = regex.compile(r"(?i:-----END[ A-Z0-9]*PRIVATE KEY(?: BLOCK)?---
 
 # ------------------------------------------------------------------ URL userinfo
 
-# `://user:pass@`: the password is greedy up to the last `@` before the path, so an
-# unescaped `@` in it does not leak its tail.
-URL_CREDENTIALS: Final = regex.compile(r"://(?!\[REDACTED:)[^\s/?#@:\[\]]*:[^\s/?#\[\]]*@")
+# `://user:pass@host`: the password runs to the last `@` that a host follows (a name or
+# `[v6]`, a port, then no more host characters), so `#`, `?`, `/`, `[`, `]` or an `@` in it
+# does not leak its tail.  An `@` with no host after it belongs to the password.
+# The password never runs over another `://` and the host is bounded (DNS labels of 63),
+# so a text of many `://x:` stays linear.
+_HOST: Final = r"(?:[\w\-]{1,63}+(?:\.[\w\-]{1,63}+){0,8}+|\[[0-9A-Fa-f:.]{2,45}+\])"
+_HOST_AFTER: Final = rf"{_HOST}(?::\d{{1,5}})?(?![\w\-@:]|\.\w)"
+# No password starts like a port and a path (`http://localhost:3000/@alice`).
+_USERINFO_USER: Final = r"://(?!\[REDACTED:)[^\s/?#@:\[\]]*:(?!\d{1,5}[/?#])"
+_USERINFO_PASSWORD: Final = rf"(?:[^\s@:]++|:(?!//)|@(?!{_HOST_AFTER}))*+"
+# A space in the password only when the host goes on as a URL's does (a port or a path),
+# so "https://a:b and mail bob@example.com" keeps its words.
+_SPACED_PASSWORD: Final = (
+    rf"[^\s@]{{1,64}}+(?:[ \t][^\s@]{{1,64}}+){{1,3}}+(?=@{_HOST}(?::\d|[/?#]))"
+)
+URL_CREDENTIALS: Final = regex.compile(
+    rf"{_USERINFO_USER}(?:{_SPACED_PASSWORD}|{_USERINFO_PASSWORD})@"
+)
 # For input that was cut: a userinfo running into the cut has lost its `@`.
 URL_CREDENTIALS_AT_CUT: Final = regex.compile(
-    r"://(?!\[REDACTED:)[^\s/?#@:\[\]]*:[^\s/?#\[\]]*(?:@|\Z)"
+    rf"{_USERINFO_USER}(?:{_SPACED_PASSWORD}|{_USERINFO_PASSWORD})(?:@|\Z)"
 )
 # A token alone in the userinfo, as git takes one (`https://<token>@github.com/…`); only a
 # long, token-shaped user counts, so `https://bob@host` stays.
