@@ -123,7 +123,9 @@ async def test_image_downloads_run_together_inside_the_turns_deadline(
 async def test_only_png_jpeg_webp_and_gif_attachments_go_as_images(
     llm: ScriptedLLM, kioku_with: KiokuStarter
 ) -> None:
-    async with kioku_with(settings={"context": {"images_per_message": 10}}) as kioku:
+    async with kioku_with(
+        settings={"context": {"images_per_message": 10, "images_per_turn": 10}}
+    ) as kioku:
         sendable = [("a.png", PNG), ("b.jpg", JPEG), ("c.webp", WEBP), ("d.gif", GIF)]
         others = [("e.svg", b"<svg/>"), ("f.heic", b"x"), ("g.tiff", b"x"), ("h.bmp", b"BM")]
         llm.reply_text("Four.")
