@@ -22,7 +22,7 @@ REDIRECTS = frozenset((301, 302, 303, 307, 308))
 MAX_REDIRECTS = 3
 TIMEOUT_SECONDS = 30.0
 CHUNK_BYTES = 64 * 1024
-USER_AGENT = "Kioku (a Discord bot; +https://github.com/)"
+USER_AGENT = "Kioku (a self-hosted Discord bot)"
 
 # Builds the connection pool around the guarded resolver; tests hand in one that records
 # (and refuses, or routes to a local server) the addresses it would connect to.
