@@ -13,6 +13,7 @@ from discord.ext import commands
 from bot.config import Settings
 from bot.conversation import Summarizer, TurnRunner
 from bot.db import Database
+from bot.fetch import Fetcher
 from bot.memory import DurableSpool, LongTermService, MemoryService
 from bot.runtime import NOT_CONNECTED_YET, Metrics, TaskRegistry
 from bot.services import Services, StartupFailed, describe_local_failure, start_services
@@ -59,6 +60,7 @@ class KiokuBot(commands.Bot):
         janitor: bool = True,
         spool: bool = True,
         serve_metrics: bool = True,
+        image_fetcher: Fetcher | None = None,
         **options: Any,
     ) -> None:
         intents = discord.Intents.default()
@@ -79,6 +81,8 @@ class KiokuBot(commands.Bot):
         self._janitor = janitor
         self._use_spool = spool
         self._serve_metrics = serve_metrics
+        # What reads Discord's copies of images (None: the chat cog's guarded fetcher).
+        self.image_fetcher = image_fetcher
         self.services: Services | None = None
         # Set by on_disconnect until the gateway is back (on_connect, on_resumed).
         self._gateway_down = False
@@ -184,6 +188,7 @@ def build_bot(
     serve_metrics: bool = True,
     shard_ids: Sequence[int] | None = None,
     shard_count: int | None = None,
+    image_fetcher: Fetcher | None = None,
 ) -> KiokuBot:
     """The bot, not connected yet, running ``shard_ids`` of ``shard_count`` if given."""
     bot_class: type[KiokuBot] = KiokuBot
@@ -198,5 +203,6 @@ def build_bot(
         janitor=janitor,
         spool=spool,
         serve_metrics=serve_metrics,
+        image_fetcher=image_fetcher,
         **sharding,
     )

@@ -1,5 +1,10 @@
-"""A message's images as the turn sees them: references to Discord's copies, and their
-download for the ``data_url`` transport."""
+"""A message's images as the turn sees them: references to Discord's own copies, and
+their guarded download for the ``data_url`` transport.
+
+Only Discord's CDN and media proxy are referenced (an attachment's URL; an embed's
+``proxy_url``, never the link it was made from, which anyone posting, a webhook or
+another bot, may point anywhere): nothing else is fetched or handed to the provider.
+"""
 
 from __future__ import annotations
 
@@ -7,9 +12,9 @@ import logging
 import mimetypes
 from urllib.parse import urlsplit
 
-import aiohttp
 import discord
 
+from bot.fetch import DISCORD_MEDIA, Fetcher, GuardedFetcher
 from bot.vocabulary import ImageRef, strip_control_chars
 
 log = logging.getLogger(__name__)
@@ -27,34 +32,58 @@ def _name(value: str) -> str:
     return strip_control_chars(value)[:NAME_MAX_CHARS] or "image"
 
 
+def _discords(url: str | None) -> str | None:
+    """``url`` when it is Discord's CDN or media proxy, else None."""
+    if not url:
+        return None
+    why = DISCORD_MEDIA.refusal(url)
+    if why is not None:
+        log.debug("image not referenced: %s", why)
+        return None
+    return url
+
+
+def _embed_url(embed: discord.Embed) -> tuple[str, str] | None:
+    """An image embed's proxied copy and the file name of its original, or None."""
+    # A link to an image shows as an embed of type "image" holding it as thumbnail.
+    media = embed.image if embed.image.url else embed.thumbnail if embed.type == "image" else None
+    if media is None or not media.url:
+        return None
+    proxied = _discords(media.proxy_url)
+    if proxied is None:
+        return None
+    return proxied, urlsplit(media.url).path.rsplit("/", 1)[-1]
+
+
 def image_refs(message: discord.Message) -> tuple[ImageRef, ...]:
     """The images of ``message``: image attachments, then image embeds (a posted image link)."""
     refs: list[ImageRef] = []
     for attachment in message.attachments:
         content_type = _content_type(attachment)
-        if content_type is not None and content_type.startswith("image/"):
-            refs.append(
-                ImageRef(attachment.url, _name(attachment.filename), content_type, attachment.size)
-            )
+        url = _discords(attachment.url) or _discords(attachment.proxy_url)
+        if content_type is not None and content_type.startswith("image/") and url:
+            refs.append(ImageRef(url, _name(attachment.filename), content_type, attachment.size))
     for embed in message.embeds:
-        # A link to an image shows as an embed of type "image" holding it as thumbnail.
-        url = embed.image.url or (embed.thumbnail.url if embed.type == "image" else None)
-        if url:
-            path = urlsplit(url).path.rsplit("/", 1)[-1]
-            refs.append(ImageRef(url, _name(path), mimetypes.guess_type(path)[0]))
+        found = _embed_url(embed)
+        if found is not None:
+            url, name = found
+            refs.append(ImageRef(url, _name(name), mimetypes.guess_type(name)[0]))
     return tuple(refs[:MAX_IMAGES])
 
 
 class ImageDownloader:
-    """Reads images through discord.py's HTTP session (its proxy settings included)."""
+    """Reads Discord's copies of images through the guarded fetcher (no other host)."""
 
-    def __init__(self, http: discord.http.HTTPClient) -> None:
-        self._http = http
+    def __init__(self, fetcher: Fetcher | None = None) -> None:
+        # A fetcher handed in (tests: a fake CDN) belongs to the caller.
+        self._owned = GuardedFetcher(DISCORD_MEDIA) if fetcher is None else None
+        self._fetcher: Fetcher = self._owned or fetcher  # type: ignore[assignment]
 
-    async def __call__(self, url: str) -> bytes | None:
-        """The image's bytes, or None when Discord (or the host) would not give them."""
-        try:
-            return await self._http.get_from_cdn(url)
-        except (discord.HTTPException, aiohttp.ClientError, OSError, TimeoutError) as exc:
-            log.info("could not download an image: %s", getattr(exc, "status", type(exc).__name__))
-            return None
+    async def __call__(self, url: str, max_bytes: int) -> bytes:
+        """The image's bytes; a :class:`bot.fetch.FetchError` when there are none."""
+        return (await self._fetcher.fetch(url, max_bytes=max_bytes)).data
+
+    async def close(self) -> None:
+        """Close the connections of the fetcher it made."""
+        if self._owned is not None:
+            await self._owned.close()

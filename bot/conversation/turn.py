@@ -22,7 +22,7 @@ import openai
 from cachetools import TTLCache
 
 from bot.config import Settings
-from bot.conversation.images import ImageReader, vision_enabled, with_images
+from bot.conversation.images import BadImages, ImageReader, WithImages, vision_enabled, with_images
 from bot.conversation.server_profile import server_model, with_server_persona
 from bot.conversation.summarizer import (
     Capture,
@@ -44,6 +44,7 @@ from bot.conversation.unsaved import save_unsaved, tracked, with_saving_note
 from bot.conversation.upkeep import Upkeep
 from bot.llm import (
     FALLBACK_REPLY,
+    ImagesRefused,
     LlmUnavailable,
     LoopResult,
     ReplyPreview,
@@ -226,6 +227,8 @@ class TurnRunner:
         self._tasks = TaskRegistry() if tasks is None else tasks
         self.upkeep = Upkeep(memory, client, settings, self.metrics)
         self.capture = Capture(self.summarizer, memory, settings, self._tasks)
+        # Images a provider refused: never sent again.
+        self.bad_images = BadImages()
         # Channels whose last automatic summary failed recently.
         self._summary_failed: TTLCache[int, bool] = TTLCache(
             maxsize=100_000, ttl=SUMMARY_RETRY_SECONDS, timer=memory.clock.monotonic
@@ -256,13 +259,17 @@ class TurnRunner:
         if prepared.unanswered:
             log.info("turn %s: its message was deleted or wiped meanwhile", turn.turn_id)
             return TurnReply("", failed=True, turn=turn, unanswered=True, outcome="unanswered")
-        messages = await self._turn_messages(request, prepared, intent=intent)
+        # One deadline for the turn's image downloads and its model calls.
+        deadline = asyncio.get_running_loop().time() + self.settings.llm.turn_timeout_seconds
+        imaged = await self._turn_messages(request, prepared, intent=intent, deadline=deadline)
+        messages = imaged.messages
         stm_results: list[str] = []
         registry, offered = self._tools(request, prepared, stm_results, intent=intent, model=model)
         changed: list[str] = []  # the long-term tools that succeeded
         tracked(registry, (REMEMBER_TOOL_NAME, FORGET_TOOL_NAME), changed)
-        try:
-            result = await run_tool_loop(
+
+        async def answer(messages: list[dict[str, Any]]) -> LoopResult:
+            return await run_tool_loop(
                 self.client,
                 model=model,
                 messages=messages,
@@ -277,7 +284,25 @@ class TurnRunner:
                 strict_roles=self.settings.strict_roles,
                 observe=self.metrics.llm_request,
                 preview=preview,
+                deadline=deadline,
             )
+
+        try:
+            try:
+                result = await answer(messages)
+            except ImagesRefused:
+                if not imaged.sent or imaged.refused is None:
+                    raise
+                # Which of the images it was, the server does not say: none of them is
+                # sent again (else every later turn that carries it fails the same way).
+                log.warning(
+                    "turn %s: the model refused an image; asking again without the %d sent",
+                    turn.turn_id,
+                    len(imaged.sent),
+                )
+                self.bad_images.add(imaged.sent)
+                messages = imaged.refused
+                result = await answer(messages)
         except LlmUnavailable as exc:
             log.warning("turn %s: model unavailable (%s)", turn.turn_id, exc.__class__.__name__)
             return TurnReply(
@@ -337,18 +362,32 @@ class TurnRunner:
         )
 
     async def _turn_messages(
-        self, request: TurnRequest, prepared: PreparedTurn, *, intent: bool
-    ) -> list[dict[str, Any]]:
-        """The model's messages for the turn (see :meth:`_messages`), with its images."""
+        self, request: TurnRequest, prepared: PreparedTurn, *, intent: bool, deadline: float
+    ) -> WithImages:
+        """The model's messages for the turn (see :meth:`_messages`), with the images of
+        the message answered and its reply chain (none from other messages: what they
+        showed is a note in the text, as memory keeps it)."""
         turn = prepared.turn
         prompt = assemble(prepared.prompt)
         messages, whole_history = self._messages(
             request, prompt, prepared.prompt.now, intent=intent, server_persona=turn.config.persona
         )
         context = self.settings.context
+        imaged = WithImages(messages)
         if vision_enabled(context, self.caps):
-            messages = await with_images(
-                messages, prompt.history_ids, prepared.prompt.window, context, request.read_image
+            # The message answered and its reply chain; no other message's images.
+            carriers = {m.message_id for m in prepared.prompt.replied_to}
+            if request.source_message_id is not None:
+                carriers.add(request.source_message_id)
+            imaged = await with_images(
+                messages,
+                prompt.history_ids,
+                prepared.prompt.window,
+                context,
+                request.read_image,
+                carriers=carriers,
+                bad=self.bad_images,
+                deadline=deadline,
             )
         if not whole_history:
             # The model does not see the oldest messages: a memory it writes now must not
@@ -356,7 +395,7 @@ class TurnRunner:
             # moved it meanwhile, the write is refused: it would claim them after all).
             turn.marker = None
             turn.history_trimmed = True
-        return messages
+        return imaged
 
     def _tools(
         self,

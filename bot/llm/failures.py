@@ -66,6 +66,15 @@ class ToolCallFailed(LlmUnavailable):
         super().__init__("unavailable", UNAVAILABLE_MESSAGE, status=400)
 
 
+class ImagesRefused(LlmUnavailable):
+    """The server refused the request for an image in it (a format or a file it cannot read)."""
+
+    # Where the turn sent no image, or does not retry without them, it is the ordinary
+    # unavailable notice.
+    def __init__(self, status: int) -> None:
+        super().__init__("unavailable", UNAVAILABLE_MESSAGE, status=status)
+
+
 class HistoryToolsRefused(Exception):
     """The server refused a request whose tools are only there for the history's calls."""
 
@@ -92,6 +101,9 @@ _TOOLS_REFUSED = re.compile(
     ),
     re.IGNORECASE,
 )
+# OpenAI's invalid_image_format / image_parse_error, "Invalid image", "unsupported image",
+# vLLM's and Ollama's failures to load an image_url part.
+_IMAGE_WORDS = re.compile(r"\bimages?\b|image_url|image_parse|invalid_image", re.IGNORECASE)
 _TOOL_CHOICE = re.compile(r"\btool[ _-]?choice\b", re.IGNORECASE)
 # Groq: code "tool_use_failed", "tool call validation failed: …", "Failed to call a function".
 _FAILED_GENERATION = re.compile(
@@ -116,6 +128,9 @@ def refusal(
             f" request_id={exc.request_id}" if exc.request_id else "",
         )
         return ToolCallFailed()
+    if exc.status_code == 400 and _IMAGE_WORDS.search(f"{exc.code or ''} {text}"):
+        log.warning("LLM refused an image of the request (HTTP 400)")
+        return ImagesRefused(exc.status_code)
     if tool_choice is not None and _TOOL_CHOICE.search(text):
         return HistoryToolsRefused()
     if tools and _TOOLS_REFUSED.search(text):

@@ -72,12 +72,16 @@ async def test_an_image_link_embed_goes_to_a_vision_model_as_an_image(
     kioku: KiokuHarness,
 ) -> None:
     url = "https://images.example/photos/sunset.jpg"
-    embed = {"type": "image", "url": url, "thumbnail": {"url": url, "proxy_url": url}}
+    # The model gets Discord's proxied copy, never the link itself (see test_image_guard).
+    proxied = (
+        "https://images-ext-1.discordapp.net/external/x/https/images.example/photos/sunset.jpg"
+    )
+    embed = {"type": "image", "url": url, "thumbnail": {"url": url, "proxy_url": proxied}}
     kioku.llm.reply_text("A sunset.")
     await kioku.env.send(url, mention_bot=True, embeds=[embed])
 
     last = kioku.llm.messages()[-1]
-    assert image_urls(last) == [url]
+    assert image_urls(last) == [proxied]
     assert "[image: sunset.jpg]" in text_of(last)
 
 
@@ -117,9 +121,10 @@ async def test_images_are_limited_per_message_and_per_turn_newest_first(
         settings={"context": {"images_per_message": 2, "images_per_turn": 3}}
     ) as kioku:
         files = [(f"{n}.png", PNG) for n in "abc"]
-        await kioku.env.send("older", attachments=files)
+        # Only the message answered and its reply chain carry images.
+        older = await kioku.env.send("older", attachments=files)
         llm.reply_text("Nice.")
-        await kioku.env.send("newer", mention_bot=True, attachments=files)
+        await kioku.env.send("newer", mention_bot=True, attachments=files, reply_to=older)
         users = [m for m in llm.messages() if m["role"] == "user"]
         counts = [len(image_urls(m)) for m in users]
         assert counts[-2:] == [1, 2]
@@ -130,9 +135,11 @@ async def test_a_strict_provider_gets_alternating_roles_with_the_image_parts_kep
     llm: ScriptedLLM, kioku_with: KiokuStarter
 ) -> None:
     async with kioku_with(settings={"provider": "mistral", "context": {"vision": "on"}}) as kioku:
-        await kioku.env.send("first, a picture", attachments=[("a.png", PNG)])
+        first = await kioku.env.send("first, a picture", attachments=[("a.png", PNG)])
         llm.reply_text("Both seen.")
-        await kioku.env.send("and another", mention_bot=True, attachments=[("b.png", PNG)])
+        await kioku.env.send(
+            "and another", mention_bot=True, attachments=[("b.png", PNG)], reply_to=first
+        )
         messages = llm.messages()
         assert role_order_problem(messages) is None
         urls = [u.rsplit("/", 1)[-1] for m in messages for u in image_urls(m)]

@@ -22,6 +22,7 @@ from bot.db.engine import Database
 from tests.helpers.builders import ManualClock
 from tests.helpers.database import make_test_settings
 from tests.helpers.dpytest_env import DEFAULT_BASE_ID, DpytestEnv, attach_dpytest, detach
+from tests.helpers.fake_cdn import FakeCdn
 from tests.helpers.fake_llm import ScriptedLLM
 from tests.helpers.interactions import InteractionHarness
 
@@ -71,11 +72,13 @@ async def start_kioku(
     # dpytest's message times are real (time-based snowflakes): the bot's clock starts
     # at the real time too, so "sent before the /refresh" compares like with like.
     clock = clock or ManualClock(datetime.now(UTC))
+    cdn = FakeCdn()
     bot = build_bot(
         make_test_settings(pg_url, data_dir, **overrides),
         database=database,
         clock=clock,
         janitor=False,
+        image_fetcher=cdn,
     )
     env = await attach_dpytest(
         bot,
@@ -85,6 +88,7 @@ async def start_kioku(
         guilds=guilds,
         run_setup_hook=True,
     )
+    cdn.world = env
     return KiokuHarness(bot, env, InteractionHarness(bot), llm, clock, database)
 
 

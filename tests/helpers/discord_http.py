@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from typing import Any
 
@@ -153,6 +154,9 @@ class FakeDiscordHttp:
         self.typing.append(int(channel_id))
 
     async def get_from_cdn(self, url: str) -> bytes:
+        self.world.cdn_asked.append(url)
+        if self.world.cdn_stalls(url):
+            await asyncio.Event().wait()  # never set: a download that never ends
         try:
             return self.world.cdn[url]
         except KeyError:

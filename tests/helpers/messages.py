@@ -62,6 +62,13 @@ class MessageTraffic(DiscordWorld):
         self.sent: list[SentMessage] = []
         self._messages: dict[int, dict[str, Any]] = {}
         self.cdn: dict[str, bytes] = {}  # attachment url -> content
+        self.cdn_asked: list[str] = []  # every URL the bot asked the CDN for, in order
+        # File names whose download never ends (a stalled host): only a timeout stops it.
+        self.cdn_stalled: set[str] = set()
+
+    def cdn_stalls(self, url: str) -> bool:
+        """Whether the download of ``url`` never ends (its file name is in ``cdn_stalled``)."""
+        return url.split("?", 1)[0].rsplit("/", 1)[-1] in self.cdn_stalled
 
     def message_payload(self, message_id: int) -> dict[str, Any] | None:
         """The stored gateway payload of a message, or ``None``."""

@@ -14,6 +14,7 @@ import bot.cogs.kioku
 import bot.cogs.stm
 import bot.console
 import bot.conversation
+import bot.fetch
 import bot.llm
 import bot.llm.tools
 import bot.memory
@@ -34,6 +35,7 @@ MAPPED = [
     bot.llm,
     bot.llm.tools,
     bot.conversation,
+    bot.fetch,
     bot.vocabulary,
     bot.runtime,
     bot.ops,

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2] / "bot"
-CORE = ["memory", "db", "llm"]
+CORE = ["memory", "db", "llm", "fetch"]
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -39,6 +39,7 @@ LAYERS: dict[str, int] = {
     "bot.config": 1,
     "bot.db": 2,
     "bot.llm": 2,
+    "bot.fetch": 2,
     "bot.runtime": 3,
     "bot.memory": 4,
     "bot.conversation": 5,

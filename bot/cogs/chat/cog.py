@@ -119,7 +119,7 @@ class Chat(commands.Cog):
         )
         self.members = Members(bot)
         self.access = AccessGate(bot, self.members)
-        self._read_image = ImageDownloader(bot.http)
+        self._read_image = ImageDownloader(bot.image_fetcher)
         self.starters = ThreadStarters(bot)
         # The tasks answering a message (running or waiting for their channel's turn).
         self._answering: set[asyncio.Task[object]] = set()
@@ -134,14 +134,16 @@ class Chat(commands.Cog):
         # cancelled turn's memory write still settles before the database goes.
         self._closing = True
         answering = [task for task in self._answering if task is not asyncio.current_task()]
-        if not answering:
-            return
-        log.info(
-            "waiting up to %.0f s for %d answers in flight", SHUTDOWN_GRACE_SECONDS, len(answering)
-        )
-        cancelled = await finish_or_cancel(answering, SHUTDOWN_GRACE_SECONDS)
-        if cancelled:
-            log.warning("shutdown: %d answers in flight were cancelled", cancelled)
+        if answering:
+            log.info(
+                "waiting up to %.0f s for %d answers in flight",
+                SHUTDOWN_GRACE_SECONDS,
+                len(answering),
+            )
+            cancelled = await finish_or_cancel(answering, SHUTDOWN_GRACE_SECONDS)
+            if cancelled:
+                log.warning("shutdown: %d answers in flight were cancelled", cancelled)
+        await self._read_image.close()  # after the answers: they may still read images
 
     # ------------------------------------------------------------ raw window
 

@@ -21,6 +21,7 @@ from bot.llm.failures import (
     RATE_LIMIT_MESSAGE,
     TIMEOUT_MESSAGE,
     UNAVAILABLE_MESSAGE,
+    ImagesRefused,
     LlmUnavailable,
     ToolCallFailed,
     ToolsRefused,
@@ -48,6 +49,7 @@ __all__ = [
     "RATE_LIMIT_MESSAGE",
     "TIMEOUT_MESSAGE",
     "UNAVAILABLE_MESSAGE",
+    "ImagesRefused",
     "LlmUnavailable",
     "LoopResult",
     "ReplyPreview",
@@ -114,6 +116,7 @@ async def run_tool_loop(
     strict_roles: bool = False,
     observe: RequestObserver | None = None,
     preview: ReplyPreview | None = None,
+    deadline: float | None = None,
 ) -> LoopResult:
     """Run one turn of the bot's reply (SPEC §3) on a copy of ``messages``."""
     # Raises LlmUnavailable when a model call fails, unless the model already answered
@@ -128,6 +131,8 @@ async def run_tool_loop(
     # the model what it can no longer do when the server refuses tools; `strict_roles`
     # sends every request in the role order strict chat templates accept.  With a
     # `preview` the answers are streamed, and it hears of the reply as it grows.
+    # `deadline` (event-loop time) is the turn's when it began before the loop (its image
+    # downloads); else the loop's calls get `turn_timeout_seconds` from now.
     loop = _Loop(
         registry=registry,
         conversation=list(messages),
@@ -147,7 +152,9 @@ async def run_tool_loop(
         strict_roles,
         observe,
         # All the model calls of a turn share `turn_timeout_seconds`, retries included.
-        deadline=asyncio.get_running_loop().time() + settings.turn_timeout_seconds,
+        deadline=asyncio.get_running_loop().time() + settings.turn_timeout_seconds
+        if deadline is None
+        else deadline,
         on_text=loop.previewer(preview) if preview is not None else None,
     )
     return await loop.run(offered)
