@@ -23,6 +23,7 @@ from bot.db.models import LongTermMemory, StmEvent, UserSettings
 from bot.memory.longterm.facts import LongTermService
 from bot.vocabulary.model import Provenance
 from tests.helpers.bot import KiokuHarness
+from tests.helpers.builders import recall_notes
 from tests.helpers.chat_world import KiokuStarter
 from tests.helpers.faults import outage
 from tests.helpers.interaction_responses import InteractionResult
@@ -252,7 +253,7 @@ async def test_forget_deletes_the_users_own_fact(
     assert result.ephemeral
     assert result.content == f"Forgot memory #{cat}:\n> My cat is called Miso"
     assert await fact_ids(kioku) == [tea]
-    assert await longterm.recall_notes(kioku.env.member.id, kioku.env.guild.id, "cat", False) == [
+    assert await recall_notes(longterm, kioku.env.member.id, kioku.env.guild.id, "cat", False) == [
         "I like tea"
     ]
     async with kioku.database.sessions() as session:

@@ -103,6 +103,11 @@ def make_longterm(memory: MemoryService) -> LongTermService:
     return LongTermService(memory.sessions, memory.settings, memory.clock, spool=memory.spool)
 
 
+async def recall_notes(longterm: LongTermService, *args: Any, **kwargs: Any) -> list[str]:
+    """The notes of :meth:`LongTermService.recall` (a turn's recall, for assertions)."""
+    return (await longterm.recall(*args, **kwargs)).notes
+
+
 async def prepare(
     service: MemoryService,
     user: int = ALICE,

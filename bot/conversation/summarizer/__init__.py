@@ -2,6 +2,7 @@
 
 run       the runs: batches within the context, all or nothing, one at a time per channel
 prompt    one call's request as pure functions: prompt, dated lines, batches, answer parsing
+outcome   what a run reports: its status, and why it stored nothing
 checks    quality gates on an answer before anything is stored
 facts     the durable, dated facts of the messages a run read, into long-term memory
 triggers  when a run follows a turn: the cadence, a tool-less provider, an ignored nudge
@@ -11,14 +12,7 @@ capture   memory built while nobody addresses the bot, within a daily token budg
 from bot.conversation.summarizer.capture import Capture
 from bot.conversation.summarizer.checks import SummaryRejected, checked_summary
 from bot.conversation.summarizer.facts import answer_facts
-from bot.conversation.summarizer.prompt import (
-    CUT_MARK,
-    MAX_BATCHES,
-    build_messages,
-    plan_batches,
-    request_chars,
-)
-from bot.conversation.summarizer.run import (
+from bot.conversation.summarizer.outcome import (
     CATEGORIES_CHANGED_MEANWHILE,
     CHANGED_MEANWHILE,
     CLEARED_MEANWHILE,
@@ -26,12 +20,18 @@ from bot.conversation.summarizer.run import (
     EMPTY_ANSWER,
     INVALID_JSON,
     NO_ROOM,
-    REPLY_SHARE,
     TOOL_CALL_ANSWER,
-    Summarizer,
     SummaryOutcome,
     SummaryStatus,
 )
+from bot.conversation.summarizer.prompt import (
+    CUT_MARK,
+    MAX_BATCHES,
+    build_messages,
+    plan_batches,
+    request_chars,
+)
+from bot.conversation.summarizer.run import REPLY_SHARE, Summarizer
 from bot.conversation.summarizer.triggers import (
     auto_summarize_reason,
     ignored_nudges,

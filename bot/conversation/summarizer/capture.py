@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from datetime import date
 
 from bot.config import Settings
-from bot.conversation.summarizer.run import Summarizer, SummaryOutcome
+from bot.conversation.summarizer.outcome import SummaryOutcome
+from bot.conversation.summarizer.run import Summarizer
 from bot.memory import MemoryService, count_new_messages
 from bot.runtime import TaskRegistry
 from bot.vocabulary import ScopeKey

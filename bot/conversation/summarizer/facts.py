@@ -237,7 +237,7 @@ class FactDistiller:
             log.info("facts of channel %s: the model gave none usable", turn.channel_id)
             return Distillation(calls=calls, tokens=tokens)
         try:
-            stored = await self.longterm.capture(
+            stored = await self.longterm.captured.store(
                 facts,
                 guild_id=turn.guild_id,
                 place=Place(turn.channel_id, turn.parent_channel_id),

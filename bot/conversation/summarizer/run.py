@@ -50,7 +50,7 @@ import dataclasses
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import openai
 
@@ -58,6 +58,20 @@ from bot.config import Settings
 from bot.conversation.server_profile import server_model
 from bot.conversation.summarizer.checks import SummaryRejected, checked_summary
 from bot.conversation.summarizer.facts import FactDistiller
+from bot.conversation.summarizer.outcome import (
+    CATEGORIES_CHANGED_MEANWHILE,
+    CHANGED_MEANWHILE,
+    CLEARED_MEANWHILE,
+    CUT_OFF,
+    CUT_OFF_BY_CONTEXT,
+    EMPTY_ANSWER,
+    INVALID_JSON,
+    NO_CATEGORY_VALUES,
+    NO_ROOM,
+    TOOL_CALL_ANSWER,
+    SummaryOutcome,
+    Unusable,
+)
 from bot.conversation.summarizer.prompt import (
     HEADER_ROOM,
     build_messages,
@@ -98,12 +112,7 @@ from bot.vocabulary import (
     sanitize_value,
 )
 
-__all__ = [
-    "REPLY_SHARE",
-    "Summarizer",
-    "SummaryOutcome",
-    "SummaryStatus",
-]
+__all__ = ["REPLY_SHARE", "Summarizer"]
 
 log = logging.getLogger(__name__)
 
@@ -113,70 +122,6 @@ FORMAT_TOKENS = 64
 """Kept free for the chat format around the two messages (roles, special tokens)."""
 MIN_ROOM_CHARS = 200
 """Below this many characters of room for the new messages, a run is not worth a call."""
-
-SummaryStatus = Literal["updated", "nothing_new", "busy", "failed", "empty", "disabled"]
-
-EMPTY_ANSWER = "the model's answer was empty"
-# Shown to whoever ran /stm summarize, often a moderator: the setting to raise
-# (llm.max_reply_tokens) is only named in the log, for the operator.
-CUT_OFF = (
-    "the model's answer was cut off at its length limit (ask the bot's operator to allow "
-    "longer answers)"
-)
-CUT_OFF_BY_CONTEXT = (
-    "the model's answer was cut off at its length limit, which the provider's context "
-    "size keeps small"
-)
-NO_ROOM = "the memory leaves no room for new messages in the provider's context"
-TOOL_CALL_ANSWER = "the model answered with a tool call instead of a summary"
-INVALID_JSON = "the model did not answer with the JSON object asked for"
-NO_CATEGORY_VALUES = "the model's answer had no usable category values"
-CLEARED_MEANWHILE = "the channel's memory was cleared while the summary was being made"
-CHANGED_MEANWHILE = "the memory was updated by someone else while the summary was being made"
-CATEGORIES_CHANGED_MEANWHILE = (
-    "the server's memory categories changed while the summary was being made"
-)
-
-
-@dataclass(frozen=True, slots=True)
-class SummaryOutcome:
-    """What one run did.
-
-    ``status``: ``updated`` (written; ``pending_sync`` when it went to the spool),
-    ``nothing_new`` (no model call made), ``busy`` (another run holds the channel),
-    ``disabled`` (short-term memory is off in the guild: no model call made, or turned
-    off while the model was answering and nothing stored), ``failed``
-    (model, storage or write refused: ``error`` says which, in words safe to show a user)
-    or ``empty`` (the model answered nothing usable). Only ``updated`` changed the memory.
-    ``new_messages`` counts the messages read (and now covered, when updated); ``chars``
-    is the size of the memory written; ``calls`` the requests sent to the model (the
-    ``openai`` client's own retries aside).
-    """
-
-    status: SummaryStatus
-    new_messages: int = 0
-    chars: int = 0
-    error: str | None = None
-    calls: int = 0
-    skipped: int = 0  # the oldest new messages, not read: beyond MAX_BATCHES batches
-    pending_sync: bool = False
-    # Tokens the run's calls took, estimated from their text (capture's daily budget).
-    tokens: int = 0
-    facts: int = 0  # long-term facts distilled from the messages read, stored or merged
-
-    @property
-    def updated(self) -> bool:
-        return self.status == "updated"
-
-
-class _Unusable(Exception):
-    """The model answered, but nothing that can be stored."""
-
-    def __init__(self, status: Literal["failed", "empty"], message: str) -> None:
-        super().__init__(message)
-        self.status: Literal["failed", "empty"] = status
-        self.message = message
-
 
 # ----------------------------------------------------------------- summarizer
 
@@ -382,7 +327,7 @@ class Summarizer:
                     max_new_chars=max(MIN_ROOM_CHARS, room_now),
                 )
                 if request_chars(messages) > budget.prompt_chars:
-                    raise _Unusable("failed", NO_ROOM)
+                    raise Unusable("failed", NO_ROOM)
                 model = turn.model or self.settings.model
                 asked = _Asked(
                     messages,
@@ -405,7 +350,7 @@ class Summarizer:
             return SummaryOutcome(
                 "failed", len(new), error=exc.user_message, calls=calls, skipped=skipped
             )
-        except _Unusable as exc:
+        except Unusable as exc:
             # The facts do not hang on the summary: a small model that only copies the
             # transcript still leaves its dates and plans in long-term memory.
             failed = SummaryOutcome(
@@ -521,7 +466,7 @@ class Summarizer:
 
     async def _checked_answer(self, asked: _Asked, budget: _Budget, model: str) -> str:
         """The answer to ``asked`` that passes the quality gates, asked again once."""
-        # Raises _Unusable when neither answer is usable: nothing is stored, and the
+        # Raises Unusable when neither answer is usable: nothing is stored, and the
         # messages stay uncovered in the raw window.
         messages = asked.messages
         for attempt in range(2):
@@ -542,7 +487,7 @@ class Summarizer:
                     "; asking once more" if attempt == 0 else "; nothing stored",
                 )
                 if attempt == 1:
-                    raise _Unusable("failed", f"the summary {rejected.reason}") from None
+                    raise Unusable("failed", f"the summary {rejected.reason}") from None
                 messages = [
                     *asked.messages,
                     {"role": "assistant", "content": text[:RETRY_ECHO_CHARS]},
@@ -553,7 +498,7 @@ class Summarizer:
     async def _answer(
         self, messages: list[dict[str, Any]], budget: _Budget, model: str, asked: _Asked
     ) -> str:
-        """One call's text, or :class:`_Unusable` for a tool call or a cut-off answer."""
+        """One call's text, or :class:`Unusable` for a tool call or a cut-off answer."""
         asked.calls += 1  # counted before: a call that raises was made all the same
         self._tokens[asked.channel_id] += request_chars(messages) // CHARS_PER_TOKEN
         answer = await self._complete(messages, budget, model)
@@ -563,7 +508,7 @@ class Summarizer:
             # Whatever text it returns is not a summary (a lead-in written beside the
             # call, or the notice that it gave up).
             asked.calls += 1
-            raise _Unusable("failed", TOOL_CALL_ANSWER)
+            raise Unusable("failed", TOOL_CALL_ANSWER)
         if answer.truncated:
             if not budget.capped:
                 log.warning(
@@ -572,7 +517,7 @@ class Summarizer:
                     asked.channel_id,
                     budget.reply_tokens,
                 )
-            raise _Unusable("failed", CUT_OFF_BY_CONTEXT if budget.capped else CUT_OFF)
+            raise Unusable("failed", CUT_OFF_BY_CONTEXT if budget.capped else CUT_OFF)
         return answer.text
 
     def _budget(self, config: GuildConfig) -> _Budget:
@@ -612,21 +557,21 @@ def _integrate(
 ) -> tuple[str, dict[str, str]]:
     """The running memory, ``(summary, categories)``, with one batch's answer folded in
     as a write would store it (sanitized, at most VALUE_LIMIT a value: what the plan
-    reserved room for), for the next batch to integrate into. Raises :class:`_Unusable`
+    reserved room for), for the next batch to integrate into. Raises :class:`Unusable`
     when the answer is empty, or holds no usable value (category mode: not the JSON
     object asked for, or no value left after sanitizing)."""
     if not text.strip():
-        raise _Unusable("empty", EMPTY_ANSWER)
+        raise Unusable("empty", EMPTY_ANSWER)
     if not config.category_mode:
         summary = sanitize_value(text.strip())
         if not summary:
-            raise _Unusable("empty", EMPTY_ANSWER)
+            raise Unusable("empty", EMPTY_ANSWER)
         return summary, dict(categories)
     try:
         values = parse_categories(text, config)
     except ValueError:
-        raise _Unusable("failed", INVALID_JSON) from None
+        raise Unusable("failed", INVALID_JSON) from None
     values = {slug: sanitize_value(v) for slug, v in values.items()}
     if not any(values.values()):
-        raise _Unusable("empty", NO_CATEGORY_VALUES)
+        raise Unusable("empty", NO_CATEGORY_VALUES)
     return summary, {**categories, **{slug: v for slug, v in values.items() if v}}

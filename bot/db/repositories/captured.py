@@ -23,15 +23,13 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from bot.db.models import LongTermMemory
+from bot.db.repositories.fact_search import UNINDEXED_TSV, recency, word_matches
 from bot.db.repositories.longterm import (
     CHANNEL_SCOPE,
     COLUMNS,
-    UNINDEXED_TSV,
     fact_of,
     insert_fact,
-    recency,
     update_fact,
-    word_matches,
 )
 from bot.vocabulary import Fact, Place, Provenance, ScoredFact, SearchWords
 

@@ -3,6 +3,7 @@
 facts            LongTermService: storing, recalling, listing and deleting facts
 captured         facts capture distilled from a channel: merged, superseded, dated
 ranking          recall's full-text and vector rankings fused, within a budget
+results          what the service answers (stored, forgotten, a page, refused)
 visibility       where a fact may be shown (never somewhere more public)
 near_duplicates  whether a fact to remember restates, and replaces, a stored one
 intent           whether a message explicitly asks to remember or forget

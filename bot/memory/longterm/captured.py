@@ -11,11 +11,13 @@ since the run began.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
 
+from cachetools import LRUCache
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from bot.config import Settings
@@ -24,6 +26,7 @@ from bot.db.repositories import captured as repo
 from bot.db.repositories import longterm as longterm_repo
 from bot.db.repositories import stm as stm_repo
 from bot.memory.longterm.near_duplicates import replacement
+from bot.memory.longterm.ranking import FactVectors
 from bot.memory.spool import DurableSpool
 from bot.vocabulary import Clock, Fact, FactEvent, Place, Provenance, sanitize_value
 
@@ -37,6 +40,8 @@ EVENT_SUPERSEDE = "ltm_supersede"
 EVENT_EVICT = "ltm_evict"
 # A new fact is compared with this many of the channel's newest for restatements.
 COMPARED = 500
+# Channels whose last capture this process remembers.
+CAPTURE_COUNTERS = 100_000
 
 CLEARED = "the channel's memory was cleared (/refresh) while the facts were being made"
 FORGOTTEN = "a member whose messages they came from was forgotten (/forget-me) meanwhile"
@@ -90,11 +95,21 @@ class CapturedFacts:
         clock: Clock,
         *,
         spool: DurableSpool | None = None,
+        vectors: FactVectors | None = None,
     ) -> None:
         self._sessions = sessions
         self.limits = settings.longterm
         self.clock = clock
         self._spool = spool
+        self._vectors = vectors
+        # Per channel, the number of its last capture here (see captures); one sequence.
+        self._capture_seq = itertools.count(1)
+        self._last_capture: LRUCache[int, int] = LRUCache(maxsize=CAPTURE_COUNTERS)
+
+    def captures(self, channel_id: int) -> int:
+        """A number that changes whenever this process stores facts captured in the channel
+        (a recall that found none there before may not be trusted after)."""
+        return self._last_capture.get(channel_id, 0)
 
     def _storage(self, what: str) -> contextlib.AbstractAsyncContextManager[AsyncSession]:
         return memory_session(self._sessions, f"captured facts: {what}")
@@ -118,7 +133,25 @@ class CapturedFacts:
         started_at: datetime,
     ) -> CaptureStored:
         """Store ``facts`` distilled from the messages of ``sources`` at ``place``, unless
-        the channel or one of them was wiped since ``started_at``."""
+        the channel or one of them was wiped since ``started_at``; then their embeddings,
+        when an endpoint is set."""
+        try:
+            stored = await self._store(facts, guild_id, place, sources, provenance, started_at)
+        finally:
+            self._last_capture[place.channel_id] = next(self._capture_seq)
+        if self._vectors is not None:
+            await self._vectors.index(stored.stored)
+        return stored
+
+    async def _store(
+        self,
+        facts: Sequence[Distilled],
+        guild_id: int,
+        place: Place,
+        sources: Sequence[int],
+        provenance: Provenance,
+        started_at: datetime,
+    ) -> CaptureStored:
         if self._spool is not None and any(self._spool.forgetting(user) for user in sources):
             return CaptureStored(refused=FORGET_PENDING)
         cleaned = [(fact, self.clean(fact.content)) for fact in facts]

@@ -19,13 +19,24 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from bot.config import Settings
 from bot.db import FactCursor, memory_session
 from bot.db.repositories import captured as captured_repo
-from bot.db.repositories import embeddings as embeddings_repo
+from bot.db.repositories import fact_search
 from bot.db.repositories import longterm as repo
 from bot.db.repositories import stm as stm_repo
-from bot.llm import Embedder, Vector
-from bot.memory.longterm.captured import CapturedFacts, CaptureStored, Distilled
+from bot.llm import Embedder
+from bot.memory.longterm.captured import CapturedFacts
 from bot.memory.longterm.near_duplicates import is_near_duplicate
-from bot.memory.longterm.ranking import Candidates, FactVectors, Recalled, ranked, within_budget
+from bot.memory.longterm.ranking import (
+    RECALL_CANDIDATES,
+    Candidates,
+    FactVectors,
+    Recalled,
+    Where,
+    ranked,
+    search_own,
+    with_nearest,
+    within_budget,
+)
+from bot.memory.longterm.results import FactPage, FactRefused, ForgetResult, RememberResult
 from bot.memory.longterm.visibility import ChannelFilter, hidden_fact_ids
 from bot.memory.spool import DurableSpool
 from bot.vocabulary import (
@@ -56,7 +67,6 @@ EVENT_FORGET = "ltm_forget"
 EVENT_EVICT = "ltm_evict"
 EVENT_CLEAR = "ltm_clear"
 
-RECALL_CANDIDATES = 50
 SEARCH_LIMIT = 10
 # Users whose last save this process remembers (see LongTermService.saves).
 SAVE_COUNTERS = 100_000
@@ -99,67 +109,6 @@ def _found_words(limit: int) -> _Finding:
     return _Finding(limit, matched_only=True, whole_words=True)
 
 
-class FactRefused(ValueError):
-    """Nothing was stored; ``str()`` says why (safe to show the model or the user)."""
-
-
-@dataclass(frozen=True, slots=True)
-class RememberResult:
-    """What :meth:`LongTermService.remember` stored, replaced and evicted."""
-
-    id: int
-    status: Literal["created", "updated"]
-    evicted_ids: tuple[int, ...] = ()
-    truncated: bool = False
-    fact: Fact | None = None
-
-    @property
-    def created(self) -> bool:
-        return self.status == "created"
-
-
-@dataclass(frozen=True, slots=True)
-class ForgetResult:
-    """The facts :meth:`LongTermService.forget` deleted, or the candidates of an ambiguous query."""
-
-    deleted: tuple[Fact, ...] = ()
-    candidates: tuple[Fact, ...] = ()
-
-    @property
-    def ids(self) -> list[int]:
-        return [fact.id for fact in self.deleted]
-
-
-@dataclass(frozen=True, slots=True)
-class FactPage:
-    """One page of a user's facts, newest first; ``newer`` counts the facts before it."""
-
-    facts: tuple[Fact, ...]
-    page: int
-    pages: int
-    total: int
-    page_size: int
-    newer: int = 0
-
-    @property
-    def has_previous(self) -> bool:
-        return self.newer > 0
-
-    @property
-    def has_next(self) -> bool:
-        return self.newer + len(self.facts) < self.total
-
-    @property
-    def first(self) -> FactCursor | None:
-        """Where the page starts (for the page before it), None when empty."""
-        return (self.facts[0].updated_at, self.facts[0].id) if self.facts else None
-
-    @property
-    def last(self) -> FactCursor | None:
-        """Where the page ends (for the page after it), None when empty."""
-        return (self.facts[-1].updated_at, self.facts[-1].id) if self.facts else None
-
-
 class LongTermService:
     """Stores, recalls, lists and deletes one user's long-term facts."""
 
@@ -182,39 +131,10 @@ class LongTermService:
         # so a value read before a save never equals one read after, even across an eviction.
         self._save_seq = itertools.count(1)
         self._last_save: LRUCache[int, int] = LRUCache(maxsize=SAVE_COUNTERS)
-        self._last_capture: LRUCache[int, int] = LRUCache(maxsize=SAVE_COUNTERS)
-        self.captured = CapturedFacts(sessions, settings, self.clock, spool=spool)
         self.vectors = FactVectors(sessions, embedder)
-
-    def captures(self, channel_id: int) -> int:
-        """A number that changes whenever this process stores facts captured in the channel."""
-        return self._last_capture.get(channel_id, 0)
-
-    async def capture(
-        self,
-        facts: Sequence[Distilled],
-        *,
-        guild_id: int,
-        place: Place,
-        sources: Sequence[int],
-        provenance: Provenance,
-        started_at: datetime,
-    ) -> CaptureStored:
-        """Store facts distilled from the messages of ``sources`` (see :mod:`.captured`),
-        and their embeddings when an endpoint is set."""
-        try:
-            stored = await self.captured.store(
-                facts,
-                guild_id=guild_id,
-                place=place,
-                sources=sources,
-                provenance=provenance,
-                started_at=started_at,
-            )
-        finally:
-            self._last_capture[place.channel_id] = next(self._save_seq)
-        await self.vectors.index(stored.stored)
-        return stored
+        self.captured = CapturedFacts(
+            sessions, settings, self.clock, spool=spool, vectors=self.vectors
+        )
 
     def saves(self, user_id: int) -> int:
         """A number that changes whenever this process tries to save a fact of ``user_id``.
@@ -427,22 +347,6 @@ class LongTermService:
 
     # ------------------------------------------------------------------ reading
 
-    async def recall_notes(
-        self,
-        user_id: int,
-        guild_id: int | None,
-        query_text: str,
-        opted_in: bool,
-        *,
-        may_show: ChannelFilter | None = None,
-        channel_ids: Sequence[int] = (),
-    ) -> list[str]:
-        """The facts visible here most relevant to ``query_text``, within the recall budget."""
-        recalled = await self.recall(
-            user_id, guild_id, query_text, opted_in, may_show=may_show, channel_ids=channel_ids
-        )
-        return recalled.notes
-
     async def recall(
         self,
         user_id: int,
@@ -467,21 +371,28 @@ class LongTermService:
         words = SearchWords.of(query_text)
         async with self._storage("recalling facts") as session, session.begin():
             hidden = await hidden_fact_ids(session, user_id, guild_id, opted_in, may_show)
-            where = _Where(user_id, guild_id, opted_in, tuple(hidden), channels, own)
+            where = Where(user_id, guild_id, opted_in, tuple(hidden), channels, own)
             candidates = Candidates(
-                await _search_own(session, where, words, now) if own else [],
+                await search_own(session, where, words, now) if own else [],
                 await captured_repo.search_channels(
                     session, channels, words, now, RECALL_CANDIDATES
                 ),
             )
             if vector is not None and await self.vectors.usable(session):
-                candidates = await _with_nearest(session, candidates, where, vector, self.vectors)
+                candidates = await with_nearest(session, candidates, where, vector, self.vectors)
             known = {hit.fact.id: hit.fact for hit in (*candidates.own, *candidates.captured)}
             missing = [
                 i for i in (*candidates.near_own, *candidates.near_captured) if i not in known
             ]
             known |= {fact.id: fact for fact in await repo.facts_by_ids(session, missing)}
-            chosen = within_budget(ranked(candidates, known), budget)
+            # A captured fact made from the words of someone whose /forget-me waits in the
+            # spool counts as deleted already.
+            shown = [
+                fact
+                for fact in ranked(candidates, known)
+                if not any(self._forget_pending(user) for user in fact.source_user_ids)
+            ]
+            chosen = within_budget(shown, budget)
             await repo.bump_recall(session, (fact.id for fact in chosen), now)
             with_facts = await captured_repo.channels_with_facts(session, channels)
         return Recalled(
@@ -607,7 +518,7 @@ async def _search_visible(
 ) -> list[ScoredFact]:
     """:func:`repo.search` for ``query`` among the user's facts in scope that this channel
     may see (one said somewhere more private is hidden: :func:`hidden_fact_ids`)."""
-    return await repo.search(
+    return await fact_search.search(
         session,
         user_id=user_id,
         guild_id=guild_id,
@@ -620,73 +531,6 @@ async def _search_visible(
         whole_words=finding.whole_words,
         hidden=await hidden_fact_ids(session, user_id, guild_id, opted_in, may_show),
     )
-
-
-@dataclass(frozen=True, slots=True)
-class _Where:
-    """Where one recall looks: the user's own facts visible here (unless not ``own``)
-    and the facts captured in ``channels``."""
-
-    user_id: int
-    guild_id: int | None
-    opted_in: bool
-    hidden: tuple[int, ...]
-    channels: tuple[int, ...]
-    own: bool
-
-
-async def _search_own(
-    session: AsyncSession, where: _Where, words: SearchWords, now: datetime
-) -> list[ScoredFact]:
-    """A turn's full-text recall among the user's own facts visible here: the most
-    relevant, those matching no word after the others."""
-    return await repo.search(
-        session,
-        user_id=where.user_id,
-        guild_id=where.guild_id,
-        opted_in=where.opted_in,
-        words=words,
-        now=now,
-        limit=RECALL_CANDIDATES,
-        hidden=where.hidden,
-    )
-
-
-async def _with_nearest(
-    session: AsyncSession,
-    candidates: Candidates,
-    where: _Where,
-    vector: Vector,
-    vectors: FactVectors,
-) -> Candidates:
-    """``candidates`` with the facts nearest to ``vector`` (own and captured)."""
-    if vectors.embedder is None:
-        return candidates
-    model, farthest = vectors.embedder.model, vectors.embedder.settings.max_distance
-    near_own = (
-        await embeddings_repo.nearest_own(
-            session,
-            user_id=where.user_id,
-            guild_id=where.guild_id,
-            opted_in=where.opted_in,
-            hidden=where.hidden,
-            model=model,
-            vector=vector,
-            limit=RECALL_CANDIDATES,
-            max_distance=farthest,
-        )
-        if where.own
-        else []
-    )
-    near_captured = await embeddings_repo.nearest_captured(
-        session,
-        where.channels,
-        model=model,
-        vector=vector,
-        limit=RECALL_CANDIDATES,
-        max_distance=farthest,
-    )
-    return Candidates(candidates.own, candidates.captured, near_own, near_captured)
 
 
 def _remember_event(

@@ -9,21 +9,37 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from bot.db import memory_session
 from bot.db.repositories import embeddings as repo
+from bot.db.repositories import fact_search
 from bot.llm import Embedder, Vector
-from bot.vocabulary import Fact, MemoryUnavailable, ScoredFact
+from bot.vocabulary import Fact, MemoryUnavailable, ScoredFact, SearchWords
 
-__all__ = ["RRF_K", "Candidates", "FactVectors", "Recalled", "fused", "ranked", "within_budget"]
+__all__ = [
+    "RECALL_CANDIDATES",
+    "RRF_K",
+    "Candidates",
+    "FactVectors",
+    "Recalled",
+    "Where",
+    "fused",
+    "ranked",
+    "search_own",
+    "with_nearest",
+    "within_budget",
+]
 
 log = logging.getLogger(__name__)
 
 # Reciprocal rank fusion's constant: a hit's weight is 1 / (RRF_K + rank), so the top
 # ranks of either list count about the same and neither list's scores need scaling.
 RRF_K = 60
+# Each ranking brings at most this many candidates to the fusion.
+RECALL_CANDIDATES = 50
 
 
 def fused(rankings: Iterable[Sequence[int]]) -> dict[int, float]:
@@ -148,3 +164,70 @@ def within_budget(facts: Sequence[Fact], budget: int) -> list[Fact]:
         chosen.append(fact)
         used += size
     return chosen
+
+
+@dataclass(frozen=True, slots=True)
+class Where:
+    """Where one recall looks: the user's own facts visible here (unless not ``own``)
+    and the facts captured in ``channels``."""
+
+    user_id: int
+    guild_id: int | None
+    opted_in: bool
+    hidden: tuple[int, ...]
+    channels: tuple[int, ...]
+    own: bool
+
+
+async def search_own(
+    session: AsyncSession, where: Where, words: SearchWords, now: datetime
+) -> list[ScoredFact]:
+    """A turn's full-text recall among the user's own facts visible here: the most
+    relevant, those matching no word after the others."""
+    return await fact_search.search(
+        session,
+        user_id=where.user_id,
+        guild_id=where.guild_id,
+        opted_in=where.opted_in,
+        words=words,
+        now=now,
+        limit=RECALL_CANDIDATES,
+        hidden=where.hidden,
+    )
+
+
+async def with_nearest(
+    session: AsyncSession,
+    candidates: Candidates,
+    where: Where,
+    vector: Vector,
+    vectors: FactVectors,
+) -> Candidates:
+    """``candidates`` with the facts nearest to ``vector`` (own and captured)."""
+    if vectors.embedder is None:
+        return candidates
+    model, farthest = vectors.embedder.model, vectors.embedder.settings.max_distance
+    near_own = (
+        await repo.nearest_own(
+            session,
+            user_id=where.user_id,
+            guild_id=where.guild_id,
+            opted_in=where.opted_in,
+            hidden=where.hidden,
+            model=model,
+            vector=vector,
+            limit=RECALL_CANDIDATES,
+            max_distance=farthest,
+        )
+        if where.own
+        else []
+    )
+    near_captured = await repo.nearest_captured(
+        session,
+        where.channels,
+        model=model,
+        vector=vector,
+        limit=RECALL_CANDIDATES,
+        max_distance=farthest,
+    )
+    return Candidates(candidates.own, candidates.captured, near_own, near_captured)

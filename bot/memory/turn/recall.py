@@ -38,7 +38,7 @@ class FactRecall:
             channel
             for channel in places
             if channel is not None
-            and self._no_captured.get(channel) != self.longterm.captures(channel)
+            and self._no_captured.get(channel) != self.longterm.captured.captures(channel)
         )
 
     async def notes(self, start: TurnStart, opted_in: bool) -> list[str]:
@@ -50,7 +50,7 @@ class FactRecall:
         if not own and not channels:
             return []
         saves = self.longterm.saves(start.user_id)
-        captures = {channel: self.longterm.captures(channel) for channel in channels}
+        captures = {channel: self.longterm.captured.captures(channel) for channel in channels}
         try:
             recalled = await self.longterm.recall(
                 start.user_id,

@@ -25,6 +25,7 @@ from tests.helpers.builders import (
     ManualClock,
     make_longterm,
     make_service,
+    recall_notes,
 )
 from tests.helpers.fake_llm import ScriptedLLM, openai_client
 
@@ -81,7 +82,7 @@ async def store(
     sources: tuple[int, ...] = (ALICE, BOB),
     started_at: datetime | None = None,
 ) -> object:
-    return await longterm.capture(
+    return await longterm.captured.store(
         list(facts),
         guild_id=GUILD,
         place=Place(channel, CHANNEL if channel == THREAD else None),
@@ -131,7 +132,7 @@ async def test_a_summary_run_stores_the_batchs_facts_dated_and_attributed(
     assert all(r.source_user_ids == sorted([ALICE, BOB]) for r in rows)
     detail = f"{settings.model}, capture"
     assert all((r.origin, r.origin_detail) == ("summarizer", detail) for r in rows)
-    notes = await longterm.recall_notes(BOB, GUILD, "pottery?", False, channel_ids=[CHANNEL])
+    notes = await recall_notes(longterm, BOB, GUILD, "pottery?", False, channel_ids=[CHANNEL])
     assert notes == ["2026-11-27: Alice went to a pottery class."]
 
 
@@ -241,7 +242,7 @@ async def test_captured_facts_are_recalled_in_their_channel_and_its_threads_only
     await store(longterm, Distilled("Alice adopted a cat named Miso", date(2026, 11, 20)))
 
     def recall(channels: list[int], guild: int | None = GUILD) -> object:
-        return longterm.recall_notes(BOB, guild, "cat?", False, channel_ids=channels)
+        return recall_notes(longterm, BOB, guild, "cat?", False, channel_ids=channels)
 
     assert await recall([CHANNEL]) == ["2026-11-20: Alice adopted a cat named Miso"]
     assert await recall([THREAD, CHANNEL]) == ["2026-11-20: Alice adopted a cat named Miso"]
@@ -261,7 +262,7 @@ async def test_recall_keeps_to_its_budget_whatever_is_captured(
         *(Distilled(f"Alice's garden {i} grows beans and peas in rows") for i in range(10)),
     )
 
-    notes = await longterm.recall_notes(BOB, GUILD, "garden beans", False, channel_ids=[CHANNEL])
+    notes = await recall_notes(longterm, BOB, GUILD, "garden beans", False, channel_ids=[CHANNEL])
 
     assert 1 <= len(notes) < 10
     assert sum(len(note) for note in notes) <= 120

@@ -14,7 +14,7 @@ from bot.db.models import LongTermMemory, StmEvent
 from bot.memory.longterm.facts import LongTermService
 from bot.vocabulary.errors import MemoryUnavailable
 from bot.vocabulary.model import Place
-from tests.helpers.builders import ALICE, BOB, GUILD, ManualClock, make_service
+from tests.helpers.builders import ALICE, BOB, GUILD, ManualClock, make_service, recall_notes
 from tests.helpers.fake_llm import refused_base_url
 from tests.integration.longterm.harness import (
     CAT,
@@ -39,7 +39,7 @@ async def test_forget_by_id_only_deletes_the_owners_fact(
     assert await service.delete(ALICE, fact)
     assert await rows(db) == []
     assert not await service.delete(ALICE, fact)
-    assert await service.recall_notes(ALICE, GUILD, "cat", opted_in=False) == []
+    assert await recall_notes(service, ALICE, GUILD, "cat", opted_in=False) == []
     forget = (await events(db))[-1]
     assert (forget.event, forget.user_id, forget.origin, forget.chars_after) == (
         "ltm_forget",
@@ -103,7 +103,7 @@ async def test_a_fact_holding_every_word_ranks_before_a_newer_one_holding_some(
     facts = ["My sister Anna is a nurse", "My sister lives in Berlin and my sister visits often"]
     await remember_apart(service, clock, facts, days=365)
     query = "Where does my sister Anna work?"
-    assert (await service.recall_notes(ALICE, GUILD, query, opted_in=False))[0] == (
+    assert (await recall_notes(service, ALICE, GUILD, query, opted_in=False))[0] == (
         "My sister Anna is a nurse"
     )
     found = await service.search(ALICE, GUILD, "sister anna", opted_in=False)
@@ -133,8 +133,8 @@ async def test_matches_from_channels_not_shown_here_do_not_take_the_visible_ones
     )
     found = await service.search(ALICE, GUILD, "tea", opted_in=False, may_show=public_only)
     assert [f.content for f in found] == [tea]
-    notes = await service.recall_notes(
-        ALICE, GUILD, "which tea?", opted_in=False, may_show=public_only
+    notes = await recall_notes(
+        service, ALICE, GUILD, "which tea?", opted_in=False, may_show=public_only
     )
     assert notes == [tea]
     forgotten = await service.forget(ALICE, query="tea", guild_id=GUILD, may_show=public_only)
@@ -247,7 +247,7 @@ async def test_a_database_outage_is_memory_unavailable_and_stores_nothing(
         with pytest.raises(MemoryUnavailable):
             await service.remember(ALICE, GUILD, CAT, by_model())
         with pytest.raises(MemoryUnavailable):
-            await service.recall_notes(ALICE, GUILD, "cat", opted_in=False)
+            await recall_notes(service, ALICE, GUILD, "cat", opted_in=False)
         with pytest.raises(MemoryUnavailable):
             await service.list_facts(ALICE)
     finally:

@@ -13,7 +13,7 @@ from bot.db.engine import Database
 from bot.llm import Embedder
 from bot.memory import Distilled, LongTermService
 from bot.vocabulary import Place, Provenance
-from tests.helpers.builders import ALICE, BOB, CHANNEL, GUILD, ManualClock
+from tests.helpers.builders import ALICE, BOB, CHANNEL, GUILD, ManualClock, recall_notes
 from tests.helpers.fake_llm import EMBEDDING_DIMS, ScriptedLLM
 
 PUPPY = "Caroline adopted a puppy called Biscuit"
@@ -37,7 +37,7 @@ def with_embeddings(settings: Settings, llm: ScriptedLLM) -> Settings:
 
 
 async def capture(longterm: LongTermService, *facts: str) -> None:
-    stored = await longterm.capture(
+    stored = await longterm.captured.store(
         [Distilled(fact) for fact in facts],
         guild_id=GUILD,
         place=Place(CHANNEL),
@@ -49,7 +49,7 @@ async def capture(longterm: LongTermService, *facts: str) -> None:
 
 
 def recall(longterm: LongTermService, text: str) -> object:
-    return longterm.recall_notes(BOB, GUILD, text, False, channel_ids=[CHANNEL])
+    return recall_notes(longterm, BOB, GUILD, text, False, channel_ids=[CHANNEL])
 
 
 async def test_a_fact_near_in_meaning_is_recalled_with_embeddings(

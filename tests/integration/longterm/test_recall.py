@@ -12,7 +12,7 @@ from sqlalchemy.engine import URL
 from bot.db.engine import Database
 from bot.memory.longterm.facts import LongTermService
 from bot.vocabulary.search_words import SearchWords, query_words
-from tests.helpers.builders import ALICE, BOB, GUILD, ManualClock
+from tests.helpers.builders import ALICE, BOB, GUILD, ManualClock, recall_notes
 from tests.integration.longterm.harness import (
     CAT,
     OTHER_GUILD,
@@ -32,10 +32,10 @@ async def test_days_later_the_fact_is_recalled_in_its_guild_and_not_in_another(
     await service.remember(ALICE, GUILD, "Remember that " + CAT, by_model())
     clock.advance(days=12)
 
-    notes = await service.recall_notes(ALICE, GUILD, "what is my cat called?", opted_in=False)
+    notes = await recall_notes(service, ALICE, GUILD, "what is my cat called?", opted_in=False)
     assert notes == ["Remember that " + CAT]
-    assert await service.recall_notes(ALICE, OTHER_GUILD, "my cat?", opted_in=True) == []
-    assert await service.recall_notes(BOB, GUILD, "my cat?", opted_in=False) == []
+    assert await recall_notes(service, ALICE, OTHER_GUILD, "my cat?", opted_in=True) == []
+    assert await recall_notes(service, BOB, GUILD, "my cat?", opted_in=False) == []
 
     [row] = await rows(db)
     assert (row.recall_count, row.last_recalled_at) == (1, clock.now())
@@ -45,9 +45,9 @@ async def test_facts_unrelated_to_the_message_are_still_recalled_after_the_match
     service: LongTermService, clock: ManualClock
 ) -> None:
     await remember_apart(service, clock, [CAT, "I live in Lisbon"], hours=1)
-    notes = await service.recall_notes(ALICE, GUILD, "hello there", opted_in=False)
+    notes = await recall_notes(service, ALICE, GUILD, "hello there", opted_in=False)
     assert notes == ["I live in Lisbon", CAT]  # no match: newest first
-    notes = await service.recall_notes(ALICE, GUILD, "any cat news?", opted_in=False)
+    notes = await recall_notes(service, ALICE, GUILD, "any cat news?", opted_in=False)
     assert notes == [CAT, "I live in Lisbon"]  # the match first
 
 
@@ -58,16 +58,16 @@ async def test_dm_facts_stay_in_dms_and_server_facts_reach_dms_only_when_opted_i
     await remember(service, "other server fact about llamas", guild=OTHER_GUILD)
     await remember(service, "dm fact about llamas", guild=None)
 
-    assert await service.recall_notes(ALICE, None, "llamas", opted_in=False) == [
+    assert await recall_notes(service, ALICE, None, "llamas", opted_in=False) == [
         "dm fact about llamas"
     ]
-    assert sorted(await service.recall_notes(ALICE, None, "llamas", opted_in=True)) == [
+    assert sorted(await recall_notes(service, ALICE, None, "llamas", opted_in=True)) == [
         "dm fact about llamas",
         "other server fact about llamas",
         "server fact about llamas",
     ]
     # A DM fact never appears in a server, opted in or not.
-    assert await service.recall_notes(ALICE, GUILD, "llamas", opted_in=True) == [
+    assert await recall_notes(service, ALICE, GUILD, "llamas", opted_in=True) == [
         "server fact about llamas"
     ]
 
@@ -83,18 +83,18 @@ async def test_recall_stops_before_the_character_budget_would_be_exceeded(
         assert len(fact) == 300
         await remember(service, fact)
         clock.advance(minutes=1)
-    notes = await service.recall_notes(ALICE, GUILD, "gardens", opted_in=False)
+    notes = await recall_notes(service, ALICE, GUILD, "gardens", opted_in=False)
     assert len(notes) == 4 and sum(map(len, notes)) == 1200
 
     small = LongTermService(
         db.sessions, limited(pg_url, tmp_path / "small", recall_char_budget=650), clock
     )
-    notes = await small.recall_notes(ALICE, GUILD, "gardens", opted_in=False)
+    notes = await recall_notes(small, ALICE, GUILD, "gardens", opted_in=False)
     assert len(notes) == 2
     off = LongTermService(
         db.sessions, limited(pg_url, tmp_path / "off", recall_char_budget=0), clock
     )
-    assert await off.recall_notes(ALICE, GUILD, "gardens", opted_in=False) == []
+    assert await recall_notes(off, ALICE, GUILD, "gardens", opted_in=False) == []
 
 
 async def test_a_fact_too_long_for_the_rest_of_the_budget_does_not_crowd_out_short_ones(
@@ -108,7 +108,7 @@ async def test_a_fact_too_long_for_the_rest_of_the_budget_does_not_crowd_out_sho
     clock.advance(minutes=1)
     await remember(service, "Gardens and gardens: roses in the gardens in March. " + "y" * 300)
 
-    notes = await service.recall_notes(ALICE, GUILD, "gardens", opted_in=False)
+    notes = await recall_notes(service, ALICE, GUILD, "gardens", opted_in=False)
 
     # The two long facts do not fit together (700 characters); the short one still does.
     assert len(notes) == 2
@@ -126,7 +126,7 @@ async def test_full_text_relevance_orders_the_facts(
     ]
     await remember_apart(service, clock, facts, days=1)
 
-    notes = await service.recall_notes(ALICE, GUILD, "Does my cat like tuna?", opted_in=False)
+    notes = await recall_notes(service, ALICE, GUILD, "Does my cat like tuna?", opted_in=False)
     assert notes[0] == "My cat likes tuna and naps on the tuna tin"
     assert set(notes[1:3]) == {CAT, "My sister has a cat too"}
     assert notes[3] == "I go hiking in the Alps every summer"
@@ -140,7 +140,7 @@ async def test_recency_orders_equally_relevant_facts(
     service: LongTermService, clock: ManualClock
 ) -> None:
     await remember_apart(service, clock, ["I play the cello", "I play the drums"], days=60)
-    notes = await service.recall_notes(ALICE, GUILD, "what do I play", opted_in=False)
+    notes = await recall_notes(service, ALICE, GUILD, "what do I play", opted_in=False)
     assert notes == ["I play the drums", "I play the cello"]
 
 
@@ -157,7 +157,7 @@ async def test_recency_orders_equally_relevant_facts(
 )
 async def test_any_query_text_is_safe(service: LongTermService, db: Database, query: str) -> None:
     await remember(service, CAT)
-    notes = await service.recall_notes(ALICE, GUILD, query, opted_in=False)
+    notes = await recall_notes(service, ALICE, GUILD, query, opted_in=False)
     assert notes == [CAT]
     assert len(await rows(db)) == 1
 
@@ -212,7 +212,7 @@ async def test_a_long_message_still_recalls_the_fact_its_question_is_about(
         "heavy traffic, watched football highlights, cooked pasta, washed dishes, "
         "folded laundry. Anyway, what was my cat called again?"
     )
-    notes = await service.recall_notes(ALICE, GUILD, story, opted_in=False)
+    notes = await recall_notes(service, ALICE, GUILD, story, opted_in=False)
     assert notes[0] == CAT
 
 
@@ -279,7 +279,7 @@ async def test_added_word_forms_do_not_let_recency_outweigh_relevance(
     # Both words match the older fact, one matches the newer: relevance must still win
     # (ts_rank averages over the query's terms, so the added plurals must not halve it).
     await remember_apart(service, clock, ["My cat eats tuna", CAT], days=20)
-    notes = await service.recall_notes(ALICE, GUILD, "cat tuna", opted_in=False)
+    notes = await recall_notes(service, ALICE, GUILD, "cat tuna", opted_in=False)
     assert notes == ["My cat eats tuna", CAT]
 
 
@@ -315,7 +315,7 @@ async def test_a_substring_match_is_ranked_and_its_wildcards_are_plain_character
     ]
     await remember(service, "私の猫はミソです")
     # Both words are in the first fact, one in the second: relevance orders them.
-    notes = await service.recall_notes(ALICE, GUILD, "猫 犬", opted_in=False)
+    notes = await recall_notes(service, ALICE, GUILD, "猫 犬", opted_in=False)
     assert notes[-1] == "私の猫はミソです"
     assert set(notes[:2]) == {"猫x犬は仲良し", "猫_犬のメモ"}
 

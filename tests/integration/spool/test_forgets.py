@@ -13,13 +13,14 @@ from bot.config import Settings
 from bot.db.engine import Database
 from bot.db.models import LongTermMemory, ShortTermMemory
 from bot.db.storage import faults
+from bot.memory import Distilled
 from bot.memory.longterm.facts import FactRefused, LongTermService
 from bot.memory.service import MemoryService
 from bot.memory.spool import durable as spool_module
 from bot.memory.spool.durable import DurableSpool, spool_path
 from bot.memory.turn.types import REASON_CLEARED
 from bot.vocabulary.errors import MemoryUnavailable
-from bot.vocabulary.model import Provenance, ScopeKey
+from bot.vocabulary.model import Place, Provenance, ScopeKey
 from tests.helpers.builders import (
     ALICE,
     BOB,
@@ -30,6 +31,7 @@ from tests.helpers.builders import (
     make_service,
     message,
     prepare,
+    recall_notes,
     turn_for,
 )
 from tests.helpers.faults import back, outage, own_sessions
@@ -186,7 +188,7 @@ async def test_facts_of_a_user_whose_forget_me_waits_in_the_spool_are_not_recall
     await longterm.remember(ALICE, GUILD, "My cat is called Miso", provenance)
     spool.append_forget(ALICE, clock.now())
 
-    assert await longterm.recall_notes(ALICE, GUILD, "what about my cat", False) == []
+    assert await recall_notes(longterm, ALICE, GUILD, "what about my cat", False) == []
     assert await longterm.search(ALICE, GUILD, "cat", opted_in=False) == []
     # Nor listed, counted or offered to /memories.
     listed = await longterm.list_facts(ALICE)
@@ -200,6 +202,28 @@ async def test_facts_of_a_user_whose_forget_me_waits_in_the_spool_are_not_recall
     assert (await longterm.list_facts(ALICE)).total == 0
     async with db.sessions() as session:  # gone from the database too, now
         assert await session.scalar(select(func.count()).select_from(LongTermMemory)) == 0
+
+
+async def test_captured_facts_from_a_member_whose_forget_me_waits_are_not_recalled(
+    db: Database, settings: Settings, spool: DurableSpool
+) -> None:
+    clock = ManualClock()
+    longterm = LongTermService(db.sessions, settings, clock, spool=spool)
+    for fact, sources in (("Ren's cat is called Miso", [ALICE, BOB]), ("Aki's cat naps", [BOB])):
+        stored = await longterm.captured.store(
+            [Distilled(fact)],
+            guild_id=GUILD,
+            place=Place(CHANNEL),
+            sources=sources,
+            provenance=Provenance("summarizer", "m, capture", BOB, 1),
+            started_at=clock.now(),
+        )
+        assert len(stored.created) == 1
+    spool.append_forget(ALICE, clock.now())
+
+    notes = await recall_notes(longterm, CAROL, GUILD, "the cat?", False, channel_ids=[CHANNEL])
+
+    assert notes == ["Aki's cat naps"]
 
 
 async def test_a_write_of_a_turn_begun_after_a_forget_me_elsewhere_survives_the_replay(
