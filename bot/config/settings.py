@@ -89,8 +89,14 @@ class StmSettings(Section):
     # ...and once a channel with a few such messages has been quiet this long (0: never).
     capture_quiet_minutes: Annotated[float, Field(ge=0, le=24 * 60)] = 30.0
     raw_window: Annotated[int, Field(ge=1, le=500)] = 50
+    # Tokens the raw window may take, whoever was addressed: past it (or raw_window
+    # messages) its start steps ahead by a third, so a prompt cache keeps the rest.
+    raw_window_tokens: Annotated[int, Field(ge=100, le=200_000)] = 1500
     min_raw_tail: Annotated[int, Field(ge=0, le=50)] = 4
     other_channels: Annotated[int, Field(ge=0, le=3)] = 3
+    # Tokens other channels' memories may take on every turn; one the message relates
+    # to comes in beside them (at most other_channels of each).
+    other_channels_tokens: Annotated[int, Field(ge=0, le=10_000)] = 150
     retention_days: Annotated[int, Field(ge=1, le=3650)] = 90
     janitor_delay_seconds: Annotated[float, Field(ge=0, le=86_400)] = 60.0
     janitor_interval_hours: Annotated[float, Field(gt=0, le=24 * 30)] = 24.0

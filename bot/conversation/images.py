@@ -161,14 +161,13 @@ def _chosen(
     """Index in ``messages`` -> the images its user message carries, the newest messages
     first, at most ``images_per_message`` each and ``images_per_turn`` in all."""
     images = {m.message_id: m.images for m in window if m.images and m.message_id in carriers}
-    count = 0
-    while count < len(messages) and messages[-1 - count].get("role") != "system":
-        count += 1
-    count = min(count, len(history_ids))
+    # The history is every message that is no system note (per-turn notes sit inside it).
+    positions = [i for i, m in enumerate(messages) if m.get("role") != "system"]
+    count = min(len(positions), len(history_ids))
     chosen: dict[int, tuple[ImageRef, ...]] = {}
     budget = settings.images_per_turn
     for offset in range(1, count + 1):
-        index = len(messages) - offset
+        index = positions[-offset]
         message = messages[index]
         if message.get("role") != "user" or not isinstance(message.get("content"), str):
             continue
@@ -195,7 +194,7 @@ async def with_images(
     """``messages`` with image parts on the user messages of ``carriers`` (the message
     answered and its reply chain) whose raw message has images; see :func:`_chosen`.
 
-    The chat history is the trailing run of non-system messages; it lines up with the
+    The chat history is the messages that are no system notes; it lines up with the
     end of ``history_ids`` (older messages may have been cut to fit the context). Images
     in ``bad`` are notes; downloads run together, each within its share of ``deadline``
     (event-loop time)."""

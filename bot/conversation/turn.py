@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import openai
-from cachetools import TTLCache
+from cachetools import LRUCache, TTLCache
 
 from bot.config import Settings
 from bot.conversation.images import BadImages, ImageReader, WithImages, vision_enabled, with_images
@@ -126,9 +126,10 @@ def context_chars(context_tokens: int, reply_tokens: int) -> int:
     return prompt_chars(context_tokens, reply_tokens, TOOL_SCHEMA_TOKENS)
 
 
-def fit_notes(prompt: AssembledPrompt, *, budget_chars: int) -> list[str]:
+def fit_notes(prompt: AssembledPrompt, *, budget_chars: int) -> tuple[list[str], list[str]]:
     """The system notes that fit in ``budget_chars``, leaving out optional ones (other
-    channels, then long-term facts; see :class:`AssembledPrompt`) the least useful first."""
+    channels, then long-term facts; see :class:`AssembledPrompt`) the least useful first:
+    those that stay from turn to turn, and this turn's."""
     notes: list[str | None] = list(prompt.system_notes)
     used = sum(len(note) for note in prompt.system_notes)
     for index in prompt.optional:
@@ -136,7 +137,11 @@ def fit_notes(prompt: AssembledPrompt, *, budget_chars: int) -> list[str]:
             break
         used -= len(prompt.system_notes[index])
         notes[index] = None
-    return [note for note in notes if note is not None]
+    late_from = len(notes) if prompt.late_from is None else prompt.late_from
+    return (
+        [note for note in notes[:late_from] if note is not None],
+        [note for note in notes[late_from:] if note is not None],
+    )
 
 
 def fit_history(history: list[dict[str, str]], *, budget_chars: int) -> list[dict[str, str]]:
@@ -229,6 +234,8 @@ class TurnRunner:
         self.capture = Capture(self.summarizer, memory, settings, self._tasks)
         # Images a provider refused: never sent again.
         self.bad_images = BadImages()
+        # Where each channel's raw window started last turn: it moves in steps.
+        self._window_starts: LRUCache[int, int] = LRUCache(maxsize=100_000)
         # Channels whose last automatic summary failed recently.
         self._summary_failed: TTLCache[int, bool] = TTLCache(
             maxsize=100_000, ttl=SUMMARY_RETRY_SECONDS, timer=memory.clock.monotonic
@@ -368,7 +375,14 @@ class TurnRunner:
         the message answered and its reply chain (none from other messages: what they
         showed is a note in the text, as memory keeps it)."""
         turn = prepared.turn
-        prompt = assemble(prepared.prompt)
+        shape = prepared.prompt
+        shape.window_start = self._window_starts.get(turn.channel_id)
+        # The history takes at most half of what a small context leaves beside the reply.
+        room = (self.caps.context_tokens - self.settings.llm.max_reply_tokens) // 2
+        shape.raw_window_tokens = max(min(shape.raw_window_tokens, room), 1)
+        prompt = assemble(shape)
+        if prompt.window_start is not None:
+            self._window_starts[turn.channel_id] = prompt.window_start
         messages, whole_history = self._messages(
             request, prompt, prepared.prompt.now, intent=intent, server_persona=turn.config.persona
         )
@@ -389,7 +403,7 @@ class TurnRunner:
                 bad=self.bad_images,
                 deadline=deadline,
             )
-        if not whole_history:
+        if not whole_history or prompt.cut_uncovered:
             # The model does not see the oldest messages: a memory it writes now must not
             # claim to cover them, so the marker stays where it was (and if a summary
             # moved it meanwhile, the write is refused: it would claim them after all).
@@ -477,22 +491,30 @@ class TurnRunner:
         own = render_persona(server_persona, request, now) if server_persona else None
         persona = with_server_persona(render_persona(self.persona, request, now), own)
         messages: list[dict[str, Any]] = [{"role": "system", "content": persona}]
+        late: list[dict[str, Any]] = []
         if intent and not self.caps.tool_calling:
-            messages.append({"role": "system", "content": NO_LONG_TERM_TOOLS_NOTE})
+            late.append({"role": "system", "content": NO_LONG_TERM_TOOLS_NOTE})
         budget = context_chars(self.caps.context_tokens, self.settings.llm.max_reply_tokens)
         # The end of the conversation comes before other channels and long-term facts.
         tail = prompt.history[-max(1, self.settings.stm.min_raw_tail) :]
-        notes = fit_notes(
+        steady, this_turn = fit_notes(
             prompt,
             budget_chars=budget
-            - sum(len(m["content"]) for m in messages)
+            - sum(len(m["content"]) for m in (*messages, *late))
             - sum(len(m["content"]) for m in tail),
         )
-        messages[1:1] = [{"role": "system", "content": note} for note in notes]
+        messages += [{"role": "system", "content": note} for note in steady]
+        late += [{"role": "system", "content": note} for note in this_turn]
         history = fit_history(
-            prompt.history, budget_chars=budget - sum(len(m["content"]) for m in messages)
+            prompt.history,
+            budget_chars=budget - sum(len(m["content"]) for m in (*messages, *late)),
         )
-        return messages + history, len(history) == len(prompt.history)
+        # Most stable first, for a provider's prompt cache: the persona and the memories,
+        # the history, then this turn's notes just before the message answered.
+        return (
+            [*messages, *history[:-1], *late, *history[-1:]],
+            len(history) == len(prompt.history),
+        )
 
     def _long_term_tools(
         self,

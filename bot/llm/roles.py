@@ -10,21 +10,31 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["OPENING_USER_LINE", "alternate_roles"]
+__all__ = ["LATE_NOTE_LINE", "OPENING_USER_LINE", "alternate_roles"]
 
 OPENING_USER_LINE = "(The conversation continues.)"
 """The user message put before a conversation that would start with the assistant."""
+LATE_NOTE_LINE = "(A note from Kioku, not from the user:)"
+"""What opens a system note of the conversation's end once it joins a user message."""
 
 _JOINER = "\n\n"
 
 
 def alternate_roles(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """``messages`` (left unmodified) merged into the strict order; nothing is dropped."""
-    notes = [message for message in messages if message.get("role") == "system"]
+    """``messages`` (left unmodified) merged into the strict order; nothing is dropped.
+
+    The system messages before the conversation become the one system message; those
+    within it (a turn's own notes, placed late for a prompt cache) join the user message
+    beside them, so the system message stays the same from turn to turn.
+    """
+    notes: list[Mapping[str, Any]] = []
     chat: list[dict[str, Any]] = []
     for message in messages:
         if message.get("role") == "system":
-            continue
+            if not chat:
+                notes.append(message)
+                continue
+            message = {"role": "user", "content": _joined([LATE_NOTE_LINE, message.get("content")])}
         merged = _merged(chat[-1], message) if chat else None
         if merged is not None:
             chat[-1] = merged

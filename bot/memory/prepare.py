@@ -20,6 +20,9 @@ from bot.memory.turn import (
 )
 from bot.vocabulary import Marker, MemoryUnavailable, RawMessage, ScopeKey, StmEntry
 
+# Other channels' memories looked at per one shown (see prompt._other_notes).
+CANDIDATES_PER_SLOT = 4
+
 
 class TurnPreparer:
     """Prepares turns: everything a turn needs before calling the model."""
@@ -124,6 +127,9 @@ class TurnPreparer:
             replied_to=replied_to,
             thread_starter=starter,
             parent=parent,
+            content=start.content,
+            raw_window_tokens=stm.raw_window_tokens,
+            others_tokens=stm.other_channels_tokens,
         )
         return PreparedTurn(turn, prompt, entry, opted_in, unanswered)
 
@@ -225,7 +231,8 @@ class TurnPreparer:
             others.append(other)
             # Whose words the prompt shows (gathered on a write only: turns are many).
             turn.shown.append((candidate, other.shown_raw(config, distilled=True)))
-            if len(others) == limit:
+            # More than are shown: those the message relates to are picked from them.
+            if len(others) == limit * CANDIDATES_PER_SLOT:
                 break
         others.sort(
             key=lambda o: o.entry.updated_at if o.entry else state.clock.now(), reverse=True

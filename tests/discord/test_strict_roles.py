@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from bot.conversation.tools.stm import STM_TOOL_NAME
-from bot.llm.roles import OPENING_USER_LINE
+from bot.llm.roles import LATE_NOTE_LINE, OPENING_USER_LINE
 from tests.helpers.chat_world import KiokuStarter
 from tests.helpers.fake_llm import ScriptedLLM, role_order_problem
 
@@ -61,15 +61,19 @@ async def test_a_strict_providers_requests_alternate_and_keep_memory_and_message
         leading, *chat = sent
         assert leading["role"] == "system"
         assert all(m["role"] != "system" for m in chat)
-        # The persona, the memory and the recalled fact are in the one system message,
-        # fenced and labelled as before, in their order.
+        # The persona and the memory are the one system message, fenced and labelled as
+        # before; the fact recalled for this turn is not (it changes every turn, and a
+        # prompt cache keeps the system message): it opens the message answered.
         system = leading["content"]
         assert '<memory source="this channel"' in system
         assert "Launch on Friday; Alice: docs." in system
-        assert '<memory source="long-term memory">' in system
-        assert "The user's cat is called Miso." in system
         assert system.startswith("You are Kioku")
-        assert system.index("Launch on Friday") < system.index("cat is called Miso")
+        assert "cat is called Miso" not in system
+        last = chat[-1]["content"]
+        assert last.index(later[2]) < last.index(LATE_NOTE_LINE)
+        assert '<memory source="long-term memory">' in last
+        assert "The user's cat is called Miso." in last
+        assert last.index("cat is called Miso") < last.index("what is my cat called")
         # Every raw message after the marker is there, with its speaker, in order.
         said = contents(chat)
         lines = [

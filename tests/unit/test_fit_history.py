@@ -85,12 +85,27 @@ def test_optional_notes_are_left_out_the_least_useful_first() -> None:
     )
     everything = sum(len(n) for n in prompt.system_notes)
 
-    assert fit_notes(prompt, budget_chars=everything) == prompt.system_notes
-    assert fit_notes(prompt, budget_chars=everything - 1) == [
-        "this channel",
-        "other A" * 10,
-        "facts" * 10,
-        "nudge",
-    ]
+    assert fit_notes(prompt, budget_chars=everything) == (prompt.system_notes, [])
+    assert fit_notes(prompt, budget_chars=everything - 1) == (
+        ["this channel", "other A" * 10, "facts" * 10, "nudge"],
+        [],
+    )
     # Never this channel's memory or the nudge, however small the budget.
-    assert fit_notes(prompt, budget_chars=0) == ["this channel", "nudge"]
+    assert fit_notes(prompt, budget_chars=0) == (["this channel", "nudge"], [])
+
+
+def test_fitted_notes_keep_their_side_of_the_history() -> None:
+    prompt = AssembledPrompt(
+        system_notes=["this channel", "other A" * 10, "facts" * 10],
+        history=[],
+        optional=[1, 2],
+        late_from=2,
+    )
+    assert fit_notes(prompt, budget_chars=10_000) == (
+        ["this channel", "other A" * 10],
+        ["facts" * 10],
+    )
+    assert fit_notes(prompt, budget_chars=len("this channel") + 50) == (
+        ["this channel"],
+        ["facts" * 10],
+    )

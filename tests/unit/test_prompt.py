@@ -128,6 +128,8 @@ def build(**overrides: Any) -> PromptInput:
         "bot_user_id": BOT_ID,
         "entry": None,
         "window": window(5),
+        # Rendering tests show every other channel; the budget has tests of its own.
+        "others_tokens": 10_000,
     }
     fields.update(overrides)
     return PromptInput(**fields)
@@ -216,7 +218,7 @@ def test_summary_shown_with_its_size_and_update_time() -> None:
     stm = entry(summary="s" * 612, updated=timedelta(hours=3, minutes=10))
     note = memory_note(run(entry=stm))
     assert "612/1500 chars" in note
-    assert '<memory source="this channel" updated="3 h ago">' in note
+    assert '<memory source="this channel" updated="2024-05-01 08:50 UTC">' in note
     assert note.endswith("</memory>")
 
 
@@ -333,8 +335,8 @@ def test_other_channels_ordered_by_recency() -> None:
     ]
     notes = run(others=others, config=config(render_mode="supersede")).system_notes
     assert [note.split('source="')[1].split('"')[0] for note in notes] == ["#new", "#mid", "#old"]
-    assert 'updated="5 min ago"' in notes[0]
-    assert 'updated="2 h ago"' in notes[1]
+    assert 'updated="2024-05-01 11:55 UTC"' in notes[0]
+    assert 'updated="2024-05-01 10:00 UTC"' in notes[1]
 
 
 def test_other_channels_without_memory_sort_by_newest_raw_message_and_empty_are_skipped() -> None:
@@ -346,14 +348,14 @@ def test_other_channels_without_memory_sort_by_newest_raw_message_and_empty_are_
     notes = run(others=others).system_notes
     assert len(notes) == 2
     assert "#chatty" in notes[0]
-    assert "last message 10 min ago" in notes[0]
+    assert "last message 2024-05-01 11:50 UTC" in notes[0]
     assert "#memory" in notes[1]
 
 
 def test_crude_summary_with_memory_adds_the_last_raw_messages() -> None:
     channel = other("#general", summary="they planned a picnic", raw=raw_lines("gen", 8))
     note = run(others=[channel], config=config(crude_message_count=6)).system_notes[0]
-    assert '<memory source="#general" updated="1 h ago">' in note
+    assert '<memory source="#general" updated="2024-05-01 11:00 UTC">' in note
     assert "they planned a picnic" in note
     assert "The last 6 messages in #general:" in note
     assert "Cy: gen line 3" in note and "Cy: gen line 8" in note
@@ -388,7 +390,7 @@ def test_supersede_without_memory_shows_raw_messages() -> None:
 def test_dm_other_labels_come_from_the_caller() -> None:
     channel = other("#general in My Server", summary="server chat", raw=raw_lines("g", 1))
     note = run(others=[channel], is_dm=True).system_notes[0]
-    assert '<memory source="#general in My Server" updated="1 h ago">' in note
+    assert '<memory source="#general in My Server" updated="2024-05-01 11:00 UTC">' in note
     assert "a server the user shares with you" in note
     assert "The last 1 message in #general in My Server:" in note
 
@@ -649,4 +651,4 @@ def test_a_memory_fence_says_who_wrote_it_and_whose_words_it_holds() -> None:
     assert 'by="summarizer" from="Ann, E\'ve, 3 other members">' in note
 
     by_model = replace(stored, provenance=Provenance("model_tool"), contributor_ids=[])
-    assert 'updated="3 h ago" by="the model">' in memory_note(run(entry=by_model))
+    assert 'updated="2024-05-01 09:00 UTC" by="the model">' in memory_note(run(entry=by_model))

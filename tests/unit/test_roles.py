@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from bot.config import LlmSettings, SettingsError, load_settings
-from bot.llm.roles import OPENING_USER_LINE, alternate_roles
+from bot.llm.roles import LATE_NOTE_LINE, OPENING_USER_LINE, alternate_roles
 from bot.llm.tools.base import ToolOutcome
 from bot.llm.tools.loop import LlmUnavailable, ToolSpec, run_tool_loop
 from bot.vocabulary.providers import PROVIDERS, capabilities
@@ -78,13 +78,28 @@ CASES: list[Any] = [
     ),
     pytest.param(
         [PERSONA, user("Ann: hi"), NUDGE, bot("Hello!"), user("Ann: and?")],
-        [system(PERSONA, NUDGE), user("Ann: hi"), bot("Hello!"), user("Ann: and?")],
-        id="a-later-system-note-folds-into-the-first",
+        [
+            PERSONA,
+            user(f"Ann: hi\n\n{LATE_NOTE_LINE}\n\n{NUDGE['content']}"),
+            bot("Hello!"),
+            user("Ann: and?"),
+        ],
+        id="a-note-within-the-conversation-joins-the-user-message-beside-it",
     ),
     pytest.param(
         [user("Ann: hi"), MEMORY, user("Bob: yo")],
-        [system(MEMORY), user("Ann: hi\n\nBob: yo")],
-        id="a-system-note-after-the-conversation-starts-leads",
+        [user(f"Ann: hi\n\n{LATE_NOTE_LINE}\n\n{MEMORY['content']}\n\nBob: yo")],
+        id="a-note-after-the-conversation-starts-never-leads",
+    ),
+    pytest.param(
+        [PERSONA, user("Ann: hi"), bot("Hello!"), FACTS, user("Ann: my cat?")],
+        [
+            PERSONA,
+            user("Ann: hi"),
+            bot("Hello!"),
+            user(f"{LATE_NOTE_LINE}\n\n{FACTS['content']}\n\nAnn: my cat?"),
+        ],
+        id="a-turns-note-opens-the-message-answered",
     ),
     pytest.param(
         [PERSONA, user("Ann: the launch is friday"), user("Bob: I write docs"), user("Ann: ok?")],
@@ -175,12 +190,9 @@ def test_every_text_survives_in_order() -> None:
     joined = "\n\n".join(str(m["content"]) for m in conformed)
     for message in messages:
         assert message["content"] in joined
-    # The notes keep their order in the one system message; the chat keeps its own.
-    texts = [str(m["content"]) for m in messages]
-    system_texts = [t for t, m in zip(texts, messages, strict=True) if m["role"] == "system"]
-    chat_texts = [t for t, m in zip(texts, messages, strict=True) if m["role"] != "system"]
-    assert conformed[0]["content"] == "\n\n".join(system_texts)
-    positions = [joined.index(t) for t in chat_texts]
+    # The leading note is the system message; the others keep their place in the chat.
+    assert conformed[0]["content"] == PERSONA["content"]
+    positions = [joined.index(str(m["content"])) for m in messages]
     assert positions == sorted(positions)
 
 

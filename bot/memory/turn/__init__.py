@@ -5,6 +5,7 @@ prompt   prompt assembly: memory, other channels, the raw window, notes
 fences   stored text defused so it can never open or close a memory fence
 gather   the messages a memory does not cover yet (after its marker)
 recall   the long-term facts a turn shows, and the scopes known to show none
+window   where the raw window starts: fixed between turns, moved in steps
 """
 
 from bot.memory.turn.gather import (

@@ -12,13 +12,24 @@ or user-written text that goes into a system note is fenced in
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+import regex
+
 from bot.memory.turn.fences import DEFUSED_LT, defuse
 from bot.memory.turn.gather import messages_after_marker
-from bot.vocabulary import MAX_VALUE_CHARS, GuildConfig, RawMessage, StmEntry, strip_control_chars
+from bot.memory.turn.window import WindowLimits, window_start
+from bot.vocabulary import (
+    MAX_VALUE_CHARS,
+    GuildConfig,
+    RawMessage,
+    SearchWords,
+    StmEntry,
+    strip_control_chars,
+)
 
 # Each stored value (the summary or one category) is truncated to this many characters.
 VALUE_LIMIT = MAX_VALUE_CHARS
@@ -31,6 +42,18 @@ SUMMARY_LABEL = "Summary"
 QUOTE_LIMIT = MAX_VALUE_CHARS
 
 _FENCE_CLOSE = "</memory>"
+# What one chat message costs beside its text (role and separators), in tokens.
+MESSAGE_OVERHEAD_TOKENS = 4
+DEFAULT_RAW_WINDOW_TOKENS = 1500
+DEFAULT_OTHERS_TOKENS = 150
+_WORD = re.compile(r"\w+")
+_HAN = regex.compile(r"\p{Han}")
+_UNSPACED = regex.compile(r"[\p{Han}\p{Hiragana}\p{Katakana}\p{Thai}\p{Lao}\p{Khmer}\p{Myanmar}]")
+
+
+def rough_tokens(text: str) -> int:
+    """A model-independent token estimate: about four characters a token."""
+    return len(text) // 4 + 1
 
 
 # Not frozen (here and in PromptInput): a frozen dataclass's __init__ sets each field
@@ -80,6 +103,14 @@ class PromptInput:
     # In a thread: the message it was started from, and its parent channel's memory.
     thread_starter: RawMessage | None = None
     parent: OtherChannel | None = None
+    # What the message answered says: other channels' memories it relates to come in.
+    content: str = ""
+    # The message id the raw window started at last turn (see window.window_start).
+    window_start: int | None = None
+    raw_window_tokens: int = DEFAULT_RAW_WINDOW_TOKENS
+    # Other channels' memories unrelated to the message share this many tokens.
+    others_tokens: int = DEFAULT_OTHERS_TOKENS
+    tokens: Callable[[str], int] = rough_tokens
 
 
 @dataclass(slots=True)
@@ -97,6 +128,24 @@ class AssembledPrompt:
     # The memory upkeep request when the cadence is due: never a note of the answering
     # prompt (a model answers it in the reply), but a call of its own after the answer.
     nudge: str | None = None
+    # Notes from this index on change from turn to turn (what the message relates to,
+    # replies to): they go after the history, so that what comes before stays cacheable.
+    late_from: int | None = None
+    # The message id the shown raw window starts at: the next turn's window_start.
+    window_start: int | None = None
+    # The window leaves out messages the memory does not cover (past its limits): a
+    # memory written from this prompt may not claim to cover them.
+    cut_uncovered: bool = False
+
+    @property
+    def stable_notes(self) -> list[str]:
+        """The notes that stay the same from turn to turn, until a memory changes."""
+        return self.system_notes[: self.late_from]
+
+    @property
+    def late_notes(self) -> list[str]:
+        """The notes of this turn only."""
+        return [] if self.late_from is None else self.system_notes[self.late_from :]
 
 
 def relative_time(then: datetime, now: datetime) -> str:
@@ -119,6 +168,14 @@ def relative_time(then: datetime, now: datetime) -> str:
         return f"{seconds // 3600} h ago"
     days = seconds // 86400
     return "1 day ago" if days == 1 else f"{days} days ago"
+
+
+def stamp(moment: datetime) -> str:
+    """An absolute time to the minute, ``2026-12-08 14:05 UTC``: unlike "5 min ago", the
+    same on every turn until the memory changes (a prompt cache keeps it)."""
+    if moment.tzinfo is not None:
+        moment = moment.astimezone(UTC)
+    return moment.strftime("%Y-%m-%d %H:%M UTC")
 
 
 def _visible(text: str) -> str:
@@ -225,12 +282,11 @@ def _provenance(entry: StmEntry, window: Sequence[RawMessage]) -> str:
 def _this_channel_note(
     entry: StmEntry,
     config: GuildConfig,
-    now: datetime,
     *,
     tool_offered: bool,
     window: Sequence[RawMessage] = (),
 ) -> str:
-    updated = relative_time(entry.updated_at, now)
+    updated = stamp(entry.updated_at)
     text = defuse(render_memory_text(entry, config, with_sizes=True))
     upkeep = (
         f"which you maintain with {TOOL_NAME} (limit {VALUE_LIMIT} chars per field; "
@@ -247,32 +303,39 @@ def _this_channel_note(
     )
 
 
-def _history(inp: PromptInput) -> tuple[list[dict[str, str]], list[int]]:
-    window = inp.window
-    count = len(window)
-    raw_window = max(inp.raw_window, 0)
+def _history(inp: PromptInput) -> tuple[list[dict[str, str]], list[int], int | None, bool]:
+    """The chat history, its messages' ids, the id the shown window starts at, and
+    whether it leaves out messages the memory does not cover."""
+    bot_id = inp.bot_user_id
+    # Some providers reject an empty assistant message (e.g. an embed-only post).
+    kept = [m for m in inp.window if m.content or m.author_id != bot_id]
     entry = inp.entry
+    first_uncovered = 0
     if entry is not None and entry.has_content:
         # The window is oldest first and ids are time-ordered, so what the marker does
         # not cover is a suffix of it.
-        uncovered = len(messages_after_marker(window, entry.marker))
-        # At least the message being answered (the last one), whatever the marker covers
-        # (a summary may have folded in a message whose turn was still queued).
-        shown = min(max(uncovered, inp.min_raw_tail, 1), raw_window)
-    else:
-        shown = raw_window
-    bot_id = inp.bot_user_id
-    # Some providers reject an empty assistant message (e.g. an embed-only post).
-    kept = [m for m in window[max(count - shown, 0) :] if m.content or m.author_id != bot_id]
+        first_uncovered = len(kept) - len(messages_after_marker(kept, entry.marker))
+    tokens = inp.tokens
+
+    def cost(message: RawMessage) -> int:
+        text = message.content if message.author_id == bot_id else message.line()
+        return tokens(text) + MESSAGE_OVERHEAD_TOKENS
+
+    limits = WindowLimits(max(inp.raw_window, 1), inp.raw_window_tokens, inp.min_raw_tail)
+    start = window_start(
+        kept, first_uncovered=first_uncovered, previous=inp.window_start, limits=limits, cost=cost
+    )
+    shown = kept[start:]
     # One comprehension, not a loop of appends: up to raw_window messages every turn.
     history = [
         {"role": "assistant", "content": message.content}
         if message.author_id == bot_id
         # line(): a message's own line breaks cannot start another speaker's line.
         else {"role": "user", "content": message.line()}
-        for message in kept
+        for message in shown
     ]
-    return history, [message.message_id for message in kept]
+    ids = [m.message_id for m in shown]
+    return history, ids, shown[0].message_id if shown else None, start > first_uncovered
 
 
 def _raw_block(label: str, messages: Sequence[RawMessage]) -> str:
@@ -304,7 +367,7 @@ def _other_note(
         where = (
             "a server the user shares with you" if inp.is_dm else "another channel of this server"
         )
-    when = relative_time(activity, inp.now)
+    when = stamp(activity)
     parts: list[str] = []
     if distilled:
         parts.append(
@@ -327,9 +390,12 @@ def _last_activity(other: OtherChannel) -> datetime | None:
     return max((message.created_at for message in other.window), default=None)
 
 
-def _other_notes(inp: PromptInput) -> list[str]:
+def _other_notes(inp: PromptInput) -> tuple[list[str], list[str]]:
+    """Other channels' notes: those that fit :attr:`PromptInput.others_tokens`, the most
+    recently active first (the same from turn to turn), and those the message relates to
+    (of this turn only); at most ``max_others`` of each."""
     if inp.max_others <= 0 or not inp.others:
-        return []
+        return [], []
     ranked: list[tuple[datetime, int, OtherChannel]] = []
     for position, other in enumerate(inp.others):
         activity = _last_activity(other)
@@ -338,14 +404,53 @@ def _other_notes(inp: PromptInput) -> list[str]:
         # -position: among equal times the caller's order wins (reverse sort below).
         ranked.append((activity, -position, other))
     ranked.sort(key=lambda item: (item[0], item[1]), reverse=True)
-    notes: list[str] = []
+    words = SearchWords.of(inp.content) if inp.content else None
+    steady: list[str] = []
+    related: list[str] = []
+    budget = inp.others_tokens
     for activity, _, other in ranked:
         note = _other_note(other, inp, activity)
-        if note is not None:
-            notes.append(note)
-            if len(notes) == inp.max_others:
-                break
-    return notes
+        if note is None:
+            continue
+        if len(steady) < inp.max_others:
+            cost = inp.tokens(note)
+            if cost <= budget:
+                steady.append(note)
+                budget -= cost
+                continue
+        if words is not None and len(related) < inp.max_others and _relates(other, inp, words):
+            related.append(note)
+    return steady, related
+
+
+def _relates(other: OtherChannel, inp: PromptInput, words: SearchWords) -> bool:
+    """Whether the message names a word of the channel's memory, recent messages or name
+    (the words recall searches for: no stop words; Latin ones of three letters or more)."""
+    config = other.config or inp.config
+    parts = [other.label]
+    if other.entry is not None and other.entry.has_content:
+        parts.append(render_memory_text(other.entry, config))
+    parts.extend(m.content for m in other.shown_raw(config, distilled=False))
+    text = "\n".join(parts).lower()
+    present = set(_WORD.findall(text))
+    for group in words.groups:
+        if any(len(form) >= 3 and form in present for form in group.latin):
+            return True
+        if any(_shares_unspaced(form, text) for form in group.substrings):
+            return True
+    return False
+
+
+def _shares_unspaced(word: str, text: str) -> bool:
+    """Whether ``text`` holds ``word``, two letters in a row of it, or one of its Han
+    characters: scripts written without spaces run a whole phrase into one "word"."""
+    if word in text:
+        return True
+    if not _UNSPACED.search(word):  # Cyrillic, Greek…: spaced words, matched whole
+        return False
+    if any(word[i : i + 2] in text for i in range(len(word) - 1)):
+        return True
+    return any(_HAN.match(char) and char in text for char in word)
 
 
 def _quoted(message: RawMessage, *, elsewhere: bool = False) -> str:
@@ -418,32 +523,37 @@ def nudge_text(new_messages: int, override: str | None = None) -> str:
 def assemble(inp: PromptInput) -> AssembledPrompt:
     """The system notes and chat history for one turn (SPEC §5).
 
-    Notes, in order: this channel's memory, what the message answered replies to, a
-    thread's starter message and parent channel, other channels' memories (most recently
-    active first, at most ``max_others``), long-term facts; the nudge apart.
+    Notes that stay from turn to turn first: this channel's memory, a thread's starter
+    message and parent channel, other channels' memories within their budget (most
+    recently active first). Then this turn's (:attr:`AssembledPrompt.late_from`): other
+    channels the message relates to, what it replies to, long-term facts. The nudge apart.
     """
     notes: list[str] = []
     entry = inp.entry
     if entry is not None and entry.has_content:
         notes.append(
             _this_channel_note(
-                entry, inp.config, inp.now, tool_offered=inp.stm_tool_offered, window=inp.window
+                entry, inp.config, tool_offered=inp.stm_tool_offered, window=inp.window
             )
         )
-    reply = _reply_note(inp.replied_to)
-    if reply is not None:
-        notes.append(reply)
     starter = _starter_note(inp)
     if starter is not None:
         notes.append(starter)
-    # A small context leaves out the parent channel after other channels, before facts.
+    # A small context leaves out other channels first (the least recently active, then
+    # those related to the message), then the parent channel, then facts.
     parent = _parent_note(inp)
     parent_optional = [len(notes)] if parent is not None else []
     if parent is not None:
         notes.append(parent)
-    others = _other_notes(inp)
-    optional = [len(notes) + i for i in reversed(range(len(others)))] + parent_optional
-    notes.extend(others)
+    steady, related = _other_notes(inp)
+    optional = [len(notes) + i for i in reversed(range(len(steady)))]
+    notes.extend(steady)
+    late_from = len(notes)
+    optional += [len(notes) + i for i in reversed(range(len(related)))] + parent_optional
+    notes.extend(related)
+    reply = _reply_note(inp.replied_to)
+    if reply is not None:
+        notes.append(reply)
     if inp.long_term_notes:
         long_term = _long_term_note(inp.long_term_notes)
         if long_term is not None:
@@ -452,11 +562,14 @@ def assemble(inp: PromptInput) -> AssembledPrompt:
     nudge = None
     if inp.nudge_new_messages is not None:
         nudge = nudge_text(inp.nudge_new_messages, inp.config.nudge_override)
-    history, history_ids = _history(inp)
+    history, history_ids, start, cut = _history(inp)
     return AssembledPrompt(
         system_notes=notes,
         history=history,
         optional=optional,
         history_ids=history_ids,
         nudge=nudge,
+        late_from=late_from,
+        window_start=start,
+        cut_uncovered=cut,
     )

@@ -76,7 +76,7 @@ async def test_other_channels_are_the_most_recently_updated_ones(
     db: Database, settings: Settings, clock: ManualClock
 ) -> None:
     writer = make_service(db.sessions, settings, clock)
-    channels = [400_000 + i for i in range(12)]  # channels[0] holds the oldest memory
+    channels = [400_000 + i for i in range(15)]  # channels[0] holds the oldest memory
     for i, channel in enumerate(channels):
         await writer.update_stm(await start_turn(writer, channel=channel), summary=f"memory {i}")
         clock.advance(minutes=30)
@@ -86,8 +86,9 @@ async def test_other_channels_are_the_most_recently_updated_ones(
 
     prepared = await prepare(restarted, channel=999_999, label_for=lambda e: "#x")
 
+    # The candidates the prompt picks from (CANDIDATES_PER_SLOT per one shown), newest first.
     shown = [o.entry.summary for o in prepared.prompt.others if o.entry]
-    assert shown == ["memory 11", "memory 10", "memory 9"]
+    assert shown == [f"memory {i}" for i in range(14, 2, -1)]
 
 
 async def test_a_dm_shows_a_server_memory_as_that_server_renders_it(

@@ -39,6 +39,8 @@ async def test_other_channels_never_crowd_the_conversation_out_of_a_small_contex
         model="test-model",
         provider="novelai",
         llm={"max_retries": 0, "timeout_seconds": 5},
+        # Their whole memories would come in but for the context: the budget is not the test.
+        stm={"other_channels_tokens": 10_000},
     )
     service = make_service(db.sessions, settings)
     for channel in OTHER_CHANNELS:
