@@ -161,7 +161,7 @@ def figures(report: dict[str, Any]) -> list[Figure]:
             Figure(
                 f"{FIGURE_NAME} prompt tokens/question, {name}",
                 "-" if tokens is None else f"{tokens:,.0f}",
-                note="counted (characters / 4)",
+                note="counted (cl100k_base)",
             )
         )
     return found

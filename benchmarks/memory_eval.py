@@ -19,8 +19,8 @@ Two systems answer the same questions:
 
 The table gives accuracy (correct / total) and the mean prompt tokens per question
 turn (every model call of the turn counted, tool round trips included), from the API's
-``usage.prompt_tokens`` when the server sends it, else estimated as characters / 4 (the
-output says which).
+``usage.prompt_tokens`` when the server sends it, else counted with tiktoken's cl100k_base
+(the output says which; the dry run always counts: the scripted server's usage is a guess).
 
 Usage::
 
@@ -59,6 +59,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from benchmarks._figures import Figure, emit, skipped
 from benchmarks._persona import bot_persona
+from benchmarks.recall.proxy import COUNTER
 from bot.config import Settings, SettingsError, load_settings
 from bot.conversation.tools.longterm import REMEMBER_TOOL_NAME
 from bot.conversation.turn import TurnReply, TurnRequest, TurnRunner, render_persona
@@ -329,18 +330,13 @@ class Call:
     prompt_tokens: int | None
 
     @property
-    def prompt_chars(self) -> int:
-        """Characters of message text sent (what the prompt costs, roughly)."""
-        return sum(len(m["content"]) for m in self.messages if isinstance(m.get("content"), str))
-
-    @property
-    def estimated_tokens(self) -> int:
-        tool_chars = len(json.dumps(self.tools, ensure_ascii=False)) if self.tools else 0
-        return -(-(self.prompt_chars + tool_chars) // 4)
+    def counted_tokens(self) -> int:
+        """The request's prompt tokens in cl100k_base: messages, framing and tool schemas."""
+        return COUNTER.count_messages(self.messages, self.tools or None)
 
     @property
     def tokens(self) -> int:
-        return self.prompt_tokens if self.prompt_tokens is not None else self.estimated_tokens
+        return self.prompt_tokens if self.prompt_tokens is not None else self.counted_tokens
 
     @property
     def tool_names(self) -> list[str]:
@@ -349,15 +345,21 @@ class Call:
 
 class RecordingClient:
     """Stands in for ``openai.AsyncOpenAI`` where the bot uses it (``with_options`` and
-    ``chat.completions.create``) and records every successful call in ``calls``."""
+    ``chat.completions.create``) and records every successful call in ``calls``; the
+    server's usage is kept when ``use_usage``, else every call is counted here."""
 
-    def __init__(self, client: Any, calls: list[Call] | None = None) -> None:
+    def __init__(
+        self, client: Any, calls: list[Call] | None = None, *, use_usage: bool = True
+    ) -> None:
         self._client = client
         self.calls: list[Call] = calls if calls is not None else []
+        self.use_usage = use_usage
         self.chat = SimpleNamespace(completions=SimpleNamespace(create=self._create))
 
     def with_options(self, **options: Any) -> RecordingClient:
-        return RecordingClient(self._client.with_options(**options), self.calls)
+        return RecordingClient(
+            self._client.with_options(**options), self.calls, use_usage=self.use_usage
+        )
 
     async def _create(self, **request: Any) -> Any:
         completion = await self._client.chat.completions.create(**request)
@@ -367,7 +369,9 @@ class RecordingClient:
             Call(
                 messages=[dict(message) for message in request.get("messages", [])],
                 tools=list(request.get("tools") or []),
-                prompt_tokens=tokens if isinstance(tokens, int) and tokens > 0 else None,
+                prompt_tokens=(
+                    tokens if self.use_usage and isinstance(tokens, int) and tokens > 0 else None
+                ),
             )
         )
         return completion
@@ -609,8 +613,8 @@ def token_source(calls: Sequence[Call]) -> str:
     if calls and reported == len(calls):
         return "usage.prompt_tokens reported by the API"
     if reported == 0:
-        return "estimated as characters / 4 (the API reported no usage)"
-    return f"usage.prompt_tokens where reported ({reported}/{len(calls)} calls), else chars / 4"
+        return "counted with cl100k_base (no usage reported, or a dry run)"
+    return f"usage.prompt_tokens where reported ({reported}/{len(calls)} calls), else cl100k_base"
 
 
 def _turn_tokens(turn: TurnRecord, calls: Sequence[Call]) -> int:
@@ -658,12 +662,7 @@ def report(
         f"{'kioku':<10} {kioku.accuracy:<12} {kioku.mean_tokens:<31.0f} {mean_conversation}",
         f"{'baseline':<10} {baseline.accuracy:<12} {baseline.mean_tokens:<31.0f} -",
         "",
-        "prompt tokens: "
-        + (
-            "usage.prompt_tokens from the scripted server (its own chars / 4 estimate)"
-            if dry_run
-            else token_source(kioku.calls + baseline.calls)
-        ),
+        "prompt tokens: " + token_source(kioku.calls + baseline.calls),
     ]
     stm_writes = sum(turn.stm_saved for turn in replay.turns)
     remembered = sum(
@@ -760,6 +759,7 @@ async def evaluate(
     *,
     script: Callable[[Scripted], None] | None = None,
     before_baseline: Callable[[], None] | None = None,
+    use_usage: bool = True,
 ) -> tuple[Replay, SystemScore, SystemScore]:
     """Run both systems on ``fixture`` with an embedded PostgreSQL in ``settings.data_dir``."""
     persona = bot_persona(settings)
@@ -767,7 +767,7 @@ async def evaluate(
     await database.start()
     try:
         await upgrade(database.engine)
-        kioku_client = RecordingClient(client)
+        kioku_client = RecordingClient(client, use_usage=use_usage)
         replay = Replay(
             fixture,
             sessions=database.sessions,
@@ -791,7 +791,7 @@ async def evaluate(
         turn_tokens=[_turn_tokens(turn, kioku_client.calls) for turn in asked],
         calls=kioku_client.calls,
     )
-    baseline_client = RecordingClient(client)
+    baseline_client = RecordingClient(client, use_usage=use_usage)
     answers = await ask_baseline(
         fixture, baseline_client, settings, persona, before_each=before_baseline
     )
@@ -811,7 +811,7 @@ async def evaluate(
 
 def figures(kioku: SystemScore, baseline: SystemScore, note: str) -> list[Figure]:
     """The run's figures for ``run_all.py``: Kioku should answer at least as well."""
-    source = "usage" if all(c.prompt_tokens is not None for c in kioku.calls) else "chars/4"
+    source = "usage" if all(c.prompt_tokens is not None for c in kioku.calls) else "cl100k_base"
     return [
         Figure(
             f"{FIGURE_NAME}: accuracy, kioku",
@@ -890,6 +890,7 @@ async def dry_run(args: argparse.Namespace, fixture: Fixture, folder: Path) -> i
                 client,
                 script=script,
                 before_baseline=lambda: llm.reply_text(BASELINE_CANNED_ANSWER),
+                use_usage=False,  # the scripted server's usage is characters / 4
             )
         finally:
             await client.close()

@@ -25,11 +25,12 @@ import openai
 from benchmarks.recall.dataset import Sample, Session
 from benchmarks.recall.kioku import GUILD_NAME, QUESTION_DELAY, QUESTIONER, TURN_GAP, Answer
 from benchmarks.recall.kioku import channel_name as kioku_channel_name
-from benchmarks.recall.proxy import Phase, RecordingProxy, estimate_tokens
+from benchmarks.recall.proxy import COUNTER, Phase, RecordingProxy
 from bot.config import Settings
 from bot.conversation import TurnRequest
 from bot.conversation.turn import render_persona
 from bot.llm.roles import alternate_roles
+from bot.llm.tokens import MESSAGE_TOKENS
 
 RAW_MESSAGES = 25
 BASELINES = ("raw", "full", "none")
@@ -50,7 +51,7 @@ def transcript(sessions: tuple[Session, ...]) -> list[dict[str, str]]:
 
 
 def _tokens(message: dict[str, str]) -> int:
-    return 4 + estimate_tokens(message["content"])
+    return MESSAGE_TOKENS + COUNTER.count(message["content"])
 
 
 def fit(history: list[dict[str, str]], budget: int) -> tuple[list[dict[str, str]], bool]:

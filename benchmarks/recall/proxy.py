@@ -20,6 +20,8 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from bot.llm.tokens import MESSAGE_TOKENS, TokenCounter
+
 # Not forwarded: hop-by-hop headers, and what aiohttp sets or undoes itself (it
 # decompresses what it reads, so the body it relays is no longer encoded).
 _DROPPED_HEADERS = frozenset(
@@ -33,12 +35,13 @@ _DROPPED_HEADERS = frozenset(
         "accept-encoding",
     }
 )
-TOKEN_COUNTER = "estimate: characters / 4, plus 4 per message (tiktoken is not a dependency)"
+TOKEN_COUNTER = (
+    f"cl100k_base (tiktoken), plus {MESSAGE_TOKENS} per message and 3 for the reply; "
+    "tool schemas and calls as JSON"
+)
 """How :func:`counted_prompt_tokens` counts, as the report states it."""
-
-
-def estimate_tokens(text: str) -> int:
-    return -(-len(text) // 4) if text else 0
+COUNTER = TokenCounter.for_encoding("cl100k_base")
+"""The harness's tokenizer, whatever the model: figures compare across models and runs."""
 
 
 def _content_text(content: object) -> str:
@@ -51,18 +54,13 @@ def _content_text(content: object) -> str:
 
 def counted_prompt_tokens(body: Mapping[str, Any]) -> int:
     """Prompt tokens of a chat request, counted here (see :data:`TOKEN_COUNTER`): the
-    messages' text and tool calls, the tool schemas, 4 tokens of framing per message."""
+    messages' text and tool calls, the tool schemas, the framing of each message."""
     messages = body.get("messages")
-    total = 3  # the reply's priming
-    for message in messages if isinstance(messages, list) else ():
-        if not isinstance(message, Mapping):
-            continue
-        total += 4 + estimate_tokens(_content_text(message.get("content")))
-        if message.get("tool_calls"):
-            total += estimate_tokens(json.dumps(message["tool_calls"], ensure_ascii=False))
-    if body.get("tools"):
-        total += estimate_tokens(json.dumps(body["tools"], ensure_ascii=False))
-    return total
+    tools = body.get("tools")
+    return COUNTER.count_messages(
+        [m for m in messages if isinstance(m, Mapping)] if isinstance(messages, list) else [],
+        tools if isinstance(tools, list) else None,
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,12 +13,14 @@ leaks       tool-call syntax and reasoning leaked into reply text, stripped
 escaping    entities a server's template escaped, turned back into characters
 embeddings  vectors from a /v1/embeddings endpoint, resting after a failure
 tools/      tools to the loop (schema, arguments, calls) and the tool loop itself
+tokens/     prompt tokens: tiktoken's shipped encodings, else a calibrated per-script estimate
 """
 
 from bot.llm.client import LlmRequest, RequestObserver, chat_completion, make_client
 from bot.llm.embeddings import Embedder, Vector
 from bot.llm.escaping import unescape_new_entities
 from bot.llm.failures import CUT_MESSAGE
+from bot.llm.tokens import Calibration, TokenCounter, encoding_for_model, estimate_tokens
 from bot.llm.tools import (
     FALLBACK_REPLY,
     FRIENDLY_ERRORS,
@@ -48,6 +50,7 @@ __all__ = [
     "FALLBACK_REPLY",
     "FRIENDLY_ERRORS",
     "UNAVAILABLE_MESSAGE",
+    "Calibration",
     "Embedder",
     "ImagesRefused",
     "LlmRequest",
@@ -55,12 +58,15 @@ __all__ = [
     "LoopResult",
     "ReplyPreview",
     "RequestObserver",
+    "TokenCounter",
     "ToolArgumentError",
     "ToolOutcome",
     "ToolSpec",
     "Vector",
     "chat_completion",
     "complete_without_tools",
+    "encoding_for_model",
+    "estimate_tokens",
     "json_type",
     "load_object",
     "make_client",
