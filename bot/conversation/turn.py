@@ -45,14 +45,17 @@ from bot.conversation.upkeep import Upkeep
 from bot.llm import (
     FALLBACK_REPLY,
     ImagesRefused,
+    LlmRequest,
     LlmUnavailable,
     LoopResult,
     ReplyPreview,
+    TokenCounter,
     ToolOutcome,
     ToolSpec,
     run_tool_loop,
 )
 from bot.memory import (
+    MESSAGE_OVERHEAD_TOKENS,
     AssembledPrompt,
     FactRecall,
     LongTermService,
@@ -126,16 +129,24 @@ def context_chars(context_tokens: int, reply_tokens: int) -> int:
     return prompt_chars(context_tokens, reply_tokens, TOOL_SCHEMA_TOKENS)
 
 
-def fit_notes(prompt: AssembledPrompt, *, budget_chars: int) -> tuple[list[str], list[str]]:
-    """The system notes that fit in ``budget_chars``, leaving out optional ones (other
+def context_tokens(context: int, reply_tokens: int) -> int:
+    """Tokens of prompt a provider's context window leaves room for."""
+    return max(0, context - reply_tokens - TOOL_SCHEMA_TOKENS)
+
+
+def fit_notes(
+    prompt: AssembledPrompt, *, budget: int, cost: Callable[[str], int] = len
+) -> tuple[list[str], list[str]]:
+    """The system notes whose ``cost`` fits in ``budget``, leaving out optional ones (other
     channels, then long-term facts; see :class:`AssembledPrompt`) the least useful first:
     those that stay from turn to turn, and this turn's."""
     notes: list[str | None] = list(prompt.system_notes)
-    used = sum(len(note) for note in prompt.system_notes)
+    costs = [cost(note) for note in prompt.system_notes]
+    used = sum(costs)
     for index in prompt.optional:
-        if used <= budget_chars:
+        if used <= budget:
             break
-        used -= len(prompt.system_notes[index])
+        used -= costs[index]
         notes[index] = None
     late_from = len(notes) if prompt.late_from is None else prompt.late_from
     return (
@@ -144,14 +155,17 @@ def fit_notes(prompt: AssembledPrompt, *, budget_chars: int) -> tuple[list[str],
     )
 
 
-def fit_history(history: list[dict[str, str]], *, budget_chars: int) -> list[dict[str, str]]:
-    """The newest messages that fit in ``budget_chars`` (always at least the last one, the
-    message being answered): small-context providers get a shorter history, not an error."""
+def fit_history(
+    history: list[dict[str, str]], *, budget: int, cost: Callable[[str], int] = len
+) -> list[dict[str, str]]:
+    """The newest messages whose ``cost`` fits in ``budget`` (always at least the last one,
+    the message being answered): small-context providers get a shorter history, not an
+    error."""
     kept: list[dict[str, str]] = []
     used = 0
     for message in reversed(history):
-        used += len(message["content"])
-        if kept and used > budget_chars:
+        used += cost(message["content"])
+        if kept and used > budget:
             break
         kept.append(message)
     kept.reverse()
@@ -268,10 +282,14 @@ class TurnRunner:
             return TurnReply("", failed=True, turn=turn, unanswered=True, outcome="unanswered")
         # One deadline for the turn's image downloads and its model calls.
         deadline = asyncio.get_running_loop().time() + self.settings.llm.turn_timeout_seconds
-        imaged = await self._turn_messages(request, prepared, intent=intent, deadline=deadline)
+        counter = TokenCounter.for_model(model, self.settings.provider)
+        imaged = await self._turn_messages(
+            request, prepared, intent=intent, deadline=deadline, counter=counter
+        )
         messages = imaged.messages
         stm_results: list[str] = []
         registry, offered = self._tools(request, prepared, stm_results, intent=intent, model=model)
+        observe = self._calibrating(counter, messages, [registry[n].definition for n in offered()])
         changed: list[str] = []  # the long-term tools that succeeded
         tracked(registry, (REMEMBER_TOOL_NAME, FORGET_TOOL_NAME), changed)
 
@@ -289,7 +307,7 @@ class TurnRunner:
                 # The server may refuse tools this very turn: then nothing is stored.
                 without_tools_notes=[NO_LONG_TERM_TOOLS_NOTE] if intent else [],
                 strict_roles=self.settings.strict_roles,
-                observe=self.metrics.llm_request,
+                observe=observe,
                 preview=preview,
                 deadline=deadline,
             )
@@ -331,6 +349,22 @@ class TurnRunner:
             reply = replace(reply, upkeep=upkeep)
         return reply
 
+    def _calibrating(
+        self, counter: TokenCounter, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
+    ) -> Callable[[LlmRequest], None]:
+        """The turn's request observer: the metrics, and, from the first answer's reported
+        prompt tokens, the calibration of an estimating counter."""
+        pending = not counter.exact
+
+        def observe(request: LlmRequest) -> None:
+            nonlocal pending
+            self.metrics.llm_request(request)
+            if pending and request.prompt_tokens:
+                pending = False
+                counter.observe(counter.count_messages(messages, tools), request.prompt_tokens)
+
+        return observe
+
     async def _unsaved(
         self,
         request: TurnRequest,
@@ -369,7 +403,13 @@ class TurnRunner:
         )
 
     async def _turn_messages(
-        self, request: TurnRequest, prepared: PreparedTurn, *, intent: bool, deadline: float
+        self,
+        request: TurnRequest,
+        prepared: PreparedTurn,
+        *,
+        intent: bool,
+        deadline: float,
+        counter: TokenCounter,
     ) -> WithImages:
         """The model's messages for the turn (see :meth:`_messages`), with the images of
         the message answered and its reply chain (none from other messages: what they
@@ -380,11 +420,17 @@ class TurnRunner:
         # The history takes at most half of what a small context leaves beside the reply.
         room = (self.caps.context_tokens - self.settings.llm.max_reply_tokens) // 2
         shape.raw_window_tokens = max(min(shape.raw_window_tokens, room), 1)
+        shape.tokens = counter.count
         prompt = assemble(shape)
         if prompt.window_start is not None:
             self._window_starts[turn.channel_id] = prompt.window_start
         messages, whole_history = self._messages(
-            request, prompt, prepared.prompt.now, intent=intent, server_persona=turn.config.persona
+            request,
+            prompt,
+            prepared.prompt.now,
+            intent=intent,
+            tokens=counter.count,
+            server_persona=turn.config.persona,
         )
         context = self.settings.context
         imaged = WithImages(messages)
@@ -479,6 +525,7 @@ class TurnRunner:
         now: datetime,
         *,
         intent: bool,
+        tokens: Callable[[str], int],
         server_persona: str | None = None,
     ) -> tuple[list[dict[str, Any]], bool]:
         """The model's messages for the turn, and whether they hold the whole history.
@@ -494,20 +541,26 @@ class TurnRunner:
         late: list[dict[str, Any]] = []
         if intent and not self.caps.tool_calling:
             late.append({"role": "system", "content": NO_LONG_TERM_TOOLS_NOTE})
-        budget = context_chars(self.caps.context_tokens, self.settings.llm.max_reply_tokens)
+        budget = context_tokens(self.caps.context_tokens, self.settings.llm.max_reply_tokens)
+
+        def cost(text: str) -> int:
+            return tokens(text) + MESSAGE_OVERHEAD_TOKENS
+
         # The end of the conversation comes before other channels and long-term facts.
         tail = prompt.history[-max(1, self.settings.stm.min_raw_tail) :]
         steady, this_turn = fit_notes(
             prompt,
-            budget_chars=budget
-            - sum(len(m["content"]) for m in (*messages, *late))
-            - sum(len(m["content"]) for m in tail),
+            budget=budget
+            - sum(cost(m["content"]) for m in (*messages, *late))
+            - sum(cost(m["content"]) for m in tail),
+            cost=cost,
         )
         messages += [{"role": "system", "content": note} for note in steady]
         late += [{"role": "system", "content": note} for note in this_turn]
         history = fit_history(
             prompt.history,
-            budget_chars=budget - sum(len(m["content"]) for m in (*messages, *late)),
+            budget=budget - sum(cost(m["content"]) for m in (*messages, *late)),
+            cost=cost,
         )
         # Most stable first, for a provider's prompt cache: the persona and the memories,
         # the history, then this turn's notes just before the message answered.

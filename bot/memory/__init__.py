@@ -39,6 +39,7 @@ from bot.memory.stm import (
     parse_category_lines,
 )
 from bot.memory.turn import (
+    MESSAGE_OVERHEAD_TOKENS,
     REASON_CHANGED,
     REASON_CLEARED,
     REASON_DISABLED,
@@ -63,6 +64,7 @@ from bot.memory.turn import (
 __all__ = [
     "DESCRIPTION_MAX_LENGTH",
     "LABEL_MAX_LENGTH",
+    "MESSAGE_OVERHEAD_TOKENS",
     "REASON_ALL_EMPTY",
     "REASON_CATEGORIES_CHANGED",
     "REASON_CHANGED",

@@ -3,6 +3,7 @@ turn's notes last, and each turn's prompt a prefix of the next one's."""
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 from tests.helpers.chat_world import KiokuStarter
@@ -48,7 +49,7 @@ async def test_each_turns_prompt_starts_with_the_last_turns(
 
         requests = [llm.messages(i) for i in range(len(llm.requests))]
         assert len(requests) == 4
-        for before, after in zip(requests, requests[1:], strict=False):
+        for before, after in itertools.pairwise(requests):
             # Everything the last turn sent is again the start of this turn's prompt.
             assert after[: len(before)] == before
             assert roles(after[len(before) :]) == ["assistant", "user", "user"]

@@ -24,17 +24,17 @@ def messages(*sizes: int) -> list[dict[str, str]]:
 
 def test_everything_fits_in_a_large_context() -> None:
     history = messages(100, 200, 300)
-    assert fit_history(history, budget_chars=10_000) == history
+    assert fit_history(history, budget=10_000) == history
 
 
 def test_the_oldest_messages_go_first() -> None:
     history = messages(500, 400, 300, 200)
-    assert [len(m["content"]) for m in fit_history(history, budget_chars=550)] == [300, 200]
+    assert [len(m["content"]) for m in fit_history(history, budget=550)] == [300, 200]
 
 
 def test_the_message_being_answered_is_always_kept() -> None:
     history = messages(100, 5_000)
-    assert [len(m["content"]) for m in fit_history(history, budget_chars=10)] == [5_000]
+    assert [len(m["content"]) for m in fit_history(history, budget=10)] == [5_000]
 
 
 def test_context_chars_leaves_room_for_the_reply_and_the_tools() -> None:
@@ -85,13 +85,13 @@ def test_optional_notes_are_left_out_the_least_useful_first() -> None:
     )
     everything = sum(len(n) for n in prompt.system_notes)
 
-    assert fit_notes(prompt, budget_chars=everything) == (prompt.system_notes, [])
-    assert fit_notes(prompt, budget_chars=everything - 1) == (
+    assert fit_notes(prompt, budget=everything) == (prompt.system_notes, [])
+    assert fit_notes(prompt, budget=everything - 1) == (
         ["this channel", "other A" * 10, "facts" * 10, "nudge"],
         [],
     )
     # Never this channel's memory or the nudge, however small the budget.
-    assert fit_notes(prompt, budget_chars=0) == (["this channel", "nudge"], [])
+    assert fit_notes(prompt, budget=0) == (["this channel", "nudge"], [])
 
 
 def test_fitted_notes_keep_their_side_of_the_history() -> None:
@@ -101,11 +101,11 @@ def test_fitted_notes_keep_their_side_of_the_history() -> None:
         optional=[1, 2],
         late_from=2,
     )
-    assert fit_notes(prompt, budget_chars=10_000) == (
+    assert fit_notes(prompt, budget=10_000) == (
         ["this channel", "other A" * 10],
         ["facts" * 10],
     )
-    assert fit_notes(prompt, budget_chars=len("this channel") + 50) == (
+    assert fit_notes(prompt, budget=len("this channel") + 50) == (
         ["this channel"],
         ["facts" * 10],
     )

@@ -5,8 +5,15 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from bot.llm import estimate_tokens
 from bot.llm.roles import LATE_NOTE_LINE, alternate_roles
-from bot.memory.turn.prompt import OtherChannel, PromptInput, assemble, stamp
+from bot.memory.turn.prompt import (
+    MESSAGE_OVERHEAD_TOKENS,
+    OtherChannel,
+    PromptInput,
+    assemble,
+    stamp,
+)
 from bot.memory.turn.window import WindowLimits, window_start
 from bot.vocabulary.model import GuildConfig, Marker, RawMessage, ScopeKey, StmEntry
 
@@ -132,7 +139,7 @@ def test_assembled_history_starts_where_the_last_turn_left_it() -> None:
 def test_unaddressed_messages_never_pass_the_token_budget() -> None:
     chatter = [msg(i, "word " * 40) for i in range(1, 201)]  # about 50 tokens each
     assembled = assemble(prompt(window=chatter, raw_window=500, raw_window_tokens=1500))
-    shown = sum(len(m["content"]) // 4 + 1 + 4 for m in assembled.history)
+    shown = sum(estimate_tokens(m["content"]) + MESSAGE_OVERHEAD_TOKENS for m in assembled.history)
     assert 0 < shown <= 1500
 
 
@@ -212,3 +219,13 @@ def test_relatedness_finds_words_in_unspaced_scripts() -> None:
     assert any("ミソは猫です" in note for note in assembled.late_notes)
     unrelated = assemble(prompt(others=[memory], content="天気は?", others_tokens=10))
     assert unrelated.system_notes == []
+
+
+def test_cjk_chatter_is_counted_as_the_tokens_it_takes_not_a_quarter_of_its_characters() -> None:
+    said = "明日の会議は午後三時からです。資料は共有フォルダにあります。"  # 30 characters
+    chatter = [msg(i, said) for i in range(1, 201)]
+    assembled = assemble(prompt(window=chatter, raw_window=500, raw_window_tokens=1500))
+    chars = sum(len(m["content"]) for m in assembled.history)
+    # Characters / 4 would have let about 6,000 characters through; at about a token a
+    # character the budget holds a quarter of that.
+    assert 0 < chars <= 1500 * 1.1

@@ -99,8 +99,10 @@ def estimate_tokens(text: str) -> int:
     # bytes.translate and bytes.count run in C: a few µs per thousand characters.
     classes = text.encode("utf-8", "surrogatepass").translate(_BYTE_CLASSES)
     words = _runs(classes, ord("a"))
-    # Common words are one token with their space; long, rare ones split.
-    total = 0.85 * words + 0.03 * classes.count(b"a")
+    # Common words are one token with their space; long, rare ones split, and a run far
+    # longer than words are (a key, base64, "aaaa…") takes a token every few letters.
+    letters = classes.count(b"a")
+    total = 0.85 * words + 0.03 * letters + max(0, letters - 8 * words) / 4
     digits = _runs(classes, ord("0"))
     total += digits + (classes.count(b"0") - digits) / 3  # cl100k groups up to 3 digits
     punctuation = _runs(classes, ord("."))

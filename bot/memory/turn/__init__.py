@@ -15,6 +15,7 @@ from bot.memory.turn.gather import (
     messages_after_marker,
 )
 from bot.memory.turn.prompt import (
+    MESSAGE_OVERHEAD_TOKENS,
     VALUE_LIMIT,
     AssembledPrompt,
     OtherChannel,
@@ -23,6 +24,7 @@ from bot.memory.turn.prompt import (
     nudge_text,
     relative_time,
     render_memory_text,
+    stamp,
 )
 from bot.memory.turn.recall import FactRecall
 from bot.memory.turn.types import (
@@ -38,6 +40,7 @@ from bot.memory.turn.types import (
 )
 
 __all__ = [
+    "MESSAGE_OVERHEAD_TOKENS",
     "REASON_ALREADY_UPDATED",
     "REASON_CHANGED",
     "REASON_CLEARED",
@@ -60,4 +63,5 @@ __all__ = [
     "nudge_text",
     "relative_time",
     "render_memory_text",
+    "stamp",
 ]

@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 
 import regex
 
+from bot.llm import estimate_tokens
 from bot.memory.turn.fences import DEFUSED_LT, defuse
 from bot.memory.turn.gather import messages_after_marker
 from bot.memory.turn.window import WindowLimits, window_start
@@ -49,11 +50,6 @@ DEFAULT_OTHERS_TOKENS = 150
 _WORD = re.compile(r"\w+")
 _HAN = regex.compile(r"\p{Han}")
 _UNSPACED = regex.compile(r"[\p{Han}\p{Hiragana}\p{Katakana}\p{Thai}\p{Lao}\p{Khmer}\p{Myanmar}]")
-
-
-def rough_tokens(text: str) -> int:
-    """A model-independent token estimate: about four characters a token."""
-    return len(text) // 4 + 1
 
 
 # Not frozen (here and in PromptInput): a frozen dataclass's __init__ sets each field
@@ -110,7 +106,8 @@ class PromptInput:
     raw_window_tokens: int = DEFAULT_RAW_WINDOW_TOKENS
     # Other channels' memories unrelated to the message share this many tokens.
     others_tokens: int = DEFAULT_OTHERS_TOKENS
-    tokens: Callable[[str], int] = rough_tokens
+    # Tokens of a text for the turn's model (bot.llm.TokenCounter.count).
+    tokens: Callable[[str], int] = estimate_tokens
 
 
 @dataclass(slots=True)

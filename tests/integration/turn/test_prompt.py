@@ -8,8 +8,10 @@ from pathlib import Path
 from sqlalchemy.engine import URL
 
 from bot.config import Settings
-from bot.conversation.turn import TurnRequest, TurnRunner, context_chars
+from bot.conversation.turn import TurnRequest, TurnRunner, context_tokens
 from bot.db.engine import Database
+from bot.llm import TokenCounter
+from bot.memory import MESSAGE_OVERHEAD_TOKENS
 from bot.vocabulary.providers import capabilities
 from tests.helpers.builders import (
     ALICE,
@@ -71,10 +73,11 @@ async def test_other_channels_never_crowd_the_conversation_out_of_a_small_contex
 
     sent = llm.messages(0)
     conversation = [m["content"] for m in sent if m["role"] == "user"]
-    total = sum(len(str(m["content"])) for m in sent)
-    budget = context_chars(capabilities("novelai").context_tokens, settings.llm.max_reply_tokens)
+    counter = TokenCounter.for_model(settings.model, settings.provider)
+    total = sum(counter.count(str(m["content"])) + MESSAGE_OVERHEAD_TOKENS for m in sent)
+    budget = context_tokens(capabilities("novelai").context_tokens, settings.llm.max_reply_tokens)
     assert "Alice: our conversation, part 5" in conversation
-    assert total <= budget, f"prompt of {total} chars for a budget of {budget}"
+    assert total <= budget, f"prompt of {total} tokens for a budget of {budget}"
     shown = sum("#channel-" in str(m["content"]) for m in sent if m["role"] == "system")
     assert 0 < shown < len(OTHER_CHANNELS)  # the most recent other channels still fit
 
