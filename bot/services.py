@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
@@ -14,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from bot.config import Settings
 from bot.conversation import Summarizer, TurnRunner
 from bot.db import CacheListener, Database
-from bot.llm import Embedder, make_client
+from bot.llm import Embedder, TokenCounter, make_client
 from bot.memory import (
     DurableSpool,
     LongTermService,
@@ -108,6 +109,8 @@ async def start_services(
             database.sessions, settings, clock, spool=durable, embedder=embedder
         )
         turns = TurnRunner(memory, llm, settings, longterm=longterm, metrics=metrics, tasks=tasks)
+        # Loading a tokenizer takes up to a second: not on the first turn's event loop.
+        await asyncio.to_thread(TokenCounter.for_model(settings.model, settings.provider).warm)
         _watch_memory(metrics, memory)
         _spawn_background(tasks, memory, durable, database, janitor=janitor)
         health = Health(database.sessions)
