@@ -64,7 +64,7 @@ from bot.conversation.tools.longterm import REMEMBER_TOOL_NAME
 from bot.conversation.turn import TurnReply, TurnRequest, TurnRunner, render_persona
 from bot.db.engine import Database
 from bot.db.migrate import upgrade
-from bot.llm.client import make_client
+from bot.llm.client import make_client, reported_tokens
 from bot.memory.longterm.facts import LongTermService
 from bot.memory.service import MemoryService
 from bot.vocabulary.model import RawMessage
@@ -327,6 +327,8 @@ class Call:
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]]
     prompt_tokens: int | None
+    # Of prompt_tokens, those the server read from its prompt cache (0: none reported).
+    cached_tokens: int = 0
 
     @property
     def prompt_chars(self) -> int:
@@ -349,7 +351,8 @@ class Call:
 
 class RecordingClient:
     """Stands in for ``openai.AsyncOpenAI`` where the bot uses it (``with_options`` and
-    ``chat.completions.create``) and records every successful call in ``calls``."""
+    ``post``, and ``chat.completions.create`` for the baseline) and records every
+    successful call in ``calls``."""
 
     def __init__(self, client: Any, calls: list[Call] | None = None) -> None:
         self._client = client
@@ -359,18 +362,28 @@ class RecordingClient:
     def with_options(self, **options: Any) -> RecordingClient:
         return RecordingClient(self._client.with_options(**options), self.calls)
 
+    async def post(self, path: str, **arguments: Any) -> Any:
+        """The bot's requests (``bot.llm.client.post_chat``): the body as sent."""
+        answer = await self._client.post(path, **arguments)
+        self._record(arguments.get("body") or {}, answer)
+        return answer
+
     async def _create(self, **request: Any) -> Any:
         completion = await self._client.chat.completions.create(**request)
-        usage = getattr(completion, "usage", None)
-        tokens = getattr(usage, "prompt_tokens", None)
+        self._record(request, completion)
+        return completion
+
+    def _record(self, request: Mapping[str, Any], answer: Any) -> None:
+        # A streamed answer's usage is not read here: it counts as unreported.
+        prompt, _, cached = reported_tokens(answer)
         self.calls.append(
             Call(
                 messages=[dict(message) for message in request.get("messages", [])],
                 tools=list(request.get("tools") or []),
-                prompt_tokens=tokens if isinstance(tokens, int) and tokens > 0 else None,
+                prompt_tokens=prompt or None,
+                cached_tokens=cached,
             )
         )
-        return completion
 
     async def close(self) -> None:
         await self._client.close()
@@ -665,6 +678,13 @@ def report(
             else token_source(kioku.calls + baseline.calls)
         ),
     ]
+    cached = sum(call.cached_tokens for call in kioku.calls)
+    if cached:
+        reported = sum(call.prompt_tokens or 0 for call in kioku.calls)
+        lines.append(
+            f"kioku prompt tokens read from the server's prompt cache: {cached} of {reported} "
+            f"({cached / reported:.0%})"
+        )
     stm_writes = sum(turn.stm_saved for turn in replay.turns)
     remembered = sum(
         name == REMEMBER_TOOL_NAME and outcome.startswith(("saved", "updated"))
