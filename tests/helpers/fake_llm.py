@@ -513,7 +513,7 @@ class ScriptedLLM:
         return [r.headers for r in self._recorded]
 
     @property
-    def queries(self) -> list[dict[str, str]]:
+    def request_queries(self) -> list[dict[str, str]]:
         """The URL query of every chat-completions request, oldest first."""
         return [r.query for r in self._recorded]
 

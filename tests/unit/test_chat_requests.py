@@ -115,7 +115,7 @@ async def test_the_base_urls_query_goes_with_every_request(
         assert await send(client, dict(BODY), streamed=streamed) == "ok"
     finally:
         await client.close()
-    assert llm.queries == [{"api-version": "2024-10-21"}]
+    assert llm.request_queries == [{"api-version": "2024-10-21"}]
 
 
 @pytest.mark.parametrize("streamed", [False, True], ids=["whole", "streamed"])
