@@ -65,7 +65,7 @@ from bot.conversation.tools.longterm import REMEMBER_TOOL_NAME
 from bot.conversation.turn import TurnReply, TurnRequest, TurnRunner, render_persona
 from bot.db.engine import Database
 from bot.db.migrate import upgrade
-from bot.llm.client import make_client
+from bot.llm.client import make_client, reported_tokens
 from bot.memory.longterm.facts import LongTermService
 from bot.memory.service import MemoryService
 from bot.vocabulary.model import RawMessage
@@ -328,6 +328,8 @@ class Call:
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]]
     prompt_tokens: int | None
+    # Of prompt_tokens, those the server read from its prompt cache (0: none reported).
+    cached_tokens: int = 0
 
     @property
     def counted_tokens(self) -> int:
@@ -345,8 +347,9 @@ class Call:
 
 class RecordingClient:
     """Stands in for ``openai.AsyncOpenAI`` where the bot uses it (``with_options`` and
-    ``chat.completions.create``) and records every successful call in ``calls``; the
-    server's usage is kept when ``use_usage``, else every call is counted here."""
+    ``post``, and ``chat.completions.create`` for the baseline) and records every
+    successful call in ``calls``; the server's usage is kept when ``use_usage``, else
+    every call is counted here."""
 
     def __init__(
         self, client: Any, calls: list[Call] | None = None, *, use_usage: bool = True
@@ -361,20 +364,28 @@ class RecordingClient:
             self._client.with_options(**options), self.calls, use_usage=self.use_usage
         )
 
+    async def post(self, path: str, **arguments: Any) -> Any:
+        """The bot's requests (``bot.llm.client.post_chat``): the body as sent."""
+        answer = await self._client.post(path, **arguments)
+        self._record(arguments.get("body") or {}, answer)
+        return answer
+
     async def _create(self, **request: Any) -> Any:
         completion = await self._client.chat.completions.create(**request)
-        usage = getattr(completion, "usage", None)
-        tokens = getattr(usage, "prompt_tokens", None)
+        self._record(request, completion)
+        return completion
+
+    def _record(self, request: Mapping[str, Any], answer: Any) -> None:
+        # A streamed answer's usage is not read here: it counts as unreported.
+        prompt, _, cached = reported_tokens(answer)
         self.calls.append(
             Call(
                 messages=[dict(message) for message in request.get("messages", [])],
                 tools=list(request.get("tools") or []),
-                prompt_tokens=(
-                    tokens if self.use_usage and isinstance(tokens, int) and tokens > 0 else None
-                ),
+                prompt_tokens=prompt if self.use_usage and prompt else None,
+                cached_tokens=cached,
             )
         )
-        return completion
 
     async def close(self) -> None:
         await self._client.close()
@@ -664,6 +675,13 @@ def report(
         "",
         "prompt tokens: " + token_source(kioku.calls + baseline.calls),
     ]
+    cached = sum(call.cached_tokens for call in kioku.calls)
+    if cached:
+        reported = sum(call.prompt_tokens or 0 for call in kioku.calls)
+        lines.append(
+            f"kioku prompt tokens read from the server's prompt cache: {cached} of {reported} "
+            f"({cached / reported:.0%})"
+        )
     stm_writes = sum(turn.stm_saved for turn in replay.turns)
     remembered = sum(
         name == REMEMBER_TOOL_NAME and outcome.startswith(("saved", "updated"))

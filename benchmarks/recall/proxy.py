@@ -20,6 +20,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from bot.llm.client import reported_tokens
 from bot.llm.tokens import MESSAGE_TOKENS, TokenCounter
 
 # Not forwarded: hop-by-hop headers, and what aiohttp sets or undoes itself (it
@@ -83,6 +84,8 @@ class Call:
     # What the server reported (None: it did not say).
     server_prompt_tokens: int | None = None
     server_completion_tokens: int | None = None
+    # Of the prompt, the tokens the server said it read from its prompt cache (0: none said).
+    server_cached_tokens: int = 0
     reply: str = ""
     error: str | None = None
 
@@ -101,6 +104,8 @@ class _Reading:
     """What a response said, read as it passed: usage and the answer's text."""
 
     usage: dict[str, Any] = field(default_factory=dict)
+    # llama.cpp's llama-server: how much of the prompt its cache held (cache_n).
+    timings: dict[str, Any] = field(default_factory=dict)
     text: list[str] = field(default_factory=list)
 
     def read_completion(self, data: object) -> None:
@@ -108,6 +113,8 @@ class _Reading:
             return
         if isinstance(data.get("usage"), Mapping):
             self.usage = dict(data["usage"])
+        if isinstance(data.get("timings"), Mapping):
+            self.timings = dict(data["timings"])
         for choice in data.get("choices") or ():
             if not isinstance(choice, Mapping):
                 continue
@@ -242,5 +249,8 @@ class RecordingProxy:
                     reading.read_completion(json.loads(received))
             call.server_prompt_tokens = _usage_field(reading.usage, "prompt_tokens")
             call.server_completion_tokens = _usage_field(reading.usage, "completion_tokens")
+            _, _, call.server_cached_tokens = reported_tokens(
+                {"usage": reading.usage, "timings": reading.timings}
+            )
             call.reply = "".join(reading.text)
         return response

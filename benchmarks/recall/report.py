@@ -29,6 +29,7 @@ class QuestionResult:
     counted_prompt_tokens: int = 0
     server_prompt_tokens: int | None = None
     server_completion_tokens: int | None = None
+    server_cached_tokens: int = 0
 
 
 @dataclass
@@ -95,6 +96,7 @@ def summarize(run: SystemRun, *, judged: bool) -> dict[str, Any]:
             "server_completion_tokens": _server_total(
                 [r.server_completion_tokens for r in results]
             ),
+            "server_cached_prompt_tokens": sum(r.server_cached_tokens for r in results),
         },
         "memory_building": {
             "calls": len(ingest),
@@ -103,6 +105,7 @@ def summarize(run: SystemRun, *, judged: bool) -> dict[str, Any]:
                 "server": _server_total([c.server_prompt_tokens for c in ingest]),
             },
             "server_completion_tokens": _server_total([c.server_completion_tokens for c in ingest]),
+            "server_cached_prompt_tokens": sum(c.server_cached_tokens for c in ingest),
         },
         "latency_seconds": {
             "p50": percentile([r.seconds for r in results], 0.5),
@@ -186,6 +189,13 @@ def markdown(report: Mapping[str, Any]) -> str:
             "SCRIPTED: the evidence oracle answered (right exactly when the evidence "
             "was in the prompt): these scores measure recall into the prompt, not a model"
         )
+    cached = {
+        name: s["answering"]["server_cached_prompt_tokens"]
+        + s["memory_building"]["server_cached_prompt_tokens"]
+        for name, s in report["systems"].items()
+    }
+    if any(cached.values()):
+        notes.append(f"prompt tokens the server read from its prompt cache: {cached}")
     if cut:
         notes.append(f"cut: the conversation did not fit the context in {cut} questions")
     if failed:

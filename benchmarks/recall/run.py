@@ -240,6 +240,7 @@ def _result(
         server_completion_tokens=None
         if not calls or None in server_completion
         else sum(v for v in server_completion if v is not None),
+        server_cached_tokens=sum(c.server_cached_tokens for c in calls),
     )
 
 

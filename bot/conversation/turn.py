@@ -476,7 +476,9 @@ class TurnRunner:
             self.metrics.stm_tool_called(outcome.content)
             return outcome
 
-        registry = {STM_TOOL_NAME: ToolSpec(stm_tool_definition(turn.config), stm_tool)}
+        # The model need not read "saved" to answer: the text beside the call is the reply.
+        stm = ToolSpec(stm_tool_definition(turn.config), stm_tool, answer_needs_result=False)
+        registry = {STM_TOOL_NAME: stm}
         if intent:
             # Only a user's explicit request may change their long-term facts: without it
             # the tools do not exist this turn, so a call forced by the model (or by
@@ -597,7 +599,7 @@ class TurnRunner:
                 # Also after a failure: the fact may have been stored before it.
                 self.recall.saved(request.user_id)
 
-        tools["remember"] = ToolSpec(remember.definition, remember_and_forget_emptiness)
+        tools["remember"] = replace(remember, run=remember_and_forget_emptiness)
         return tools
 
     def _maybe_summarize(self, turn: TurnState, entry: StmEntry | None) -> bool:

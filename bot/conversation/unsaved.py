@@ -7,6 +7,7 @@ may claim a memory that has no row.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from datetime import datetime
@@ -53,7 +54,7 @@ def tracked(registry: dict[str, ToolSpec], names: tuple[str, ...], done: list[st
                 done.append(_name)
             return outcome
 
-        registry[name] = ToolSpec(spec.definition, run)
+        registry[name] = dataclasses.replace(spec, run=run)
 
 
 def with_saving_note(text: str, stored: int) -> str:

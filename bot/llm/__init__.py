@@ -2,7 +2,8 @@
 
 Imports nothing from memory: the tools it runs are handed to it.
 
-client      one AsyncOpenAI per process, built from settings; chat_completion
+client      one AsyncOpenAI per process, built from settings; where requests are posted;
+            the tokens an answer reports (cached ones too)
 roles       messages in the role order strict chat templates accept
 model_call  one request of a turn, within its deadline, with the history-tools fallbacks
 streaming   one streamed request: the raw event lines read over the client's HTTP
@@ -16,7 +17,13 @@ tools/      tools to the loop (schema, arguments, calls) and the tool loop itsel
 tokens/     prompt tokens: tiktoken's shipped encodings, else a calibrated per-script estimate
 """
 
-from bot.llm.client import LlmRequest, RequestObserver, chat_completion, make_client
+from bot.llm.client import (
+    LlmRequest,
+    RequestObserver,
+    chat_completion,
+    make_client,
+    reported_tokens,
+)
 from bot.llm.embeddings import Embedder, Vector
 from bot.llm.escaping import unescape_new_entities
 from bot.llm.failures import CUT_MESSAGE
@@ -72,6 +79,7 @@ __all__ = [
     "make_client",
     "quoted",
     "reject_unexpected",
+    "reported_tokens",
     "require_string",
     "run_tool_loop",
     "text_tool_calls",

@@ -118,22 +118,23 @@ class Asker:
         remaining: float,
     ) -> dict[str, Any]:
         # Without tools the request carries no tool calls or results either (servers
-        # refuse them without definitions).
+        # refuse them without definitions). The body goes out as built, its fields in the
+        # order `chat.completions.create` sent them: the same bytes as before.
         settings = self.settings
         request: dict[str, Any] = {
             "model": self.model,
             "messages": messages if tools else _without_tool_calls(messages),
-            "timeout": min(settings.timeout_seconds, remaining),
         }
-        if tools:
-            request["tools"] = tools
-            if tool_choice is not None:
-                request["tool_choice"] = tool_choice
         # Only send what is set: some servers reject explicit nulls.
-        if settings.temperature is not None:
-            request["temperature"] = settings.temperature
         if settings.max_reply_tokens:
             request["max_tokens"] = settings.max_reply_tokens
+        if settings.temperature is not None:
+            request["temperature"] = settings.temperature
+        if tools:
+            if tool_choice is not None:
+                request["tool_choice"] = tool_choice
+            request["tools"] = tools
+        request["timeout"] = min(settings.timeout_seconds, remaining)  # the client's, not sent
         return request
 
     async def _complete(

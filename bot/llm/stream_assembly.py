@@ -37,6 +37,9 @@ class StreamAssembly:
     content: list[str] = field(default_factory=list)
     finish_reason: str | None = None
     usage: dict[str, Any] | None = None
+    # llama.cpp's llama-server sends its prompt cache's use in the last event's `timings`.
+    timings: dict[str, Any] | None = None
+    tokens_cached: int | None = None
     done: bool = False  # `data: [DONE]` arrived
     _calls: dict[int, _ToolCallParts] = field(default_factory=dict)
     _last_index: int = -1
@@ -67,6 +70,12 @@ class StreamAssembly:
         usage = event.get("usage")
         if isinstance(usage, dict):
             self.usage = usage
+        timings = event.get("timings")
+        if isinstance(timings, dict):
+            self.timings = timings
+        cached = event.get("tokens_cached")
+        if isinstance(cached, int):
+            self.tokens_cached = cached
         choices = event.get("choices")
         if not choices or not isinstance(choices, list) or not isinstance(choices[0], dict):
             return ""
@@ -132,6 +141,10 @@ class StreamAssembly:
             known = next((i for i, c in self._calls.items() if c.id == call_id), None)
             self._moved[index] = known if known is not None else max(self._calls) + 1
         return self._moved.get(index, index)
+
+    def reported(self) -> dict[str, Any]:
+        """What the stream reported of its tokens, as the JSON of a whole answer has it."""
+        return {"usage": self.usage, "timings": self.timings, "tokens_cached": self.tokens_cached}
 
     def text(self) -> str:
         """The answer's text so far."""

@@ -10,8 +10,7 @@ from typing import Any
 import openai
 from openai.types.chat import ChatCompletion, ChatCompletionMessage
 
-from bot.llm.client import LlmRequest, RequestObserver, request_outcome
-from bot.llm.roles import alternate_roles
+from bot.llm.client import LlmRequest, RequestObserver, answered, post_chat, request_outcome
 from bot.llm.stream_assembly import StreamAssembly, StreamBroken
 
 __all__ = ["StreamCut", "TextSink", "stream_chat_completion"]
@@ -39,24 +38,24 @@ async def stream_chat_completion(
     observe: RequestObserver | None = None,
 ) -> tuple[ChatCompletionMessage, str | None]:
     """Send ``request`` streamed; the whole message and its finish reason."""
-    # `with_streaming_response` gives the raw HTTP response: the client still sends the
-    # request, retries and raises for a refused status, but builds no object per chunk.
-    # An error once the answer started is StreamCut, never retried (text was shown).
-    if strict_roles:
-        request = {**request, "messages": alternate_roles(request["messages"])}
+    # The client sends the request, retries and raises for a refused status; its stream's
+    # HTTP response is read here line by line, no object built per chunk. An error once
+    # the answer started is StreamCut, never retried (text was shown).
     began = time.perf_counter()
     assembly = StreamAssembly()
     try:
-        async with api.chat.completions.with_streaming_response.create(
-            **request, stream=True, stream_options={"include_usage": True}
-        ) as response:
+        stream = await post_chat(api, request, strict_roles=strict_roles, stream=True)
+        try:
+            response = stream.response
             if "json" in response.headers.get("content-type", ""):
                 # A server that ignores `stream` answers whole, as a plain completion.
-                whole = ChatCompletion.model_validate(await response.json())
-                _observe_whole(observe, whole, began)
+                await response.aread()
+                whole = ChatCompletion.model_validate(response.json())
+                if observe is not None:
+                    observe(answered(time.perf_counter() - began, whole))
                 return _first_choice(whole)
             try:
-                async for line in response.iter_lines():
+                async for line in response.aiter_lines():
                     if assembly.feed(line):
                         await on_text(assembly)
             except StreamBroken as exc:
@@ -69,6 +68,8 @@ async def stream_chat_completion(
                 if not _transport_error(exc):
                     raise
                 raise StreamCut(type(exc).__name__, started=assembly.started) from exc
+        finally:
+            await stream.close()
     except StreamCut:
         _observe(observe, "unreachable", began)
         raise
@@ -79,16 +80,8 @@ async def stream_chat_completion(
         # The body ended cleanly but without a finish reason or [DONE]: a proxy cut it.
         _observe(observe, "unreachable", began)
         raise StreamCut("the stream ended before the answer did", started=assembly.started)
-    usage = assembly.usage or {}
     if observe is not None:
-        observe(
-            LlmRequest(
-                "ok",
-                time.perf_counter() - began,
-                _tokens(usage.get("prompt_tokens")),
-                _tokens(usage.get("completion_tokens")),
-            )
-        )
+        observe(answered(time.perf_counter() - began, assembly.reported()))
     return assembly.message(), assembly.finish_reason
 
 
@@ -99,19 +92,6 @@ def _first_choice(completion: ChatCompletion) -> tuple[ChatCompletionMessage, st
     return choice.message, choice.finish_reason
 
 
-def _observe_whole(observe: RequestObserver | None, whole: ChatCompletion, began: float) -> None:
-    if observe is not None:
-        usage = whole.usage
-        observe(
-            LlmRequest(
-                "ok",
-                time.perf_counter() - began,
-                _tokens(usage.prompt_tokens if usage else None),
-                _tokens(usage.completion_tokens if usage else None),
-            )
-        )
-
-
 def _transport_error(exc: Exception) -> bool:
     """Whether ``exc`` comes from the HTTP library: a connection that failed mid-body."""
     return type(exc).__module__.split(".")[0] in {"httpx", "httpx2", "httpcore", "h11"}
@@ -120,7 +100,3 @@ def _transport_error(exc: Exception) -> bool:
 def _observe(observe: RequestObserver | None, outcome: Any, began: float) -> None:
     if observe is not None:
         observe(LlmRequest(outcome, time.perf_counter() - began))
-
-
-def _tokens(value: object) -> int:
-    return value if isinstance(value, int) and value > 0 else 0

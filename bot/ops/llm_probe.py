@@ -19,6 +19,7 @@ from bot.config import Settings, api_key_problem
 from bot.llm import (
     chat_completion,
     make_client,
+    reported_tokens,
     text_tool_calls,
     tool_prompt,
     unescape_new_entities,
@@ -268,8 +269,10 @@ async def _tool_call(
     else:
         raise RuntimeError(f"the model answered without calling the tool; {tool_fix(caps)}")
     seconds = time.perf_counter() - started
-    usage = getattr(response, "usage", None)
-    slow = _too_slow(settings, seconds, getattr(usage, "prompt_tokens", None))
+    # A prefix the server kept from an earlier request (llama.cpp) took no time to read:
+    # the speed is that of the tokens it read.
+    prompt, _, cached = reported_tokens(response)
+    slow = _too_slow(settings, seconds, prompt - cached)
     if slow is not None:
         return Status.WARN, f"{detail}; {slow}"
     return status, detail
@@ -288,9 +291,10 @@ def _written(caps: ProviderCaps, what: str) -> tuple[Status, str]:
     )
 
 
-def _too_slow(settings: Settings, seconds: float, prompt_tokens: object) -> str | None:
-    """Which timeouts to raise when a turn at the probe's speed would outlast them."""
-    if not isinstance(prompt_tokens, int) or prompt_tokens <= 0:
+def _too_slow(settings: Settings, seconds: float, prompt_tokens: int) -> str | None:
+    """Which timeouts to raise when a turn at the probe's speed (``prompt_tokens`` read in
+    ``seconds``) would outlast them."""
+    if prompt_tokens <= 0:
         return None
     turn = seconds * max(1.0, TURN_PROMPT_TOKENS / prompt_tokens)
     llm = settings.llm

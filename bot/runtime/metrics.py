@@ -123,6 +123,14 @@ class Metrics:
             ["kind"],
             registry=self.registry,
         )
+        # A part of kind="prompt" above, so a counter of its own: summing the kinds stays
+        # the billed total. A prefix the server kept costs no reading (llama.cpp), or
+        # bills at a fraction (OpenAI).
+        self.llm_cached_tokens = Counter(
+            "kioku_llm_cached_prompt_tokens",
+            "Prompt tokens the model server reported reading from its prompt cache",
+            registry=self.registry,
+        )
         # Which build runs where, for dashboards that compare before and after a release.
         Info("kioku_build", "Kioku's version and Python's", registry=self.registry).info(
             {"version": release(), "python": platform.python_version()}
@@ -136,6 +144,8 @@ class Metrics:
             self.llm_tokens.labels("prompt").inc(request.prompt_tokens)
         if request.completion_tokens:
             self.llm_tokens.labels("completion").inc(request.completion_tokens)
+        if request.cached_tokens:
+            self.llm_cached_tokens.inc(request.cached_tokens)
 
     def turn_ended(self, outcome: TurnOutcome, seconds: float | None = None) -> None:
         self.turns.labels(outcome).inc()

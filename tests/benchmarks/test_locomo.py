@@ -138,6 +138,7 @@ def test_the_report_has_every_figure_for_every_system(run: Run) -> None:
                 "calls": 0,
                 "prompt_tokens": {"counted": 0, "server": None},
                 "server_completion_tokens": None,
+                "server_cached_prompt_tokens": 0,
             }, name
     assert (
         report["systems"]["none"]["answering"]["prompt_tokens_per_question"]["counted"]

@@ -109,6 +109,24 @@ async def test_remember_recall_scope_and_forget_through_the_bot(
         assert "The user's cat is called Miso." not in prompt_text(llm)
 
 
+async def test_a_remember_call_beside_the_answer_is_still_answered_again(
+    kioku: KiokuHarness, db: Database
+) -> None:
+    # Unlike a short-term memory note, the model must read whether the fact was stored
+    # (a refusal, a duplicate) before it says so: a second request follows.
+    kioku.llm.reply_tool_calls(
+        [("remember", {"fact": "The user's cat is called Miso."})],
+        content="I'll remember that your cat is called Miso.",
+    )
+    kioku.llm.reply_text("Saved.")
+    await kioku.env.send("remember that my cat is called Miso", mention_bot=True)
+    assert len(kioku.llm.requests) == 2 and kioku.llm.pending == 0
+    results = [m["content"] for m in kioku.llm.messages(1) if m.get("role") == "tool"]
+    assert len(results) == 1 and results[0].startswith("saved")
+    assert [f.content for f in await facts(db)] == ["The user's cat is called Miso."]
+    assert kioku.env.last_sent().content == "I'll remember that your cat is called Miso.\n\nSaved."
+
+
 async def test_a_secret_in_a_fact_is_stored_redacted(kioku: KiokuHarness, db: Database) -> None:
     kioku.llm.reply_tool_calls([("remember", {"fact": f"The user's bot token is {TOKEN}"})])
     kioku.llm.reply_text("Stored.")

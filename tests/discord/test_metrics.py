@@ -7,6 +7,7 @@ from __future__ import annotations
 import socket
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Literal
 
 import aiohttp
 import pytest
@@ -82,6 +83,33 @@ async def test_model_requests_are_counted_by_outcome_with_the_tokens_reported(
     assert sample(metrics, "kioku_llm_tokens_total", kind="completion") == 3
     prompt = sample(metrics, "kioku_llm_tokens_total", kind="prompt")
     assert prompt is not None and prompt > 0
+
+
+@pytest.mark.parametrize("style", ["openai", "llama.cpp"])
+@pytest.mark.parametrize("provider", ["generic", "gemini"], ids=["streamed", "whole"])
+async def test_cached_prompt_tokens_are_counted_from_what_the_server_reports(
+    llm: ScriptedLLM, kioku_with: KiokuStarter, style: Literal["openai", "llama.cpp"], provider: str
+) -> None:
+    # OpenAI (and vLLM) report usage.prompt_tokens_details.cached_tokens; llama.cpp's
+    # llama-server `timings` (cache_n), in a streamed answer's last event.
+    llm.cached, llm.cache_report = (lambda prompt: prompt - 5), style
+    async with kioku_with(settings={"provider": provider}) as kioku:
+        llm.reply_text("Hello there!")
+        await kioku.env.send("hi", mention_bot=True)
+        metrics = kioku.bot.metrics
+        assert llm.last_request.get("stream", False) is (provider == "generic")
+        prompt = sample(metrics, "kioku_llm_tokens_total", kind="prompt")
+        assert prompt is not None and prompt > 5
+        assert sample(metrics, "kioku_llm_cached_prompt_tokens_total") == prompt - 5
+        assert sample(metrics, "kioku_llm_tokens_total", kind="completion") == 3
+
+
+async def test_no_cached_tokens_are_counted_when_the_server_reports_none(
+    kioku: KiokuHarness,
+) -> None:
+    kioku.llm.reply_text("Hello there!")
+    await kioku.env.send("hi", mention_bot=True)
+    assert sample(kioku.bot.metrics, "kioku_llm_cached_prompt_tokens_total") == 0
 
 
 async def test_a_model_request_past_the_client_timeout_counts_as_a_timeout(

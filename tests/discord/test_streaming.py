@@ -153,6 +153,25 @@ async def test_tool_calls_arriving_as_deltas_between_text_are_run(kioku: KiokuHa
     assert kioku.env.last_sent().message.content.endswith("Noted: the café ☕.")
 
 
+async def test_a_memory_write_beside_a_streamed_answer_shows_it_and_asks_nothing_more(
+    slow: KiokuHarness,
+) -> None:
+    text = "The launch moved to Friday, and Ana writes the docs for it this week."
+    slow.llm.reply_stream(
+        *words(text),
+        ToolDelta(0, '{"summary": "Launch on Friday; Ana writes the docs."}', "c1", STM_TOOL_NAME),
+    )
+    await slow.env.send("what changed?", mention_bot=True)
+    [sent] = slow.env.sent
+    # Posted while it streamed, and the text beside the call is the whole reply.
+    assert len(sent.content) < len(text) and text.startswith(sent.content)
+    assert sent.message.content == text
+    assert {row.summary for row in await rows(slow.database)} == {
+        "Launch on Friday; Ana writes the docs."
+    }
+    assert len(slow.llm.requests) == 1 and slow.llm.unscripted == 0
+
+
 async def test_a_stream_cut_midway_keeps_what_was_sent_and_says_it_was_cut(
     slow: KiokuHarness,
 ) -> None:
@@ -207,11 +226,13 @@ async def test_a_server_that_ignores_stream_and_answers_whole_is_understood(
     kioku.llm.reply_stream(
         "A plain ", "answer.", ToolDelta(0, '{"summary": "notes"}', "c1", STM_TOOL_NAME)
     )
-    kioku.llm.reply_text("Done.")
     await kioku.env.send("hi", mention_bot=True)
     assert kioku.llm.request(0).get("stream") is True
-    assert tool_results(kioku.llm) == ["saved"]
-    assert kioku.env.last_sent().content == "A plain answer.\n\nDone."
+    # The whole answer's call ran, and the text beside it is the reply (a memory write
+    # needs no second request).
+    assert {row.summary for row in await rows(kioku.database)} == {"notes"}
+    assert kioku.env.last_sent().content == "A plain answer."
+    assert len(kioku.llm.requests) == 1
 
 
 async def test_a_refresh_while_an_answer_streams_takes_back_what_was_posted(

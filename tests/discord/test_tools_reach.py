@@ -80,11 +80,26 @@ async def test_a_memory_call_written_as_text_is_stored_and_never_shown(
 ) -> None:
     async with kioku_with(settings={"provider": provider}) as kioku:
         llm.reply_text(f"Got it, I'll keep that in mind.\n{written_call(MISO)}")
-        llm.reply_text("Noted: Miso, and Osaka on March 14.")
         await kioku.env.send("my cat is Miso and I fly to Osaka on March 14", mention_bot=True)
         shown = kioku.env.last_sent().content
         assert "tool_call" not in shown and STM_TOOL_NAME not in shown and "{" not in shown
-        assert "Noted: Miso" in shown
+        # The text beside a successful memory write is the reply: the model is not asked
+        # again.
+        assert shown == "Got it, I'll keep that in mind."
+        assert set(await summaries(db)) == {MISO}
+        assert len(llm.requests) == 1 and llm.unscripted == 0
+
+
+@pytest.mark.parametrize("provider", ["llamacpp", "ollama", "generic"])
+async def test_the_result_of_a_call_written_as_text_goes_back_as_text(
+    db: Database, llm: ScriptedLLM, kioku_with: KiokuStarter, provider: str
+) -> None:
+    async with kioku_with(settings={"provider": provider}) as kioku:
+        # A call with no answer beside it: the model is asked again for one.
+        llm.reply_text(written_call(MISO))
+        llm.reply_text("Noted: Miso, and Osaka on March 14.")
+        await kioku.env.send("my cat is Miso and I fly to Osaka on March 14", mention_bot=True)
+        assert kioku.env.last_sent().content == "Noted: Miso, and Osaka on March 14."
         assert set(await summaries(db)) == {MISO}
         # The result goes back as text: a server that did not parse the call may drop
         # `tool` messages too.

@@ -32,7 +32,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Literal, Self
 
 import openai
 import pytest_asyncio
@@ -121,6 +121,7 @@ class _Recorded:
     body: dict[str, Any]
     headers: dict[str, str] = field(default_factory=dict)
     raw: bytes = b""  # the body's bytes as they arrived
+    query: dict[str, str] = field(default_factory=dict)  # the URL's query parameters
 
 
 # --------------------------------------------------------------------------------------------
@@ -253,6 +254,11 @@ class ScriptedLLM:
         # Set: a request without `Authorization: Bearer <api_key>` gets 401 quoting the
         # key it sent (as some servers do), before anything is recorded or consumed.
         self.api_key: str | None = None
+        # Set: each answer reports cached(prompt tokens) of its prompt as read from a prompt
+        # cache, as `cache_report` says: "openai" in usage.prompt_tokens_details, "llama.cpp"
+        # in `timings` (cache_n, prompt_n; the last event of a stream) and not in usage.
+        self.cached: Callable[[int], int] | None = None
+        self.cache_report: Literal["openai", "llama.cpp"] = "openai"
         self.fallback_text = fallback_text
         # POST /v1/embeddings: each input's vector (default: its words hashed into
         # EMBEDDING_DIMS buckets); None answers 503, as an endpoint that is down.
@@ -507,6 +513,11 @@ class ScriptedLLM:
         return [r.headers for r in self._recorded]
 
     @property
+    def request_queries(self) -> list[dict[str, str]]:
+        """The URL query of every chat-completions request, oldest first."""
+        return [r.query for r in self._recorded]
+
+    @property
     def last_request(self) -> dict[str, Any]:
         """The most recent request body; raises ``LookupError`` if none was made."""
         return self.request(-1)
@@ -603,7 +614,10 @@ class ScriptedLLM:
             return self._error_response(400, "request body must be a JSON object", "invalid_json")
         self._recorded.append(
             _Recorded(
-                body=body, headers={k.lower(): v for k, v in request.headers.items()}, raw=raw
+                body=body,
+                headers={k.lower(): v for k, v in request.headers.items()},
+                raw=raw,
+                query=dict(request.query),
             )
         )
         async with self._arrived:
@@ -695,17 +709,37 @@ class ScriptedLLM:
                 }
             ],
             "usage": self._usage(body, completion_text),
+            **self._timings(body, completion_text),
         }
 
-    @staticmethod
-    def _usage(body: Mapping[str, Any], completion_text: str) -> dict[str, int]:
+    def _usage(self, body: Mapping[str, Any], completion_text: str) -> dict[str, Any]:
         prompt = _rough_tokens(_prompt_text(body))
         completion = _rough_tokens(completion_text)
-        return {
+        usage: dict[str, Any] = {
             "prompt_tokens": prompt,
             "completion_tokens": completion,
             "total_tokens": prompt + completion,
         }
+        if self.cached is not None and self.cache_report == "openai":
+            usage["prompt_tokens_details"] = {"cached_tokens": self.cached(prompt)}
+        return usage
+
+    def _timings(self, body: Mapping[str, Any], completion_text: str) -> dict[str, Any]:
+        """``{"timings": …}`` as llama-server adds it to an answer, or nothing."""
+        if self.cached is None or self.cache_report != "llama.cpp":
+            return {}
+        prompt = _rough_tokens(_prompt_text(body))
+        cached = self.cached(prompt)
+        timings = {"cache_n": cached, "prompt_n": prompt - cached}
+        return {"timings": {**timings, "predicted_n": _rough_tokens(completion_text)}}
+
+    def _stream_tail(self, chunk: dict[str, Any], body: Mapping[str, Any], text: str) -> bytes:
+        """The events after the finish: usage (when asked for) and llama.cpp's timings."""
+        tail = {**chunk, "choices": [], **self._timings(body, text)}
+        if "timings" not in tail and not (body.get("stream_options") or {}).get("include_usage"):
+            return b""
+        tail["usage"] = self._usage(body, text)
+        return f"data: {json.dumps(tail)}\n\n".encode()
 
     async def _stream_pieces(
         self, request: web.Request, reply: _Streamed, model: str
@@ -801,12 +835,7 @@ class ScriptedLLM:
                     f"data: {json.dumps(c, ensure_ascii=False)}\n\n".encode() for c in pieces
                 )
                 self._encoded[key] = encoded
-            tail = b""
-            if include_usage:
-                usage_chunk = chunk({})
-                usage_chunk["choices"] = []
-                usage_chunk["usage"] = self._usage(body, reply.text)
-                tail = f"data: {json.dumps(usage_chunk)}\n\n".encode()
+            tail = self._stream_tail(chunk({}), body, reply.text)
             await response.write(encoded + tail + b"data: [DONE]\n\n")
             await response.write_eof()
             return response
@@ -844,14 +873,11 @@ class ScriptedLLM:
         if include_usage:
             for c in chunks:
                 c["usage"] = None
-            usage_chunk = chunk({})
-            usage_chunk["choices"] = []
-            usage_chunk["usage"] = self._usage(body, completion_text)
-            chunks.append(usage_chunk)
+        tail = self._stream_tail(chunk({}), body, completion_text)
 
         # One write: the client still reads every event, the server spends less.
         events = [f"data: {json.dumps(c, ensure_ascii=False)}\n\n" for c in chunks]
-        await response.write(("".join(events) + "data: [DONE]\n\n").encode())
+        await response.write(("".join(events)).encode() + tail + b"data: [DONE]\n\n")
         await response.write_eof()
         return response
 

@@ -43,6 +43,18 @@ def test_a_model_request_counts_its_time_and_only_the_tokens_reported() -> None:
     assert value("kioku_llm_request_duration_seconds_sum") == pytest.approx(30.5)
     assert value("kioku_llm_tokens_total", {"kind": "prompt"}) == 120
     assert value("kioku_llm_tokens_total", {"kind": "completion"}) == 8
+    assert value("kioku_llm_cached_prompt_tokens_total") == 0
+
+
+def test_cached_prompt_tokens_are_counted_apart_from_the_prompt_they_are_part_of() -> None:
+    metrics = Metrics()
+    metrics.llm_request(LlmRequest("ok", 0.3, prompt_tokens=120, cached_tokens=100))
+    metrics.llm_request(LlmRequest("ok", 0.2, prompt_tokens=130, cached_tokens=120))
+    value = metrics.registry.get_sample_value
+    assert value("kioku_llm_tokens_total", {"kind": "prompt"}) == 250
+    assert value("kioku_llm_cached_prompt_tokens_total") == 220
+    # No label: no series per model, channel or anything else.
+    assert "kioku_llm_cached_prompt_tokens_total 220.0" in metrics.render().decode()
 
 
 def test_each_metrics_object_has_its_own_registry() -> None:

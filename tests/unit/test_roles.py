@@ -412,10 +412,15 @@ async def test_answers_beside_stripped_tool_calls_merge_into_one(llm: ScriptedLL
 
 def test_chat_requests_are_sent_from_one_place_only() -> None:
     # The strict role order is applied there: the tool loop (turns, the summarizer) and
-    # doctor's probe all go through it.
+    # doctor's probe all go through it. A sender calls the SDK's chat route or posts to
+    # its path itself.
+    sends = re.compile(
+        r"\.chat\.completions\.(?:with_\w+\.)?create\("
+        r"|\.post\(\s*(?:CHAT_PATH|[\"']/chat/completions)"
+    )
     senders = sorted(
         str(path.relative_to(ROOT))
         for path in (ROOT / "bot").rglob("*.py")
-        if re.search(r"\.chat\.completions\.create\(", path.read_text(encoding="utf-8"))
+        if sends.search(path.read_text(encoding="utf-8"))
     )
     assert senders == ["bot/llm/client.py"]

@@ -23,6 +23,9 @@ class ToolSpec:
     definition: dict[str, Any]
     # Receives the model's raw argument string, possibly malformed, possibly None.
     run: Callable[[str | None], Awaitable[ToolOutcome]]
+    # False: a successful call tells the model nothing it needs to answer (a memory note),
+    # so an answer written beside it is the reply and the model is not asked again.
+    answer_needs_result: bool = True
 
 
 @dataclass(frozen=True)

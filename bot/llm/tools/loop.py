@@ -240,8 +240,12 @@ class _Loop:
                 written = text_tool_calls(content, self.registry.keys(), result.iterations)
                 calls, unreadable = written.calls, written.unreadable
             if calls:
-                await self._run_calls(content, calls, names, as_text=as_text)
+                replied = await self._run_calls(content, calls, names, as_text=as_text)
                 if not self.answer_after_tools:
+                    return result
+                if replied:
+                    # No second request: its answer would only close the turn after "saved".
+                    result.text = reply_text("", self.interim, self.registry.keys())
                     return result
             elif unreadable:
                 self._refuse_unreadable(content)
@@ -353,16 +357,21 @@ class _Loop:
         self.consecutive_errors += 1
         self.result.errors += 1
 
-    def _keep_interim(self, content: str) -> None:
+    def _keep_interim(self, content: str) -> str:
+        """Keep the text written beside tool calls (once); that text, cleaned."""
         cleaned = strip_leaked_tool_syntax(content, self.registry.keys())
         if cleaned and plain(cleaned) not in {plain(said) for said in self.interim}:
             self.interim.append(cleaned)  # a model repeating its answer beside a retried call
+        return cleaned
 
     async def _run_calls(
         self, content: str, calls: Sequence[ToolCall], names: Sequence[str], *, as_text: bool
-    ) -> None:
-        """Run ``calls``; each result answers its call (as text, for calls written as text)."""
-        self._keep_interim(content)
+    ) -> bool:
+        """Run ``calls``; each result answers its call (as text, for calls written as text).
+        Whether the text written beside them is the reply: every call succeeded, to a tool
+        whose result the model need not see (``ToolSpec.answer_needs_result``)."""
+        beside = self._keep_interim(content)
+        replied = bool(beside) and not self.result.truncated
         if as_text:
             self.conversation.append({"role": "assistant", "content": content})
         else:
@@ -379,6 +388,8 @@ class _Loop:
                     {"role": "tool", "tool_call_id": call.id, "content": outcome.content}
                 )
             self.result.tool_calls.append((call.routed_name, outcome.content))
+            spec = self.registry.get(call.routed_name)
+            replied = replied and outcome.ok and spec is not None and not spec.answer_needs_result
             if outcome.ok:
                 self.consecutive_errors = 0
             else:
@@ -390,6 +401,7 @@ class _Loop:
             self.conversation.append(
                 {"role": "user", "content": TEXT_CALL_RESULTS + "\n".join(said)}
             )
+        return replied
 
 
 async def _final_answer(

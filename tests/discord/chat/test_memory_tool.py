@@ -116,6 +116,8 @@ async def test_a_request_replaying_tool_calls_still_defines_the_tools(
     kioku.llm.reply_text("Paris is the capital of France.")
     await kioku.env.send("what's the capital of France?", mention_bot=True)
 
+    # No text beside the call: the model is asked again for its answer.
+    assert len(kioku.llm.requests) == 2
     follow_up = kioku.llm.request(1)
     assert any(m.get("role") == "tool" for m in follow_up["messages"])
     assert kioku.llm.tool_names(1) == [STM_TOOL_NAME]
@@ -123,27 +125,45 @@ async def test_a_request_replaying_tool_calls_still_defines_the_tools(
     assert kioku.env.last_sent().content == "Paris is the capital of France."
 
 
-async def test_answer_written_beside_a_tool_call_survives_a_failed_follow_up_call(
+async def test_answer_written_beside_a_memory_write_is_the_reply_in_one_request(
     kioku: KiokuHarness, db: Database
 ) -> None:
     # The nudge asks the model to answer, then update the memory: the answer comes with
-    # the tool call. The follow-up request then fails (rate limit, outage).
+    # the tool call, and "saved" tells the model nothing it needs to answer.
     kioku.llm.reply_tool_calls(
         [stm_call("Asked about the capital of France.")],
+        content="The capital of France is Paris.",
+    )
+    await kioku.env.send("what's the capital of France?", mention_bot=True)
+
+    assert [r.summary for r in await rows(db)] == ["Asked about the capital of France."] * 2
+    assert kioku.env.last_sent().content == "The capital of France is Paris."
+    assert len(kioku.llm.requests) == 1 and kioku.llm.unscripted == 0
+
+
+async def test_answer_written_beside_a_tool_call_survives_a_failed_follow_up_call(
+    kioku: KiokuHarness, db: Database
+) -> None:
+    # The answer comes with a memory update whose arguments were cut: the model must
+    # read the error, so it is asked again, and that request fails (rate limit, outage).
+    kioku.llm.reply_tool_calls(
+        [(STM_TOOL_NAME, '{"summary": "Asked about the capital')],
         content="The capital of France is Paris.",
     )
     kioku.llm.reply_error(500)
     await kioku.env.send("what's the capital of France?", mention_bot=True, raise_errors=False)
 
-    assert [r.summary for r in await rows(db)] == ["Asked about the capital of France."] * 2
+    assert len(kioku.llm.requests) == 2 and kioku.llm.pending == 0
+    assert await rows(db) == []
     assert kioku.env.last_sent().content == "The capital of France is Paris."
 
 
 async def test_a_short_final_answer_is_not_dropped_as_a_repeat_of_the_interim_text(
     kioku: KiokuHarness,
 ) -> None:
+    # The update failed (its arguments were cut), so the model answers once more.
     kioku.llm.reply_tool_calls(
-        [stm_call("Launch date question: Friday or Monday.")],
+        [(STM_TOOL_NAME, '{"summary": "Launch date question')],
         content="Let me check my notes on Friday vs Monday.",
     )
     kioku.llm.reply_text("Monday.")

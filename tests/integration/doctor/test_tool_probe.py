@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -114,6 +115,21 @@ async def test_a_slow_model_is_told_which_timeouts_to_set(
     status, detail = doctor_rows(result.stdout)["llm tool call"]
     assert status == "WARN" and "the model called the tool; slow:" in detail
     assert "KIOKU_LLM__TIMEOUT_SECONDS=" in detail and "KIOKU_LLM__TURN_TIMEOUT_SECONDS=" in detail
+
+
+async def test_the_speed_is_that_of_the_prompt_tokens_the_server_did_not_have_cached(
+    llm: ScriptedLLM, pg_url: URL, migrated_database: Database, tmp_path: Path
+) -> None:
+    # llama.cpp kept all but one token of the probe from an earlier request: the half
+    # second went on reading one token, so a turn would read 1,500 at that pace.
+    llm.cached, llm.cache_report = (lambda prompt: prompt - 1), "llama.cpp"
+    llm.reply_tool_calls([("ping", {"word": "pong"})], delay=0.5)
+    result = await doctor_against(llm, pg_url, tmp_path)
+    assert result.returncode == 0, result.stdout
+    status, detail = doctor_rows(result.stdout)["llm tool call"]
+    assert status == "WARN", detail
+    found = re.search(r"a 1,500-token turn would take about (\d+) s", detail)
+    assert found is not None and int(found.group(1)) >= 750, detail
 
 
 async def test_the_embeddings_row_is_skipped_unless_an_endpoint_is_set(
