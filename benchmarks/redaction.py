@@ -8,11 +8,11 @@ Three corpora, generated from a fixed seed (no literal secret in the repository)
 
 Each figure is the median over rounds of the mean µs per value in a round.  The budgets'
 own checkout (``BUDGET_COMMIT``, taken from git) runs the same rounds, alternating with
-this one, and the budgets scale with its time here.  With ``--baseline DIR`` the corpora
-also run against the ``bot`` package in DIR (a checkout of main), and both medians are
-printed.
+this one, and the budgets scale with its time here (compared round by adjacent round).
+With ``--baseline DIR`` the corpora also run against the ``bot`` package in DIR (a
+checkout of main), compared the same way.
 
-Usage: ``python benchmarks/redaction.py [--rounds 7] [--baseline DIR]``
+Usage: ``python benchmarks/redaction.py [--rounds 15] [--baseline DIR]``
 """
 
 from __future__ import annotations
@@ -162,9 +162,15 @@ def budget_checkout(folder: Path) -> Path | None:
     return folder
 
 
+def paired(branch: list[dict[str, float]], other: list[dict[str, float]], name: str) -> float:
+    """The median of this checkout's time over ``other``'s, round by adjacent round."""
+    pairs = zip(branch, other, strict=True)
+    return statistics.median(mine[name] / theirs[name] for mine, theirs in pairs)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--baseline", type=Path, default=None)
     parser.add_argument("--round", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--json", action="store_true")
@@ -175,32 +181,34 @@ def main() -> None:
     runs: dict[str, list[dict[str, float]]] = {"branch": [], "baseline": [], "budget": []}
     with tempfile.TemporaryDirectory(prefix="kioku-bench-budget-") as folder:
         budgets = budget_checkout(Path(folder))
-        for _ in range(args.rounds):
-            if budgets is not None:
-                runs["budget"].append(run_round(budgets))
-            if args.baseline is not None:
-                runs["baseline"].append(run_round(args.baseline))
-            runs["branch"].append(run_round(ROOT))
+        for index in range(args.rounds):
+            others = [("budget", budgets), ("baseline", args.baseline)]
+            order = [(kind, path) for kind, path in others if path is not None]
+            order.append(("branch", ROOT))
+            # A B, then B A: a speed that drifts within a pair favours neither checkout.
+            for kind, checkout in order if index % 2 == 0 else reversed(order):
+                runs[kind].append(run_round(checkout))
     figures = []
     for name, budget in BUDGET_US.items():
         value = statistics.median(r[name] for r in runs["branch"])
         note = f"median of {args.rounds} rounds"
         if runs["budget"]:
-            own = statistics.median(r[name] for r in runs["budget"])
+            # What 06de254 takes where this checkout took ``value``: round by round, since
+            # the host's speed changes between rounds more than the two checkouts differ.
+            own = value / paired(runs["branch"], runs["budget"], name)
             scale = relative(own, BUDGET_COMMIT_US[name], BUDGET_COMMIT)
-            note += f"; {BUDGET_COMMIT} {own:.1f} µs in the same run"
+            note += f"; {BUDGET_COMMIT} {own:.1f} µs paired in the same run"
         else:
             scale = machine().speed  # right after the rounds, on the load they met
         if runs["baseline"]:
-            base = statistics.median(r[name] for r in runs["baseline"])
-            note += f"; baseline {base:.1f} µs in the same run"
+            ratio = paired(runs["branch"], runs["baseline"], name)
+            note += f"; baseline {value / ratio:.1f} µs paired in the same run"
         figures.append(
             Figure(
                 f"sanitize µs/value ({name})", f"{value:.1f}", *at_most(value, budget, scale), note
             )
         )
         if runs["baseline"]:
-            ratio = value / base
             figures.append(
                 Figure(f"sanitize vs main ({name})", f"{ratio:.2f}x", "≤ 1.00x", ratio <= 1.0)
             )
