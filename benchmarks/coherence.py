@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _figures import Figure, emit
+from _figures import Figure, at_most, emit, floor_of, round_trips
 
 from bot.config import load_settings
 from bot.db.engine import Database
@@ -56,6 +56,7 @@ async def main() -> None:
 
         listener = CacheListener(database.url, on_notice=on_notice, on_reset=b.drop_all)
         await listener.start()
+        await round_trips("propagation", database.sessions, 1_000)  # the budget's, either side
         latencies: list[float] = []
         for i in range(args.writes):
             channel = 1_000 + i % 20
@@ -81,6 +82,7 @@ async def main() -> None:
                 await waiting[channel].wait()
             assert turn.channel_key not in b.cache, "B still holds the stale version"
             latencies.append((arrivals[version * 1_000_000 + channel] - started) * 1000)
+        await round_trips("propagation", database.sessions, 1_000)
         await listener.close()
         await database.close()
 
@@ -94,7 +96,11 @@ async def main() -> None:
                 f"{median:.2f} ms",
                 note=f"{args.writes} writes; write start → other cache evicted (upper bound)",
             ),
-            Figure("cross-process propagation p99", f"{p99:.2f} ms", "≤ 100 ms", p99 <= 100),
+            Figure(
+                "cross-process propagation p99",
+                f"{p99:.2f} ms",
+                *at_most(p99, 100, floor_of("propagation").tail(0.99), "ms"),
+            ),
         ],
         args.json,
     )

@@ -45,7 +45,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from _figures import Figure, emit
+from _figures import Figure, at_most, emit, floor_of, round_trips
 from sqlalchemy import Text, bindparam, text
 from sqlalchemy.dialects.postgresql import ARRAY
 
@@ -55,7 +55,7 @@ from bot.db.migrate import upgrade
 from bot.memory.longterm.facts import LongTermService
 from bot.vocabulary import STOP_WORDS, SystemClock
 
-BUDGET_MS = 20.0  # at the large size
+BUDGET_MS = 20.0  # at the large size, on the reference machine (_figures.py)
 VOCABULARY = 4_000
 PER_CHANNEL = 950  # captured facts per channel
 PER_USER = 50  # facts a user asked for
@@ -288,7 +288,10 @@ async def bench(sizes: list[int], recalls: int) -> list[Measured]:
                 layout = Layout.of(facts)
                 log(f"{facts:,} facts: {layout.describe()}")
                 fill_s = await fill(database, layout, words)
+                # The budget's floor, on both sides of the timed recalls.
+                await round_trips(f"recall {facts}", database.sessions, 1_000)
                 timings, matched = await measure(service, layout, words, recalls, number)
+                await round_trips(f"recall {facts}", database.sessions, 1_000)
                 results.append(
                     Measured(
                         layout,
@@ -324,8 +327,12 @@ def figures(results: list[Measured]) -> list[Figure]:
                 Figure(
                     f"recall p95 at {name} facts",
                     f"{result.p95_ms:.2f} ms",
-                    f"≤ {BUDGET_MS:g} ms",
-                    result.p95_ms <= BUDGET_MS,
+                    *at_most(
+                        result.p95_ms,
+                        BUDGET_MS,
+                        floor_of(f"recall {result.layout.facts}").tail(0.95),
+                        "ms",
+                    ),
                     f"{where}; mem0 reports 200 ms, Zep 155 ms",
                 )
             )

@@ -24,7 +24,7 @@ import time
 import warnings
 from pathlib import Path
 
-from _figures import Figure, emit
+from _figures import Figure, at_most, emit, floor
 from sqlalchemy import text
 
 from bot.config import load_settings
@@ -32,6 +32,11 @@ from bot.db.engine import Database
 from bot.db.migrate import head_revision, upgrade
 from bot.memory.service import MemoryService
 from bot.memory.turn.types import TurnStart
+
+# The with-rows budget (3 s) scales with the floor: the same start with no rows to
+# hydrate ("existing data folder"), about 0.20 s on the reference machine. A start is
+# process spawns and disk more than Python, so the calibration loop would not track it.
+WARM_REFERENCE_S = 0.20
 
 
 async def start_and_migrate(data_dir: Path) -> tuple[float, str | None, str | None]:
@@ -174,8 +179,9 @@ def main(argv: list[str] | None = None) -> int:
             Figure(
                 f"cold start with {args.rows:,} rows",
                 f"{with_rows:.2f} s",
-                "≤ 3 s",
-                with_rows <= 3,
+                *at_most(
+                    with_rows, 3, floor(statistics.median(timings["warm"]), WARM_REFERENCE_S), "s"
+                ),
                 "server start + migrate + first turn's memory hydrated",
             ),
         ],

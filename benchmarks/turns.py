@@ -157,7 +157,11 @@ async def measure(args: argparse.Namespace) -> list[Figure]:
         await database.start()
         await upgrade(database.engine)
         bot = build_bot(settings, database=database, janitor=False)
-        env = await attach_dpytest(bot, text_channels=args.channels, members=3, run_setup_hook=True)
+        # A hang guard, not a measure: on a slow machine 100 concurrent first turns (hydration,
+        # back-fill) outlast the tests' 10 s per message.
+        env = await attach_dpytest(
+            bot, text_channels=args.channels, members=3, run_setup_hook=True, event_timeout=300
+        )
         memory_time, turn_time = Stopwatch(), Stopwatch()
         memory = bot.memory
         memory.prepare_turn = memory_time.wrap_async(memory.prepare_turn)  # type: ignore[method-assign]

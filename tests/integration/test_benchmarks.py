@@ -4,7 +4,8 @@ Nothing else runs them, so a script broken by a change elsewhere would only show
 ``make bench``. Each one is run as ``run_all.py`` runs it (``python benchmarks/X.py
 --json``) and its ``KIOKU_FIGURES`` line checked: it parses, every figure the issues ask
 for is there, and its value is well-formed (a number in the expected unit). Budgets are
-never checked: the sizes here are far below the budgets' and the machine is shared.
+never checked: the sizes here are far below the budgets' and the machine is shared. Only
+the reference each timing budget was scaled by is (``benchmarks/_figures.py``).
 
 Every script makes its embedded PostgreSQL in a ``tempfile`` folder: ``TMPDIR`` puts that
 folder in the test's own ``tmp_path``, apart from the test session's server and from
@@ -101,6 +102,11 @@ def test_stm_core_reports_assembly_hydration_upserts_and_cache_size(
     assert number(found["STM update p99"], "ms") > 0
     number(found["bot CPU per STM update"], "ms")
     assert number(found["cache bytes per entry beyond the text"], "B") > 0
+    assert " µs × " in found["prompt assembly p99"].budget
+    assert "machine p99 = " in found["prompt assembly p99"].budget
+    assert "floor p99 = " in found["hydrate-on-miss p99"].budget
+    assert found["row upserts/s"].budget.startswith("≥ 1,000 ÷ ")
+    assert found["cache bytes per entry beyond the text"].budget == "≤ 2 KB"  # not a time
     assert "500 entries" in found["prompt assembly median"].note
     assert "2,000 rows" in found["hydrate-on-miss p99"].note
     assert "2 writers" in found["row upserts/s"].note
@@ -132,6 +138,7 @@ def test_coherence_reports_propagation_median_and_p99(tmp_path: Path, figures: F
     p99 = number(found["cross-process propagation p99"], "ms")
     assert 0 < median <= p99
     assert "20 writes" in found["cross-process propagation median"].note
+    assert found["cross-process propagation p99"].budget.startswith("≤ 100 ms × ")
 
 
 def test_startup_reports_cold_starts_and_the_cold_start_with_rows(
@@ -143,6 +150,20 @@ def test_startup_reports_cold_starts_and_the_cold_start_with_rows(
     assert number(found["cold start, new data folder"], "s") > 0
     assert number(found["cold start, existing data folder"], "s") > 0
     assert number(found["cold start with 2,000 rows"], "s") > 0
+    assert " floor = " in found["cold start with 2,000 rows"].budget
+
+
+def test_redaction_scales_its_budgets_by_their_own_checkout(
+    tmp_path: Path, figures: Figures
+) -> None:
+    measured = run_benchmark("redaction.py", tmp_path, "--rounds", "1")
+    record(figures, measured)
+    found = by_name(measured)
+    for corpus in ("summary", "secrets", "chat"):
+        figure = found[f"sanitize µs/value ({corpus})"]
+        assert number(figure) > 0
+        # 06de254 from git beside this checkout, or the calibration loop where git has none.
+        assert " 06de254 = " in figure.budget or " machine = " in figure.budget, figure
 
 
 def test_memory_eval_without_an_endpoint_reports_skipped(tmp_path: Path, figures: Figures) -> None:
