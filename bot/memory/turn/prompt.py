@@ -12,6 +12,7 @@ or user-written text that goes into a system note is fenced in
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -47,7 +48,6 @@ _FENCE_CLOSE = "</memory>"
 MESSAGE_OVERHEAD_TOKENS = 4
 DEFAULT_RAW_WINDOW_TOKENS = 1500
 DEFAULT_OTHERS_TOKENS = 150
-_WORD = re.compile(r"\w+")
 _HAN = regex.compile(r"\p{Han}")
 _UNSPACED = regex.compile(r"[\p{Han}\p{Hiragana}\p{Katakana}\p{Thai}\p{Lao}\p{Khmer}\p{Myanmar}]")
 
@@ -167,6 +167,7 @@ def relative_time(then: datetime, now: datetime) -> str:
     return "1 day ago" if days == 1 else f"{days} days ago"
 
 
+@functools.lru_cache(maxsize=4096)
 def stamp(moment: datetime) -> str:
     """An absolute time to the minute, ``2026-12-08 14:05 UTC``: unlike "5 min ago", the
     same on every turn until the memory changes (a prompt cache keeps it)."""
@@ -406,36 +407,50 @@ def _other_notes(inp: PromptInput) -> tuple[list[str], list[str]]:
     related: list[str] = []
     budget = inp.others_tokens
     for activity, _, other in ranked:
+        config = other.config or inp.config
+        entry = other.entry
+        text = render_memory_text(entry, config) if entry is not None and entry.has_content else ""
+        # Its memory alone is a lower bound of its note: most notes need not be built.
+        may_stay = len(steady) < inp.max_others and inp.tokens(text) < budget
+        may_relate = (
+            words is not None
+            and len(related) < inp.max_others
+            and _relates(other, config, text, words)
+        )
+        if not may_stay and not may_relate:
+            continue
         note = _other_note(other, inp, activity)
         if note is None:
             continue
-        if len(steady) < inp.max_others:
+        if may_stay:
             cost = inp.tokens(note)
             if cost <= budget:
                 steady.append(note)
                 budget -= cost
                 continue
-        if words is not None and len(related) < inp.max_others and _relates(other, inp, words):
+        if may_relate:
             related.append(note)
     return steady, related
 
 
-def _relates(other: OtherChannel, inp: PromptInput, words: SearchWords) -> bool:
-    """Whether the message names a word of the channel's memory, recent messages or name
-    (the words recall searches for: no stop words; Latin ones of three letters or more)."""
-    config = other.config or inp.config
-    parts = [other.label]
-    if other.entry is not None and other.entry.has_content:
-        parts.append(render_memory_text(other.entry, config))
+def _relates(other: OtherChannel, config: GuildConfig, memory: str, words: SearchWords) -> bool:
+    """Whether the message names a word of the channel's ``memory``, recent messages or
+    name (the words recall searches for: no stop words; Latin ones of three letters or
+    more)."""
+    parts = [other.label, memory]
     parts.extend(m.content for m in other.shown_raw(config, distilled=False))
     text = "\n".join(parts).lower()
-    present = set(_WORD.findall(text))
     for group in words.groups:
-        if any(len(form) >= 3 and form in present for form in group.latin):
+        if any(len(form) >= 3 and _has_word(form, text) for form in group.latin):
             return True
         if any(_shares_unspaced(form, text) for form in group.substrings):
             return True
     return False
+
+
+def _has_word(word: str, text: str) -> bool:
+    """Whether ``text`` holds ``word`` as a whole word (the substring test first: fast)."""
+    return word in text and re.search(rf"(?<!\w){re.escape(word)}(?!\w)", text) is not None
 
 
 def _shares_unspaced(word: str, text: str) -> bool:
