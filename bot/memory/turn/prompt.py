@@ -48,6 +48,9 @@ _FENCE_CLOSE = "</memory>"
 MESSAGE_OVERHEAD_TOKENS = 4
 DEFAULT_RAW_WINDOW_TOKENS = 1500
 DEFAULT_OTHERS_TOKENS = 150
+# Without a model's counter: the estimate, remembered per text (a window's lines are
+# the same objects turn after turn, so their hashes are cached too).
+_estimated = functools.lru_cache(maxsize=65_536)(estimate_tokens)
 _HAN = regex.compile(r"\p{Han}")
 _UNSPACED = regex.compile(r"[\p{Han}\p{Hiragana}\p{Katakana}\p{Thai}\p{Lao}\p{Khmer}\p{Myanmar}]")
 
@@ -107,7 +110,7 @@ class PromptInput:
     # Other channels' memories unrelated to the message share this many tokens.
     others_tokens: int = DEFAULT_OTHERS_TOKENS
     # Tokens of a text for the turn's model (bot.llm.TokenCounter.count).
-    tokens: Callable[[str], int] = estimate_tokens
+    tokens: Callable[[str], int] = _estimated
 
 
 @dataclass(slots=True)
@@ -406,12 +409,16 @@ def _other_notes(inp: PromptInput) -> tuple[list[str], list[str]]:
     steady: list[str] = []
     related: list[str] = []
     budget = inp.others_tokens
-    for activity, _, other in ranked:
+    for rank, (activity, _, other) in enumerate(ranked):
+        # Only the most recently active may stay; the rest come in when related.
+        may_stay = rank < inp.max_others and len(steady) < inp.max_others
+        if not may_stay and (words is None or len(related) == inp.max_others):
+            break
         config = other.config or inp.config
         entry = other.entry
         text = render_memory_text(entry, config) if entry is not None and entry.has_content else ""
         # Its memory alone is a lower bound of its note: most notes need not be built.
-        may_stay = len(steady) < inp.max_others and inp.tokens(text) < budget
+        may_stay = may_stay and inp.tokens(text) < budget
         may_relate = (
             words is not None
             and len(related) < inp.max_others
