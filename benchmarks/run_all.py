@@ -19,6 +19,7 @@ HERE = Path(__file__).resolve().parent
 ORDER = [
     "stm_core.py",
     "turns.py",
+    "channels.py",
     "coherence.py",
     "startup.py",
     "fact_recall.py",
