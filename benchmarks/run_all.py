@@ -20,6 +20,7 @@ ORDER = [
     "stm_core.py",
     "turns.py",
     "prompt_tokens.py",
+    "channels.py",
     "coherence.py",
     "startup.py",
     "fact_recall.py",

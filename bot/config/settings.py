@@ -220,6 +220,13 @@ class DatabaseSettings(Section):
     max_overflow: Annotated[int, Field(ge=0, le=200)] = 5
     connect_timeout_seconds: Annotated[float, Field(gt=0, le=120)] = 10.0
 
+    @property
+    def batched_loads(self) -> int:
+        """Batched cold loads of one kind (memories, wipe times, facts) running at once: a
+        quarter of the pool, so a burst of them queues behind a few, not for every
+        connection, and writes still find one free."""
+        return max(1, (self.pool_size + self.max_overflow) // 4)
+
 
 class MetricsSettings(Section):
     """The Prometheus endpoint (``/metrics``); off while ``port`` is 0."""

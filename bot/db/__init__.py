@@ -4,6 +4,7 @@ Imports nothing from the memory core or Discord.
 """
 
 from bot.db.clock_skew import measure_clock_skew, warn_of_clock_skew
+from bot.db.deadline import database_deadline
 from bot.db.deletion import (
     ClearReceipt,
     ForgetReceipt,
@@ -47,6 +48,7 @@ __all__ = [
     "UnknownRevision",
     "current_revision",
     "database_answered",
+    "database_deadline",
     "database_down",
     "database_failed",
     "delete_channel_rows",

@@ -21,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from tenacity import AsyncRetrying, RetryCallState, wait_exponential
 
 import bot.db.driver as driver
+from bot.db.deadline import database_deadline
 from bot.db.driver import DriverStatement
 from bot.db.engine import describe_url
 from bot.vocabulary import DatabaseUnavailable, StmEntry
@@ -212,7 +213,10 @@ class CacheListener:
                 await asyncio.wait_for(lost.wait(), timeout=self._ping_interval)
             except TimeoutError:
                 try:
-                    await connection.execute("SELECT 1", timeout=self._ping_timeout)
+                    # Not asyncpg's own timeout: a loop busy with a burst of turns must
+                    # not take its own lateness for a dead connection (and drop caches).
+                    async with database_deadline(self._ping_timeout):
+                        await connection.execute("SELECT 1")
                 except (
                     OSError,
                     TimeoutError,

@@ -30,6 +30,7 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm import Session
 
+from bot.db.deadline import database_deadline
 from bot.vocabulary import MemoryUnavailable
 
 log = logging.getLogger(__name__)
@@ -214,7 +215,7 @@ async def memory_session(
 ) -> AsyncIterator[AsyncSession]:
     """A session for ``what`` (named in the log if the database fails)."""
     try:
-        async with asyncio.timeout(DB_TIMEOUT_SECONDS), open_session(sessions, what) as session:
+        async with database_deadline(DB_TIMEOUT_SECONDS), open_session(sessions, what) as session:
             yield session
     except (SQLAlchemyError, OSError, TimeoutError) as exc:
         database_failed(sessions, what, exc)

@@ -4,7 +4,7 @@ its prompt (with other channels' memories), on a warm cache without a query."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 
 from bot.memory.stm import MemoryState, Reader, answering, with_trigger
@@ -66,12 +66,10 @@ class TurnPreparer:
         )
         try:
             channel_key = turn.channel_key
-            entry = await reader.entry(channel_key, parent_channel_id=parent_channel_id)
             # Warm every key a write would touch now, so an outage later in the turn
-            # cannot leave a write without its current version.
-            for key in turn.write_keys:
-                if key != channel_key:
-                    await reader.entry(key, parent_channel_id=parent_channel_id)
+            # cannot leave a write without its current version (read together: one batch).
+            keys = [channel_key, *(key for key in turn.write_keys if key != channel_key)]
+            entry = (await reader.entries(keys, parent_channel_id=parent_channel_id))[0]
         except MemoryUnavailable:
             entry, storage_ok = state.fresh(turn.channel_key, parent_channel_id), False
         turn.storage_available = storage_ok
@@ -91,7 +89,12 @@ class TurnPreparer:
         try:
             if start.label_for is not None:
                 parent = await self._parent_channel(turn, start.label_for)
-                others = await self._other_channels(turn, start.label_for)
+                # More than are shown: those the message relates to are picked from them.
+                others = await self.other_channels(
+                    turn,
+                    start.label_for,
+                    limit=state.settings.stm.other_channels * CANDIDATES_PER_SLOT,
+                )
             else:
                 others = []
         except MemoryUnavailable:
@@ -192,14 +195,22 @@ class TurnPreparer:
                     trigger = None if wiped(trigger) else trigger
         return with_trigger(window, trigger, self._state.windows.was_deleted)
 
-    async def _other_channels(self, turn: TurnState, label_for: LabelFor) -> list[OtherChannel]:
+    async def other_channels(
+        self, turn: TurnState, label_for: LabelFor, *, limit: int | None = None
+    ) -> list[OtherChannel]:
+        """The other channels' memories ``turn`` may show (``label_for`` names those it
+        may; None hides one), at most ``limit`` (default ``stm.other_channels``), most
+        recently updated first: read from the cache's index of channels that hold a
+        memory, so a turn looks at a few entries however many channels the server has.
+        Which of these candidates the prompt keeps is the prompt's choice
+        (``bot/memory/turn/prompt.py``)."""
         state = self._state
-        limit = state.settings.stm.other_channels
-        if limit == 0 or state.ledger.deaf:
+        limit = state.settings.stm.other_channels if limit is None else limit
+        if limit <= 0 or state.ledger.deaf:
             # Deaf, a memory wiped or forgotten elsewhere could still be cached here: other
             # channels are not shown until the listener is back.
             return []
-        candidates: Iterable[StmEntry]
+        candidates: Iterator[StmEntry]
         if turn.guild_id is not None:
             await self._reader.hydrate_guild_once(turn.guild_id)
             candidates = state.cache.server_entries_of_guild(turn.guild_id)
@@ -207,21 +218,19 @@ class TurnPreparer:
             if not await state.guilds.opt_in(turn.user_id):
                 return []
             await self._reader.hydrate_user_once(turn.user_id)
-            candidates = sorted(
-                (e for e in state.cache.entries_of_user(turn.user_id) if e.key.guild_id),
-                key=lambda e: e.updated_at,
-                reverse=True,
-            )
-        others: list[OtherChannel] = []
+            candidates = state.cache.memories_of_user(turn.user_id)
+        # Chosen without awaiting: the index is walked as it stands.
+        chosen: list[tuple[StmEntry, str]] = []
         for candidate in candidates:
-            if (
-                candidate.key.channel_id in (turn.channel_id, turn.parent_channel_id)
-                or not candidate.has_content
-            ):
+            if candidate.key.channel_id in (turn.channel_id, turn.parent_channel_id):
                 continue
             label = label_for(candidate)
-            if label is None:
-                continue
+            if label is not None:
+                chosen.append((candidate, label))
+                if len(chosen) == limit:
+                    break
+        others: list[OtherChannel] = []
+        for candidate, label in chosen:
             config = turn.config
             if candidate.key.guild_id != turn.guild_id:  # a DM shows servers' memories
                 config = await state.guilds.config(candidate.key.guild_id)
@@ -231,10 +240,4 @@ class TurnPreparer:
             others.append(other)
             # Whose words the prompt shows (gathered on a write only: turns are many).
             turn.shown.append((candidate, other.shown_raw(config, distilled=True)))
-            # More than are shown: those the message relates to are picked from them.
-            if len(others) == limit * CANDIDATES_PER_SLOT:
-                break
-        others.sort(
-            key=lambda o: o.entry.updated_at if o.entry else state.clock.now(), reverse=True
-        )
         return others

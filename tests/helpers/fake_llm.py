@@ -238,6 +238,7 @@ class ScriptedLLM:
         model_id: str = DEFAULT_MODEL_ID,
         fallback_text: str = "ok",
         host: str = "127.0.0.1",
+        backlog: int = 128,
     ) -> None:
         self.model_id = model_id
         # False: GET /models answers 404, as on gateways that do not list models.
@@ -265,6 +266,7 @@ class ScriptedLLM:
         self.embed: Callable[[str], list[float]] | None = hashed_words
         self.embedded: list[list[str]] = []  # each embeddings request's inputs
         self.host = host
+        self._backlog = backlog
         self.unscripted = 0
         self._queue: deque[_Reply] = deque()
         self._recorded: list[_Recorded] = []
@@ -323,7 +325,8 @@ class ScriptedLLM:
             app, access_log=None, handler_cancellation=True, shutdown_timeout=0.5
         )
         await runner.setup()
-        site = web.TCPSite(runner, self.host, 0)
+        # A benchmark opening a thousand connections at once needs a longer queue.
+        site = web.TCPSite(runner, self.host, 0, backlog=self._backlog)
         try:
             await site.start()
         except BaseException:

@@ -130,6 +130,23 @@ def test_turns_reports_throughput_memory_share_and_warm_queries(
     number(found["database queries per warm turn"])
 
 
+def test_channels_reports_warm_queries_unavailable_lines_throughput_and_memory(
+    tmp_path: Path, figures: Figures
+) -> None:
+    measured = run_benchmark("channels.py", tmp_path, "--channels", "12", "--pool", "2")
+    record(figures, measured)
+    found = by_name(measured)
+    label = "12 channels at once"
+    assert number(found[f"{label}: turns/s, cold"]) > 0
+    assert number(found[f"{label}: turns/s, warm"]) > 0
+    assert number(found[f"{label}: resident memory"], "MB") > 0
+    warm = found[f"{label}: queries per warm turn"]
+    assert warm.budget == "0" and number(warm) >= 0
+    unavailable = found[f'{label}: "database unavailable" lines']
+    assert unavailable.budget == "0" and number(unavailable) >= 0
+    assert "a pool of 2" in found[f"{label}: turns/s, cold"].note
+
+
 def test_coherence_reports_propagation_median_and_p99(tmp_path: Path, figures: Figures) -> None:
     measured = run_benchmark("coherence.py", tmp_path, "--writes", "20")
     record(figures, measured)

@@ -1,5 +1,6 @@
 """The STM cache (``bot.memory.stm.cache.StmCache``): bounded LRU, TTLs measured from the last
-update, and secondary indexes that never outlive their entries.
+update, and secondary indexes that never outlive their entries; the index of the channels
+that hold a memory lists only those, most recently updated first.
 
 A :class:`ManualClock` drives both the wall clock (an entry's age) and the monotonic
 clock (the cache's timer), so hours pass instantly and exactly.
@@ -52,6 +53,8 @@ def indexed_in(cache: StmCache, key: ScopeKey) -> set[str]:
         found.add("keys_of_channel")
     if key.user_id is not None and any(e.key == key for e in cache.entries_of_user(key.user_id)):
         found.add("entries_of_user")
+    if key.user_id is not None and any(e.key == key for e in cache.memories_of_user(key.user_id)):
+        found.add("memories_of_user")
     if key.guild_id is not None and any(
         e.key == key for e in cache.server_entries_of_guild(key.guild_id)
     ):
@@ -59,8 +62,9 @@ def indexed_in(cache: StmCache, key: ScopeKey) -> set[str]:
     return found
 
 
+# Where an entry holding a memory is found (one without: by channel and user only).
 SERVER_INDEXES = {"keys_of_channel", "server_entries_of_guild"}
-USER_INDEXES = {"keys_of_channel", "entries_of_user"}
+USER_INDEXES = {"keys_of_channel", "entries_of_user", "memories_of_user"}
 
 
 def server(channel: int, guild: int = GUILD) -> ScopeKey:
@@ -188,3 +192,86 @@ def test_an_entry_put_past_its_ttl_is_not_cached_and_drops_the_live_one_from_the
     assert cache.get(alice_key) is None
     assert indexed_in(cache, alice_key) == set()
     assert cache.entries_of_user(ALICE) == []
+
+
+# ------------------------------------------------- the index of channels with memory
+
+
+def test_only_channels_holding_a_memory_are_indexed_and_the_newest_comes_first() -> None:
+    clock = ManualClock()
+    cache = make_cache(clock, maxsize=1000)
+    for channel in range(500):  # channels seen, nothing remembered yet
+        cache.put(entry(clock, server(CHANNEL + channel)))
+    remembered = [server(CHANNEL + 1000 + n) for n in range(3)]
+    for n, key in enumerate(remembered):
+        clock.advance(minutes=1)
+        cache.put(entry(clock, key, summary=f"memory {n}"))
+    cache.put(entry(clock, server(CHANNEL + 2000), categories={"todo": "docs"}))
+
+    newest = [e.key for e in cache.server_entries_of_guild(GUILD)]
+
+    assert newest == [server(CHANNEL + 2000), *reversed(remembered)]
+
+
+def test_a_write_moves_a_channel_to_the_front_and_emptying_it_takes_it_out() -> None:
+    clock = ManualClock()
+    cache = make_cache(clock)
+    older = entry(clock, server(CHANNEL), summary="a")
+    cache.put(older)
+    clock.advance(minutes=1)
+    newer = entry(clock, server(OTHER_CHANNEL), summary="b")
+    cache.put(newer)
+    assert [e.key for e in cache.server_entries_of_guild(GUILD)] == [newer.key, older.key]
+
+    clock.advance(minutes=1)
+    older.summary, older.updated_at = "a, updated", clock.now()  # as a write does, then re-puts
+    cache.put(older)
+    assert [e.key for e in cache.server_entries_of_guild(GUILD)] == [older.key, newer.key]
+
+    newer.summary, newer.updated_at = "", clock.now()  # cleared by its own write
+    cache.put(newer)
+    assert [e.key for e in cache.server_entries_of_guild(GUILD)] == [older.key]
+    assert newer.key in cache  # still cached (its version), just not a memory to show
+
+
+def test_a_users_copies_are_indexed_newest_first_and_dm_copies_are_not() -> None:
+    clock = ManualClock()
+    cache = make_cache(clock)
+    in_guild = [user(ALICE, CHANNEL + n) for n in range(3)]
+    for n, key in enumerate(in_guild):
+        clock.advance(minutes=1)
+        cache.put(entry(clock, key, summary=f"copy {n}"))
+    cache.put(entry(clock, user(ALICE, CHANNEL + 9, guild=None), summary="said in a DM"))
+    cache.put(entry(clock, user(ALICE, CHANNEL + 10)))  # nothing remembered there
+
+    assert [e.key for e in cache.memories_of_user(ALICE)] == list(reversed(in_guild))
+    assert list(cache.memories_of_user(BOB)) == []
+
+
+def test_evicted_popped_and_cleared_channels_leave_the_index() -> None:
+    clock = ManualClock()
+    cache = make_cache(clock, maxsize=3)
+    keys = [server(CHANNEL + n) for n in range(4)]
+    for key in keys:  # the fourth evicts the first (least recently used)
+        cache.put(entry(clock, key, summary="memory"))
+    assert [e.key for e in cache.server_entries_of_guild(GUILD)] == list(reversed(keys[1:]))
+
+    cache.pop(keys[2])  # a /refresh, a notice from another process
+    assert [e.key for e in cache.server_entries_of_guild(GUILD)] == [keys[3], keys[1]]
+
+    cache.clear()  # the listener reconnected: everything goes
+    assert list(cache.server_entries_of_guild(GUILD)) == []
+
+
+def test_an_expired_memory_leaves_the_index_on_the_next_read() -> None:
+    clock = ManualClock()
+    cache = make_cache(clock)
+    fading = server(CHANNEL)
+    cache.put(entry(clock, fading, categories={"todo": "docs"}))  # 12 h
+    clock.advance(hours=1)
+    lasting = server(OTHER_CHANNEL)
+    cache.put(entry(clock, lasting, summary="a summary"))  # 24 h
+    clock.advance(hours=TTL_EMPTY_HOURS - 1, minutes=1)
+
+    assert [e.key for e in cache.server_entries_of_guild(GUILD)] == [lasting]
+    assert indexed_in(cache, fading) == set()

@@ -16,6 +16,8 @@ from sqlalchemy import (
     ColumnElement,
     DateTime,
     and_,
+    any_,
+    bindparam,
     delete,
     func,
     insert,
@@ -24,10 +26,12 @@ from sqlalchemy import (
     select,
     text,
     tuple_,
+    union_all,
     update,
 )
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.sql.selectable import CompoundSelect
 
 from bot.db.models import LongTermMemory, StmEvent
 from bot.vocabulary import Fact, FactEvent, Place, Provenance
@@ -86,6 +90,39 @@ def _same_scope(guild_id: int | None) -> ColumnElement[bool]:
     if guild_id is None:
         return LongTermMemory.guild_id.is_(None)
     return LongTermMemory.guild_id == guild_id
+
+
+# Built once, with arrays for parameters: one statement text for any number of users
+# and channels, each half on its own index (user and scope; the channels' partial one).
+_HOLDERS: CompoundSelect[Any] = union_all(
+    select(literal(USER_SCOPE).label("scope"), LongTermMemory.user_id.label("id"))
+    .where(
+        LongTermMemory.user_id == any_(bindparam("users", type_=ARRAY(BigInteger))),
+        LongTermMemory.scope == USER_SCOPE,
+    )
+    .distinct(),
+    select(literal(CHANNEL_SCOPE).label("scope"), LongTermMemory.channel_id.label("id"))
+    .where(
+        LongTermMemory.channel_id == any_(bindparam("channels", type_=ARRAY(BigInteger))),
+        LongTermMemory.scope == CHANNEL_SCOPE,
+    )
+    .distinct(),
+)
+
+
+async def holders_of_facts(
+    session: AsyncSession, user_ids: Iterable[int], channel_ids: Iterable[int]
+) -> tuple[set[int], set[int]]:
+    """Which of ``user_ids`` have facts of their own, and which of ``channel_ids`` hold
+    captured facts, at all (one round trip)."""
+    rows = await session.execute(
+        _HOLDERS, {"users": sorted(set(user_ids)), "channels": sorted(set(channel_ids))}
+    )
+    users: set[int] = set()
+    channels: set[int] = set()
+    for scope, id_ in rows.all():
+        (users if scope == USER_SCOPE else channels).add(int(id_))
+    return users, channels
 
 
 async def lock_user(session: AsyncSession, user_id: int) -> None:

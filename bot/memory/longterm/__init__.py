@@ -2,6 +2,7 @@
 
 facts            LongTermService: storing, recalling, listing and deleting facts
 captured         facts capture distilled from a channel: merged, superseded, dated
+holders          which users and channels hold facts at all (asked in batches)
 ranking          recall's full-text and vector rankings fused, within a budget
 results          what the service answers (stored, forgotten, a page, refused)
 visibility       where a fact may be shown (never somewhere more public)

@@ -24,6 +24,7 @@ from bot.db.repositories import longterm as repo
 from bot.db.repositories import stm as stm_repo
 from bot.llm import Embedder
 from bot.memory.longterm.captured import CapturedFacts
+from bot.memory.longterm.holders import FactHolders
 from bot.memory.longterm.near_duplicates import is_near_duplicate
 from bot.memory.longterm.ranking import (
     RECALL_CANDIDATES,
@@ -132,6 +133,7 @@ class LongTermService:
         self._save_seq = itertools.count(1)
         self._last_save: LRUCache[int, int] = LRUCache(maxsize=SAVE_COUNTERS)
         self.vectors = FactVectors(sessions, embedder)
+        self.holders = FactHolders(sessions, settings)
         self.captured = CapturedFacts(
             sessions, settings, self.clock, spool=spool, vectors=self.vectors
         )

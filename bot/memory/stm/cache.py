@@ -41,6 +41,49 @@ class _TLRU(TLRUCache[ScopeKey, StmEntry]):
         return expired
 
 
+class _Recency:
+    """Per owner (a guild, a user), the keys whose entries hold a memory, ordered by when
+    it was last updated: "other channels" reads the newest few, never every channel."""
+
+    def __init__(self) -> None:
+        self._by_owner: dict[int, SortedList[_Rank]] = {}
+        self._rank: dict[ScopeKey, tuple[int, _Rank]] = {}
+        self._inserts = itertools.count()
+
+    def update(self, owner: int | None, entry: StmEntry) -> None:
+        """Rank ``entry`` under ``owner`` by its update time (an empty one: out)."""
+        key = entry.key
+        self.remove(key)
+        if owner is None or not entry.has_content:
+            return
+        ranks = self._by_owner.get(owner)
+        if ranks is None:
+            ranks = self._by_owner[owner] = SortedList()
+        # The number breaks ties, so keys are never compared.
+        rank = (entry.updated_at, next(self._inserts), key)
+        ranks.add(rank)
+        self._rank[key] = (owner, rank)
+
+    def remove(self, key: ScopeKey) -> None:
+        held = self._rank.pop(key, None)
+        if held is None:
+            return
+        owner, rank = held
+        ranks = self._by_owner[owner]
+        ranks.discard(rank)
+        if not ranks:
+            del self._by_owner[owner]
+
+    def newest(self, owner: int) -> Iterator[ScopeKey]:
+        """The owner's keys, most recently updated first (a view: consume without awaiting)."""
+        for _, _, key in reversed(self._by_owner.get(owner, ())):
+            yield key
+
+    def clear(self) -> None:
+        self._by_owner.clear()
+        self._rank.clear()
+
+
 class StmCache:
     """Bounded, TTL'd STM entries keyed by :class:`ScopeKey`."""
 
@@ -51,11 +94,11 @@ class StmCache:
         self._ttl_summary = ttl_summary_s
         self._ttl_empty = ttl_empty_s
         self._data = _TLRU(maxsize, self._expires_at, clock.monotonic, self._unindex)
-        # Indexes, so prompt assembly never scans the whole cache. A guild's server keys are
-        # ordered by updated_at, not insertion: an old row hydrated now is not recent.
-        self._by_guild: dict[int, SortedList[_Rank]] = {}
-        self._rank: dict[ScopeKey, _Rank] = {}
-        self._inserts = itertools.count()
+        # Indexes, so prompt assembly never scans the whole cache nor a whole guild: the
+        # channels of a guild (and a user's copies made in servers) that hold a memory,
+        # ordered by updated_at, not insertion (an old row hydrated now is not recent).
+        self._guild_memories = _Recency()
+        self._user_memories = _Recency()
         self._by_user: dict[int, set[ScopeKey]] = {}
         self._by_channel: dict[int, set[ScopeKey]] = {}
 
@@ -94,15 +137,10 @@ class StmCache:
             # Already expired: TLRUCache refused it and silently dropped the old entry.
             self._unindex(key)
             return
-        if key.kind == "server" and key.guild_id is not None:
-            recency = self._by_guild.get(key.guild_id)
-            if recency is None:
-                recency = self._by_guild[key.guild_id] = SortedList()
-            old = self._rank.get(key)
-            if old is not None:
-                recency.discard(old)
-            rank = self._rank[key] = (entry.updated_at, next(self._inserts), key)
-            recency.add(rank)
+        if key.kind == "server":
+            self._guild_memories.update(key.guild_id, entry)
+        elif key.guild_id is not None:
+            self._user_memories.update(key.user_id, entry)
         if key.user_id is not None:
             self._by_user.setdefault(key.user_id, set()).add(key)
         self._by_channel.setdefault(key.channel_id, set()).add(key)
@@ -116,13 +154,8 @@ class StmCache:
         return entry
 
     def _unindex(self, key: ScopeKey) -> None:
-        rank = self._rank.pop(key, None)
-        if rank is not None and key.guild_id is not None:
-            recency = self._by_guild.get(key.guild_id)
-            if recency is not None:
-                recency.discard(rank)
-                if not recency:
-                    del self._by_guild[key.guild_id]
+        self._guild_memories.remove(key)
+        self._user_memories.remove(key)
         for index, value in ((self._by_user, key.user_id), (self._by_channel, key.channel_id)):
             if value is None:
                 continue
@@ -140,15 +173,24 @@ class StmCache:
                 yield entry
 
     def server_entries_of_guild(self, guild_id: int) -> Iterator[StmEntry]:
-        """Live server-scope entries of a guild, most recently updated first, lazily."""
-        recency = self._by_guild.get(guild_id)
-        if recency:
-            # Reversed view, no copy: callers consume this without awaiting in between.
-            get = self.get
-            for _, _, key in reversed(recency):
-                entry = get(key)
-                if entry is not None:
-                    yield entry
+        """The guild's channel memories that hold something, most recently updated first,
+        lazily: a caller that wants a few reads a few, however many channels the guild has."""
+        return self._newest(self._guild_memories, guild_id)
+
+    def memories_of_user(self, user_id: int) -> Iterator[StmEntry]:
+        """The user's copies of server memories that hold something, most recently
+        updated first, lazily (for an opted-in DM's "other channels")."""
+        return self._newest(self._user_memories, user_id)
+
+    def _newest(self, recency: _Recency, owner: int) -> Iterator[StmEntry]:
+        # Expired entries leave the index first (cachetools expires lazily; when nothing
+        # expired this costs one comparison), so the walk meets live entries only.
+        self._data.expire()
+        get = self.get  # a read: it counts as recently used, as a prompt shows it
+        for key in recency.newest(owner):
+            entry = get(key)
+            if entry is not None:
+                yield entry
 
     def entries_of_user(self, user_id: int) -> list[StmEntry]:
         """Live user-scope entries of a user (for cross-context recall in DMs)."""
@@ -169,7 +211,7 @@ class StmCache:
 
     def clear(self) -> None:
         self._data.clear()
-        self._by_guild.clear()
-        self._rank.clear()
+        self._guild_memories.clear()
+        self._user_memories.clear()
         self._by_user.clear()
         self._by_channel.clear()

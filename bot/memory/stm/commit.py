@@ -14,7 +14,14 @@ from datetime import datetime
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from bot.db import DB_TIMEOUT_SECONDS, EventRecord, database_answered, database_failed, open_session
+from bot.db import (
+    DB_TIMEOUT_SECONDS,
+    EventRecord,
+    database_answered,
+    database_deadline,
+    database_failed,
+    open_session,
+)
 from bot.db.repositories import stm as stm_repo
 from bot.vocabulary import StmEntry
 
@@ -120,19 +127,22 @@ class GroupCommit:
         entries = [entry for item in batch for entry in item.entries]
         sessions = self.sessions
         try:
-            async with asyncio.timeout(DB_TIMEOUT_SECONDS):
-                async with open_session(sessions, "STM write") as session, session.begin():
-                    refused = await _refused_since_start(session, batch)
-                    if refused:
-                        raise _RefusedInBatch(refused)
-                    written = await stm_repo.upsert_entries_returning_keys(session, entries)
-                    stale = [i for i in batch if any(e.key not in written for e in i.entries)]
-                    if stale:  # rolls back: all or nothing per write
-                        raise _RefusedInBatch({id(i): StaleWrite() for i in stale})
-                    await stm_repo.add_events(
-                        session, [event for item in batch for event in item.events]
-                    )
-                    await self._announce(session, entries)
+            async with (
+                database_deadline(DB_TIMEOUT_SECONDS),
+                open_session(sessions, "STM write") as session,
+                session.begin(),
+            ):
+                refused = await _refused_since_start(session, batch)
+                if refused:
+                    raise _RefusedInBatch(refused)
+                written = await stm_repo.upsert_entries_returning_keys(session, entries)
+                stale = [i for i in batch if any(e.key not in written for e in i.entries)]
+                if stale:  # rolls back: all or nothing per write
+                    raise _RefusedInBatch({id(i): StaleWrite() for i in stale})
+                await stm_repo.add_events(
+                    session, [event for item in batch for event in item.events]
+                )
+                await self._announce(session, entries)
         except _RefusedInBatch as found:
             for item in batch:
                 if id(item) in found.outcomes:

@@ -3,20 +3,20 @@ the raw windows as a prompt may use them."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 from cachetools import LRUCache
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from bot.db import outage_number
 from bot.db.repositories import stm as stm_repo
 from bot.memory.spool import carried_row_wiped
 from bot.memory.stm.coherence import STALE_READ_RETRIES
 from bot.memory.stm.state import MemoryState
-from bot.runtime import SingleFlight
+from bot.runtime import BatchLoader, SingleFlight
 from bot.vocabulary import MemoryUnavailable, RawMessage, ScopeKey, StmEntry
 
 # "Other channels" (and opted-in DM recall) after a restart: a guild's (a user's) memories
@@ -28,6 +28,8 @@ OTHER_CHANNEL_HYDRATE_LIMIT = 200
 # Deaf with the database down: failed reads of the wipe times further apart than this
 # are not taken for one outage (the database may have answered others in between).
 WIPES_UNREAD_GAP_SECONDS = 30.0
+# What a wipe time is looked up by: a channel's last /refresh, a user's last /forget-me.
+WipeKey = tuple[Literal["clear", "forget"], int]
 
 
 class Reader:
@@ -38,6 +40,13 @@ class Reader:
         self._state = state
         self._entry_flight: SingleFlight[ScopeKey, StmEntry] = SingleFlight()
         self._owner_flight: SingleFlight[tuple[str, int], None] = SingleFlight()
+        # Cold reads come in bursts (a restart, a thousand channels waking at once): each
+        # kind is loaded in batches, a few at a time, not one query per key.
+        loads = state.settings.database.batched_loads
+        self.rows: BatchLoader[ScopeKey, StmEntry] = BatchLoader(self._load_rows, concurrency=loads)
+        self.wipe_times: BatchLoader[WipeKey, datetime] = BatchLoader(
+            self._load_wipe_times, concurrency=loads
+        )
 
     async def entry(self, key: ScopeKey, *, parent_channel_id: int | None = None) -> StmEntry:
         """The live entry for ``key``: from the cache, else hydrated from its row
@@ -46,6 +55,26 @@ class Reader:
         if cached is not None and not self._state.ledger.deaf:
             return cached  # the warm path, several times a turn
         return await self.read(cached, key, parent_channel_id)
+
+    async def entries(
+        self, keys: Sequence[ScopeKey], *, parent_channel_id: int | None = None
+    ) -> list[StmEntry]:
+        """The live entries of ``keys`` (see :meth:`entry`), those not cached read at once,
+        so they share one batch."""
+        state = self._state
+        deaf = state.ledger.deaf
+        found = [None if deaf else state.cache.get(key) for key in keys]
+        missing = [i for i, entry in enumerate(found) if entry is None]
+        if len(missing) == 1:
+            index = missing[0]
+            found[index] = await self.entry(keys[index], parent_channel_id=parent_channel_id)
+        elif missing:
+            read = await asyncio.gather(
+                *(self.read(state.cache.get(keys[i]), keys[i], parent_channel_id) for i in missing)
+            )
+            for index, entry in zip(missing, read, strict=True):
+                found[index] = entry
+        return [entry for entry in found if entry is not None]
 
     def read(
         self, cached: StmEntry | None, key: ScopeKey, parent_channel_id: int | None
@@ -102,16 +131,15 @@ class Reader:
         settled = True
         if state.wiped(key.channel_id):
             return row, settled, None
-        wiped_copy: datetime | None = None
         try:
             for _ in range(STALE_READ_RETRIES):
                 seq = ledger.seq
-                async with state.storage("hydrating an STM entry") as session:
-                    row = await stm_repo.load_entry(session, key)
-                    wiped_copy = await self._spooled_copy_wiped(session, key, row)
+                # Noted before asking: the batch is sent after, so a notice since is seen.
+                row = await self.rows.get(key)
                 settled = not ledger.since(seq, key)
                 if settled:
                     break
+            wiped_copy = await self._spooled_copy_wiped(key, row)
         except MemoryUnavailable as exc:
             return row, settled, exc
         if wiped_copy is not None and spool is not None:
@@ -152,9 +180,11 @@ class Reader:
             )
         )
 
-    async def _spooled_copy_wiped(
-        self, session: AsyncSession, key: ScopeKey, row: StmEntry | None
-    ) -> datetime | None:
+    async def _load_rows(self, keys: Sequence[ScopeKey]) -> dict[ScopeKey, StmEntry]:
+        async with self._state.storage("hydrating STM entries") as session:
+            return await stm_repo.load_entries(session, keys)
+
+    async def _spooled_copy_wiped(self, key: ScopeKey, row: StmEntry | None) -> datetime | None:
         """When the spooled state of ``key`` carries the text of a stored row that a
         /refresh or /forget-me wiped since (``row``: what the database holds now), that
         row's creation time. A process that missed the wipe's notice learns of it here, as
@@ -164,9 +194,9 @@ class Reader:
         if carried is None:
             return None
         created_at, users = carried
-        if await carried_row_wiped(session, key, row, created_at, users):
-            return created_at
-        return None
+        async with self._state.storage("hydrating STM entries: a spooled copy") as session:
+            wiped = await carried_row_wiped(session, key, row, created_at, users)
+        return created_at if wiped else None
 
     async def hydrate_guild_once(self, guild_id: int) -> None:
         """Load a guild's recent channel memories once, for "other channels" after a
@@ -292,16 +322,25 @@ class Reader:
         """Which of ``messages`` a /refresh of the channel (also one whose marker was
         deleted) or a /forget-me of their author (also one made elsewhere) wiped after
         they were sent."""
-        async with self._state.storage("reading when history was wiped") as session:
-            clears, forgotten = await stm_repo.wipe_times(
-                session, {channel_id}, {m.author_id for m in messages}
-            )
-        cleared = clears.get(channel_id)
+        # Batched with other channels' (every cold channel's back-fill asks once).
+        times = await self.wipe_times.get_many(
+            [("clear", channel_id), *(("forget", m.author_id) for m in messages)]
+        )
+        cleared = times[("clear", channel_id)]
 
         def wiped(message: RawMessage) -> bool:
             if cleared is not None and message.created_at <= cleared:
                 return True
-            at = forgotten.get(message.author_id)
+            at = times[("forget", message.author_id)]
             return at is not None and message.created_at <= at
 
         return wiped
+
+    async def _load_wipe_times(self, keys: Sequence[WipeKey]) -> dict[WipeKey, datetime]:
+        channels = {id_ for kind, id_ in keys if kind == "clear"}
+        users = {id_ for kind, id_ in keys if kind == "forget"}
+        async with self._state.storage("reading when history was wiped") as session:
+            clears, forgotten = await stm_repo.wipe_times(session, channels, users)
+        found: dict[WipeKey, datetime] = {("clear", c): at for c, at in clears.items()}
+        found.update((("forget", u), at) for u, at in forgotten.items())
+        return found

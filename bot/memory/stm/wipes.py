@@ -13,6 +13,7 @@ from bot.db import (
     EventRecord,
     ForgetReceipt,
     database_answered,
+    database_deadline,
     delete_channel_rows,
     delete_user_rows,
     open_session,
@@ -99,20 +100,20 @@ class Wipes:
         state = self._state
         if self._pending.skip_database():
             raise NotTried
-        async with asyncio.timeout(DB_TIMEOUT_SECONDS):
-            async with (
-                open_session(state.sessions, "clearing a channel") as session,
-                session.begin(),
-            ):
-                return await delete_channel_rows(
-                    session,
-                    channel_id,
-                    state.clock.now,  # read once the channel's lock is held
-                    guild_id=guild_id,
-                    actor_user_id=actor_user_id,
-                    origin=state.instance_id,
-                    notify=state.notify,
-                )
+        async with (
+            database_deadline(DB_TIMEOUT_SECONDS),
+            open_session(state.sessions, "clearing a channel") as session,
+            session.begin(),
+        ):
+            return await delete_channel_rows(
+                session,
+                channel_id,
+                state.clock.now,  # read once the channel's lock is held
+                guild_id=guild_id,
+                actor_user_id=actor_user_id,
+                origin=state.instance_id,
+                notify=state.notify,
+            )
 
     def _clear_not_done(self, channel_id: int) -> None:
         """A clear reported as not done: the rows stay, and may be read again (what was
@@ -154,15 +155,18 @@ class Wipes:
         try:
             if self._pending.skip_database():
                 raise NotTried
-            async with asyncio.timeout(DB_TIMEOUT_SECONDS * 2):
-                async with open_session(sessions, "forgetting a user") as session, session.begin():
-                    deleted = await delete_user_rows(
-                        session,
-                        user_id,
-                        state.clock.now,  # read once the locks are held
-                        origin=state.instance_id,
-                        notify=state.notify,
-                    )
+            async with (
+                database_deadline(DB_TIMEOUT_SECONDS * 2),
+                open_session(sessions, "forgetting a user") as session,
+                session.begin(),
+            ):
+                deleted = await delete_user_rows(
+                    session,
+                    user_id,
+                    state.clock.now,  # read once the locks are held
+                    origin=state.instance_id,
+                    notify=state.notify,
+                )
         except Exception as exc:
             deletion_deferred(sessions, "forgetting a user", exc)
             self._pending.queue_or_raise(exc, lambda spool: spool.append_forget(user_id, at))

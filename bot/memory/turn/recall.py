@@ -2,7 +2,8 @@
 
 The user's own facts visible here and, in a server, the facts capture distilled from this
 channel (and a thread's parent) are ranked together. Most users never ask the bot to
-remember anything and most channels have no captured facts yet: a scope or channel found
+remember anything and most channels have no captured facts yet: whether there are any is
+asked first, in batches shared by the turns starting together, and a scope or channel found
 to hold none is remembered as empty for a while, so their warm turns make no query.
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 from cachetools import TTLCache
 
-from bot.memory.longterm import LongTermService
+from bot.memory.longterm import LongTermService, Recalled
 from bot.memory.turn.types import TurnStart
 from bot.vocabulary import MemoryUnavailable
 
@@ -52,15 +53,22 @@ class FactRecall:
         saves = self.longterm.saves(start.user_id)
         captures = {channel: self.longterm.captured.captures(channel) for channel in channels}
         try:
-            recalled = await self.longterm.recall(
-                start.user_id,
-                start.guild_id,
-                start.content,
-                opted_in,
-                may_show=start.may_show,
-                channel_ids=channels,
-                own=own,
+            # Whether there are any facts at all first, asked in batches (a burst of cold
+            # turns shares a few queries): the search runs only where some exist.
+            has_own, holding = await self.longterm.holders.holding(
+                start.user_id if own else None, channels
             )
+            recalled = Recalled([])
+            if has_own or holding:
+                recalled = await self.longterm.recall(
+                    start.user_id,
+                    start.guild_id,
+                    start.content,
+                    opted_in,
+                    may_show=start.may_show,
+                    channel_ids=tuple(channel for channel in channels if channel in holding),
+                    own=has_own,
+                )
         except MemoryUnavailable:
             return []
         # An opted-in DM shows facts made in servers, and a fact made there (maybe by

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -18,6 +18,7 @@ from bot.memory.service import MemoryService
 from bot.memory.spool.durable import DurableSpool
 from bot.memory.stm import commit as commit_module
 from bot.memory.stm import wipes as wipes_module
+from bot.runtime import BatchLoader
 from bot.vocabulary.model import GuildConfig, ScopeKey, StmEntry
 from tests.integration.chaos.model import entry_content
 
@@ -58,6 +59,12 @@ async def gate(point: str) -> None:
     op.gate_used = True
     op.parked = True
     _changed()
+    task = op.task
+    if task is not None and task is not asyncio.current_task():
+        # Parked in a read the operation started, which runs in a task of its own (a
+        # batch, a single flight): cancelled meanwhile, the operation is no longer
+        # parked (see Scenario.parked), and its read goes on as nobody's.
+        task.add_done_callback(lambda _: op.release.set())
     await op.release.wait()
 
 
@@ -77,6 +84,55 @@ class WatchedLock(asyncio.Lock):
                 if op is not None:
                     op.blocked -= 1
         return await super().acquire()
+
+
+def watch_batches(loader: BatchLoader[Any, Any]) -> None:
+    """An operation waiting for a batched read counts as waiting (blocked) until a batch
+    holding its keys runs in its own context (a batch runs in the context of the one that
+    sent it: its gate parks that one), as one that joined another's read does."""
+    waiting: dict[Any, list[Op]] = {}
+    get_many, run = loader.get_many, loader._run
+
+    async def watched_get_many(keys: Any) -> Any:
+        keys = list(keys)
+        op = CURRENT.get()
+        if op is None:
+            return await get_many(keys)
+        for key in keys:
+            waiting.setdefault(key, []).append(op)
+            op.blocked += 1
+        _changed()
+        try:
+            return await get_many(keys)
+        finally:
+            for key in keys:
+                if op in waiting.get(key, ()):
+                    _stop_waiting(key, op)
+
+    async def watched_get(key: Any) -> Any:
+        return (await watched_get_many([key]))[key]
+
+    def _stop_waiting(key: Any, op: Op) -> None:
+        ops = waiting[key]
+        ops.remove(op)
+        op.blocked -= 1
+        if not ops:
+            del waiting[key]
+
+    async def watched_run(batch: Any) -> None:
+        owner = CURRENT.get()
+        own = [key for key in batch if owner is not None and owner in waiting.get(key, ())]
+        for key in own:
+            _stop_waiting(key, owner)  # type: ignore[arg-type]  # it runs its own read
+        if not own:
+            # Sent from the context of an operation that does not wait for it (it found
+            # its keys elsewhere, failed, or finished): that one is not parked here.
+            CURRENT.set(None)  # this batch's task has a context of its own
+        await run(batch)
+
+    loader.get_many = watched_get_many  # type: ignore[method-assign]
+    loader.get = watched_get  # type: ignore[method-assign]
+    loader._run = watched_run  # type: ignore[method-assign]
 
 
 def instrument(service: MemoryService, on_build: Callable[[Op], None]) -> None:
@@ -107,6 +163,8 @@ def instrument(service: MemoryService, on_build: Callable[[Op], None]) -> None:
             op.blocked -= 1
 
     flight.run = joined  # type: ignore[method-assign]
+    watch_batches(service._reader.rows)
+    watch_batches(service._reader.wipe_times)
 
     persist = service._writer._persist
 
@@ -152,15 +210,17 @@ REAL_TIMEOUT_SECONDS = 120.0
 def patch_repositories(monkeypatch: pytest.MonkeyPatch) -> None:
     for module in (storage, commit_module, wipes_module):
         monkeypatch.setattr(module, "DB_TIMEOUT_SECONDS", REAL_TIMEOUT_SECONDS)
-    load_entry = stm_repo.load_entry
+    load_entries = stm_repo.load_entries
     lock_channels = stm_repo.lock_channels
     record_clear = stm_repo.record_clear
     record_forget = stm_repo.record_forget
 
-    async def gated_load(session: Any, key: ScopeKey) -> StmEntry | None:
-        row = await load_entry(session, key)
+    async def gated_load(session: Any, keys: Sequence[ScopeKey]) -> dict[ScopeKey, StmEntry]:
+        # Cold reads go in batches: the batch runs in the task of the first operation
+        # that asked (it copies that task's context), and that operation parks here.
+        rows = await load_entries(session, keys)
         await gate("read")
-        return row
+        return rows
 
     async def gated_lock(session: Any, channel_ids: Any, *, shared: bool) -> None:
         op = CURRENT.get()
@@ -180,7 +240,7 @@ def patch_repositories(monkeypatch: pytest.MonkeyPatch) -> None:
             op.at = at
         await record_forget(session, user_id, at)
 
-    monkeypatch.setattr(stm_repo, "load_entry", gated_load)
+    monkeypatch.setattr(stm_repo, "load_entries", gated_load)
     monkeypatch.setattr(stm_repo, "lock_channels", gated_lock)
     monkeypatch.setattr(stm_repo, "record_clear", seen_clear)
     monkeypatch.setattr(stm_repo, "record_forget", seen_forget)

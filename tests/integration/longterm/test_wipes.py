@@ -14,7 +14,9 @@ from bot.config import Settings
 from bot.conversation.turn import TurnRequest, TurnRunner
 from bot.db.engine import Database
 from bot.db.models import ShortTermMemory
+from bot.db.storage import faults
 from bot.memory.longterm.facts import FactRefused, LongTermService
+from bot.memory.longterm.holders import STEP as HOLDERS_STEP
 from bot.memory.longterm.ranking import Recalled
 from tests.helpers.builders import (
     ALICE,
@@ -164,19 +166,21 @@ async def test_a_fact_remembered_while_another_channel_recalls_is_not_hidden_the
     db: Database, settings: Settings, llm: ScriptedLLM
 ) -> None:
     memory = make_service(db.sessions, settings)
-    longterm = HeldRecall(db.sessions, settings, memory.clock)
-    runner = TurnRunner(memory, openai_client(llm), settings, persona="p", longterm=longterm)
+    runner = TurnRunner(
+        memory, openai_client(llm), settings, persona="p", longterm=make_longterm(memory)
+    )
     chatting = turn_request(OTHER_CHANNEL, "what should I feed my cat", 1)
     asking = turn_request(CHANNEL, "remember that my cat is called Miso", 2)
 
-    # Alice's turn in one channel recalls (nothing yet) while, in another (another channel
-    # lock), her "remember that…" turn stores a fact.
-    longterm.hold = release = asyncio.Event()
+    # Alice's turn in one channel has found she has no facts (the query ran; its answer is
+    # on its way) while, in another (another channel lock), her "remember that…" turn
+    # stores one.
+    found_none = faults(db.sessions).hang(HOLDERS_STEP, at="end", times=1)
     recall = asyncio.create_task(runner.recall.notes(chatting, False))
-    await longterm.queried.wait()
+    await found_none.reached()
     remember_tool = runner._long_term_tools(asking, False, None)["remember"]
     assert (await remember_tool.run('{"fact": "My cat is called Miso"}')).ok
-    release.set()
+    found_none.release()
     assert await recall == []  # that turn started before the fact existed
 
     # Her next turn there sees the fact: "no facts here" was not cached by the first.

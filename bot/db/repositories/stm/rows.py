@@ -215,6 +215,49 @@ async def load_entry(session: AsyncSession, key: ScopeKey) -> StmEntry | None:
     return entry_from_row(row) if row is not None else None
 
 
+# Built once, with arrays for parameters: one statement text for any number of keys
+# (prepared once per connection), matched on the unique index's expressions.
+_KEYS = (
+    func.unnest(
+        bindparam("kinds", type_=ARRAY(Text)),
+        bindparam("guilds", type_=ARRAY(BigInteger)),
+        bindparam("users", type_=ARRAY(BigInteger)),
+        bindparam("channels", type_=ARRAY(BigInteger)),
+    )
+    .table_valued("kind", "guild", "member", "channel")
+    .render_derived(name="wanted")
+)
+_LOAD_ENTRIES = select(ShortTermMemory).join(
+    _KEYS,
+    and_(
+        ShortTermMemory.scope_kind == _KEYS.c.kind,
+        func.coalesce(ShortTermMemory.guild_id, ZERO) == _KEYS.c.guild,
+        func.coalesce(ShortTermMemory.user_id, ZERO) == _KEYS.c.member,
+        ShortTermMemory.channel_id == _KEYS.c.channel,
+    ),
+)
+
+
+def _key_values(key: ScopeKey) -> tuple[str, int, int, int]:
+    return (key.kind, key.guild_id or 0, key.user_id or 0, key.channel_id)
+
+
+async def load_entries(session: AsyncSession, keys: Sequence[ScopeKey]) -> dict[ScopeKey, StmEntry]:
+    """The rows of ``keys`` (one round trip for all); a key without a row is left out."""
+    wanted = {_key_values(key): key for key in keys}
+    if not wanted:
+        return {}
+    kinds, guilds, users, channels = (list(column) for column in zip(*wanted, strict=True))
+    rows = await session.scalars(
+        _LOAD_ENTRIES, {"kinds": kinds, "guilds": guilds, "users": users, "channels": channels}
+    )
+    found: dict[ScopeKey, StmEntry] = {}
+    for row in rows:
+        entry = entry_from_row(row)
+        found[wanted[_key_values(entry.key)]] = entry
+    return found
+
+
 async def recent_server_entries(
     session: AsyncSession, guild_id: int, *, since: datetime, limit: int
 ) -> list[StmEntry]:
