@@ -3,6 +3,7 @@
 Sits above the memory core and the LLM client, and below Discord.
 
 turn            one turn: guards, prompt, the tool loop, the reply
+fitting         what of a turn's prompt fits a provider's context
 images          image parts for vision models (limits, size cap, data URLs)
 summarizer/     folds a channel's new messages into its memory with a separate call
 unsaved         a "remember that…" the model left unstored: facts extracted, or said so

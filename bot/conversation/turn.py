@@ -22,6 +22,11 @@ import openai
 from cachetools import LRUCache, TTLCache
 
 from bot.config import Settings
+from bot.conversation.fitting import (
+    context_tokens,
+    fit_history,
+    fit_notes,
+)
 from bot.conversation.images import BadImages, ImageReader, WithImages, vision_enabled, with_images
 from bot.conversation.server_profile import server_model, with_server_persona
 from bot.conversation.summarizer import (
@@ -68,7 +73,7 @@ from bot.memory import (
     nudge_text,
 )
 from bot.runtime import Metrics, TaskRegistry, TurnOutcome
-from bot.vocabulary import StmEntry, capabilities, prompt_chars, strip_control_chars
+from bot.vocabulary import StmEntry, capabilities, strip_control_chars
 
 log = logging.getLogger(__name__)
 
@@ -118,58 +123,6 @@ class TurnReply:
     summarizing: bool = False
     # Memory upkeep, for whoever posts the reply to run after it (see conversation.upkeep).
     upkeep: Callable[[], Awaitable[None]] | None = None
-
-
-# Room kept for tool schemas.
-TOOL_SCHEMA_TOKENS = 1_000
-
-
-def context_chars(context_tokens: int, reply_tokens: int) -> int:
-    """Characters of prompt a provider's context window leaves room for."""
-    return prompt_chars(context_tokens, reply_tokens, TOOL_SCHEMA_TOKENS)
-
-
-def context_tokens(context: int, reply_tokens: int) -> int:
-    """Tokens of prompt a provider's context window leaves room for."""
-    return max(0, context - reply_tokens - TOOL_SCHEMA_TOKENS)
-
-
-def fit_notes(
-    prompt: AssembledPrompt, *, budget: int, cost: Callable[[str], int] = len
-) -> tuple[list[str], list[str]]:
-    """The system notes whose ``cost`` fits in ``budget``, leaving out optional ones (other
-    channels, then long-term facts; see :class:`AssembledPrompt`) the least useful first:
-    those that stay from turn to turn, and this turn's."""
-    notes: list[str | None] = list(prompt.system_notes)
-    costs = [cost(note) for note in prompt.system_notes]
-    used = sum(costs)
-    for index in prompt.optional:
-        if used <= budget:
-            break
-        used -= costs[index]
-        notes[index] = None
-    late_from = len(notes) if prompt.late_from is None else prompt.late_from
-    return (
-        [note for note in notes[:late_from] if note is not None],
-        [note for note in notes[late_from:] if note is not None],
-    )
-
-
-def fit_history(
-    history: list[dict[str, str]], *, budget: int, cost: Callable[[str], int] = len
-) -> list[dict[str, str]]:
-    """The newest messages whose ``cost`` fits in ``budget`` (always at least the last one,
-    the message being answered): small-context providers get a shorter history, not an
-    error."""
-    kept: list[dict[str, str]] = []
-    used = 0
-    for message in reversed(history):
-        used += cost(message["content"])
-        if kept and used > budget:
-            break
-        kept.append(message)
-    kept.reverse()
-    return kept
 
 
 def load_persona(path: Path) -> str:

@@ -4,14 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from bot.conversation.turn import (
-    TOOL_SCHEMA_TOKENS,
-    TurnRequest,
-    context_chars,
-    fit_history,
-    fit_notes,
-    render_persona,
-)
+from bot.conversation.fitting import TOOL_SCHEMA_TOKENS, context_chars, fit_history, fit_notes
+from bot.conversation.turn import TurnRequest, render_persona
 from bot.memory.turn.prompt import AssembledPrompt
 from bot.vocabulary.providers import CHARS_PER_TOKEN, prompt_chars
 

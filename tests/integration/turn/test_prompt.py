@@ -8,7 +8,8 @@ from pathlib import Path
 from sqlalchemy.engine import URL
 
 from bot.config import Settings
-from bot.conversation.turn import TurnRequest, TurnRunner, context_tokens
+from bot.conversation.fitting import context_tokens
+from bot.conversation.turn import TurnRequest, TurnRunner
 from bot.db.engine import Database
 from bot.llm import TokenCounter
 from bot.memory import MESSAGE_OVERHEAD_TOKENS
