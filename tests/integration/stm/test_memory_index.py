@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from bot.config import Settings
 from bot.db.engine import Database
+from bot.memory.prepare import CANDIDATES_PER_SLOT
 from bot.memory.service import MemoryService
 from bot.vocabulary.model import ScopeKey, StmEntry
 from tests.helpers.builders import ALICE, BOB, GUILD, ManualClock, make_service, prepare
@@ -126,9 +127,12 @@ async def test_a_turn_reads_only_the_few_it_may_show_however_many_channels_there
     service.cache.get = counted_get  # type: ignore[method-assign]
     prepared = await prepare(service, BOB, channel=ASKING, label_for=label_for)
 
+    # The candidates the prompt picks from: CANDIDATES_PER_SLOT for each channel shown.
+    wanted = 3 * CANDIDATES_PER_SLOT
+    visible = [FIRST + n for n in range(39, -1, -1) if FIRST + n not in hidden]
     shown = [o.entry.key.channel_id for o in prepared.prompt.others if o.entry]
-    assert shown == [FIRST + 38, FIRST + 36, FIRST + 35]
-    looked_at = [FIRST + 39, FIRST + 38, FIRST + 37, FIRST + 36, FIRST + 35]
+    assert shown == visible[:wanted]
+    looked_at = [FIRST + n for n in range(39, 39 - wanted - len(hidden), -1)]
     assert asked == looked_at
     assert [channel for channel in read if channel != ASKING] == looked_at
     assert len(service.cache) > 600  # the 300 channels seen are cached, just not read
